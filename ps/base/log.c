@@ -1,0 +1,182 @@
+#include "ps/base/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+int ps__log_level = PS_LOG_WARN;
+
+static unsigned ps_log_component_mask = ~0u;
+static int ps_log_fd = STDERR_FILENO;
+static char ps_log_prefix[64];
+static pthread_mutex_t ps_log_prefix_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *const ps_log_component_names[PS_LOG_COMPONENT_COUNT] = {
+    [PS_LOG_CORE] = "core",  [PS_LOG_BASE] = "base", [PS_LOG_CODEC] = "codec",
+    [PS_LOG_VAN] = "van",    [PS_LOG_TCP] = "tcp",   [PS_LOG_SHM] = "shm",
+    [PS_LOG_RDMA] = "rdma",  [PS_LOG_FABRIC] = "fabric", [PS_LOG_UCX] = "ucx",
+    [PS_LOG_GPU] = "gpu",    [PS_LOG_APP] = "app",   [PS_LOG_TOOL] = "tool",
+};
+
+static const char *const ps_log_level_names[PS_LOG_LEVEL_COUNT] = {
+    [PS_LOG_ERROR] = "error", [PS_LOG_WARN] = "warn", [PS_LOG_INFO] = "info",
+    [PS_LOG_DEBUG] = "debug", [PS_LOG_TRACE] = "trace",
+};
+
+const char *ps_log_component_name(ps_log_component_t comp)
+{
+    return (unsigned)comp < PS_LOG_COMPONENT_COUNT ? ps_log_component_names[comp] : "?";
+}
+
+const char *ps_log_level_name(ps_log_level_t level)
+{
+    return (unsigned)level < PS_LOG_LEVEL_COUNT ? ps_log_level_names[level] : "?";
+}
+
+static unsigned ps_log_parse_components(const char *list)
+{
+    unsigned mask = 0;
+    char buf[256];
+    char *save = NULL;
+
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *tok = strtok_r(buf, ", ", &save); tok != NULL; tok = strtok_r(NULL, ", ", &save)) {
+        if (!strcasecmp(tok, "all")) {
+            return ~0u;
+        }
+        for (int c = 0; c < PS_LOG_COMPONENT_COUNT; ++c) {
+            if (!strcasecmp(tok, ps_log_component_names[c])) {
+                mask |= 1u << c;
+            }
+        }
+    }
+    return mask ? mask : ~0u;
+}
+
+/* Reads the three logging variables of the config table (PS_VERBOSE,
+ * PS_LOG_LEVEL, PS_LOG_COMPONENTS) directly: logging must work before, and
+ * while, the config table itself is parsed. */
+void ps_log_init_from_env(void)
+{
+    const char *verbose = getenv("PS_VERBOSE");
+    const char *level = getenv("PS_LOG_LEVEL");
+    const char *comps = getenv("PS_LOG_COMPONENTS");
+    int lvl = PS_LOG_WARN;
+
+    if (verbose != NULL && *verbose != '\0') {
+        long v = strtol(verbose, NULL, 10);
+        lvl = v <= 0 ? PS_LOG_WARN : v == 1 ? PS_LOG_INFO : v == 2 ? PS_LOG_DEBUG : PS_LOG_TRACE;
+    }
+    if (level != NULL && *level != '\0') {
+        for (int l = 0; l < PS_LOG_LEVEL_COUNT; ++l) {
+            if (!strcasecmp(level, ps_log_level_names[l])) {
+                lvl = l;
+            }
+        }
+    }
+    ps_log_component_mask = comps != NULL && *comps != '\0' ? ps_log_parse_components(comps) : ~0u;
+    __atomic_store_n(&ps__log_level, lvl, __ATOMIC_RELAXED);
+}
+
+__attribute__((constructor)) static void ps_log_constructor(void)
+{
+    ps_log_init_from_env();
+}
+
+void ps_log_set_level(ps_log_level_t level)
+{
+    __atomic_store_n(&ps__log_level, (int)level, __ATOMIC_RELAXED);
+}
+
+ps_log_level_t ps_log_get_level(void)
+{
+    return (ps_log_level_t)__atomic_load_n(&ps__log_level, __ATOMIC_RELAXED);
+}
+
+void ps_log_set_prefix(const char *prefix)
+{
+    pthread_mutex_lock(&ps_log_prefix_lock);
+    snprintf(ps_log_prefix, sizeof(ps_log_prefix), "%s", prefix ? prefix : "");
+    pthread_mutex_unlock(&ps_log_prefix_lock);
+}
+
+void ps_log_set_fd(int fd)
+{
+    ps_log_fd = fd < 0 ? STDERR_FILENO : fd;
+}
+
+int ps__log_enabled(ps_log_level_t level, ps_log_component_t comp)
+{
+    /* Errors and warnings are never filtered by component. */
+    return level <= PS_LOG_WARN || (ps_log_component_mask >> ((unsigned)comp & 31u)) & 1u;
+}
+
+int ps__log_ratelimit(uint64_t *last_ns, uint32_t *suppressed, uint64_t interval_ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t last = __atomic_load_n(last_ns, __ATOMIC_RELAXED);
+
+    if (last != 0 && now - last < interval_ns) {
+        __atomic_add_fetch(suppressed, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    if (!__atomic_compare_exchange_n(last_ns, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        __atomic_add_fetch(suppressed, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    uint32_t n = __atomic_exchange_n(suppressed, 0, __ATOMIC_RELAXED);
+    if (n != 0) {
+        ps__log(PS_LOG_WARN, PS_LOG_CORE, "log", 0, "(%u similar lines suppressed)", n);
+    }
+    return 1;
+}
+
+void ps__log(ps_log_level_t level, ps_log_component_t comp, const char *file,
+             int line, const char *fmt, ...)
+{
+    int saved_errno = errno; /* keep %m meaning the caller's errno */
+    char buf[1024];
+    struct timespec ts;
+    struct tm tm;
+    size_t n;
+    va_list ap;
+    const char *base = strrchr(file, '/');
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    pthread_mutex_lock(&ps_log_prefix_lock);
+    n = (size_t)snprintf(buf, sizeof(buf), "[%02d:%02d:%02d.%06ld %s%s%s %s %s:%d] ",
+                         tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000,
+                         ps_log_prefix, ps_log_prefix[0] ? " " : "",
+                         ps_log_level_name(level), ps_log_component_name(comp),
+                         base ? base + 1 : file, line);
+    pthread_mutex_unlock(&ps_log_prefix_lock);
+    if (n >= sizeof(buf)) {
+        n = sizeof(buf) - 1;
+    }
+    errno = saved_errno;
+    va_start(ap, fmt);
+    int m = vsnprintf(buf + n, sizeof(buf) - n, fmt, ap);
+    va_end(ap);
+    if (m > 0) {
+        n += (size_t)m;
+    }
+    if (n >= sizeof(buf) - 1) {
+        n = sizeof(buf) - 2;
+    }
+    buf[n++] = '\n';
+    /* One write per line so lines of concurrent threads and processes do not
+     * interleave. */
+    ssize_t w = write(ps_log_fd, buf, n);
+    (void)w;
+    errno = saved_errno;
+}

@@ -1,0 +1,109 @@
+/*
+ * Logging: one macro family gated by level and component, cheap when off.
+ *
+ * Levels follow upstream PS_VERBOSE: 0 shows errors and warnings, 1 adds
+ * connection set-up (info), 2 adds a line per message (debug). PS_LOG_LEVEL
+ * names a level directly and also offers "trace". PS_LOG_COMPONENTS limits
+ * info and below to a comma-separated list of components ("van,tcp").
+ *
+ * Style: lower-case messages, "qp 0x%x" rather than "qp=...", %m after every
+ * failed system call. The place that decides an error logs it; callers that
+ * only pass a status on do not log again.
+ */
+#ifndef PS_BASE_LOG_H_
+#define PS_BASE_LOG_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    PS_LOG_ERROR = 0,
+    PS_LOG_WARN = 1,
+    PS_LOG_INFO = 2,
+    PS_LOG_DEBUG = 3,
+    PS_LOG_TRACE = 4,
+    PS_LOG_LEVEL_COUNT
+} ps_log_level_t;
+
+typedef enum {
+    PS_LOG_CORE = 0, /* postoffice, bootstrap, lifecycle */
+    PS_LOG_BASE,
+    PS_LOG_CODEC,
+    PS_LOG_VAN,      /* van interface and registry */
+    PS_LOG_TCP,
+    PS_LOG_SHM,
+    PS_LOG_RDMA,     /* ibverbs + rdmacm */
+    PS_LOG_FABRIC,
+    PS_LOG_UCX,
+    PS_LOG_GPU,
+    PS_LOG_APP,
+    PS_LOG_TOOL,
+    PS_LOG_COMPONENT_COUNT
+} ps_log_component_t;
+
+/* Compile-time ceiling: levels above it vanish from the binary. */
+#ifndef PS_LOG_MAX_LEVEL
+#define PS_LOG_MAX_LEVEL PS_LOG_TRACE
+#endif
+
+#define ps_likely(_x)   __builtin_expect(!!(_x), 1)
+#define ps_unlikely(_x) __builtin_expect(!!(_x), 0)
+
+/* Runtime threshold; read from the environment on first use. */
+extern int ps__log_level;
+
+int ps__log_enabled(ps_log_level_t level, ps_log_component_t comp);
+void ps__log(ps_log_level_t level, ps_log_component_t comp, const char *file,
+             int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Returns 1 if a call site whose state is *last_ns may log now. */
+int ps__log_ratelimit(uint64_t *last_ns, uint32_t *suppressed, uint64_t interval_ns);
+
+#define ps_log(_level, _comp, _fmt, ...)                                      \
+    do {                                                                      \
+        if ((_level) <= PS_LOG_MAX_LEVEL &&                                   \
+            ps_unlikely((int)(_level) <= ps__log_level) &&                    \
+            ps__log_enabled((_level), (_comp))) {                             \
+            ps__log((_level), (_comp), __FILE__, __LINE__, _fmt,              \
+                    ##__VA_ARGS__);                                           \
+        }                                                                     \
+    } while (0)
+
+#define ps_error(_comp, _fmt, ...) ps_log(PS_LOG_ERROR, _comp, _fmt, ##__VA_ARGS__)
+#define ps_warn(_comp, _fmt, ...)  ps_log(PS_LOG_WARN, _comp, _fmt, ##__VA_ARGS__)
+#define ps_info(_comp, _fmt, ...)  ps_log(PS_LOG_INFO, _comp, _fmt, ##__VA_ARGS__)
+#define ps_debug(_comp, _fmt, ...) ps_log(PS_LOG_DEBUG, _comp, _fmt, ##__VA_ARGS__)
+#define ps_trace(_comp, _fmt, ...) ps_log(PS_LOG_TRACE, _comp, _fmt, ##__VA_ARGS__)
+
+/* A warning from a hot path: at most one line per second per call site, with
+ * the number of lines suppressed since the last one. */
+#define ps_warn_ratelimited(_comp, _fmt, ...)                                 \
+    do {                                                                      \
+        static uint64_t ps__rl_last;                                          \
+        static uint32_t ps__rl_suppressed;                                    \
+        if (ps__log_ratelimit(&ps__rl_last, &ps__rl_suppressed,               \
+                              1000000000ull)) {                               \
+            ps_warn(_comp, _fmt, ##__VA_ARGS__);                              \
+        }                                                                     \
+    } while (0)
+
+/* Re-reads PS_VERBOSE / PS_LOG_LEVEL / PS_LOG_COMPONENTS from the environment. */
+void ps_log_init_from_env(void);
+void ps_log_set_level(ps_log_level_t level);
+ps_log_level_t ps_log_get_level(void);
+/* Prefix put on every line, e.g. "worker 9" once the node id is known. */
+void ps_log_set_prefix(const char *prefix);
+/* Redirect output (tests); fd -1 restores stderr. */
+void ps_log_set_fd(int fd);
+
+const char *ps_log_component_name(ps_log_component_t comp);
+const char *ps_log_level_name(ps_log_level_t level);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_BASE_LOG_H_ */
