@@ -87,7 +87,8 @@ def _impl(ctx):
             name = "default_link_flags",
             enabled = True,
             flag_sets = [
-                _flags(_ALL_LINK, ["-no-canonical-prefixes", "-Wl,-z,relro,-z,now", "-pass-exit-codes", "-lstdc++", "-lm", "-pthread"]),
+                _flags(_ALL_LINK, ["-no-canonical-prefixes", "-Wl,-z,relro,-z,now", "-lstdc++", "-lm", "-pthread"] +
+                                  (["-pass-exit-codes"] if ctx.attr.compiler == "gcc" else [])),
                 _flags(_ALL_LINK, ["-Wl,--gc-sections"], ["opt"]),
             ],
         ),

@@ -1,0 +1,539 @@
+/*
+ * The CUDA memory kind over the CUDA runtime (static cudart).
+ *
+ * Whether a device is usable is decided once, on first use, and every slot
+ * that needs a device returns that decision (PS_ERR_DEVICE here when there is
+ * no GPU or no driver), so callers see one consistent status and one log line.
+ * Calls that take a device make it current only for their duration and put
+ * the caller's current device back.
+ */
+#include "ps/gpu/cuda.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "ps/base/log.h"
+#include "ps/gpu/mem.h"
+#include "ps/gpu/mem_internal.h"
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) == PS_MEM_IPC_HANDLE_SIZE,
+               "ps_mem_ipc_handle_t must hold a cudaIpcMemHandle_t");
+
+static pthread_once_t cuda_probe_once = PTHREAD_ONCE_INIT;
+static ps_status_t cuda_probe_status;
+static int cuda_probe_devices;
+static char cuda_probe_reason[PS_MEM_REASON_MAX];
+static atomic_flag cuda_reason_logged = ATOMIC_FLAG_INIT;
+
+static ps_status_t cuda_status_from(cudaError_t err)
+{
+    switch (err) {
+    case cudaSuccess:
+        return PS_OK;
+    case cudaErrorNotReady:
+        return PS_INPROGRESS;
+    case cudaErrorMemoryAllocation:
+        return PS_ERR_NO_MEMORY;
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidResourceHandle:
+    case cudaErrorInvalidMemcpyDirection:
+        return PS_ERR_INVALID_ARG;
+    case cudaErrorHostMemoryAlreadyRegistered:
+        return PS_ERR_EXISTS;
+    case cudaErrorHostMemoryNotRegistered:
+        return PS_ERR_NOT_FOUND;
+    case cudaErrorNotSupported:
+        return PS_ERR_UNSUPPORTED;
+    default:
+        return PS_ERR_DEVICE;
+    }
+}
+
+/* Runs once: counts devices without logging, so describe() stays quiet. */
+static void cuda_probe(void)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+
+    if (err != cudaSuccess) {
+        snprintf(cuda_probe_reason, sizeof(cuda_probe_reason), "no cuda device: %s",
+                 cudaGetErrorString(err));
+        (void)cudaGetLastError(); /* do not leave the error for the next caller */
+        cuda_probe_status = PS_ERR_DEVICE;
+    } else if (count <= 0) {
+        snprintf(cuda_probe_reason, sizeof(cuda_probe_reason),
+                 "no cuda device: the driver reports 0 devices");
+        cuda_probe_status = PS_ERR_DEVICE;
+    } else {
+        cuda_probe_devices = count;
+        cuda_probe_status = PS_OK;
+    }
+}
+
+static ps_status_t cuda_ready(void)
+{
+    pthread_once(&cuda_probe_once, cuda_probe);
+    return cuda_probe_status;
+}
+
+/* Makes device current; *prev_p gets the caller's device to put back. */
+static ps_status_t cuda_enter(int device, int *prev_p, const char *what)
+{
+    ps_status_t status = cuda_ready(); /* also orders the read of the count */
+    cudaError_t err;
+    int prev = 0;
+
+    if (status != PS_OK) {
+        return status;
+    }
+    if (device < 0 || device >= cuda_probe_devices) {
+        ps_error(PS_LOG_GPU, "%s: no cuda device %d (have %d)", what, device,
+                 cuda_probe_devices);
+        return PS_ERR_INVALID_ARG;
+    }
+    err = cudaGetDevice(&prev);
+    if (err == cudaSuccess && prev != device) {
+        err = cudaSetDevice(device);
+    }
+    if (err != cudaSuccess) {
+        ps_error(PS_LOG_GPU, "%s: cannot use cuda device %d: %s", what, device,
+                 cudaGetErrorString(err));
+        (void)cudaGetLastError();
+        return cuda_status_from(err);
+    }
+    *prev_p = prev;
+    return PS_OK;
+}
+
+static void cuda_leave(int device, int prev)
+{
+    if (prev != device) {
+        (void)cudaSetDevice(prev);
+    }
+}
+
+/* Logs a failed runtime call once here, clears the sticky last error, and
+ * converts the error. */
+static ps_status_t cuda_failed(cudaError_t err, const char *call)
+{
+    ps_error(PS_LOG_GPU, "%s failed: %s", call, cudaGetErrorString(err));
+    (void)cudaGetLastError();
+    return cuda_status_from(err);
+}
+
+static ps_status_t cuda_failed_len(cudaError_t err, const char *call, size_t len)
+{
+    ps_error(PS_LOG_GPU, "%s of %zu bytes failed: %s", call, len, cudaGetErrorString(err));
+    (void)cudaGetLastError();
+    return cuda_status_from(err);
+}
+
+static ps_status_t cuda_init(void)
+{
+    ps_status_t status = cuda_ready();
+
+    if (status != PS_OK && !atomic_flag_test_and_set(&cuda_reason_logged)) {
+        ps_warn(PS_LOG_GPU, "%s", cuda_probe_reason);
+    }
+    return status;
+}
+
+/* Nothing to undo: the runtime owns its contexts, and resetting a device here
+ * would destroy the application's own allocations. */
+static void cuda_cleanup(void)
+{
+}
+
+static ps_status_t cuda_describe(ps_mem_info_t *info_p)
+{
+    ps_mem_info_t info;
+    int version = 0;
+
+    if (info_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    memset(&info, 0, sizeof(info));
+    info.kind = PS_MEM_CUDA;
+    info.name = "cuda";
+    info.linked = true;
+    if (cudaRuntimeGetVersion(&version) == cudaSuccess) {
+        info.runtime_version = version;
+    }
+    version = 0;
+    if (cudaDriverGetVersion(&version) == cudaSuccess) {
+        info.driver_version = version;
+    }
+    (void)cudaGetLastError();
+    if (cuda_ready() == PS_OK) {
+        info.available = true;
+        info.device_count = cuda_probe_devices;
+    } else {
+        snprintf(info.reason, sizeof(info.reason), "%s", cuda_probe_reason);
+    }
+    *info_p = info;
+    return PS_OK;
+}
+
+static ps_status_t cuda_device_count(int *count_p)
+{
+    ps_status_t status = cuda_ready();
+
+    if (count_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    if (status == PS_OK) {
+        *count_p = cuda_probe_devices;
+    }
+    return status;
+}
+
+static ps_status_t cuda_alloc(size_t len, int device, void **ptr_p)
+{
+    ps_status_t status;
+    cudaError_t err;
+    void *ptr = NULL;
+    int prev;
+
+    if (len == 0 || ptr_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    status = cuda_enter(device, &prev, "cuda alloc");
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaMalloc(&ptr, len);
+    cuda_leave(device, prev);
+    if (err != cudaSuccess) {
+        return cuda_failed_len(err, "cudaMalloc", len);
+    }
+    *ptr_p = ptr;
+    return PS_OK;
+}
+
+static ps_status_t cuda_free(void *ptr)
+{
+    ps_status_t status;
+    cudaError_t err;
+
+    if (ptr == NULL) {
+        return PS_OK;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaFree(ptr);
+    return err == cudaSuccess ? PS_OK : cuda_failed(err, "cudaFree");
+}
+
+static ps_status_t cuda_memcpy(void *dst, const void *src, size_t len,
+                               enum cudaMemcpyKind dir, const char *what)
+{
+    ps_status_t status;
+    cudaError_t err;
+
+    if (len == 0) {
+        return PS_OK;
+    }
+    if (dst == NULL || src == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaMemcpy(dst, src, len, dir);
+    return err == cudaSuccess ? PS_OK : cuda_failed_len(err, what, len);
+}
+
+static ps_status_t cuda_copy_to_host(void *host_dst, const void *src, size_t len)
+{
+    return cuda_memcpy(host_dst, src, len, cudaMemcpyDeviceToHost, "cuda copy to host");
+}
+
+static ps_status_t cuda_copy_from_host(void *dst, const void *host_src, size_t len)
+{
+    return cuda_memcpy(dst, host_src, len, cudaMemcpyHostToDevice, "cuda copy from host");
+}
+
+static ps_status_t cuda_copy(void *dst, const void *src, size_t len)
+{
+    return cuda_memcpy(dst, src, len, cudaMemcpyDeviceToDevice, "cuda copy");
+}
+
+static ps_status_t cuda_memset(void *ptr, int value, size_t len)
+{
+    ps_status_t status;
+    cudaError_t err;
+
+    if (len == 0) {
+        return PS_OK;
+    }
+    if (ptr == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    /* cudaMemset may return before the device is done; the slot is
+     * synchronous like the copies. */
+    err = cudaMemset(ptr, value, len);
+    if (err == cudaSuccess) {
+        err = cudaStreamSynchronize(0);
+    }
+    return err == cudaSuccess ? PS_OK : cuda_failed_len(err, "cudaMemset", len);
+}
+
+static bool cuda_is_addr(const void *ptr, int *device_p)
+{
+    struct cudaPointerAttributes attr;
+
+    if (ptr == NULL || cuda_ready() != PS_OK) {
+        return false;
+    }
+    memset(&attr, 0, sizeof(attr));
+    if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+        return false;
+    }
+    if (device_p != NULL) {
+        *device_p = attr.device;
+    }
+    return true;
+}
+
+static ps_status_t cuda_register_host(void *ptr, size_t len)
+{
+    ps_status_t status;
+    cudaError_t err;
+
+    if (ptr == NULL || len == 0) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaHostRegister(ptr, len, cudaHostRegisterDefault);
+    return err == cudaSuccess ? PS_OK : cuda_failed_len(err, "cudaHostRegister", len);
+}
+
+static ps_status_t cuda_unregister_host(void *ptr)
+{
+    ps_status_t status;
+    cudaError_t err;
+
+    if (ptr == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaHostUnregister(ptr);
+    return err == cudaSuccess ? PS_OK : cuda_failed(err, "cudaHostUnregister");
+}
+
+static ps_status_t cuda_ipc_get_handle(void *ptr, ps_mem_ipc_handle_t *handle_p)
+{
+    cudaIpcMemHandle_t handle;
+    ps_status_t status;
+    cudaError_t err;
+
+    if (ptr == NULL || handle_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaIpcGetMemHandle(&handle, ptr);
+    if (err != cudaSuccess) {
+        return cuda_failed(err, "cudaIpcGetMemHandle");
+    }
+    memcpy(handle_p->bytes, &handle, sizeof(handle));
+    return PS_OK;
+}
+
+static ps_status_t cuda_ipc_open_handle(const ps_mem_ipc_handle_t *handle, int device,
+                                        void **ptr_p)
+{
+    cudaIpcMemHandle_t cuda_handle;
+    ps_status_t status;
+    cudaError_t err;
+    void *ptr = NULL;
+    int prev;
+
+    if (handle == NULL || ptr_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    status = cuda_enter(device, &prev, "cuda ipc open");
+    if (status != PS_OK) {
+        return status;
+    }
+    memcpy(&cuda_handle, handle->bytes, sizeof(cuda_handle));
+    err = cudaIpcOpenMemHandle(&ptr, cuda_handle, cudaIpcMemLazyEnablePeerAccess);
+    cuda_leave(device, prev);
+    if (err != cudaSuccess) {
+        return cuda_failed(err, "cudaIpcOpenMemHandle");
+    }
+    *ptr_p = ptr;
+    return PS_OK;
+}
+
+static ps_status_t cuda_ipc_close(void *ptr)
+{
+    ps_status_t status;
+    cudaError_t err;
+
+    if (ptr == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaIpcCloseMemHandle(ptr);
+    return err == cudaSuccess ? PS_OK : cuda_failed(err, "cudaIpcCloseMemHandle");
+}
+
+static ps_status_t cuda_event_create(int device, ps_mem_event_h *event_p)
+{
+    struct ps_mem_event *event;
+    cudaEvent_t cuda_event;
+    ps_status_t status;
+    cudaError_t err;
+    int prev;
+
+    if (event_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    event = calloc(1, sizeof(*event));
+    if (event == NULL) {
+        return PS_ERR_NO_MEMORY;
+    }
+    status = cuda_enter(device, &prev, "cuda event create");
+    if (status != PS_OK) {
+        free(event);
+        return status;
+    }
+    /* Readiness only: timing would make every record and query slower. */
+    err = cudaEventCreateWithFlags(&cuda_event, cudaEventDisableTiming);
+    cuda_leave(device, prev);
+    if (err != cudaSuccess) {
+        free(event);
+        return cuda_failed(err, "cudaEventCreateWithFlags");
+    }
+    event->kind = PS_MEM_CUDA;
+    event->device = device;
+    event->impl = cuda_event;
+    *event_p = event;
+    return PS_OK;
+}
+
+static ps_status_t cuda_event_record(ps_mem_event_h event, void *stream)
+{
+    ps_status_t status;
+    cudaError_t err;
+    int prev;
+
+    if (event == NULL || event->kind != PS_MEM_CUDA) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_enter(event->device, &prev, "cuda event record");
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaEventRecord((cudaEvent_t)event->impl, (cudaStream_t)stream);
+    cuda_leave(event->device, prev);
+    return err == cudaSuccess ? PS_OK : cuda_failed(err, "cudaEventRecord");
+}
+
+static ps_status_t cuda_event_query(ps_mem_event_h event)
+{
+    cudaError_t err;
+
+    if (event == NULL || event->kind != PS_MEM_CUDA) {
+        return PS_ERR_INVALID_ARG;
+    }
+    err = cudaEventQuery((cudaEvent_t)event->impl);
+    if (err == cudaSuccess || err == cudaErrorNotReady) {
+        return cuda_status_from(err);
+    }
+    return cuda_failed(err, "cudaEventQuery");
+}
+
+static ps_status_t cuda_event_destroy(ps_mem_event_h event)
+{
+    cudaError_t err;
+
+    if (event == NULL) {
+        return PS_OK;
+    }
+    if (event->kind != PS_MEM_CUDA) {
+        return PS_ERR_INVALID_ARG;
+    }
+    err = cudaEventDestroy((cudaEvent_t)event->impl);
+    free(event);
+    return err == cudaSuccess ? PS_OK : cuda_failed(err, "cudaEventDestroy");
+}
+
+static const ps_mem_ops_t cuda_ops = {
+    .size = sizeof(ps_mem_ops_t),
+    .name = "cuda",
+    .init = cuda_init,
+    .cleanup = cuda_cleanup,
+    .describe = cuda_describe,
+    .device_count = cuda_device_count,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy_to_host = cuda_copy_to_host,
+    .copy_from_host = cuda_copy_from_host,
+    .copy = cuda_copy,
+    .memset = cuda_memset,
+    .is_addr = cuda_is_addr,
+    .register_host = cuda_register_host,
+    .unregister_host = cuda_unregister_host,
+    .ipc_get_handle = cuda_ipc_get_handle,
+    .ipc_open_handle = cuda_ipc_open_handle,
+    .ipc_close = cuda_ipc_close,
+    .event_create = cuda_event_create,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_destroy = cuda_event_destroy,
+};
+
+ps_status_t ps_mem_cuda_register(void)
+{
+    return ps__mem_register(PS_MEM_CUDA, &cuda_ops);
+}
+
+/* Linking the target is the opt-in (alwayslink keeps this object). No CUDA
+ * call happens here, so startup stays cheap and fork() stays safe. */
+__attribute__((constructor)) static void cuda_register_at_load(void)
+{
+    (void)ps_mem_cuda_register();
+}

@@ -1,0 +1,133 @@
+/*
+ * Memory kinds: host memory and device (CUDA) memory behind one ops table per
+ * kind, kept in an array indexed by ps_mem_kind_t. Code above this layer never
+ * writes `#ifdef CUDA`: it asks ps_mem_ops(kind) and calls through the table.
+ *
+ * The host kind is always present. The CUDA kind is present when the binary
+ * links //ps/gpu:cuda, which registers itself before main(); without it, and
+ * for any kind out of range, ps_mem_ops() returns a table whose every slot
+ * returns PS_ERR_UNSUPPORTED, so callers never check for NULL.
+ *
+ * A kind that is linked but has no usable device (CUDA here: no GPU, no
+ * driver) returns PS_ERR_DEVICE from init() and from every slot that needs the
+ * device; ps_mem_describe() says why in words.
+ */
+#ifndef PS_GPU_MEM_H_
+#define PS_GPU_MEM_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ps/base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    PS_MEM_HOST = 0,
+    PS_MEM_CUDA = 1,
+    PS_MEM_KIND_COUNT
+} ps_mem_kind_t;
+
+/* An IPC handle travels to another process on the same host (inside a
+ * message) and is opened there. Same size as cudaIpcMemHandle_t. */
+#define PS_MEM_IPC_HANDLE_SIZE 64
+
+typedef struct {
+    unsigned char bytes[PS_MEM_IPC_HANDLE_SIZE];
+} ps_mem_ipc_handle_t;
+
+/* A readiness event: recorded after work queued on a stream, queried until
+ * the work is done. Host events are ready as soon as they are recorded. */
+typedef struct ps_mem_event *ps_mem_event_h;
+
+#define PS_MEM_REASON_MAX 160
+
+/* What a kind offers on this machine, for ps_info and for log lines. */
+typedef struct {
+    ps_mem_kind_t kind;
+    const char *name;           /* "host", "cuda" */
+    bool linked;                /* the kind's code is in this binary */
+    bool available;             /* linked, and at least one usable device */
+    int device_count;           /* usable devices; 0 when not available */
+    int runtime_version;        /* e.g. 13000 for CUDA 13.0; 0 if none */
+    int driver_version;         /* 0 when no driver is loaded */
+    char reason[PS_MEM_REASON_MAX]; /* why not available; "" when available */
+} ps_mem_info_t;
+
+/*
+ * One memory kind. Every slot is set; a slot the kind cannot do returns
+ * PS_ERR_UNSUPPORTED. Out-parameters are written only on PS_OK. "device" is
+ * the device ordinal within the kind (always 0 for host memory).
+ */
+typedef struct {
+    size_t size; /* sizeof(ps_mem_ops_t) of the code that filled it */
+    const char *name;
+
+    /* Life cycle. init() may be called many times; the first call decides. */
+    ps_status_t (*init)(void);
+    void (*cleanup)(void);
+    ps_status_t (*describe)(ps_mem_info_t *info_p);
+    ps_status_t (*device_count)(int *count_p);
+
+    /* Allocation and plain copies. Copies are synchronous and the regions
+     * must not overlap; len 0 is a no-op. */
+    ps_status_t (*alloc)(size_t len, int device, void **ptr_p);
+    ps_status_t (*free)(void *ptr); /* NULL is a no-op */
+    ps_status_t (*copy_to_host)(void *host_dst, const void *src, size_t len);
+    ps_status_t (*copy_from_host)(void *dst, const void *host_src, size_t len);
+    ps_status_t (*copy)(void *dst, const void *src, size_t len); /* same kind */
+    ps_status_t (*memset)(void *ptr, int value, size_t len);
+
+    /* True when ptr belongs to this kind; then *device_p is its device. */
+    bool (*is_addr)(const void *ptr, int *device_p);
+
+    /* Page-lock host memory so device copies to and from it run at full
+     * speed (pinned staging buffers). */
+    ps_status_t (*register_host)(void *ptr, size_t len);
+    ps_status_t (*unregister_host)(void *ptr);
+
+    /* Share an allocation with another process on this host. */
+    ps_status_t (*ipc_get_handle)(void *ptr, ps_mem_ipc_handle_t *handle_p);
+    ps_status_t (*ipc_open_handle)(const ps_mem_ipc_handle_t *handle, int device,
+                                   void **ptr_p);
+    ps_status_t (*ipc_close)(void *ptr);
+
+    /* Readiness events. stream is the kind's stream (cudaStream_t for CUDA,
+     * ignored for host); NULL means the default stream. event_query returns
+     * PS_OK when the recorded work is done (or nothing was recorded yet),
+     * PS_INPROGRESS while it is not. */
+    ps_status_t (*event_create)(int device, ps_mem_event_h *event_p);
+    ps_status_t (*event_record)(ps_mem_event_h event, void *stream);
+    ps_status_t (*event_query)(ps_mem_event_h event);
+    ps_status_t (*event_destroy)(ps_mem_event_h event);
+} ps_mem_ops_t;
+
+/* The table of a kind; never NULL (see the top of this file). */
+const ps_mem_ops_t *ps_mem_ops(ps_mem_kind_t kind);
+
+/* True when the kind's code is linked into this binary. */
+bool ps_mem_kind_linked(ps_mem_kind_t kind);
+
+/* "host", "cuda", or "unknown". */
+const char *ps_mem_kind_name(ps_mem_kind_t kind);
+
+/* Fills *info_p for any kind, linked or not (then linked is false and reason
+ * says so). Returns PS_ERR_INVALID_ARG for a kind out of range or NULL. */
+ps_status_t ps_mem_describe(ps_mem_kind_t kind, ps_mem_info_t *info_p);
+
+/* The kind ptr belongs to: the first linked device kind that claims it, else
+ * host. Never fails for a non-NULL ptr. */
+ps_status_t ps_mem_kind_of(const void *ptr, ps_mem_kind_t *kind_p, int *device_p);
+
+/* Dispatch on the event's own kind, so a holder need not remember it. */
+ps_status_t ps_mem_event_record(ps_mem_event_h event, void *stream);
+ps_status_t ps_mem_event_query(ps_mem_event_h event);
+ps_status_t ps_mem_event_destroy(ps_mem_event_h event);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_GPU_MEM_H_ */

@@ -1,0 +1,252 @@
+#include "ps/net/codec/frame.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "ps/base/log.h"
+
+/* Byte order is fixed by the format, not by the host: assemble byte by byte. */
+static inline uint16_t get_le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline uint32_t get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static inline uint64_t get_le64(const uint8_t *p)
+{
+    return (uint64_t)get_le32(p) | ((uint64_t)get_le32(p + 4) << 32);
+}
+
+static inline void put_le16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+    put_le16(p, (uint16_t)v);
+    put_le16(p + 2, (uint16_t)(v >> 16));
+}
+
+static inline void put_le64(uint8_t *p, uint64_t v)
+{
+    put_le32(p, (uint32_t)v);
+    put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Known flag bits of this version; a peer setting another one speaks a
+ * protocol we do not. */
+#define PS_FRAME_FLAGS_KNOWN 0u
+
+ps_frame_limits_t ps_frame_limits_default(void)
+{
+    ps_frame_limits_t limits = {
+        .max_meta_bytes = PS_FRAME_DEFAULT_MAX_META,
+        .max_segments = PS_FRAME_DEFAULT_MAX_SEGMENTS,
+        .max_message_bytes = PS_FRAME_DEFAULT_MAX_MESSAGE,
+    };
+    return limits;
+}
+
+static ps_status_t resolve_limits(const ps_frame_limits_t *limits,
+                                  ps_frame_limits_t *out)
+{
+    *out = limits != NULL ? *limits : ps_frame_limits_default();
+    if (out->max_segments > PS_FRAME_MAX_SEGMENTS) {
+        ps_error(PS_LOG_CODEC, "frame limits: %u segments, at most %u are supported",
+                 out->max_segments, PS_FRAME_MAX_SEGMENTS);
+        return PS_ERR_INVALID_ARG;
+    }
+    return PS_OK;
+}
+
+/* Adds n to *total unless that passes max (checked without overflow). */
+static bool add_within(uint64_t *total, uint64_t n, uint64_t max)
+{
+    if (*total > max || n > max - *total)
+        return false;
+    *total += n;
+    return true;
+}
+
+ps_status_t ps_frame_header_build(uint16_t flags, uint32_t meta_len,
+                                  const uint64_t *data_len, uint16_t num_data,
+                                  const ps_frame_limits_t *limits, void *buf,
+                                  size_t cap, size_t *len_p)
+{
+    ps_frame_limits_t lim;
+    size_t header_len = ps_frame_header_len(num_data);
+    uint64_t total;
+    uint8_t *p = buf;
+    ps_status_t status = resolve_limits(limits, &lim);
+
+    if (status != PS_OK)
+        return status;
+    if ((flags & ~PS_FRAME_FLAGS_KNOWN) != 0 || (num_data != 0 && data_len == NULL) ||
+        (buf == NULL && cap != 0)) {
+        ps_error(PS_LOG_CODEC, "cannot build frame header: flags 0x%x, %u segments",
+                 flags, num_data);
+        return PS_ERR_INVALID_ARG;
+    }
+    if (meta_len > lim.max_meta_bytes || num_data > lim.max_segments) {
+        ps_error(PS_LOG_CODEC,
+                 "cannot build frame: meta %u bytes (max %u), %u segments (max %u)",
+                 meta_len, lim.max_meta_bytes, num_data, lim.max_segments);
+        return PS_ERR_TOO_LARGE;
+    }
+    total = header_len;
+    if (!add_within(&total, meta_len, lim.max_message_bytes))
+        goto too_large;
+    for (uint16_t i = 0; i < num_data; i++) {
+        if (!add_within(&total, data_len[i], lim.max_message_bytes))
+            goto too_large;
+    }
+    if (cap < header_len) {
+        ps_error(PS_LOG_CODEC, "cannot build frame header: needs %zu bytes, buffer has %zu",
+                 header_len, cap);
+        return PS_ERR_TOO_LARGE;
+    }
+
+    put_le32(p, PS_FRAME_MAGIC);
+    put_le16(p + 4, PS_FRAME_VERSION);
+    put_le16(p + 6, flags);
+    put_le32(p + 8, meta_len);
+    put_le16(p + 12, num_data);
+    put_le16(p + 14, 0);
+    for (uint16_t i = 0; i < num_data; i++)
+        put_le64(p + PS_FRAME_FIXED_LEN + PS_FRAME_SEGMENT_LEN * i, data_len[i]);
+    *len_p = header_len;
+    return PS_OK;
+
+too_large:
+    ps_error(PS_LOG_CODEC, "cannot build frame: more than %llu bytes",
+             (unsigned long long)lim.max_message_bytes);
+    return PS_ERR_TOO_LARGE;
+}
+
+ps_status_t ps_frame_header_parse(const void *buf, size_t len,
+                                  const ps_frame_limits_t *limits,
+                                  ps_frame_header_t *hdr_p, size_t *need_p)
+{
+    const uint8_t *p = buf;
+    ps_frame_limits_t lim;
+    uint16_t num_data;
+    uint32_t meta_len;
+    size_t header_len;
+    uint64_t total;
+    ps_status_t status = resolve_limits(limits, &lim);
+
+    if (status != PS_OK)
+        return status;
+    if (buf == NULL && len != 0) {
+        ps_error(PS_LOG_CODEC, "cannot parse frame header: NULL buffer with a length");
+        return PS_ERR_INVALID_ARG;
+    }
+
+    /* Each field is judged as soon as it is complete, so garbage is refused
+     * after four bytes rather than after a whole header's worth. */
+    if (len >= 4 && get_le32(p) != PS_FRAME_MAGIC) {
+        ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: bad magic 0x%08x",
+                            get_le32(p));
+        return PS_ERR_PROTOCOL;
+    }
+    if (len >= 6 && get_le16(p + 4) != PS_FRAME_VERSION) {
+        ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: version %u, expected %u",
+                            get_le16(p + 4), PS_FRAME_VERSION);
+        return PS_ERR_PROTOCOL;
+    }
+    if (len >= 8 && (get_le16(p + 6) & ~PS_FRAME_FLAGS_KNOWN) != 0) {
+        ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: unknown flags 0x%x",
+                            get_le16(p + 6));
+        return PS_ERR_PROTOCOL;
+    }
+    if (len >= 12 && get_le32(p + 8) > lim.max_meta_bytes) {
+        ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: meta of %u bytes, limit %u",
+                            get_le32(p + 8), lim.max_meta_bytes);
+        return PS_ERR_TOO_LARGE;
+    }
+    if (len >= 14 && get_le16(p + 12) > lim.max_segments) {
+        ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: %u data segments, limit %u",
+                            get_le16(p + 12), lim.max_segments);
+        return PS_ERR_TOO_LARGE;
+    }
+    if (len >= 16 && get_le16(p + 14) != 0) {
+        ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: reserved field 0x%x",
+                            get_le16(p + 14));
+        return PS_ERR_PROTOCOL;
+    }
+    if (len < PS_FRAME_FIXED_LEN) {
+        *need_p = PS_FRAME_FIXED_LEN;
+        return PS_INPROGRESS;
+    }
+
+    meta_len = get_le32(p + 8);
+    num_data = get_le16(p + 12);
+    header_len = ps_frame_header_len(num_data);
+    total = header_len;
+    if (!add_within(&total, meta_len, lim.max_message_bytes))
+        goto too_large;
+    /* The segment lengths present so far, even if the header is not whole. */
+    for (uint16_t i = 0; i < num_data; i++) {
+        size_t off = PS_FRAME_FIXED_LEN + PS_FRAME_SEGMENT_LEN * (size_t)i;
+
+        if (len < off + PS_FRAME_SEGMENT_LEN)
+            break;
+        if (!add_within(&total, get_le64(p + off), lim.max_message_bytes))
+            goto too_large;
+    }
+#if SIZE_MAX < UINT64_MAX
+    if (total > SIZE_MAX)
+        goto too_large;
+#endif
+    if (len < header_len) {
+        *need_p = header_len;
+        return PS_INPROGRESS;
+    }
+
+    hdr_p->flags = get_le16(p + 6);
+    hdr_p->num_data = num_data;
+    hdr_p->meta_len = meta_len;
+    for (uint16_t i = 0; i < num_data; i++)
+        hdr_p->data_len[i] = get_le64(p + PS_FRAME_FIXED_LEN + PS_FRAME_SEGMENT_LEN * i);
+    hdr_p->header_len = (uint32_t)header_len;
+    hdr_p->data_total = total - header_len - meta_len;
+    hdr_p->frame_len = total;
+    return PS_OK;
+
+too_large:
+    ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: more than %llu bytes",
+                        (unsigned long long)lim.max_message_bytes);
+    return PS_ERR_TOO_LARGE;
+}
+
+ps_status_t ps_frame_parse(const void *buf, size_t len,
+                           const ps_frame_limits_t *limits,
+                           ps_frame_view_t *view_p, size_t *need_p)
+{
+    ps_frame_header_t hdr;
+    const uint8_t *p = buf;
+    size_t off;
+    ps_status_t status = ps_frame_header_parse(buf, len, limits, &hdr, need_p);
+
+    if (status != PS_OK)
+        return status;
+    if (len < hdr.frame_len) {
+        *need_p = (size_t)hdr.frame_len;
+        return PS_INPROGRESS;
+    }
+    view_p->hdr = hdr;
+    view_p->meta = p + hdr.header_len;
+    off = hdr.header_len + (size_t)hdr.meta_len;
+    for (uint16_t i = 0; i < hdr.num_data; i++) {
+        view_p->data[i] = p + off;
+        off += (size_t)hdr.data_len[i];
+    }
+    return PS_OK;
+}

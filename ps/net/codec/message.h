@@ -1,0 +1,223 @@
+/*
+ * The message model of ps: a meta (plain C structs with fixed-size arrays)
+ * plus data segments carried beside it by the frame (frame.h).
+ *
+ * These types are what the rest of ps uses; the wire form generated from
+ * meta.proto stays inside the codec. Nothing here allocates: the body is a
+ * pointer and length into a buffer the caller owns (or the decoded input),
+ * and a control message's node list is an array the caller provides.
+ *
+ * Values and numbering follow upstream ps-lite/StepMesh where they exist
+ * (roles, control commands, data types, node ids, PS_NODE_EMPTY).
+ */
+#ifndef PS_NET_CODEC_MESSAGE_H_
+#define PS_NET_CODEC_MESSAGE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Upstream's "unset" value for ids, app ids, timestamps (INT16_MAX). */
+#define PS_NODE_EMPTY 32767
+
+/* Array sizes of the model. meta.options carries the same numbers. */
+#define PS_NODE_HOSTNAME_MAX 256 /* bytes including the terminating NUL */
+#define PS_NODE_MAX_PORTS 32
+#define PS_NODE_ENDPOINT_MAX 256 /* fabric / UCX worker address */
+#define PS_META_MAX_DATA 64      /* data segments (and data types) */
+#define PS_META_MAX_SHAPE 8      /* tensor dimensions */
+#define PS_META_MAX_SLAVE_QP 8
+#define PS_META_VAN_DATA_MAX 64
+
+typedef enum {
+    PS_ROLE_SERVER = 0,
+    PS_ROLE_WORKER = 1,
+    PS_ROLE_SCHEDULER = 2,
+    PS_ROLE_JOINT = 3, /* one process hosting a server and a worker */
+} ps_role_t;
+
+typedef enum {
+    PS_CTRL_EMPTY = 0, /* not a control message */
+    PS_CTRL_TERMINATE = 1,
+    PS_CTRL_ADD_NODE = 2,
+    PS_CTRL_BARRIER = 3,
+    PS_CTRL_ACK = 4,
+    PS_CTRL_HEARTBEAT = 5,
+    PS_CTRL_BOOTSTRAP = 6,
+    PS_CTRL_ADDR_REQUEST = 7,
+    PS_CTRL_ADDR_RESOLVED = 8,
+    PS_CTRL_INSTANCE_BARRIER = 9,
+    PS_CTRL_NODE_FAILED = 10,
+    PS_CTRL_AUTH = 11,
+} ps_control_cmd_t;
+#define PS_CTRL_COUNT 12
+
+typedef enum {
+    PS_DATA_CHAR = 0,
+    PS_DATA_INT8 = 1,
+    PS_DATA_INT16 = 2,
+    PS_DATA_INT32 = 3,
+    PS_DATA_INT64 = 4,
+    PS_DATA_UINT8 = 5,
+    PS_DATA_UINT16 = 6,
+    PS_DATA_UINT32 = 7,
+    PS_DATA_UINT64 = 8,
+    PS_DATA_FLOAT = 9,
+    PS_DATA_DOUBLE = 10,
+    PS_DATA_OTHER = 11,
+    PS_DATA_FLOAT16 = 12,
+    PS_DATA_BFLOAT16 = 13,
+} ps_data_type_t;
+#define PS_DATA_TYPE_COUNT 14
+
+typedef enum {
+    PS_DEV_UNK = 0,
+    PS_DEV_CPU = 1,
+    PS_DEV_GPU = 2,
+} ps_device_type_t;
+#define PS_DEV_TYPE_COUNT 3
+
+/* Node ids and groups (upstream): groups are bit flags below 8, the
+ * scheduler is 1, server rank r is 8 + 2r and worker rank r is 9 + 2r. */
+#define PS_SCHEDULER_ID 1
+#define PS_GROUP_SCHEDULER 1
+#define PS_GROUP_SERVER 2
+#define PS_GROUP_WORKER 4
+#define PS_GROUP_ALL (PS_GROUP_SCHEDULER | PS_GROUP_SERVER | PS_GROUP_WORKER)
+
+static inline int ps_server_rank_to_id(int rank) { return 8 + 2 * rank; }
+static inline int ps_worker_rank_to_id(int rank) { return 9 + 2 * rank; }
+/* max((id - 8) / 2, 0), as upstream's IDtoRank. */
+static inline int ps_id_to_rank(int id) { return id < 8 ? 0 : (id - 8) / 2; }
+/* True for a group id (a union of PS_GROUP_* bits) rather than one node. */
+static inline bool ps_id_is_group(int id) { return id >= 1 && id < 8; }
+/* Below 8 the scheduler, then even ids are servers and odd ids workers. */
+static inline ps_role_t ps_id_to_role(int id)
+{
+    if (id < 8)
+        return PS_ROLE_SCHEDULER;
+    return (id % 2) ? PS_ROLE_WORKER : PS_ROLE_SERVER;
+}
+
+typedef struct {
+    ps_role_t role;
+    int32_t id;
+    int32_t customer_id;
+    char hostname[PS_NODE_HOSTNAME_MAX]; /* NUL-terminated */
+    /* ports, dev_types and dev_ids all hold num_ports entries. */
+    uint32_t num_ports;
+    int32_t ports[PS_NODE_MAX_PORTS];
+    ps_device_type_t dev_types[PS_NODE_MAX_PORTS];
+    int32_t dev_ids[PS_NODE_MAX_PORTS];
+    bool is_recovery;
+    uint32_t endpoint_name_len;
+    uint8_t endpoint_name[PS_NODE_ENDPOINT_MAX];
+    int32_t aux_id; /* preferred rank at ADD_NODE; -1 for none */
+} ps_node_t;
+
+typedef struct {
+    ps_control_cmd_t cmd;
+    /* The node list; num_nodes entries. Encode reads it, decode points it at
+     * the caller's array. NULL when num_nodes is 0. */
+    ps_node_t *nodes;
+    uint32_t num_nodes;
+    int32_t barrier_group;
+    uint64_t msg_sig;
+} ps_control_t;
+
+/* One direction of a traced request, in ns. */
+typedef struct {
+    uint64_t pre_start;
+    uint64_t start;
+    uint64_t postsend;
+    uint64_t postrecv;
+    uint64_t process;
+} ps_trace_t;
+
+typedef struct {
+    int32_t head; /* KV command, AF batch flags */
+    int32_t app_id;
+    int32_t customer_id;
+    int32_t timestamp;
+    int32_t sender;
+    int32_t recver;
+    bool request;
+    bool push;
+    bool pull;
+    bool simple_app;
+
+    /* Not owned: the caller's buffer when encoding, the decoded input after
+     * decoding (valid as long as that buffer is). NULL when body_len is 0. */
+    const uint8_t *body;
+    size_t body_len;
+
+    /* One per data segment. */
+    uint32_t num_data_types;
+    ps_data_type_t data_types[PS_META_MAX_DATA];
+    ps_device_type_t src_dev_type;
+    int32_t src_dev_id;
+    ps_device_type_t dst_dev_type;
+    int32_t dst_dev_id;
+    uint64_t data_size; /* sum of the data segments' lengths */
+    uint64_t key;
+    uint64_t addr; /* the value buffer's address */
+    uint64_t val_len;
+    int32_t option; /* the RDMA van's remote key, as upstream */
+    int32_t sid;    /* UCX sequence number */
+    int32_t priority;
+
+    ps_control_t control;
+
+    /* Tensors (StepMesh AF). */
+    bool is_tensor;
+    int8_t dtype; /* torch ScalarType */
+    uint32_t ndim;
+    int64_t shape[PS_META_MAX_SHAPE];
+
+    ps_trace_t request_trace;
+    ps_trace_t response_trace;
+    uint32_t num_slave_qp_counters;
+    uint32_t slave_qp_counter[PS_META_MAX_SLAVE_QP];
+    uint32_t slave_qp_num;
+
+    /* Van-specific rendezvous data (remote keys, ...). */
+    uint32_t van_data_len;
+    uint8_t van_data[PS_META_VAN_DATA_MAX];
+} ps_meta_t;
+
+/* Upstream defaults: ids, app/customer id, timestamp and head PS_NODE_EMPTY,
+ * device ids -1, everything else zero/false/EMPTY. */
+void ps_meta_init(ps_meta_t *meta);
+/* id PS_NODE_EMPTY, aux_id -1, everything else zero (role SERVER). */
+void ps_node_init(ps_node_t *node);
+
+static inline bool ps_meta_is_control(const ps_meta_t *meta)
+{
+    return meta->control.cmd != PS_CTRL_EMPTY;
+}
+
+/* Field-by-field equality: bodies and node lists by content, arrays up to
+ * their counts, hostnames as strings. For tests and round-trip checks. */
+bool ps_node_equal(const ps_node_t *a, const ps_node_t *b);
+bool ps_meta_equal(const ps_meta_t *a, const ps_meta_t *b);
+
+/* Bytes per element: 1 for CHAR, 2 for FLOAT16/BFLOAT16, ...; 0 when not
+ * known (OTHER, values outside the enum). */
+size_t ps_data_type_size(ps_data_type_t type);
+
+/* Lower-case names ("server", "add_node", "float16", "gpu"); never NULL,
+ * "unknown" for values outside the enum. */
+const char *ps_role_str(ps_role_t role);
+const char *ps_control_cmd_str(ps_control_cmd_t cmd);
+const char *ps_data_type_str(ps_data_type_t type);
+const char *ps_device_type_str(ps_device_type_t type);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_NET_CODEC_MESSAGE_H_ */

@@ -1,0 +1,250 @@
+/*
+ * Writes the seed corpus of codec_fuzzer into a directory: frames carrying
+ * the messages ps sends (KV push/pull, AF tensors, every control command),
+ * bare metas, and a few broken frames. Regenerate after a wire change:
+ *
+ *   bazel run //tests/fuzz:codec_corpus_gen -- $PWD/tests/fuzz/corpus/codec
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/base/status.h"
+#include "ps/net/codec/codec.h"
+#include "ps/net/codec/frame.h"
+#include "ps/net/codec/message.h"
+
+static const char *out_dir;
+static int written;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "codec_corpus_gen: %s\n", what);
+    exit(1);
+}
+
+static void write_file(const char *name, const uint8_t *bytes, size_t len)
+{
+    char path[4096];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", out_dir, name);
+    f = fopen(path, "wb");
+    if (f == NULL || fwrite(bytes, 1, len, f) != len || fclose(f) != 0)
+        die(path);
+    written++;
+}
+
+/* Encodes m and writes it framed with the given segments as frame_<name>,
+ * and with bare also unframed as meta_<name>. */
+static void emit(const char *name, const ps_meta_t *m, const char *const *segs,
+                 uint16_t num_segs, int bare)
+{
+    static uint8_t buf[1 << 16];
+    uint64_t lens[PS_FRAME_MAX_SEGMENTS];
+    size_t meta_len = 0, hdr_len = 0, off;
+    char file[256];
+
+    for (uint16_t i = 0; i < num_segs; i++)
+        lens[i] = strlen(segs[i]);
+    if (ps_meta_encode(m, buf + PS_FRAME_MAX_HEADER_LEN, sizeof(buf) - PS_FRAME_MAX_HEADER_LEN,
+                       &meta_len) != PS_OK)
+        die("encode");
+    if (bare) {
+        snprintf(file, sizeof(file), "meta_%s", name);
+        write_file(file, buf + PS_FRAME_MAX_HEADER_LEN, meta_len);
+    }
+
+    if (ps_frame_header_build(0, (uint32_t)meta_len, lens, num_segs, NULL, buf,
+                              PS_FRAME_MAX_HEADER_LEN, &hdr_len) != PS_OK)
+        die("frame header");
+    memmove(buf + hdr_len, buf + PS_FRAME_MAX_HEADER_LEN, meta_len);
+    off = hdr_len + meta_len;
+    for (uint16_t i = 0; i < num_segs; i++) {
+        if (off + lens[i] > sizeof(buf))
+            die("segments too long");
+        memcpy(buf + off, segs[i], lens[i]);
+        off += lens[i];
+    }
+    snprintf(file, sizeof(file), "frame_%s", name);
+    write_file(file, buf, off);
+}
+
+static void kv_meta(ps_meta_t *m, int push, int request)
+{
+    ps_meta_init(m);
+    m->app_id = 0;
+    m->customer_id = 0;
+    m->timestamp = 42;
+    m->sender = ps_worker_rank_to_id(0);
+    m->recver = ps_server_rank_to_id(1);
+    m->request = request;
+    m->push = push;
+    m->pull = !push;
+    m->head = 0;
+    m->key = 0x123456789ull;
+    m->src_dev_type = PS_DEV_CPU;
+    m->dst_dev_type = PS_DEV_CPU;
+}
+
+static void node(ps_node_t *n, ps_role_t role, int id, const char *host, int port)
+{
+    ps_node_init(n);
+    n->role = role;
+    n->id = id;
+    snprintf(n->hostname, sizeof(n->hostname), "%s", host);
+    n->num_ports = 1;
+    n->ports[0] = port;
+    n->dev_types[0] = PS_DEV_CPU;
+    n->dev_ids[0] = 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const kv3[] = {"\x01\0\0\0\0\0\0\0", "\0\0\x80?\0\0\0@", "\x02\0\0\0"};
+    static const char *const kv2[] = {"\x01\0\0\0\0\0\0\0", "\0\0\x80?\0\0\0@"};
+    ps_meta_t m;
+    ps_node_t nodes[4];
+
+    if (argc != 2)
+        die("usage: codec_corpus_gen DIR");
+    out_dir = argv[1];
+
+    /* KV push request with keys, values and lengths; its response. */
+    kv_meta(&m, 1, 1);
+    m.num_data_types = 3;
+    m.data_types[0] = PS_DATA_UINT64;
+    m.data_types[1] = PS_DATA_FLOAT;
+    m.data_types[2] = PS_DATA_INT32;
+    m.data_size = 8 + 8 + 4;
+    m.addr = 0x7f0000001000ull;
+    m.val_len = 8;
+    m.option = 0x1234;
+    emit("kv_push", &m, kv3, 3, 1);
+    kv_meta(&m, 1, 0);
+    emit("kv_push_response", &m, NULL, 0, 0);
+
+    /* KV pull request and its response carrying the values. */
+    kv_meta(&m, 0, 1);
+    m.num_data_types = 1;
+    m.data_types[0] = PS_DATA_UINT64;
+    m.data_size = 8;
+    emit("kv_pull", &m, kv2, 1, 0);
+    kv_meta(&m, 0, 0);
+    m.num_data_types = 2;
+    m.data_types[0] = PS_DATA_UINT64;
+    m.data_types[1] = PS_DATA_FLOAT;
+    m.data_size = 16;
+    m.sid = 77;
+    emit("kv_pull_response", &m, kv2, 2, 0);
+
+    /* AF tensor push: shape, dtype, traces, qp counters, van data. */
+    kv_meta(&m, 1, 1);
+    m.head = 1; /* AF_FLAG_BATCH_START */
+    m.is_tensor = 1;
+    m.dtype = 15; /* torch bfloat16 */
+    m.ndim = 3;
+    m.shape[0] = 4;
+    m.shape[1] = 128;
+    m.shape[2] = 7168;
+    m.num_data_types = 2;
+    m.data_types[0] = PS_DATA_UINT64;
+    m.data_types[1] = PS_DATA_BFLOAT16;
+    m.src_dev_type = PS_DEV_GPU;
+    m.src_dev_id = 3;
+    m.dst_dev_type = PS_DEV_GPU;
+    m.dst_dev_id = 1;
+    m.request_trace.pre_start = 1000;
+    m.request_trace.start = 1100;
+    m.request_trace.postsend = 1200;
+    m.response_trace.postrecv = 2000;
+    m.response_trace.process = 2100;
+    m.num_slave_qp_counters = 2;
+    m.slave_qp_counter[0] = 5;
+    m.slave_qp_counter[1] = 6;
+    m.slave_qp_num = 2;
+    m.van_data_len = 12;
+    memcpy(m.van_data, "rkey:0000abc", 12);
+    emit("af_tensor_push", &m, kv2, 2, 1);
+
+    /* Simple app with a body. */
+    kv_meta(&m, 0, 1);
+    m.simple_app = 1;
+    m.pull = 0;
+    m.head = 7;
+    m.body = (const uint8_t *)"hello from the simple app";
+    m.body_len = strlen((const char *)m.body);
+    m.priority = -1;
+    emit("simple_app_body", &m, NULL, 0, 1);
+
+    /* Control: ADD_NODE from a worker, the scheduler's full list, barriers,
+     * heartbeat, ack, terminate and the rest. */
+    ps_meta_init(&m);
+    m.control.cmd = PS_CTRL_ADD_NODE;
+    node(&nodes[0], PS_ROLE_WORKER, PS_NODE_EMPTY, "10.0.0.2", 40001);
+    nodes[0].aux_id = 0;
+    nodes[0].endpoint_name_len = 16;
+    memcpy(nodes[0].endpoint_name, "fabric-addr-0001", 16);
+    m.control.nodes = nodes;
+    m.control.num_nodes = 1;
+    emit("add_node_request", &m, NULL, 0, 0);
+
+    node(&nodes[0], PS_ROLE_SCHEDULER, PS_SCHEDULER_ID, "10.0.0.1", 9000);
+    node(&nodes[1], PS_ROLE_SERVER, ps_server_rank_to_id(0), "10.0.0.3", 40002);
+    node(&nodes[2], PS_ROLE_WORKER, ps_worker_rank_to_id(0), "fe80::1", 40003);
+    node(&nodes[3], PS_ROLE_JOINT, ps_worker_rank_to_id(1), "host-4.example", 40004);
+    nodes[3].num_ports = 2;
+    nodes[3].ports[1] = 40005;
+    nodes[3].dev_types[1] = PS_DEV_GPU;
+    nodes[3].dev_ids[1] = 7;
+    nodes[3].is_recovery = 1;
+    m.control.num_nodes = 4;
+    emit("add_node_reply", &m, NULL, 0, 1);
+
+    ps_meta_init(&m);
+    m.request = 1;
+    m.control.cmd = PS_CTRL_BARRIER;
+    m.control.barrier_group = PS_GROUP_ALL;
+    emit("barrier", &m, NULL, 0, 0);
+    m.control.cmd = PS_CTRL_INSTANCE_BARRIER;
+    m.control.barrier_group = PS_GROUP_SERVER | PS_GROUP_WORKER;
+    emit("instance_barrier", &m, NULL, 0, 0);
+
+    ps_meta_init(&m);
+    m.control.cmd = PS_CTRL_HEARTBEAT;
+    m.control.nodes = &nodes[2];
+    m.control.num_nodes = 1;
+    emit("heartbeat", &m, NULL, 0, 0);
+
+    ps_meta_init(&m);
+    m.control.cmd = PS_CTRL_ACK;
+    m.control.msg_sig = 0x0001090800000054ull;
+    emit("ack", &m, NULL, 0, 1);
+
+    ps_meta_init(&m);
+    m.control.cmd = PS_CTRL_TERMINATE;
+    emit("terminate", &m, NULL, 0, 0);
+
+    ps_meta_init(&m);
+    m.control.cmd = PS_CTRL_NODE_FAILED;
+    m.control.nodes = &nodes[1];
+    m.control.num_nodes = 1;
+    emit("node_failed", &m, NULL, 0, 0);
+
+    /* Broken frames: the parser's early exits. */
+    {
+        static const uint8_t bad_magic[] = {'P', 'S', 'F', '0', 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        static const uint8_t bad_version[] = {'P', 'S', 'F', '1', 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        static const uint8_t short_header[] = {'P', 'S', 'F', '1', 1, 0, 0, 0, 4};
+        static const uint8_t huge_segment[] = {'P', 'S', 'F', '1', 1, 0, 0, 0, 0, 0, 0, 0, 1, 0,
+                                               0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+        write_file("bad_magic", bad_magic, sizeof(bad_magic));
+        write_file("bad_version", bad_version, sizeof(bad_version));
+        write_file("short_header", short_header, sizeof(short_header));
+        write_file("huge_segment", huge_segment, sizeof(huge_segment));
+    }
+
+    printf("codec_corpus_gen: wrote %d files to %s\n", written, out_dir);
+    return 0;
+}
