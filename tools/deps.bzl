@@ -53,10 +53,12 @@ def _local_cuda_impl(rctx):
         rctx.symlink(cuda + "/include", "include")
         rctx.symlink(cuda + "/lib64", "lib64")
         rctx.template("BUILD", rctx.attr.build_file, {"%{CUDA_PATH}": cuda})
+        rctx.file("defs.bzl", "CUDA_AVAILABLE = True\n")
     else:
         # No CUDA: every target that needs it becomes incompatible and is
         # skipped by `bazel build //...` and `bazel test //...`.
         rctx.template("BUILD", rctx.attr.stub_build_file, {"%{CUDA_PATH}": cuda})
+        rctx.file("defs.bzl", "CUDA_AVAILABLE = False\n")
 
 _local_cuda = repository_rule(
     implementation = _local_cuda_impl,

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds //ps:all, runs
+# the default test suite (hardware tests filtered out by .bazelrc), builds and
+# tests the consumer workspace, checks that Bazel rejects a layering
+# violation, and ends with the line `bazel: N passed, N failed`.
+#
+#   tools/test.sh [--ci] [extra bazel test flags...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+CI_FLAGS=()
+if [ "${1:-}" = "--ci" ]; then
+  CI_FLAGS=(--config=ci)
+  shift
+fi
+
+./tools/install_deps.sh || { echo "bazel: 0 passed, 1 failed"; exit 1; }
+
+passed=0
+failed=0
+LOG=$(mktemp -d)/test.log
+trap 'rm -rf "$(dirname "$LOG")"' EXIT
+
+# Counts Bazel's per-target result lines in $1.
+count_results() {
+  local p f
+  p=$(grep -Ec '^(//|@)[^ ]+ +(\(cached\) +)?PASSED' "$1")
+  f=$(grep -Ec '^(//|@)[^ ]+ +(\(cached\) +)?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE|FAILED TO BUILD)' "$1")
+  passed=$((passed + p))
+  failed=$((failed + f))
+}
+
+step() { echo "== $*"; }
+
+step "bazel build //ps:all"
+if ! bazel build "${CI_FLAGS[@]}" //ps:all; then
+  echo "FAILED: bazel build //ps:all"
+  failed=$((failed + 1))
+fi
+
+step "bazel test //..."
+bazel test "${CI_FLAGS[@]}" "$@" //... 2>&1 | tee "$LOG"
+rc=${PIPESTATUS[0]}
+count_results "$LOG"
+# 1 = tests failed (counted above), 4 = no tests; anything else is a build or infrastructure failure.
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && [ "$rc" -ne 4 ] && ! grep -Eq 'FAILED|TIMEOUT' "$LOG"; then
+  echo "FAILED: bazel test exited $rc"
+  failed=$((failed + 1))
+fi
+
+step "visibility: an app target that reaches into a transport must be rejected"
+if bazel build "${CI_FLAGS[@]}" //ps/app:visibility_violation >"$LOG" 2>&1; then
+  echo "FAILED: //ps/app:visibility_violation built, visibility is not enforced"
+  failed=$((failed + 1))
+elif grep -q "is not visible from target" "$LOG"; then
+  echo "//ps/app:visibility_violation rejected by Bazel: PASSED"
+  passed=$((passed + 1))
+else
+  cat "$LOG"
+  echo "FAILED: //ps/app:visibility_violation failed for another reason"
+  failed=$((failed + 1))
+fi
+
+step "consumer workspace (tests/consumer) depending on @ps//ps"
+(cd tests/consumer && bazel test "${CI_FLAGS[@]}" //...) 2>&1 | tee "$LOG"
+count_results "$LOG"
+if ! grep -Eq '^//[^ ]+ +(\(cached\) +)?PASSED' "$LOG"; then
+  echo "FAILED: the consumer workspace ran no passing test"
+  failed=$((failed + 1))
+fi
+(cd tests/consumer && bazel shutdown) >/dev/null 2>&1
+
+bazel shutdown >/dev/null 2>&1
+echo "bazel: ${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ]
