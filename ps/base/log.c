@@ -81,7 +81,9 @@ void ps_log_init_from_env(void)
             }
         }
     }
-    ps_log_component_mask = comps != NULL && *comps != '\0' ? ps_log_parse_components(comps) : ~0u;
+    __atomic_store_n(&ps_log_component_mask,
+                     comps != NULL && *comps != '\0' ? ps_log_parse_components(comps) : ~0u,
+                     __ATOMIC_RELAXED);
     __atomic_store_n(&ps__log_level, lvl, __ATOMIC_RELAXED);
 }
 
@@ -109,13 +111,14 @@ void ps_log_set_prefix(const char *prefix)
 
 void ps_log_set_fd(int fd)
 {
-    ps_log_fd = fd < 0 ? STDERR_FILENO : fd;
+    __atomic_store_n(&ps_log_fd, fd < 0 ? STDERR_FILENO : fd, __ATOMIC_RELAXED);
 }
 
 int ps__log_enabled(ps_log_level_t level, ps_log_component_t comp)
 {
     /* Errors and warnings are never filtered by component. */
-    return level <= PS_LOG_WARN || (ps_log_component_mask >> ((unsigned)comp & 31u)) & 1u;
+    unsigned mask = __atomic_load_n(&ps_log_component_mask, __ATOMIC_RELAXED);
+    return level <= PS_LOG_WARN || (mask >> ((unsigned)comp & 31u)) & 1u;
 }
 
 int ps__log_ratelimit(uint64_t *last_ns, uint32_t *suppressed, uint64_t interval_ns)
@@ -176,7 +179,7 @@ void ps__log(ps_log_level_t level, ps_log_component_t comp, const char *file,
     buf[n++] = '\n';
     /* One write per line so lines of concurrent threads and processes do not
      * interleave. */
-    ssize_t w = write(ps_log_fd, buf, n);
+    ssize_t w = write(__atomic_load_n(&ps_log_fd, __ATOMIC_RELAXED), buf, n);
     (void)w;
     errno = saved_errno;
 }

@@ -52,7 +52,9 @@ typedef enum {
 #define ps_likely(_x)   __builtin_expect(!!(_x), 1)
 #define ps_unlikely(_x) __builtin_expect(!!(_x), 0)
 
-/* Runtime threshold; read from the environment on first use. */
+/* Runtime threshold; read from the environment on first use. Read and
+ * written atomically (relaxed: a plain load on common CPUs), so the level can
+ * change while other threads log. */
 extern int ps__log_level;
 
 int ps__log_enabled(ps_log_level_t level, ps_log_component_t comp);
@@ -65,7 +67,8 @@ int ps__log_ratelimit(uint64_t *last_ns, uint32_t *suppressed, uint64_t interval
 #define ps_log(_level, _comp, _fmt, ...)                                      \
     do {                                                                      \
         if ((_level) <= PS_LOG_MAX_LEVEL &&                                   \
-            ps_unlikely((int)(_level) <= ps__log_level) &&                    \
+            ps_unlikely((int)(_level) <=                                      \
+                        __atomic_load_n(&ps__log_level, __ATOMIC_RELAXED)) && \
             ps__log_enabled((_level), (_comp))) {                             \
             ps__log((_level), (_comp), __FILE__, __LINE__, _fmt,              \
                     ##__VA_ARGS__);                                           \

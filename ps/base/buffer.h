@@ -1,0 +1,162 @@
+/*
+ * Reference-counted buffers and zero-copy slices of them.
+ *
+ * A ps_buf_t owns (or borrows) one contiguous region: host memory from
+ * ps_buf_alloc(), or anything else through ps_buf_wrap() with a release
+ * callback, so registered, device or shared memory is given back its own
+ * way. A ps_slice_t is a window (offset, length) on a buffer that holds one
+ * reference on it: a value can travel from the user to the wire, and from
+ * the wire to a handler, as slices of one buffer without a copy.
+ *
+ * Ownership: every function that returns a ps_buf_t or ps_slice_t gives the
+ * caller one reference, dropped with ps_buf_unref() / ps_slice_unref().
+ * Reference counting is lock-free; a buffer may be shared by threads, its
+ * bytes are the users' business.
+ */
+#ifndef PS_BASE_BUFFER_H_
+#define PS_BASE_BUFFER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps/base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a buffer's bytes live. Values are shared with the memory-kind ops
+ * table of the GPU layer (host 0, cuda 1). */
+typedef enum {
+    PS_BUF_MEM_HOST = 0,
+    PS_BUF_MEM_CUDA = 1,
+    PS_BUF_MEM_SHM = 2, /* host memory in a shared segment (other processes map it) */
+} ps_buf_mem_t;
+
+/* Registration slots a transport may hang its handle (an MR, a memory key)
+ * on; slot numbers are handed out by the layer above. */
+#define PS_BUF_REG_SLOTS 4
+
+/* Default alignment of ps_buf_alloc(): a cache line. */
+#define PS_BUF_DEFAULT_ALIGN 64
+/* Largest alignment ps_buf_alloc() accepts (a 2 MiB huge page). */
+#define PS_BUF_MAX_ALIGN (2u << 20)
+
+typedef struct ps_buf ps_buf_t;
+
+/* Gives a wrapped region back; called once, when the last reference goes. */
+typedef void (*ps_buf_release_func_t)(void *data, size_t length, void *arg);
+
+/* Undoes a registration hung on `slot`; called when the last reference goes,
+ * before the memory itself is released. */
+typedef void (*ps_buf_reg_release_func_t)(ps_buf_t *buf, unsigned slot, void *reg);
+
+struct ps_buf {
+    void *data;
+    size_t length;
+    uint32_t refcount;  /* atomic; use ps_buf_ref/unref */
+    uint16_t mem_kind;  /* ps_buf_mem_t */
+    uint16_t flags;     /* private */
+    int device;         /* device ordinal for device memory, else 0 */
+    ps_buf_release_func_t release; /* NULL: borrowed, or inline (alloc) */
+    void *release_arg;
+    /* Use ps_buf_reg_* (atomic); NULL when empty. */
+    void *reg[PS_BUF_REG_SLOTS];
+    ps_buf_reg_release_func_t reg_release[PS_BUF_REG_SLOTS];
+};
+
+/* Allocates `len` bytes of host memory (not zeroed) aligned to `align` (a
+ * power of two up to PS_BUF_MAX_ALIGN; 0 means PS_BUF_DEFAULT_ALIGN), with
+ * its header in the same allocation. len 0 gives a valid empty buffer. */
+ps_status_t ps_buf_alloc(size_t len, size_t align, ps_buf_t **buf_p);
+
+/* Wraps memory the caller owns: `release(data, len, arg)` runs when the last
+ * reference goes; NULL release means the memory is borrowed and must outlive
+ * the buffer. `data` may be NULL only when len is 0. */
+ps_status_t ps_buf_wrap(void *data, size_t len, ps_buf_release_func_t release, void *arg,
+                        ps_buf_t **buf_p);
+/* The same for memory of another kind (device ordinal `device`). */
+ps_status_t ps_buf_wrap_mem(void *data, size_t len, ps_buf_mem_t kind, int device,
+                            ps_buf_release_func_t release, void *arg, ps_buf_t **buf_p);
+
+/* Takes one more reference; returns buf. */
+ps_buf_t *ps_buf_ref(ps_buf_t *buf);
+/* Drops one reference; the last one releases registrations, memory and
+ * header. NULL is a no-op. */
+void ps_buf_unref(ps_buf_t *buf);
+/* Current count (a snapshot, for tests and assertions). */
+uint32_t ps_buf_refcount(const ps_buf_t *buf);
+
+/* Hangs a registration on `slot`: PS_ERR_EXISTS if the slot is taken (another
+ * thread won the race: use ps_buf_reg_get), PS_ERR_INVALID_ARG for a bad
+ * slot or NULL reg. `release` may be NULL if the owner undoes it itself.
+ * Concurrent attaches to one slot are safe (one wins); an attach and a
+ * detach of the same slot must not race (the slot's owner orders them). */
+ps_status_t ps_buf_reg_attach(ps_buf_t *buf, unsigned slot, void *reg,
+                              ps_buf_reg_release_func_t release);
+/* The registration on `slot`, or NULL. */
+void *ps_buf_reg_get(const ps_buf_t *buf, unsigned slot);
+/* Takes the registration off `slot` without calling its release; the caller
+ * undoes it. PS_ERR_NOT_FOUND if the slot is empty. */
+ps_status_t ps_buf_reg_detach(ps_buf_t *buf, unsigned slot, void **reg_p);
+
+/* ---- slices ---- */
+
+typedef struct {
+    ps_buf_t *buf; /* NULL only for the empty slice */
+    size_t off;
+    size_t len;
+} ps_slice_t;
+
+#define PS_SLICE_EMPTY_INIT {NULL, 0, 0}
+
+/* A slice [off, off+len) of `buf`, holding a new reference on it.
+ * PS_ERR_INVALID_ARG if the range is not inside the buffer. */
+ps_status_t ps_slice_of(ps_buf_t *buf, size_t off, size_t len, ps_slice_t *slice_p);
+/* A slice [off, off+len) relative to `slice`, holding a new reference. */
+ps_status_t ps_slice_sub(const ps_slice_t *slice, size_t off, size_t len, ps_slice_t *sub_p);
+/* Narrows `slice` in place to [off, off+len) of itself (no reference change). */
+ps_status_t ps_slice_narrow(ps_slice_t *slice, size_t off, size_t len);
+
+/* A new buffer as a slice covering it all (the slice holds the only
+ * reference). */
+ps_status_t ps_slice_alloc(size_t len, size_t align, ps_slice_t *slice_p);
+/* ps_buf_wrap() as a slice covering it all. */
+ps_status_t ps_slice_wrap(void *data, size_t len, ps_buf_release_func_t release, void *arg,
+                          ps_slice_t *slice_p);
+
+/* A copy of the slice with its own reference (the empty slice stays empty). */
+ps_slice_t ps_slice_ref(const ps_slice_t *slice);
+/* Drops the slice's reference and empties it. NULL is a no-op. */
+void ps_slice_unref(ps_slice_t *slice);
+
+static inline void *ps_slice_ptr(const ps_slice_t *slice)
+{
+    return slice->buf != NULL ? (char *)slice->buf->data + slice->off : NULL;
+}
+
+static inline size_t ps_slice_len(const ps_slice_t *slice)
+{
+    return slice->len;
+}
+
+static inline int ps_slice_is_empty(const ps_slice_t *slice)
+{
+    return slice->len == 0;
+}
+
+static inline ps_buf_mem_t ps_slice_mem_kind(const ps_slice_t *slice)
+{
+    return slice->buf != NULL ? (ps_buf_mem_t)slice->buf->mem_kind : PS_BUF_MEM_HOST;
+}
+
+/* Bounds-checked copies between host memory and a host (or shm) slice;
+ * PS_ERR_UNSUPPORTED for device memory (use the GPU layer). */
+ps_status_t ps_slice_copy_out(const ps_slice_t *slice, size_t off, void *dst, size_t len);
+ps_status_t ps_slice_copy_in(const ps_slice_t *slice, size_t off, const void *src, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_BASE_BUFFER_H_ */

@@ -1,0 +1,268 @@
+/*
+ * Every environment variable ps reads, once. No include guard: this file is
+ * an X-macro list, included several times with different definitions of
+ *
+ *   PS_CONFIG_VAR(NAME, TYPE, "default", "section", ALIAS_OR_NULL, "help")
+ *
+ * TYPE is STRING, INT, BOOL, DOUBLE or SIZE (the includer pastes it onto
+ * PS_CFG_TYPE_). The default is text, parsed like a value from the
+ * environment; "" means unset (required, computed, or not applicable). ALIAS
+ * is an older name still honoured (logged as deprecated once), or NULL.
+ *
+ * Upstream names (DMLC_*, PS_*, BYTEPS_*, STEPMESH_*) keep upstream's
+ * defaults so a job script written for ps-lite, BytePS or StepMesh runs
+ * unchanged. Help text is one sentence and names the unit.
+ */
+#ifndef PS_CONFIG_VAR
+#error "define PS_CONFIG_VAR before including ps/base/config_vars.h"
+#endif
+
+/* ---- bootstrap: who this process is and how it finds the job ---- */
+PS_CONFIG_VAR(DMLC_ROLE, STRING, "", "bootstrap", NULL,
+              "Role of this process: scheduler, server, worker or joint (server and worker in one process); required.")
+PS_CONFIG_VAR(DMLC_NUM_WORKER, INT, "", "bootstrap", NULL,
+              "Number of worker groups in the job; required.")
+PS_CONFIG_VAR(DMLC_NUM_SERVER, INT, "", "bootstrap", NULL,
+              "Number of server groups in the job; required.")
+PS_CONFIG_VAR(DMLC_PS_ROOT_URI, STRING, "", "bootstrap", NULL,
+              "IP address or host name of the scheduler; required.")
+PS_CONFIG_VAR(DMLC_PS_ROOT_PORT, INT, "", "bootstrap", NULL,
+              "TCP port the scheduler listens on (1-65535); required.")
+PS_CONFIG_VAR(DMLC_NODE_HOST, STRING, "", "bootstrap", NULL,
+              "IP address this node binds and advertises (also the RDMA source address); unset means the address of DMLC_INTERFACE.")
+PS_CONFIG_VAR(DMLC_INTERFACE, STRING, "", "bootstrap", NULL,
+              "Network interface name whose address this node uses; unset means the first up, non-loopback interface ('auto' also picks the NIC nearest the GPU where supported).")
+PS_CONFIG_VAR(DMLC_PORT, INT, "", "bootstrap", NULL,
+              "Fixed TCP port for this node's first listening port; unset means a random free port.")
+PS_CONFIG_VAR(DMLC_GROUP_SIZE, INT, "1", "bootstrap", NULL,
+              "Number of postoffice instances per process and role (StepMesh: processes per node), a count.")
+PS_CONFIG_VAR(DMLC_RANK, INT, "-1", "bootstrap", NULL,
+              "Preferred rank of this node within its role; -1 lets the scheduler assign one.")
+PS_CONFIG_VAR(DMLC_NODE_RANK, INT, "0", "bootstrap", NULL,
+              "Rank of this machine; the global rank is node rank times group size plus the local GPU index.")
+PS_CONFIG_VAR(DMLC_RANK_OFFSET, INT, "0", "bootstrap", NULL,
+              "Offset added to this process's rank and instance id, an integer.")
+PS_CONFIG_VAR(DMLC_INSTANCE_ID, INT, "", "bootstrap", NULL,
+              "Instance index of this process; unset means STEPMESH_GPU plus DMLC_RANK_OFFSET.")
+PS_CONFIG_VAR(DMLC_WORKER_ID, INT, "", "bootstrap", NULL,
+              "Worker index as set by BytePS launchers; used as the preferred worker rank when DMLC_RANK is unset.")
+PS_CONFIG_VAR(DMLC_USE_KUBERNETES, BOOL, "0", "bootstrap", NULL,
+              "1 makes the scheduler listen on the wildcard address instead of DMLC_PS_ROOT_URI (for Kubernetes services).")
+PS_CONFIG_VAR(PS_BIND_ANY, BOOL, "0", "bootstrap", NULL,
+              "1 makes every node listen on the wildcard address while still advertising its own address.")
+PS_CONFIG_VAR(BYTEPS_ENABLE_MIXED_MODE, BOOL, "0", "bootstrap", NULL,
+              "1 orders ranks so that servers not co-located with a worker come first (BytePS mixed mode).")
+PS_CONFIG_VAR(BYTEPS_ORDERED_HOSTS, STRING, "", "bootstrap", NULL,
+              "Comma-separated list of ip[:port] fixing the rank order of nodes; unset sorts by host and port.")
+
+/* ---- logging ---- */
+PS_CONFIG_VAR(PS_VERBOSE, INT, "0", "logging", NULL,
+              "Log verbosity as upstream: 0 errors and warnings, 1 adds connection set-up, 2 adds a line per message.")
+PS_CONFIG_VAR(PS_LOG_LEVEL, STRING, "", "logging", NULL,
+              "Log level by name (error, warn, info, debug or trace); overrides PS_VERBOSE when set.")
+PS_CONFIG_VAR(PS_LOG_COMPONENTS, STRING, "", "logging", NULL,
+              "Comma-separated components (core, van, tcp, rdma, ...) whose info and lower lines are shown; unset shows all.")
+
+/* ---- van: which transport, and limits every transport enforces ---- */
+PS_CONFIG_VAR(DMLC_ENABLE_RDMA, STRING, "", "van", NULL,
+              "Van type: zmq or 0 (TCP), ibverbs or 1, fabric, shm, ...; unset defers to DMLC_PS_VAN_TYPE.")
+PS_CONFIG_VAR(DMLC_ENABLE_UCX, BOOL, "0", "van", NULL,
+              "1 selects the UCX van regardless of DMLC_ENABLE_RDMA.")
+PS_CONFIG_VAR(DMLC_PS_VAN_TYPE, STRING, "zmq", "van", NULL,
+              "Van type used when DMLC_ENABLE_RDMA is unset; zmq means the TCP van.")
+PS_CONFIG_VAR(DMLC_NUM_PORTS, INT, "1", "van", NULL,
+              "Number of ports (devices or connections) each node opens, a count.")
+PS_CONFIG_VAR(DMLC_LOCAL, BOOL, "0", "van", NULL,
+              "1 keeps all traffic on this host over local (IPC) endpoints instead of the network.")
+PS_CONFIG_VAR(DMLC_LOCKLESS_QUEUE, BOOL, "0", "van", NULL,
+              "1 makes internal queues lock-free rings polled every DMLC_POLLING_IN_NANOSECOND.")
+PS_CONFIG_VAR(DMLC_POLLING_IN_NANOSECOND, INT, "1000", "van", NULL,
+              "Sleep between polls of a lock-free queue, in nanoseconds.")
+PS_CONFIG_VAR(PS_BUSY_POLL, BOOL, "0", "van", NULL,
+              "1 makes receive threads spin instead of sleeping in epoll or futex waits (lower latency, one busy core each).")
+PS_CONFIG_VAR(PS_BIND_RETRIES, INT, "40", "van", NULL,
+              "Number of random ports a node tries before giving up on binding, a count.")
+PS_CONFIG_VAR(PS_MAX_META_BYTES, SIZE, "1m", "van", NULL,
+              "Largest encoded message meta accepted from a peer, in bytes (k/m/g suffixes allowed).")
+PS_CONFIG_VAR(PS_MAX_MESSAGE_BYTES, SIZE, "4g", "van", NULL,
+              "Largest total data size of one message accepted from a peer, in bytes (k/m/g suffixes allowed).")
+PS_CONFIG_VAR(PS_MAX_DATA_SEGMENTS, INT, "16", "van", NULL,
+              "Largest number of data segments in one message accepted from a peer, a count.")
+
+/* ---- tcp van ---- */
+PS_CONFIG_VAR(PS_TCP_CONNS_PER_PEER, INT, "1", "tcp", NULL,
+              "Number of TCP connections opened to each peer, a count.")
+PS_CONFIG_VAR(PS_TCP_SOCKBUF, SIZE, "0", "tcp", NULL,
+              "Socket send and receive buffer size, in bytes; 0 keeps the kernel default.")
+
+/* ---- shared memory (BytePS IPC) ---- */
+PS_CONFIG_VAR(BYTEPS_ENABLE_IPC, BOOL, "0", "shm", NULL,
+              "1 moves values between a worker and a server on the same host through shared memory.")
+PS_CONFIG_VAR(BYTEPS_IPC_COPY_NUM_THREADS, INT, "4", "shm", NULL,
+              "Number of threads copying pull responses into shared memory, a count.")
+PS_CONFIG_VAR(BYTEPS_IPC_ENABLE_ASYNC_COPY, BOOL, "1", "shm", NULL,
+              "1 copies pull responses into shared memory on the copy threads, 0 copies inline.")
+PS_CONFIG_VAR(BYTEPS_PARTITION_BYTES, SIZE, "4096000", "shm", NULL,
+              "Tensor partition size and shared-memory stride per partition, in bytes.")
+PS_CONFIG_VAR(BYTEPS_LOCAL_SIZE, INT, "8", "shm", NULL,
+              "Number of GPUs (worker processes) per machine, a count.")
+PS_CONFIG_VAR(BYTEPS_PCIE_SWITCH_SIZE, INT, "8", "shm", NULL,
+              "Number of GPUs per PCIe switch, a count.")
+PS_CONFIG_VAR(BYTEPS_ENCODING_SCHEME_VERSION, INT, "0", "shm", NULL,
+              "Key encoding used to find a key's shared-memory segment: 0 (16-bit partition index) or 1 (10-bit).")
+PS_CONFIG_VAR(BYTEPS_JOB_ID, STRING, "0", "shm", NULL,
+              "Job id inserted in shared-memory segment names so that jobs on one host do not collide.")
+
+/* ---- rdma (ibverbs + rdmacm) ---- */
+PS_CONFIG_VAR(BYTEPS_RDMA_START_DEPTH, INT, "128", "rdma", NULL,
+              "Rendezvous-start send contexts per endpoint, a count.")
+PS_CONFIG_VAR(BYTEPS_RDMA_RX_DEPTH, INT, "2048", "rdma", NULL,
+              "Posted receives (and reply contexts) per endpoint, a count.")
+PS_CONFIG_VAR(BYTEPS_RDMA_MAX_CONCURR_WR, INT, "4224", "rdma", NULL,
+              "Completions polled per batch, a count; the completion queue holds twice as many.")
+PS_CONFIG_VAR(BYTEPS_ADDRESS_POOL_SIZE, INT, "10240", "rdma", NULL,
+              "Slots in the rendezvous address pool (the most receive buffers outstanding at once), a count.")
+PS_CONFIG_VAR(BYTEPS_PRINT_RDMA_LOG, BOOL, "0", "rdma", NULL,
+              "1 logs every RDMA message.")
+PS_CONFIG_VAR(PS_MR_CACHE_BYTES, SIZE, "0", "rdma", NULL,
+              "Most memory kept registered by the registration cache, in bytes; 0 means half of RLIMIT_MEMLOCK, or unlimited.")
+
+/* ---- libfabric ---- */
+PS_CONFIG_VAR(PS_FABRIC_PROVIDER, STRING, "", "fabric", NULL,
+              "libfabric provider to use (efa, tcp, shm, verbs, ...); unset takes the first that fits.")
+
+/* ---- ucx ---- */
+PS_CONFIG_VAR(DMLC_NUM_CPU_DEV, INT, "1", "ucx", NULL,
+              "UCX contexts on host memory per node, a count.")
+PS_CONFIG_VAR(DMLC_NUM_GPU_DEV, INT, "0", "ucx", NULL,
+              "UCX contexts on GPU memory per node, a count.")
+PS_CONFIG_VAR(BYTEPS_UCX_SHORT_THRESH, SIZE, "4096", "ucx", NULL,
+              "Data below this size is packed into the meta message, in bytes.")
+PS_CONFIG_VAR(BYTEPS_UCX_FORCE_REQ_ORDER, BOOL, "0", "ucx", NULL,
+              "1 restores each sender's request order on the receiving side.")
+PS_CONFIG_VAR(BYTEPS_UCX_QUEUE_SENDS, BOOL, "0", "ucx", NULL,
+              "1 posts sends from a separate progress thread.")
+PS_CONFIG_VAR(BYTEPS_UCX_ERRH_ENABLE, BOOL, "1", "ucx", NULL,
+              "1 enables UCX endpoint error handling and reconnection.")
+PS_CONFIG_VAR(BYTEPS_UCX_RECONNECT_TMO, INT, "1000", "ucx", NULL,
+              "How long to keep trying to reconnect a failed UCX endpoint, in milliseconds.")
+
+/* ---- reliability: deadlines, resend, heartbeats ---- */
+PS_CONFIG_VAR(PS_START_TIMEOUT_MS, INT, "120000", "reliability", NULL,
+              "Longest wait for registration with the scheduler and the start barrier, in milliseconds.")
+PS_CONFIG_VAR(PS_BARRIER_TIMEOUT_MS, INT, "600000", "reliability", NULL,
+              "Longest wait in a barrier, in milliseconds.")
+PS_CONFIG_VAR(PS_REQUEST_TIMEOUT_MS, INT, "600000", "reliability", NULL,
+              "Default deadline of a wait on a push or pull, in milliseconds.")
+PS_CONFIG_VAR(PS_FINALIZE_TIMEOUT_MS, INT, "30000", "reliability", NULL,
+              "Longest time finalize waits for the other nodes before leaving anyway, in milliseconds.")
+PS_CONFIG_VAR(PS_CONNECT_TIMEOUT_MS, INT, "10000", "reliability", NULL,
+              "Longest time to establish one connection to a peer, in milliseconds.")
+PS_CONFIG_VAR(PS_RESEND, BOOL, "0", "reliability", NULL,
+              "1 acknowledges every message and resends those not acknowledged within PS_RESEND_TIMEOUT.")
+PS_CONFIG_VAR(PS_RESEND_TIMEOUT, INT, "1000", "reliability", NULL,
+              "Time before an unacknowledged message is resent, in milliseconds.")
+PS_CONFIG_VAR(PS_HEARTBEAT_INTERVAL, INT, "0", "reliability", NULL,
+              "Interval between heartbeats to the scheduler, in seconds; 0 turns heartbeats off.")
+PS_CONFIG_VAR(PS_HEARTBEAT_TIMEOUT, INT, "0", "reliability", NULL,
+              "Time without a heartbeat after which a node counts as dead, in seconds; 0 means never.")
+PS_CONFIG_VAR(PS_DROP_MSG, INT, "0", "reliability", NULL,
+              "Percentage of received messages dropped on purpose, for testing resend (0-100).")
+
+/* ---- security ---- */
+PS_CONFIG_VAR(PS_JOB_SECRET, STRING, "", "security", NULL,
+              "Shared secret every node of the job must prove to join; unset means no authentication.")
+PS_CONFIG_VAR(PS_JOB_SECRET_FILE, STRING, "", "security", NULL,
+              "Path of a file holding the job secret, used when PS_JOB_SECRET is unset.")
+PS_CONFIG_VAR(PS_JOB_ID, STRING, "", "security", NULL,
+              "Job identifier; nodes of another job are refused even with the same scheduler address.")
+
+/* ---- byteps-server: the summation server ---- */
+PS_CONFIG_VAR(BYTEPS_SERVER_ENGINE_THREAD, INT, "4", "byteps-server", NULL,
+              "Number of summation engine threads, a count.")
+PS_CONFIG_VAR(BYTEPS_SERVER_ENGINE_BLOCKING, BOOL, "0", "byteps-server", NULL,
+              "1 sums inside the request handler instead of on engine threads.")
+PS_CONFIG_VAR(BYTEPS_SERVER_ENABLE_SCHEDULE, BOOL, "0", "byteps-server", NULL,
+              "1 orders engine work by priority (keys with fewer pushes first) instead of arrival.")
+PS_CONFIG_VAR(BYTEPS_ENABLE_ASYNC, BOOL, "0", "byteps-server", NULL,
+              "1 sums every push straight into the store and answers pulls at once (asynchronous training).")
+PS_CONFIG_VAR(BYTEPS_SERVER_DEBUG, BOOL, "0", "byteps-server", NULL,
+              "1 prints the values of BYTEPS_SERVER_DEBUG_KEY at every stage.")
+PS_CONFIG_VAR(BYTEPS_SERVER_DEBUG_KEY, INT, "0", "byteps-server", NULL,
+              "Key whose values BYTEPS_SERVER_DEBUG prints, a key number.")
+PS_CONFIG_VAR(BYTEPS_OMP_THREAD_PER_GPU, INT, "4", "byteps-server", NULL,
+              "Threads used by one summation, a count.")
+PS_CONFIG_VAR(PS_KEY_LOG, BOOL, "0", "byteps-server", NULL,
+              "1 makes the server log every key it handles.")
+
+/* ---- stepmesh: the AF tensor API ---- */
+PS_CONFIG_VAR(STEPMESH_GPU, INT, "0", "stepmesh", "STEPAF_GPU",
+              "Local GPU index of this process, an integer (AF workers require 0 or more).")
+PS_CONFIG_VAR(STEPMESH_BAKCEND, STRING, "GPU", "stepmesh", "STEPAF_BACKEND",
+              "Memory backend of the AF tensor API, GPU or CPU (the name keeps StepMesh's spelling).")
+PS_CONFIG_VAR(STEPMESH_MEM_SYNC, BOOL, "1", "stepmesh", "STEPAF_MEM_SYNC",
+              "1 signals tensor readiness through a host flag copy instead of a CUDA event.")
+PS_CONFIG_VAR(STEPMESH_SPLIT_QP_LAG, BOOL, "0", "stepmesh", "DMLC_SPLIT_QP_LAG",
+              "1 pins the queue pairs of an endpoint to both ports of a bonded NIC and splits payloads across them.")
+PS_CONFIG_VAR(STEPMESH_QP_NUM, INT, "2", "stepmesh", "STEPAF_QP_NUM",
+              "Queue pairs per RDMA endpoint, a count (at most 2).")
+PS_CONFIG_VAR(STEPMESH_BUSY_POLL_ENABLE, BOOL, "1", "stepmesh", "STEPAF_BUSY_POLL_ENABLE",
+              "1 makes the AF tensor API's queues spin instead of block.")
+PS_CONFIG_VAR(STEPMESH_BIND_CPU_CORE, BOOL, "0", "stepmesh", NULL,
+              "1 pins communication threads to cores derived from the GPU index.")
+PS_CONFIG_VAR(STEPMESH_CPU_CORES_PER_SOCKET, INT, "48", "stepmesh", NULL,
+              "CPU cores per socket for thread pinning, a count.")
+PS_CONFIG_VAR(STEPMESH_CPU_CORES_PER_GPU, INT, "5", "stepmesh", NULL,
+              "CPU cores reserved for each GPU's threads, a count.")
+PS_CONFIG_VAR(STEPMESH_CPU_START_OFFSET, INT, "10", "stepmesh", NULL,
+              "Index of the first CPU core used for pinning, a core number.")
+
+/* ---- profiling ---- */
+PS_CONFIG_VAR(ENABLE_PROFILING, BOOL, "0", "profiling", NULL,
+              "1 writes the receive timestamp of every message to a profile file.")
+PS_CONFIG_VAR(PROFILE_PATH, STRING, "", "profiling", NULL,
+              "Path prefix of the profile file; unset writes pslite_profile_van_<role>_<us> in the working directory.")
+
+/* ---- benchmark: read only by tests and benchmark programs ---- */
+PS_CONFIG_VAR(NUM_KEY_PER_SERVER, INT, "40", "benchmark", NULL,
+              "Keys per server used by the benchmarks, a count.")
+PS_CONFIG_VAR(LOG_DURATION, INT, "10", "benchmark", NULL,
+              "Rounds between two goodput lines of the benchmarks, a count.")
+PS_CONFIG_VAR(TOTAL_DURATION, INT, "2000000000", "benchmark", NULL,
+              "Rounds a benchmark runs before it stops, a count.")
+PS_CONFIG_VAR(BENCHMARK_NTHREAD, INT, "1", "benchmark", NULL,
+              "Worker threads (KV workers) a benchmark runs concurrently, a count.")
+PS_CONFIG_VAR(ENABLE_RECV_BUFFER, BOOL, "0", "benchmark", NULL,
+              "1 makes the benchmark server register its receive buffers in advance.")
+PS_CONFIG_VAR(SKIP_DEV_ID_CHECK, BOOL, "0", "benchmark", NULL,
+              "1 skips the benchmark server's check of the device id carried by each push.")
+PS_CONFIG_VAR(TEST_NUM_CPU_WORKER, INT, "1", "benchmark", NULL,
+              "Host-memory buffers per benchmark worker (0 or 1).")
+PS_CONFIG_VAR(TEST_NUM_GPU_WORKER, INT, "0", "benchmark", NULL,
+              "GPUs whose memory a benchmark worker uses, a count.")
+PS_CONFIG_VAR(TEST_NUM_CPU_SERVER, INT, "1", "benchmark", NULL,
+              "Host-memory buffers per benchmark server (0 or 1).")
+PS_CONFIG_VAR(TEST_NUM_GPU_SERVER, INT, "0", "benchmark", NULL,
+              "GPUs whose memory a benchmark server uses, a count.")
+PS_CONFIG_VAR(DEBUG_MODE, BOOL, "0", "benchmark", NULL,
+              "1 makes benchmark servers really sum values and log each one.")
+PS_CONFIG_VAR(ENABLE_SERVER_MULTIPULL, BOOL, "0", "benchmark", NULL,
+              "1 lets the stress-test server answer pulls from several threads.")
+PS_CONFIG_VAR(BYTEPS_NODE_ID, INT, "", "benchmark", NULL,
+              "Node index used by the stress test to name its keys.")
+PS_CONFIG_VAR(BENCHMARK_WARMUP, INT, "10", "benchmark", NULL,
+              "Warm-up iterations the AF benchmarks leave out of their statistics, a count.")
+PS_CONFIG_VAR(BENCHMARK_ITER, INT, "2147483647", "benchmark", NULL,
+              "Iterations the AF benchmarks run, a count.")
+PS_CONFIG_VAR(BENCHMARK_BATCH_START, INT, "64", "benchmark", NULL,
+              "First batch size (tokens) of the AF benchmarks, a count.")
+PS_CONFIG_VAR(BENCHMARK_BATCH_END, INT, "64", "benchmark", NULL,
+              "Last batch size (tokens) of the AF benchmarks, a count.")
+PS_CONFIG_VAR(BENCHMARK_BATCH_STEP, INT, "64", "benchmark", NULL,
+              "Step between batch sizes of the AF benchmarks, a count.")
+PS_CONFIG_VAR(BENCHMARK_WORKER_NUMBER, INT, "1", "benchmark", NULL,
+              "Attention workers taking part in the AF benchmarks, a count.")
+PS_CONFIG_VAR(BENCHMARK_WORKER_RANK, INT, "0", "benchmark", NULL,
+              "Rank of this attention worker in the AF benchmarks, an integer.")
+PS_CONFIG_VAR(BENCHMARK_SIZE, INT, "7168", "benchmark", NULL,
+              "Hidden size of the AF benchmark tensors, in elements per token.")
