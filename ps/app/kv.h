@@ -1,0 +1,180 @@
+/*
+ * The KV app: workers push and pull (key, value) pairs to and from servers.
+ *
+ * Keys are sorted, unique uint64; values are bytes with a data type. Each
+ * key has vals_bytes / num_keys bytes, unless per-key lengths (in elements
+ * of the data type, as upstream) are given. A request is sliced across
+ * servers by the key ranges they own (ps_postoffice_server_key_range, as
+ * upstream); one message per server that owns any of the keys. A request
+ * with no keys completes at once (its callback runs before the call
+ * returns).
+ *
+ * Zero-copy variants (ps_kv_zpush / ps_kv_zpull) take ref-counted slices:
+ * the value goes from the caller's buffer to the wire, and a pull response
+ * lands straight in the caller's buffer when the transport can do that
+ * (PS_CAP_RECV_INTO_DEST); otherwise it is copied there once. The caller
+ * must not touch the buffers until the request completed.
+ *
+ * A pull names its destination's exact size: every server's answer is
+ * checked (its keys, its byte count, and its per-key lengths when it sends
+ * them); an answer that does not match completes the request with
+ * PS_ERR_PROTOCOL, one that reports a key with no value (length 0 where a
+ * value was expected; the default store does this for keys never pushed)
+ * with PS_ERR_NOT_FOUND.
+ *
+ * Completion: the callback runs exactly once per request, on a ps thread.
+ * On success it runs before ps_kv_wait() returns; on failure (peer gone,
+ * protocol error, shut down) it may run just after. A request whose wait
+ * timed out stays outstanding and may still complete later.
+ */
+#ifndef PS_APP_KV_H_
+#define PS_APP_KV_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps/base/buffer.h"
+#include "ps/base/status.h"
+#include "ps/net/codec/message.h"
+#include "ps/net/postoffice.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint64_t ps_key_t;
+
+typedef struct ps_kv_worker ps_kv_worker_t;
+typedef struct ps_kv_server ps_kv_server_t;
+
+/* Completion callback: runs on a ps thread, once, with the request's final
+ * status. Keep it short; it may issue new requests. */
+typedef void (*ps_kv_done_func_t)(void *arg, int ts, ps_status_t status);
+
+/* A request's data, borrowed (zero-copy variants) from the caller. */
+typedef struct ps_kv_pairs {
+    ps_slice_t keys;       /* num_keys * sizeof(ps_key_t) bytes, sorted */
+    ps_slice_t vals;       /* value bytes */
+    ps_slice_t lens;       /* optional: int32 per key, in elements; len 0 = uniform */
+    ps_data_type_t type;   /* element type of vals (PS_DATA_CHAR for raw bytes) */
+} ps_kv_pairs_t;
+
+size_t ps_kv_pairs_num_keys(const ps_kv_pairs_t *kvs);
+
+/* ---- worker ---- */
+
+/* A worker (app_id, customer_id) of a started postoffice. */
+ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id,
+                                ps_kv_worker_t **worker_p);
+/* Waits (bounded by PS_REQUEST_TIMEOUT_MS) for outstanding requests, fails
+ * the rest with PS_ERR_SHUTDOWN (callbacks run), then frees. Also valid
+ * after ps_postoffice_finalize(). Not while a thread waits in ps_kv_wait. */
+void ps_kv_worker_destroy(ps_kv_worker_t *worker);
+
+/* Pull responses land straight in the destination when the van can
+ * (PS_CAP_RECV_INTO_DEST) — the default, enable 1. With 0 the van receives
+ * into its own buffers and the worker copies once (for comparing paths and
+ * debugging a van). Call before issuing requests. */
+void ps_kv_worker_set_recv_in_place(ps_kv_worker_t *worker, int enable);
+
+/* Copying variants: the data is copied before the call returns. */
+ps_status_t ps_kv_push(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_keys,
+                       const void *vals, size_t vals_bytes, const int32_t *lens,
+                       ps_data_type_t type, int cmd, ps_kv_done_func_t done, void *arg,
+                       int *ts_p);
+/* Pulls into vals (vals_bytes must be the exact total). lens (per-key
+ * lengths in elements, read only) says how vals is split across the keys;
+ * NULL means uniform sizes. Keys and lens are copied; vals is written in
+ * place and must stay valid until the request completed. */
+ps_status_t ps_kv_pull(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_keys,
+                       void *vals, size_t vals_bytes, int32_t *lens,
+                       ps_data_type_t type, int cmd, ps_kv_done_func_t done, void *arg,
+                       int *ts_p);
+
+/* Zero-copy variants: the slices are referenced, not copied, until the
+ * request completed. */
+ps_status_t ps_kv_zpush(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cmd,
+                        ps_kv_done_func_t done, void *arg, int *ts_p);
+/* kvs->vals names the destination: its length must equal the total pulled. */
+ps_status_t ps_kv_zpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cmd,
+                        ps_kv_done_func_t done, void *arg, int *ts_p);
+/* Push `push->vals`, then pull the result into `out->vals` in one request
+ * per server (the server answers the push with the pulled value). out->keys
+ * may be empty (the push's keys) or must equal push->keys; out->lens / the
+ * uniform size of out->vals split the destination. */
+ps_status_t ps_kv_zpushpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
+                            const ps_kv_pairs_t *out, int cmd,
+                            ps_kv_done_func_t done, void *arg, int *ts_p);
+
+/* Blocks until request ts completed; timeout_ms < 0 = PS_REQUEST_TIMEOUT_MS.
+ * Returns PS_OK or why not (timed out, peer gone, shut down, ...). */
+ps_status_t ps_kv_wait(ps_kv_worker_t *worker, int ts, int timeout_ms);
+
+/* Counters of a worker since its creation (for benchmarks and tests). */
+typedef struct ps_kv_worker_stats {
+    uint64_t requests;            /* push, pull and push-pull calls accepted */
+    uint64_t messages;            /* request messages sent (one per server share) */
+    uint64_t pull_bytes_in_place; /* pulled value bytes the van wrote into the destination */
+    uint64_t pull_bytes_copied;   /* pulled value bytes copied once on arrival */
+} ps_kv_worker_stats_t;
+void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p);
+
+/* ---- server ---- */
+
+/* What a server's handler learns about a request. */
+typedef struct ps_kv_meta {
+    int cmd;          /* the worker's cmd (upstream's head) */
+    int push;         /* 1 push (or push-pull), 0 pull */
+    int pull;         /* 1 pull (or push-pull) */
+    int sender;       /* worker node id */
+    int timestamp;
+    int customer_id;
+    int app_id;
+    uint64_t key;     /* first key */
+    ps_data_type_t type;
+    uint64_t val_len; /* bytes the worker expects back (pull) */
+    uint64_t addr;    /* the worker's value buffer address (echoed back) */
+    int option;       /* transport data (an RDMA key), echoed back */
+} ps_kv_meta_t;
+
+/* Called on a ps thread for each request; must eventually call
+ * ps_kv_server_respond() exactly once for it (possibly later, from another
+ * thread, with a copy of *meta). The request's slices are valid during the
+ * call; take ps_slice_ref() of what you keep. */
+typedef void (*ps_kv_handler_func_t)(void *arg, const ps_kv_meta_t *meta,
+                                     const ps_kv_pairs_t *req, ps_kv_server_t *server);
+
+/* A server: the customer (app_id, app_id) of a started postoffice, whose
+ * handler runs inline on the van's progress thread. */
+ps_status_t ps_kv_server_create(ps_postoffice_t *po, int app_id,
+                                ps_kv_handler_func_t handler, void *arg,
+                                ps_kv_server_t **server_p);
+void ps_kv_server_destroy(ps_kv_server_t *server);
+
+/* Answers a request: `res` NULL (or no keys) for a push acknowledgement;
+ * for a pull, the keys and values, and optionally per-key lengths (sent
+ * zero-copy: the transport takes its own references, so the caller may
+ * drop its own when this returns, but the bytes must not change while the
+ * transport may still be sending them — answer from a buffer that is not
+ * written again, as the default store does). The meta is echoed as
+ * upstream: timestamp, key, addr, val_len, option, customer_id, push,
+ * pull, cmd; sent to meta->sender. */
+ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *meta,
+                                 const ps_kv_pairs_t *res);
+
+/* The default handler: a store per key; pushes are summed element-wise for
+ * the numeric types (integers wrap; FLOAT16/BFLOAT16 via float, rounded to
+ * nearest even), CHAR/OTHER replaced; pulls answered with the stored value
+ * and per-key lengths (length 0 for a key never pushed). Details and the
+ * store's own functions in kv_store.h. `store` is a ps_kv_store_t. */
+typedef struct ps_kv_store ps_kv_store_t;
+ps_status_t ps_kv_store_create(ps_kv_store_t **store_p);
+void ps_kv_store_destroy(ps_kv_store_t *store);
+void ps_kv_store_handler(void *store, const ps_kv_meta_t *meta,
+                         const ps_kv_pairs_t *req, ps_kv_server_t *server);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_APP_KV_H_ */

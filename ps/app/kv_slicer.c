@@ -1,0 +1,124 @@
+#include "ps/app/kv_slicer.h"
+
+#include <string.h>
+
+#include "ps/base/log.h"
+
+/* Keys may come from a received buffer with any alignment. */
+static inline uint64_t load_key(const uint64_t *keys, size_t i)
+{
+    uint64_t k;
+    memcpy(&k, (const unsigned char *)keys + i * sizeof(k), sizeof(k));
+    return k;
+}
+
+static inline int32_t load_len(const int32_t *lens, size_t i)
+{
+    int32_t l;
+    memcpy(&l, (const unsigned char *)lens + i * sizeof(l), sizeof(l));
+    return l;
+}
+
+/* First index in [lo, n) whose key is >= bound. */
+static size_t lower_bound(const uint64_t *keys, size_t lo, size_t n, uint64_t bound)
+{
+    size_t hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (load_key(keys, mid) < bound)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+ps_status_t ps_kv_slice_keys(const uint64_t *keys, size_t num_keys, const int32_t *lens,
+                             size_t vals_bytes, size_t elem_size,
+                             const ps_kv_range_t *ranges, int num_ranges,
+                             ps_kv_slice_t *slices)
+{
+    if (num_ranges <= 0 || !ranges || !slices || (num_keys > 0 && !keys)) {
+        ps_error(PS_LOG_APP, "kv slicer: bad arguments (%d ranges, %zu keys)", num_ranges,
+                 num_keys);
+        return PS_ERR_INVALID_ARG;
+    }
+    if (elem_size == 0)
+        elem_size = 1;
+
+    for (size_t i = 1; i < num_keys; i++) {
+        if (load_key(keys, i - 1) >= load_key(keys, i)) {
+            ps_error(PS_LOG_APP, "kv: keys must be sorted and unique (index %zu: %llu after %llu)",
+                     i, (unsigned long long)load_key(keys, i),
+                     (unsigned long long)load_key(keys, i - 1));
+            return PS_ERR_INVALID_ARG;
+        }
+    }
+
+    size_t per_key = 0;
+    if (num_keys == 0) {
+        if (vals_bytes != 0) {
+            ps_error(PS_LOG_APP, "kv: %zu value bytes for no keys", vals_bytes);
+            return PS_ERR_INVALID_ARG;
+        }
+    } else if (!lens) {
+        per_key = vals_bytes / num_keys;
+        if (per_key * num_keys != vals_bytes || per_key % elem_size != 0) {
+            ps_error(PS_LOG_APP,
+                     "kv: %zu value bytes do not split evenly over %zu keys of %zu-byte elements",
+                     vals_bytes, num_keys, elem_size);
+            return PS_ERR_INVALID_ARG;
+        }
+    } else {
+        /* Checked in 64 bits: a key has at most INT32_MAX elements, and a
+         * total that overflows would not match vals_bytes anyway. */
+        uint64_t total = 0;
+        for (size_t i = 0; i < num_keys; i++) {
+            int32_t l = load_len(lens, i);
+            if (l < 0) {
+                ps_error(PS_LOG_APP, "kv: negative length %d for key index %zu", (int)l, i);
+                return PS_ERR_INVALID_ARG;
+            }
+            total += (uint64_t)l;
+            if (total > UINT64_MAX / elem_size / 2) {
+                ps_error(PS_LOG_APP, "kv: per-key lengths overflow");
+                return PS_ERR_INVALID_ARG;
+            }
+        }
+        if (total * elem_size != (uint64_t)vals_bytes) {
+            ps_error(PS_LOG_APP, "kv: lengths add up to %llu bytes, values have %zu",
+                     (unsigned long long)(total * elem_size), vals_bytes);
+            return PS_ERR_INVALID_ARG;
+        }
+    }
+
+    size_t covered = 0;
+    size_t pos = 0;      /* index of the first key not yet assigned */
+    size_t val_pos = 0;  /* value offset of keys[pos] when lens are given */
+    for (int r = 0; r < num_ranges; r++) {
+        size_t b = lower_bound(keys, pos, num_keys, ranges[r].begin);
+        size_t e = ranges[r].end <= ranges[r].begin ? b
+                                                     : lower_bound(keys, b, num_keys, ranges[r].end);
+        slices[r].key_begin = b;
+        slices[r].key_end = e;
+        if (!lens) {
+            slices[r].val_begin = b * per_key;
+            slices[r].val_end = e * per_key;
+        } else {
+            for (; pos < b; pos++)
+                val_pos += (size_t)load_len(lens, pos) * elem_size;
+            slices[r].val_begin = val_pos;
+            for (; pos < e; pos++)
+                val_pos += (size_t)load_len(lens, pos) * elem_size;
+            slices[r].val_end = val_pos;
+        }
+        pos = e > pos ? e : pos;
+        covered += e - b;
+    }
+    if (covered != num_keys) {
+        ps_error(PS_LOG_APP, "kv: %zu of %zu keys lie in no server's key range",
+                 num_keys - covered, num_keys);
+        return PS_ERR_INVALID_ARG;
+    }
+    return PS_OK;
+}

@@ -1,0 +1,710 @@
+/*
+ * The KV worker: slices each request across the servers, sends one message
+ * per server that owns any of its keys, and completes the request when
+ * every such server has answered.
+ *
+ * Threads: application threads issue requests and wait; the van's progress
+ * thread delivers responses (and, for pulls, asks where their values should
+ * land). The customer tracks each request (count of responses, peers, how
+ * it ended) and calls worker_done exactly once per request; the worker's
+ * own table (ts -> request, under one lock, with references) is what the
+ * van thread looks requests up in, so a request completed by another thread
+ * (a peer declared dead, destroy) is never freed under a response.
+ *
+ * The completion callback runs once: before the last response is counted
+ * on success (so ps_kv_wait returns after it, as upstream), or from
+ * worker_done when the request failed.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/app/kv.h"
+#include "ps/app/kv_slicer.h"
+#include "ps/base/buffer.h"
+#include "ps/base/log.h"
+#include "ps/base/thread.h"
+#include "ps/base/time.h"
+#include "ps/net/caps.h"
+#include "ps/net/customer.h"
+#include "ps/net/message.h"
+#include "ps/net/postoffice.h"
+
+#define REQ_BUCKETS 1024 /* timestamps are dense, so ts % REQ_BUCKETS spreads them */
+
+/* One server's share of a request. */
+typedef struct {
+    int server_id;    /* 0: this server owns none of the keys */
+    int responded;
+    ps_slice_t keys;  /* its keys, to check the response against */
+    ps_slice_t lens;  /* expected per-key lengths of a pull (empty: uniform) */
+    ps_slice_t dest;  /* pull: where its values go */
+} kv_part_t;
+
+typedef struct kv_req {
+    struct kv_req *next;
+    atomic_int refs;
+    atomic_int fired;     /* the completion callback ran */
+    int ts;
+    int in_table;
+    int pull;
+    size_t elem_size;
+    size_t uniform_bytes; /* per-key value bytes of a pull without lens */
+    int remaining;        /* responses still expected (lock held) */
+    ps_kv_done_func_t done;
+    void *done_arg;
+    int num_parts;
+    kv_part_t parts[];
+} kv_req_t;
+
+struct ps_kv_worker {
+    ps_postoffice_t *po;
+    ps_customer_t *customer;
+    int app_id;
+    int customer_id;
+    int num_servers;
+    int request_timeout_ms; /* bounds destroy's wait; po may be gone by then */
+    int *server_ids;
+    ps_kv_range_t *ranges;
+
+    atomic_uint_least64_t n_requests;
+    atomic_uint_least64_t n_messages;
+    atomic_uint_least64_t n_in_place;
+    atomic_uint_least64_t n_copied;
+
+    ps_mutex_t lock;
+    ps_cond_t idle;      /* signalled when `outstanding` drops */
+    size_t outstanding;  /* requests in the table */
+    kv_req_t *table[REQ_BUCKETS];
+};
+
+size_t ps_kv_pairs_num_keys(const ps_kv_pairs_t *kvs)
+{
+    return kvs ? kvs->keys.len / sizeof(ps_key_t) : 0;
+}
+
+/* ---- the request table ---- */
+
+static kv_req_t **bucket_of(ps_kv_worker_t *w, int ts)
+{
+    return &w->table[(unsigned)ts % REQ_BUCKETS];
+}
+
+static kv_req_t *table_find(ps_kv_worker_t *w, int ts)
+{
+    for (kv_req_t *r = *bucket_of(w, ts); r; r = r->next)
+        if (r->ts == ts)
+            return r;
+    return NULL;
+}
+
+static void table_insert(ps_kv_worker_t *w, kv_req_t *r)
+{
+    kv_req_t **b = bucket_of(w, r->ts);
+    r->next = *b;
+    *b = r;
+    r->in_table = 1;
+    w->outstanding++;
+}
+
+/* Takes `r` out (lock held); only worker_done does, once per request. */
+static void table_remove(ps_kv_worker_t *w, kv_req_t *r)
+{
+    for (kv_req_t **p = bucket_of(w, r->ts); *p; p = &(*p)->next) {
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    }
+    r->next = NULL;
+    r->in_table = 0;
+    w->outstanding--;
+    ps_cond_broadcast(&w->idle);
+}
+
+static void req_unref(kv_req_t *r)
+{
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
+        return;
+    for (int i = 0; i < r->num_parts; i++) {
+        ps_slice_unref(&r->parts[i].keys);
+        ps_slice_unref(&r->parts[i].lens);
+        ps_slice_unref(&r->parts[i].dest);
+    }
+    free(r);
+}
+
+static void fire_callback(kv_req_t *r, ps_status_t st)
+{
+    if (r->done && atomic_exchange(&r->fired, 1) == 0)
+        r->done(r->done_arg, r->ts, st);
+}
+
+/* The customer's done hook: the request ended (all responses, or failed). */
+static void worker_done(void *arg, ps_customer_t *customer, int ts, void *ctx,
+                        ps_status_t status)
+{
+    ps_kv_worker_t *w = arg;
+    kv_req_t *r = ctx;
+    (void)customer;
+    (void)ts;
+    ps_mutex_lock(&w->lock);
+    if (r->in_table)
+        table_remove(w, r);
+    ps_mutex_unlock(&w->lock);
+    fire_callback(r, status);
+    req_unref(r); /* the tracker's reference */
+}
+
+/* ---- responses ---- */
+
+static int32_t load_i32(const void *base, size_t i)
+{
+    int32_t v;
+    memcpy(&v, (const char *)base + i * sizeof(v), sizeof(v));
+    return v;
+}
+
+/* Checks a pull response from one server against what was asked, and puts
+ * its values in place. */
+static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, const kv_part_t *p,
+                                      const ps_msg_t *msg)
+{
+    const ps_slice_t *keys = msg->num_data > 0 ? &msg->data[0] : NULL;
+    const ps_slice_t *vals = msg->num_data > 1 ? &msg->data[1] : NULL;
+    const ps_slice_t *lens = msg->num_data > 2 ? &msg->data[2] : NULL;
+    size_t nk = p->keys.len / sizeof(ps_key_t);
+    int sender = msg->meta.sender;
+
+    if (!keys || keys->len != p->keys.len ||
+        (keys->len && memcmp(ps_slice_ptr(keys), ps_slice_ptr(&p->keys), keys->len) != 0)) {
+        ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d has other keys than asked",
+                r->ts, sender);
+        return PS_ERR_PROTOCOL;
+    }
+
+    /* Per-key lengths, when the server sent them, say which key is off. */
+    if (lens && lens->len > 0) {
+        if (lens->len != nk * sizeof(int32_t)) {
+            ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d: %zu length bytes for %zu keys",
+                    r->ts, sender, lens->len, nk);
+            return PS_ERR_PROTOCOL;
+        }
+        const void *got = ps_slice_ptr(lens);
+        const void *want = p->lens.len ? ps_slice_ptr(&p->lens) : NULL;
+        for (size_t i = 0; i < nk; i++) {
+            uint64_t g = (uint64_t)(int64_t)load_i32(got, i) * r->elem_size;
+            uint64_t e = want ? (uint64_t)(int64_t)load_i32(want, i) * r->elem_size
+                              : r->uniform_bytes;
+            if (g == e)
+                continue;
+            ps_key_t key;
+            memcpy(&key, (const char *)ps_slice_ptr(&p->keys) + i * sizeof(key), sizeof(key));
+            if (g == 0) {
+                ps_warn(PS_LOG_APP, "kv: pull ts %d: node %d has no value for key %llu",
+                        r->ts, sender, (unsigned long long)key);
+                return PS_ERR_NOT_FOUND;
+            }
+            ps_warn(PS_LOG_APP, "kv: pull ts %d: node %d returned %llu bytes for key %llu, "
+                    "expected %llu", r->ts, sender, (unsigned long long)g,
+                    (unsigned long long)key, (unsigned long long)e);
+            return PS_ERR_PROTOCOL;
+        }
+    }
+
+    size_t got_bytes = vals ? vals->len : 0;
+    if (got_bytes != p->dest.len) {
+        ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d has %zu value bytes, expected %zu",
+                r->ts, sender, got_bytes, p->dest.len);
+        return PS_ERR_PROTOCOL;
+    }
+    /* Landed in place (the van asked recv_buffer): nothing to copy. */
+    if (got_bytes == 0)
+        return PS_OK;
+    if (ps_slice_ptr(vals) == ps_slice_ptr(&p->dest)) {
+        atomic_fetch_add_explicit(&w->n_in_place, got_bytes, memory_order_relaxed);
+        return PS_OK;
+    }
+    atomic_fetch_add_explicit(&w->n_copied, got_bytes, memory_order_relaxed);
+    return ps_slice_copy_in(&p->dest, 0, ps_slice_ptr(vals), got_bytes);
+}
+
+static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
+{
+    ps_kv_worker_t *w = arg;
+    (void)customer;
+    if (msg->meta.request || msg->meta.simple_app) {
+        ps_warn_ratelimited(PS_LOG_APP, "kv worker app %d: dropped a request from node %d",
+                            w->app_id, msg->meta.sender);
+        return;
+    }
+
+    int ts = msg->meta.timestamp;
+    int rank = ps_id_to_rank(msg->meta.sender);
+    ps_mutex_lock(&w->lock);
+    kv_req_t *r = table_find(w, ts);
+    kv_part_t *p = NULL;
+    if (r && rank < r->num_parts && r->parts[rank].server_id == msg->meta.sender &&
+        !r->parts[rank].responded) {
+        p = &r->parts[rank];
+        p->responded = 1;
+        atomic_fetch_add(&r->refs, 1);
+    }
+    ps_mutex_unlock(&w->lock);
+    if (!p) {
+        /* Late (its request failed or timed out) or not ours. */
+        ps_debug(PS_LOG_APP, "kv worker app %d: ignored a response ts %d from node %d",
+                 w->app_id, ts, msg->meta.sender);
+        return;
+    }
+
+    ps_status_t st = r->pull ? take_pull_response(w, r, p, msg) : PS_OK;
+    if (st != PS_OK) {
+        ps_customer_fail_request(w->customer, ts, st);
+    } else {
+        ps_mutex_lock(&w->lock);
+        int last = --r->remaining == 0;
+        ps_mutex_unlock(&w->lock);
+        if (last)
+            fire_callback(r, PS_OK);
+        ps_customer_add_response(w->customer, ts, 1);
+    }
+    req_unref(r);
+}
+
+/* Where a pull response's values should land: straight in the caller's
+ * buffer, when the van can put them there. */
+static ps_status_t worker_recv_buffer(void *arg, ps_customer_t *customer, const ps_meta_t *meta,
+                                      unsigned index, uint64_t len, ps_slice_t *slice_p)
+{
+    ps_kv_worker_t *w = arg;
+    (void)customer;
+    if (index != 1 || meta->request)
+        return PS_ERR_NOT_FOUND;
+    ps_status_t st = PS_ERR_NOT_FOUND;
+    int rank = ps_id_to_rank(meta->sender);
+    ps_mutex_lock(&w->lock);
+    kv_req_t *r = table_find(w, meta->timestamp);
+    if (r && r->pull && rank < r->num_parts) {
+        kv_part_t *p = &r->parts[rank];
+        if (p->server_id == meta->sender && !p->responded && p->dest.len == len && len > 0) {
+            *slice_p = ps_slice_ref(&p->dest);
+            st = PS_OK;
+        }
+    }
+    ps_mutex_unlock(&w->lock);
+    return st;
+}
+
+/* ---- lifecycle ---- */
+
+ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id,
+                                ps_kv_worker_t **worker_p)
+{
+    if (!po || !worker_p)
+        return PS_ERR_INVALID_ARG;
+    int ns = ps_postoffice_num_servers(po);
+    if (ns <= 0) {
+        ps_error(PS_LOG_APP, "kv worker: the job has no servers");
+        return PS_ERR_CONFIG;
+    }
+
+    ps_kv_worker_t *w = calloc(1, sizeof(*w));
+    if (!w)
+        return PS_ERR_NO_MEMORY;
+    w->po = po;
+    w->app_id = app_id;
+    w->customer_id = customer_id;
+    w->num_servers = ns;
+    w->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
+    w->server_ids = calloc((size_t)ns, sizeof(int));
+    w->ranges = calloc((size_t)ns, sizeof(ps_kv_range_t));
+    ps_status_t st = PS_ERR_NO_MEMORY;
+    if (!w->server_ids || !w->ranges)
+        goto fail_alloc;
+    for (int i = 0; i < ns; i++) {
+        w->server_ids[i] = ps_server_rank_to_id(i);
+        st = ps_postoffice_server_key_range(po, i, &w->ranges[i].begin, &w->ranges[i].end);
+        if (st != PS_OK)
+            goto fail_alloc;
+    }
+    if ((st = ps_mutex_init(&w->lock)) != PS_OK)
+        goto fail_alloc;
+    if ((st = ps_cond_init(&w->idle)) != PS_OK)
+        goto fail_lock;
+    st = ps_customer_create(po, app_id, customer_id, worker_recv, w, &w->customer);
+    if (st != PS_OK)
+        goto fail_cond;
+    ps_customer_set_done_func(w->customer, worker_done, w);
+    ps_kv_worker_set_recv_in_place(w, 1);
+    *worker_p = w;
+    return PS_OK;
+
+fail_cond:
+    ps_cond_destroy(&w->idle);
+fail_lock:
+    ps_mutex_destroy(&w->lock);
+fail_alloc:
+    free(w->server_ids);
+    free(w->ranges);
+    free(w);
+    return st;
+}
+
+void ps_kv_worker_set_recv_in_place(ps_kv_worker_t *w, int enable)
+{
+    if (!w)
+        return;
+    int can = (ps_postoffice_capabilities(w->po) & PS_CAP_RECV_INTO_DEST) != 0;
+    ps_customer_set_recv_buffer_func(w->customer, enable && can ? worker_recv_buffer : NULL,
+                                     enable && can ? w : NULL);
+}
+
+/* Valid after ps_postoffice_finalize() too (the customer is). */
+void ps_kv_worker_destroy(ps_kv_worker_t *w)
+{
+    if (!w)
+        return;
+    ps_deadline_t dl = ps_deadline_from_ms(w->request_timeout_ms);
+    ps_mutex_lock(&w->lock);
+    while (w->outstanding > 0) {
+        if (ps_cond_wait(&w->idle, &w->lock, dl) == PS_ERR_TIMED_OUT)
+            break;
+    }
+    size_t left = w->outstanding;
+    ps_mutex_unlock(&w->lock);
+    if (left)
+        ps_warn(PS_LOG_APP, "kv worker app %d: %zu requests still outstanding at destroy",
+                w->app_id, left);
+
+    /* Fails what is still outstanding with PS_ERR_SHUTDOWN: worker_done
+     * runs for each and empties the table. */
+    ps_customer_destroy(w->customer);
+    ps_cond_destroy(&w->idle);
+    ps_mutex_destroy(&w->lock);
+    free(w->server_ids);
+    free(w->ranges);
+    free(w);
+}
+
+/* ---- issuing requests ---- */
+
+static ps_status_t check_pairs(const ps_kv_pairs_t *kvs, const char *what)
+{
+    if (kvs->keys.len % sizeof(ps_key_t) != 0) {
+        ps_error(PS_LOG_APP, "kv %s: key bytes %zu not a multiple of 8", what, kvs->keys.len);
+        return PS_ERR_INVALID_ARG;
+    }
+    if (kvs->lens.len != 0 && kvs->lens.len != ps_kv_pairs_num_keys(kvs) * sizeof(int32_t)) {
+        ps_error(PS_LOG_APP, "kv %s: %zu length bytes for %zu keys", what, kvs->lens.len,
+                 ps_kv_pairs_num_keys(kvs));
+        return PS_ERR_INVALID_ARG;
+    }
+    if ((unsigned)kvs->type >= PS_DATA_TYPE_COUNT) {
+        ps_error(PS_LOG_APP, "kv %s: unknown data type %d", what, (int)kvs->type);
+        return PS_ERR_INVALID_ARG;
+    }
+    return PS_OK;
+}
+
+static size_t elem_size_of(ps_data_type_t type)
+{
+    size_t es = ps_data_type_size(type);
+    return es ? es : 1;
+}
+
+static ps_status_t slice_pairs(ps_kv_worker_t *w, const ps_kv_pairs_t *kvs, ps_kv_slice_t *slices)
+{
+    return ps_kv_slice_keys(ps_slice_ptr(&kvs->keys), ps_kv_pairs_num_keys(kvs),
+                            kvs->lens.len ? ps_slice_ptr(&kvs->lens) : NULL, kvs->vals.len,
+                            elem_size_of(kvs->type), w->ranges, w->num_servers, slices);
+}
+
+/* Sends one server's message of request `r`. */
+static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, const kv_part_t *p,
+                             const ps_kv_pairs_t *push, const ps_kv_slice_t *push_slice,
+                             ps_data_type_t type, int cmd)
+{
+    ps_msg_t msg;
+    ps_msg_init(&msg);
+    msg.meta.app_id = w->app_id;
+    msg.meta.customer_id = w->customer_id;
+    msg.meta.timestamp = r->ts;
+    msg.meta.request = true;
+    msg.meta.push = push != NULL;
+    msg.meta.pull = r->pull != 0;
+    msg.meta.head = cmd;
+    msg.meta.recver = p->server_id;
+    memcpy(&msg.meta.key, ps_slice_ptr(&p->keys), sizeof(msg.meta.key));
+
+    ps_slice_t vals = PS_SLICE_EMPTY_INIT;
+    ps_slice_t lens = PS_SLICE_EMPTY_INIT;
+    ps_status_t st = PS_OK;
+    if (push) {
+        st = ps_slice_sub(&push->vals, push_slice->val_begin,
+                          push_slice->val_end - push_slice->val_begin, &vals);
+        if (st == PS_OK && push->lens.len)
+            st = ps_slice_sub(&push->lens, push_slice->key_begin * sizeof(int32_t),
+                              (push_slice->key_end - push_slice->key_begin) * sizeof(int32_t),
+                              &lens);
+    } else if (p->lens.len) {
+        lens = ps_slice_ref(&p->lens);
+    }
+    if (st != PS_OK)
+        goto out;
+
+    /* addr/val_len name the buffer the answer goes to (a pull), else the
+     * pushed values, as upstream. */
+    const ps_slice_t *named = r->pull ? &p->dest : &vals;
+    msg.meta.addr = (uint64_t)(uintptr_t)ps_slice_ptr(named);
+    msg.meta.val_len = named->len;
+
+    if ((st = ps_msg_add_data(&msg, &p->keys, PS_DATA_UINT64)) != PS_OK ||
+        (st = ps_msg_add_data(&msg, &vals, type)) != PS_OK)
+        goto out;
+    if (lens.len && (st = ps_msg_add_data(&msg, &lens, PS_DATA_INT32)) != PS_OK)
+        goto out;
+    st = ps_postoffice_send(w->po, &msg);
+out:
+    ps_slice_unref(&vals);
+    ps_slice_unref(&lens);
+    ps_msg_release(&msg);
+    return st;
+}
+
+/* The common path of push, pull and push-pull. `push` is the data pushed
+ * (NULL for a pull); `out` the destination of a pull (NULL for a push). */
+static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_kv_pairs_t *out,
+                         int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
+{
+    const ps_kv_pairs_t *req = push ? push : out;
+    ps_status_t st;
+    if (!w || !req || !ts_p)
+        return PS_ERR_INVALID_ARG;
+    if ((push && (st = check_pairs(push, "push")) != PS_OK) ||
+        (out && (st = check_pairs(out, "pull")) != PS_OK))
+        return st;
+    if (push && out && out->keys.len &&
+        (out->keys.len != push->keys.len ||
+         memcmp(ps_slice_ptr(&out->keys), ps_slice_ptr(&push->keys), out->keys.len) != 0)) {
+        ps_error(PS_LOG_APP, "kv push-pull: the pull keys differ from the push keys");
+        return PS_ERR_INVALID_ARG;
+    }
+
+    int ns = w->num_servers;
+    size_t nk = ps_kv_pairs_num_keys(req);
+    ps_kv_slice_t *push_slices = NULL, *out_slices = NULL;
+    int *peers = NULL;
+    kv_req_t *r = calloc(1, sizeof(*r) + (size_t)ns * sizeof(kv_part_t));
+    if (!r)
+        return PS_ERR_NO_MEMORY;
+    atomic_init(&r->refs, 1);
+    r->done = done;
+    r->done_arg = arg;
+    r->num_parts = ns;
+    r->pull = out != NULL;
+
+    st = PS_ERR_NO_MEMORY;
+    if (!(peers = calloc((size_t)ns, sizeof(*peers))))
+        goto fail;
+    if (push && !(push_slices = calloc((size_t)ns, sizeof(*push_slices))))
+        goto fail;
+    if (out && !(out_slices = calloc((size_t)ns, sizeof(*out_slices))))
+        goto fail;
+
+    if (push && (st = slice_pairs(w, push, push_slices)) != PS_OK)
+        goto fail;
+    if (out) {
+        /* The destination is cut by the request's keys and the pull's own
+         * lengths (or a uniform size). */
+        ps_kv_pairs_t dst = *out;
+        dst.keys = req->keys;
+        if ((st = slice_pairs(w, &dst, out_slices)) != PS_OK)
+            goto fail;
+        r->elem_size = elem_size_of(out->type);
+        r->uniform_bytes = nk ? out->vals.len / nk : 0;
+    }
+
+    const ps_kv_slice_t *slices = push ? push_slices : out_slices;
+    int num_peers = 0;
+    for (int i = 0; i < ns; i++) {
+        kv_part_t *p = &r->parts[i];
+        const ps_kv_slice_t *s = &slices[i];
+        if (s->key_end == s->key_begin)
+            continue;
+        p->server_id = w->server_ids[i];
+        peers[num_peers++] = p->server_id;
+        size_t kb = s->key_begin, ke = s->key_end;
+        st = ps_slice_sub(&req->keys, kb * sizeof(ps_key_t), (ke - kb) * sizeof(ps_key_t),
+                          &p->keys);
+        if (st == PS_OK && out) {
+            st = ps_slice_sub(&out->vals, out_slices[i].val_begin,
+                              out_slices[i].val_end - out_slices[i].val_begin, &p->dest);
+            if (st == PS_OK && out->lens.len)
+                st = ps_slice_sub(&out->lens, kb * sizeof(int32_t), (ke - kb) * sizeof(int32_t),
+                                  &p->lens);
+        }
+        if (st != PS_OK)
+            goto fail;
+    }
+    r->remaining = num_peers;
+
+    /* The table lock is held from the request's creation until it is in
+     * the table, so worker_done (which may run on another thread as soon
+     * as the request exists, e.g. for a peer declared dead) finds it. */
+    int ts;
+    ps_mutex_lock(&w->lock);
+    st = ps_customer_new_request_ctx(w->customer, num_peers > 0 ? num_peers : 1, peers,
+                                     num_peers, r, &ts);
+    if (st == PS_OK) {
+        r->ts = ts;
+        table_insert(w, r);
+        /* Ours for the sends below; the tracker's is dropped by worker_done. */
+        atomic_fetch_add(&r->refs, 1);
+    }
+    ps_mutex_unlock(&w->lock);
+    free(peers);
+    peers = NULL;
+    if (st != PS_OK)
+        goto fail;
+
+    /* From here on a failure is the request's result, reported through the
+     * callback and ps_kv_wait like any other. */
+    *ts_p = ts;
+    atomic_fetch_add_explicit(&w->n_requests, 1, memory_order_relaxed);
+    if (num_peers == 0) {
+        /* No keys, so no server to ask: done at once. */
+        fire_callback(r, PS_OK);
+        ps_customer_add_response(w->customer, ts, 1);
+    }
+    for (int i = 0; i < ns; i++) {
+        kv_part_t *p = &r->parts[i];
+        if (!p->server_id)
+            continue;
+        st = send_part(w, r, p, push, push ? &push_slices[i] : NULL, req->type, cmd);
+        atomic_fetch_add_explicit(&w->n_messages, 1, memory_order_relaxed);
+        if (st != PS_OK) {
+            ps_customer_fail_request(w->customer, ts, st);
+            break;
+        }
+    }
+    free(push_slices);
+    free(out_slices);
+    req_unref(r);
+    return PS_OK;
+
+fail:
+    free(peers);
+    free(push_slices);
+    free(out_slices);
+    req_unref(r);
+    return st;
+}
+
+/* ---- public entry points ---- */
+
+static ps_status_t copy_into_slice(const void *src, size_t len, ps_slice_t *slice_p)
+{
+    ps_slice_t s = PS_SLICE_EMPTY_INIT;
+    if (len == 0) {
+        *slice_p = s;
+        return PS_OK;
+    }
+    ps_status_t st = ps_slice_alloc(len, 0, &s);
+    if (st != PS_OK)
+        return st;
+    memcpy(ps_slice_ptr(&s), src, len);
+    *slice_p = s;
+    return PS_OK;
+}
+
+static void unref_pairs(ps_kv_pairs_t *kvs)
+{
+    ps_slice_unref(&kvs->keys);
+    ps_slice_unref(&kvs->vals);
+    ps_slice_unref(&kvs->lens);
+}
+
+ps_status_t ps_kv_push(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_keys,
+                       const void *vals, size_t vals_bytes, const int32_t *lens,
+                       ps_data_type_t type, int cmd, ps_kv_done_func_t done, void *arg,
+                       int *ts_p)
+{
+    if ((num_keys && !keys) || (vals_bytes && !vals))
+        return PS_ERR_INVALID_ARG;
+    ps_kv_pairs_t kvs = {PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT, type};
+    ps_status_t st;
+    if ((st = copy_into_slice(keys, num_keys * sizeof(ps_key_t), &kvs.keys)) != PS_OK ||
+        (st = copy_into_slice(vals, vals_bytes, &kvs.vals)) != PS_OK ||
+        (lens && (st = copy_into_slice(lens, num_keys * sizeof(int32_t), &kvs.lens)) != PS_OK)) {
+        unref_pairs(&kvs);
+        return st;
+    }
+    st = issue(worker, &kvs, NULL, cmd, done, arg, ts_p);
+    unref_pairs(&kvs);
+    return st;
+}
+
+ps_status_t ps_kv_pull(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_keys,
+                       void *vals, size_t vals_bytes, int32_t *lens,
+                       ps_data_type_t type, int cmd, ps_kv_done_func_t done, void *arg,
+                       int *ts_p)
+{
+    if ((num_keys && !keys) || (vals_bytes && !vals))
+        return PS_ERR_INVALID_ARG;
+    ps_kv_pairs_t kvs = {PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT, type};
+    ps_status_t st;
+    /* Keys and lengths are copied; the values land in the caller's buffer,
+     * wrapped without a copy (it must stay valid until completion). */
+    if ((st = copy_into_slice(keys, num_keys * sizeof(ps_key_t), &kvs.keys)) != PS_OK ||
+        (lens && (st = copy_into_slice(lens, num_keys * sizeof(int32_t), &kvs.lens)) != PS_OK) ||
+        (vals_bytes && (st = ps_slice_wrap(vals, vals_bytes, NULL, NULL, &kvs.vals)) != PS_OK)) {
+        unref_pairs(&kvs);
+        return st;
+    }
+    st = issue(worker, NULL, &kvs, cmd, done, arg, ts_p);
+    unref_pairs(&kvs);
+    return st;
+}
+
+ps_status_t ps_kv_zpush(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cmd,
+                        ps_kv_done_func_t done, void *arg, int *ts_p)
+{
+    if (!kvs)
+        return PS_ERR_INVALID_ARG;
+    return issue(worker, kvs, NULL, cmd, done, arg, ts_p);
+}
+
+ps_status_t ps_kv_zpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cmd,
+                        ps_kv_done_func_t done, void *arg, int *ts_p)
+{
+    if (!kvs)
+        return PS_ERR_INVALID_ARG;
+    return issue(worker, NULL, kvs, cmd, done, arg, ts_p);
+}
+
+ps_status_t ps_kv_zpushpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
+                            const ps_kv_pairs_t *out, int cmd,
+                            ps_kv_done_func_t done, void *arg, int *ts_p)
+{
+    if (!push || !out)
+        return PS_ERR_INVALID_ARG;
+    return issue(worker, push, out, cmd, done, arg, ts_p);
+}
+
+ps_status_t ps_kv_wait(ps_kv_worker_t *worker, int ts, int timeout_ms)
+{
+    if (!worker)
+        return PS_ERR_INVALID_ARG;
+    return ps_customer_wait(worker->customer, ts, timeout_ms);
+}
+
+void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p)
+{
+    if (!worker || !stats_p)
+        return;
+    stats_p->requests = atomic_load_explicit(&worker->n_requests, memory_order_relaxed);
+    stats_p->messages = atomic_load_explicit(&worker->n_messages, memory_order_relaxed);
+    stats_p->pull_bytes_in_place = atomic_load_explicit(&worker->n_in_place, memory_order_relaxed);
+    stats_p->pull_bytes_copied = atomic_load_explicit(&worker->n_copied, memory_order_relaxed);
+}
