@@ -1,0 +1,440 @@
+/*
+ * Joining the job (upstream's van start-up): a server or worker registers
+ * with the scheduler (ADD_NODE carrying its address and preferred rank),
+ * the scheduler waits for every node, assigns ids (node_table.c), connects
+ * to each and sends them the table; each node finds itself in it, connects
+ * to its peers (workers to servers, servers to workers) and announces its
+ * id. A start that cannot succeed ends, on every node, with a status and
+ * the scheduler's reason (who registered, which ranks clash) instead of a
+ * hang.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/base/config.h"
+#include "ps/base/log.h"
+#include "ps/base/sockaddr.h"
+#include "ps/base/time.h"
+#include "ps/net/node_table_internal.h"
+#include "ps/net/postoffice_state_internal.h"
+
+/* ---- registration (van thread) ---- */
+
+/* Scheduler: a node registers. */
+void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
+{
+    char who[PS_NODE_HOSTNAME_MAX + 48];
+    size_t n;
+    const ps_node_t *nodes = ps__msg_nodes(msg, &n);
+    if (n < 1) {
+        ps_warn(PS_LOG_CORE, "ignoring a registration without a node");
+        return;
+    }
+    const ps_node_t *node = &nodes[0];
+    int port = node->num_ports > 0 ? node->ports[0] : 0;
+    size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
+
+    ps_mutex_lock(&po->lock);
+    if (po->ready || po->finalizing) {
+        ps_mutex_unlock(&po->lock);
+        ps_warn(PS_LOG_CORE, "ignoring the registration of %s: all %zu nodes have registered "
+                "already", ps__node_describe(node, who, sizeof(who)), expected);
+        return;
+    }
+    int idx = ps__node_table_find(po->reg_nodes, po->num_reg, node->hostname, port);
+    if (idx < 0) {
+        if (po->num_reg == po->cap_reg) {
+            size_t cap = po->cap_reg ? po->cap_reg * 2 : 16;
+            ps_node_t *p = realloc(po->reg_nodes, cap * sizeof(*p));
+            if (p == NULL) {
+                ps_mutex_unlock(&po->lock);
+                ps_error(PS_LOG_CORE, "out of memory registering a node");
+                return;
+            }
+            po->reg_nodes = p;
+            po->cap_reg = cap;
+        }
+        idx = (int)po->num_reg++;
+    }
+    po->reg_nodes[idx] = *node;
+    po->reg_nodes[idx].id = PS_NODE_EMPTY;
+    size_t count = po->num_reg;
+    ps_cond_broadcast(&po->cond);
+    ps_mutex_unlock(&po->lock);
+    ps_info(PS_LOG_CORE, "node registered: %s%s (%zu of %zu)",
+            ps__node_describe(node, who, sizeof(who)),
+            node->aux_id >= 0 ? " with a preferred rank" : "", count, expected);
+}
+
+/* Node: the scheduler's answer to our registration. */
+void ps__po_node_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
+{
+    size_t n;
+    const ps_node_t *nodes = ps__msg_nodes(msg, &n);
+
+    ps_mutex_lock(&po->lock);
+    if (po->table_received) {
+        ps_mutex_unlock(&po->lock);
+        ps_warn(PS_LOG_CORE, "ignoring a second node table from the scheduler");
+        return;
+    }
+    if (msg->meta.head < 0) {
+        po->start_failure = (ps_status_t)msg->meta.head;
+        ps__msg_body(msg, po->start_reason, sizeof(po->start_reason));
+    } else {
+        ps_node_t *copy = n > 0 ? malloc(n * sizeof(*copy)) : NULL;
+        if (copy == NULL) {
+            po->start_failure = PS_ERR_NO_MEMORY;
+            snprintf(po->start_reason, sizeof(po->start_reason),
+                     "out of memory copying the node table");
+        } else {
+            memcpy(copy, nodes, n * sizeof(*copy));
+            po->nodes = copy;
+            po->num_nodes = n;
+        }
+    }
+    po->table_received = 1;
+    ps_cond_broadcast(&po->cond);
+    ps_mutex_unlock(&po->lock);
+}
+
+/* ---- start: scheduler ---- */
+
+/* Tells every registered node that the job cannot start, and why. They
+ * have no ids yet: temporary ones address them. */
+static void sched_fail_start(ps_postoffice_t *po, ps_status_t status, const char *why)
+{
+    ps_mutex_lock(&po->lock);
+    size_t n = po->num_reg;
+    ps_node_t *nodes = n > 0 ? malloc(n * sizeof(*nodes)) : NULL;
+    if (nodes != NULL)
+        memcpy(nodes, po->reg_nodes, n * sizeof(*nodes));
+    else
+        n = 0;
+    po->finalizing = 1; /* count disconnections from here on */
+    ps_mutex_unlock(&po->lock);
+
+    size_t told = 0;
+    for (size_t i = 0; i < n; i++) {
+        nodes[i].id = PS__TEMP_ID_BASE + (int)i;
+        if (po->van->ops->connect(po->van, &nodes[i], PS_SCHEDULER_ID) != PS_OK)
+            continue;
+        if (ps__po_send_control(po, nodes[i].id, PS_CTRL_ADD_NODE, 0, status, 0, NULL, 0, why) ==
+            PS_OK)
+            told++;
+    }
+    free(nodes);
+    if (told > 0)
+        ps__po_linger(po, told, ps_deadline_from_ms(PS__LINGER_MS));
+}
+
+ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
+{
+    char who[PS_NODE_HOSTNAME_MAX + 48];
+    char why[512];
+    size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
+
+    ps_mutex_lock(&po->lock);
+    while (po->num_reg < expected) {
+        if (ps_cond_wait(&po->cond, &po->lock, deadline) == PS_ERR_TIMED_OUT &&
+            po->num_reg < expected)
+            break;
+    }
+    size_t n = po->num_reg;
+    size_t ns = 0;
+    for (size_t i = 0; i < n; i++)
+        ns += po->reg_nodes[i].role == PS_ROLE_SERVER;
+    ps_node_t *table = malloc((n + 1) * sizeof(*table));
+    if (table != NULL && n > 0)
+        memcpy(table, po->reg_nodes, n * sizeof(*table));
+    ps_mutex_unlock(&po->lock);
+
+    if (table == NULL) {
+        ps_error(PS_LOG_CORE, "out of memory building the node table");
+        sched_fail_start(po, PS_ERR_NO_MEMORY, "the scheduler ran out of memory");
+        return PS_ERR_NO_MEMORY;
+    }
+    if (n < expected) {
+        snprintf(why, sizeof(why),
+                 "start-up timed out after %d ms: %zu of %zu nodes registered with the "
+                 "scheduler (%zu of %d servers, %zu of %d workers)",
+                 po->params.start_timeout_ms, n, expected, ns, po->params.num_servers, n - ns,
+                 po->params.num_workers);
+        ps_error(PS_LOG_CORE, "%s", why);
+        free(table);
+        sched_fail_start(po, PS_ERR_TIMED_OUT, why);
+        return PS_ERR_TIMED_OUT;
+    }
+
+    const char *ordered = ps_config_str_or(PS_CFG_BYTEPS_ORDERED_HOSTS, "");
+    if (ps_config_bool_or(PS_CFG_BYTEPS_ENABLE_MIXED_MODE, 0))
+        ps_warn(PS_LOG_CORE, "BYTEPS_ENABLE_MIXED_MODE is not supported; ranks follow host and "
+                "port order");
+    ps_status_t st = ps__node_table_assign(table, n, po->params.num_servers,
+                                           po->params.num_workers, ordered, why, sizeof(why));
+    if (st != PS_OK) {
+        ps_error(PS_LOG_CORE, "cannot start the job: %s", why);
+        free(table);
+        sched_fail_start(po, st, why);
+        return st;
+    }
+    table[n] = po->my_node;
+    uint64_t *seen = calloc(n + 1, sizeof(*seen));
+    if (seen == NULL) {
+        free(table);
+        sched_fail_start(po, PS_ERR_NO_MEMORY, "the scheduler ran out of memory");
+        return PS_ERR_NO_MEMORY;
+    }
+    uint64_t now = ps_time_now_ns();
+    for (size_t i = 0; i <= n; i++)
+        seen[i] = now;
+
+    for (size_t i = 0; i < n; i++)
+        ps_info(PS_LOG_CORE, "assigned id %d to %s", table[i].id,
+                ps__node_describe(&table[i], who, sizeof(who)));
+    for (size_t i = 0; i < n; i++) {
+        st = po->van->ops->connect(po->van, &table[i], PS_SCHEDULER_ID);
+        if (st != PS_OK) {
+            snprintf(why, sizeof(why), "the scheduler cannot connect to %s: %s",
+                     ps__node_describe(&table[i], who, sizeof(who)), ps_status_str(st));
+            ps_error(PS_LOG_CORE, "cannot start the job: %s", why);
+            free(seen);
+            free(table);
+            sched_fail_start(po, st, why);
+            return st;
+        }
+        ps_info(PS_LOG_CORE, "connected to %s as node %d",
+                ps__node_describe(&table[i], who, sizeof(who)), table[i].id);
+    }
+
+    ps_mutex_lock(&po->lock);
+    po->nodes = table;
+    po->num_nodes = n + 1;
+    __atomic_store_n(&po->last_seen_ns, seen, __ATOMIC_RELEASE);
+    po->ready = 1;
+    ps_cond_broadcast(&po->cond);
+    ps_cond_signal(&po->timer_cond);
+    ps_mutex_unlock(&po->lock);
+
+    for (size_t i = 0; i < n; i++) {
+        st = ps__po_send_control(po, table[i].id, PS_CTRL_ADD_NODE, 0, 0, 0, table, n + 1, NULL);
+        if (st != PS_OK)
+            return st;
+    }
+    ps_info(PS_LOG_CORE, "all %zu nodes registered; node table sent", n);
+    return PS_OK;
+}
+
+/* ---- start: server / worker ---- */
+
+static void sched_node(const ps_postoffice_t *po, ps_node_t *node)
+{
+    ps_node_init(node);
+    node->role = PS_ROLE_SCHEDULER;
+    node->id = PS_SCHEDULER_ID;
+    snprintf(node->hostname, sizeof(node->hostname), "%s", po->params.scheduler_host);
+    node->num_ports = 1;
+    node->ports[0] = po->params.scheduler_port;
+    node->dev_types[0] = PS_DEV_CPU;
+}
+
+/* Connects to the scheduler and sends our registration. */
+static ps_status_t node_register(ps_postoffice_t *po)
+{
+    ps_node_t sched;
+    sched_node(po, &sched);
+    ps_status_t st = po->van->ops->connect(po->van, &sched, PS_NODE_EMPTY);
+    if (st != PS_OK)
+        return st;
+    return ps__po_send_control(po, PS_SCHEDULER_ID, PS_CTRL_ADD_NODE, 1, 0, 0, &po->my_node, 1,
+                           NULL);
+}
+
+ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline)
+{
+    char who[PS_NODE_HOSTNAME_MAX + 48];
+    char sched_desc[PS_NODE_HOSTNAME_MAX + 48];
+    ps_node_t sched;
+    sched_node(po, &sched);
+    ps__node_describe(&sched, sched_desc, sizeof(sched_desc));
+
+    ps_info(PS_LOG_CORE, "registering with the %s as %s%s", sched_desc,
+            ps__node_describe(&po->my_node, who, sizeof(who)),
+            po->my_node.aux_id >= 0 ? " with a preferred rank" : "");
+    ps_status_t last = node_register(po);
+    int retries = 0;
+
+    /* Wait a little longer than the scheduler, which starts about when we
+     * do: its verdict on a failed start (saying who came) then arrives
+     * before our own deadline. */
+    int waited_ms = po->params.start_timeout_ms;
+    if (!ps_deadline_is_infinite(deadline)) {
+        int grace = waited_ms / 4;
+        grace = grace < PS__START_GRACE_MIN_MS ? PS__START_GRACE_MIN_MS
+                : grace > PS__START_GRACE_MAX_MS ? PS__START_GRACE_MAX_MS : grace;
+        deadline = ps_deadline_at_ns(deadline.at_ns + (uint64_t)grace * PS_NSEC_PER_MSEC);
+        waited_ms += grace;
+    }
+
+    ps_mutex_lock(&po->lock);
+    for (;;) {
+        if (po->table_received)
+            break;
+        if (po->sched_conn_lost || last != PS_OK) {
+            /* Not up yet (or restarting): retry until the deadline. */
+            po->sched_conn_lost = 0;
+            ps_mutex_unlock(&po->lock);
+            if (retries++ == 0)
+                ps_info(PS_LOG_CORE, "the %s is not reachable yet; retrying until the start "
+                        "deadline", sched_desc);
+            po->van->ops->disconnect(po->van, PS_SCHEDULER_ID);
+            ps_deadline_t pause = ps_deadline_min(deadline, ps_deadline_from_ms(PS__RECONNECT_MS));
+            if (!ps_deadline_is_infinite(pause))
+                (void)ps_sleep_until(pause);
+            ps_mutex_lock(&po->lock);
+            if (po->table_received)
+                break;
+            if (ps_deadline_expired(deadline)) {
+                ps_mutex_unlock(&po->lock);
+                ps_error(PS_LOG_CORE, "start-up timed out after %d ms: could not reach the %s",
+                         waited_ms, sched_desc);
+                return PS_ERR_TIMED_OUT;
+            }
+            ps_mutex_unlock(&po->lock);
+            last = node_register(po);
+            ps_mutex_lock(&po->lock);
+            continue;
+        }
+        if (ps_cond_wait(&po->cond, &po->lock, deadline) == PS_ERR_TIMED_OUT &&
+            !po->table_received && !po->sched_conn_lost) {
+            ps_mutex_unlock(&po->lock);
+            ps_error(PS_LOG_CORE,
+                     "start-up timed out after %d ms: no node table from the %s (not "
+                     "reachable, or still waiting for some of the %d servers and %d workers)",
+                     waited_ms, sched_desc, po->params.num_servers,
+                     po->params.num_workers);
+            return PS_ERR_TIMED_OUT;
+        }
+    }
+    if (po->start_failure != PS_OK) {
+        ps_status_t st = po->start_failure;
+        ps_mutex_unlock(&po->lock);
+        ps_error(PS_LOG_CORE, "the scheduler could not start the job: %s", po->start_reason);
+        return st;
+    }
+    /* Find ourselves. */
+    int idx = ps__node_table_find(po->nodes, po->num_nodes, po->my_node.hostname,
+                                  po->my_node.ports[0]);
+    size_t n = po->num_nodes;
+    ps_node_t *table = po->nodes;
+    ps_mutex_unlock(&po->lock);
+
+    if (idx < 0 || table[idx].role != po->params.role) {
+        ps_error(PS_LOG_CORE, "the scheduler's node table does not list this node (%s)",
+                 ps__node_describe(&po->my_node, who, sizeof(who)));
+        return PS_ERR_PROTOCOL;
+    }
+    int my_id = table[idx].id;
+    po->my_node.id = my_id;
+    __atomic_store_n(&po->my_id, my_id, __ATOMIC_RELEASE);
+    char prefix[48];
+    snprintf(prefix, sizeof(prefix), "%s %d", ps_role_str(po->params.role), my_id);
+    ps_log_set_prefix(prefix);
+    ps_info(PS_LOG_CORE, "assigned id %d (%s rank %d) by the scheduler", my_id,
+            ps_role_str(po->params.role), ps_id_to_rank(my_id));
+
+    /* Workers talk to servers and servers to workers; nobody else. */
+    for (size_t i = 0; i < n; i++) {
+        const ps_node_t *peer = &table[i];
+        if (peer->role == po->params.role || peer->role == PS_ROLE_SCHEDULER)
+            continue;
+        ps_status_t st = po->van->ops->connect(po->van, peer, my_id);
+        if (st != PS_OK) {
+            ps_error(PS_LOG_CORE, "cannot connect to %s (node %d): %s",
+                     ps__node_describe(peer, who, sizeof(who)), peer->id, ps_status_str(st));
+            return st;
+        }
+        ps_info(PS_LOG_CORE, "connected to %s as node %d",
+                ps__node_describe(peer, who, sizeof(who)), peer->id);
+    }
+    ps_status_t st = po->van->ops->set_node_id(po->van, my_id);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_CORE, "the van refused node id %d: %s", my_id, ps_status_str(st));
+        return st;
+    }
+
+    ps_mutex_lock(&po->lock);
+    __atomic_store_n(&po->sched_seen_ns, ps_time_now_ns(), __ATOMIC_RELAXED);
+    if (po->sched_conn_lost) {
+        ps_mutex_unlock(&po->lock);
+        ps_error(PS_LOG_CORE, "lost the %s during start-up", sched_desc);
+        return PS_ERR_PEER_GONE;
+    }
+    po->ready = 1;
+    ps_cond_signal(&po->timer_cond);
+    ps_mutex_unlock(&po->lock);
+    return PS_OK;
+}
+
+/* ---- parameters ---- */
+
+ps_status_t ps__po_check_params(const ps_start_params_t *p)
+{
+    if (p->role != PS_ROLE_SCHEDULER && p->role != PS_ROLE_SERVER &&
+        p->role != PS_ROLE_WORKER && p->role != PS_ROLE_JOINT) {
+        ps_error(PS_LOG_CORE, "start: unknown role %d", (int)p->role);
+        return PS_ERR_CONFIG;
+    }
+    if (p->role == PS_ROLE_JOINT) {
+        ps_error(PS_LOG_CORE, "DMLC_ROLE=joint is not supported yet: run a server and a worker "
+                 "process instead");
+        return PS_ERR_UNSUPPORTED;
+    }
+    if (p->scheduler_host[0] == '\0') {
+        ps_error(PS_LOG_CORE, "the scheduler's address (DMLC_PS_ROOT_URI) is not set");
+        return PS_ERR_CONFIG;
+    }
+    if (p->scheduler_port < 1 || p->scheduler_port > 65535) {
+        ps_error(PS_LOG_CORE, "the scheduler's port (DMLC_PS_ROOT_PORT) is %d; expected 1 to "
+                 "65535", p->scheduler_port);
+        return PS_ERR_CONFIG;
+    }
+    if (p->num_servers < 0 || p->num_workers < 0) {
+        ps_error(PS_LOG_CORE, "DMLC_NUM_SERVER (%d) and DMLC_NUM_WORKER (%d) must not be "
+                 "negative", p->num_servers, p->num_workers);
+        return PS_ERR_CONFIG;
+    }
+    if (p->port < 0 || p->port > 65535) {
+        ps_error(PS_LOG_CORE, "DMLC_PORT is %d; expected 0 to 65535", p->port);
+        return PS_ERR_CONFIG;
+    }
+    if (p->role != PS_ROLE_SCHEDULER && p->preferred_rank >= 0) {
+        int n = p->role == PS_ROLE_SERVER ? p->num_servers : p->num_workers;
+        if (p->preferred_rank >= n) {
+            ps_error(PS_LOG_CORE, "preferred rank %d (DMLC_RANK) is out of range: %s ranks are "
+                     "0 to %d", p->preferred_rank, ps_role_str(p->role), n - 1);
+            return PS_ERR_CONFIG;
+        }
+    }
+    return PS_OK;
+}
+
+ps_status_t ps__po_select_host(const ps_start_params_t *p, char *host, size_t cap)
+{
+    ps_sockaddr_t sched;
+    int family = AF_UNSPEC;
+    if (ps_sockaddr_parse(p->scheduler_host, 0, &sched) == PS_OK)
+        family = ps_sockaddr_family(&sched); /* same family as the scheduler */
+    /* DMLC_INTERFACE=auto (StepMesh: the NIC nearest the GPU) is resolved by
+     * the GPU layer when present; here it means the first usable one. */
+    const char *ifname = strcmp(p->interface, "auto") == 0 ? "" : p->interface;
+    ps_sockaddr_t addr;
+    ps_status_t st = ps_node_host_select(p->node_host, ifname, family, &addr);
+    if (st != PS_OK)
+        return st == PS_ERR_NOT_FOUND ? PS_ERR_CONFIG : st;
+    st = ps_sockaddr_format_host(&addr, host, cap);
+    if (st != PS_OK)
+        ps_error(PS_LOG_CORE, "cannot format this node's address: %s", ps_status_str(st));
+    return st;
+}

@@ -1,0 +1,615 @@
+/*
+ * Customers and the registry that routes data messages to them.
+ *
+ * A message is handed to its customer's receive function on the van's
+ * thread (a hand-off to another thread costs ~70 us on a small machine).
+ * A message for a customer not registered yet waits in a bounded pending
+ * queue: the customer's creator replays it, in arrival order, before the
+ * van thread may deliver to that customer directly; the postoffice's timer
+ * thread drops what waited longer than PS__PENDING_TIMEOUT_NS.
+ *
+ * A customer is pinned (users > 0) while a postoffice thread runs one of
+ * its functions; destroy waits for the pins to go.
+ */
+#include "ps/net/customer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/base/log.h"
+#include "ps/base/thread.h"
+#include "ps/base/time.h"
+#include "ps/net/postoffice_internal.h"
+#include "ps/net/tracker_internal.h"
+
+/* With PS_BUSY_POLL, how long a waiter spins before it sleeps. */
+#define PS__CUSTOMER_SPIN_NS (2ull * 1000000ull)
+/* Customers failed per round of fail_peer()/close() without allocating. */
+#define PS__PIN_BATCH 32
+
+struct ps_customer {
+    ps_postoffice_t *po;  /* NULL once the postoffice is gone */
+    ps__registry_t *reg;  /* NULL once detached */
+    int app_id;
+    int customer_id;
+    int request_timeout_ms;
+    ps_customer_recv_func_t recv;
+    void *recv_arg;
+    ps_customer_done_func_t done;
+    void *done_arg;
+    ps__tracker_t *tracker;
+
+    /* Under the registry lock. */
+    ps_customer_recv_buffer_func_t recv_buffer;
+    void *recv_buffer_arg;
+    int users;      /* postoffice threads inside this customer's functions */
+    int draining;   /* the creator is replaying pending messages */
+    int linked;     /* in the registry's list */
+    struct ps_customer *next;
+};
+
+typedef struct ps__pending {
+    ps_msg_t msg;
+    uint8_t *body; /* a copy: the van's decode buffer does not outlive deliver */
+    uint64_t arrived_ns;
+    struct ps__pending *next;
+} ps__pending_t;
+
+struct ps__registry {
+    ps_mutex_t lock;
+    ps_cond_t cond; /* a pin was dropped */
+    ps_role_t role;
+    ps__kick_func_t kick;
+    void *kick_arg;
+    ps_customer_t *customers;
+    ps__pending_t *pending_head;
+    ps__pending_t *pending_tail;
+    size_t num_pending;
+    int *dead;
+    size_t num_dead;
+    size_t dead_cap;
+    ps_status_t closed; /* PS_OK while open */
+};
+
+/* The customer whose receive function this thread is running. */
+static __thread ps_customer_t *tls_in_customer;
+
+/* ---- registry internals (under reg->lock) ---- */
+
+static int route_customer_id(const ps__registry_t *reg, const ps_meta_t *meta)
+{
+    return reg->role == PS_ROLE_WORKER ? meta->customer_id : meta->app_id;
+}
+
+static ps_customer_t *reg_find(const ps__registry_t *reg, int app_id, int customer_id)
+{
+    for (ps_customer_t *c = reg->customers; c != NULL; c = c->next) {
+        if (c->app_id == app_id && c->customer_id == customer_id)
+            return c;
+    }
+    return NULL;
+}
+
+static void reg_unpin(ps__registry_t *reg, ps_customer_t *c)
+{
+    ps_mutex_lock(&reg->lock);
+    if (--c->users == 0)
+        ps_cond_broadcast(&reg->cond);
+    ps_mutex_unlock(&reg->lock);
+}
+
+static void pending_free(ps__pending_t *p)
+{
+    ps_msg_release(&p->msg);
+    free(p->body);
+    free(p);
+}
+
+/* Takes msg over into the pending queue; returns 1 if the queue was empty. */
+static int reg_queue_pending(ps__registry_t *reg, ps_msg_t *msg)
+{
+    if (reg->num_pending >= PS__PENDING_MAX) {
+        ps_warn_ratelimited(PS_LOG_CORE,
+                            "dropping a message from node %d for unknown app %d customer %d: "
+                            "%d messages already wait for their customer",
+                            msg->meta.sender, msg->meta.app_id, msg->meta.customer_id,
+                            PS__PENDING_MAX);
+        ps_msg_release(msg);
+        return 0;
+    }
+    ps__pending_t *p = calloc(1, sizeof(*p));
+    uint8_t *body = NULL;
+    if (p != NULL && msg->meta.body_len > 0) {
+        body = malloc(msg->meta.body_len);
+        if (body == NULL) {
+            free(p);
+            p = NULL;
+        }
+    }
+    if (p == NULL) {
+        ps_warn_ratelimited(PS_LOG_CORE, "out of memory queueing a message for app %d",
+                            msg->meta.app_id);
+        ps_msg_release(msg);
+        return 0;
+    }
+    p->msg = *msg; /* moves the references */
+    if (body != NULL) {
+        memcpy(body, msg->meta.body, msg->meta.body_len);
+        p->msg.meta.body = body;
+    }
+    p->body = body;
+    p->arrived_ns = ps_time_now_ns();
+    int was_empty = reg->pending_head == NULL;
+    if (reg->pending_tail != NULL)
+        reg->pending_tail->next = p;
+    else
+        reg->pending_head = p;
+    reg->pending_tail = p;
+    reg->num_pending++;
+    ps_debug(PS_LOG_CORE, "queued a message from node %d for app %d customer %d until it registers",
+             msg->meta.sender, msg->meta.app_id, route_customer_id(reg, &msg->meta));
+    return was_empty;
+}
+
+/* Unlinks and returns the oldest pending message for c, or NULL. */
+static ps__pending_t *reg_take_pending(ps__registry_t *reg, const ps_customer_t *c)
+{
+    ps__pending_t *prev = NULL;
+    for (ps__pending_t *p = reg->pending_head; p != NULL; prev = p, p = p->next) {
+        if (p->msg.meta.app_id != c->app_id ||
+            route_customer_id(reg, &p->msg.meta) != c->customer_id)
+            continue;
+        if (prev != NULL)
+            prev->next = p->next;
+        else
+            reg->pending_head = p->next;
+        if (reg->pending_tail == p)
+            reg->pending_tail = prev;
+        reg->num_pending--;
+        p->next = NULL;
+        return p;
+    }
+    return NULL;
+}
+
+static int reg_has_pending(const ps__registry_t *reg, const ps_customer_t *c)
+{
+    for (ps__pending_t *p = reg->pending_head; p != NULL; p = p->next) {
+        if (p->msg.meta.app_id == c->app_id &&
+            route_customer_id(reg, &p->msg.meta) == c->customer_id)
+            return 1;
+    }
+    return 0;
+}
+
+static void customer_call_recv(ps_customer_t *c, const ps_msg_t *msg)
+{
+    ps_customer_t *outer = tls_in_customer;
+    tls_in_customer = c;
+    c->recv(c->recv_arg, c, msg);
+    tls_in_customer = outer;
+}
+
+/* ---- registry API ---- */
+
+ps_status_t ps__registry_create(ps_role_t role, ps__kick_func_t kick, void *kick_arg,
+                                ps__registry_t **reg_p)
+{
+    ps__registry_t *reg = calloc(1, sizeof(*reg));
+    if (reg == NULL)
+        return PS_ERR_NO_MEMORY;
+    if (ps_mutex_init(&reg->lock) != PS_OK) {
+        free(reg);
+        return PS_ERR_NO_MEMORY;
+    }
+    if (ps_cond_init(&reg->cond) != PS_OK) {
+        ps_mutex_destroy(&reg->lock);
+        free(reg);
+        return PS_ERR_NO_MEMORY;
+    }
+    reg->role = role;
+    reg->kick = kick;
+    reg->kick_arg = kick_arg;
+    reg->closed = PS_OK;
+    *reg_p = reg;
+    return PS_OK;
+}
+
+void ps__registry_destroy(ps__registry_t *reg)
+{
+    if (reg == NULL)
+        return;
+    ps__registry_close(reg, PS_ERR_SHUTDOWN);
+    ps_mutex_lock(&reg->lock);
+    /* Van threads are stopped by now; pins can only come from a
+     * concurrent close, which has returned. */
+    while (reg->customers != NULL) {
+        ps_customer_t *c = reg->customers;
+        reg->customers = c->next;
+        c->next = NULL;
+        c->linked = 0;
+        c->reg = NULL;
+        c->po = NULL;
+    }
+    ps__pending_t *p = reg->pending_head;
+    reg->pending_head = reg->pending_tail = NULL;
+    reg->num_pending = 0;
+    ps_mutex_unlock(&reg->lock);
+    while (p != NULL) {
+        ps__pending_t *next = p->next;
+        pending_free(p);
+        p = next;
+    }
+    free(reg->dead);
+    ps_cond_destroy(&reg->cond);
+    ps_mutex_destroy(&reg->lock);
+    free(reg);
+}
+
+void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg)
+{
+    int cust_id = route_customer_id(reg, &msg->meta);
+    int kick = 0;
+
+    ps_mutex_lock(&reg->lock);
+    ps_customer_t *c = reg_find(reg, msg->meta.app_id, cust_id);
+    if (c == NULL || c->draining) {
+        if (reg->closed != PS_OK && c == NULL) {
+            ps_mutex_unlock(&reg->lock);
+            ps_debug(PS_LOG_CORE, "dropping a message for app %d customer %d: shutting down",
+                     msg->meta.app_id, cust_id);
+            ps_msg_release(msg);
+            return;
+        }
+        kick = reg_queue_pending(reg, msg);
+        ps_mutex_unlock(&reg->lock);
+        if (kick && reg->kick != NULL)
+            reg->kick(reg->kick_arg);
+        return;
+    }
+    c->users++;
+    ps_mutex_unlock(&reg->lock);
+
+    customer_call_recv(c, msg);
+    ps_msg_release(msg);
+    reg_unpin(reg, c);
+}
+
+ps_status_t ps__registry_recv_buffer(ps__registry_t *reg, const ps_meta_t *meta,
+                                     unsigned index, uint64_t len, ps_slice_t *slice_p)
+{
+    ps_mutex_lock(&reg->lock);
+    ps_customer_t *c = reg_find(reg, meta->app_id, route_customer_id(reg, meta));
+    if (c == NULL || c->draining || c->recv_buffer == NULL) {
+        ps_mutex_unlock(&reg->lock);
+        return PS_ERR_NOT_FOUND;
+    }
+    ps_customer_recv_buffer_func_t fn = c->recv_buffer;
+    void *arg = c->recv_buffer_arg;
+    c->users++;
+    ps_mutex_unlock(&reg->lock);
+
+    ps_status_t st = fn(arg, c, meta, index, len, slice_p);
+    reg_unpin(reg, c);
+    return st;
+}
+
+/* Runs fn on every registered customer, pinned and without the lock. */
+static void reg_for_each(ps__registry_t *reg, void (*fn)(ps_customer_t *c, int peer,
+                                                         ps_status_t why, int mark_dead),
+                         int peer, ps_status_t why, int mark_dead)
+{
+    ps_customer_t *batch[PS__PIN_BATCH];
+    size_t skip = 0;
+    for (;;) {
+        size_t n = 0;
+        size_t idx = 0;
+        ps_mutex_lock(&reg->lock);
+        for (ps_customer_t *c = reg->customers; c != NULL && n < PS__PIN_BATCH; c = c->next) {
+            if (idx++ < skip)
+                continue;
+            c->users++;
+            batch[n++] = c;
+        }
+        ps_mutex_unlock(&reg->lock);
+        for (size_t i = 0; i < n; i++) {
+            fn(batch[i], peer, why, mark_dead);
+            reg_unpin(reg, batch[i]);
+        }
+        if (n < PS__PIN_BATCH)
+            return;
+        /* A customer created or destroyed meanwhile may shift the list; the
+         * calls are idempotent, and new customers are seeded at creation. */
+        skip += n;
+    }
+}
+
+/* Done functions run inside these: mark the customer as busy on this
+ * thread, as for its receive function (see ps_customer_destroy). */
+static void customer_fail_peer_cb(ps_customer_t *c, int peer, ps_status_t why, int mark_dead)
+{
+    ps_customer_t *outer = tls_in_customer;
+    tls_in_customer = c;
+    ps__tracker_fail_peer(c->tracker, peer, why, mark_dead);
+    tls_in_customer = outer;
+}
+
+static void customer_close_cb(ps_customer_t *c, int peer, ps_status_t why, int mark_dead)
+{
+    (void)peer;
+    (void)mark_dead;
+    ps_customer_t *outer = tls_in_customer;
+    tls_in_customer = c;
+    ps__tracker_close(c->tracker, why);
+    tls_in_customer = outer;
+}
+
+void ps__registry_fail_peer(ps__registry_t *reg, int peer, ps_status_t why, int mark_dead)
+{
+    if (mark_dead) {
+        ps_mutex_lock(&reg->lock);
+        int known = 0;
+        for (size_t i = 0; i < reg->num_dead; i++)
+            known |= reg->dead[i] == peer;
+        if (!known) {
+            if (reg->num_dead == reg->dead_cap) {
+                size_t cap = reg->dead_cap ? reg->dead_cap * 2 : 8;
+                int *d = realloc(reg->dead, cap * sizeof(*d));
+                if (d != NULL) {
+                    reg->dead = d;
+                    reg->dead_cap = cap;
+                }
+            }
+            if (reg->num_dead < reg->dead_cap)
+                reg->dead[reg->num_dead++] = peer;
+        }
+        ps_mutex_unlock(&reg->lock);
+    }
+    reg_for_each(reg, customer_fail_peer_cb, peer, why, mark_dead);
+}
+
+void ps__registry_close(ps__registry_t *reg, ps_status_t why)
+{
+    ps_mutex_lock(&reg->lock);
+    if (reg->closed == PS_OK)
+        reg->closed = why;
+    why = reg->closed;
+    ps_mutex_unlock(&reg->lock);
+    reg_for_each(reg, customer_close_cb, -1, why, 0);
+}
+
+size_t ps__registry_num_pending(ps__registry_t *reg)
+{
+    ps_mutex_lock(&reg->lock);
+    size_t n = reg->num_pending;
+    ps_mutex_unlock(&reg->lock);
+    return n;
+}
+
+uint64_t ps__registry_expire_pending(ps__registry_t *reg, uint64_t now_ns)
+{
+    ps__pending_t *expired = NULL;
+    uint64_t next = 0;
+
+    ps_mutex_lock(&reg->lock);
+    ps__pending_t *prev = NULL;
+    ps__pending_t *p = reg->pending_head;
+    while (p != NULL) {
+        ps__pending_t *following = p->next;
+        if (now_ns - p->arrived_ns >= PS__PENDING_TIMEOUT_NS) {
+            if (prev != NULL)
+                prev->next = following;
+            else
+                reg->pending_head = following;
+            if (reg->pending_tail == p)
+                reg->pending_tail = prev;
+            reg->num_pending--;
+            p->next = expired;
+            expired = p;
+        } else {
+            uint64_t at = p->arrived_ns + PS__PENDING_TIMEOUT_NS;
+            if (next == 0 || at < next)
+                next = at;
+            prev = p;
+        }
+        p = following;
+    }
+    ps_mutex_unlock(&reg->lock);
+
+    while (expired != NULL) {
+        ps__pending_t *following = expired->next;
+        ps_warn_ratelimited(PS_LOG_CORE,
+                            "dropped a message from node %d for app %d customer %d: no such "
+                            "customer registered within %llu s",
+                            expired->msg.meta.sender, expired->msg.meta.app_id,
+                            expired->msg.meta.customer_id,
+                            (unsigned long long)(PS__PENDING_TIMEOUT_NS / 1000000000ull));
+        pending_free(expired);
+        expired = following;
+    }
+    return next;
+}
+
+/* ---- customer API ---- */
+
+static void customer_done_trampoline(void *arg, int ts, void *ctx, ps_status_t status)
+{
+    ps_customer_t *c = arg;
+    ps_customer_done_func_t fn = __atomic_load_n(&c->done, __ATOMIC_ACQUIRE);
+    if (fn != NULL)
+        fn(__atomic_load_n(&c->done_arg, __ATOMIC_ACQUIRE), c, ts, ctx, status);
+}
+
+ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
+                               ps_customer_recv_func_t recv, void *arg,
+                               ps_customer_t **customer_p)
+{
+    if (po == NULL || recv == NULL || customer_p == NULL)
+        return PS_ERR_INVALID_ARG;
+    ps__registry_t *reg = ps__postoffice_registry(po);
+    if (reg == NULL)
+        return PS_ERR_SHUTDOWN;
+
+    ps_customer_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return PS_ERR_NO_MEMORY;
+    uint64_t spin = ps__postoffice_busy_poll(po) ? PS__CUSTOMER_SPIN_NS : 0;
+    ps_status_t st = ps__tracker_create(spin, &c->tracker);
+    if (st != PS_OK) {
+        free(c);
+        return st;
+    }
+    c->po = po;
+    c->reg = reg;
+    c->app_id = app_id;
+    c->customer_id = customer_id;
+    c->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
+    c->recv = recv;
+    c->recv_arg = arg;
+    ps__tracker_set_done_func(c->tracker, customer_done_trampoline, c);
+
+    ps_mutex_lock(&reg->lock);
+    if (reg_find(reg, app_id, customer_id) != NULL) {
+        ps_mutex_unlock(&reg->lock);
+        ps_error(PS_LOG_CORE, "app %d customer %d is already registered", app_id, customer_id);
+        ps__tracker_destroy(c->tracker);
+        free(c);
+        return PS_ERR_EXISTS;
+    }
+    /* Seed what the postoffice already knows, under the registry lock so
+     * that no death or close slips between this and the link below. */
+    for (size_t i = 0; i < reg->num_dead; i++)
+        ps__tracker_fail_peer(c->tracker, reg->dead[i], PS_ERR_PEER_GONE, 1);
+    if (reg->closed != PS_OK)
+        ps__tracker_close(c->tracker, reg->closed);
+    c->draining = reg_has_pending(reg, c);
+    c->linked = 1;
+    c->next = reg->customers;
+    reg->customers = c;
+    ps_mutex_unlock(&reg->lock);
+
+    /* Replay what arrived before we registered, in order; the van thread
+     * queues behind us until the queue is empty. */
+    for (;;) {
+        ps_mutex_lock(&reg->lock);
+        ps__pending_t *p = c->draining ? reg_take_pending(reg, c) : NULL;
+        if (p == NULL) {
+            c->draining = 0;
+            ps_mutex_unlock(&reg->lock);
+            break;
+        }
+        c->users++;
+        ps_mutex_unlock(&reg->lock);
+        customer_call_recv(c, &p->msg);
+        pending_free(p);
+        reg_unpin(reg, c);
+    }
+    ps_info(PS_LOG_CORE, "registered app %d customer %d", app_id, customer_id);
+    *customer_p = c;
+    return PS_OK;
+}
+
+void ps_customer_destroy(ps_customer_t *c)
+{
+    if (c == NULL)
+        return;
+    if (tls_in_customer == c) {
+        ps_error(PS_LOG_CORE, "app %d customer %d destroyed from its own receive or done "
+                 "function; leaking it instead", c->app_id, c->customer_id);
+        return;
+    }
+    ps__registry_t *reg = c->reg;
+    if (reg != NULL) {
+        /* The registry may be destroyed concurrently only if the caller
+         * breaks the rule that finalize and destroy do not overlap. */
+        ps_mutex_lock(&reg->lock);
+        if (c->linked) {
+            ps_customer_t **pp = &reg->customers;
+            while (*pp != NULL && *pp != c)
+                pp = &(*pp)->next;
+            if (*pp == c)
+                *pp = c->next;
+            c->linked = 0;
+        }
+        while (c->users > 0)
+            (void)ps_cond_wait(&reg->cond, &reg->lock, ps_deadline_infinite());
+        ps_mutex_unlock(&reg->lock);
+    }
+    ps__tracker_close(c->tracker, PS_ERR_SHUTDOWN);
+    ps__tracker_destroy(c->tracker);
+    free(c);
+}
+
+void ps_customer_set_recv_buffer_func(ps_customer_t *c, ps_customer_recv_buffer_func_t fn,
+                                      void *arg)
+{
+    ps__registry_t *reg = c->reg;
+    if (reg != NULL)
+        ps_mutex_lock(&reg->lock);
+    c->recv_buffer = fn;
+    c->recv_buffer_arg = arg;
+    if (reg != NULL)
+        ps_mutex_unlock(&reg->lock);
+}
+
+void ps_customer_set_done_func(ps_customer_t *c, ps_customer_done_func_t fn, void *arg)
+{
+    /* arg first, then the function pointer with release order: a racing
+     * completion sees either no function or both. */
+    __atomic_store_n(&c->done_arg, arg, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->done, fn, __ATOMIC_RELEASE);
+}
+
+ps_postoffice_t *ps_customer_postoffice(const ps_customer_t *c)
+{
+    return c->po;
+}
+
+int ps_customer_app_id(const ps_customer_t *c)
+{
+    return c->app_id;
+}
+
+int ps_customer_id(const ps_customer_t *c)
+{
+    return c->customer_id;
+}
+
+ps_status_t ps_customer_new_request(ps_customer_t *c, int expected, const int *peer_ids,
+                                    int num_peers, int *ts_p)
+{
+    return ps__tracker_new(c->tracker, expected, peer_ids, num_peers, NULL, ts_p);
+}
+
+ps_status_t ps_customer_new_request_ctx(ps_customer_t *c, int expected, const int *peer_ids,
+                                        int num_peers, void *ctx, int *ts_p)
+{
+    return ps__tracker_new(c->tracker, expected, peer_ids, num_peers, ctx, ts_p);
+}
+
+ps_status_t ps_customer_request_ctx(ps_customer_t *c, int ts, void **ctx_p)
+{
+    return ps__tracker_ctx(c->tracker, ts, ctx_p);
+}
+
+int ps_customer_add_response(ps_customer_t *c, int ts, int n)
+{
+    return ps__tracker_add_response(c->tracker, ts, n);
+}
+
+void ps_customer_fail_request(ps_customer_t *c, int ts, ps_status_t why)
+{
+    (void)ps__tracker_fail(c->tracker, ts, why);
+}
+
+int ps_customer_num_responses(ps_customer_t *c, int ts)
+{
+    return ps__tracker_num_responses(c->tracker, ts);
+}
+
+ps_status_t ps_customer_wait(ps_customer_t *c, int ts, int timeout_ms)
+{
+    if (timeout_ms < 0)
+        timeout_ms = c->request_timeout_ms;
+    return ps__tracker_wait(c->tracker, ts, timeout_ms);
+}

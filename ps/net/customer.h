@@ -1,0 +1,118 @@
+/*
+ * A customer is one app instance (app_id, customer_id) inside a process: it
+ * receives the messages addressed to it and tracks its outstanding
+ * requests by timestamp. The KV worker/server and the simple app are
+ * customers.
+ *
+ * The receive function runs on the van's progress thread (no hand-off to
+ * another thread: a wake-up costs tens of microseconds); it must not block
+ * for long. ps_customer_wait() is what application threads block in.
+ */
+#ifndef PS_NET_CUSTOMER_H_
+#define PS_NET_CUSTOMER_H_
+
+#include <stdint.h>
+
+#include "ps/base/buffer.h"
+#include "ps/base/status.h"
+#include "ps/net/codec/message.h"
+#include "ps/net/message.h"
+#include "ps/net/postoffice.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ps_customer ps_customer_t;
+
+/* Called for every message to this customer. The message (and its slice
+ * references) belongs to the caller; take a ps_slice_ref() of what you keep. */
+typedef void (*ps_customer_recv_func_t)(void *arg, ps_customer_t *customer, const ps_msg_t *msg);
+
+/* Where data segment `index` (of `len` bytes) of an incoming message for
+ * this customer should land, asked by the van on its thread as soon as the
+ * meta is decoded (before ps_customer_recv_func_t sees the message). Fill
+ * *slice_p with a referenced slice of at least `len` bytes (e.g. a
+ * ps_slice_sub() of the destination a pull named) and return PS_OK, or
+ * return PS_ERR_NOT_FOUND to let the van use its own buffer. Vans without
+ * PS_CAP_RECV_INTO_DEST never ask. */
+typedef ps_status_t (*ps_customer_recv_buffer_func_t)(void *arg, ps_customer_t *customer,
+                                                      const ps_meta_t *meta, unsigned index,
+                                                      uint64_t len, ps_slice_t *slice_p);
+
+/* Called exactly once for every request when it completes: PS_OK after its
+ * last response, or the error it was failed with (peer gone, scheduler
+ * gone, shut down, ps_customer_fail_request). Runs on the thread that
+ * completed it (the van thread, the postoffice's timer thread, or the
+ * caller of a failing call), without locks held, and before
+ * ps_customer_wait() for that request returns (as upstream runs a
+ * request's callback before waking its waiter). It may create requests;
+ * it must not wait for its own. */
+typedef void (*ps_customer_done_func_t)(void *arg, ps_customer_t *customer, int ts, void *ctx,
+                                        ps_status_t status);
+
+ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
+                               ps_customer_recv_func_t recv, void *arg,
+                               ps_customer_t **customer_p);
+/* Unregisters; waits for a receive call in progress to return, then fails
+ * requests still outstanding with PS_ERR_SHUTDOWN (done functions run) and
+ * frees. Not from the customer's own receive or done function, nor while
+ * a thread waits in ps_customer_wait(). Also valid after
+ * ps_postoffice_finalize(). */
+void ps_customer_destroy(ps_customer_t *customer);
+
+/* Hooks; set them before traffic for this customer can arrive (right after
+ * create). NULL fn removes the hook. */
+void ps_customer_set_recv_buffer_func(ps_customer_t *customer,
+                                      ps_customer_recv_buffer_func_t fn, void *arg);
+void ps_customer_set_done_func(ps_customer_t *customer, ps_customer_done_func_t fn, void *arg);
+
+ps_postoffice_t *ps_customer_postoffice(const ps_customer_t *customer);
+int ps_customer_app_id(const ps_customer_t *customer);
+int ps_customer_id(const ps_customer_t *customer);
+
+/* A new request expecting `expected` (>= 1) responses; returns its
+ * timestamp (>= 0) in *ts_p. The requests' peers are recorded so that the
+ * death of one of them completes the request with PS_ERR_PEER_GONE.
+ * Fails (no request created) with PS_ERR_PEER_GONE when a peer is already
+ * known dead or the scheduler is gone, PS_ERR_SHUTDOWN after finalize. */
+ps_status_t ps_customer_new_request(ps_customer_t *customer, int expected,
+                                    const int *peer_ids, int num_peers, int *ts_p);
+/* The same with a pointer the app keeps per request: handed to the done
+ * function and readable with ps_customer_request_ctx() until completion. */
+ps_status_t ps_customer_new_request_ctx(ps_customer_t *customer, int expected,
+                                        const int *peer_ids, int num_peers, void *ctx,
+                                        int *ts_p);
+/* The ctx of an outstanding request (e.g. a pull's destination, for the
+ * recv_buffer hook); PS_ERR_NOT_FOUND once it completed. */
+ps_status_t ps_customer_request_ctx(ps_customer_t *customer, int ts, void **ctx_p);
+
+/* Counts `n` responses to request `ts`; returns 1 when this completed it. */
+int ps_customer_add_response(ps_customer_t *customer, int ts, int n);
+
+/* Completes request `ts` with an error (peer gone, protocol, ...). */
+void ps_customer_fail_request(ps_customer_t *customer, int ts, ps_status_t why);
+
+/* Responses counted so far; -1 once the request completed successfully
+ * (it is no longer tracked) or for a ts never issued. */
+int ps_customer_num_responses(ps_customer_t *customer, int ts);
+
+/* Blocks until request `ts` completed; PS_OK, or why not: PS_ERR_TIMED_OUT
+ * (deadline, <0 = PS_REQUEST_TIMEOUT_MS; the request stays outstanding),
+ * PS_ERR_PEER_GONE, PS_ERR_SHUTDOWN, or the status the request was failed
+ * with; PS_ERR_INVALID_ARG for a ts never issued. With PS_BUSY_POLL the
+ * caller spins (yielding the CPU) for a bounded time before it sleeps.
+ *
+ * What is remembered (so that requests nobody waits for cost no memory):
+ * a request that completes with PS_OK is forgotten at once, and a ts that
+ * was issued but is not tracked reads as PS_OK — so a ts may be waited for
+ * any number of times, however late. A failed request keeps its status for
+ * the customer's last 4096 failures; older ones read as PS_OK. Memory is
+ * O(outstanding requests + 4096). */
+ps_status_t ps_customer_wait(ps_customer_t *customer, int ts, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_NET_CUSTOMER_H_ */

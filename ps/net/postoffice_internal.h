@@ -1,0 +1,79 @@
+/*
+ * What postoffice.c and customer.c share inside //ps/net: the registry of
+ * customers that the postoffice dispatches data messages to.
+ *
+ * Locking: the registry lock is taken before a customer's tracker lock and
+ * never while calling a customer's functions; the postoffice never holds
+ * its own lock while calling into the registry.
+ */
+#ifndef PS_NET_POSTOFFICE_INTERNAL_H_
+#define PS_NET_POSTOFFICE_INTERNAL_H_
+
+#include <stdint.h>
+
+#include "ps/base/buffer.h"
+#include "ps/base/status.h"
+#include "ps/net/codec/message.h"
+#include "ps/net/message.h"
+#include "ps/net/postoffice.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A message for a customer that is not registered (yet) waits this long
+ * before it is dropped, as upstream's 5 s GetCustomer() poll — but in a
+ * queue, never blocking the van thread. */
+#define PS__PENDING_TIMEOUT_NS (5ull * 1000000000ull)
+/* At most this many such messages wait; beyond, they are dropped at once. */
+#define PS__PENDING_MAX 4096
+
+typedef struct ps__registry ps__registry_t;
+
+/* Called (without locks) when the pending queue goes from empty to not
+ * empty, so the postoffice's timer thread starts expiring it. */
+typedef void (*ps__kick_func_t)(void *arg);
+
+/* `role` decides how messages map to customers (as upstream): a worker's
+ * (app_id, meta.customer_id), anyone else's (app_id, app_id). */
+ps_status_t ps__registry_create(ps_role_t role, ps__kick_func_t kick, void *kick_arg,
+                                ps__registry_t **reg_p);
+/* Closes (fails every outstanding request with PS_ERR_SHUTDOWN), detaches
+ * the customers still registered (they can still be destroyed), drops
+ * pending messages and frees. */
+void ps__registry_destroy(ps__registry_t *reg);
+
+/* A data message from the van; takes over msg's references. Calls the
+ * customer's receive function on this thread, or queues the message while
+ * the customer is unknown. */
+void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg);
+
+/* The van's recv_buffer callback, routed to the customer's hook. */
+ps_status_t ps__registry_recv_buffer(ps__registry_t *reg, const ps_meta_t *meta,
+                                     unsigned index, uint64_t len, ps_slice_t *slice_p);
+
+/* Fails every outstanding request to `peer`; with mark_dead, requests
+ * created later that name it fail at once. */
+void ps__registry_fail_peer(ps__registry_t *reg, int peer, ps_status_t why, int mark_dead);
+
+/* Fails every outstanding request with `why` and refuses new ones
+ * (scheduler gone, shutdown). Idempotent; the first status sticks. */
+void ps__registry_close(ps__registry_t *reg, ps_status_t why);
+
+/* Drops pending messages older than PS__PENDING_TIMEOUT_NS (one warning
+ * line each, rate-limited). Returns when the next one expires (monotonic
+ * ns), or 0 when none is pending. */
+uint64_t ps__registry_expire_pending(ps__registry_t *reg, uint64_t now_ns);
+
+/* Messages waiting for their customer (for tests). */
+size_t ps__registry_num_pending(ps__registry_t *reg);
+
+/* Postoffice accessors customer.c needs. */
+ps__registry_t *ps__postoffice_registry(ps_postoffice_t *po);
+int ps__postoffice_busy_poll(const ps_postoffice_t *po);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_NET_POSTOFFICE_INTERNAL_H_ */

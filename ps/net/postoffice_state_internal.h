@@ -1,0 +1,145 @@
+/*
+ * The postoffice's state, shared by the files of the postoffice inside
+ * //ps/net: postoffice.c (callbacks, barriers, heartbeats and failures,
+ * finalize, the API) and bootstrap.c (joining the job: registration, id
+ * assignment, the node table). Nothing outside ps/net includes this.
+ *
+ * Locking: po->lock guards the fields marked so; it is never held while
+ * calling the van or the registry (a van may call back synchronously).
+ */
+#ifndef PS_NET_POSTOFFICE_STATE_INTERNAL_H_
+#define PS_NET_POSTOFFICE_STATE_INTERNAL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps/base/status.h"
+#include "ps/base/thread.h"
+#include "ps/base/time.h"
+#include "ps/net/codec/message.h"
+#include "ps/net/message.h"
+#include "ps/net/postoffice.h"
+#include "ps/net/postoffice_internal.h"
+#include "ps/net/van/van.h"
+
+#define PS__NUM_GROUPS 8
+/* Ids for nodes the scheduler must answer before ids exist (a failed
+ * start): no real id is in use yet, so any valid node id will do. */
+#define PS__TEMP_ID_BASE 8
+/* How long the scheduler waits for nodes it told to leave to disconnect. */
+#define PS__LINGER_MS 3000
+/* Between attempts to reach a scheduler that is not up yet. */
+#define PS__RECONNECT_MS 200
+/* How much longer than the scheduler a node waits for the node table. */
+#define PS__START_GRACE_MIN_MS 100
+#define PS__START_GRACE_MAX_MS 2000
+/* Granularity of the scheduler's dead-node scan. */
+#define PS__DEAD_SCAN_NS (500ull * 1000000ull)
+
+typedef struct {
+    uint64_t done_gen;   /* replies received for this group */
+    ps_status_t status;  /* of the last reply */
+    char reason[160];    /* the scheduler's words when it failed the barrier */
+    int busy;            /* a thread of this node waits in this group */
+} ps__po_barrier_wait_t;
+
+typedef struct {
+    int *ids;            /* scheduler: who arrived */
+    size_t n;
+    size_t cap;
+} ps__po_barrier_arrivals_t;
+
+struct ps_postoffice {
+    ps_start_params_t params;
+    const ps_van_component_t *van_comp;
+    ps_van_t *van;
+    ps_van_attr_t attr;
+    ps__registry_t *reg;
+    int is_scheduler;
+
+    ps_node_t my_node;
+    int my_id; /* atomic: read by senders on any thread */
+
+    ps_mutex_t lock;
+    ps_cond_t cond;       /* start, barrier and finalize waits */
+    ps_cond_t timer_cond; /* the timer thread */
+
+    /* ---- under lock ---- */
+    int ready;            /* node table known and connections made */
+    int table_received;   /* node: the scheduler's table (or failure) arrived */
+    ps_status_t start_failure;
+    char start_reason[512];
+    int sched_conn_lost;  /* node, before ready: the scheduler connection failed */
+    int sched_gone;       /* node, after ready: the scheduler is lost for good */
+    int finalizing;
+    int released;         /* node: finalize barrier done; losses are expected */
+
+    ps_node_t *reg_nodes; /* scheduler: registrations so far */
+    size_t num_reg;
+    size_t cap_reg;
+
+    ps_node_t *nodes;     /* the table: servers by rank, workers by rank, scheduler */
+    size_t num_nodes;
+
+    int *dead;
+    size_t num_dead;      /* also read atomically by send() */
+    size_t dead_cap;
+
+    int *left;            /* scheduler, finalizing: nodes that disconnected */
+    size_t num_left;
+    size_t left_cap;
+
+    ps__po_barrier_wait_t bar[PS__NUM_GROUPS];
+    ps__po_barrier_arrivals_t arrivals[PS__NUM_GROUPS];
+
+    /* heartbeats (atomic: written by the van thread) */
+    uint64_t *last_seen_ns;  /* scheduler: per table index */
+    uint64_t sched_seen_ns;  /* node: last message from the scheduler */
+
+    ps_thread_t timer;
+    int timer_started;
+    int timer_stop;
+    int timer_kick;
+
+    int closing;             /* atomic: van close in progress; ignore callbacks */
+};
+
+static inline int ps__po_closing(const ps_postoffice_t *po)
+{
+    return __atomic_load_n(&po->closing, __ATOMIC_ACQUIRE);
+}
+
+static inline int ps__po_my_id(const ps_postoffice_t *po)
+{
+    return __atomic_load_n(&po->my_id, __ATOMIC_ACQUIRE);
+}
+
+/* ---- postoffice.c ---- */
+
+/* Sends a control message (nodes and body are borrowed for the call). */
+ps_status_t ps__po_send_control(ps_postoffice_t *po, int recver, ps_control_cmd_t cmd,
+                                int request, int head, int group, ps_node_t *nodes,
+                                size_t num_nodes, const char *body);
+/* A control message's node list, and its body as text (cut to cap). */
+const ps_node_t *ps__msg_nodes(const ps_msg_t *msg, size_t *n_p);
+void ps__msg_body(const ps_msg_t *msg, char *buf, size_t cap);
+/* Scheduler: waits until `expected` nodes disconnected (or died), up to
+ * `deadline`. */
+void ps__po_linger(ps_postoffice_t *po, size_t expected, ps_deadline_t deadline);
+
+/* ---- bootstrap.c ---- */
+
+/* Checks what a program (or the environment) asked for; logs what is wrong. */
+ps_status_t ps__po_check_params(const ps_start_params_t *p);
+/* The address this node binds and advertises (DMLC_NODE_HOST, else the
+ * address of DMLC_INTERFACE, else the first usable one). */
+ps_status_t ps__po_select_host(const ps_start_params_t *p, char *host, size_t cap);
+/* Joins the job: the scheduler accepts every node and sends the table; a
+ * server or worker registers, learns its id and connects to its peers. */
+ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline);
+ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline);
+/* ADD_NODE from the van: a registration (scheduler) or the table (node). */
+void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg);
+void ps__po_node_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg);
+
+#endif /* PS_NET_POSTOFFICE_STATE_INTERNAL_H_ */

@@ -1,0 +1,405 @@
+// Multi-process jobs on loopback: a driver that starts po_node as the
+// scheduler, servers and workers with the environment a launcher would
+// set, bounds each job in time, and checks every exit status and output.
+//
+// Usage (from Bazel): cluster_test <path of po_node>
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+std::string g_po_node;
+
+using Env = std::map<std::string, std::string>;
+
+struct Proc {
+    std::string name;
+    pid_t pid = -1;
+    std::string out_path;
+    int exit_code = -1; // -1: killed or signalled
+    std::string output;
+};
+
+std::string tmp_dir()
+{
+    const char *d = getenv("TEST_TMPDIR");
+    return d != nullptr ? d : "/tmp";
+}
+
+// A port that was free a moment ago (the kernel picks it).
+int free_port(bool v6)
+{
+    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    sockaddr_storage ss{};
+    socklen_t len;
+    if (v6) {
+        auto *a = reinterpret_cast<sockaddr_in6 *>(&ss);
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_loopback;
+        len = sizeof(*a);
+    } else {
+        auto *a = reinterpret_cast<sockaddr_in *>(&ss);
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        len = sizeof(*a);
+    }
+    int port = -1;
+    if (bind(fd, reinterpret_cast<sockaddr *>(&ss), len) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &len) == 0) {
+        port = v6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_port)
+                  : ntohs(reinterpret_cast<sockaddr_in *>(&ss)->sin_port);
+    }
+    close(fd);
+    return port;
+}
+
+bool have_ipv6_loopback()
+{
+    return free_port(true) > 0;
+}
+
+Proc spawn(const std::string &name, const Env &env)
+{
+    static int counter = 0;
+    Proc p;
+    p.name = name;
+    p.out_path = tmp_dir() + "/" + name + "." + std::to_string(getpid()) + "." +
+                 std::to_string(counter++) + ".log";
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(p.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0)
+            _exit(126);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+        // Start from the test's environment without any job settings.
+        for (const char *v : {"DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
+                              "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_NODE_HOST",
+                              "DMLC_INTERFACE", "DMLC_PORT", "DMLC_RANK", "DMLC_WORKER_ID",
+                              "DMLC_ENABLE_RDMA", "DMLC_PS_VAN_TYPE", "DMLC_ENABLE_UCX",
+                              "PS_VERBOSE", "PS_LOG_LEVEL"})
+            unsetenv(v);
+        for (const auto &kv : env)
+            setenv(kv.first.c_str(), kv.second.c_str(), 1);
+        execl(g_po_node.c_str(), g_po_node.c_str(), static_cast<char *>(nullptr));
+        _exit(127);
+    }
+    p.pid = pid;
+    return p;
+}
+
+// Waits for every process until `limit`; kills what is left. Returns the
+// seconds it took.
+double wait_all(std::vector<Proc> &procs, std::chrono::seconds limit)
+{
+    auto start = std::chrono::steady_clock::now();
+    auto deadline = start + limit;
+    size_t left = procs.size();
+    while (left > 0) {
+        for (auto &p : procs) {
+            if (p.pid < 0)
+                continue;
+            int status;
+            pid_t r = waitpid(p.pid, &status, WNOHANG);
+            if (r == p.pid) {
+                p.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+                p.pid = -1;
+                left--;
+            }
+        }
+        if (left == 0)
+            break;
+        if (std::chrono::steady_clock::now() > deadline) {
+            for (auto &p : procs) {
+                if (p.pid < 0)
+                    continue;
+                kill(p.pid, SIGKILL);
+                waitpid(p.pid, nullptr, 0);
+                p.pid = -1;
+                p.exit_code = -1;
+                ADD_FAILURE() << p.name << " still running after " << limit.count()
+                              << " s: killed";
+            }
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (auto &p : procs) {
+        std::ifstream in(p.out_path);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        p.output = ss.str();
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string dump(const std::vector<Proc> &procs)
+{
+    std::string s;
+    for (const auto &p : procs)
+        s += "---- " + p.name + " (exit " + std::to_string(p.exit_code) + ") ----\n" + p.output;
+    return s;
+}
+
+bool contains(const std::string &hay, const std::string &needle)
+{
+    return hay.find(needle) != std::string::npos;
+}
+
+struct Job {
+    Job(int s, int w) : servers(s), workers(w) {}
+    int servers;
+    int workers;
+    std::string host = "127.0.0.1";
+    Env extra;                         // for every process
+    std::map<std::string, Env> per;    // by process name
+    int num_workers_env = -1;          // DMLC_NUM_WORKER if it should differ
+};
+
+std::vector<Proc> run_job(const Job &job, std::chrono::seconds limit, double *secs = nullptr)
+{
+    bool v6 = job.host.find(':') != std::string::npos;
+    int port = free_port(v6);
+    EXPECT_GT(port, 0);
+    Env base = {
+        {"DMLC_PS_ROOT_URI", job.host},
+        {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+        {"DMLC_NUM_SERVER", std::to_string(job.servers)},
+        {"DMLC_NUM_WORKER",
+         std::to_string(job.num_workers_env >= 0 ? job.num_workers_env : job.workers)},
+        {"DMLC_NODE_HOST", job.host},
+    };
+    for (const auto &kv : job.extra)
+        base[kv.first] = kv.second;
+    std::vector<Proc> procs;
+    auto add = [&](const std::string &name, const char *role) {
+        Env env = base;
+        env["DMLC_ROLE"] = role;
+        auto it = job.per.find(name);
+        if (it != job.per.end()) {
+            for (const auto &kv : it->second)
+                env[kv.first] = kv.second;
+        }
+        procs.push_back(spawn(name, env));
+    };
+    add("scheduler", "scheduler");
+    for (int i = 0; i < job.servers; i++)
+        add("server" + std::to_string(i), "server");
+    for (int i = 0; i < job.workers; i++)
+        add("worker" + std::to_string(i), "worker");
+    double t = wait_all(procs, limit);
+    if (secs != nullptr)
+        *secs = t;
+    return procs;
+}
+
+TEST(Cluster, TwoServersTwoWorkers)
+{
+    Job job{2, 2};
+    job.extra["PS_VERBOSE"] = "1";
+    job.extra["PO_ROUNDS"] = "18";
+    auto procs = run_job(job, std::chrono::seconds(25));
+    for (const auto &p : procs) {
+        EXPECT_EQ(0, p.exit_code) << dump(procs);
+        EXPECT_TRUE(contains(p.output, "ok")) << dump(procs);
+    }
+    const std::string &sched = procs[0].output;
+    EXPECT_TRUE(contains(sched, "node registered: worker 127.0.0.1:")) << sched;
+    EXPECT_TRUE(contains(sched, "(4 of 4)")) << sched;
+    EXPECT_TRUE(contains(sched, "assigned id 8 to server")) << sched;
+    EXPECT_TRUE(contains(sched, "assigned id 11 to worker")) << sched;
+    for (int w = 3; w <= 4; w++) {
+        EXPECT_TRUE(contains(procs[w].output, "18 rounds with 2 servers ok")) << dump(procs);
+        EXPECT_TRUE(contains(procs[w].output, "connected to server 127.0.0.1:")) << dump(procs);
+        EXPECT_TRUE(contains(procs[w].output, "by the scheduler")) << dump(procs);
+    }
+    // Log lines carry the node once it has an id.
+    EXPECT_TRUE(contains(procs[1].output + procs[2].output, "server 8")) << dump(procs);
+}
+
+TEST(Cluster, VerboseTwoLogsEveryMessage)
+{
+    Job job{1, 1};
+    job.extra["PS_VERBOSE"] = "2";
+    job.extra["PO_ROUNDS"] = "2";
+    auto procs = run_job(job, std::chrono::seconds(20));
+    for (const auto &p : procs)
+        EXPECT_EQ(0, p.exit_code) << dump(procs);
+    // The worker logs its requests, the server their arrival.
+    EXPECT_TRUE(contains(procs[2].output, "send to 8:")) << procs[2].output;
+    EXPECT_TRUE(contains(procs[1].output, "recv from 9:")) << procs[1].output;
+}
+
+TEST(Cluster, BusyPolling)
+{
+    // PS_BUSY_POLL: the van spins and waiters spin before sleeping.
+    Job job{1, 1};
+    job.extra["PS_BUSY_POLL"] = "1";
+    job.extra["PO_ROUNDS"] = "12";
+    auto procs = run_job(job, std::chrono::seconds(20));
+    for (const auto &p : procs)
+        EXPECT_EQ(0, p.exit_code) << dump(procs);
+    EXPECT_TRUE(contains(procs[2].output, "12 rounds with 1 servers ok")) << dump(procs);
+}
+
+TEST(Cluster, StartupMismatchTimesOutWithCounts)
+{
+    Job job{1, 2};
+    job.num_workers_env = 3; // a third worker never comes
+    job.extra["PS_START_TIMEOUT_MS"] = "2000";
+    double secs = 0;
+    auto procs = run_job(job, std::chrono::seconds(20), &secs);
+    for (const auto &p : procs) {
+        EXPECT_EQ(1, p.exit_code) << dump(procs);
+        EXPECT_TRUE(contains(p.output, "PS_ERR_TIMED_OUT")) << dump(procs);
+    }
+    EXPECT_TRUE(contains(procs[0].output, "3 of 4 nodes registered")) << dump(procs);
+    EXPECT_TRUE(contains(procs[0].output, "2 of 3 workers")) << dump(procs);
+    // The waiting nodes learn the count from the scheduler.
+    EXPECT_TRUE(contains(procs[3].output, "2 of 3 workers")) << dump(procs);
+    EXPECT_LT(secs, 15.0);
+}
+
+TEST(Cluster, DuplicatePreferredRanksAreRejected)
+{
+    Job job{1, 2};
+    job.per["worker0"]["DMLC_RANK"] = "0";
+    job.per["worker1"]["DMLC_RANK"] = "0";
+    job.extra["PS_START_TIMEOUT_MS"] = "10000";
+    auto procs = run_job(job, std::chrono::seconds(20));
+    for (const auto &p : procs) {
+        EXPECT_EQ(1, p.exit_code) << dump(procs);
+        EXPECT_TRUE(contains(p.output, "PS_ERR_CONFIG")) << dump(procs);
+    }
+    EXPECT_TRUE(contains(procs[0].output, "both asked for rank 0")) << dump(procs);
+    EXPECT_TRUE(contains(procs[2].output, "both asked for rank 0")) << dump(procs);
+}
+
+TEST(Cluster, PreferredRanksDecideIds)
+{
+    Job job{1, 2};
+    job.per["worker0"]["DMLC_RANK"] = "1";
+    job.per["worker1"]["DMLC_WORKER_ID"] = "0"; // BytePS's name for it
+    job.extra["PO_ROUNDS"] = "2";
+    auto procs = run_job(job, std::chrono::seconds(20));
+    for (const auto &p : procs)
+        EXPECT_EQ(0, p.exit_code) << dump(procs);
+    EXPECT_TRUE(contains(procs[2].output, "worker 11 started (rank 1")) << dump(procs);
+    EXPECT_TRUE(contains(procs[3].output, "worker 9 started (rank 0")) << dump(procs);
+}
+
+TEST(Cluster, IPv6Loopback)
+{
+    if (!have_ipv6_loopback())
+        GTEST_SKIP() << "no IPv6 loopback here";
+    Job job{1, 2};
+    job.host = "::1";
+    job.extra["PO_ROUNDS"] = "6";
+    job.extra["PS_VERBOSE"] = "1";
+    auto procs = run_job(job, std::chrono::seconds(20));
+    for (const auto &p : procs)
+        EXPECT_EQ(0, p.exit_code) << dump(procs);
+    EXPECT_TRUE(contains(procs[0].output, "worker [::1]:")) << dump(procs);
+}
+
+TEST(Cluster, UnknownVanIsAClearError)
+{
+    std::vector<Proc> procs;
+    Env env = {{"DMLC_ROLE", "worker"},       {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+               {"DMLC_PS_ROOT_PORT", "9"},    {"DMLC_NUM_SERVER", "1"},
+               {"DMLC_NUM_WORKER", "1"},      {"DMLC_PS_VAN_TYPE", "nosuchvan"}};
+    procs.push_back(spawn("worker", env));
+    Env env2 = env;
+    env2["DMLC_ROLE"] = "scheduler";
+    env2.erase("DMLC_PS_VAN_TYPE");
+    env2["DMLC_ENABLE_RDMA"] = "nosuchvan";
+    procs.push_back(spawn("scheduler", env2));
+    double secs = wait_all(procs, std::chrono::seconds(10));
+    for (const auto &p : procs) {
+        EXPECT_EQ(1, p.exit_code) << dump(procs);
+        EXPECT_TRUE(contains(p.output, "nosuchvan")) << dump(procs);
+        EXPECT_TRUE(contains(p.output, "available: tcp")) << dump(procs);
+        EXPECT_TRUE(contains(p.output, "PS_ERR_NOT_FOUND")) << dump(procs);
+    }
+    EXPECT_LT(secs, 5.0);
+}
+
+TEST(Cluster, MissingRoleIsAClearError)
+{
+    std::vector<Proc> procs;
+    procs.push_back(spawn("worker", {{"DMLC_PS_ROOT_URI", "127.0.0.1"}}));
+    Env env = {{"DMLC_ROLE", "worker"}, {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+               {"DMLC_NUM_SERVER", "1"}, {"DMLC_NUM_WORKER", "1"}};
+    procs.push_back(spawn("noport", env));
+    wait_all(procs, std::chrono::seconds(10));
+    EXPECT_EQ(1, procs[0].exit_code);
+    EXPECT_TRUE(contains(procs[0].output, "DMLC_ROLE is not set")) << dump(procs);
+    EXPECT_TRUE(contains(procs[0].output, "PS_ERR_CONFIG")) << dump(procs);
+    EXPECT_EQ(1, procs[1].exit_code);
+    EXPECT_TRUE(contains(procs[1].output, "DMLC_PS_ROOT_PORT is not set")) << dump(procs);
+}
+
+TEST(Cluster, SchedulerPortTaken)
+{
+    // Something else holds the scheduler's port: a clear error, no hang.
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(0, bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)));
+    ASSERT_EQ(0, listen(fd, 1));
+    socklen_t len = sizeof(a);
+    ASSERT_EQ(0, getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len));
+    std::vector<Proc> procs;
+    procs.push_back(spawn("scheduler", {{"DMLC_ROLE", "scheduler"},
+                                        {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                                        {"DMLC_PS_ROOT_PORT", std::to_string(ntohs(a.sin_port))},
+                                        {"DMLC_NUM_SERVER", "1"},
+                                        {"DMLC_NUM_WORKER", "1"}}));
+    double secs = wait_all(procs, std::chrono::seconds(10));
+    close(fd);
+    EXPECT_EQ(1, procs[0].exit_code) << dump(procs);
+    EXPECT_TRUE(contains(procs[0].output, "PS_ERR_ADDRESS_IN_USE")) << dump(procs);
+    EXPECT_LT(secs, 5.0);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    ::testing::InitGoogleTest(&argc, argv);
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s <po_node binary>\n", argv[0]);
+        return 2;
+    }
+    g_po_node = argv[1];
+    if (g_po_node[0] != '/') {
+        char cwd[4096];
+        if (getcwd(cwd, sizeof(cwd)) != nullptr)
+            g_po_node = std::string(cwd) + "/" + g_po_node;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    return RUN_ALL_TESTS();
+}

@@ -1,0 +1,178 @@
+// Unit tests of the scheduler's id assignment.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "ps/net/node_table_internal.h"
+}
+
+namespace {
+
+ps_node_t make(ps_role_t role, const char *host, int port, int rank = -1)
+{
+    ps_node_t n;
+    ps_node_init(&n);
+    n.role = role;
+    snprintf(n.hostname, sizeof(n.hostname), "%s", host);
+    n.num_ports = 1;
+    n.ports[0] = port;
+    n.aux_id = rank;
+    return n;
+}
+
+struct Result {
+    ps_status_t status;
+    std::string why;
+    std::vector<ps_node_t> nodes;
+};
+
+Result assign(std::vector<ps_node_t> nodes, int servers, int workers,
+              const char *ordered = nullptr)
+{
+    char why[512];
+    Result r;
+    r.status = ps__node_table_assign(nodes.data(), nodes.size(), servers, workers, ordered, why,
+                                     sizeof(why));
+    r.why = why;
+    r.nodes = nodes;
+    return r;
+}
+
+std::string ep(const ps_node_t &n)
+{
+    return std::string(n.hostname) + ":" + std::to_string(n.ports[0]);
+}
+
+TEST(NodeTable, SortsByHostThenPortAndNumbersAsUpstream)
+{
+    auto r = assign({make(PS_ROLE_WORKER, "10.0.0.2", 5000), make(PS_ROLE_SERVER, "10.0.0.1", 7000),
+                     make(PS_ROLE_WORKER, "10.0.0.1", 9000), make(PS_ROLE_SERVER, "10.0.0.1", 6000),
+                     make(PS_ROLE_WORKER, "10.0.0.1", 8000)},
+                    2, 3);
+    ASSERT_EQ(PS_OK, r.status) << r.why;
+    ASSERT_EQ(5u, r.nodes.size());
+    // Servers by rank, then workers by rank.
+    EXPECT_EQ("10.0.0.1:6000", ep(r.nodes[0]));
+    EXPECT_EQ(8, r.nodes[0].id);
+    EXPECT_EQ("10.0.0.1:7000", ep(r.nodes[1]));
+    EXPECT_EQ(10, r.nodes[1].id);
+    EXPECT_EQ("10.0.0.1:8000", ep(r.nodes[2]));
+    EXPECT_EQ(9, r.nodes[2].id);
+    EXPECT_EQ("10.0.0.1:9000", ep(r.nodes[3]));
+    EXPECT_EQ(11, r.nodes[3].id);
+    EXPECT_EQ("10.0.0.2:5000", ep(r.nodes[4]));
+    EXPECT_EQ(13, r.nodes[4].id);
+}
+
+TEST(NodeTable, PreferredRanksAreHonoured)
+{
+    auto r = assign({make(PS_ROLE_WORKER, "h", 1, 2), make(PS_ROLE_WORKER, "h", 2, 0),
+                     make(PS_ROLE_WORKER, "h", 3, 1), make(PS_ROLE_SERVER, "h", 4, 0)},
+                    1, 3);
+    ASSERT_EQ(PS_OK, r.status) << r.why;
+    EXPECT_EQ(8, r.nodes[0].id);
+    EXPECT_EQ("h:2", ep(r.nodes[1]));
+    EXPECT_EQ(9, r.nodes[1].id);
+    EXPECT_EQ("h:3", ep(r.nodes[2]));
+    EXPECT_EQ(11, r.nodes[2].id);
+    EXPECT_EQ("h:1", ep(r.nodes[3]));
+    EXPECT_EQ(13, r.nodes[3].id);
+}
+
+TEST(NodeTable, MixedPreferredAndFreeRanks)
+{
+    // Port 1 wants rank 1; the others fill ranks 0 and 2 in sorted order.
+    auto r = assign({make(PS_ROLE_WORKER, "h", 3), make(PS_ROLE_WORKER, "h", 1, 1),
+                     make(PS_ROLE_WORKER, "h", 2)},
+                    0, 3);
+    ASSERT_EQ(PS_OK, r.status) << r.why;
+    EXPECT_EQ("h:2", ep(r.nodes[0]));
+    EXPECT_EQ("h:1", ep(r.nodes[1]));
+    EXPECT_EQ("h:3", ep(r.nodes[2]));
+}
+
+TEST(NodeTable, DuplicatePreferredRankIsRejected)
+{
+    std::vector<ps_node_t> in = {make(PS_ROLE_WORKER, "h", 1, 0), make(PS_ROLE_WORKER, "h", 2, 0)};
+    auto r = assign(in, 0, 2);
+    EXPECT_EQ(PS_ERR_CONFIG, r.status);
+    EXPECT_NE(std::string::npos, r.why.find("both asked for rank 0")) << r.why;
+    EXPECT_NE(std::string::npos, r.why.find("h:1")) << r.why;
+    EXPECT_NE(std::string::npos, r.why.find("h:2")) << r.why;
+    // Unchanged on failure.
+    EXPECT_EQ(0, memcmp(in.data(), r.nodes.data(), in.size() * sizeof(ps_node_t)));
+}
+
+TEST(NodeTable, OutOfRangePreferredRankIsRejected)
+{
+    auto r = assign({make(PS_ROLE_SERVER, "h", 1, 2), make(PS_ROLE_SERVER, "h", 2)}, 2, 0);
+    EXPECT_EQ(PS_ERR_CONFIG, r.status);
+    EXPECT_NE(std::string::npos, r.why.find("asked for rank 2 but DMLC_NUM_SERVER is 2"))
+        << r.why;
+}
+
+TEST(NodeTable, SameRankInDifferentRolesIsFine)
+{
+    auto r = assign({make(PS_ROLE_SERVER, "h", 1, 0), make(PS_ROLE_WORKER, "h", 2, 0)}, 1, 1);
+    ASSERT_EQ(PS_OK, r.status) << r.why;
+    EXPECT_EQ(8, r.nodes[0].id);
+    EXPECT_EQ(9, r.nodes[1].id);
+}
+
+TEST(NodeTable, RoleCountsMustMatch)
+{
+    auto r = assign({make(PS_ROLE_SERVER, "h", 1), make(PS_ROLE_SERVER, "h", 2)}, 1, 1);
+    EXPECT_EQ(PS_ERR_CONFIG, r.status);
+    EXPECT_NE(std::string::npos, r.why.find("2 servers and 0 workers registered")) << r.why;
+}
+
+TEST(NodeTable, DuplicateAddressIsRejected)
+{
+    auto r = assign({make(PS_ROLE_WORKER, "h", 1), make(PS_ROLE_SERVER, "h", 1)}, 1, 1);
+    EXPECT_EQ(PS_ERR_CONFIG, r.status);
+    EXPECT_NE(std::string::npos, r.why.find("same address")) << r.why;
+}
+
+TEST(NodeTable, OrderedHostsDecideOrder)
+{
+    auto r = assign({make(PS_ROLE_WORKER, "10.0.0.1", 1), make(PS_ROLE_WORKER, "10.0.0.2", 1),
+                     make(PS_ROLE_WORKER, "10.0.0.3", 1), make(PS_ROLE_WORKER, "10.0.0.3", 2)},
+                    0, 4, " 10.0.0.3:2, 10.0.0.2 ,10.0.0.3");
+    ASSERT_EQ(PS_OK, r.status) << r.why;
+    EXPECT_EQ("10.0.0.3:2", ep(r.nodes[0]));
+    EXPECT_EQ("10.0.0.2:1", ep(r.nodes[1]));
+    EXPECT_EQ("10.0.0.3:1", ep(r.nodes[2]));
+    EXPECT_EQ("10.0.0.1:1", ep(r.nodes[3])); // not listed: last
+}
+
+TEST(NodeTable, OrderedHostsIPv6)
+{
+    auto r = assign({make(PS_ROLE_WORKER, "::1", 5), make(PS_ROLE_WORKER, "::1", 6),
+                     make(PS_ROLE_WORKER, "fe80::2", 1)},
+                    0, 3, "fe80::2,[::1]:6");
+    ASSERT_EQ(PS_OK, r.status) << r.why;
+    EXPECT_EQ("fe80::2:1", ep(r.nodes[0]));
+    EXPECT_EQ("::1:6", ep(r.nodes[1]));
+    EXPECT_EQ("::1:5", ep(r.nodes[2]));
+}
+
+TEST(NodeTable, EmptyJob)
+{
+    auto r = assign({}, 0, 0);
+    EXPECT_EQ(PS_OK, r.status);
+}
+
+TEST(NodeTable, FindAndDescribe)
+{
+    std::vector<ps_node_t> v = {make(PS_ROLE_WORKER, "a", 1), make(PS_ROLE_SERVER, "::1", 2)};
+    EXPECT_EQ(1, ps__node_table_find(v.data(), v.size(), "::1", 2));
+    EXPECT_EQ(-1, ps__node_table_find(v.data(), v.size(), "::1", 3));
+    char buf[300];
+    EXPECT_STREQ("server [::1]:2", ps__node_describe(&v[1], buf, sizeof(buf)));
+    EXPECT_STREQ("worker a:1", ps__node_describe(&v[0], buf, sizeof(buf)));
+}
+
+} // namespace
