@@ -26,7 +26,10 @@ extern "C" {
 typedef struct ps_msg {
     ps_meta_t meta;
     /* Control messages only: the node list (owned by the message, freed by
-     * ps_msg_release when `nodes_owned`). */
+     * ps_msg_release when `nodes_owned`). A van delivering a message puts
+     * the decoded node list and body in this one allocation (meta.control.
+     * nodes and meta.body point into it), so `nodes` may be set with
+     * num_nodes 0 when there is only a body. */
     ps_node_t *nodes;
     uint32_t num_nodes;
     uint32_t nodes_owned;

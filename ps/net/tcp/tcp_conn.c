@@ -1,0 +1,686 @@
+/*
+ * Sockets of the TCP van: listening (bind), opening connections (connect,
+ * with retries until PS_CONNECT_TIMEOUT_MS), accepting, and tearing a
+ * connection down.
+ *
+ * Who talks to whom. Every process listens. connect(peer) opens our own
+ * connection to the peer and sends a hello first, announcing our node id
+ * (PS_NODE_EMPTY while the scheduler has not assigned one yet, plus a
+ * random nonce). The accepting side learns from the hello who is at the
+ * other end and stamps that id as `sender` on every message it delivers
+ * from the connection. send() to a node uses our own connection to it when
+ * there is one, otherwise the node's connection to us.
+ *
+ * Replying to a node that has no id yet: as upstream, the scheduler reads
+ * the node's address from its ADD_NODE, assigns it an id, and connect()s
+ * back to it; the reply goes over that connection. The node, once it knows
+ * its id (set_node_id), re-announces itself on the connections it opened,
+ * so the scheduler's side of them gets identified too. The alternative,
+ * replying on the unidentified incoming connection, would need the reply
+ * to name a connection rather than a node id, which the van interface does
+ * not have.
+ *
+ * Failures. A connection that breaks (EOF, reset, a broken frame) is
+ * closed with one log line; if it belonged to an identified peer, the
+ * peer's other connections are closed too and peer_failed() is called
+ * once. An unidentified connection (garbage from a port scanner, say) just
+ * goes away.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ps/base/log.h"
+#include "ps/base/time.h"
+#include "ps/net/tcp/tcp_internal.h"
+
+#define CONNECT_BACKOFF_FIRST_MS 10
+#define CONNECT_BACKOFF_MAX_MS 500
+#define LISTEN_BACKLOG 1024
+/* Random ports as upstream: 10000-49999. */
+#define RANDOM_PORT_BASE 10000
+#define RANDOM_PORT_SPAN 40000
+
+ps__tcp_conn_t *ps__tcp_conn_new(ps__tcp_van_t *van, int outgoing)
+{
+    ps__tcp_conn_t *conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) {
+        return NULL;
+    }
+    conn->rbuf = malloc(PS__TCP_RBUF_SIZE);
+    if (conn->rbuf == NULL) {
+        free(conn);
+        return NULL;
+    }
+    conn->rcap = PS__TCP_RBUF_SIZE;
+    conn->handle.kind = PS__TCP_H_CONN;
+    conn->van = van;
+    conn->refs = 1;
+    conn->outgoing = outgoing;
+    conn->peer_id = PS_NODE_EMPTY;
+    conn->fd = -1;
+    conn->state = outgoing ? PS__TCP_CONNECTING : PS__TCP_READY;
+    pthread_mutex_init(&conn->send_lock, NULL);
+    ps_msg_init(&conn->rmsg);
+    conn->phase = PS__TCP_RX_HEADER;
+    return conn;
+}
+
+static void conn_free(ps__tcp_conn_t *conn)
+{
+    ps_msg_release(&conn->rmsg);
+    free(conn->rbuf);
+    pthread_mutex_destroy(&conn->send_lock);
+    free(conn);
+}
+
+void ps__tcp_conn_unref(ps__tcp_conn_t *conn)
+{
+    if (__atomic_sub_fetch(&conn->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        conn_free(conn);
+    }
+}
+
+void ps__tcp_conn_destroy_now(ps__tcp_conn_t *conn)
+{
+    if (conn->fd >= 0) {
+        close(conn->fd);
+        conn->fd = -1;
+    }
+    ps__tcp_entries_free(conn->van, ps__tcp_queue_take(conn));
+    conn_free(conn);
+}
+
+static void tune_socket(ps__tcp_van_t *van, int fd)
+{
+    int one = 1;
+    /* Small messages (meta, ping-pong) must not wait for Nagle. */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (van->sockbuf > 0) {
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &van->sockbuf, sizeof(van->sockbuf));
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &van->sockbuf, sizeof(van->sockbuf));
+    }
+}
+
+static void conn_link(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
+{
+    conn->linked = 1;
+    conn->prev = NULL;
+    conn->next = van->conns;
+    if (van->conns != NULL) {
+        van->conns->prev = conn;
+    }
+    van->conns = conn;
+}
+
+static void conn_unlink(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
+{
+    if (!conn->linked) {
+        return;
+    }
+    conn->linked = 0;
+    if (conn->prev != NULL) {
+        conn->prev->next = conn->next;
+    } else if (van->conns == conn) {
+        van->conns = conn->next;
+    }
+    if (conn->next != NULL) {
+        conn->next->prev = conn->prev;
+    }
+    conn->next = conn->prev = NULL;
+}
+
+/* ---- bind ---- */
+
+ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
+{
+    if (node == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    if (__atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE) >= 0) {
+        ps_error(PS_LOG_TCP, "bind: this van is already listening");
+        return PS_ERR_BAD_STATE;
+    }
+    ps_sockaddr_t addr;
+    ps_status_t st;
+    int have_host = node->hostname[0] != '\0';
+    if (have_host) {
+        st = ps_sockaddr_resolve(node->hostname, 0, AF_UNSPEC, &addr);
+        if (st != PS_OK) {
+            ps_error(PS_LOG_TCP, "bind: cannot use host '%s' (%s)", node->hostname,
+                     ps_status_str(st));
+            return st;
+        }
+    }
+    if (van->params.bind_any || !have_host) {
+        int family = have_host ? ps_sockaddr_family(&addr) : AF_INET;
+        st = ps_sockaddr_wildcard(family, 0, &addr);
+        if (st != PS_OK) {
+            return st;
+        }
+    }
+    int fixed = node->num_ports > 0 ? node->ports[0] : 0;
+    if (fixed < 0 || fixed > 65535) {
+        ps_error(PS_LOG_TCP, "bind: port %d is out of range", fixed);
+        return PS_ERR_INVALID_ARG;
+    }
+    int attempts = fixed != 0 ? 1 : (max_retry > 0 ? max_retry : 0) + 1;
+    int fd = -1;
+    int port = 0;
+    char where[PS_SOCKADDR_STRLEN];
+    for (int i = 0; i < attempts; ++i) {
+        port = fixed != 0 ? fixed
+                          : RANDOM_PORT_BASE + (int)(ps__tcp_random(van) % RANDOM_PORT_SPAN);
+        ps_sockaddr_set_port(&addr, (uint16_t)port);
+        if (ps_sockaddr_format(&addr, where, sizeof(where)) != PS_OK) {
+            strcpy(where, "?");
+        }
+        fd = socket(ps_sockaddr_family(&addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            ps_error(PS_LOG_TCP, "bind: socket() for %s: %m", where);
+            return ps_status_from_errno(errno);
+        }
+        int one = 1, zero = 0;
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (ps_sockaddr_family(&addr) == AF_INET6 && ps_sockaddr_is_wildcard(&addr)) {
+            /* The IPv6 wildcard also takes IPv4 peers. */
+            (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+        }
+        /* Accepted sockets inherit the buffer sizes; the receive buffer must
+         * be set before the handshake for the window scale to match it. */
+        tune_socket(van, fd);
+        if (bind(fd, ps_sockaddr_sa(&addr), addr.len) == 0 && listen(fd, LISTEN_BACKLOG) == 0) {
+            break;
+        }
+        int err = errno;
+        close(fd);
+        fd = -1;
+        if (err != EADDRINUSE) {
+            ps_error(PS_LOG_TCP, "cannot listen on %s: %s", where, strerror(err));
+            return err == EADDRNOTAVAIL ? PS_ERR_INVALID_ARG : ps_status_from_errno(err);
+        }
+        if (fixed != 0) {
+            ps_error(PS_LOG_TCP,
+                     "cannot listen on %s: address already in use (port %d is taken; choose another DMLC_PORT or leave it unset for a random one)",
+                     where, port);
+            return PS_ERR_ADDRESS_IN_USE;
+        }
+    }
+    if (fd < 0) {
+        ps_error(PS_LOG_TCP, "cannot listen on %s: no free port after %d random tries (PS_BIND_RETRIES)",
+                 node->hostname[0] ? node->hostname : "*", attempts);
+        return PS_ERR_ADDRESS_IN_USE;
+    }
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN;
+    ev.data.ptr = &van->listen_handle;
+    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        ps_error(PS_LOG_TCP, "bind: epoll_ctl for %s: %m", where);
+        close(fd);
+        return PS_ERR_NO_RESOURCE;
+    }
+    van->listen_addr = addr;
+    __atomic_store_n(&van->listen_fd, fd, __ATOMIC_RELEASE);
+    node->ports[0] = port;
+    if (node->num_ports == 0) {
+        node->num_ports = 1;
+    }
+    ps_info(PS_LOG_TCP, "listening on %s", where);
+    return PS_OK;
+}
+
+/* ---- accept ---- */
+
+void ps__tcp_accept_all(ps__tcp_van_t *van)
+{
+    int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) {
+                continue;
+            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                ps_warn_ratelimited(PS_LOG_TCP, "accept: %m");
+            }
+            return;
+        }
+        ps__tcp_conn_t *conn = ps__tcp_conn_new(van, 0);
+        if (conn == NULL) {
+            ps_warn_ratelimited(PS_LOG_TCP, "out of memory accepting a connection");
+            close(fd);
+            continue;
+        }
+        tune_socket(van, fd);
+        conn->fd = fd;
+        if (ps_sockaddr_from_sa((struct sockaddr *)&ss, len, &conn->addr) != PS_OK ||
+            ps_sockaddr_format(&conn->addr, conn->addr_str, sizeof(conn->addr_str)) != PS_OK) {
+            strcpy(conn->addr_str, "?");
+        }
+        struct epoll_event ev;
+        memset(&ev, 0, sizeof(ev));
+        ev.events = EPOLLIN;
+        ev.data.ptr = &conn->handle;
+        if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            ps_warn_ratelimited(PS_LOG_TCP, "epoll_ctl for a connection from %s: %m",
+                                conn->addr_str);
+            ps__tcp_conn_destroy_now(conn);
+            continue;
+        }
+        conn->in_epoll = 1;
+        conn_link(van, conn);
+        ps_debug(PS_LOG_TCP, "accepted a connection from %s", conn->addr_str);
+    }
+}
+
+/* ---- connect ---- */
+
+ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id)
+{
+    if (peer == NULL || peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {
+        ps_error(PS_LOG_TCP, "connect: node id %d is not a node", peer ? peer->id : -1);
+        return PS_ERR_INVALID_ARG;
+    }
+    int port = peer->num_ports > 0 ? peer->ports[0] : 0;
+    if (port <= 0 || port > 65535) {
+        ps_error(PS_LOG_TCP, "connect: node %d has no valid port (%d)", peer->id, port);
+        return PS_ERR_INVALID_ARG;
+    }
+    ps_sockaddr_t addr;
+    ps_status_t st = ps_sockaddr_resolve(peer->hostname, (uint16_t)port, AF_UNSPEC, &addr);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_TCP, "connect: cannot resolve host '%s' of node %d (%s)", peer->hostname,
+                 peer->id, ps_status_str(st));
+        return st;
+    }
+    int hello_id = my_id != PS_NODE_EMPTY ? my_id : __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+    uint64_t deadline = ps_time_now_ns() + (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
+
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__tcp_peer_t *p = ps__tcp_peer_get(van, peer->id, 1);
+    if (p == NULL) {
+        pthread_rwlock_unlock(&van->peers_lock);
+        return PS_ERR_NO_MEMORY;
+    }
+    ps__tcp_conn_t *replaced[PS__TCP_MAX_STREAMS];
+    int num_replaced = 0;
+    if (p->num_out > 0) {
+        if (ps_sockaddr_equal(&p->out[0]->addr, &addr)) {
+            pthread_rwlock_unlock(&van->peers_lock);
+            return PS_OK; /* already connected (or connecting) */
+        }
+        /* The id moved to another address (a recovered node took it over):
+         * the old connections go. */
+        for (int i = 0; i < p->num_out; ++i) {
+            __atomic_add_fetch(&p->out[i]->refs, 1, __ATOMIC_RELAXED);
+            replaced[num_replaced++] = p->out[i];
+        }
+        p->num_out = 0;
+    }
+    ps__tcp_conn_t *fresh[PS__TCP_MAX_STREAMS];
+    int nstreams = van->conns_per_peer;
+    uint64_t nonce = ps__tcp_random(van);
+    int made = 0;
+    for (; made < nstreams; ++made) {
+        ps__tcp_conn_t *conn = ps__tcp_conn_new(van, 1);
+        if (conn == NULL) {
+            st = PS_ERR_NO_MEMORY;
+            break;
+        }
+        conn->peer_id = peer->id;
+        conn->addr = addr;
+        if (ps_sockaddr_format(&addr, conn->addr_str, sizeof(conn->addr_str)) != PS_OK) {
+            strcpy(conn->addr_str, "?");
+        }
+        conn->nonce = nonce;
+        conn->stream = made;
+        conn->connect_deadline_ns = deadline;
+        uint8_t hello[128];
+        size_t hello_len;
+        st = ps__tcp_encode_hello(van, hello_id, nonce, made, nstreams, hello, sizeof(hello),
+                                  &hello_len);
+        if (st == PS_OK) {
+            /* Queued: the connection is not up yet. */
+            st = ps__tcp_conn_send_frame(conn, hello, hello_len, NULL, 0);
+        }
+        if (st != PS_OK) {
+            ps__tcp_conn_destroy_now(conn);
+            break;
+        }
+        fresh[made] = conn;
+    }
+    if (made == nstreams) {
+        for (int i = 0; i < made; ++i) {
+            p->out[p->num_out++] = fresh[i];
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    if (made != nstreams) {
+        for (int i = 0; i < made; ++i) {
+            ps__tcp_conn_destroy_now(fresh[i]);
+        }
+        made = 0;
+    }
+
+    char where[PS_SOCKADDR_STRLEN] = "";
+    if (made > 0) {
+        memcpy(where, fresh[0]->addr_str, sizeof(where));
+    }
+    pthread_mutex_lock(&van->pending_lock);
+    for (int i = 0; i < made; ++i) {
+        /* The pending list holds a reference: the connection may be torn
+         * down (disconnect, a failing sibling) before the progress thread
+         * takes it. */
+        __atomic_add_fetch(&fresh[i]->refs, 1, __ATOMIC_RELAXED);
+        fresh[i]->next_pending = van->pending;
+        van->pending = fresh[i];
+    }
+    for (int i = 0; i < num_replaced; ++i) {
+        replaced[i]->next_close = van->to_close;
+        van->to_close = replaced[i];
+    }
+    pthread_mutex_unlock(&van->pending_lock);
+    ps__tcp_wake(van);
+    if (made == 0) {
+        return st;
+    }
+    ps_info(PS_LOG_TCP, "connecting to node %d at %s%s", peer->id, where,
+            num_replaced ? " (replacing its old address)" : "");
+    return PS_OK;
+}
+
+void ps__tcp_disconnect(ps__tcp_van_t *van, int node_id)
+{
+    ps__tcp_conn_t *gone[2 * PS__TCP_MAX_STREAMS];
+    int n = 0;
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__tcp_peer_t *p = ps__tcp_peer_get(van, node_id, 0);
+    if (p != NULL) {
+        for (int i = 0; i < p->num_out; ++i) {
+            gone[n++] = p->out[i];
+        }
+        for (int i = 0; i < p->num_in; ++i) {
+            gone[n++] = p->in[i];
+        }
+        for (int i = 0; i < n; ++i) {
+            __atomic_add_fetch(&gone[i]->refs, 1, __ATOMIC_RELAXED);
+        }
+        p->num_out = p->num_in = 0;
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    if (n == 0) {
+        return;
+    }
+    pthread_mutex_lock(&van->pending_lock);
+    for (int i = 0; i < n; ++i) {
+        gone[i]->next_close = van->to_close;
+        van->to_close = gone[i];
+    }
+    pthread_mutex_unlock(&van->pending_lock);
+    ps__tcp_wake(van);
+    ps_info(PS_LOG_TCP, "disconnecting from node %d", node_id);
+}
+
+static void conn_connect_failed(ps__tcp_conn_t *conn, int err)
+{
+    uint64_t now = ps_time_now_ns();
+    if (now >= conn->connect_deadline_ns) {
+        ps_error(PS_LOG_TCP, "cannot connect to node %d at %s: %s (gave up after %d ms, PS_CONNECT_TIMEOUT_MS)",
+                 conn->peer_id, conn->addr_str, strerror(err), conn->van->params.connect_timeout_ms);
+        ps__tcp_conn_fail(conn, PS_ERR_UNREACHABLE, 1);
+        return;
+    }
+    /* The peer may not be listening yet (a launcher starts everyone at
+     * once): try again a little later. */
+    conn->backoff_ms = conn->backoff_ms == 0 ? CONNECT_BACKOFF_FIRST_MS : conn->backoff_ms * 2;
+    if (conn->backoff_ms > CONNECT_BACKOFF_MAX_MS) {
+        conn->backoff_ms = CONNECT_BACKOFF_MAX_MS;
+    }
+    conn->retry_at_ns = now + (uint64_t)conn->backoff_ms * PS_NSEC_PER_MSEC;
+    ps_debug(PS_LOG_TCP, "connect to node %d at %s: %s; retrying in %u ms", conn->peer_id,
+             conn->addr_str, strerror(err), conn->backoff_ms);
+}
+
+static void conn_start_connect(ps__tcp_conn_t *conn)
+{
+    ps__tcp_van_t *van = conn->van;
+    int fd = socket(ps_sockaddr_family(&conn->addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int err = errno;
+        ps_error(PS_LOG_TCP, "connect to node %d: socket(): %s", conn->peer_id, strerror(err));
+        conn_connect_failed(conn, err);
+        return;
+    }
+    tune_socket(van, fd);
+    int r = connect(fd, ps_sockaddr_sa(&conn->addr), conn->addr.len);
+    if (r != 0 && errno != EINPROGRESS) {
+        int err = errno;
+        close(fd);
+        conn_connect_failed(conn, err);
+        return;
+    }
+    pthread_mutex_lock(&conn->send_lock);
+    conn->fd = fd;
+    pthread_mutex_unlock(&conn->send_lock);
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLOUT;
+    ev.data.ptr = &conn->handle;
+    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        ps_error(PS_LOG_TCP, "connect to node %d: epoll_ctl: %m", conn->peer_id);
+        ps__tcp_conn_fail(conn, PS_ERR_NO_RESOURCE, 1);
+        return;
+    }
+    conn->in_epoll = 1;
+    conn->retry_at_ns = 0;
+}
+
+void ps__tcp_start_pending(ps__tcp_van_t *van)
+{
+    pthread_mutex_lock(&van->pending_lock);
+    ps__tcp_conn_t *pending = van->pending;
+    ps__tcp_conn_t *to_close = van->to_close;
+    van->pending = van->to_close = NULL;
+    pthread_mutex_unlock(&van->pending_lock);
+    while (pending != NULL) {
+        ps__tcp_conn_t *conn = pending;
+        pending = conn->next_pending;
+        conn->next_pending = NULL;
+        if (conn->state == PS__TCP_CONNECTING) {
+            conn_link(van, conn);
+            van->num_connecting++;
+            conn_start_connect(conn);
+        }
+        ps__tcp_conn_unref(conn); /* the pending list's reference */
+    }
+    while (to_close != NULL) {
+        ps__tcp_conn_t *conn = to_close;
+        to_close = conn->next_close;
+        conn->next_close = NULL;
+        ps__tcp_conn_fail(conn, PS_OK, 0);
+        ps__tcp_conn_unref(conn); /* disconnect()'s reference */
+    }
+}
+
+void ps__tcp_on_connected_event(ps__tcp_conn_t *conn, uint32_t events)
+{
+    ps__tcp_van_t *van = conn->van;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+        err = errno;
+    }
+    if (err == 0 && (events & (EPOLLERR | EPOLLHUP)) != 0) {
+        err = ECONNREFUSED;
+    }
+    if (err != 0) {
+        epoll_ctl(van->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
+        conn->in_epoll = 0;
+        pthread_mutex_lock(&conn->send_lock);
+        int fd = conn->fd;
+        conn->fd = -1;
+        pthread_mutex_unlock(&conn->send_lock);
+        close(fd);
+        conn_connect_failed(conn, err);
+        return;
+    }
+    pthread_mutex_lock(&conn->send_lock);
+    conn->state = PS__TCP_READY;
+    ps__tcp_set_epoll(conn, 1);
+    pthread_mutex_unlock(&conn->send_lock);
+    van->num_connecting--;
+    ps_info(PS_LOG_TCP, "connected to node %d at %s", conn->peer_id, conn->addr_str);
+    ps_status_t st = ps__tcp_flush(conn);
+    if (st != PS_OK) {
+        ps_warn(PS_LOG_TCP, "connection to node %d at %s failed right away (%s)", conn->peer_id,
+                conn->addr_str, ps_status_str(st));
+        ps__tcp_conn_fail(conn, PS_ERR_PEER_GONE, 1);
+    }
+}
+
+void ps__tcp_close_all(ps__tcp_van_t *van)
+{
+    pthread_mutex_lock(&van->pending_lock);
+    ps__tcp_conn_t *pending = van->pending;
+    ps__tcp_conn_t *to_close = van->to_close;
+    van->pending = van->to_close = NULL;
+    pthread_mutex_unlock(&van->pending_lock);
+    while (pending != NULL) {
+        ps__tcp_conn_t *conn = pending;
+        pending = conn->next_pending;
+        conn->next_pending = NULL;
+        if (conn->state != PS__TCP_DEAD) {
+            conn_link(van, conn);
+        }
+        ps__tcp_conn_unref(conn);
+    }
+    while (to_close != NULL) {
+        ps__tcp_conn_t *conn = to_close;
+        to_close = conn->next_close;
+        conn->next_close = NULL;
+        if (!conn->linked && conn->state != PS__TCP_DEAD) {
+            conn_link(van, conn);
+        }
+        ps__tcp_conn_fail(conn, PS_OK, 0);
+        ps__tcp_conn_unref(conn);
+    }
+    while (van->conns != NULL) {
+        ps__tcp_conn_fail(van->conns, PS_OK, 0);
+    }
+}
+
+int ps__tcp_run_timers(ps__tcp_van_t *van)
+{
+    if (van->num_connecting == 0) {
+        return -1;
+    }
+    uint64_t now = ps_time_now_ns();
+    uint64_t next = UINT64_MAX;
+    ps__tcp_conn_t *conn = van->conns;
+    while (conn != NULL) {
+        ps__tcp_conn_t *following = conn->next;
+        if (conn->state == PS__TCP_CONNECTING) {
+            if (now >= conn->connect_deadline_ns) {
+                ps_error(PS_LOG_TCP, "cannot connect to node %d at %s: no answer within %d ms (PS_CONNECT_TIMEOUT_MS)",
+                         conn->peer_id, conn->addr_str, van->params.connect_timeout_ms);
+                ps__tcp_conn_fail(conn, PS_ERR_UNREACHABLE, 1);
+            } else {
+                if (conn->fd < 0 && now >= conn->retry_at_ns) {
+                    conn_start_connect(conn);
+                }
+                if (conn->state == PS__TCP_CONNECTING) {
+                    uint64_t at = conn->fd < 0 ? conn->retry_at_ns : conn->connect_deadline_ns;
+                    if (at < next) {
+                        next = at;
+                    }
+                }
+            }
+        }
+        conn = following;
+    }
+    if (next == UINT64_MAX) {
+        return -1;
+    }
+    now = ps_time_now_ns();
+    if (next <= now) {
+        return 0;
+    }
+    return (int)((next - now + PS_NSEC_PER_MSEC - 1) / PS_NSEC_PER_MSEC);
+}
+
+/* ---- teardown ---- */
+
+void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
+{
+    ps__tcp_van_t *van = conn->van;
+    if (conn->state == PS__TCP_DEAD) {
+        return;
+    }
+    int id = conn->peer_id;
+    int was_connecting = conn->state == PS__TCP_CONNECTING;
+    ps__tcp_peer_remove_conn(van, conn);
+    if (conn->in_epoll) {
+        epoll_ctl(van->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
+        conn->in_epoll = 0;
+    }
+    pthread_mutex_lock(&conn->send_lock);
+    conn->state = PS__TCP_DEAD;
+    int fd = conn->fd;
+    conn->fd = -1;
+    ps__tcp_entry_t *queue = ps__tcp_queue_take(conn);
+    pthread_mutex_unlock(&conn->send_lock);
+    if (fd >= 0) {
+        close(fd);
+    }
+    ps__tcp_entries_free(van, queue);
+    ps__tcp_rx_reset(conn);
+    if (was_connecting && conn->linked) {
+        van->num_connecting--;
+    }
+    /* Off the live list; the van's reference goes after this loop
+     * iteration, when no epoll event of this round can point at it. */
+    conn_unlink(van, conn);
+    conn->next_grave = van->graveyard;
+    van->graveyard = conn;
+
+    if (!notify || why == PS_OK || id == PS_NODE_EMPTY) {
+        return;
+    }
+    /* A peer is connected or it is not: its other streams go too, and the
+     * postoffice hears about it once. */
+    ps__tcp_conn_t *others[2 * PS__TCP_MAX_STREAMS];
+    int n = 0;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__tcp_peer_t *p = ps__tcp_peer_get(van, id, 0);
+    if (p != NULL) {
+        for (int i = 0; i < p->num_out; ++i) {
+            others[n++] = p->out[i];
+        }
+        for (int i = 0; i < p->num_in; ++i) {
+            others[n++] = p->in[i];
+        }
+        for (int i = 0; i < n; ++i) {
+            __atomic_add_fetch(&others[i]->refs, 1, __ATOMIC_RELAXED);
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    for (int i = 0; i < n; ++i) {
+        ps__tcp_conn_fail(others[i], why, 0);
+        ps__tcp_conn_unref(others[i]);
+    }
+    /* Info, not a warning: the line saying why the connection ended came
+     * first, and only the postoffice knows whether a peer leaving is a
+     * failure (or the job finishing). */
+    ps_info(PS_LOG_TCP, "lost node %d at %s (%s)", id, conn->addr_str, ps_status_str(why));
+    if (van->cb.peer_failed != NULL) {
+        van->cb.peer_failed(van->cb.arg, id, why);
+    }
+}

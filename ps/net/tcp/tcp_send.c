@@ -1,0 +1,342 @@
+/*
+ * The send path of the TCP van.
+ *
+ * send() encodes header + meta on the caller's stack and writes the frame
+ * with one sendmsg() whose iovecs point at the user's slices: no staging
+ * copy. What the socket cannot take is queued on the connection, holding
+ * references on the slices, and the progress thread finishes it when the
+ * socket becomes writable (EPOLLOUT). A frame is either written directly
+ * (queue empty) or appended to the queue, both under the connection's send
+ * lock, so frames leave in the order send() was called for them.
+ *
+ * The progress thread gathers several queued frames into one sendmsg() and
+ * does not hold the send lock during the system call: senders only ever
+ * append to a non-empty queue, and only the progress thread removes from
+ * its head.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "ps/base/log.h"
+#include "ps/net/tcp/tcp_internal.h"
+
+static ssize_t send_iov(int fd, struct iovec *iov, int cnt)
+{
+    struct msghdr mh;
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = iov;
+    mh.msg_iovlen = (size_t)cnt;
+    ssize_t n;
+    do {
+        n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n;
+}
+
+void ps__tcp_set_epoll(ps__tcp_conn_t *conn, int want_out)
+{
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN | (want_out ? EPOLLOUT : 0);
+    ev.data.ptr = &conn->handle;
+    if (epoll_ctl(conn->van->epfd, EPOLL_CTL_MOD, conn->fd, &ev) != 0) {
+        /* Only a closed fd gets here, and then the connection is being torn
+         * down anyway. */
+        ps_debug(PS_LOG_TCP, "epoll_ctl on the connection to %s: %m", conn->addr_str);
+        return;
+    }
+    conn->epoll_out = want_out;
+}
+
+/* Moves the entry's position `n` bytes forward. */
+static void entry_advance(ps__tcp_entry_t *e, uint64_t n)
+{
+    e->bytes -= n;
+    while (n > 0 && e->iov_idx < e->iovcnt) {
+        struct iovec *v = &e->iov[e->iov_idx];
+        if (n >= v->iov_len) {
+            n -= v->iov_len;
+            v->iov_len = 0;
+            e->iov_idx++;
+        } else {
+            v->iov_base = (char *)v->iov_base + n;
+            v->iov_len -= n;
+            n = 0;
+        }
+    }
+    while (e->iov_idx < e->iovcnt && e->iov[e->iov_idx].iov_len == 0) {
+        e->iov_idx++;
+    }
+}
+
+static void entry_free(ps__tcp_van_t *van, ps__tcp_entry_t *e)
+{
+    for (uint32_t i = 0; i < e->num_data; ++i) {
+        ps_slice_unref(&e->data[i]);
+    }
+    if (e->hm != e->hm_inline) {
+        free(e->hm);
+    }
+    ps_mpool_put(&van->entries, e);
+    __atomic_sub_fetch(&van->queued, 1, __ATOMIC_RELEASE);
+}
+
+void ps__tcp_entries_free(ps__tcp_van_t *van, ps__tcp_entry_t *list)
+{
+    while (list != NULL) {
+        ps__tcp_entry_t *next = list->next;
+        entry_free(van, list);
+        list = next;
+    }
+}
+
+ps__tcp_entry_t *ps__tcp_queue_take(ps__tcp_conn_t *conn)
+{
+    ps__tcp_entry_t *list = conn->sq_head;
+    conn->sq_head = conn->sq_tail = NULL;
+    return list;
+}
+
+/* A queue entry for the frame [hm, data...] of which `sent` bytes are out. */
+static ps__tcp_entry_t *entry_new(ps__tcp_van_t *van, const uint8_t *hm, size_t hm_len,
+                                  const ps_slice_t *data, uint32_t num_data, uint64_t sent)
+{
+    ps__tcp_entry_t *e;
+    if (ps_mpool_get(&van->entries, (void **)&e) != PS_OK) {
+        return NULL;
+    }
+    if (hm_len <= sizeof(e->hm_inline)) {
+        e->hm = e->hm_inline;
+    } else {
+        e->hm = malloc(hm_len);
+        if (e->hm == NULL) {
+            ps_mpool_put(&van->entries, e);
+            return NULL;
+        }
+    }
+    __atomic_add_fetch(&van->queued, 1, __ATOMIC_RELAXED);
+    memcpy(e->hm, hm, hm_len);
+    e->next = NULL;
+    e->iovcnt = 0;
+    e->iov_idx = 0;
+    e->num_data = 0;
+    e->iov[e->iovcnt].iov_base = e->hm;
+    e->iov[e->iovcnt].iov_len = hm_len;
+    e->iovcnt++;
+    e->bytes = hm_len;
+    for (uint32_t i = 0; i < num_data; ++i) {
+        if (data[i].len == 0) {
+            continue;
+        }
+        e->data[e->num_data] = ps_slice_ref(&data[i]);
+        e->iov[e->iovcnt].iov_base = ps_slice_ptr(&e->data[e->num_data]);
+        e->iov[e->iovcnt].iov_len = data[i].len;
+        e->iovcnt++;
+        e->num_data++;
+        e->bytes += data[i].len;
+    }
+    entry_advance(e, sent);
+    return e;
+}
+
+ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
+                                    const ps_slice_t *data, uint32_t num_data)
+{
+    ps__tcp_van_t *van = conn->van;
+    struct iovec iov[PS__TCP_FRAME_IOV];
+    int cnt = 0;
+    uint64_t total = hm_len;
+    iov[cnt].iov_base = (void *)hm;
+    iov[cnt].iov_len = hm_len;
+    cnt++;
+    for (uint32_t i = 0; i < num_data; ++i) {
+        if (data[i].len != 0) {
+            iov[cnt].iov_base = ps_slice_ptr(&data[i]);
+            iov[cnt].iov_len = data[i].len;
+            total += data[i].len;
+            cnt++;
+        }
+    }
+
+    pthread_mutex_lock(&conn->send_lock);
+    if (conn->state == PS__TCP_DEAD) {
+        pthread_mutex_unlock(&conn->send_lock);
+        return PS_ERR_PEER_GONE;
+    }
+    uint64_t sent = 0;
+    if (conn->state == PS__TCP_READY && conn->sq_head == NULL) {
+        /* The common case: straight from the user's buffers to the socket. */
+        ssize_t n = send_iov(conn->fd, iov, cnt);
+        if (n >= 0 && (uint64_t)n == total) {
+            pthread_mutex_unlock(&conn->send_lock);
+            __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
+            return PS_OK;
+        }
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                /* The progress thread sees the same error on the socket and
+                 * reports the peer; the caller only learns this send failed. */
+                int err = errno;
+                pthread_mutex_unlock(&conn->send_lock);
+                ps_debug(PS_LOG_TCP, "send to node %d at %s: %s", conn->peer_id,
+                         conn->addr_str, strerror(err));
+                return PS_ERR_PEER_GONE;
+            }
+            n = 0;
+        }
+        sent = (uint64_t)n;
+    }
+    ps__tcp_entry_t *e = entry_new(van, hm, hm_len, data, num_data, sent);
+    if (e == NULL) {
+        if (sent != 0) {
+            /* Half a frame is on the wire and the rest cannot be kept: the
+             * stream is unusable. Shutting it down makes the progress thread
+             * tear the connection down and report the peer. */
+            shutdown(conn->fd, SHUT_RDWR);
+        }
+        pthread_mutex_unlock(&conn->send_lock);
+        ps_error(PS_LOG_TCP, "out of memory queueing a send to node %d", conn->peer_id);
+        return PS_ERR_NO_MEMORY;
+    }
+    if (conn->sq_tail != NULL) {
+        conn->sq_tail->next = e;
+    } else {
+        conn->sq_head = e;
+    }
+    conn->sq_tail = e;
+    if (conn->state == PS__TCP_READY && !conn->epoll_out) {
+        ps__tcp_set_epoll(conn, 1);
+    }
+    pthread_mutex_unlock(&conn->send_lock);
+    if (sent != 0) {
+        __atomic_add_fetch(&van->bytes_sent, sent, __ATOMIC_RELAXED);
+    }
+    return PS_OK;
+}
+
+ps_status_t ps__tcp_flush(ps__tcp_conn_t *conn)
+{
+    ps__tcp_van_t *van = conn->van;
+    for (;;) {
+        struct iovec iov[PS__TCP_FLUSH_IOV];
+        int cnt = 0;
+        uint64_t want = 0;
+        pthread_mutex_lock(&conn->send_lock);
+        if (conn->state != PS__TCP_READY) {
+            pthread_mutex_unlock(&conn->send_lock);
+            return PS_OK;
+        }
+        for (ps__tcp_entry_t *e = conn->sq_head; e != NULL && cnt < PS__TCP_FLUSH_IOV;
+             e = e->next) {
+            for (int i = e->iov_idx; i < e->iovcnt && cnt < PS__TCP_FLUSH_IOV; ++i) {
+                if (e->iov[i].iov_len != 0) {
+                    iov[cnt++] = e->iov[i];
+                    want += e->iov[i].iov_len;
+                }
+            }
+        }
+        if (cnt == 0) {
+            if (conn->epoll_out) {
+                ps__tcp_set_epoll(conn, 0);
+            }
+            pthread_mutex_unlock(&conn->send_lock);
+            return PS_OK;
+        }
+        int fd = conn->fd;
+        pthread_mutex_unlock(&conn->send_lock);
+
+        ssize_t n = send_iov(fd, iov, cnt);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return PS_OK;
+            }
+            return ps_status_from_errno(errno);
+        }
+        __atomic_add_fetch(&van->bytes_sent, (uint64_t)n, __ATOMIC_RELAXED);
+
+        ps__tcp_entry_t *done = NULL, **done_tail = &done;
+        uint64_t left = (uint64_t)n;
+        pthread_mutex_lock(&conn->send_lock);
+        while (left > 0 && conn->sq_head != NULL) {
+            ps__tcp_entry_t *e = conn->sq_head;
+            uint64_t step = left < e->bytes ? left : e->bytes;
+            entry_advance(e, step);
+            left -= step;
+            if (e->bytes == 0) {
+                conn->sq_head = e->next;
+                if (conn->sq_head == NULL) {
+                    conn->sq_tail = NULL;
+                }
+                e->next = NULL;
+                *done_tail = e;
+                done_tail = &e->next;
+            }
+        }
+        pthread_mutex_unlock(&conn->send_lock);
+        ps__tcp_entries_free(van, done);
+        if ((uint64_t)n < want) {
+            return PS_OK; /* the socket is full; EPOLLOUT stays armed */
+        }
+    }
+}
+
+ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg)
+{
+    if (msg == NULL || msg->num_data > PS_MSG_MAX_DATA) {
+        return PS_ERR_INVALID_ARG;
+    }
+    int recver = msg->meta.recver;
+    if (recver < 0 || recver == PS_NODE_EMPTY) {
+        ps_error(PS_LOG_TCP, "send: message without a receiver (recver %d)", recver);
+        return PS_ERR_INVALID_ARG;
+    }
+    if (ps__tcp_looks_like_hello(&msg->meta)) {
+        ps_error(PS_LOG_TCP, "send: van_data carries the tcp van's hello tag");
+        return PS_ERR_INVALID_ARG;
+    }
+    uint64_t lens[PS_MSG_MAX_DATA];
+    for (uint32_t i = 0; i < msg->num_data; ++i) {
+        ps_buf_mem_t kind = ps_slice_mem_kind(&msg->data[i]);
+        if (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM) {
+            ps_error(PS_LOG_TCP, "send: segment %u is device memory; the tcp van sends host memory only", i);
+            return PS_ERR_UNSUPPORTED;
+        }
+        lens[i] = msg->data[i].len;
+    }
+    const ps_meta_t *meta = &msg->meta;
+    ps_meta_t with_nodes;
+    if (meta->control.num_nodes == 0 && msg->num_nodes != 0) {
+        /* The node list rides in the message rather than the meta. */
+        with_nodes = *meta;
+        with_nodes.control.nodes = msg->nodes;
+        with_nodes.control.num_nodes = msg->num_nodes;
+        meta = &with_nodes;
+    }
+
+    uint8_t stack[PS__TCP_HM_STACK];
+    uint8_t *hm, *heap = NULL;
+    size_t hm_len;
+    ps_status_t st = ps__tcp_encode_frame(van, meta, lens, msg->num_data, stack, sizeof(stack),
+                                          &hm, &hm_len, &heap);
+    if (st != PS_OK) {
+        return st;
+    }
+    ps__tcp_conn_t *conn = ps__tcp_peer_send_conn(van, recver);
+    if (conn == NULL) {
+        free(heap);
+        ps_warn_ratelimited(PS_LOG_TCP, "send to node %d: not connected", recver);
+        return PS_ERR_UNREACHABLE;
+    }
+    st = ps__tcp_conn_send_frame(conn, hm, hm_len, msg->data, msg->num_data);
+    ps__tcp_conn_unref(conn);
+    free(heap);
+    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level) && st == PS_OK) {
+        char line[192];
+        ps_msg_describe(msg, line, sizeof(line));
+        ps_trace(PS_LOG_TCP, "sent %s", line);
+    }
+    return st;
+}

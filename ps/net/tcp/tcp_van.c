@@ -1,0 +1,537 @@
+/*
+ * The TCP van: lifecycle, the peer table, the progress thread, and the ops
+ * table registered as component "tcp" (aliases "zmq" and "0", the names
+ * upstream jobs use for its ZMQ van).
+ *
+ * The progress thread waits in epoll on the listening socket, every
+ * connection and an eventfd other threads use to hand it work (new
+ * connections to start, connections to close, stop). By default it blocks;
+ * with busy_poll it polls epoll without sleeping while traffic flows and
+ * falls back to blocking after PS__TCP_SPIN_NS without an event, so an
+ * idle van never burns a core.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "ps/base/config.h"
+#include "ps/base/log.h"
+#include "ps/base/time.h"
+#include "ps/net/tcp/tcp_internal.h"
+
+/* How long busy-polling goes on without an event before it blocks. */
+#define PS__TCP_SPIN_NS (200ull * PS_NSEC_PER_MSEC)
+#define PS__TCP_MAX_EVENTS 64
+/* Free receive buffers the pool keeps. */
+#define PS__TCP_POOL_CACHE (256u << 20)
+/* close() lets queued sends leave for at most this long, and stops early
+ * once nothing has moved for PS__TCP_DRAIN_IDLE_MS. */
+#define PS__TCP_DRAIN_MS 2000
+#define PS__TCP_DRAIN_IDLE_MS 200
+#define PS__TCP_DEFAULT_CONNECT_MS 10000
+
+void ps__tcp_wake(ps__tcp_van_t *van)
+{
+    uint64_t one = 1;
+    ssize_t r;
+    do {
+        r = write(van->wakefd, &one, sizeof(one));
+    } while (r < 0 && errno == EINTR);
+    /* EAGAIN means the counter is already non-zero: a wake-up is pending. */
+}
+
+uint64_t ps__tcp_random(ps__tcp_van_t *van)
+{
+    /* splitmix64 over an atomic counter: distinct values for concurrent
+     * callers, no lock. */
+    uint64_t z = __atomic_add_fetch(&van->rng, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---- peer table ---- */
+
+ps__tcp_peer_t *ps__tcp_peer_get(ps__tcp_van_t *van, int id, int create)
+{
+    if (id <= 0 || id >= PS_NODE_EMPTY) {
+        return NULL;
+    }
+    if (id >= van->peers_cap) {
+        if (!create) {
+            return NULL;
+        }
+        int cap = van->peers_cap == 0 ? 64 : van->peers_cap;
+        while (cap <= id) {
+            cap *= 2;
+        }
+        ps__tcp_peer_t **peers = realloc(van->peers, (size_t)cap * sizeof(*peers));
+        if (peers == NULL) {
+            return NULL;
+        }
+        memset(peers + van->peers_cap, 0, (size_t)(cap - van->peers_cap) * sizeof(*peers));
+        van->peers = peers;
+        van->peers_cap = cap;
+    }
+    if (van->peers[id] == NULL && create) {
+        ps__tcp_peer_t *p = calloc(1, sizeof(*p));
+        if (p == NULL) {
+            return NULL;
+        }
+        p->id = id;
+        van->peers[id] = p;
+    }
+    return van->peers[id];
+}
+
+static void remove_from(ps__tcp_conn_t **arr, int *num, const ps__tcp_conn_t *conn)
+{
+    for (int i = 0; i < *num; ++i) {
+        if (arr[i] == conn) {
+            memmove(&arr[i], &arr[i + 1], (size_t)(*num - i - 1) * sizeof(*arr));
+            (*num)--;
+            return;
+        }
+    }
+}
+
+void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
+{
+    if (conn->peer_id == PS_NODE_EMPTY) {
+        return;
+    }
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__tcp_peer_t *p = ps__tcp_peer_get(van, conn->peer_id, 0);
+    if (p != NULL) {
+        remove_from(p->out, &p->num_out, conn);
+        remove_from(p->in, &p->num_in, conn);
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+}
+
+ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id)
+{
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__tcp_peer_t *p = ps__tcp_peer_get(van, id, 1);
+    if (p == NULL) {
+        pthread_rwlock_unlock(&van->peers_lock);
+        return PS_ERR_NO_MEMORY;
+    }
+    /* More streams than we index still deliver; they are just not used
+     * for replies. */
+    if (p->num_in < PS__TCP_MAX_STREAMS) {
+        p->in[p->num_in++] = conn;
+    }
+    conn->peer_id = id;
+    pthread_rwlock_unlock(&van->peers_lock);
+    return PS_OK;
+}
+
+ps__tcp_conn_t *ps__tcp_peer_send_conn(ps__tcp_van_t *van, int id)
+{
+    ps__tcp_conn_t *conn = NULL;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__tcp_peer_t *p = ps__tcp_peer_get(van, id, 0);
+    if (p != NULL) {
+        /* Our own connection first; else the peer's connection to us (a
+         * node we never connected to can still be answered). One fixed
+         * choice per peer keeps its messages in order. */
+        if (p->num_out > 0) {
+            conn = p->out[0];
+        } else if (p->num_in > 0) {
+            conn = p->in[0];
+        }
+        if (conn != NULL) {
+            __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    return conn;
+}
+
+/* ---- progress thread ---- */
+
+static void handle_conn_event(ps__tcp_conn_t *conn, uint32_t events)
+{
+    if (conn->state == PS__TCP_DEAD) {
+        return;
+    }
+    if (conn->state == PS__TCP_CONNECTING) {
+        ps__tcp_on_connected_event(conn, events);
+        return;
+    }
+    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+        /* Errors and EOF surface through read(). */
+        ps__tcp_on_readable(conn);
+        if (conn->state == PS__TCP_DEAD) {
+            return;
+        }
+    }
+    if (events & EPOLLOUT) {
+        ps_status_t st = ps__tcp_flush(conn);
+        if (st != PS_OK) {
+            ps_warn(PS_LOG_TCP, "sending to node %d at %s failed (%s)", conn->peer_id,
+                    conn->addr_str, ps_status_str(st));
+            ps__tcp_conn_fail(conn, PS_ERR_PEER_GONE, 1);
+        }
+    }
+}
+
+static void drain_wakefd(ps__tcp_van_t *van)
+{
+    uint64_t v;
+    while (read(van->wakefd, &v, sizeof(v)) > 0) {
+    }
+}
+
+static void bury(ps__tcp_van_t *van)
+{
+    while (van->graveyard != NULL) {
+        ps__tcp_conn_t *conn = van->graveyard;
+        van->graveyard = conn->next_grave;
+        conn->next_grave = NULL;
+        ps__tcp_conn_unref(conn);
+    }
+}
+
+static void *progress_main(void *arg)
+{
+    ps__tcp_van_t *van = arg;
+    struct epoll_event evs[PS__TCP_MAX_EVENTS];
+    uint64_t last_event = ps_time_now_ns();
+    uint64_t spin_ns = van->params.busy_poll ? PS__TCP_SPIN_NS : 0;
+    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+        int timeout = ps__tcp_run_timers(van);
+        bury(van);
+        if (spin_ns && ps_time_now_ns() - last_event < spin_ns) {
+            timeout = 0;
+        }
+        int n = epoll_wait(van->epfd, evs, PS__TCP_MAX_EVENTS, timeout);
+        if (n < 0) {
+            if (errno != EINTR) {
+                ps_error(PS_LOG_TCP, "epoll_wait: %m");
+                ps_sleep_ms(1);
+            }
+            continue;
+        }
+        if (spin_ns) {
+            if (n > 0) {
+                last_event = ps_time_now_ns();
+            } else if (timeout == 0) {
+                /* Spinning: let a thread waiting for this core run (on a
+                 * small machine the application may share it with us). */
+                sched_yield();
+            }
+        }
+        for (int i = 0; i < n; ++i) {
+            ps__tcp_handle_t *h = evs[i].data.ptr;
+            switch (h->kind) {
+            case PS__TCP_H_WAKE:
+                drain_wakefd(van);
+                ps__tcp_start_pending(van);
+                break;
+            case PS__TCP_H_LISTEN:
+                ps__tcp_accept_all(van);
+                break;
+            case PS__TCP_H_CONN:
+                handle_conn_event((ps__tcp_conn_t *)h, evs[i].events);
+                break;
+            }
+        }
+        bury(van);
+    }
+    return NULL;
+}
+
+/* ---- ops ---- */
+
+static ps__tcp_van_t *tcp_of(ps_van_t *van)
+{
+    return (ps__tcp_van_t *)van;
+}
+
+static void tcp_close(ps_van_t *v);
+static const ps_van_ops_t tcp_ops;
+
+static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                            ps_van_t **van_p)
+{
+    if (params == NULL || van_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    ps__tcp_van_t *van = calloc(1, sizeof(*van));
+    if (van == NULL) {
+        return PS_ERR_NO_MEMORY;
+    }
+    van->base.ops = &tcp_ops;
+    van->base.name = "tcp";
+    van->params = *params;
+    if (cb != NULL) {
+        van->cb = *cb;
+    }
+    if (van->params.connect_timeout_ms <= 0) {
+        int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, PS__TCP_DEFAULT_CONNECT_MS);
+        van->params.connect_timeout_ms = ms > 0 && ms < INT_MAX ? (int)ms : PS__TCP_DEFAULT_CONNECT_MS;
+    }
+    van->limits = ps_frame_limits_default();
+    if (params->max_meta_bytes != 0) {
+        van->limits.max_meta_bytes =
+            params->max_meta_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)params->max_meta_bytes;
+    }
+    uint32_t segs = params->max_data_segments != 0 ? params->max_data_segments
+                                                   : van->limits.max_segments;
+    van->limits.max_segments = segs < PS_MSG_MAX_DATA ? segs : PS_MSG_MAX_DATA;
+    if (params->max_message_bytes != 0) {
+        /* The parameter bounds the data; the frame adds header and meta. */
+        van->limits.max_message_bytes = params->max_message_bytes + van->limits.max_meta_bytes +
+                                        PS_FRAME_MAX_HEADER_LEN;
+    }
+    uint64_t sockbuf = ps_config_size_or(PS_CFG_PS_TCP_SOCKBUF, 0);
+    van->sockbuf = sockbuf > INT_MAX / 2 ? INT_MAX / 2 : (int)sockbuf;
+    van->conns_per_peer = 1;
+    if (params->conns_per_peer > 1) {
+        /* Striping one peer's traffic over several connections needs the
+         * receiver to restore the order; until that exists, one stream. */
+        ps_info(PS_LOG_TCP, "%d connections per peer requested; the tcp van uses 1",
+                params->conns_per_peer);
+    }
+    van->listen_fd = -1;
+    van->my_id = PS_NODE_EMPTY;
+    van->rng = ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)van;
+    van->wake_handle.kind = PS__TCP_H_WAKE;
+    van->listen_handle.kind = PS__TCP_H_LISTEN;
+    van->epfd = -1;
+    van->wakefd = -1;
+    pthread_rwlock_init(&van->peers_lock, NULL);
+    pthread_mutex_init(&van->pending_lock, NULL);
+
+    ps_status_t st = ps_mpool_init(&van->entries, "tcp send queue", sizeof(ps__tcp_entry_t), 64,
+                                   64, 0);
+    if (st != PS_OK) {
+        pthread_rwlock_destroy(&van->peers_lock);
+        pthread_mutex_destroy(&van->pending_lock);
+        free(van);
+        return st;
+    }
+    st = ps__tcp_pool_create(PS__TCP_POOL_CACHE, &van->pool);
+    if (st != PS_OK) {
+        tcp_close(&van->base);
+        return st;
+    }
+    van->epfd = epoll_create1(EPOLL_CLOEXEC);
+    van->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (van->epfd < 0 || van->wakefd < 0) {
+        ps_error(PS_LOG_TCP, "cannot create the progress thread's epoll/eventfd: %m");
+        tcp_close(&van->base);
+        return PS_ERR_NO_RESOURCE;
+    }
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN;
+    ev.data.ptr = &van->wake_handle;
+    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->wakefd, &ev) != 0) {
+        ps_error(PS_LOG_TCP, "epoll_ctl for the wake-up eventfd: %m");
+        tcp_close(&van->base);
+        return PS_ERR_NO_RESOURCE;
+    }
+    st = ps_thread_create("ps-tcp-progress", PS_THREAD_NO_CPU, progress_main, van, &van->thread);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_TCP, "cannot start the progress thread (%s)", ps_status_str(st));
+        tcp_close(&van->base);
+        return st;
+    }
+    van->thread_started = 1;
+    *van_p = &van->base;
+    return PS_OK;
+}
+
+static void tcp_close(ps_van_t *v)
+{
+    if (v == NULL) {
+        return;
+    }
+    ps__tcp_van_t *van = tcp_of(v);
+    if (van->thread_started) {
+        /* Let queued frames leave while they still move (bounded). */
+        uint64_t start = ps_time_now_ns();
+        uint64_t last_move = start;
+        uint64_t last_sent = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+        while (__atomic_load_n(&van->queued, __ATOMIC_ACQUIRE) > 0) {
+            uint64_t now = ps_time_now_ns();
+            uint64_t sent = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+            if (sent != last_sent) {
+                last_sent = sent;
+                last_move = now;
+            }
+            if (now - start > PS__TCP_DRAIN_MS * PS_NSEC_PER_MSEC ||
+                now - last_move > PS__TCP_DRAIN_IDLE_MS * PS_NSEC_PER_MSEC) {
+                ps_info(PS_LOG_TCP, "closing with %lld frames still queued",
+                        (long long)__atomic_load_n(&van->queued, __ATOMIC_RELAXED));
+                break;
+            }
+            ps_sleep_ms(1);
+        }
+        __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
+        ps__tcp_wake(van);
+        ps_thread_join(&van->thread, NULL);
+        van->thread_started = 0;
+    }
+    /* The thread is gone: everything below is ours alone. */
+    ps__tcp_close_all(van);
+    bury(van);
+    for (int id = 0; id < van->peers_cap; ++id) {
+        free(van->peers[id]);
+    }
+    free(van->peers);
+    int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
+    if (lfd >= 0) {
+        close(lfd);
+    }
+    if (van->epfd >= 0) {
+        close(van->epfd);
+    }
+    if (van->wakefd >= 0) {
+        close(van->wakefd);
+    }
+    free(van->scratch_nodes);
+    ps__tcp_pool_release(van->pool);
+    ps_mpool_cleanup(&van->entries);
+    pthread_rwlock_destroy(&van->peers_lock);
+    pthread_mutex_destroy(&van->pending_lock);
+    free(van);
+}
+
+static ps_status_t tcp_query(ps_van_t *v, ps_van_attr_t *attr_p)
+{
+    ps__tcp_van_t *van = tcp_of(v);
+    if (attr_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    ps_van_attr_t a;
+    memset(&a, 0, sizeof(a));
+    a.cap_flags = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_BUSY_POLL;
+    if (van->conns_per_peer > 1) {
+        a.cap_flags |= PS_CAP_MULTI_STREAM;
+    }
+    uint64_t overhead = (uint64_t)van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN;
+    a.max_message_bytes = van->limits.max_message_bytes > overhead
+                              ? van->limits.max_message_bytes - overhead
+                              : van->limits.max_message_bytes;
+    a.max_data_segments = van->limits.max_segments;
+    a.num_streams = (uint32_t)van->conns_per_peer;
+    *attr_p = a;
+    return PS_OK;
+}
+
+static ps_status_t tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry)
+{
+    return ps__tcp_bind(tcp_of(v), node, max_retry);
+}
+
+static ps_status_t tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
+{
+    return ps__tcp_connect(tcp_of(v), peer, my_id);
+}
+
+static void tcp_disconnect(ps_van_t *v, int node_id)
+{
+    ps__tcp_disconnect(tcp_of(v), node_id);
+}
+
+static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
+{
+    ps__tcp_van_t *van = tcp_of(v);
+    if (node_id <= 0 || node_id >= PS_NODE_EMPTY) {
+        return PS_ERR_INVALID_ARG;
+    }
+    int old = __atomic_exchange_n(&van->my_id, node_id, __ATOMIC_ACQ_REL);
+    if (old == node_id) {
+        return PS_OK;
+    }
+    /* Re-announce on every connection we opened, in line with the data
+     * already queued on it. */
+    ps__tcp_conn_t **list = NULL;
+    int n = 0, cap = 0;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    for (int id = 0; id < van->peers_cap; ++id) {
+        ps__tcp_peer_t *p = van->peers[id];
+        for (int i = 0; p != NULL && i < p->num_out; ++i) {
+            if (n == cap) {
+                cap = cap == 0 ? 16 : cap * 2;
+                ps__tcp_conn_t **grown = realloc(list, (size_t)cap * sizeof(*list));
+                if (grown == NULL) {
+                    break;
+                }
+                list = grown;
+            }
+            if (n < cap) {
+                __atomic_add_fetch(&p->out[i]->refs, 1, __ATOMIC_RELAXED);
+                list[n++] = p->out[i];
+            }
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    ps_status_t result = PS_OK;
+    for (int i = 0; i < n; ++i) {
+        ps__tcp_conn_t *conn = list[i];
+        uint8_t hello[128];
+        size_t len;
+        ps_status_t st = ps__tcp_encode_hello(van, node_id, conn->nonce, conn->stream,
+                                              van->conns_per_peer, hello, sizeof(hello), &len);
+        if (st == PS_OK) {
+            st = ps__tcp_conn_send_frame(conn, hello, len, NULL, 0);
+        }
+        if (st != PS_OK && st != PS_ERR_PEER_GONE && result == PS_OK) {
+            result = st;
+        }
+        ps__tcp_conn_unref(conn);
+    }
+    free(list);
+    ps_info(PS_LOG_TCP, "node id is now %d (announced on %d connections)", node_id, n);
+    return result;
+}
+
+static ps_status_t tcp_send(ps_van_t *v, const ps_msg_t *msg)
+{
+    return ps__tcp_send(tcp_of(v), msg);
+}
+
+static void tcp_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
+{
+    ps__tcp_van_t *van = tcp_of(v);
+    if (sent_p != NULL) {
+        *sent_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+    }
+    if (recv_p != NULL) {
+        *recv_p = __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED);
+    }
+}
+
+static const ps_van_ops_t tcp_ops = {
+    .size = sizeof(ps_van_ops_t),
+    .open = tcp_open,
+    .close = tcp_close,
+    .query = tcp_query,
+    .bind = tcp_bind,
+    .connect = tcp_connect,
+    .disconnect = tcp_disconnect,
+    .set_node_id = tcp_set_node_id,
+    .send = tcp_send,
+    .register_mem = ps_van_no_register_mem,
+    .deregister_mem = ps_van_no_deregister_mem,
+    .stats = tcp_stats,
+};
+
+const ps_van_component_t ps__tcp_component = {
+    .name = "tcp",
+    .aliases = "zmq,0",
+    .ops = &tcp_ops,
+    .unavailable = NULL,
+};
+
+PS_VAN_REGISTER(ps__tcp_component)

@@ -1,0 +1,213 @@
+/*
+ * The van registry: each van library registers its component from a
+ * constructor when it is linked in (alwayslink), and the postoffice picks
+ * one by the name the upstream variables select.
+ *
+ * Registration happens before main(), lookups afterwards; a mutex still
+ * guards the table so a van loaded later (dlopen) is safe too.
+ */
+#include "ps/net/van/van.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "ps/base/config.h"
+#include "ps/base/log.h"
+
+#define PS_VAN_MAX_COMPONENTS 16
+
+static pthread_mutex_t g_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static const ps_van_component_t *g_components[PS_VAN_MAX_COMPONENTS];
+static size_t g_num_components;
+
+void ps_van_register(const ps_van_component_t *component)
+{
+    if (component == NULL || component->name == NULL || component->ops == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&g_registry_lock);
+    for (size_t i = 0; i < g_num_components; ++i) {
+        if (g_components[i] == component) {
+            pthread_mutex_unlock(&g_registry_lock);
+            return;
+        }
+    }
+    if (g_num_components < PS_VAN_MAX_COMPONENTS) {
+        g_components[g_num_components++] = component;
+    } else {
+        /* Cannot happen with the vans ps has; say so rather than drop it quietly. */
+        ps_error(PS_LOG_VAN, "van registry full: van '%s' not registered", component->name);
+    }
+    pthread_mutex_unlock(&g_registry_lock);
+}
+
+size_t ps_van_list(const ps_van_component_t **components, size_t cap)
+{
+    pthread_mutex_lock(&g_registry_lock);
+    size_t n = g_num_components;
+    for (size_t i = 0; i < n && i < cap && components != NULL; ++i) {
+        components[i] = g_components[i];
+    }
+    pthread_mutex_unlock(&g_registry_lock);
+    return n;
+}
+
+/* 1 if `name` is one of the comma-separated names in `list`. */
+static int name_in_list(const char *name, const char *list)
+{
+    if (list == NULL) {
+        return 0;
+    }
+    size_t len = strlen(name);
+    const char *p = list;
+    while (*p != '\0') {
+        const char *end = strchr(p, ',');
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        while (n > 0 && (*p == ' ')) {
+            ++p;
+            --n;
+        }
+        while (n > 0 && p[n - 1] == ' ') {
+            --n;
+        }
+        if (n == len && strncasecmp(p, name, len) == 0) {
+            return 1;
+        }
+        if (end == NULL) {
+            break;
+        }
+        p = end + 1;
+    }
+    return 0;
+}
+
+/* "tcp (zmq, 0), shm": the usable vans, for error messages. */
+static void format_available(char *buf, size_t cap)
+{
+    size_t pos = 0;
+    buf[0] = '\0';
+    const ps_van_component_t *list[PS_VAN_MAX_COMPONENTS];
+    size_t n = ps_van_list(list, PS_VAN_MAX_COMPONENTS);
+    for (size_t i = 0; i < n && pos < cap; ++i) {
+        char why[8];
+        if (list[i]->unavailable != NULL && list[i]->unavailable(why, sizeof(why)) != 0) {
+            continue;
+        }
+        int w;
+        if (list[i]->aliases != NULL && list[i]->aliases[0] != '\0') {
+            w = snprintf(buf + pos, cap - pos, "%s%s (also %s)", pos ? ", " : "",
+                         list[i]->name, list[i]->aliases);
+        } else {
+            w = snprintf(buf + pos, cap - pos, "%s%s", pos ? ", " : "", list[i]->name);
+        }
+        if (w < 0) {
+            break;
+        }
+        pos += (size_t)w;
+    }
+    if (pos == 0) {
+        snprintf(buf, cap, "none");
+    }
+}
+
+ps_status_t ps_van_find(const char *name, const ps_van_component_t **component_p)
+{
+    if (name == NULL || component_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    const ps_van_component_t *found = NULL;
+    const ps_van_component_t *list[PS_VAN_MAX_COMPONENTS];
+    size_t n = ps_van_list(list, PS_VAN_MAX_COMPONENTS);
+    for (size_t i = 0; i < n && found == NULL; ++i) {
+        if (strcasecmp(list[i]->name, name) == 0 || name_in_list(name, list[i]->aliases)) {
+            found = list[i];
+        }
+    }
+    char avail[256];
+    if (found == NULL) {
+        format_available(avail, sizeof(avail));
+        ps_error(PS_LOG_VAN,
+                 "van '%s' is unknown or not compiled into this binary; available: %s", name,
+                 avail);
+        return PS_ERR_NOT_FOUND;
+    }
+    char why[256] = "";
+    if (found->unavailable != NULL && found->unavailable(why, sizeof(why)) != 0) {
+        format_available(avail, sizeof(avail));
+        ps_error(PS_LOG_VAN, "van '%s' is compiled in but cannot run here (%s); available: %s",
+                 found->name, why[0] ? why : "no reason given", avail);
+        return PS_ERR_UNSUPPORTED;
+    }
+    *component_p = found;
+    return PS_OK;
+}
+
+/* Maps a DMLC_ENABLE_RDMA / DMLC_PS_VAN_TYPE value to a van name. Values
+ * we do not know are passed through, so ps_van_find() reports them with the
+ * list of vans that exist. */
+static const char *map_van_type(const char *value)
+{
+    static int warned_one;
+    if (strcasecmp(value, "zmq") == 0 || strcmp(value, "0") == 0 ||
+        strcasecmp(value, "tcp") == 0) {
+        return "tcp";
+    }
+    if (strcmp(value, "1") == 0) {
+        if (!__atomic_exchange_n(&warned_one, 1, __ATOMIC_RELAXED)) {
+            ps_warn(PS_LOG_VAN, "DMLC_ENABLE_RDMA=1 is deprecated; use DMLC_ENABLE_RDMA=ibverbs");
+        }
+        return "ibverbs";
+    }
+    if (strcasecmp(value, "ibverbs") == 0) {
+        return "ibverbs";
+    }
+    if (strcasecmp(value, "fabric") == 0) {
+        return "fabric";
+    }
+    if (strcasecmp(value, "shm") == 0) {
+        return "shm";
+    }
+    if (strcasecmp(value, "ucx") == 0) {
+        return "ucx";
+    }
+    return value;
+}
+
+ps_status_t ps_van_select_name(const char **name_p)
+{
+    if (name_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    if (ps_config_bool_or(PS_CFG_DMLC_ENABLE_UCX, 0)) {
+        *name_p = "ucx";
+        return PS_OK;
+    }
+    const char *value = NULL;
+    if (ps_config_is_set(PS_CFG_DMLC_ENABLE_RDMA) &&
+        ps_config_get_str(PS_CFG_DMLC_ENABLE_RDMA, &value) == PS_OK && value[0] != '\0') {
+        *name_p = map_van_type(value);
+        return PS_OK;
+    }
+    if (ps_config_get_str(PS_CFG_DMLC_PS_VAN_TYPE, &value) == PS_OK && value[0] != '\0') {
+        *name_p = map_van_type(value);
+        return PS_OK;
+    }
+    *name_p = "tcp";
+    return PS_OK;
+}
+
+ps_status_t ps_van_no_register_mem(ps_van_t *van, ps_buf_t *buf)
+{
+    (void)van;
+    (void)buf;
+    return PS_ERR_UNSUPPORTED;
+}
+
+ps_status_t ps_van_no_deregister_mem(ps_van_t *van, ps_buf_t *buf)
+{
+    (void)van;
+    (void)buf;
+    return PS_ERR_UNSUPPORTED;
+}

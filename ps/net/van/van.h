@@ -1,0 +1,151 @@
+/*
+ * The van interface: what every transport (TCP, shared memory, ibverbs,
+ * libfabric, UCX) implements, as an ops table, and what the postoffice
+ * above it sees. Internal to the net layer and the transports; apps never
+ * include it — they see only the capabilities (ps_van_attr_t) through the
+ * postoffice.
+ *
+ * Threading contract:
+ *  - send() may be called from any thread, concurrently; it never blocks on
+ *    the network: what the socket/QP cannot take now is queued and finished
+ *    by the van's progress thread. Messages to one peer arrive in the order
+ *    send() was called for them.
+ *  - The van calls the callbacks from its own progress thread(s).
+ *    recv_buffer() decides where incoming data lands (e.g. straight in the
+ *    buffer a worker named for a pull response); deliver() hands over a
+ *    complete message, whose slice references pass to the callee.
+ */
+#ifndef PS_NET_VAN_VAN_H_
+#define PS_NET_VAN_VAN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps/base/buffer.h"
+#include "ps/base/status.h"
+#include "ps/net/caps.h"
+#include "ps/net/codec/message.h"
+#include "ps/net/message.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ps_van ps_van_t;
+
+/* cap_flags are the PS_CAP_* flags of ps/net/caps.h. */
+typedef struct ps_van_attr {
+    uint64_t cap_flags;
+    uint64_t max_message_bytes;  /* largest data size of one message */
+    uint32_t max_data_segments;
+    uint32_t num_streams;        /* connections/QPs used per peer */
+} ps_van_attr_t;
+
+typedef struct ps_van_callbacks {
+    void *arg;
+    /* Where data segment `index` (of `len` bytes) of the message whose meta
+     * has just been decoded should land. Fill *slice_p with a referenced
+     * slice of at least `len` bytes and return PS_OK, or return
+     * PS_ERR_NOT_FOUND to let the van use its own pooled buffer. */
+    ps_status_t (*recv_buffer)(void *arg, const ps_meta_t *meta, unsigned index,
+                               uint64_t len, ps_slice_t *slice_p);
+    /* A complete message. meta.sender is the node id the connection proved
+     * (never taken from the wire alone). The callee owns *msg's references
+     * and must ps_msg_release() it. */
+    void (*deliver)(void *arg, ps_msg_t *msg);
+    /* The connection to `node_id` failed or closed: `why` says how
+     * (PS_ERR_PEER_GONE, PS_ERR_LINK_FAILED, PS_ERR_PROTOCOL, ...). */
+    void (*peer_failed)(void *arg, int node_id, ps_status_t why);
+} ps_van_callbacks_t;
+
+typedef struct ps_van_params {
+    ps_role_t role;
+    int is_scheduler;
+    int busy_poll;               /* PS_BUSY_POLL */
+    int conns_per_peer;          /* PS_TCP_CONNS_PER_PEER / DMLC_NUM_PORTS */
+    uint64_t max_meta_bytes;     /* PS_MAX_META_BYTES */
+    uint64_t max_message_bytes;  /* PS_MAX_MESSAGE_BYTES */
+    uint32_t max_data_segments;  /* PS_MAX_DATA_SEGMENTS */
+    int connect_timeout_ms;      /* PS_CONNECT_TIMEOUT_MS */
+    int bind_any;                /* bind the wildcard address, not node->hostname */
+} ps_van_params_t;
+
+typedef struct ps_van_ops {
+    size_t size; /* sizeof(ps_van_ops_t) the van was built with */
+
+    /* lifecycle */
+    ps_status_t (*open)(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                        ps_van_t **van_p);
+    void (*close)(ps_van_t *van); /* stops threads, closes every connection */
+    ps_status_t (*query)(ps_van_t *van, ps_van_attr_t *attr_p);
+
+    /* addressing: bind fills node->port/ports (and endpoint_name for vans
+     * that have one); node->port != 0 on entry asks for that port. */
+    ps_status_t (*bind)(ps_van_t *van, ps_node_t *node, int max_retry);
+    /* Connects to `peer` (which has id, hostname, port). Idempotent. Until
+     * the local node id is known, `my_id` is PS_NODE_EMPTY. */
+    ps_status_t (*connect)(ps_van_t *van, const ps_node_t *peer, int my_id);
+    void (*disconnect)(ps_van_t *van, int node_id);
+    /* The local node id changed (assigned by the scheduler); connections
+     * made before announce it to their peers. */
+    ps_status_t (*set_node_id)(ps_van_t *van, int node_id);
+
+    /* data: meta.recver names the peer. The van takes its own references on
+     * the data slices; the caller keeps (and releases) *msg. */
+    ps_status_t (*send)(ps_van_t *van, const ps_msg_t *msg);
+
+    /* memory */
+    ps_status_t (*register_mem)(ps_van_t *van, ps_buf_t *buf);
+    ps_status_t (*deregister_mem)(ps_van_t *van, ps_buf_t *buf);
+
+    /* bytes sent and received so far (for benchmarks and logs) */
+    void (*stats)(ps_van_t *van, uint64_t *sent_p, uint64_t *recv_p);
+} ps_van_ops_t;
+
+/* Every van object starts with this. */
+struct ps_van {
+    const ps_van_ops_t *ops;
+    const char *name;
+};
+
+/* A van implementation registers one component (see PS_VAN_REGISTER). */
+typedef struct ps_van_component {
+    const char *name;        /* "tcp", "shm", "ibverbs", "fabric", "ucx" */
+    const char *aliases;     /* comma-separated other names ("zmq,0") */
+    const ps_van_ops_t *ops;
+    /* 0 if usable on this machine; else fills why. May be NULL (always). */
+    int (*unavailable)(char *why, size_t cap);
+} ps_van_component_t;
+
+void ps_van_register(const ps_van_component_t *component);
+
+/* Registers a component when the van's library is linked (alwayslink). */
+#define PS_VAN_REGISTER(_component)                                        \
+    __attribute__((constructor)) static void ps__van_register_##_component(void) \
+    {                                                                      \
+        ps_van_register(&(_component));                                    \
+    }
+
+/* Finds a van by name or alias (case-insensitive). PS_ERR_NOT_FOUND (unknown
+ * or not compiled in) and PS_ERR_UNSUPPORTED (compiled in, but its
+ * unavailable() says it cannot run here) log one line listing the vans that
+ * are available. */
+ps_status_t ps_van_find(const char *name, const ps_van_component_t **component_p);
+
+/* Lists the registered components; returns how many (up to cap). */
+size_t ps_van_list(const ps_van_component_t **components, size_t cap);
+
+/* The van name chosen by the upstream variables: DMLC_ENABLE_UCX=1 → ucx;
+ * else DMLC_ENABLE_RDMA (zmq/0/tcp → tcp, ibverbs/1 → ibverbs, fabric,
+ * shm, ...); else DMLC_PS_VAN_TYPE; else tcp. */
+ps_status_t ps_van_select_name(const char **name_p);
+
+/* Shared stubs for unsupported slots. */
+ps_status_t ps_van_no_register_mem(ps_van_t *van, ps_buf_t *buf);
+ps_status_t ps_van_no_deregister_mem(ps_van_t *van, ps_buf_t *buf);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_NET_VAN_VAN_H_ */
