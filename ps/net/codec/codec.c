@@ -1,6 +1,7 @@
 #include "ps/net/codec/codec.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <pb.h>
@@ -307,6 +308,7 @@ typedef struct {
      * says "callback failed"). */
     ps_status_t status;
     const char *why;
+    bool node_cap_exceeded; /* the input may be fine; the array was small */
 } decode_ctx_t;
 
 static bool decode_fail(decode_ctx_t *ctx, ps_status_t status, const char *why)
@@ -370,8 +372,10 @@ static bool decode_node(pb_istream_t *stream, const pb_field_t *field, void **ar
 
     if (!from_input(ctx, stream))
         return decode_fail(ctx, PS_ERR_PROTOCOL, "node is not a length-delimited field");
-    if (ctx->num_nodes >= ctx->node_cap)
+    if (ctx->num_nodes >= ctx->node_cap) {
+        ctx->node_cap_exceeded = true;
         return decode_fail(ctx, PS_ERR_TOO_LARGE, "more nodes than the caller's array");
+    }
     if (!pb_decode(stream, ps_wire_Node_fields, &w))
         return false; /* nanopb's reason stays in stream->errmsg */
     why = node_from_wire(&w, &ctx->nodes[ctx->num_nodes]);
@@ -498,6 +502,12 @@ ps_status_t ps_meta_decode(const void *buf, size_t len, ps_meta_t *meta_p,
     w.control.node.arg = &ctx;
     stream = pb_istream_from_buffer(buf, len);
     if (!pb_decode(&stream, ps_wire_Meta_fields, &w)) {
+        if (ctx.status == PS_ERR_TOO_LARGE && ctx.node_cap_exceeded) {
+            /* Not an error of the input: the caller may grow its array
+             * (ps_meta_decode_grow) and decode again. */
+            ps_debug(PS_LOG_CODEC, "meta of %zu bytes: %s", len, ctx.why);
+            return ctx.status;
+        }
         if (ctx.status != PS_OK) {
             ps_warn_ratelimited(PS_LOG_CODEC, "rejecting meta of %zu bytes: %s",
                                 len, ctx.why);
@@ -514,4 +524,35 @@ ps_status_t ps_meta_decode(const void *buf, size_t len, ps_meta_t *meta_p,
     }
     *meta_p = m;
     return PS_OK;
+}
+
+ps_status_t ps_meta_decode_grow(const void *buf, size_t len, ps_meta_t *meta_p,
+                                ps_node_t **nodes_p, size_t *node_cap_p, size_t max_nodes)
+{
+    ps_status_t st;
+
+    if (nodes_p == NULL || node_cap_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    for (;;) {
+        st = ps_meta_decode(buf, len, meta_p, *nodes_p, *node_cap_p);
+        if (st != PS_ERR_TOO_LARGE || *node_cap_p >= max_nodes) {
+            break;
+        }
+        size_t cap = *node_cap_p == 0 ? 16 : *node_cap_p * 4;
+        if (cap > max_nodes) {
+            cap = max_nodes;
+        }
+        ps_node_t *nodes = realloc(*nodes_p, cap * sizeof(*nodes));
+        if (nodes == NULL) {
+            return PS_ERR_NO_MEMORY;
+        }
+        *nodes_p = nodes;
+        *node_cap_p = cap;
+    }
+    if (st == PS_ERR_TOO_LARGE) {
+        ps_warn_ratelimited(PS_LOG_CODEC, "rejecting meta of %zu bytes: more than %zu nodes",
+                            len, max_nodes);
+    }
+    return st;
 }

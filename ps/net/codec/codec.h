@@ -55,6 +55,15 @@ ps_status_t ps_meta_encode(const ps_meta_t *meta, void *buf, size_t cap,
 ps_status_t ps_meta_decode(const void *buf, size_t len, ps_meta_t *meta_p,
                            ps_node_t *nodes, size_t node_cap);
 
+/*
+ * ps_meta_decode() into a heap array of nodes that grows (realloc, up to
+ * max_nodes entries) until the node list fits. *nodes_p / *node_cap_p are
+ * the caller's scratch array (NULL / 0 at first); the caller frees it.
+ * Returns what ps_meta_decode() returns, or PS_ERR_NO_MEMORY.
+ */
+ps_status_t ps_meta_decode_grow(const void *buf, size_t len, ps_meta_t *meta_p,
+                                ps_node_t **nodes_p, size_t *node_cap_p, size_t max_nodes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -528,3 +528,37 @@ TEST_F(Codec, FrameCarriesMetaAndDataUnchanged) {
 }
 
 }  // namespace
+
+TEST(CodecGrow, GrowsTheNodeArrayUntilTheListFits) {
+  std::vector<ps_node_t> nodes(40);
+  ps_meta_t meta;
+  ps_meta_init(&meta);
+  meta.control.cmd = PS_CTRL_ADD_NODE;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    ps_node_init(&nodes[i]);
+    nodes[i].id = 8 + static_cast<int>(i);
+    snprintf(nodes[i].hostname, sizeof(nodes[i].hostname), "host-%zu", i);
+  }
+  meta.control.nodes = nodes.data();
+  meta.control.num_nodes = static_cast<uint32_t>(nodes.size());
+  std::vector<uint8_t> buf(64 * 1024);
+  size_t len = 0;
+  ASSERT_EQ(ps_meta_encode(&meta, buf.data(), buf.size(), &len), PS_OK);
+
+  ps_node_t *scratch = nullptr;
+  size_t cap = 0;
+  ps_meta_t out;
+  ASSERT_EQ(ps_meta_decode_grow(buf.data(), len, &out, &scratch, &cap, 1024), PS_OK);
+  EXPECT_GE(cap, nodes.size());
+  ASSERT_EQ(out.control.num_nodes, nodes.size());
+  EXPECT_EQ(out.control.nodes, scratch);
+  EXPECT_STREQ(out.control.nodes[39].hostname, "host-39");
+
+  // A ceiling below the list's length is still refused.
+  ps_node_t *small = nullptr;
+  size_t small_cap = 0;
+  EXPECT_EQ(ps_meta_decode_grow(buf.data(), len, &out, &small, &small_cap, 16), PS_ERR_TOO_LARGE);
+  EXPECT_LE(small_cap, 16u);
+  free(scratch);
+  free(small);
+}
