@@ -38,6 +38,33 @@ int ps_kv_type_summable(ps_data_type_t type);
  * summable or bytes not a multiple of the element size. */
 ps_status_t ps_kv_sum(ps_data_type_t type, void *dst, const void *src, size_t bytes);
 
+/* dst[i] = a[i] + b[i]: the same sum out of place (one pass instead of a
+ * copy and a sum). dst may be a or b (then it is ps_kv_sum) but must not
+ * overlap them otherwise. */
+ps_status_t ps_kv_sum3(ps_data_type_t type, void *dst, const void *a, const void *b,
+                       size_t bytes);
+
+/* The kernels come in levels; ps_kv_sum / ps_kv_sum3 use the best one the
+ * CPU has (checked once at run time). Every level gives the same bits for
+ * every input except NaN payloads (a NaN stays a NaN). The levels are
+ * public so that tests compare them and benchmarks time them. */
+typedef enum {
+    PS_KV_SUM_SCALAR = 0, /* one element at a time: the reference */
+    PS_KV_SUM_VEC128 = 1, /* 16-byte vectors (SSE2 on x86-64; FLOAT16 stays scalar) */
+    PS_KV_SUM_AVX2 = 2,   /* 32-byte AVX2 vectors, FLOAT16 through F16C (x86-64 only) */
+} ps_kv_sum_level_t;
+#define PS_KV_SUM_LEVEL_COUNT 3
+
+/* The level ps_kv_sum uses. */
+ps_kv_sum_level_t ps_kv_sum_level(void);
+/* 1 if this CPU (and build) can run `level`. */
+int ps_kv_sum_level_supported(ps_kv_sum_level_t level);
+/* "scalar", "vec128", "avx2"; "unknown" otherwise. */
+const char *ps_kv_sum_level_name(ps_kv_sum_level_t level);
+/* ps_kv_sum3 at a given level; PS_ERR_UNSUPPORTED when the CPU lacks it. */
+ps_status_t ps_kv_sum3_at(ps_kv_sum_level_t level, ps_data_type_t type, void *dst,
+                          const void *a, const void *b, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif
