@@ -7,8 +7,9 @@
  *             goodput in Gbit/s and CPU seconds per GB moved.
  *   pingpong  8-byte (or --size) request, same-size reply: round-trip
  *             percentiles in microseconds.
+ *   codec     the meta encode/decode every message pays (no network).
  *
- * Usage: tcp_van_bench [--van | --raw] [--mode push|pingpong|all]
+ * Usage: tcp_van_bench [--van | --raw] [--mode push|pingpong|codec|all]
  *                      [--size N]... [--seconds S] [--iters N] [--busy]
  *                      [--fork] [--inline] [--host H] [--window W]
  *
@@ -41,6 +42,7 @@
 #include "ps/base/sockaddr.h"
 #include "ps/base/status.h"
 #include "ps/base/time.h"
+#include "ps/net/codec/codec.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/van/van.h"
@@ -53,7 +55,7 @@ enum { MSG_PUSH = 1, MSG_ACK = 2, MSG_PING = 3, MSG_PONG = 4, MSG_STOP = 5 };
 
 typedef struct {
     int do_van, do_raw;
-    int do_push, do_ping;
+    int do_push, do_ping, do_codec;
     size_t sizes[MAX_SIZES];
     int num_sizes;
     size_t ping_size;
@@ -70,6 +72,9 @@ typedef struct {
 } opts_t;
 
 static opts_t g_opts;
+
+/* Set once a side stops its peer on purpose (lost peers are expected). */
+static int g_stopping;
 
 /* The last result, for --repeat summaries. */
 static double g_last_value;
@@ -234,6 +239,7 @@ static void recv_deliver(void *arg, ps_msg_t *msg)
                    msg->num_data ? &msg->data[0] : NULL);
         break;
     case MSG_STOP:
+        __atomic_store_n(&g_stopping, 1, __ATOMIC_RELEASE);
         __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
         pthread_mutex_lock(&s->mu);
         pthread_cond_broadcast(&s->cv);
@@ -270,13 +276,18 @@ static void send_deliver(void *arg, ps_msg_t *msg)
 static void peer_failed(void *arg, int node_id, ps_status_t why)
 {
     (void)arg;
-    (void)node_id;
-    (void)why;
+    if (!__atomic_load_n(&g_stopping, __ATOMIC_ACQUIRE)) {
+        /* A crashed peer would leave us waiting for acks forever. */
+        fprintf(stderr, "tcp_van_bench: lost node %d (%s) in the middle of a run\n", node_id,
+                ps_status_str(why));
+        _exit(1);
+    }
 }
 
-static int vside_open(vside_t *s, int id, int busy, int receiver)
+static int vside_open(vside_t *s, int id, int busy, int receiver, int ack_every)
 {
     memset(s, 0, sizeof(*s));
+    s->ack_every = ack_every > 0 ? ack_every : 1; /* before the progress thread starts */
     const ps_van_component_t *c;
     if (ps_van_find("tcp", &c) != PS_OK) {
         return -1;
@@ -316,15 +327,24 @@ static void vside_close(vside_t *s)
     pthread_cond_destroy(&s->cv);
 }
 
+/* A receiver process that failed (a sanitizer report, a crash) fails the
+ * run. */
+static void check_child(int status)
+{
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "tcp_van_bench: the receiving process failed (status 0x%x)\n", status);
+        exit(1);
+    }
+}
+
 /* The receiving side in a child process: reports its port through `fd`,
  * serves until STOP, then reports its CPU time. */
 static void van_child(int fd, int busy, int ack_every)
 {
     vside_t r;
-    if (vside_open(&r, RECV_ID, busy, 1) != 0) {
+    if (vside_open(&r, RECV_ID, busy, 1, ack_every) != 0) {
         _exit(2);
     }
-    r.ack_every = ack_every;
     int port = r.node.ports[0];
     if (write(fd, &port, sizeof(port)) != sizeof(port)) {
         _exit(3);
@@ -372,22 +392,23 @@ static int vpeer_start(vpeer_t *p, int busy, int ack_every)
         p->peer.ports[0] = port;
         return 0;
     }
-    if (vside_open(&p->local, RECV_ID, busy, 1) != 0) {
+    if (vside_open(&p->local, RECV_ID, busy, 1, ack_every) != 0) {
         return -1;
     }
-    p->local.ack_every = ack_every;
     p->peer.ports[0] = p->local.node.ports[0];
     return 0;
 }
 
 static double vpeer_stop(vpeer_t *p, vside_t *sender)
 {
+    __atomic_store_n(&g_stopping, 1, __ATOMIC_RELEASE);
     send_small(sender, RECV_ID, MSG_STOP, 0, NULL);
     double child_cpu = 0;
     if (p->child > 0) {
         int status;
         struct rusage ru;
         wait4(p->child, &status, 0, &ru);
+        check_child(status);
         child_cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
                     (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
     } else {
@@ -402,7 +423,7 @@ static void van_push(size_t size, int busy)
     int ack_every = window / 4 > 0 ? window / 4 : 1;
     vpeer_t peer;
     vside_t s;
-    if (vpeer_start(&peer, busy, ack_every) != 0 || vside_open(&s, SEND_ID, busy, 0) != 0 ||
+    if (vpeer_start(&peer, busy, ack_every) != 0 || vside_open(&s, SEND_ID, busy, 0, 1) != 0 ||
         s.ops->connect(s.van, &peer.peer, SEND_ID) != PS_OK) {
         fprintf(stderr, "van push: setup failed\n");
         exit(1);
@@ -462,6 +483,7 @@ static void van_push(size_t size, int busy)
     double cpu = cpu_s(RUSAGE_SELF) - cpu_start;
     double child_cpu = vpeer_stop(&peer, &s);
     vside_close(&s);
+    __atomic_store_n(&g_stopping, 0, __ATOMIC_RELEASE);
     for (int i = 0; i < nbuf; ++i) {
         ps_slice_unref(&bufs[i]);
     }
@@ -475,7 +497,7 @@ static void van_pingpong(size_t size, int busy)
 {
     vpeer_t peer;
     vside_t s;
-    if (vpeer_start(&peer, busy, 1) != 0 || vside_open(&s, SEND_ID, busy, 0) != 0 ||
+    if (vpeer_start(&peer, busy, 1) != 0 || vside_open(&s, SEND_ID, busy, 0, 1) != 0 ||
         s.ops->connect(s.van, &peer.peer, SEND_ID) != PS_OK) {
         fprintf(stderr, "van pingpong: setup failed\n");
         exit(1);
@@ -511,6 +533,7 @@ static void van_pingpong(size_t size, int busy)
     vpeer_stop(&peer, &s);
     ps_slice_unref(&s.ping);
     vside_close(&s);
+    __atomic_store_n(&g_stopping, 0, __ATOMIC_RELEASE);
     char mode[32];
     snprintf(mode, sizeof(mode), "%s%s", busy ? "busy" : "blocking", g_opts.inline_mode ? "/inl" : "");
     print_latency("van", mode, size, rtt, n, cpu);
@@ -699,6 +722,7 @@ static double raw_peer_stop(raw_peer_t *p, int fd)
         int status;
         struct rusage ru;
         wait4(p->child, &status, 0, &ru);
+        check_child(status);
         return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
                (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
     }
@@ -841,6 +865,49 @@ static void raw_pingpong(size_t size, int busy)
     free(buf);
 }
 
+/* ======================================================================
+ * The meta codec alone: what every message pays on each side.
+ * ====================================================================== */
+
+static void codec_cost(void)
+{
+    ps_meta_t m;
+    ps_meta_init(&m);
+    m.app_id = 0;
+    m.customer_id = 0;
+    m.timestamp = 12345;
+    m.sender = 9;
+    m.recver = 8;
+    m.request = true;
+    m.push = true;
+    m.key = 1234567;
+    m.num_data_types = 2;
+    m.data_types[0] = PS_DATA_UINT64;
+    m.data_types[1] = PS_DATA_FLOAT;
+    m.data_size = 4104;
+    uint8_t buf[1024];
+    size_t len = 0;
+    const int n = 200000;
+    uint64_t t0 = ps_time_now_ns();
+    for (int i = 0; i < n; ++i) {
+        m.timestamp = i;
+        if (ps_meta_encode(&m, buf, sizeof(buf), &len) != PS_OK) {
+            exit(1);
+        }
+    }
+    uint64_t t1 = ps_time_now_ns();
+    ps_meta_t out;
+    for (int i = 0; i < n; ++i) {
+        if (ps_meta_decode(buf, len, &out, NULL, 0) != PS_OK) {
+            exit(1);
+        }
+    }
+    uint64_t t2 = ps_time_now_ns();
+    printf("codec    data meta of %zu bytes: encode %.2f us, decode %.2f us (mean of %d)\n", len,
+           (double)(t1 - t0) / n / 1e3, (double)(t2 - t1) / n / 1e3, n);
+    fflush(stdout);
+}
+
 /* ====================================================================== */
 
 static int cmp_double(const void *a, const void *b)
@@ -892,7 +959,7 @@ static void run_case(void (*raw)(size_t, int), void (*van)(size_t, int), size_t 
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: tcp_van_bench [--van|--raw] [--mode push|pingpong|all] [--size N]...\n"
+            "usage: tcp_van_bench [--van|--raw] [--mode push|pingpong|codec|all] [--size N]...\n"
             "                     [--seconds S] [--iters N] [--busy|--blocking] [--fork]\n"
             "                     [--inline] [--app-block] [--host H] [--window W]\n"
             "                     [--repeat R]\n");
@@ -911,7 +978,7 @@ static size_t parse_size(const char *s)
 int main(int argc, char **argv)
 {
     g_opts.do_van = g_opts.do_raw = 1;
-    g_opts.do_push = g_opts.do_ping = 1;
+    g_opts.do_push = g_opts.do_ping = g_opts.do_codec = 1;
     g_opts.ping_size = 8;
     g_opts.seconds = 2;
     g_opts.iters = 20000;
@@ -927,6 +994,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--mode") && next) {
             g_opts.do_push = !strcmp(next, "push") || !strcmp(next, "all");
             g_opts.do_ping = !strcmp(next, "pingpong") || !strcmp(next, "all");
+            g_opts.do_codec = !strcmp(next, "codec") || !strcmp(next, "all");
             ++i;
         } else if (!strcmp(a, "--size") && next) {
             if (!explicit_size) {
@@ -982,6 +1050,9 @@ int main(int argc, char **argv)
            g_opts.seconds, g_opts.iters);
     if (g_opts.repeat < 1) {
         g_opts.repeat = 1;
+    }
+    if (g_opts.do_codec) {
+        codec_cost();
     }
     for (int busy = 0; busy <= 1; ++busy) {
         if ((busy && g_opts.blocking_only) || (!busy && g_opts.busy_only)) {

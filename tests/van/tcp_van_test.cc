@@ -789,6 +789,46 @@ TEST(TcpVan, UnassignedNodeGetsAnsweredAndThenAnnouncesItsId)
     EXPECT_TRUE(CheckMsg(sched.inbox.msgs[1], 9, 3, {2}));
 }
 
+TEST(TcpVan, ControlMessageWithManyNodesArrivesWhole)
+{
+    Van sched, node;
+    ASSERT_EQ(sched.Open(PS_SCHEDULER_ID, "127.0.0.1"), PS_OK);
+    ASSERT_EQ(node.Open(9, "127.0.0.1"), PS_OK);
+    ASSERT_EQ(sched.ConnectTo(node, PS_SCHEDULER_ID), PS_OK);
+    // More nodes than the van's first scratch array holds.
+    std::vector<ps_node_t> nodes(300);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        ps_node_init(&nodes[i]);
+        nodes[i].id = static_cast<int32_t>(8 + i);
+        nodes[i].role = (i % 2) ? PS_ROLE_WORKER : PS_ROLE_SERVER;
+        snprintf(nodes[i].hostname, sizeof(nodes[i].hostname), "10.0.%zu.%zu", i / 256, i % 256);
+        nodes[i].num_ports = 1;
+        nodes[i].ports[0] = static_cast<int32_t>(20000 + i);
+        nodes[i].dev_types[0] = PS_DEV_CPU;
+    }
+    {
+        ps_msg_t m;
+        ps_msg_init(&m);
+        m.meta.recver = 9;
+        m.meta.control.cmd = PS_CTRL_ADD_NODE;
+        // The node list may ride in the message rather than the meta.
+        m.nodes = nodes.data();
+        m.num_nodes = static_cast<uint32_t>(nodes.size());
+        ASSERT_EQ(sched.ops->send(sched.van, &m), PS_OK);
+        m.nodes = nullptr;
+        m.num_nodes = 0;
+        ps_msg_release(&m);
+    }
+    ASSERT_TRUE(node.inbox.WaitMsgs(1));
+    std::lock_guard<std::mutex> lk(node.inbox.mu);
+    const Received &r = node.inbox.msgs[0];
+    EXPECT_EQ(r.meta.sender, PS_SCHEDULER_ID);
+    ASSERT_EQ(r.nodes.size(), nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        EXPECT_TRUE(ps_node_equal(&r.nodes[i], &nodes[i])) << i;
+    }
+}
+
 TEST(TcpVan, ConnectRetriesUntilThePeerListens)
 {
     // Find a free port, then connect before anyone listens on it.

@@ -124,23 +124,8 @@ static ps_status_t rx_meta(ps__tcp_conn_t *conn, const uint8_t *p, size_t len, i
 {
     ps__tcp_van_t *van = conn->van;
     ps_meta_t meta;
-    ps_status_t st;
-    for (;;) {
-        st = ps_meta_decode(p, len, &meta, van->scratch_nodes, van->scratch_cap);
-        if (st != PS_ERR_TOO_LARGE || van->scratch_cap >= RX_MAX_NODES) {
-            break;
-        }
-        size_t cap = van->scratch_cap == 0 ? 16 : van->scratch_cap * 4;
-        if (cap > RX_MAX_NODES) {
-            cap = RX_MAX_NODES;
-        }
-        ps_node_t *nodes = realloc(van->scratch_nodes, cap * sizeof(*nodes));
-        if (nodes == NULL) {
-            return PS_ERR_NO_MEMORY;
-        }
-        van->scratch_nodes = nodes;
-        van->scratch_cap = cap;
-    }
+    ps_status_t st = ps_meta_decode_grow(p, len, &meta, &van->scratch_nodes, &van->scratch_cap,
+                                         RX_MAX_NODES);
     if (st != PS_OK) {
         /* The codec logged why (rate-limited). */
         ps_error(PS_LOG_TCP, "undecodable meta from %s (%s); closing the connection",
