@@ -162,10 +162,10 @@ PS_CONFIG_VAR(PS_RESEND, BOOL, "0", "reliability", NULL,
               "1 acknowledges every message and resends those not acknowledged within PS_RESEND_TIMEOUT.")
 PS_CONFIG_VAR(PS_RESEND_TIMEOUT, INT, "1000", "reliability", NULL,
               "Time before an unacknowledged message is resent, in milliseconds.")
-PS_CONFIG_VAR(PS_HEARTBEAT_INTERVAL, INT, "0", "reliability", NULL,
-              "Interval between heartbeats to the scheduler, in seconds; 0 turns heartbeats off.")
-PS_CONFIG_VAR(PS_HEARTBEAT_TIMEOUT, INT, "0", "reliability", NULL,
-              "Time without a heartbeat after which a node counts as dead, in seconds; 0 means never.")
+PS_CONFIG_VAR(PS_HEARTBEAT_INTERVAL, INT, "5", "reliability", NULL,
+              "Interval between heartbeats to the scheduler, in seconds; 0 turns heartbeats off (and, unless PS_HEARTBEAT_TIMEOUT is set, the timeout too).")
+PS_CONFIG_VAR(PS_HEARTBEAT_TIMEOUT, INT, "20", "reliability", NULL,
+              "Silence after which the scheduler declares a node dead (and a node the scheduler lost), in seconds; 0 means never. Unset with PS_HEARTBEAT_INTERVAL set: 4 intervals, at least 20.")
 PS_CONFIG_VAR(PS_DROP_MSG, INT, "0", "reliability", NULL,
               "Percentage of received messages dropped on purpose, for testing resend (0-100).")
 

@@ -5,8 +5,21 @@
  * to each and sends them the table; each node finds itself in it, connects
  * to its peers (workers to servers, servers to workers) and announces its
  * id. A start that cannot succeed ends, on every node, with a status and
- * the scheduler's reason (who registered, which ranks clash) instead of a
+ * the scheduler's reason (who registered, which ranks clash, which node
+ * was started with other DMLC_NUM_SERVER / DMLC_NUM_WORKER) instead of a
  * hang.
+ *
+ * Recovery (upstream's is_recovery): a registration after the table is
+ * complete is a restarted process. It takes over a dead node of its role
+ * (its preferred rank's, if it has one): the scheduler records it in that
+ * node's slot, tells every other live node (ADD_NODE with the node marked
+ * is_recovery; they reconnect to it), then sends the new process the nodes
+ * still dead (NODE_FAILED) and the table with its own entry marked. When
+ * no node of its role is dead yet (its predecessor may be hung, not gone:
+ * it is declared dead only after PS_HEARTBEAT_TIMEOUT), it waits in a
+ * bounded list; one that waited PS_HEARTBEAT_TIMEOUT + 2 s is refused as a
+ * node too many. A registration from the address of a node thought alive
+ * proves that node's process gone.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +33,281 @@
 #include "ps/net/postoffice_state_internal.h"
 
 /* ---- registration (van thread) ---- */
+
+/* A registration carries the job shape its node was started with, so that
+ * nodes started with different DMLC_NUM_SERVER / DMLC_NUM_WORKER are told
+ * at once instead of waiting for a count that never comes. */
+#define PS__SHAPE_FMT "servers=%d workers=%d"
+
+/* PS_OK, or PS_ERR_CONFIG with why: the node's job shape differs from the
+ * scheduler's. A registration without one (another implementation) is
+ * not checked. */
+static ps_status_t sched_check_shape(const ps_postoffice_t *po, const ps_msg_t *msg,
+                                     const ps_node_t *node, char *why, size_t cap)
+{
+    char body[64];
+    int servers;
+    int workers;
+    char who[PS_NODE_HOSTNAME_MAX + 48];
+    ps__msg_body(msg, body, sizeof(body));
+    if (sscanf(body, PS__SHAPE_FMT, &servers, &workers) != 2)
+        return PS_OK;
+    if (servers == po->params.num_servers && workers == po->params.num_workers)
+        return PS_OK;
+    snprintf(why, cap, "%s was started with DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d, the "
+             "scheduler with DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d: every node of a job needs "
+             "the same counts", ps__node_describe(node, who, sizeof(who)), servers, workers,
+             po->params.num_servers, po->params.num_workers);
+    return PS_ERR_CONFIG;
+}
+
+/* Scheduler: answers a node it will not take. The node has no id; the van
+ * needs one to address it: a throw-away id far above the real ones. */
+static void sched_refuse(ps_postoffice_t *po, const ps_node_t *node, ps_status_t status,
+                         const char *why)
+{
+    ps_node_t n = *node;
+    ps_mutex_lock(&po->lock);
+    n.id = PS__REFUSE_ID_BASE + po->refuse_seq;
+    po->refuse_seq = (po->refuse_seq + 1) % PS__REFUSE_ID_SPAN;
+    ps_mutex_unlock(&po->lock);
+    if (po->van->ops->connect(po->van, &n, PS_SCHEDULER_ID) == PS_OK)
+        ps__po_send_control(po, n.id, PS_CTRL_ADD_NODE, 0, status, 0, NULL, 0, why);
+}
+
+static int node_port(const ps_node_t *node)
+{
+    return node->num_ports > 0 ? node->ports[0] : 0;
+}
+
+/* Scheduler: a node registers after the table was complete. It may take
+ * over a dead node of its role (recovery); if none is dead yet, it waits
+ * for one, bounded (see postoffice.h). */
+static void sched_on_late_add_node(ps_postoffice_t *po, const ps_msg_t *msg,
+                                   const ps_node_t *node)
+{
+    char who[PS_NODE_HOSTNAME_MAX + 48];
+    char why[512];
+    ps__node_describe(node, who, sizeof(who));
+    if (node->role != PS_ROLE_SERVER && node->role != PS_ROLE_WORKER) {
+        ps_warn(PS_LOG_CORE, "ignoring a registration of a %s", ps_role_str(node->role));
+        return;
+    }
+    if (sched_check_shape(po, msg, node, why, sizeof(why)) != PS_OK) {
+        ps_error(PS_LOG_CORE, "refusing %s: %s", who, why);
+        sched_refuse(po, node, PS_ERR_CONFIG, why);
+        return;
+    }
+
+    ps_mutex_lock(&po->lock);
+    if (po->finalizing) {
+        ps_mutex_unlock(&po->lock);
+        ps_warn(PS_LOG_CORE, "refusing %s: the job is finishing", who);
+        sched_refuse(po, node, PS_ERR_SHUTDOWN, "the job is finishing: it takes no new node");
+        return;
+    }
+    /* A live node at this very address cannot be: its process is gone and
+     * the port was taken again (by this new process). */
+    int stale = -1;
+    int idx = ps__node_table_find(po->nodes, po->num_nodes, node->hostname, node_port(node));
+    if (idx >= 0 && po->nodes[idx].id != PS_SCHEDULER_ID &&
+        !ps__po_is_dead_locked(po, po->nodes[idx].id))
+        stale = po->nodes[idx].id;
+    ps_mutex_unlock(&po->lock);
+    if (stale >= 0)
+        ps__po_sched_declare_dead(po, stale, "a new process registered at its address");
+
+    uint64_t wait_ms = (uint64_t)po->params.heartbeat_timeout_s * 1000u +
+                       PS__RECOVERY_WAIT_GRACE_MS;
+    int queued = 1;
+    ps_mutex_lock(&po->lock);
+    size_t i = 0;
+    while (i < po->num_late &&
+           ps__node_table_find(&po->late[i].node, 1, node->hostname, node_port(node)) < 0)
+        i++;
+    if (i == po->num_late) {
+        /* At most one waiting per node of the job: more are refused. */
+        size_t limit = po->num_nodes > 0 ? po->num_nodes : 1;
+        if (po->num_late >= limit) {
+            queued = 0;
+        } else if (po->num_late == po->cap_late) {
+            size_t cap = po->cap_late ? po->cap_late * 2 : 4;
+            ps__po_late_t *l = realloc(po->late, cap * sizeof(*l));
+            if (l == NULL) {
+                queued = 0;
+            } else {
+                po->late = l;
+                po->cap_late = cap;
+            }
+        }
+        if (queued)
+            po->num_late++;
+    }
+    if (queued) {
+        po->late[i].node = *node;
+        po->late[i].expires_ns = ps_time_now_ns() + wait_ms * PS_NSEC_PER_MSEC;
+    }
+    ps_mutex_unlock(&po->lock);
+    if (!queued) {
+        snprintf(why, sizeof(why), "too many late registrations wait already");
+        ps_error(PS_LOG_CORE, "refusing %s: %s", who, why);
+        sched_refuse(po, node, PS_ERR_CONFIG, why);
+        return;
+    }
+    ps__po_sched_try_recover(po);
+
+    ps_mutex_lock(&po->lock);
+    int still = 0;
+    for (size_t j = 0; j < po->num_late; j++)
+        still |= ps__node_table_find(&po->late[j].node, 1, node->hostname, node_port(node)) >= 0;
+    ps_mutex_unlock(&po->lock);
+    if (still) {
+        ps_info(PS_LOG_CORE, "%s registered after the job started and no %s is dead: it may "
+                "take over one declared dead within %llu ms", who, ps_role_str(node->role),
+                (unsigned long long)wait_ms);
+        ps__po_kick(po); /* the timer expires it */
+    }
+}
+
+/* A dead node of `role` (rank `rank` if >= 0) a new process may take over,
+ * or -1. Under lock. */
+static int sched_dead_of_role_locked(ps_postoffice_t *po, ps_role_t role, int rank)
+{
+    int best = -1;
+    for (size_t i = 0; i < po->num_dead; i++) {
+        int id = po->dead[i];
+        if (ps_id_to_role(id) != role || ps__po_table_index(po, id) < 0)
+            continue;
+        if (rank >= 0 && ps_id_to_rank(id) != rank)
+            continue;
+        if (best < 0 || id < best)
+            best = id;
+    }
+    return best;
+}
+
+void ps__po_sched_try_recover(ps_postoffice_t *po)
+{
+    char who[PS_NODE_HOSTNAME_MAX + 48];
+    for (;;) {
+        ps_mutex_lock(&po->lock);
+        if (!po->ready || po->finalizing || po->num_late == 0) {
+            ps_mutex_unlock(&po->lock);
+            return;
+        }
+        size_t li = 0;
+        int id = -1;
+        while (li < po->num_late) {
+            id = sched_dead_of_role_locked(po, po->late[li].node.role, po->late[li].node.aux_id);
+            if (id >= 0)
+                break;
+            li++;
+        }
+        if (id < 0) {
+            ps_mutex_unlock(&po->lock);
+            return;
+        }
+        ps_node_t node = po->late[li].node;
+        po->late[li] = po->late[--po->num_late];
+        int idx = ps__po_table_index(po, id);
+        node.id = id;
+        node.is_recovery = false;
+        po->nodes[idx] = node;
+        ps__po_remove_dead_locked(po, id);
+        uint64_t *seen = __atomic_load_n(&po->last_seen_ns, __ATOMIC_ACQUIRE);
+        if (seen != NULL)
+            __atomic_store_n(&seen[idx], ps_time_now_ns(), __ATOMIC_RELAXED);
+        size_t n = po->num_nodes;
+        ps_node_t *table = malloc(n * sizeof(*table));
+        int *others = malloc(n * sizeof(*others));
+        ps_node_t *dead = malloc(n * sizeof(*dead));
+        size_t num_others = 0;
+        size_t num_dead = 0;
+        if (table != NULL && others != NULL && dead != NULL) {
+            memcpy(table, po->nodes, n * sizeof(*table));
+            for (size_t i = 0; i < n; i++) {
+                int nid = po->nodes[i].id;
+                if (nid == PS_SCHEDULER_ID || nid == id)
+                    continue;
+                if (ps__po_is_dead_locked(po, nid))
+                    dead[num_dead++] = po->nodes[i];
+                else
+                    others[num_others++] = nid;
+            }
+        }
+        ps_cond_broadcast(&po->cond);
+        ps_mutex_unlock(&po->lock);
+
+        ps__node_describe(&node, who, sizeof(who));
+        ps_status_t st = table != NULL && others != NULL && dead != NULL ? PS_OK
+                                                                         : PS_ERR_NO_MEMORY;
+        if (st == PS_OK)
+            st = po->van->ops->connect(po->van, &node, PS_SCHEDULER_ID);
+        if (st != PS_OK) {
+            free(table);
+            free(others);
+            free(dead);
+            char why[PS_NODE_HOSTNAME_MAX + 160];
+            snprintf(why, sizeof(why), "the new process for it (%s) cannot be reached: %s", who,
+                     ps_status_str(st));
+            ps__po_sched_declare_dead(po, id, why);
+            continue;
+        }
+        ps__registry_revive_peer(po->reg, id);
+        /* The others first: they reconnect to it while it learns the
+         * table, so that its first messages find them ready. */
+        ps_node_t rec = node;
+        rec.is_recovery = true;
+        for (size_t i = 0; i < num_others; i++)
+            ps__po_send_control(po, others[i], PS_CTRL_ADD_NODE, 0, 0, 0, &rec, 1, NULL);
+        for (size_t i = 0; i < num_dead; i++)
+            ps__po_send_control(po, id, PS_CTRL_NODE_FAILED, 0, PS_ERR_PEER_GONE, 0, &dead[i], 1,
+                                "dead before this node joined");
+        table[idx].is_recovery = true;
+        ps__po_send_control(po, id, PS_CTRL_ADD_NODE, 0, 0, 0, table, n, NULL);
+        free(table);
+        free(others);
+        free(dead);
+        ps_warn(PS_LOG_CORE, "%s took over node %d (%s rank %d): recovered; told %zu other "
+                "nodes", who, id, ps_role_str(node.role), ps_id_to_rank(id), num_others);
+        ps__po_fire_node_event(po, id, PS_OK);
+    }
+}
+
+uint64_t ps__po_sched_expire_late(ps_postoffice_t *po, uint64_t now_ns)
+{
+    char who[PS_NODE_HOSTNAME_MAX + 48];
+    char why[256];
+    for (;;) {
+        uint64_t next = 0;
+        int found = 0;
+        int n = 0;
+        ps_node_t node;
+        ps_node_init(&node);
+        ps_mutex_lock(&po->lock);
+        for (size_t i = 0; i < po->num_late; i++) {
+            if (po->late[i].expires_ns <= now_ns) {
+                node = po->late[i].node;
+                po->late[i] = po->late[--po->num_late];
+                found = 1;
+                n = node.role == PS_ROLE_SERVER ? po->params.num_servers
+                                                : po->params.num_workers;
+                break;
+            }
+            if (next == 0 || po->late[i].expires_ns < next)
+                next = po->late[i].expires_ns;
+        }
+        ps_mutex_unlock(&po->lock);
+        if (!found)
+            return next;
+        snprintf(why, sizeof(why), "all %d %ss of the job are alive: nothing for this %s to "
+                 "take over (a node too many? check DMLC_NUM_%s)", n, ps_role_str(node.role),
+                 ps_role_str(node.role), node.role == PS_ROLE_SERVER ? "SERVER" : "WORKER");
+        ps_error(PS_LOG_CORE, "refusing %s: %s", ps__node_describe(&node, who, sizeof(who)),
+                 why);
+        sched_refuse(po, &node, PS_ERR_CONFIG, why);
+    }
+}
 
 /* Scheduler: a node registers. */
 void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
@@ -37,10 +325,28 @@ void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
 
     ps_mutex_lock(&po->lock);
     if (po->ready || po->finalizing) {
+        int late = po->ready;
+        ps_status_t verdict = po->sched_verdict;
+        char why[sizeof(po->sched_verdict_reason)];
+        snprintf(why, sizeof(why), "%s", po->sched_verdict_reason);
+        if (!late && verdict != PS_OK)
+            po->num_told++; /* the start failed: it hears why, like the others */
         ps_mutex_unlock(&po->lock);
-        ps_warn(PS_LOG_CORE, "ignoring the registration of %s: all %zu nodes have registered "
-                "already", ps__node_describe(node, who, sizeof(who)), expected);
+        if (late)
+            sched_on_late_add_node(po, msg, node);
+        else if (verdict != PS_OK)
+            sched_refuse(po, node, verdict, why);
+        else
+            ps_warn(PS_LOG_CORE, "ignoring the registration of %s: the job is finishing",
+                    ps__node_describe(node, who, sizeof(who)));
         return;
+    }
+    if (po->sched_verdict == PS_OK) {
+        char why[512];
+        if (sched_check_shape(po, msg, node, why, sizeof(why)) != PS_OK) {
+            po->sched_verdict = PS_ERR_CONFIG;
+            snprintf(po->sched_verdict_reason, sizeof(po->sched_verdict_reason), "%s", why);
+        }
     }
     int idx = ps__node_table_find(po->reg_nodes, po->num_reg, node->hostname, port);
     if (idx < 0) {
@@ -76,7 +382,16 @@ void ps__po_node_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
     ps_mutex_lock(&po->lock);
     if (po->table_received) {
         ps_mutex_unlock(&po->lock);
-        ps_warn(PS_LOG_CORE, "ignoring a second node table from the scheduler");
+        /* Once the table is known, ADD_NODE announces recovered nodes. */
+        int any = 0;
+        for (size_t i = 0; msg->meta.head >= 0 && i < n; i++) {
+            if (nodes[i].is_recovery) {
+                ps__po_node_recovered(po, &nodes[i]);
+                any = 1;
+            }
+        }
+        if (!any)
+            ps_warn(PS_LOG_CORE, "ignoring a second node table from the scheduler");
         return;
     }
     if (msg->meta.head < 0) {
@@ -102,9 +417,15 @@ void ps__po_node_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
 /* ---- start: scheduler ---- */
 
 /* Tells every registered node that the job cannot start, and why. They
- * have no ids yet: temporary ones address them. */
-static void sched_fail_start(ps_postoffice_t *po, ps_status_t status, const char *why)
+ * have no ids yet: temporary ones address them. Then waits (bounded) for
+ * them to leave, so that they read it before the connections close; when
+ * more nodes may still come (`wait_for_all`: the start failed before the
+ * deadline), also for those: they are refused with the same words as they
+ * register (ps__po_sched_on_add_node). */
+static void sched_fail_start(ps_postoffice_t *po, ps_status_t status, const char *why,
+                             int wait_for_all)
 {
+    size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
     ps_mutex_lock(&po->lock);
     size_t n = po->num_reg;
     ps_node_t *nodes = n > 0 ? malloc(n * sizeof(*nodes)) : NULL;
@@ -113,6 +434,8 @@ static void sched_fail_start(ps_postoffice_t *po, ps_status_t status, const char
     else
         n = 0;
     po->finalizing = 1; /* count disconnections from here on */
+    po->sched_verdict = status;
+    snprintf(po->sched_verdict_reason, sizeof(po->sched_verdict_reason), "%s", why);
     ps_mutex_unlock(&po->lock);
 
     size_t told = 0;
@@ -125,8 +448,22 @@ static void sched_fail_start(ps_postoffice_t *po, ps_status_t status, const char
             told++;
     }
     free(nodes);
-    if (told > 0)
-        ps__po_linger(po, told, ps_deadline_from_ms(PS__LINGER_MS));
+
+    ps_deadline_t linger = ps_deadline_from_ms(PS__LINGER_MS);
+    ps_mutex_lock(&po->lock);
+    po->num_told += told;
+    for (;;) {
+        size_t gone = po->num_left + po->num_dead;
+        if (gone >= po->num_told && (!wait_for_all || po->num_told >= expected))
+            break;
+        if (ps_cond_wait(&po->cond, &po->lock, linger) == PS_ERR_TIMED_OUT)
+            break;
+    }
+    size_t left = po->num_left;
+    size_t all_told = po->num_told;
+    ps_mutex_unlock(&po->lock);
+    ps_debug(PS_LOG_CORE, "told %zu nodes the job cannot start; %zu left before the scheduler",
+             all_told, left);
 }
 
 ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
@@ -136,10 +473,18 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
 
     ps_mutex_lock(&po->lock);
-    while (po->num_reg < expected) {
+    while (po->num_reg < expected && po->sched_verdict == PS_OK) {
         if (ps_cond_wait(&po->cond, &po->lock, deadline) == PS_ERR_TIMED_OUT &&
             po->num_reg < expected)
             break;
+    }
+    if (po->sched_verdict != PS_OK) {
+        ps_status_t verdict = po->sched_verdict;
+        snprintf(why, sizeof(why), "%s", po->sched_verdict_reason);
+        ps_mutex_unlock(&po->lock);
+        ps_error(PS_LOG_CORE, "cannot start the job: %s", why);
+        sched_fail_start(po, verdict, why, 1);
+        return verdict;
     }
     size_t n = po->num_reg;
     size_t ns = 0;
@@ -152,7 +497,7 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
 
     if (table == NULL) {
         ps_error(PS_LOG_CORE, "out of memory building the node table");
-        sched_fail_start(po, PS_ERR_NO_MEMORY, "the scheduler ran out of memory");
+        sched_fail_start(po, PS_ERR_NO_MEMORY, "the scheduler ran out of memory", 0);
         return PS_ERR_NO_MEMORY;
     }
     if (n < expected) {
@@ -163,7 +508,7 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
                  po->params.num_workers);
         ps_error(PS_LOG_CORE, "%s", why);
         free(table);
-        sched_fail_start(po, PS_ERR_TIMED_OUT, why);
+        sched_fail_start(po, PS_ERR_TIMED_OUT, why, 0);
         return PS_ERR_TIMED_OUT;
     }
 
@@ -176,14 +521,14 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     if (st != PS_OK) {
         ps_error(PS_LOG_CORE, "cannot start the job: %s", why);
         free(table);
-        sched_fail_start(po, st, why);
+        sched_fail_start(po, st, why, 0);
         return st;
     }
     table[n] = po->my_node;
     uint64_t *seen = calloc(n + 1, sizeof(*seen));
     if (seen == NULL) {
         free(table);
-        sched_fail_start(po, PS_ERR_NO_MEMORY, "the scheduler ran out of memory");
+        sched_fail_start(po, PS_ERR_NO_MEMORY, "the scheduler ran out of memory", 0);
         return PS_ERR_NO_MEMORY;
     }
     uint64_t now = ps_time_now_ns();
@@ -201,7 +546,7 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
             ps_error(PS_LOG_CORE, "cannot start the job: %s", why);
             free(seen);
             free(table);
-            sched_fail_start(po, st, why);
+            sched_fail_start(po, st, why, 0);
             return st;
         }
         ps_info(PS_LOG_CORE, "connected to %s as node %d",
@@ -247,8 +592,11 @@ static ps_status_t node_register(ps_postoffice_t *po)
     ps_status_t st = po->van->ops->connect(po->van, &sched, PS_NODE_EMPTY);
     if (st != PS_OK)
         return st;
+    char shape[64];
+    snprintf(shape, sizeof(shape), PS__SHAPE_FMT, po->params.num_servers,
+             po->params.num_workers);
     return ps__po_send_control(po, PS_SCHEDULER_ID, PS_CTRL_ADD_NODE, 1, 0, 0, &po->my_node, 1,
-                           NULL);
+                               shape);
 }
 
 ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline)
@@ -336,19 +684,30 @@ ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline)
         return PS_ERR_PROTOCOL;
     }
     int my_id = table[idx].id;
+    ps_mutex_lock(&po->lock);
+    po->recovered = table[idx].is_recovery;
+    ps_mutex_unlock(&po->lock);
     po->my_node.id = my_id;
     __atomic_store_n(&po->my_id, my_id, __ATOMIC_RELEASE);
     char prefix[48];
     snprintf(prefix, sizeof(prefix), "%s %d", ps_role_str(po->params.role), my_id);
     ps_log_set_prefix(prefix);
-    ps_info(PS_LOG_CORE, "assigned id %d (%s rank %d) by the scheduler", my_id,
-            ps_role_str(po->params.role), ps_id_to_rank(my_id));
+    ps_info(PS_LOG_CORE, "assigned id %d (%s rank %d) by the scheduler%s", my_id,
+            ps_role_str(po->params.role), ps_id_to_rank(my_id),
+            po->recovered ? ", taking over from a dead process" : "");
 
     /* Workers talk to servers and servers to workers; nobody else. */
     for (size_t i = 0; i < n; i++) {
         const ps_node_t *peer = &table[i];
         if (peer->role == po->params.role || peer->role == PS_ROLE_SCHEDULER)
             continue;
+        ps_mutex_lock(&po->lock);
+        int dead = ps__po_is_dead_locked(po, peer->id);
+        ps_mutex_unlock(&po->lock);
+        if (dead) {
+            ps_info(PS_LOG_CORE, "not connecting to node %d: it is dead", peer->id);
+            continue;
+        }
         ps_status_t st = po->van->ops->connect(po->van, peer, my_id);
         if (st != PS_OK) {
             ps_error(PS_LOG_CORE, "cannot connect to %s (node %d): %s",

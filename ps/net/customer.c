@@ -368,6 +368,45 @@ void ps__registry_fail_peer(ps__registry_t *reg, int peer, ps_status_t why, int 
     reg_for_each(reg, customer_fail_peer_cb, peer, why, mark_dead);
 }
 
+static void customer_revive_cb(ps_customer_t *c, int peer, ps_status_t why, int mark_dead)
+{
+    (void)why;
+    (void)mark_dead;
+    ps__tracker_revive_peer(c->tracker, peer);
+}
+
+void ps__registry_revive_peer(ps__registry_t *reg, int peer)
+{
+    ps_mutex_lock(&reg->lock);
+    for (size_t i = 0; i < reg->num_dead; i++) {
+        if (reg->dead[i] == peer) {
+            reg->dead[i] = reg->dead[--reg->num_dead];
+            break;
+        }
+    }
+    ps_mutex_unlock(&reg->lock);
+    /* A customer created meanwhile was seeded without it: nothing to undo. */
+    reg_for_each(reg, customer_revive_cb, peer, PS_OK, 0);
+}
+
+int ps__registry_fail_request(ps__registry_t *reg, const ps_meta_t *meta, ps_status_t why)
+{
+    ps_mutex_lock(&reg->lock);
+    ps_customer_t *c = reg_find(reg, meta->app_id, route_customer_id(reg, meta));
+    if (c == NULL) {
+        ps_mutex_unlock(&reg->lock);
+        return 0;
+    }
+    c->users++;
+    ps_mutex_unlock(&reg->lock);
+    ps_customer_t *outer = tls_in_customer;
+    tls_in_customer = c;
+    int failed = ps__tracker_fail(c->tracker, meta->timestamp, why);
+    tls_in_customer = outer;
+    reg_unpin(reg, c);
+    return failed;
+}
+
 void ps__registry_close(ps__registry_t *reg, ps_status_t why)
 {
     ps_mutex_lock(&reg->lock);
@@ -396,7 +435,9 @@ uint64_t ps__registry_expire_pending(ps__registry_t *reg, uint64_t now_ns)
     ps__pending_t *p = reg->pending_head;
     while (p != NULL) {
         ps__pending_t *following = p->next;
-        if (now_ns - p->arrived_ns >= PS__PENDING_TIMEOUT_NS) {
+        /* now_ns may predate a message queued since it was read (helper
+         * h10: the unsigned difference wrapped and dropped it at once). */
+        if (now_ns >= p->arrived_ns && now_ns - p->arrived_ns >= PS__PENDING_TIMEOUT_NS) {
             if (prev != NULL)
                 prev->next = following;
             else

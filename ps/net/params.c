@@ -38,8 +38,8 @@ void ps_start_params_init(ps_start_params_t *p)
     p->barrier_timeout_ms = table_default_int(PS_CFG_PS_BARRIER_TIMEOUT_MS, 600000);
     p->request_timeout_ms = table_default_int(PS_CFG_PS_REQUEST_TIMEOUT_MS, 600000);
     p->finalize_timeout_ms = table_default_int(PS_CFG_PS_FINALIZE_TIMEOUT_MS, 30000);
-    p->heartbeat_interval_s = table_default_int(PS_CFG_PS_HEARTBEAT_INTERVAL, 0);
-    p->heartbeat_timeout_s = table_default_int(PS_CFG_PS_HEARTBEAT_TIMEOUT, 0);
+    p->heartbeat_interval_s = table_default_int(PS_CFG_PS_HEARTBEAT_INTERVAL, 5);
+    p->heartbeat_timeout_s = table_default_int(PS_CFG_PS_HEARTBEAT_TIMEOUT, 20);
     p->busy_poll = table_default_bool(PS_CFG_PS_BUSY_POLL, 0);
 }
 
@@ -126,6 +126,43 @@ static ps_status_t copy_str(ps_config_id_t id, int required, char *dst, size_t c
     return PS_OK;
 }
 
+/* Heartbeats are on by default (5 s, dead after 20 s of silence). When only
+ * one of the two variables is set, the other follows it, so that setting
+ * one never gives a pair that declares live nodes dead:
+ *  - PS_HEARTBEAT_INTERVAL=0 alone turns the timeout off too (nodes that
+ *    send no heartbeats must not be declared dead by silence);
+ *  - an interval alone: timeout 4 intervals, at least the default;
+ *  - a timeout alone: the default interval, or a quarter of a shorter
+ *    timeout (at least 1 s).
+ * Both set explicitly are honoured as they are (with a warning when the
+ * timeout does not exceed the interval). */
+static void derive_heartbeat(ps_start_params_t *p)
+{
+    int interval_set = ps_config_is_set(PS_CFG_PS_HEARTBEAT_INTERVAL);
+    int timeout_set = ps_config_is_set(PS_CFG_PS_HEARTBEAT_TIMEOUT);
+    int def_timeout = table_default_int(PS_CFG_PS_HEARTBEAT_TIMEOUT, 20);
+    int def_interval = table_default_int(PS_CFG_PS_HEARTBEAT_INTERVAL, 5);
+
+    if (interval_set && !timeout_set) {
+        if (p->heartbeat_interval_s == 0)
+            p->heartbeat_timeout_s = 0;
+        else
+            p->heartbeat_timeout_s = p->heartbeat_interval_s > def_timeout / 4
+                                         ? 4 * p->heartbeat_interval_s
+                                         : def_timeout;
+    } else if (timeout_set && !interval_set && p->heartbeat_timeout_s > 0) {
+        int quarter = p->heartbeat_timeout_s / 4;
+        p->heartbeat_interval_s = quarter >= def_interval ? def_interval
+                                  : quarter >= 1         ? quarter
+                                                         : 1;
+    }
+    if (p->heartbeat_interval_s > 0 && p->heartbeat_timeout_s > 0 &&
+        p->heartbeat_timeout_s <= p->heartbeat_interval_s)
+        ps_warn(PS_LOG_CORE, "PS_HEARTBEAT_TIMEOUT (%d s) does not exceed PS_HEARTBEAT_INTERVAL "
+                "(%d s): live nodes may be declared dead between two heartbeats",
+                p->heartbeat_timeout_s, p->heartbeat_interval_s);
+}
+
 ps_status_t ps_start_params_from_env(ps_start_params_t *params_p)
 {
     ps_start_params_t p;
@@ -181,6 +218,8 @@ ps_status_t ps_start_params_from_env(ps_start_params_t *params_p)
         (st = optional_int(PS_CFG_PS_HEARTBEAT_TIMEOUT, 0, 86400 * 7, &p.heartbeat_timeout_s)) !=
             PS_OK)
         return st;
+
+    derive_heartbeat(&p);
 
     int busy = 0;
     st = ps_config_get_bool(PS_CFG_PS_BUSY_POLL, &busy);

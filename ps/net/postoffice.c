@@ -21,7 +21,21 @@
  *  - BARRIER request: control.barrier_group; reply request=false, head =
  *    PS_OK or why the barrier cannot complete (body says more).
  *  - HEARTBEAT request (node → scheduler), echoed back as a reply.
- *  - NODE_FAILED (scheduler → nodes): nodes = the dead, head = why.
+ *  - NODE_FAILED (scheduler → nodes): nodes = the dead, head = why. A node
+ *    closes its connections to the dead one (should it only be hung, it
+ *    must not speak for an id a new process may take over).
+ *  - ADD_NODE reply after the table: nodes = a recovered node
+ *    (is_recovery), now at a new address (bootstrap.c).
+ *  - ACK (PS_RESEND): app_id, customer_id, timestamp and request of the
+ *    acknowledged data message; with who sends it and who receives it,
+ *    that is the message's key (resender_internal.h).
+ *
+ * Failures, as each side sees them: the van reports a connection that
+ * failed (peer_failed); a server or worker fails what waits for that peer
+ * and leaves the verdict to the scheduler, which declares the node dead
+ * (connection lost, or silent for PS_HEARTBEAT_TIMEOUT), tells everyone,
+ * fails the barriers it cannot complete, and lets a restarted process take
+ * its id over. Every such event runs the node-event callbacks once.
  */
 #include "ps/net/postoffice.h"
 
@@ -29,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
@@ -129,6 +144,75 @@ static int po_is_dead_locked(const ps_postoffice_t *po, int id)
     return in_list(po->dead, po->num_dead, id);
 }
 
+int ps__po_is_dead_locked(const ps_postoffice_t *po, int id)
+{
+    return po_is_dead_locked(po, id);
+}
+
+int ps__po_table_index(const ps_postoffice_t *po, int id)
+{
+    return table_index(po, id);
+}
+
+static void po_remove_dead(ps_postoffice_t *po, int id)
+{
+    for (size_t i = 0; i < po->num_dead; i++) {
+        if (po->dead[i] == id) {
+            po->dead[i] = po->dead[po->num_dead - 1];
+            __atomic_store_n(&po->num_dead, po->num_dead - 1, __ATOMIC_RELEASE);
+            return;
+        }
+    }
+}
+
+void ps__po_remove_dead_locked(ps_postoffice_t *po, int id)
+{
+    po_remove_dead(po, id);
+}
+
+/* Records (or forgets, why == PS_OK) how the connection to `id` failed. */
+static void po_set_lost_locked(ps_postoffice_t *po, int id, ps_status_t why)
+{
+    for (size_t i = 0; i < po->num_lost; i++) {
+        if (po->lost_ids[i] != id)
+            continue;
+        if (why == PS_OK) {
+            po->num_lost--;
+            po->lost_ids[i] = po->lost_ids[po->num_lost];
+            po->lost_why[i] = po->lost_why[po->num_lost];
+        } else {
+            po->lost_why[i] = why;
+        }
+        return;
+    }
+    if (why == PS_OK)
+        return;
+    if (po->num_lost == po->cap_lost) {
+        size_t cap = po->cap_lost ? po->cap_lost * 2 : 8;
+        int *ids = realloc(po->lost_ids, cap * sizeof(*ids));
+        if (ids == NULL)
+            return;
+        po->lost_ids = ids;
+        ps_status_t *w = realloc(po->lost_why, cap * sizeof(*w));
+        if (w == NULL)
+            return;
+        po->lost_why = w;
+        po->cap_lost = cap;
+    }
+    po->lost_ids[po->num_lost] = id;
+    po->lost_why[po->num_lost] = why;
+    po->num_lost++;
+}
+
+static ps_status_t po_get_lost_locked(const ps_postoffice_t *po, int id)
+{
+    for (size_t i = 0; i < po->num_lost; i++) {
+        if (po->lost_ids[i] == id)
+            return po->lost_why[i];
+    }
+    return PS_OK;
+}
+
 /* num_dead is also read without the lock (send's fast path). */
 static void po_add_dead_locked(ps_postoffice_t *po, int id)
 {
@@ -194,10 +278,45 @@ ps_status_t ps__po_send_control(ps_postoffice_t *po, int recver, ps_control_cmd_
     return st;
 }
 
+/* ---- node-event callbacks ---- */
+
+/* The callback list this thread is running (remove must not wait for it). */
+static __thread const ps_postoffice_t *tls_in_node_cb;
+
+void ps__po_fire_node_event(ps_postoffice_t *po, int id, ps_status_t why)
+{
+    ps__po_node_cb_t cbs[PS_NODE_CALLBACKS_MAX];
+    size_t n;
+    ps_mutex_lock(&po->cb_lock);
+    if (why == PS_OK) {
+        n = po->num_recovered_cbs;
+        memcpy(cbs, po->recovered_cbs, n * sizeof(cbs[0]));
+    } else {
+        n = po->num_failed_cbs;
+        memcpy(cbs, po->failed_cbs, n * sizeof(cbs[0]));
+    }
+    if (n > 0)
+        po->cb_running++;
+    ps_mutex_unlock(&po->cb_lock);
+    if (n == 0)
+        return;
+    const ps_postoffice_t *outer = tls_in_node_cb;
+    tls_in_node_cb = po;
+    for (size_t i = 0; i < n; i++)
+        cbs[i].fn(cbs[i].arg, po, id, why);
+    tls_in_node_cb = outer;
+    ps_mutex_lock(&po->cb_lock);
+    if (--po->cb_running == 0)
+        ps_cond_broadcast(&po->cb_cond);
+    ps_mutex_unlock(&po->cb_lock);
+}
+
 /* ---- failure handling ---- */
 
 /* A node of the table is dead (declared by the scheduler, or found so by
- * the scheduler itself). */
+ * the scheduler itself). Its connections are closed: should the process
+ * be hung rather than gone and wake up, it must not talk for an id a new
+ * process may take over. */
 static void po_mark_dead(ps_postoffice_t *po, int id)
 {
     ps_mutex_lock(&po->lock);
@@ -207,8 +326,49 @@ static void po_mark_dead(ps_postoffice_t *po, int id)
         ps_cond_broadcast(&po->cond);
     }
     ps_mutex_unlock(&po->lock);
-    if (fresh)
-        ps__registry_fail_peer(po->reg, id, PS_ERR_PEER_GONE, 1);
+    if (!fresh)
+        return;
+    if (id != ps__po_my_id(po))
+        po->van->ops->disconnect(po->van, id);
+    if (po->res != NULL)
+        ps__resender_forget_peer(po->res, id);
+    ps__registry_fail_peer(po->reg, id, PS_ERR_PEER_GONE, 1);
+    ps__po_fire_node_event(po, id, PS_ERR_PEER_GONE);
+}
+
+/* Node side: the scheduler announced that a new process took `node`'s id
+ * over. Its old connections were closed when it was declared dead; reach
+ * it at its new address (if we talk to its role). */
+void ps__po_node_recovered(ps_postoffice_t *po, const ps_node_t *node)
+{
+    char who[PS_NODE_HOSTNAME_MAX + 48];
+    int id = node->id;
+    int my_id = ps__po_my_id(po);
+    ps_mutex_lock(&po->lock);
+    int idx = table_index(po, id);
+    if (id == my_id || idx < 0 || (size_t)idx >= po->num_nodes || po->nodes == NULL) {
+        ps_mutex_unlock(&po->lock);
+        ps_warn(PS_LOG_CORE, "ignoring the recovery of node %d: not a peer in the table", id);
+        return;
+    }
+    po->nodes[idx] = *node;
+    po->nodes[idx].is_recovery = false;
+    po_remove_dead(po, id);
+    po_set_lost_locked(po, id, PS_OK);
+    int reach = po->ready && node->role != po->params.role && node->role != PS_ROLE_SCHEDULER;
+    ps_cond_broadcast(&po->cond);
+    ps_mutex_unlock(&po->lock);
+
+    ps__node_describe(node, who, sizeof(who));
+    if (reach) {
+        ps_status_t st = po->van->ops->connect(po->van, node, my_id);
+        if (st != PS_OK)
+            ps_warn(PS_LOG_CORE, "cannot connect to recovered node %d (%s): %s", id, who,
+                    ps_status_str(st));
+    }
+    ps__registry_revive_peer(po->reg, id);
+    ps_warn(PS_LOG_CORE, "node %d recovered: a new process (%s) took it over", id, who);
+    ps__po_fire_node_event(po, id, PS_OK);
 }
 
 /* Node side: the scheduler is unreachable or silent. */
@@ -238,6 +398,7 @@ static void po_lost_scheduler(ps_postoffice_t *po, const char *why)
     ps_error(PS_LOG_CORE, "lost the scheduler (%s): every wait of this node now ends with "
              "'peer gone'", why);
     ps__registry_close(po->reg, PS_ERR_PEER_GONE);
+    ps__po_fire_node_event(po, PS_SCHEDULER_ID, PS_ERR_PEER_GONE);
 }
 
 /* Scheduler side: node `id` is dead; tell everyone, fail the barriers it
@@ -245,7 +406,7 @@ static void po_lost_scheduler(ps_postoffice_t *po, const char *why)
 static void po_local_barrier_release(ps_postoffice_t *po, int group, ps_status_t status,
                                      const char *reason);
 
-static void sched_declare_dead(ps_postoffice_t *po, int id, const char *why)
+void ps__po_sched_declare_dead(ps_postoffice_t *po, int id, const char *why)
 {
     char who[64];
     int *notify = NULL;
@@ -318,7 +479,12 @@ static void sched_declare_dead(ps_postoffice_t *po, int id, const char *why)
     free(notify);
     free(fail_ids);
     free(fail_groups);
+    if (po->res != NULL)
+        ps__resender_forget_peer(po->res, id);
     ps__registry_fail_peer(po->reg, id, PS_ERR_PEER_GONE, 1);
+    ps__po_fire_node_event(po, id, PS_ERR_PEER_GONE);
+    /* A restarted process may be waiting to take this id over. */
+    ps__po_sched_try_recover(po);
 }
 
 /* ---- barriers ---- */
@@ -521,6 +687,15 @@ static void po_handle_control(ps_postoffice_t *po, const ps_msg_t *msg)
         if (po->is_scheduler && meta->request)
             ps__po_send_control(po, meta->sender, PS_CTRL_HEARTBEAT, 0, 0, 0, NULL, 0, NULL);
         break;
+    case PS_CTRL_ACK:
+        if (po->res != NULL) {
+            ps__msg_key_t key;
+            ps__msg_key_of_ack(meta, ps__po_my_id(po), &key);
+            if (!ps__resender_on_ack(po->res, &key))
+                ps_trace(PS_LOG_CORE, "acknowledgement of nothing waiting from node %d "
+                         "(app %d ts %d)", meta->sender, meta->app_id, meta->timestamp);
+        }
+        break;
     case PS_CTRL_NODE_FAILED:
         if (!po->is_scheduler && meta->sender == PS_SCHEDULER_ID) {
             size_t n;
@@ -542,12 +717,92 @@ static void po_handle_control(ps_postoffice_t *po, const ps_msg_t *msg)
     }
 }
 
+/* ---- PS_RESEND and PS_DROP_MSG ---- */
+
+/* Acknowledges a received data message: an ACK carrying its app, customer,
+ * timestamp and request flag (the rest of its key is who sends the ACK
+ * and who receives it). */
+static void po_send_ack(ps_postoffice_t *po, const ps_meta_t *meta)
+{
+    ps_msg_t ack;
+    ps_msg_init(&ack);
+    ack.meta.recver = meta->sender;
+    ack.meta.app_id = meta->app_id;
+    ack.meta.customer_id = meta->customer_id;
+    ack.meta.timestamp = meta->timestamp;
+    ack.meta.request = meta->request;
+    ack.meta.control.cmd = PS_CTRL_ACK;
+    ps__msg_key_t key;
+    ps__msg_key_of(meta, &key);
+    ack.meta.control.msg_sig = ps__msg_key_sig(&key);
+    (void)po_van_send(po, &ack); /* a lost ACK only costs a resend */
+}
+
+/* PS_DROP_MSG: 1 if this received data message is to be dropped. */
+static int po_drop_on_purpose(ps_postoffice_t *po)
+{
+    uint64_t z = __atomic_add_fetch(&po->drop_rng, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (int)(z % 100) < po->drop_pct;
+}
+
+static ps_status_t po_resend_cb(void *arg, ps_msg_t *msg)
+{
+    ps_postoffice_t *po = arg;
+    if (ps__po_closing(po))
+        return PS_ERR_SHUTDOWN;
+    ps_debug(PS_LOG_CORE, "resending to node %d: app %d ts %d%s", msg->meta.recver,
+             msg->meta.app_id, msg->meta.timestamp, msg->meta.request ? " request" : " response");
+    return po_van_send(po, msg);
+}
+
+static void po_giveup_cb(void *arg, const ps_msg_t *msg, int retries)
+{
+    ps_postoffice_t *po = arg;
+    char who[64];
+    id_describe(msg->meta.recver, who, sizeof(who));
+    if (msg->meta.request) {
+        ps_error(PS_LOG_CORE, "%s did not acknowledge request ts %d of app %d after %d resends "
+                 "(PS_RESEND_TIMEOUT %d ms); failing it with 'timed out'", who,
+                 msg->meta.timestamp, msg->meta.app_id, retries,
+                 (int)ps_config_int_or(PS_CFG_PS_RESEND_TIMEOUT, 1000));
+        ps__registry_fail_request(po->reg, &msg->meta, PS_ERR_TIMED_OUT);
+    } else {
+        ps_error(PS_LOG_CORE, "%s did not acknowledge the response to its request ts %d of "
+                 "app %d after %d resends (PS_RESEND_TIMEOUT %d ms); its request will time out",
+                 who, msg->meta.timestamp, msg->meta.app_id, retries,
+                 (int)ps_config_int_or(PS_CFG_PS_RESEND_TIMEOUT, 1000));
+    }
+}
+
 static void po_cb_deliver(void *arg, ps_msg_t *msg)
 {
     ps_postoffice_t *po = arg;
     if (ps__po_closing(po)) {
         ps_msg_release(msg);
         return;
+    }
+    if (!ps_meta_is_control(&msg->meta)) {
+        if (po->drop_pct > 0 && po_drop_on_purpose(po)) {
+            __atomic_add_fetch(&po->num_dropped, 1, __ATOMIC_RELAXED);
+            ps_debug(PS_LOG_CORE, "dropping a message from node %d on purpose (PS_DROP_MSG=%d): "
+                     "app %d ts %d", msg->meta.sender, po->drop_pct, msg->meta.app_id,
+                     msg->meta.timestamp);
+            ps_msg_release(msg);
+            return;
+        }
+        if (po->res != NULL) {
+            msg->meta.recver = ps__po_my_id(po);
+            po_send_ack(po, &msg->meta);
+            if (ps__resender_seen(po->res, &msg->meta, ps_time_now_ns())) {
+                ps_debug(PS_LOG_CORE, "dropping a duplicate from node %d: app %d ts %d",
+                         msg->meta.sender, msg->meta.app_id, msg->meta.timestamp);
+                ps_msg_release(msg);
+                return;
+            }
+        }
     }
     po_log_msg("recv", msg);
     int sender = msg->meta.sender;
@@ -588,11 +843,16 @@ static void po_cb_peer_failed(void *arg, int node_id, ps_status_t why)
             ps_debug(PS_LOG_CORE, "node %d left", node_id);
             return;
         }
+        if (node_id >= PS__REFUSE_ID_BASE) {
+            ps_mutex_unlock(&po->lock);
+            ps_debug(PS_LOG_CORE, "a refused node left: %s", ps_status_str(why));
+            return;
+        }
         int known = po->ready && table_index(po, node_id) >= 0;
         ps_mutex_unlock(&po->lock);
         if (known) {
             snprintf(reason, sizeof(reason), "its connection failed (%s)", ps_status_str(why));
-            sched_declare_dead(po, node_id, reason);
+            ps__po_sched_declare_dead(po, node_id, reason);
         }
         return;
     }
@@ -601,16 +861,25 @@ static void po_cb_peer_failed(void *arg, int node_id, ps_status_t why)
         po_lost_scheduler(po, reason);
         return;
     }
+    if (po->res != NULL)
+        ps__resender_forget_peer(po->res, node_id);
+    /* The peer's death is the scheduler's to declare; meanwhile what waits
+     * for it fails with what the van saw: a failed link (the peer may
+     * live: PS_ERR_LINK_FAILED, also for a peer we could not reach) or a
+     * closed connection (PS_ERR_PEER_GONE). */
+    ps_status_t status = why == PS_ERR_LINK_FAILED || why == PS_ERR_UNREACHABLE
+                             ? PS_ERR_LINK_FAILED
+                             : PS_ERR_PEER_GONE;
     ps_mutex_lock(&po->lock);
     int quiet = po->finalizing;
+    po_set_lost_locked(po, node_id, status);
     ps_mutex_unlock(&po->lock);
     if (quiet)
         ps_debug(PS_LOG_CORE, "connection to node %d closed", node_id);
     else
         ps_warn(PS_LOG_CORE, "lost the connection to %s: %s; failing its requests",
                 id_describe(node_id, who, sizeof(who)), ps_status_str(why));
-    ps__registry_fail_peer(po->reg, node_id,
-                           why == PS_ERR_LINK_FAILED ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE, 0);
+    ps__registry_fail_peer(po->reg, node_id, status, 0);
 }
 
 /* ---- timer thread ---- */
@@ -622,6 +891,11 @@ static void po_kick_timer(void *arg)
     po->timer_kick = 1;
     ps_cond_signal(&po->timer_cond);
     ps_mutex_unlock(&po->lock);
+}
+
+void ps__po_kick(ps_postoffice_t *po)
+{
+    po_kick_timer(po);
 }
 
 static void *po_timer_main(void *arg)
@@ -686,11 +960,22 @@ static void *po_timer_main(void *arg)
             char why[96];
             snprintf(why, sizeof(why), "no heartbeat for %.1f s (PS_HEARTBEAT_TIMEOUT is %d s)",
                      (double)dead_silence / 1e9, po->params.heartbeat_timeout_s);
-            sched_declare_dead(po, dead_id, why);
+            ps__po_sched_declare_dead(po, dead_id, why);
         }
         uint64_t pending = ps__registry_expire_pending(po->reg, ps_time_now_ns());
         if (pending != 0 && pending < wake)
             wake = pending;
+        if (po->res != NULL) {
+            uint64_t due = ps__resender_poll(po->res, ps_time_now_ns(), po_resend_cb,
+                                             po_giveup_cb, po);
+            if (due != 0 && due < wake)
+                wake = due;
+        }
+        if (po->is_scheduler) {
+            uint64_t late = ps__po_sched_expire_late(po, ps_time_now_ns());
+            if (late != 0 && late < wake)
+                wake = late;
+        }
 
         ps_mutex_lock(&po->lock);
         if (po->timer_stop || po->timer_kick || dead_id >= 0 || lose_scheduler)
@@ -720,13 +1005,19 @@ static void po_free(ps_postoffice_t *po)
     po->van = NULL;
     if (po->reg != NULL)
         ps__registry_destroy(po->reg);
+    ps__resender_destroy(po->res);
+    free(po->late);
     for (int g = 0; g < PS__NUM_GROUPS; g++)
         free(po->arrivals[g].ids);
     free(po->reg_nodes);
     free(po->nodes);
     free(po->dead);
     free(po->left);
+    free(po->lost_ids);
+    free(po->lost_why);
     free(po->last_seen_ns);
+    ps_cond_destroy(&po->cb_cond);
+    ps_mutex_destroy(&po->cb_lock);
     ps_cond_destroy(&po->timer_cond);
     ps_cond_destroy(&po->cond);
     ps_mutex_destroy(&po->lock);
@@ -752,6 +1043,49 @@ void ps__po_linger(ps_postoffice_t *po, size_t expected, ps_deadline_t deadline)
 }
 
 /* ---- public API ---- */
+
+/* PS_RESEND, PS_RESEND_TIMEOUT and PS_DROP_MSG. */
+static ps_status_t po_setup_resend(ps_postoffice_t *po)
+{
+    int resend = 0;
+    ps_status_t st = ps_config_get_bool(PS_CFG_PS_RESEND, &resend);
+    if (st != PS_OK && st != PS_ERR_NOT_FOUND)
+        return PS_ERR_CONFIG;
+    int64_t timeout_ms = 1000;
+    st = ps_config_get_int(PS_CFG_PS_RESEND_TIMEOUT, &timeout_ms);
+    if (st != PS_OK && st != PS_ERR_NOT_FOUND)
+        return PS_ERR_CONFIG;
+    int64_t drop = 0;
+    st = ps_config_get_int(PS_CFG_PS_DROP_MSG, &drop);
+    if (st != PS_OK && st != PS_ERR_NOT_FOUND)
+        return PS_ERR_CONFIG;
+    if (drop < 0 || drop > 100) {
+        ps_error(PS_LOG_CORE, "PS_DROP_MSG is %lld; expected a percentage, 0 to 100",
+                 (long long)drop);
+        return PS_ERR_CONFIG;
+    }
+    if (resend) {
+        if (timeout_ms <= 0 || timeout_ms > 3600 * 1000) {
+            ps_error(PS_LOG_CORE, "PS_RESEND_TIMEOUT is %lld; expected 1 to 3600000 (ms)",
+                     (long long)timeout_ms);
+            return PS_ERR_CONFIG;
+        }
+        st = ps__resender_create((uint64_t)timeout_ms * PS_NSEC_PER_MSEC, PS__RESEND_MAX_RETRIES,
+                                 PS__RESEND_DEDUP_CAP, &po->res);
+        if (st != PS_OK)
+            return st;
+        ps_info(PS_LOG_CORE, "PS_RESEND: data messages are acknowledged, resent after %lld ms "
+                "(then 2x, 3x, ...) at most %d times, and de-duplicated",
+                (long long)timeout_ms, PS__RESEND_MAX_RETRIES);
+    }
+    po->drop_pct = (int)drop;
+    po->drop_rng = ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)po;
+    if (drop > 0)
+        ps_warn(PS_LOG_CORE, "PS_DROP_MSG=%lld: dropping that percentage of the data messages "
+                "this node receives, on purpose%s", (long long)drop,
+                resend ? "" : " (without PS_RESEND=1 they are lost for good)");
+    return PS_OK;
+}
 
 ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
                                 ps_postoffice_t **po_p)
@@ -807,8 +1141,25 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
         free(po);
         return PS_ERR_NO_MEMORY;
     }
+    if (ps_mutex_init(&po->cb_lock) != PS_OK) {
+        ps_cond_destroy(&po->timer_cond);
+        ps_cond_destroy(&po->cond);
+        ps_mutex_destroy(&po->lock);
+        free(po);
+        return PS_ERR_NO_MEMORY;
+    }
+    if (ps_cond_init(&po->cb_cond) != PS_OK) {
+        ps_mutex_destroy(&po->cb_lock);
+        ps_cond_destroy(&po->timer_cond);
+        ps_cond_destroy(&po->cond);
+        ps_mutex_destroy(&po->lock);
+        free(po);
+        return PS_ERR_NO_MEMORY;
+    }
     st = ps__registry_create(p.role, po_kick_timer, po, &po->reg);
     if (st != PS_OK)
+        goto err;
+    if ((st = po_setup_resend(po)) != PS_OK)
         goto err;
 
     ps_deadline_t deadline = ps_deadline_from_ms(p.start_timeout_ms);
@@ -887,7 +1238,11 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     if (st != PS_OK)
         goto err;
 
-    if (do_barrier) {
+    if (po->recovered) {
+        /* As upstream: the others passed the start barrier long ago. */
+        ps_info(PS_LOG_CORE, "took over node %d from a dead process; skipping the start barrier",
+                ps__po_my_id(po));
+    } else if (do_barrier) {
         int ms = ps_deadline_remaining_ms(deadline);
         ps_deadline_t bd = ms < 0 ? ps_deadline_infinite() : ps_deadline_from_ms(ms > 0 ? ms : 1);
         st = po_barrier_until(po, PS_GROUP_ALL, bd, "start barrier");
@@ -912,16 +1267,36 @@ ps_status_t ps_postoffice_finalize(ps_postoffice_t *po, int do_barrier)
     ps_mutex_lock(&po->lock);
     po->finalizing = 1;
     int ready = po->ready && !po->sched_gone;
+    int lost = po->ready && po->sched_gone;
+    ps_cond_broadcast(&po->cond); /* ps_postoffice_wait_alive() ends */
     ps_mutex_unlock(&po->lock);
 
     if (do_barrier && ready) {
         st = po_barrier_until(po, PS_GROUP_ALL, deadline, "finalize barrier");
         if (st != PS_OK)
             ps_warn(PS_LOG_CORE, "leaving without the other nodes: %s", ps_status_str(st));
+    } else if (do_barrier && lost) {
+        /* No finalize barrier without the scheduler: the job did not end
+         * together, whichever way this node learned it first. */
+        st = PS_ERR_PEER_GONE;
+        ps_warn(PS_LOG_CORE, "leaving without the other nodes: the scheduler is gone");
     }
     ps_mutex_lock(&po->lock);
     po->released = 1;
     ps_mutex_unlock(&po->lock);
+    if (po->drop_pct > 0 || po->res != NULL) {
+        uint64_t dropped = __atomic_load_n(&po->num_dropped, __ATOMIC_RELAXED);
+        uint64_t resent = po->res != NULL ? ps__resender_num_resent(po->res) : 0;
+        uint64_t dups = po->res != NULL ? ps__resender_num_duplicates(po->res) : 0;
+        if (po->drop_pct > 0)
+            ps_warn(PS_LOG_CORE, "PS_DROP_MSG=%d: %llu received data messages dropped on purpose; "
+                    "PS_RESEND: %llu resent, %llu duplicates dropped", po->drop_pct,
+                    (unsigned long long)dropped, (unsigned long long)resent,
+                    (unsigned long long)dups);
+        else
+            ps_info(PS_LOG_CORE, "PS_RESEND: %llu resent, %llu duplicates dropped",
+                    (unsigned long long)resent, (unsigned long long)dups);
+    }
     if (po->is_scheduler && ready && do_barrier && st == PS_OK) {
         ps_deadline_t linger = ps_deadline_min(deadline, ps_deadline_from_ms(PS__LINGER_MS));
         ps__po_linger(po, po->num_nodes > 0 ? po->num_nodes - 1 : 0, linger);
@@ -1045,7 +1420,39 @@ ps_status_t ps_postoffice_send(ps_postoffice_t *po, const ps_msg_t *msg)
             return PS_ERR_PEER_GONE;
     }
     ps_msg_t copy = *msg;
-    return po_van_send(po, &copy);
+    int tracked = 0;
+    if (po->res != NULL && !ps_meta_is_control(&copy.meta)) {
+        /* Remembered before it leaves: its ACK may come back at once. */
+        copy.meta.sender = ps__po_my_id(po);
+        int kick = 0;
+        ps_status_t ts = ps__resender_track(po->res, &copy, ps_time_now_ns(), &kick);
+        if (ts == PS_OK)
+            tracked = 1;
+        else if (ts == PS_ERR_EXISTS)
+            ps_warn_ratelimited(PS_LOG_CORE, "resend: a message to node %d with app %d customer "
+                                "%d ts %d is still unacknowledged; this one with the same key "
+                                "goes without resend", recver, copy.meta.app_id,
+                                copy.meta.customer_id, copy.meta.timestamp);
+        if (kick)
+            ps__po_kick(po);
+    }
+    ps_status_t st = po_van_send(po, &copy);
+    if (st != PS_OK && tracked)
+        ps__resender_untrack(po->res, &copy);
+    /* No connection to the peer (it failed, and the scheduler has not
+     * declared the peer dead yet): say what requests waiting for it were
+     * told. */
+    if (st == PS_ERR_UNREACHABLE) {
+        ps_mutex_lock(&po->lock);
+        st = po_is_dead_locked(po, recver) ||
+                     (recver == PS_SCHEDULER_ID && po->sched_gone)
+                 ? PS_ERR_PEER_GONE
+                 : po_get_lost_locked(po, recver);
+        ps_mutex_unlock(&po->lock);
+        if (st == PS_OK)
+            st = PS_ERR_LINK_FAILED;
+    }
+    return st;
 }
 
 void ps_postoffice_traffic(const ps_postoffice_t *po, uint64_t *sent_p, uint64_t *recv_p)
@@ -1071,7 +1478,123 @@ int ps_postoffice_dead_nodes(const ps_postoffice_t *po, int *ids, int cap)
     return n;
 }
 
+int ps_postoffice_is_recovery(const ps_postoffice_t *po)
+{
+    ps_postoffice_t *mpo = (ps_postoffice_t *)po; /* the lock, not the state, changes */
+    ps_mutex_lock(&mpo->lock);
+    int r = po->recovered;
+    ps_mutex_unlock(&mpo->lock);
+    return r;
+}
+
+static int po_group_or_id_has_dead_locked(const ps_postoffice_t *po, int group_or_id)
+{
+    if (ps_id_is_group(group_or_id))
+        return po_group_has_dead_locked(po, group_or_id);
+    return po_is_dead_locked(po, group_or_id);
+}
+
+ps_status_t ps_postoffice_wait_alive(ps_postoffice_t *po, int group, int timeout_ms)
+{
+    if (po == NULL || group < 1 || (!ps_id_is_group(group) && table_index(po, group) < 0))
+        return PS_ERR_INVALID_ARG;
+    if (timeout_ms < 0)
+        timeout_ms = po->params.barrier_timeout_ms;
+    ps_deadline_t deadline = ps_deadline_from_ms(timeout_ms);
+    ps_status_t st = PS_OK;
+    ps_mutex_lock(&po->lock);
+    for (;;) {
+        if (po->sched_gone) {
+            st = PS_ERR_PEER_GONE;
+            break;
+        }
+        if (po->finalizing) {
+            st = PS_ERR_SHUTDOWN;
+            break;
+        }
+        if (!po_group_or_id_has_dead_locked(po, group))
+            break;
+        if (ps_cond_wait(&po->cond, &po->lock, deadline) == PS_ERR_TIMED_OUT &&
+            po_group_or_id_has_dead_locked(po, group)) {
+            st = PS_ERR_TIMED_OUT;
+            break;
+        }
+    }
+    ps_mutex_unlock(&po->lock);
+    if (st == PS_ERR_TIMED_OUT)
+        ps_warn(PS_LOG_CORE, "no new process took over the dead nodes of %s %d within %d ms",
+                ps_id_is_group(group) ? "group" : "node", group, timeout_ms);
+    return st;
+}
+
+static ps_status_t po_add_callback(ps_postoffice_t *po, ps__po_node_cb_t *list, size_t *n,
+                                   ps_node_event_func_t fn, void *arg)
+{
+    if (po == NULL || fn == NULL)
+        return PS_ERR_INVALID_ARG;
+    ps_mutex_lock(&po->cb_lock);
+    if (*n >= PS_NODE_CALLBACKS_MAX) {
+        ps_mutex_unlock(&po->cb_lock);
+        ps_error(PS_LOG_CORE, "more than %d node callbacks registered", PS_NODE_CALLBACKS_MAX);
+        return PS_ERR_NO_RESOURCE;
+    }
+    list[*n].fn = fn;
+    list[*n].arg = arg;
+    (*n)++;
+    ps_mutex_unlock(&po->cb_lock);
+    return PS_OK;
+}
+
+ps_status_t ps_postoffice_on_node_failed(ps_postoffice_t *po, ps_node_event_func_t fn,
+                                         void *arg)
+{
+    if (po == NULL)
+        return PS_ERR_INVALID_ARG;
+    return po_add_callback(po, po->failed_cbs, &po->num_failed_cbs, fn, arg);
+}
+
+ps_status_t ps_postoffice_on_node_recovered(ps_postoffice_t *po, ps_node_event_func_t fn,
+                                            void *arg)
+{
+    if (po == NULL)
+        return PS_ERR_INVALID_ARG;
+    return po_add_callback(po, po->recovered_cbs, &po->num_recovered_cbs, fn, arg);
+}
+
+static void po_remove_from(ps__po_node_cb_t *list, size_t *n, ps_node_event_func_t fn, void *arg)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < *n; i++) {
+        if (list[i].fn != fn || list[i].arg != arg)
+            list[j++] = list[i];
+    }
+    *n = j;
+}
+
+void ps_postoffice_remove_node_callback(ps_postoffice_t *po, ps_node_event_func_t fn,
+                                        void *arg)
+{
+    if (po == NULL)
+        return;
+    ps_mutex_lock(&po->cb_lock);
+    po_remove_from(po->failed_cbs, &po->num_failed_cbs, fn, arg);
+    po_remove_from(po->recovered_cbs, &po->num_recovered_cbs, fn, arg);
+    /* A call that took its snapshot before may still run: wait for it,
+     * unless it is this thread's (it would wait for itself). */
+    while (po->cb_running > 0 && tls_in_node_cb != po)
+        (void)ps_cond_wait(&po->cb_cond, &po->cb_lock, ps_deadline_infinite());
+    ps_mutex_unlock(&po->cb_lock);
+}
+
 /* ---- internal accessors ---- */
+
+void ps__postoffice_resend_stats(const ps_postoffice_t *po, uint64_t *resent_p,
+                                 uint64_t *duplicates_p, uint64_t *dropped_p)
+{
+    *resent_p = po->res != NULL ? ps__resender_num_resent(po->res) : 0;
+    *duplicates_p = po->res != NULL ? ps__resender_num_duplicates(po->res) : 0;
+    *dropped_p = __atomic_load_n(&po->num_dropped, __ATOMIC_RELAXED);
+}
 
 ps__registry_t *ps__postoffice_registry(ps_postoffice_t *po)
 {

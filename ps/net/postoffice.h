@@ -6,7 +6,62 @@
  * heartbeats and failure detection.
  *
  * Every blocking call takes a deadline (milliseconds; <0 means the default
- * from the config table) and returns why it ended.
+ * from the config table) and returns why it ended. The statuses a blocking
+ * call (start, barrier, finalize, ps_customer_wait) ends with, and what
+ * each means for the caller:
+ *   PS_OK               it completed.
+ *   PS_ERR_TIMED_OUT    its deadline passed (PS_START_TIMEOUT_MS,
+ *                       PS_BARRIER_TIMEOUT_MS, PS_REQUEST_TIMEOUT_MS,
+ *                       PS_FINALIZE_TIMEOUT_MS or the caller's), or, with
+ *                       PS_RESEND, a message was not acknowledged after
+ *                       every resend. Nothing is known to be dead.
+ *   PS_ERR_PEER_GONE    a node it needed is dead: the scheduler declared it
+ *                       so (its connection closed, or it sent no heartbeat
+ *                       for PS_HEARTBEAT_TIMEOUT), or it is the scheduler
+ *                       that is lost (then every later wait of this node
+ *                       ends so too).
+ *   PS_ERR_LINK_FAILED  the connection to a peer failed or could not be
+ *                       made, and the peer may still be alive (the
+ *                       scheduler has not declared it dead). Requests
+ *                       waiting for a peer whose connection closed fail
+ *                       with PS_ERR_PEER_GONE at once, before the
+ *                       scheduler's verdict.
+ *   PS_ERR_CONFIG       the job is misconfigured: a variable is missing or
+ *                       malformed, or the nodes disagree (DMLC_NUM_SERVER /
+ *                       DMLC_NUM_WORKER differ between nodes, two nodes ask
+ *                       for one rank, a node too many registers).
+ *   PS_ERR_SHUTDOWN     this node (or the customer) is being finalized, or
+ *                       the job is finishing and refuses a late node.
+ * Each is logged once, where it was decided, with the node and the reason.
+ *
+ * Failure handling. Heartbeats are on by default (PS_HEARTBEAT_INTERVAL 5 s,
+ * PS_HEARTBEAT_TIMEOUT 20 s): the scheduler declares a node dead when its
+ * connection closes or it has been silent for the timeout, tells every
+ * other node (which fail requests waiting for it and run the node-failed
+ * callbacks below), and fails barriers it can no longer complete. A node
+ * that loses the scheduler ends every wait with PS_ERR_PEER_GONE.
+ *
+ * Recovery (as upstream). A server or worker started after the job is
+ * complete registers like any other; the scheduler gives it the id of a
+ * dead node of its role (of its preferred rank, if it has one), sends it
+ * the table, and tells every other node, which reconnect to it and run the
+ * node-recovered callbacks. The new process learns it took over with
+ * ps_postoffice_is_recovery() and skips the start barrier. A registration
+ * that finds no dead node of its role waits up to PS_HEARTBEAT_TIMEOUT + 2 s
+ * for one (its predecessor may be hung rather than gone), then is refused
+ * with PS_ERR_CONFIG (a node too many). A barrier that includes a dead node
+ * fails with PS_ERR_PEER_GONE; a job that wants to survive a restart waits
+ * with ps_postoffice_wait_alive() and enters the barrier again.
+ *
+ * PS_RESEND=1 makes every data message acknowledged by its receiver and
+ * resent PS_RESEND_TIMEOUT ms after it was sent, then after 2x, 3x, ...
+ * that, until it is acknowledged, at most 10 times (as upstream, which
+ * aborted then). The receiver drops duplicates, keyed by (app, customer,
+ * sender, receiver, timestamp, request), remembered for the whole resend
+ * schedule plus 10 s, at most 2^20 keys. A request whose message runs out
+ * of resends fails with PS_ERR_TIMED_OUT. Data sent stays referenced until
+ * acknowledged. PS_DROP_MSG=N drops N % of the data messages a node
+ * receives, on purpose (testing; control messages are never dropped).
  */
 #ifndef PS_NET_POSTOFFICE_H_
 #define PS_NET_POSTOFFICE_H_
@@ -46,7 +101,9 @@ typedef struct ps_start_params {
     int request_timeout_ms;      /* PS_REQUEST_TIMEOUT_MS */
     int finalize_timeout_ms;     /* PS_FINALIZE_TIMEOUT_MS */
     int heartbeat_interval_s;    /* PS_HEARTBEAT_INTERVAL (0 = off) */
-    int heartbeat_timeout_s;     /* PS_HEARTBEAT_TIMEOUT (0 = never dead) */
+    int heartbeat_timeout_s;     /* PS_HEARTBEAT_TIMEOUT (0 = never dead;
+                                  * the scheduler's decides; keep it above
+                                  * the interval) */
     int busy_poll;               /* PS_BUSY_POLL */
 } ps_start_params_t;
 
@@ -64,15 +121,27 @@ ps_status_t ps_start_params_from_env(ps_start_params_t *params_p);
  * duplicate preferred ranks, ...) it tells every registered node why, and
  * they end with its status and words; servers and workers wait up to a
  * quarter of start_timeout_ms (at most 2 s) longer than the scheduler so
- * that they hear that verdict. */
+ * that they hear that verdict. Nodes started with other DMLC_NUM_SERVER /
+ * DMLC_NUM_WORKER than the scheduler's end everyone's start at once with
+ * PS_ERR_CONFIG. A server or worker started after the job is complete
+ * takes over a dead node (see Recovery above; then
+ * ps_postoffice_is_recovery() is 1 and the start barrier is skipped), or
+ * ends with PS_ERR_CONFIG (nothing to take over) or PS_ERR_SHUTDOWN (the
+ * job is finishing). */
 ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
                                 ps_postoffice_t **po_p);
 
 /* Leaves the job: barrier with everyone (when `do_barrier`), stops the van,
- * frees the postoffice. Never hangs: bounded by finalize_timeout_ms. */
+ * frees the postoffice (and every node-event registration). Never hangs:
+ * bounded by finalize_timeout_ms. With `do_barrier`, PS_ERR_TIMED_OUT or
+ * PS_ERR_PEER_GONE (a node is dead, or the scheduler is lost) say the job
+ * did not end together; the postoffice is freed all the same. */
 ps_status_t ps_postoffice_finalize(ps_postoffice_t *po, int do_barrier);
 
-/* Blocks until every node of `group` reached the barrier. */
+/* Blocks until every node of `group` reached the barrier: PS_OK,
+ * PS_ERR_TIMED_OUT (timeout_ms, <0 = PS_BARRIER_TIMEOUT_MS),
+ * PS_ERR_PEER_GONE at once when a node of the group is dead (or dies
+ * meanwhile) or the scheduler is lost. */
 ps_status_t ps_postoffice_barrier(ps_postoffice_t *po, int group, int timeout_ms);
 
 /* Identity and job shape. */
@@ -97,14 +166,56 @@ uint32_t ps_postoffice_capabilities(const ps_postoffice_t *po);
 const char *ps_postoffice_van_name(const ps_postoffice_t *po);
 
 /* Sends a message to meta.recver (a node id); stamps meta.sender. Never
- * blocks on the network. The caller keeps and releases *msg. */
+ * blocks on the network. The caller keeps and releases *msg. PS_OK (queued
+ * or sent), PS_ERR_PEER_GONE (the node is dead, or its connection closed),
+ * PS_ERR_LINK_FAILED (no working connection to it otherwise),
+ * PS_ERR_SHUTDOWN (finalizing). */
 ps_status_t ps_postoffice_send(ps_postoffice_t *po, const ps_msg_t *msg);
 
 /* Bytes sent/received by the van so far. */
 void ps_postoffice_traffic(const ps_postoffice_t *po, uint64_t *sent_p, uint64_t *recv_p);
 
-/* Nodes the scheduler has declared dead (heartbeats), up to cap. */
+/* Nodes the scheduler has declared dead (and that no new process has
+ * taken over since), up to cap; returns how many. */
 int ps_postoffice_dead_nodes(const ps_postoffice_t *po, int *ids, int cap);
+
+/* 1 when this process took over the id of a dead node (recovery) instead
+ * of starting with the job. */
+int ps_postoffice_is_recovery(const ps_postoffice_t *po);
+
+/* Blocks until no node of `group` (group bits or one node id) is dead:
+ * PS_OK (at once when none is), PS_ERR_TIMED_OUT (timeout_ms, <0 =
+ * PS_BARRIER_TIMEOUT_MS), PS_ERR_PEER_GONE when the scheduler is lost,
+ * PS_ERR_SHUTDOWN once finalize began. For jobs that wait for a restarted
+ * node before entering a barrier again. */
+ps_status_t ps_postoffice_wait_alive(ps_postoffice_t *po, int group, int timeout_ms);
+
+/* Node events. `why` is the status the node failed with (PS_ERR_PEER_GONE;
+ * node_id PS_SCHEDULER_ID when this node lost the scheduler), or PS_OK for
+ * a recovery (a new process took node_id over). Called on a postoffice
+ * thread (the van's or the timer's), without locks held, after the
+ * postoffice updated its own state (requests waiting for a failed node
+ * have failed, ps_postoffice_dead_nodes() lists it). It must not block; it
+ * may send and create requests. Each event is reported once per node and
+ * death (or recovery), to every callback registered when it happens;
+ * nodes already dead when a callback is registered are not reported: read
+ * ps_postoffice_dead_nodes() after registering. */
+typedef void (*ps_node_event_func_t)(void *arg, ps_postoffice_t *po, int node_id,
+                                     ps_status_t why);
+
+/* Registers fn(arg) for node failures / recoveries. PS_ERR_NO_RESOURCE
+ * beyond PS_NODE_CALLBACKS_MAX registrations per postoffice. */
+#define PS_NODE_CALLBACKS_MAX 16
+ps_status_t ps_postoffice_on_node_failed(ps_postoffice_t *po, ps_node_event_func_t fn,
+                                         void *arg);
+ps_status_t ps_postoffice_on_node_recovered(ps_postoffice_t *po, ps_node_event_func_t fn,
+                                            void *arg);
+/* Removes every registration of (fn, arg); when it returns, no call of it
+ * runs any more (unless it is called from that callback itself). Call it
+ * before freeing arg, and before ps_postoffice_finalize() returns is not
+ * needed: finalize drops every registration. */
+void ps_postoffice_remove_node_callback(ps_postoffice_t *po, ps_node_event_func_t fn,
+                                        void *arg);
 
 #ifdef __cplusplus
 }

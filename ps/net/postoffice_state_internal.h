@@ -20,6 +20,7 @@
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
 #include "ps/net/postoffice_internal.h"
+#include "ps/net/resender_internal.h"
 #include "ps/net/van/van.h"
 
 #define PS__NUM_GROUPS 8
@@ -35,6 +36,27 @@
 #define PS__START_GRACE_MAX_MS 2000
 /* Granularity of the scheduler's dead-node scan. */
 #define PS__DEAD_SCAN_NS (500ull * 1000000ull)
+/* A late registration waits this much longer than PS_HEARTBEAT_TIMEOUT for
+ * a node of its role to be declared dead (its predecessor may be hung,
+ * not gone), then is refused. */
+#define PS__RECOVERY_WAIT_GRACE_MS 2000
+/* Ids the scheduler uses to answer a node it refuses once the job runs:
+ * far above any real node id (the van needs an id to address it). */
+#define PS__REFUSE_ID_BASE 30000
+#define PS__REFUSE_ID_SPAN 2000
+
+/* Scheduler: a node registered after the table was complete, waiting for a
+ * dead node of its role to take over. */
+typedef struct {
+    ps_node_t node;
+    uint64_t expires_ns;
+} ps__po_late_t;
+
+/* A registered node-event callback. */
+typedef struct {
+    ps_node_event_func_t fn;
+    void *arg;
+} ps__po_node_cb_t;
 
 typedef struct {
     uint64_t done_gen;   /* replies received for this group */
@@ -102,6 +124,40 @@ struct ps_postoffice {
     int timer_kick;
 
     int closing;             /* atomic: van close in progress; ignore callbacks */
+
+    /* ---- failure handling and recovery (under lock unless noted) ---- */
+    int recovered;           /* node: this process took over a dead node's id */
+    ps__po_late_t *late;     /* scheduler: late registrations waiting */
+    size_t num_late;
+    size_t cap_late;
+    int refuse_seq;          /* scheduler: next refusal id offset */
+    ps_status_t sched_verdict; /* scheduler, starting: a registration made
+                                * the start impossible (PS_ERR_CONFIG) */
+    char sched_verdict_reason[512];
+    size_t num_told;         /* scheduler, failed start: nodes told why */
+
+    /* Node: peers whose connection failed (not declared dead yet), and how
+     * their requests were failed: a send to one says the same. */
+    int *lost_ids;
+    ps_status_t *lost_why;
+    size_t num_lost;
+    size_t cap_lost;
+
+    /* Node-event callbacks: cb_lock guards them and cb_running; never held
+     * while calling one. */
+    ps_mutex_t cb_lock;
+    ps_cond_t cb_cond;
+    ps__po_node_cb_t failed_cbs[PS_NODE_CALLBACKS_MAX];
+    size_t num_failed_cbs;
+    ps__po_node_cb_t recovered_cbs[PS_NODE_CALLBACKS_MAX];
+    size_t num_recovered_cbs;
+    int cb_running;
+
+    /* PS_RESEND / PS_DROP_MSG (set at start, then read-only). */
+    ps__resender_t *res;       /* NULL: off */
+    int drop_pct;
+    uint64_t drop_rng;         /* atomic */
+    uint64_t num_dropped;      /* atomic */
 };
 
 static inline int ps__po_closing(const ps_postoffice_t *po)
@@ -141,5 +197,28 @@ ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline);
 /* ADD_NODE from the van: a registration (scheduler) or the table (node). */
 void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg);
 void ps__po_node_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg);
+/* Scheduler: node `id` was just declared dead; a late registration
+ * waiting for one of its role may take it over now. */
+void ps__po_sched_try_recover(ps_postoffice_t *po);
+/* Scheduler: refuses late registrations that waited too long; returns
+ * when the next one expires (monotonic ns) or 0. */
+uint64_t ps__po_sched_expire_late(ps_postoffice_t *po, uint64_t now_ns);
+
+/* ---- postoffice.c, for bootstrap.c ---- */
+
+/* Index of a node id in the table (servers by rank, workers, scheduler),
+ * or -1. */
+int ps__po_table_index(const ps_postoffice_t *po, int id);
+/* Under lock: is `id` dead; forget that it was (recovery). */
+int ps__po_is_dead_locked(const ps_postoffice_t *po, int id);
+void ps__po_remove_dead_locked(ps_postoffice_t *po, int id);
+/* Scheduler: declares node `id` dead and tells everyone. */
+void ps__po_sched_declare_dead(ps_postoffice_t *po, int id, const char *why);
+/* Wakes the timer thread (it recomputes when to run next). */
+void ps__po_kick(ps_postoffice_t *po);
+/* Runs the node-failed / node-recovered callbacks. */
+void ps__po_fire_node_event(ps_postoffice_t *po, int id, ps_status_t why);
+/* Node side: `node` (with its id) was taken over by a new process. */
+void ps__po_node_recovered(ps_postoffice_t *po, const ps_node_t *node);
 
 #endif /* PS_NET_POSTOFFICE_STATE_INTERNAL_H_ */

@@ -527,6 +527,18 @@ int ps__tracker_fail_peer(ps__tracker_t *t, int peer, ps_status_t why, int mark_
     return tracker_fail_matching(t, peer, why);
 }
 
+void ps__tracker_revive_peer(ps__tracker_t *t, int peer)
+{
+    ps_mutex_lock(&t->lock);
+    for (size_t i = 0; i < t->num_dead; i++) {
+        if (t->dead[i] == peer) {
+            t->dead[i] = t->dead[--t->num_dead];
+            break;
+        }
+    }
+    ps_mutex_unlock(&t->lock);
+}
+
 int ps__tracker_close(ps__tracker_t *t, ps_status_t why)
 {
     if (why >= 0)

@@ -70,6 +70,10 @@ int ps__tracker_fail(ps__tracker_t *tracker, int ts, ps_status_t why);
  * Returns how many requests it failed. */
 int ps__tracker_fail_peer(ps__tracker_t *tracker, int peer, ps_status_t why, int mark_dead);
 
+/* Undoes mark_dead for `peer` (a new process took its id over): new
+ * requests naming it are accepted again. */
+void ps__tracker_revive_peer(ps__tracker_t *tracker, int peer);
+
 /* Fails every outstanding request with `why` and refuses new ones with it
  * (scheduler gone, shutdown). Returns how many requests it failed. */
 int ps__tracker_close(ps__tracker_t *tracker, ps_status_t why);

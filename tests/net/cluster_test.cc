@@ -1,6 +1,10 @@
 // Multi-process jobs on loopback: a driver that starts po_node as the
 // scheduler, servers and workers with the environment a launcher would
 // set, bounds each job in time, and checks every exit status and output.
+// The fault tests kill -9 (or stop) a worker, a server or the scheduler in
+// the middle of a job and check who ends how; they print the time from the
+// fault to its detection (read from the log line that declares it) and to
+// the last process's exit. Each states its time limit.
 //
 // Usage (from Bazel): cluster_test <path of po_node>
 #include <gtest/gtest.h>
@@ -18,7 +22,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <algorithm>
 #include <map>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -177,6 +183,33 @@ struct Job {
     int num_workers_env = -1;          // DMLC_NUM_WORKER if it should differ
 };
 
+Env job_env(const Job &job, int port)
+{
+    Env base = {
+        {"DMLC_PS_ROOT_URI", job.host},
+        {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+        {"DMLC_NUM_SERVER", std::to_string(job.servers)},
+        {"DMLC_NUM_WORKER",
+         std::to_string(job.num_workers_env >= 0 ? job.num_workers_env : job.workers)},
+        {"DMLC_NODE_HOST", job.host},
+    };
+    for (const auto &kv : job.extra)
+        base[kv.first] = kv.second;
+    return base;
+}
+
+Env role_env(const Job &job, const Env &base, const std::string &name, const char *role)
+{
+    Env env = base;
+    env["DMLC_ROLE"] = role;
+    auto it = job.per.find(name);
+    if (it != job.per.end()) {
+        for (const auto &kv : it->second)
+            env[kv.first] = kv.second;
+    }
+    return env;
+}
+
 std::vector<Proc> run_job(const Job &job, std::chrono::seconds limit, double *secs = nullptr)
 {
     bool v6 = job.host.find(':') != std::string::npos;
@@ -281,6 +314,25 @@ TEST(Cluster, StartupMismatchTimesOutWithCounts)
     EXPECT_LT(secs, 15.0);
 }
 
+TEST(Cluster, NodesStartedWithDifferentCountsFailFast)
+{
+    // One worker was started with DMLC_NUM_WORKER=3, everyone else with 2:
+    // a misconfigured job, said at once (not after the start-up deadline).
+    Job job{1, 2};
+    job.per["worker1"]["DMLC_NUM_WORKER"] = "3";
+    job.extra["PS_START_TIMEOUT_MS"] = "60000";
+    double secs = 0;
+    auto procs = run_job(job, std::chrono::seconds(30), &secs);
+    for (const auto &p : procs) {
+        EXPECT_EQ(1, p.exit_code) << dump(procs);
+        EXPECT_TRUE(contains(p.output, "PS_ERR_CONFIG")) << dump(procs);
+        EXPECT_TRUE(contains(p.output, "was started with DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=3, the "
+                                       "scheduler with DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2"))
+            << dump(procs);
+    }
+    printf("[ timing   ] different counts: every process done in %.3f s\n", secs);
+}
+
 TEST(Cluster, DuplicatePreferredRanksAreRejected)
 {
     Job job{1, 2};
@@ -321,6 +373,330 @@ TEST(Cluster, IPv6Loopback)
     for (const auto &p : procs)
         EXPECT_EQ(0, p.exit_code) << dump(procs);
     EXPECT_TRUE(contains(procs[0].output, "worker [::1]:")) << dump(procs);
+}
+
+// ---- fault tests ----
+
+double now_wall()
+{
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+// Seconds since local midnight of a wall-clock time, as log lines print it.
+double of_day(double wall)
+{
+    time_t t = (time_t)wall;
+    tm lt;
+    localtime_r(&t, &lt);
+    return lt.tm_hour * 3600.0 + lt.tm_min * 60.0 + lt.tm_sec + (wall - (double)t);
+}
+
+std::string read_file(const std::string &path)
+{
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// The time of day ("[HH:MM:SS.us ...") of the first log line containing
+// `needle`, or -1.
+double log_time(const std::string &out, const std::string &needle)
+{
+    std::istringstream in(out);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.find(needle) == std::string::npos)
+            continue;
+        int h, m;
+        double sec;
+        if (sscanf(line.c_str(), "[%d:%d:%lf", &h, &m, &sec) == 3)
+            return h * 3600.0 + m * 60.0 + sec;
+    }
+    return -1;
+}
+
+// Waits until process `p`'s output contains `needle` (or it exited, or the
+// limit passed); true if it does.
+bool wait_for_output(const Proc &p, const std::string &needle, std::chrono::seconds limit)
+{
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+        if (contains(read_file(p.out_path), needle))
+            return true;
+        int status;
+        if (waitpid(p.pid, &status, WNOHANG) == p.pid)
+            return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+}
+
+// A running job: the processes in the order scheduler, servers, workers.
+struct Running {
+    explicit Running(const Job &j) : job(j) {}
+    Job job;
+    Env base;
+    std::vector<Proc> procs;
+
+    Proc &by_name(const std::string &name)
+    {
+        for (auto &p : procs) {
+            if (p.name == name)
+                return p;
+        }
+        throw std::runtime_error("no process " + name);
+    }
+};
+
+Running start_job(const Job &job)
+{
+    Running r(job);
+    r.base = job_env(job, free_port(job.host.find(':') != std::string::npos));
+    auto add = [&](const std::string &name, const char *role) {
+        r.procs.push_back(spawn(name, role_env(job, r.base, name, role)));
+    };
+    add("scheduler", "scheduler");
+    for (int i = 0; i < job.servers; i++)
+        add("server" + std::to_string(i), "server");
+    for (int i = 0; i < job.workers; i++)
+        add("worker" + std::to_string(i), "worker");
+    return r;
+}
+
+// Kills `p` with `sig`, returns the wall-clock time it was sent; with
+// SIGKILL also reaps it.
+double kill_proc(Proc &p, int sig)
+{
+    double t = now_wall();
+    kill(p.pid, sig);
+    if (sig == SIGKILL) {
+        waitpid(p.pid, nullptr, 0);
+        p.pid = -1;
+        p.exit_code = -1;
+        p.output = read_file(p.out_path);
+    }
+    return t;
+}
+
+// A store job (see po_node.c): every process checks the data at the end.
+Job store_job(int servers, int workers, int rounds, int round_ms, int recovery_ms)
+{
+    Job job{servers, workers};
+    job.extra["PO_MODE"] = "store";
+    job.extra["PO_ROUNDS"] = std::to_string(rounds);
+    job.extra["PO_ROUND_MS"] = std::to_string(round_ms);
+    job.extra["PO_RECOVERY_MS"] = std::to_string(recovery_ms);
+    job.extra["PS_VERBOSE"] = "1";
+    return job;
+}
+
+// The node id a po_node process printed ("po_node: worker 11 started").
+int started_id(const std::string &out)
+{
+    size_t at = out.find("po_node: ");
+    while (at != std::string::npos) {
+        char role[16];
+        int id;
+        if (sscanf(out.c_str() + at, "po_node: %15s %d started", role, &id) == 2)
+            return id;
+        at = out.find("po_node: ", at + 1);
+    }
+    return -1;
+}
+
+void report(const char *what, double fault_day, double detected_day, double secs_to_exit)
+{
+    printf("[ timing   ] %s: detected %.3f s after the fault; every process done %.3f s after "
+           "it\n", what, detected_day >= 0 ? detected_day - fault_day : -1.0, secs_to_exit);
+    fflush(stdout);
+}
+
+TEST(Fault, KilledWorkerIsReplacedAndTheJobFinishes)
+{
+    // Limit 60 s. 1 scheduler + 2 servers + 2 workers, 60 rounds; a worker
+    // is killed -9 after its round 10 and a new process started with the
+    // same role: it takes its id over, resumes where its predecessor got,
+    // and every store ends with every slot right, applied exactly once.
+    Running r = start_job(store_job(2, 2, 60, 30, 30000));
+    ASSERT_TRUE(wait_for_output(r.by_name("worker1"), "round 10\n", std::chrono::seconds(30)))
+        << read_file(r.by_name("worker1").out_path);
+    double fault = kill_proc(r.by_name("worker1"), SIGKILL);
+    Proc victim = r.by_name("worker1");
+    int id = started_id(victim.output);
+    ASSERT_GT(id, 8) << victim.output;
+    std::string who = "worker " + std::to_string(id) + " (rank " + std::to_string(id / 2 - 4) + ")";
+    r.procs.push_back(spawn("worker1-new", role_env(r.job, r.base, "worker1", "worker")));
+    std::vector<Proc> rest;
+    for (auto &p : r.procs) {
+        if (p.pid > 0)
+            rest.push_back(p);
+    }
+    double secs = wait_all(rest, std::chrono::seconds(60));
+    for (const auto &p : rest) {
+        EXPECT_EQ(0, p.exit_code) << dump(rest) << victim.output;
+        EXPECT_TRUE(contains(p.output, "ok")) << dump(rest);
+    }
+    const std::string &sched = rest[0].output;
+    EXPECT_TRUE(contains(sched, who + " is dead")) << sched;
+    EXPECT_TRUE(contains(sched, "took over node " + std::to_string(id) + " (worker rank"))
+        << sched;
+    const std::string &fresh = rest.back().output;
+    EXPECT_TRUE(contains(fresh, "worker " + std::to_string(id) +
+                                    " took over from a dead process; resumes at round"))
+        << fresh;
+    EXPECT_TRUE(contains(fresh, "job checked: 120 slots on each of 2 servers")) << fresh;
+    for (int s = 1; s <= 2; s++) {
+        EXPECT_TRUE(contains(rest[s].output, "120 slots right, 0 wrong; 120 applied"))
+            << rest[s].output;
+        EXPECT_TRUE(contains(rest[s].output, "node " + std::to_string(id) + " recovered"))
+            << rest[s].output;
+    }
+    report("worker killed -9, replaced", of_day(fault), log_time(sched, ") is dead: "), secs);
+}
+
+TEST(Fault, KilledServerEndsEveryWaitWithPeerGone)
+{
+    // Limit 30 s. A server killed -9 mid-job, nobody replaces it: workers'
+    // requests to it, and every barrier, end with PS_ERR_PEER_GONE.
+    Running r = start_job(store_job(2, 2, 100000, 20, 0));
+    ASSERT_TRUE(wait_for_output(r.by_name("worker0"), "round 10\n", std::chrono::seconds(30)));
+    double fault = kill_proc(r.by_name("server1"), SIGKILL);
+    int id = started_id(r.by_name("server1").output);
+    ASSERT_GE(id, 8);
+    std::vector<Proc> rest;
+    for (auto &p : r.procs) {
+        if (p.pid > 0)
+            rest.push_back(p);
+    }
+    double secs = wait_all(rest, std::chrono::seconds(30));
+    for (const auto &p : rest) {
+        EXPECT_EQ(1, p.exit_code) << dump(rest);
+        EXPECT_TRUE(contains(p.output, "failed: PS_ERR_PEER_GONE")) << dump(rest);
+    }
+    EXPECT_TRUE(contains(rest[0].output, "server " + std::to_string(id) + " (rank " +
+                                             std::to_string(id / 2 - 4) + ") is dead"))
+        << rest[0].output;
+    report("server killed -9", of_day(fault), log_time(rest[0].output, ") is dead: "), secs);
+}
+
+// After the scheduler is lost: servers (which wait only in barriers) learn
+// it themselves; a worker may first see its servers leave. Every process
+// ends with an error; returns the time of the first loss noticed.
+double check_scheduler_lost(const std::vector<Proc> &rest, const std::string &why)
+{
+    double detected = -1;
+    for (const auto &p : rest) {
+        EXPECT_EQ(1, p.exit_code) << dump(rest);
+        EXPECT_TRUE(contains(p.output, "failed: PS_ERR_PEER_GONE") ||
+                    contains(p.output, "failed: PS_ERR_LINK_FAILED"))
+            << dump(rest);
+        if (p.name.rfind("server", 0) == 0) {
+            EXPECT_TRUE(contains(p.output, "lost the scheduler (" + why)) << dump(rest);
+        }
+        double t = log_time(p.output, "lost the scheduler");
+        if (t >= 0 && (detected < 0 || t < detected))
+            detected = t;
+    }
+    return detected;
+}
+
+TEST(Fault, KilledSchedulerEndsEveryWaitWithPeerGone)
+{
+    // Limit 30 s. The scheduler killed -9 mid-job: every node's waits end.
+    Running r = start_job(store_job(2, 2, 100000, 20, 30000));
+    ASSERT_TRUE(wait_for_output(r.by_name("worker0"), "round 10\n", std::chrono::seconds(30)));
+    double fault = kill_proc(r.procs[0], SIGKILL);
+    std::vector<Proc> rest(r.procs.begin() + 1, r.procs.end());
+    double secs = wait_all(rest, std::chrono::seconds(30));
+    double detected = check_scheduler_lost(rest, "connection failed");
+    report("scheduler killed -9", of_day(fault), detected, secs);
+}
+
+TEST(Fault, HungSchedulerIsDetectedByHeartbeats)
+{
+    // Limit 30 s. The scheduler stops (SIGSTOP: its connections stay open);
+    // with heartbeats every 1 s and a 3 s timeout every node gives it up.
+    Job job = store_job(1, 2, 100000, 20, 30000);
+    job.extra["PS_HEARTBEAT_INTERVAL"] = "1";
+    job.extra["PS_HEARTBEAT_TIMEOUT"] = "3";
+    Running r = start_job(job);
+    ASSERT_TRUE(wait_for_output(r.by_name("worker0"), "round 10\n", std::chrono::seconds(30)));
+    double fault = kill_proc(r.procs[0], SIGSTOP);
+    std::vector<Proc> rest(r.procs.begin() + 1, r.procs.end());
+    double secs = wait_all(rest, std::chrono::seconds(30));
+    kill_proc(r.procs[0], SIGKILL);
+    double detected = check_scheduler_lost(rest, "no message from it for more than 3 s");
+    report("scheduler stopped (heartbeat 1 s, timeout 3 s)", of_day(fault), detected, secs);
+}
+
+TEST(Fault, HungServerFailsRequestsAfterTheHeartbeatTimeout)
+{
+    // Limit 30 s. A server stops (SIGSTOP: its connections stay open, so
+    // only its silence tells): once the scheduler declares it dead (3 s),
+    // requests waiting for it end with PS_ERR_PEER_GONE, and so does the job.
+    Job job = store_job(2, 2, 100000, 20, 0);
+    job.extra["PS_HEARTBEAT_INTERVAL"] = "1";
+    job.extra["PS_HEARTBEAT_TIMEOUT"] = "3";
+    Running r = start_job(job);
+    ASSERT_TRUE(wait_for_output(r.by_name("worker0"), "round 10\n", std::chrono::seconds(30)));
+    double fault = kill_proc(r.by_name("server1"), SIGSTOP);
+    int id = started_id(read_file(r.by_name("server1").out_path));
+    ASSERT_GE(id, 8);
+    std::vector<Proc> rest;
+    for (auto &p : r.procs) {
+        if (p.name != "server1")
+            rest.push_back(p);
+    }
+    double secs = wait_all(rest, std::chrono::seconds(30));
+    kill_proc(r.by_name("server1"), SIGKILL);
+    for (const auto &p : rest) {
+        EXPECT_EQ(1, p.exit_code) << dump(rest);
+        EXPECT_TRUE(contains(p.output, "failed: PS_ERR_PEER_GONE")) << dump(rest);
+    }
+    std::string who = "server " + std::to_string(id) + " (rank " + std::to_string(id / 2 - 4) + ")";
+    EXPECT_TRUE(contains(rest[0].output, who + " is dead: no heartbeat for")) << rest[0].output;
+    report("server stopped (heartbeat 1 s, timeout 3 s)", of_day(fault),
+           log_time(rest[0].output, ") is dead: "), secs);
+}
+
+TEST(Fault, HungWorkerIsDeclaredDeadReplacedAndFenced)
+{
+    // Limit 60 s. A worker stops (SIGSTOP) and a new worker process starts
+    // at once: it waits until the scheduler declares the silent one dead
+    // (heartbeat timeout 3 s), takes its id over, and the job finishes.
+    // The old process, continued, finds itself cut off and fails.
+    Job job = store_job(2, 2, 60, 30, 30000);
+    job.extra["PS_HEARTBEAT_INTERVAL"] = "1";
+    job.extra["PS_HEARTBEAT_TIMEOUT"] = "3";
+    Running r = start_job(job);
+    ASSERT_TRUE(wait_for_output(r.by_name("worker1"), "round 10\n", std::chrono::seconds(30)));
+    double fault = kill_proc(r.by_name("worker1"), SIGSTOP);
+    std::vector<Proc> old = {r.by_name("worker1")};
+    int id = started_id(read_file(old[0].out_path));
+    ASSERT_GT(id, 8);
+    std::string who = "worker " + std::to_string(id) + " (rank " + std::to_string(id / 2 - 4) + ")";
+    r.procs.push_back(spawn("worker1-new", role_env(r.job, r.base, "worker1", "worker")));
+    std::vector<Proc> rest;
+    for (auto &p : r.procs) {
+        if (p.name != "worker1")
+            rest.push_back(p);
+    }
+    double secs = wait_all(rest, std::chrono::seconds(60));
+    kill(old[0].pid, SIGCONT);
+    wait_all(old, std::chrono::seconds(30));
+    for (const auto &p : rest)
+        EXPECT_EQ(0, p.exit_code) << dump(rest);
+    const std::string &sched = rest[0].output;
+    EXPECT_TRUE(contains(sched, who + " is dead: no heartbeat for")) << sched;
+    EXPECT_TRUE(contains(sched, "took over node " + std::to_string(id))) << sched;
+    EXPECT_TRUE(contains(rest.back().output, "job checked: 120 slots")) << rest.back().output;
+    EXPECT_EQ(1, old[0].exit_code) << old[0].output;
+    EXPECT_TRUE(contains(old[0].output, "PS_ERR_PEER_GONE")) << old[0].output;
+    report("worker stopped (heartbeat 1 s, timeout 3 s), replaced", of_day(fault),
+           log_time(sched, ") is dead: "), secs);
 }
 
 TEST(Cluster, UnknownVanIsAClearError)

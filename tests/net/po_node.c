@@ -9,6 +9,20 @@
  *            waits with a deadline; then a workers-only barrier.
  * Everyone:  a servers+workers barrier, then finalize with a barrier.
  *
+ * PO_MODE=store: a job that survives a worker restarted after kill -9
+ * (recovery). Servers keep a store of (worker rank, round) -> value, put
+ * idempotently: a slot is applied once, a repeated put of the same value
+ * is a duplicate, another value a conflict. Worker r puts
+ * value(r, round, server) into every server for PO_ROUNDS rounds (one
+ * request per round, PO_ROUND_MS apart, "po_node: worker <id> round <n>"
+ * printed after each). A worker that took over a dead one's id asks the
+ * servers how far its predecessor got and resumes there. Then everyone
+ * meets in a servers+workers barrier, each worker asks every server to
+ * check every slot of every worker, each server checks its own store, and
+ * all meet in a final barrier. Barriers that fail because a node is dead
+ * wait up to PO_RECOVERY_MS for a new process to take it over and are
+ * entered again (0: fail at once).
+ *
  * Prints "po_node: <role> <id> ok ..." and exits 0, or prints
  * "po_node: ... failed: <STATUS_NAME> ..." and exits 1.
  */
@@ -19,6 +33,8 @@
 
 #include "ps/base/buffer.h"
 #include "ps/base/status.h"
+#include "ps/base/thread.h"
+#include "ps/base/time.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
@@ -183,10 +199,313 @@ static int run_worker(ps_postoffice_t *po, int rounds)
     return 0;
 }
 
+/* ---- store mode ---- */
+
+enum { HEAD_PUT = 1, HEAD_PROGRESS = 2, HEAD_CHECK = 3 };
+
+typedef struct {
+    ps_postoffice_t *po;
+    int rank;
+    int num_workers;
+    int rounds;
+    ps_mutex_t lock;
+    uint64_t *value; /* [worker rank * rounds + round] */
+    uint8_t *have;
+    int applied;
+    int duplicates;
+    int conflicts;
+} store_t;
+
+static uint64_t store_value(int worker_rank, int round, int server_rank)
+{
+    uint64_t z = (uint64_t)worker_rank * 1000003u + (uint64_t)round * 7919u +
+                 (uint64_t)server_rank * 31u + 1u;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void reply_u64(ps_postoffice_t *po, const ps_msg_t *req, const uint64_t *vals, int n)
+{
+    ps_msg_t res;
+    ps_msg_init(&res);
+    res.meta.recver = req->meta.sender;
+    res.meta.app_id = req->meta.app_id;
+    res.meta.customer_id = req->meta.customer_id;
+    res.meta.timestamp = req->meta.timestamp;
+    res.meta.head = req->meta.head;
+    res.meta.request = false;
+    ps_slice_t out = PS_SLICE_EMPTY_INIT;
+    if (n > 0 && ps_slice_alloc((size_t)n * 8, 0, &out) == PS_OK) {
+        memcpy(ps_slice_ptr(&out), vals, (size_t)n * 8);
+        ps_msg_add_data(&res, &out, PS_DATA_UINT64);
+    }
+    ps_status_t st = ps_postoffice_send(po, &res);
+    if (st != PS_OK)
+        printf("po_node: server reply failed: %s\n", ps_status_name(st));
+    ps_msg_release(&res);
+    ps_slice_unref(&out);
+}
+
+/* Slots present with the right value, and slots wrong (absent or other). */
+static void store_check(store_t *s, uint64_t *good_p, uint64_t *bad_p)
+{
+    uint64_t good = 0;
+    uint64_t bad = 0;
+    ps_mutex_lock(&s->lock);
+    for (int w = 0; w < s->num_workers; w++) {
+        for (int r = 0; r < s->rounds; r++) {
+            size_t i = (size_t)w * (size_t)s->rounds + (size_t)r;
+            if (s->have[i] && s->value[i] == store_value(w, r, s->rank))
+                good++;
+            else
+                bad++;
+        }
+    }
+    ps_mutex_unlock(&s->lock);
+    *good_p = good;
+    *bad_p = bad;
+}
+
+static void store_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
+{
+    store_t *s = arg;
+    (void)customer;
+    if (!msg->meta.request)
+        return;
+    int w = ps_id_to_rank(msg->meta.sender);
+    if (w >= s->num_workers)
+        return;
+    if (msg->meta.head == HEAD_PUT) {
+        uint64_t rv[2] = {0, 0};
+        if (msg->num_data != 1 || msg->data[0].len != sizeof(rv))
+            return;
+        memcpy(rv, ps_slice_ptr(&msg->data[0]), sizeof(rv));
+        if (rv[0] < (uint64_t)s->rounds) {
+            size_t i = (size_t)w * (size_t)s->rounds + (size_t)rv[0];
+            ps_mutex_lock(&s->lock);
+            if (!s->have[i]) {
+                s->have[i] = 1;
+                s->value[i] = rv[1];
+                s->applied++;
+            } else if (s->value[i] == rv[1]) {
+                s->duplicates++;
+            } else {
+                s->conflicts++;
+            }
+            ps_mutex_unlock(&s->lock);
+        }
+        reply_u64(s->po, msg, NULL, 0);
+    } else if (msg->meta.head == HEAD_PROGRESS) {
+        uint64_t n = 0;
+        ps_mutex_lock(&s->lock);
+        while ((int)n < s->rounds && s->have[(size_t)w * (size_t)s->rounds + n])
+            n++;
+        ps_mutex_unlock(&s->lock);
+        reply_u64(s->po, msg, &n, 1);
+    } else if (msg->meta.head == HEAD_CHECK) {
+        uint64_t gb[2];
+        store_check(s, &gb[0], &gb[1]);
+        reply_u64(s->po, msg, gb, 2);
+    }
+}
+
+/* A worker's view of the answers to one request to every server. */
+typedef struct {
+    ps_mutex_t lock;
+    uint64_t vals[PO_MAX_SERVERS][2];
+} answers_t;
+
+static void store_worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
+{
+    answers_t *a = arg;
+    if (msg->meta.request)
+        return;
+    int s = ps_id_to_rank(msg->meta.sender);
+    if (s < PO_MAX_SERVERS && msg->num_data == 1 && msg->data[0].len <= sizeof(a->vals[0])) {
+        ps_mutex_lock(&a->lock);
+        memcpy(a->vals[s], ps_slice_ptr(&msg->data[0]), msg->data[0].len);
+        ps_mutex_unlock(&a->lock);
+    }
+    ps_customer_add_response(customer, msg->meta.timestamp, 1);
+}
+
+/* One request to every server: head, and per server an optional payload. */
+static ps_status_t store_request(ps_postoffice_t *po, ps_customer_t *c, const int *servers,
+                                 int ns, int head, int round, int rank)
+{
+    int ts;
+    ps_status_t st = ps_customer_new_request(c, ns, servers, ns, &ts);
+    if (st != PS_OK)
+        return st;
+    for (int i = 0; i < ns; i++) {
+        ps_msg_t msg;
+        ps_msg_init(&msg);
+        msg.meta.recver = servers[i];
+        msg.meta.app_id = PO_APP;
+        msg.meta.customer_id = PO_CUSTOMER;
+        msg.meta.timestamp = ts;
+        msg.meta.head = head;
+        msg.meta.request = true;
+        ps_slice_t payload = PS_SLICE_EMPTY_INIT;
+        if (head == HEAD_PUT) {
+            uint64_t rv[2] = {(uint64_t)round,
+                              store_value(rank, round, ps_id_to_rank(servers[i]))};
+            if ((st = ps_slice_alloc(sizeof(rv), 0, &payload)) != PS_OK)
+                return st;
+            memcpy(ps_slice_ptr(&payload), rv, sizeof(rv));
+            ps_msg_add_data(&msg, &payload, PS_DATA_UINT64);
+        }
+        st = ps_postoffice_send(po, &msg);
+        ps_msg_release(&msg);
+        ps_slice_unref(&payload);
+        if (st != PS_OK)
+            return st;
+    }
+    return ps_customer_wait(c, ts, 20000);
+}
+
+/* A barrier that, when a node of the group is dead, waits (up to
+ * recovery_ms) for a new process to take it over and tries again. */
+static ps_status_t robust_barrier(ps_postoffice_t *po, int group, int recovery_ms)
+{
+    for (int attempt = 0;; attempt++) {
+        ps_status_t st = ps_postoffice_barrier(po, group, 60000);
+        if (st != PS_ERR_PEER_GONE || recovery_ms <= 0 || attempt >= 10)
+            return st;
+        printf("po_node: %s %d: barrier %d: a node is dead; waiting up to %d ms for a new "
+               "process to take it over\n", ps_role_str(ps_postoffice_role(po)),
+               ps_postoffice_my_id(po), group, recovery_ms);
+        st = ps_postoffice_wait_alive(po, group, recovery_ms);
+        if (st != PS_OK)
+            return st;
+    }
+}
+
+static int run_store(ps_postoffice_t *po, int rounds, int round_ms, int recovery_ms)
+{
+    ps_role_t role = ps_postoffice_role(po);
+    int me = ps_postoffice_my_id(po);
+    int rank = ps_postoffice_my_rank(po);
+    int recovered = ps_postoffice_is_recovery(po);
+    ps_status_t st;
+
+    if (role == PS_ROLE_SCHEDULER) {
+        if ((st = robust_barrier(po, PS_GROUP_ALL, recovery_ms)) != PS_OK)
+            return fail("final barrier", st);
+        return 0;
+    }
+    if (role == PS_ROLE_SERVER) {
+        store_t *s = calloc(1, sizeof(*s));
+        s->po = po;
+        s->rank = rank;
+        s->num_workers = ps_postoffice_num_workers(po);
+        s->rounds = rounds;
+        s->value = calloc((size_t)s->num_workers * (size_t)rounds, sizeof(uint64_t));
+        s->have = calloc((size_t)s->num_workers * (size_t)rounds, 1);
+        ps_mutex_init(&s->lock);
+        ps_customer_t *c;
+        if ((st = ps_customer_create(po, PO_APP, PO_APP, store_recv, s, &c)) != PS_OK)
+            return fail("customer create", st);
+        if (!recovered &&
+            (st = ps_postoffice_barrier(po, PS_GROUP_SERVER | PS_GROUP_WORKER, 20000)) != PS_OK)
+            return fail("servers+workers barrier", st);
+        if ((st = robust_barrier(po, PS_GROUP_SERVER | PS_GROUP_WORKER, recovery_ms)) != PS_OK)
+            return fail("done barrier", st);
+        uint64_t good, bad;
+        store_check(s, &good, &bad);
+        if ((st = robust_barrier(po, PS_GROUP_ALL, recovery_ms)) != PS_OK)
+            return fail("final barrier", st);
+        ps_customer_destroy(c);
+        printf("po_node: server %d: %llu slots right, %llu wrong; %d applied, %d duplicates, "
+               "%d conflicts\n", me, (unsigned long long)good, (unsigned long long)bad,
+               s->applied, s->duplicates, s->conflicts);
+        int rc = bad == 0 && s->conflicts == 0 &&
+                         s->applied == s->num_workers * rounds
+                     ? 0
+                     : 1;
+        ps_mutex_destroy(&s->lock);
+        free(s->value);
+        free(s->have);
+        free(s);
+        if (rc != 0)
+            printf("po_node: server %d: store check failed\n", me);
+        return rc;
+    }
+
+    /* worker */
+    answers_t *a = calloc(1, sizeof(*a));
+    ps_mutex_init(&a->lock);
+    ps_customer_t *c;
+    if ((st = ps_customer_create(po, PO_APP, PO_CUSTOMER, store_worker_recv, a, &c)) != PS_OK)
+        return fail("customer create", st);
+    int servers[PO_MAX_SERVERS];
+    int ns = ps_postoffice_group_ids(po, PS_GROUP_SERVER, servers, PO_MAX_SERVERS);
+    if (ns > PO_MAX_SERVERS)
+        ns = PO_MAX_SERVERS;
+    if (!recovered &&
+        (st = ps_postoffice_barrier(po, PS_GROUP_SERVER | PS_GROUP_WORKER, 20000)) != PS_OK)
+        return fail("servers+workers barrier", st);
+    int start = 0;
+    if (recovered) {
+        if ((st = store_request(po, c, servers, ns, HEAD_PROGRESS, 0, rank)) != PS_OK)
+            return fail("progress request", st);
+        start = rounds;
+        ps_mutex_lock(&a->lock);
+        for (int i = 0; i < ns; i++) {
+            int got = (int)a->vals[ps_id_to_rank(servers[i])][0];
+            if (got < start)
+                start = got;
+        }
+        ps_mutex_unlock(&a->lock);
+        printf("po_node: worker %d took over from a dead process; resumes at round %d\n", me,
+               start);
+    }
+    for (int round = start; round < rounds; round++) {
+        if ((st = store_request(po, c, servers, ns, HEAD_PUT, round, rank)) != PS_OK)
+            return fail("put", st);
+        printf("po_node: worker %d round %d\n", me, round);
+        if (round_ms > 0)
+            ps_sleep_ms((uint64_t)round_ms);
+    }
+    if ((st = robust_barrier(po, PS_GROUP_SERVER | PS_GROUP_WORKER, recovery_ms)) != PS_OK)
+        return fail("done barrier", st);
+    memset(a->vals, 0, sizeof(a->vals));
+    if ((st = store_request(po, c, servers, ns, HEAD_CHECK, 0, rank)) != PS_OK)
+        return fail("check request", st);
+    int rc = 0;
+    uint64_t want = (uint64_t)ps_postoffice_num_workers(po) * (uint64_t)rounds;
+    ps_mutex_lock(&a->lock);
+    for (int i = 0; i < ns; i++) {
+        const uint64_t *gb = a->vals[ps_id_to_rank(servers[i])];
+        if (gb[0] != want || gb[1] != 0) {
+            printf("po_node: worker %d: server %d has %llu of %llu slots right, %llu wrong\n",
+                   me, servers[i], (unsigned long long)gb[0], (unsigned long long)want,
+                   (unsigned long long)gb[1]);
+            rc = 1;
+        }
+    }
+    ps_mutex_unlock(&a->lock);
+    if ((st = robust_barrier(po, PS_GROUP_ALL, recovery_ms)) != PS_OK)
+        return fail("final barrier", st);
+    ps_customer_destroy(c);
+    ps_mutex_destroy(&a->lock);
+    free(a);
+    if (rc == 0)
+        printf("po_node: worker %d: rounds %d to %d put, job checked: %llu slots on each of %d "
+               "servers\n", me, start, rounds - 1, (unsigned long long)want, ns);
+    return rc;
+}
+
+static int env_int(const char *name, int fallback)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? atoi(v) : fallback;
+}
+
 int main(void)
 {
-    const char *r = getenv("PO_ROUNDS");
-    int rounds = r != NULL ? atoi(r) : 12;
+    int rounds = env_int("PO_ROUNDS", 12);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     ps_postoffice_t *po;
@@ -196,6 +515,20 @@ int main(void)
     ps_role_t role = ps_postoffice_role(po);
     printf("po_node: %s %d started (rank %d, van %s)\n", ps_role_str(role),
            ps_postoffice_my_id(po), ps_postoffice_my_rank(po), ps_postoffice_van_name(po));
+
+    const char *mode = getenv("PO_MODE");
+    if (mode != NULL && strcmp(mode, "store") == 0) {
+        int rc = run_store(po, rounds, env_int("PO_ROUND_MS", 0), env_int("PO_RECOVERY_MS", 0));
+        if (rc != 0) {
+            ps_postoffice_finalize(po, 0);
+            return rc;
+        }
+        st = ps_postoffice_finalize(po, 1);
+        if (st != PS_OK)
+            return fail("finalize", st);
+        printf("po_node: %s ok\n", ps_role_str(role));
+        return 0;
+    }
 
     int rc = 0;
     ps_customer_t *server = NULL;

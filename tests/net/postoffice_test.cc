@@ -2,7 +2,9 @@
 // postoffice started on its own thread over the TCP van on loopback.
 // Covers start, barriers, customers and dispatch (pending messages, the
 // recv_buffer hook, done functions), and the failure paths: a dead server,
-// a silent node (heartbeats), a lost scheduler, finalize timing out.
+// a silent node (heartbeats), a lost scheduler, finalize timing out, node
+// event callbacks, recovery of a dead node by a new one, a node too many,
+// nodes started with different counts, and PS_RESEND with PS_DROP_MSG.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -15,12 +17,15 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
 extern "C" {
 #include "ps/base/buffer.h"
+#include "ps/base/config.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
@@ -68,6 +73,7 @@ struct Job {
     std::vector<ps_status_t> status;
     int servers = 0;
     int workers = 0;
+    int port = 0;
 
     ps_postoffice_t *sched() { return po[0]; }
     ps_postoffice_t *server(int i) { return po[1 + i]; }
@@ -85,6 +91,7 @@ Job start_job(int servers, int workers, Tweak tweak = nullptr, int do_barrier = 
     job.po.assign(n, nullptr);
     job.status.assign(n, PS_INPROGRESS);
     int port = free_port();
+    job.port = port;
     std::vector<std::thread> threads;
     for (int i = 0; i < n; i++) {
         ps_role_t role = i == 0 ? PS_ROLE_SCHEDULER
@@ -409,8 +416,8 @@ TEST(Postoffice, UnclaimedMessagesExpire)
     uint64_t now = ps_time_now_ns();
     EXPECT_GT(ps__registry_expire_pending(reg, now), now);
     EXPECT_EQ(3u, ps__registry_num_pending(reg));
-    // As the timer thread would see it 6 s later: dropped.
-    EXPECT_EQ(0u, ps__registry_expire_pending(reg, now + 6 * PS_NSEC_PER_SEC));
+    // As the timer thread would see it once the window passed: dropped.
+    EXPECT_EQ(0u, ps__registry_expire_pending(reg, now + PS__PENDING_TIMEOUT_NS + PS_NSEC_PER_SEC));
     EXPECT_EQ(0u, ps__registry_num_pending(reg));
     Echo echo;
     echo.po = job.server(0);
@@ -514,8 +521,355 @@ TEST(Postoffice, LostSchedulerEndsEveryWait)
     int ts2;
     EXPECT_EQ(PS_ERR_PEER_GONE, ps_customer_new_request(wc, 1, servers, 1, &ts2));
     ps_customer_destroy(wc);
+    // Finalize returns at once, and says the job did not end together.
+    auto st = finalize_all(job);
+    for (size_t i = 1; i < st.size(); i++)
+        EXPECT_EQ(PS_ERR_PEER_GONE, st[i]) << i;
+}
+
+// Node events seen by one postoffice.
+struct Events {
+    std::mutex mu;
+    std::vector<std::pair<int, ps_status_t>> seen;
+
+    size_t size()
+    {
+        std::lock_guard<std::mutex> g(mu);
+        return seen.size();
+    }
+    std::pair<int, ps_status_t> at(size_t i)
+    {
+        std::lock_guard<std::mutex> g(mu);
+        return seen.at(i);
+    }
+};
+
+void record_event(void *arg, ps_postoffice_t *, int node_id, ps_status_t why)
+{
+    auto *e = static_cast<Events *>(arg);
+    std::lock_guard<std::mutex> g(e->mu);
+    e->seen.emplace_back(node_id, why);
+}
+
+TEST(Postoffice, NodeFailedCallbacks)
+{
+    Job job = start_job(1, 1);
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    Events on_worker, on_sched, removed;
+    ASSERT_EQ(PS_OK, ps_postoffice_on_node_failed(job.worker(0), record_event, &on_worker));
+    ASSERT_EQ(PS_OK, ps_postoffice_on_node_failed(job.sched(), record_event, &on_sched));
+    ASSERT_EQ(PS_OK, ps_postoffice_on_node_failed(job.worker(0), record_event, &removed));
+    ps_postoffice_remove_node_callback(job.worker(0), record_event, &removed);
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_postoffice_on_node_failed(job.worker(0), nullptr, nullptr));
+
+    // The server leaves without a barrier: dead for the others.
+    EXPECT_EQ(PS_OK, ps_postoffice_finalize(job.server(0), 0));
+    job.po[1] = nullptr;
+    ASSERT_TRUE(eventually([&] { return on_worker.size() >= 1 && on_sched.size() >= 1; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(1u, on_worker.size()); // once per death
+    ASSERT_EQ(1u, on_sched.size());
+    EXPECT_EQ(8, on_worker.at(0).first);
+    EXPECT_EQ(PS_ERR_PEER_GONE, on_worker.at(0).second);
+    EXPECT_EQ(8, on_sched.at(0).first);
+    EXPECT_EQ(0u, removed.size());
+
+    // A bounded number of registrations.
+    Events many;
+    int added = 0;
+    while (ps_postoffice_on_node_recovered(job.worker(0), record_event, &many) == PS_OK)
+        added++;
+    EXPECT_EQ(PS_NODE_CALLBACKS_MAX, added);
+    EXPECT_EQ(PS_ERR_NO_RESOURCE, ps_postoffice_on_node_recovered(job.worker(0), record_event,
+                                                                 &many));
+    ps_postoffice_remove_node_callback(job.worker(0), record_event, &many);
+    EXPECT_EQ(PS_OK, ps_postoffice_on_node_recovered(job.worker(0), record_event, &many));
+
+    // Losing the scheduler is an event too (node id 1).
+    EXPECT_EQ(PS_OK, ps_postoffice_finalize(job.sched(), 0));
+    job.po[0] = nullptr;
+    ASSERT_TRUE(eventually([&] { return on_worker.size() == 2; }));
+    EXPECT_EQ(1, on_worker.at(1).first);
+    EXPECT_EQ(PS_ERR_PEER_GONE, on_worker.at(1).second);
+    EXPECT_EQ(PS_ERR_PEER_GONE, ps_postoffice_wait_alive(job.worker(0), PS_GROUP_SERVER, 1000));
+    finalize_all(job, 0);
+}
+
+TEST(Postoffice, RecoveryTakesOverADeadWorker)
+{
+    Job job = start_job(1, 1);
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    EXPECT_EQ(0, ps_postoffice_is_recovery(job.worker(0)));
+    Echo echo;
+    echo.po = job.server(0);
+    ps_customer_t *sc;
+    ASSERT_EQ(PS_OK, ps_customer_create(job.server(0), 0, 0, echo_recv, &echo, &sc));
+    Events failed, recovered, sched_recovered;
+    ASSERT_EQ(PS_OK, ps_postoffice_on_node_failed(job.server(0), record_event, &failed));
+    ASSERT_EQ(PS_OK, ps_postoffice_on_node_recovered(job.server(0), record_event, &recovered));
+    ASSERT_EQ(PS_OK, ps_postoffice_on_node_recovered(job.sched(), record_event,
+                                                     &sched_recovered));
+
+    // The worker dies (leaves without a barrier).
+    EXPECT_EQ(PS_OK, ps_postoffice_finalize(job.worker(0), 0));
+    job.po[2] = nullptr;
+    ASSERT_TRUE(eventually([&] { return failed.size() == 1; }));
+    EXPECT_EQ(9, failed.at(0).first);
+    int dead[4];
+    EXPECT_EQ(1, ps_postoffice_dead_nodes(job.server(0), dead, 4));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_postoffice_wait_alive(job.server(0), PS_GROUP_WORKER, 50));
+    EXPECT_EQ(PS_ERR_PEER_GONE, ps_postoffice_barrier(job.server(0), PS_GROUP_ALL, 5000));
+
+    // The server waits for a replacement while a new worker process starts.
+    std::atomic<int> alive_status{1};
+    std::thread waiter([&] {
+        alive_status = ps_postoffice_wait_alive(job.server(0), PS_GROUP_WORKER, 20000);
+    });
+    ps_start_params_t p = make_params(PS_ROLE_WORKER, job.port, 1, 1);
+    ps_postoffice_t *fresh = nullptr;
+    ASSERT_EQ(PS_OK, ps_postoffice_start(&p, 1, &fresh)); // no start barrier for it
+    job.po[2] = fresh;
+    EXPECT_EQ(1, ps_postoffice_is_recovery(fresh));
+    EXPECT_EQ(9, ps_postoffice_my_id(fresh));
+    waiter.join();
+    EXPECT_EQ(PS_OK, alive_status.load());
+    ASSERT_TRUE(eventually([&] { return recovered.size() == 1 && sched_recovered.size() == 1; }));
+    EXPECT_EQ(9, recovered.at(0).first);
+    EXPECT_EQ(PS_OK, recovered.at(0).second);
+    EXPECT_EQ(0, ps_postoffice_dead_nodes(job.server(0), dead, 4));
+    EXPECT_EQ(0, ps_postoffice_dead_nodes(job.sched(), dead, 4));
+
+    // The new worker talks to the server, and the job's barriers work.
+    Client cl;
+    ps_customer_t *wc;
+    ASSERT_EQ(PS_OK, ps_customer_create(fresh, 0, 0, client_recv, &cl, &wc));
+    for (int i = 0; i < 5; i++) {
+        int servers[] = {8};
+        int ts;
+        ASSERT_EQ(PS_OK, ps_customer_new_request(wc, 1, servers, 1, &ts));
+        ASSERT_EQ(PS_OK, send_bytes(fresh, 8, 0, 0, ts, true, {1, 2, (uint8_t)i}));
+        ASSERT_EQ(PS_OK, ps_customer_wait(wc, ts, 10000));
+    }
+    {
+        std::lock_guard<std::mutex> g(cl.mu);
+        ASSERT_EQ(5u, cl.answers.size());
+        EXPECT_EQ((std::vector<uint8_t>{4, 2, 1}), cl.answers[4]);
+    }
+    std::vector<ps_status_t> bst(3, PS_INPROGRESS);
+    std::vector<std::thread> bt;
+    for (int i = 0; i < 3; i++)
+        bt.emplace_back([&, i] { bst[i] = ps_postoffice_barrier(job.po[i], PS_GROUP_ALL, 10000); });
+    for (auto &t : bt)
+        t.join();
+    for (int i = 0; i < 3; i++)
+        EXPECT_EQ(PS_OK, bst[i]) << i;
+    ps_customer_destroy(wc);
+    ps_customer_destroy(sc);
     for (ps_status_t s : finalize_all(job))
-        EXPECT_NE(PS_INPROGRESS, s); // returns (without hanging)
+        EXPECT_EQ(PS_OK, s);
+}
+
+TEST(Postoffice, ANodeTooManyIsRefused)
+{
+    // Everyone alive: a late worker waits PS_HEARTBEAT_TIMEOUT + 2 s for a
+    // dead one to take over, then is refused as a node too many.
+    Job job = start_job(0, 1, [](int, ps_start_params_t *p) {
+        p->heartbeat_interval_s = 1;
+        p->heartbeat_timeout_s = 2;
+    });
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    ps_start_params_t p = make_params(PS_ROLE_WORKER, job.port, 0, 1);
+    ps_postoffice_t *extra = nullptr;
+    EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start(&p, 1, &extra));
+    EXPECT_EQ(nullptr, extra);
+    int dead[4];
+    EXPECT_EQ(0, ps_postoffice_dead_nodes(job.sched(), dead, 4));
+    for (ps_status_t s : finalize_all(job))
+        EXPECT_EQ(PS_OK, s);
+}
+
+TEST(Postoffice, DifferentCountsAreAConfigError)
+{
+    // One worker was started with DMLC_NUM_WORKER=3, the others with 2:
+    // everyone hears it at once instead of waiting for the deadline.
+    auto t0 = std::chrono::steady_clock::now();
+    Job job = start_job(1, 2, [](int i, ps_start_params_t *p) {
+        if (i == 3)
+            p->num_workers = 3;
+        p->start_timeout_ms = 60000;
+    });
+    for (size_t i = 0; i < job.po.size(); i++) {
+        EXPECT_EQ(PS_ERR_CONFIG, job.status[i]) << "node " << i;
+        EXPECT_EQ(nullptr, job.po[i]);
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+// Resend with drops: every request reaches the server once, every answer
+// the worker once, whatever was dropped and resent.
+struct CountingEcho {
+    ps_postoffice_t *po;
+    int stall_ms = 0; // the first request holds the van thread this long
+    std::atomic<int> stalled{0};
+    std::mutex mu;
+    std::map<int, int> requests; // ts -> times seen
+};
+
+void counting_echo_recv(void *arg, ps_customer_t *, const ps_msg_t *msg)
+{
+    auto *e = static_cast<CountingEcho *>(arg);
+    if (!msg->meta.request)
+        return;
+    {
+        std::lock_guard<std::mutex> g(e->mu);
+        e->requests[msg->meta.timestamp]++;
+    }
+    if (e->stall_ms > 0 && e->stalled.exchange(1) == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(e->stall_ms));
+    auto *p = static_cast<uint8_t *>(ps_slice_ptr(&msg->data[0]));
+    std::vector<uint8_t> v(p, p + msg->data[0].len);
+    for (auto &b : v)
+        b ^= 0xff;
+    send_bytes(e->po, msg->meta.sender, msg->meta.app_id, msg->meta.customer_id,
+               msg->meta.timestamp, false, v);
+}
+
+struct CountingClient {
+    std::mutex mu;
+    std::map<int, int> answers; // ts -> times seen
+    std::map<int, std::vector<uint8_t>> bytes;
+};
+
+void counting_client_recv(void *arg, ps_customer_t *c, const ps_msg_t *msg)
+{
+    auto *cl = static_cast<CountingClient *>(arg);
+    if (msg->meta.request)
+        return;
+    {
+        std::lock_guard<std::mutex> g(cl->mu);
+        cl->answers[msg->meta.timestamp]++;
+        auto *p = static_cast<uint8_t *>(ps_slice_ptr(&msg->data[0]));
+        cl->bytes[msg->meta.timestamp].assign(p, p + msg->data[0].len);
+    }
+    ps_customer_add_response(c, msg->meta.timestamp, 1);
+}
+
+TEST(Postoffice, ResendWithDropsDeliversEachMessageOnce)
+{
+    // 30 % of the data messages each node receives are dropped, and the
+    // server's first request stalls its van thread for 300 ms (3 resend
+    // timeouts, well inside the budget of 10): messages behind it are
+    // resent before they are read, and the copies must be recognised as
+    // duplicates.
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_RESEND, "1"));
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_RESEND_TIMEOUT, "100"));
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_DROP_MSG, "30"));
+    Job job = start_job(1, 1);
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    CountingEcho echo;
+    echo.po = job.server(0);
+    echo.stall_ms = 300;
+    ps_customer_t *sc;
+    ASSERT_EQ(PS_OK, ps_customer_create(job.server(0), 0, 0, counting_echo_recv, &echo, &sc));
+    CountingClient cl;
+    ps_customer_t *wc;
+    ASSERT_EQ(PS_OK, ps_customer_create(job.worker(0), 0, 0, counting_client_recv, &cl, &wc));
+
+    // Many requests in flight at once, then each waited for.
+    const int n = 100;
+    std::vector<int> ts(n);
+    int servers[] = {8};
+    for (int i = 0; i < n; i++) {
+        ASSERT_EQ(PS_OK, ps_customer_new_request(wc, 1, servers, 1, &ts[i]));
+        ASSERT_EQ(PS_OK, send_bytes(job.worker(0), 8, 0, 0, ts[i], true,
+                                    {(uint8_t)i, (uint8_t)(i >> 8), 7}));
+    }
+    for (int i = 0; i < n; i++)
+        ASSERT_EQ(PS_OK, ps_customer_wait(wc, ts[i], 30000)) << "request " << i;
+    {
+        std::lock_guard<std::mutex> g(echo.mu);
+        EXPECT_EQ((size_t)n, echo.requests.size());
+        for (auto &kv : echo.requests)
+            EXPECT_EQ(1, kv.second) << "request ts " << kv.first << " applied more than once";
+    }
+    {
+        std::lock_guard<std::mutex> g(cl.mu);
+        EXPECT_EQ((size_t)n, cl.answers.size());
+        for (int i = 0; i < n; i++) {
+            EXPECT_EQ(1, cl.answers[ts[i]]) << "answer " << i;
+            EXPECT_EQ((std::vector<uint8_t>{(uint8_t)~i, (uint8_t)~(i >> 8), (uint8_t)~7}),
+                      cl.bytes[ts[i]]);
+        }
+    }
+    uint64_t resent[2], dups[2], dropped[2];
+    ps__postoffice_resend_stats(job.worker(0), &resent[0], &dups[0], &dropped[0]);
+    ps__postoffice_resend_stats(job.server(0), &resent[1], &dups[1], &dropped[1]);
+    printf("worker: %llu resent, %llu duplicates, %llu dropped; server: %llu resent, %llu "
+           "duplicates, %llu dropped\n",
+           (unsigned long long)resent[0], (unsigned long long)dups[0],
+           (unsigned long long)dropped[0], (unsigned long long)resent[1],
+           (unsigned long long)dups[1], (unsigned long long)dropped[1]);
+    EXPECT_GT(dropped[0] + dropped[1], 0u);
+    EXPECT_GE(resent[0] + resent[1], dropped[0] + dropped[1]);
+    EXPECT_GT(dups[1], 0u); // the stall made the worker resend what the server had
+    ps_customer_destroy(wc);
+    ps_customer_destroy(sc);
+    auto st = finalize_all(job);
+    ps_config_clear_overrides();
+    for (ps_status_t s : st)
+        EXPECT_EQ(PS_OK, s);
+}
+
+TEST(Postoffice, ResendBudgetFailsTheRequestWithTimedOut)
+{
+    // Every data message is dropped: the request's message runs out of
+    // resends and the request fails (upstream aborted the process).
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_RESEND, "1"));
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_RESEND_TIMEOUT, "10"));
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_DROP_MSG, "100"));
+    Job job = start_job(1, 1);
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    CountingEcho echo;
+    echo.po = job.server(0);
+    ps_customer_t *sc;
+    ASSERT_EQ(PS_OK, ps_customer_create(job.server(0), 0, 0, counting_echo_recv, &echo, &sc));
+    CountingClient cl;
+    ps_customer_t *wc;
+    ASSERT_EQ(PS_OK, ps_customer_create(job.worker(0), 0, 0, counting_client_recv, &cl, &wc));
+    int servers[] = {8};
+    int ts;
+    ASSERT_EQ(PS_OK, ps_customer_new_request(wc, 1, servers, 1, &ts));
+    ASSERT_EQ(PS_OK, send_bytes(job.worker(0), 8, 0, 0, ts, true, {1}));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_customer_wait(wc, ts, 60000));
+    {
+        std::lock_guard<std::mutex> g(echo.mu);
+        EXPECT_TRUE(echo.requests.empty());
+    }
+    ps_customer_destroy(wc);
+    ps_customer_destroy(sc);
+    auto st = finalize_all(job);
+    ps_config_clear_overrides();
+    for (ps_status_t s : st)
+        EXPECT_EQ(PS_OK, s);
+}
+
+TEST(Postoffice, BadResendSettingsAreAConfigError)
+{
+    ps_postoffice_t *po = nullptr;
+    ps_start_params_t p = make_params(PS_ROLE_SCHEDULER, free_port(), 1, 1);
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_DROP_MSG, "101"));
+    EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start(&p, 1, &po));
+    ps_config_clear_overrides();
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_RESEND, "1"));
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_RESEND_TIMEOUT, "0"));
+    EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start(&p, 1, &po));
+    ps_config_clear_overrides();
+    EXPECT_EQ(nullptr, po);
 }
 
 TEST(Postoffice, FinalizeTimesOutInsteadOfHanging)
@@ -602,6 +956,39 @@ TEST(StartParams, FromEnvironment)
     EXPECT_EQ(1, p.busy_poll);
     EXPECT_EQ(120000, p.start_timeout_ms);
     EXPECT_STREQ("", p.van);
+    // An interval alone: the timeout follows (4 intervals, at least 20 s).
+    EXPECT_EQ(20, p.heartbeat_timeout_s);
+    setenv("PS_HEARTBEAT_INTERVAL", "10", 1);
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(10, p.heartbeat_interval_s);
+    EXPECT_EQ(40, p.heartbeat_timeout_s);
+    // Heartbeats off: nobody is declared dead by silence either.
+    setenv("PS_HEARTBEAT_INTERVAL", "0", 1);
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(0, p.heartbeat_interval_s);
+    EXPECT_EQ(0, p.heartbeat_timeout_s);
+    // ... unless the timeout is set too: both honoured.
+    setenv("PS_HEARTBEAT_TIMEOUT", "7", 1);
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(0, p.heartbeat_interval_s);
+    EXPECT_EQ(7, p.heartbeat_timeout_s);
+    // A timeout alone: heartbeats often enough for it.
+    unsetenv("PS_HEARTBEAT_INTERVAL");
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(1, p.heartbeat_interval_s);
+    setenv("PS_HEARTBEAT_TIMEOUT", "60", 1);
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(5, p.heartbeat_interval_s);
+    EXPECT_EQ(60, p.heartbeat_timeout_s);
+    // The defaults: on, 5 s and 20 s.
+    unsetenv("PS_HEARTBEAT_TIMEOUT");
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(5, p.heartbeat_interval_s);
+    EXPECT_EQ(20, p.heartbeat_timeout_s);
+    ps_start_params_t defaults;
+    ps_start_params_init(&defaults);
+    EXPECT_EQ(5, defaults.heartbeat_interval_s);
+    EXPECT_EQ(20, defaults.heartbeat_timeout_s);
 
     // DMLC_WORKER_ID is a worker's preferred rank when DMLC_RANK is unset.
     unsetenv("DMLC_RANK");
@@ -618,7 +1005,8 @@ TEST(StartParams, FromEnvironment)
     unsetenv("DMLC_PS_ROOT_PORT");
     EXPECT_EQ(PS_ERR_CONFIG, ps_start_params_from_env(&p));
     for (const char *v : {"DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
-                          "DMLC_WORKER_ID", "PS_HEARTBEAT_INTERVAL", "PS_BUSY_POLL"})
+                          "DMLC_WORKER_ID", "PS_HEARTBEAT_INTERVAL", "PS_HEARTBEAT_TIMEOUT",
+                          "PS_BUSY_POLL"})
         unsetenv(v);
 }
 

@@ -177,6 +177,26 @@ TEST_F(TrackerTest, DeadPeerRefusesNewRequests)
     EXPECT_EQ(PS_OK, ps__tracker_new(t_, 1, peers, 1, nullptr, &ts));
 }
 
+TEST_F(TrackerTest, RevivedPeerAcceptsNewRequestsAgain)
+{
+    // A new process took the dead node's id over (recovery).
+    int peers[] = {8, 10};
+    int old_ts;
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 2, peers, 2, nullptr, &old_ts));
+    ps__tracker_fail_peer(t_, 10, PS_ERR_PEER_GONE, 1);
+    ps__tracker_fail_peer(t_, 12, PS_ERR_PEER_GONE, 1);
+    int ts;
+    EXPECT_EQ(PS_ERR_PEER_GONE, ps__tracker_new(t_, 2, peers, 2, nullptr, &ts));
+    ps__tracker_revive_peer(t_, 10);
+    ps__tracker_revive_peer(t_, 14); // never dead: nothing changes
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 2, peers, 2, nullptr, &ts));
+    EXPECT_EQ(PS_OK, (ps__tracker_add_response(t_, ts, 2), ps__tracker_wait(t_, ts, 0)));
+    // What failed stays failed; other dead peers stay dead.
+    EXPECT_EQ(PS_ERR_PEER_GONE, ps__tracker_wait(t_, old_ts, 0));
+    int p12[] = {12};
+    EXPECT_EQ(PS_ERR_PEER_GONE, ps__tracker_new(t_, 1, p12, 1, nullptr, &ts));
+}
+
 TEST_F(TrackerTest, CloseFailsEverythingAndRefuses)
 {
     std::vector<int> ts(200);
