@@ -1,0 +1,714 @@
+/*
+ * The shared-memory van: lifecycle, the peer table, the progress thread
+ * and the ops table registered as component "shm".
+ *
+ * The progress thread polls every channel's in ring (a shared load each)
+ * and flushes what senders could not write. When nothing moves it keeps
+ * polling for a while — PS__SHM_SPIN_NS with busy_poll (PS_BUSY_POLL),
+ * PS__SHM_IDLE_SPIN_NS without — and then sleeps in epoll: it tells every
+ * peer that it sleeps (shm_ring.h), and a peer that writes then sends one
+ * byte on the channel's socket. So an idle van uses no CPU, a busy one
+ * makes no system call per message, and sockets (new channels, segments
+ * announced, a peer's death) are watched in both cases.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ps/base/config.h"
+#include "ps/base/log.h"
+#include "ps/base/time.h"
+#include "ps/net/codec/frame.h"
+#include "ps/net/shm/shm_internal.h"
+#include "ps/net/shm/shm_van.h"
+
+/* busy_poll: how long the thread polls without any traffic before it
+ * sleeps. */
+#define PS__SHM_SPIN_NS (200ull * PS_NSEC_PER_MSEC)
+/* Without busy_poll: a short poll after traffic, which catches the answer
+ * to what was just sent without the cost of a wake-up. */
+#define PS__SHM_IDLE_SPIN_NS (50ull * PS_NSEC_PER_USEC)
+/* While polling, look at the sockets every this many rounds. */
+#define PS__SHM_EPOLL_EVERY 64
+/* While polling without traffic, yield the CPU every this many rounds (on
+ * two cores the thread that will answer may need this one; measured:
+ * yielding every round or every 64 is slower, never yielding is far
+ * slower). */
+#define PS__SHM_YIELD_EVERY 8
+#define PS__SHM_MAX_EVENTS 64
+/* Records handled per channel per round (fairness between channels). */
+#define PS__SHM_RX_BUDGET 64
+/* close() lets queued sends and outstanding tokens drain this long. */
+#define PS__SHM_DRAIN_MS 2000
+#define PS__SHM_DRAIN_IDLE_MS 200
+#define PS__SHM_DEFAULT_CONNECT_MS 10000
+
+void ps__shm_wake(ps__shm_van_t *van)
+{
+    uint64_t one = 1;
+    ssize_t r;
+    do {
+        r = write(van->wakefd, &one, sizeof(one));
+    } while (r < 0 && errno == EINTR);
+}
+
+/* The van whose progress thread this is (NULL on other threads). */
+static __thread const ps__shm_van_t *tls_progress_van;
+
+int ps__shm_on_progress(const ps__shm_van_t *van)
+{
+    return tls_progress_van == van;
+}
+
+uint64_t ps__shm_random(ps__shm_van_t *van)
+{
+    uint64_t z = __atomic_add_fetch(&van->rng, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---- peer table ---- */
+
+ps__shm_peer_t *ps__shm_peer_get(ps__shm_van_t *van, int id, int create)
+{
+    if (id <= 0 || id >= PS_NODE_EMPTY) {
+        return NULL;
+    }
+    if (id >= van->peers_cap) {
+        if (!create) {
+            return NULL;
+        }
+        int cap = van->peers_cap == 0 ? 64 : van->peers_cap;
+        while (cap <= id) {
+            cap *= 2;
+        }
+        ps__shm_peer_t **peers = realloc(van->peers, (size_t)cap * sizeof(*peers));
+        if (peers == NULL) {
+            return NULL;
+        }
+        memset(peers + van->peers_cap, 0, (size_t)(cap - van->peers_cap) * sizeof(*peers));
+        van->peers = peers;
+        van->peers_cap = cap;
+    }
+    if (van->peers[id] == NULL && create) {
+        ps__shm_peer_t *p = calloc(1, sizeof(*p));
+        if (p == NULL) {
+            return NULL;
+        }
+        p->id = id;
+        van->peers[id] = p;
+    }
+    return van->peers[id];
+}
+
+ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id)
+{
+    ps__shm_chan_t *ch = NULL;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__shm_peer_t *p = ps__shm_peer_get(van, id, 0);
+    if (p != NULL) {
+        /* One fixed choice per peer keeps its messages in order. */
+        ch = p->out != NULL ? p->out : (p->num_in > 0 ? p->in[0] : NULL);
+        if (ch != NULL) {
+            __atomic_add_fetch(&ch->refs, 1, __ATOMIC_RELAXED);
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    return ch;
+}
+
+ps_status_t ps__shm_peer_add_in(ps__shm_van_t *van, ps__shm_chan_t *ch, int id)
+{
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__shm_peer_t *p = ps__shm_peer_get(van, id, 1);
+    if (p == NULL) {
+        pthread_rwlock_unlock(&van->peers_lock);
+        return PS_ERR_NO_MEMORY;
+    }
+    if (p->num_in < (int)(sizeof(p->in) / sizeof(p->in[0]))) {
+        p->in[p->num_in++] = ch;
+    }
+    ch->peer_id = id;
+    pthread_rwlock_unlock(&van->peers_lock);
+    return PS_OK;
+}
+
+void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch)
+{
+    if (ch->peer_id == PS_NODE_EMPTY) {
+        return;
+    }
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__shm_peer_t *p = ps__shm_peer_get(van, ch->peer_id, 0);
+    if (p != NULL) {
+        if (p->out == ch) {
+            p->out = NULL;
+        }
+        for (int i = 0; i < p->num_in; ++i) {
+            if (p->in[i] == ch) {
+                memmove(&p->in[i], &p->in[i + 1], (size_t)(p->num_in - i - 1) * sizeof(p->in[0]));
+                p->num_in--;
+                break;
+            }
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+}
+
+int ps__shm_has_peer(ps_van_t *v, int id)
+{
+    ps__shm_chan_t *ch = ps__shm_peer_send_chan((ps__shm_van_t *)v, id);
+    if (ch == NULL) {
+        return 0;
+    }
+    ps__shm_chan_unref(ch);
+    return 1;
+}
+
+ps_status_t ps__shm_list_chan(ps__shm_van_t *van, ps__shm_chan_t *ch)
+{
+    if (van->nchans == van->chans_cap) {
+        size_t cap = van->chans_cap ? van->chans_cap * 2 : 16;
+        ps__shm_chan_t **chans = realloc(van->chans, cap * sizeof(*chans));
+        if (chans == NULL) {
+            return PS_ERR_NO_MEMORY;
+        }
+        van->chans = chans;
+        van->chans_cap = cap;
+    }
+    van->chans[van->nchans++] = ch;
+    ch->listed = 1;
+    return PS_OK;
+}
+
+/* Drops dead channels from the polled list (the list's reference goes). */
+static void prune_chans(ps__shm_van_t *van)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < van->nchans; ++i) {
+        ps__shm_chan_t *ch = van->chans[i];
+        if (ch->state == PS__SHM_CH_DEAD) {
+            ch->listed = 0;
+            ps__shm_chan_unref(ch);
+        } else {
+            van->chans[w++] = ch;
+        }
+    }
+    van->nchans = w;
+}
+
+/* ---- progress thread ---- */
+
+static void drain_wakefd(ps__shm_van_t *van)
+{
+    uint64_t v;
+    while (read(van->wakefd, &v, sizeof(v)) > 0) {
+    }
+}
+
+/* One round over every channel: receive, then flush. Returns the number of
+ * things that moved. */
+static int poll_chans(ps__shm_van_t *van)
+{
+    int work = 0;
+    /* The kicks only keep the thread from sleeping; each channel says
+     * itself whether it has something to flush. */
+    if (__atomic_load_n(&van->ack_kick, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&van->ack_kick, 0, __ATOMIC_SEQ_CST);
+    }
+    if (__atomic_load_n(&van->tx_kick, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&van->tx_kick, 0, __ATOMIC_SEQ_CST);
+    }
+    int dead = 0;
+    for (size_t i = 0; i < van->nchans; ++i) {
+        ps__shm_chan_t *ch = van->chans[i];
+        if (ch->state == PS__SHM_CH_DEAD) {
+            dead = 1;
+            continue;
+        }
+        if (ch->rx_ready) {
+            work += ps__shm_rx_poll(ch, PS__SHM_RX_BUDGET);
+        }
+        if (ch->state == PS__SHM_CH_DEAD) {
+            dead = 1;
+            continue;
+        }
+        /* Unlocked peeks: a sender that queues or an ack that arrives
+         * after them raises a kick, seen next round. */
+        if (__atomic_load_n(&ch->nacks, __ATOMIC_RELAXED) != 0 ||
+            __atomic_load_n(&ch->want_flush, __ATOMIC_RELAXED) != 0) {
+            work += ps__shm_flush(ch);
+        }
+    }
+    if (dead) {
+        prune_chans(van);
+    }
+    return work;
+}
+
+/* Tells every peer we are about to sleep. 0 if something arrived meanwhile
+ * (nothing is then left marked). */
+static int prepare_sleep(ps__shm_van_t *van)
+{
+    for (size_t i = 0; i < van->nchans; ++i) {
+        ps__shm_chan_t *ch = van->chans[i];
+        if (ch->state == PS__SHM_CH_DEAD || !ch->rx_ready) {
+            continue;
+        }
+        if (ps__shm_ring_sleep(&ch->rx)) {
+            for (size_t j = 0; j < i; ++j) {
+                if (van->chans[j]->rx_ready) {
+                    ps__shm_ring_awake(&van->chans[j]->rx);
+                }
+            }
+            return 0;
+        }
+    }
+    if (__atomic_load_n(&van->ack_kick, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&van->tx_kick, __ATOMIC_ACQUIRE)) {
+        for (size_t i = 0; i < van->nchans; ++i) {
+            if (van->chans[i]->rx_ready && van->chans[i]->state != PS__SHM_CH_DEAD) {
+                ps__shm_ring_awake(&van->chans[i]->rx);
+            }
+        }
+        return 0;
+    }
+    return 1;
+}
+
+static void after_sleep(ps__shm_van_t *van)
+{
+    for (size_t i = 0; i < van->nchans; ++i) {
+        ps__shm_chan_t *ch = van->chans[i];
+        if (ch->rx_ready && ch->state != PS__SHM_CH_DEAD) {
+            ps__shm_ring_awake(&ch->rx);
+        }
+    }
+}
+
+static void handle_events(ps__shm_van_t *van, struct epoll_event *evs, int n)
+{
+    for (int i = 0; i < n; ++i) {
+        ps__shm_handle_t *h = evs[i].data.ptr;
+        switch (h->kind) {
+        case PS__SHM_H_WAKE:
+            drain_wakefd(van);
+            ps__shm_take_pending(van);
+            break;
+        case PS__SHM_H_LISTEN:
+            ps__shm_accept_all(van);
+            break;
+        case PS__SHM_H_CHAN:
+            ps__shm_on_socket((ps__shm_chan_t *)h, evs[i].events);
+            break;
+        }
+    }
+}
+
+static void *progress_main(void *arg)
+{
+    ps__shm_van_t *van = arg;
+    tls_progress_van = van;
+    struct epoll_event evs[PS__SHM_MAX_EVENTS];
+    uint64_t spin_ns = van->params.busy_poll ? PS__SHM_SPIN_NS : PS__SHM_IDLE_SPIN_NS;
+    uint64_t last_work = ps_time_now_ns();
+    unsigned rounds = 0;
+    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+        int work = poll_chans(van);
+        uint64_t now = ps_time_now_ns();
+        if (work > 0) {
+            last_work = now;
+        }
+        if (now - last_work < spin_ns) {
+            if (++rounds % PS__SHM_EPOLL_EVERY == 0) {
+                int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, 0);
+                if (n > 0) {
+                    handle_events(van, evs, n);
+                    last_work = ps_time_now_ns();
+                }
+                (void)ps__shm_run_timers(van);
+            }
+            if (work == 0) {
+                /* On a small machine the thread we wait for may need this
+                 * core. */
+                if (rounds % PS__SHM_YIELD_EVERY == 0) {
+                    sched_yield();
+                } else {
+                    ps_cpu_relax();
+                }
+            }
+            continue;
+        }
+        int timeout = ps__shm_run_timers(van);
+        if (!prepare_sleep(van)) {
+            last_work = ps_time_now_ns();
+            continue;
+        }
+        int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, timeout);
+        after_sleep(van);
+        if (n < 0) {
+            if (errno != EINTR) {
+                ps_error(PS_LOG_SHM, "epoll_wait: %m");
+                ps_sleep_ms(1);
+            }
+            continue;
+        }
+        handle_events(van, evs, n);
+        last_work = ps_time_now_ns();
+    }
+    return NULL;
+}
+
+/* ---- ops ---- */
+
+static ps__shm_van_t *sv_of(ps_van_t *v)
+{
+    return (ps__shm_van_t *)v;
+}
+
+static void sv_close(ps_van_t *v);
+static const ps_van_ops_t sv_ops;
+
+void ps__shm_test_options(ps_van_t *v, int allow_cma, int allow_seg, int allow_stage)
+{
+    sv_of(v)->allow_cma = allow_cma;
+    sv_of(v)->allow_seg = allow_seg;
+    sv_of(v)->allow_stage = allow_stage;
+}
+
+static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                           ps_van_t **van_p)
+{
+    if (params == NULL || van_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    ps__shm_van_t *van = calloc(1, sizeof(*van));
+    if (van == NULL) {
+        return PS_ERR_NO_MEMORY;
+    }
+    van->base.ops = &sv_ops;
+    van->base.name = "shm";
+    van->params = *params;
+    if (cb != NULL) {
+        van->cb = *cb;
+    }
+    if (van->params.connect_timeout_ms <= 0) {
+        int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, PS__SHM_DEFAULT_CONNECT_MS);
+        van->params.connect_timeout_ms =
+            ms > 0 && ms < INT_MAX ? (int)ms : PS__SHM_DEFAULT_CONNECT_MS;
+    }
+    van->max_meta = params->max_meta_bytes != 0 && params->max_meta_bytes < UINT32_MAX
+                        ? (uint32_t)params->max_meta_bytes
+                        : PS_FRAME_DEFAULT_MAX_META;
+    van->max_message =
+        params->max_message_bytes != 0 ? params->max_message_bytes : PS_FRAME_DEFAULT_MAX_MESSAGE;
+    ps__shm_job_id(van->job, sizeof(van->job));
+    van->ring_bytes = PS__SHM_RING_BYTES;
+    van->allow_cma = 1;
+    van->allow_seg = 1;
+    van->allow_stage = 1;
+    van->listen_fd = -1;
+    van->epfd = -1;
+    van->wakefd = -1;
+    van->my_id = PS_NODE_EMPTY;
+    van->rng = ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)van;
+    for (size_t i = 0; i < sizeof(van->cookie); i += 8) {
+        uint64_t r = ps__shm_random(van);
+        memcpy(van->cookie + i, &r, 8);
+    }
+    van->wake_handle.kind = PS__SHM_H_WAKE;
+    van->listen_handle.kind = PS__SHM_H_LISTEN;
+    pthread_rwlock_init(&van->peers_lock, NULL);
+    pthread_mutex_init(&van->pending_lock, NULL);
+    pthread_mutex_init(&van->hints_lock, NULL);
+
+    ps_status_t st = ps__shm_pool_create(PS__SHM_POOL_CACHE, &van->pool);
+    if (st == PS_OK) {
+        st = ps__shm_stage_create(PS__SHM_STAGE_OUT, PS__SHM_STAGE_CACHE, &van->stage);
+    }
+    if (st != PS_OK) {
+        sv_close(&van->base);
+        return st;
+    }
+    van->epfd = epoll_create1(EPOLL_CLOEXEC);
+    van->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (van->epfd < 0 || van->wakefd < 0) {
+        ps_error(PS_LOG_SHM, "cannot create the progress thread's epoll/eventfd: %m");
+        sv_close(&van->base);
+        return PS_ERR_NO_RESOURCE;
+    }
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN;
+    ev.data.ptr = &van->wake_handle;
+    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->wakefd, &ev) != 0) {
+        ps_error(PS_LOG_SHM, "epoll_ctl for the wake-up eventfd: %m");
+        sv_close(&van->base);
+        return PS_ERR_NO_RESOURCE;
+    }
+    st = ps_thread_create("ps-shm-progress", PS_THREAD_NO_CPU, progress_main, van, &van->thread);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_SHM, "cannot start the progress thread (%s)", ps_status_str(st));
+        sv_close(&van->base);
+        return st;
+    }
+    van->thread_started = 1;
+    ps_debug(PS_LOG_SHM, "opened (job '%s', %s)", van->job,
+             van->params.busy_poll ? "busy-polling" : "sleeping when idle");
+    *van_p = &van->base;
+    return PS_OK;
+}
+
+/* Whether queued sends or outstanding tokens are still waiting for a live
+ * peer (for close's drain). */
+static int tx_outstanding(ps__shm_van_t *van, uint64_t *moved_p)
+{
+    int busy = 0;
+    uint64_t moved = 0;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    for (int id = 0; id < van->peers_cap; ++id) {
+        ps__shm_peer_t *p = van->peers[id];
+        if (p == NULL) {
+            continue;
+        }
+        ps__shm_chan_t *list[5] = {p->out, NULL, NULL, NULL, NULL};
+        for (int i = 0; i < p->num_in; ++i) {
+            list[1 + i] = p->in[i];
+        }
+        for (int i = 0; i < 5; ++i) {
+            ps__shm_chan_t *ch = list[i];
+            if (ch == NULL) {
+                continue;
+            }
+            pthread_mutex_lock(&ch->tx_lock);
+            if (ch->state != PS__SHM_CH_DEAD && (ch->sq_head != NULL || ch->tok_live != 0)) {
+                busy = 1;
+            }
+            moved += ch->tx.pos + ch->tok_live;
+            pthread_mutex_unlock(&ch->tx_lock);
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    *moved_p = moved;
+    return busy;
+}
+
+/* Drains (bounded), stops the progress thread and closes every channel;
+ * the van stays allocated: a send from another thread now fails cleanly
+ * (PS_ERR_PEER_GONE / PS_ERR_UNREACHABLE). Idempotent. */
+void ps__shm_stop(ps_van_t *v)
+{
+    ps__shm_van_t *van = sv_of(v);
+    if (van->thread_started) {
+        /* Let queued sends leave, and peers finish reading what they read
+         * from our memory, while that makes progress (bounded). */
+        uint64_t start = ps_time_now_ns();
+        uint64_t last_move = start;
+        uint64_t last = 0;
+        uint64_t moved = 0;
+        while (tx_outstanding(van, &moved)) {
+            uint64_t now = ps_time_now_ns();
+            if (moved != last) {
+                last = moved;
+                last_move = now;
+            }
+            if (now - start > PS__SHM_DRAIN_MS * PS_NSEC_PER_MSEC ||
+                now - last_move > PS__SHM_DRAIN_IDLE_MS * PS_NSEC_PER_MSEC) {
+                ps_info(PS_LOG_SHM, "closing with sends or peer reads still outstanding");
+                break;
+            }
+            ps_sleep_ms(1);
+        }
+        __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
+        ps__shm_wake(van);
+        ps_thread_join(&van->thread, NULL);
+        van->thread_started = 0;
+    }
+    ps__shm_close_all(van);
+    ps__shm_hints_clear(van);
+}
+
+static void sv_close(ps_van_t *v)
+{
+    if (v == NULL) {
+        return;
+    }
+    ps__shm_van_t *van = sv_of(v);
+    ps__shm_stop(v);
+    for (int id = 0; id < van->peers_cap; ++id) {
+        free(van->peers[id]);
+    }
+    free(van->peers);
+    free(van->chans);
+    int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
+    if (lfd >= 0) {
+        close(lfd);
+    }
+    if (van->epfd >= 0) {
+        close(van->epfd);
+    }
+    if (van->wakefd >= 0) {
+        close(van->wakefd);
+    }
+    free(van->scratch_nodes);
+    ps__shm_pool_release(van->pool);
+    ps__shm_stage_release(van->stage);
+    pthread_rwlock_destroy(&van->peers_lock);
+    pthread_mutex_destroy(&van->pending_lock);
+    pthread_mutex_destroy(&van->hints_lock);
+    free(van);
+}
+
+static ps_status_t sv_query(ps_van_t *v, ps_van_attr_t *attr_p)
+{
+    ps__shm_van_t *van = sv_of(v);
+    if (attr_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    ps_van_attr_t a;
+    memset(&a, 0, sizeof(a));
+    a.cap_flags = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_SAME_HOST_ONLY |
+                  PS_CAP_BUSY_POLL;
+    a.max_message_bytes = van->max_message;
+    a.max_data_segments = PS_MSG_MAX_DATA;
+    a.num_streams = 1;
+    *attr_p = a;
+    return PS_OK;
+}
+
+static ps_status_t sv_bind(ps_van_t *v, ps_node_t *node, int max_retry)
+{
+    return ps__shm_bind(sv_of(v), node, max_retry);
+}
+
+static ps_status_t sv_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
+{
+    return ps__shm_connect(sv_of(v), peer, my_id, 0);
+}
+
+void ps__shm_test_counters(ps_van_t *v, uint64_t counts[PS__SHM_TEST_KINDS])
+{
+    for (int i = 0; i < PS__SHM_TEST_KINDS; ++i) {
+        counts[i] = __atomic_load_n(&sv_of(v)->sent_by_kind[i], __ATOMIC_RELAXED);
+    }
+}
+
+ps_status_t ps__shm_try_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
+{
+    return ps__shm_connect(sv_of(v), peer, my_id, 1);
+}
+
+static void sv_disconnect(ps_van_t *v, int node_id)
+{
+    ps__shm_disconnect(sv_of(v), node_id);
+}
+
+static ps_status_t sv_set_node_id(ps_van_t *v, int node_id)
+{
+    ps__shm_van_t *van = sv_of(v);
+    if (node_id <= 0 || node_id >= PS_NODE_EMPTY) {
+        return PS_ERR_INVALID_ARG;
+    }
+    int old = __atomic_exchange_n(&van->my_id, node_id, __ATOMIC_ACQ_REL);
+    if (old == node_id) {
+        return PS_OK;
+    }
+    /* Re-announce on every channel we opened, in order with the messages
+     * already written to it. */
+    ps__shm_chan_t **list = NULL;
+    int n = 0, cap = 0;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    for (int id = 0; id < van->peers_cap; ++id) {
+        ps__shm_peer_t *p = van->peers[id];
+        if (p == NULL || p->out == NULL) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap == 0 ? 16 : cap * 2;
+            ps__shm_chan_t **grown = realloc(list, (size_t)cap * sizeof(*list));
+            if (grown == NULL) {
+                break;
+            }
+            list = grown;
+        }
+        __atomic_add_fetch(&p->out->refs, 1, __ATOMIC_RELAXED);
+        list[n++] = p->out;
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    ps_status_t result = PS_OK;
+    for (int i = 0; i < n; ++i) {
+        ps_status_t st = ps__shm_send_id(list[i], node_id);
+        if (st != PS_OK && st != PS_ERR_PEER_GONE && result == PS_OK) {
+            result = st;
+        }
+        ps__shm_chan_unref(list[i]);
+    }
+    free(list);
+    ps_info(PS_LOG_SHM, "node id is now %d (announced on %d channels)", node_id, n);
+    return result;
+}
+
+static ps_status_t sv_send(ps_van_t *v, const ps_msg_t *msg)
+{
+    return ps__shm_send(sv_of(v), msg);
+}
+
+static void sv_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
+{
+    ps__shm_van_t *van = sv_of(v);
+    if (sent_p != NULL) {
+        *sent_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+    }
+    if (recv_p != NULL) {
+        *recv_p = __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED);
+    }
+}
+
+static const ps_van_ops_t sv_ops = {
+    .size = sizeof(ps_van_ops_t),
+    .open = sv_open,
+    .close = sv_close,
+    .query = sv_query,
+    .bind = sv_bind,
+    .connect = sv_connect,
+    .disconnect = sv_disconnect,
+    .set_node_id = sv_set_node_id,
+    .send = sv_send,
+    .register_mem = ps_van_no_register_mem,
+    .deregister_mem = ps_van_no_deregister_mem,
+    .stats = sv_stats,
+};
+
+/* memfd_create and SCM_RIGHTS are all the van needs from the kernel. */
+static int sv_unavailable(char *why, size_t cap)
+{
+    int fd = memfd_create("ps-shm-probe", MFD_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, cap, "memfd_create: %s", strerror(errno));
+        return 1;
+    }
+    close(fd);
+    return 0;
+}
+
+const ps_van_component_t ps__shm_component = {
+    .name = "shm",
+    .aliases = NULL,
+    .ops = &sv_ops,
+    .unavailable = sv_unavailable,
+};
+
+PS_VAN_REGISTER(ps__shm_component)
+
+const ps_van_ops_t *ps__shm_ops(void)
+{
+    return &sv_ops;
+}

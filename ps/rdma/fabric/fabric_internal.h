@@ -1,0 +1,441 @@
+/*
+ * Internals of the libfabric van, shared by its files:
+ *   fabric_van.c      ops table, lifecycle, peers, the TCP van it composes
+ *                     with for scheduler traffic, component registration
+ *   fabric_domain.c   provider choice (fi_getinfo), fabric/domain/AV/CQ/
+ *                     endpoint, memory registration, endpoint names
+ *   fabric_send.c     the send path: per-peer ordered queues, RMA writes
+ *   fabric_recv.c     posted meta receives, message assembly, in-order
+ *                     delivery
+ *   fabric_progress.c the progress thread: completions, errors, waiting
+ *   fabric_wire.c     header, tags, rendezvous descriptors, endpoint blobs
+ *
+ * Protocol (one RDM endpoint per van, messages, tagged messages, RMA):
+ *   - every message starts as a META message (untagged, so that any posted
+ *     meta buffer takes it; libfabric 1.17's shm provider did not match a
+ *     tagged receive with an ignore mask against queued unexpected
+ *     messages, which left metas unreceived under bursts): a fixed header
+ *     (fab_hdr_t: sender id, per-peer sequence number and epoch, flags),
+ *     then the frame header and encoded meta of ps/net/codec, then, for
+ *     small messages, the data bytes themselves (INLINE);
+ *   - a meta too large for a posted receive (PS__FAB_META_BUF) follows as an
+ *     EXT tagged message; bigger data follows as one DATA tagged message
+ *     (all segments, one iovec each), received straight into the buffers
+ *     the postoffice names (recv_buffer) or into pooled ones;
+ *   - where the provider offers FI_RMA with send-after-write ordering, a
+ *     worker's pull request carries (address, key, slot) of its registered
+ *     destination in van_data; the server's van fi_write()s the response's
+ *     values there and then sends the meta (RMA + RDV flags), so the values
+ *     never pass through a receive buffer;
+ *   - EXT and DATA tags, matched exactly: kind (4 bits) | epoch (12) |
+ *     sender id (16) | sequence (32).
+ *   Receivers deliver each sender's messages in sequence order.
+ *
+ * Threads: any thread calls send(); it posts directly when the peer's queue
+ * is empty, else (or on -FI_EAGAIN) queues, and the progress thread posts
+ * the rest. The progress thread reads the completion queue, assembles and
+ * delivers incoming messages, and calls every callback. Locks: peers_lock
+ * (rwlock: the id -> peer table), peer->lock (a peer's send state), then
+ * the registration cache's lock; never the other way round.
+ */
+#ifndef PS_RDMA_FABRIC_FABRIC_INTERNAL_H_
+#define PS_RDMA_FABRIC_FABRIC_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+
+#include "ps/base/buffer.h"
+#include "ps/base/status.h"
+#include "ps/base/thread.h"
+#include "ps/net/codec/frame.h"
+#include "ps/net/codec/message.h"
+#include "ps/net/message.h"
+#include "ps/net/van/van.h"
+#include "ps/rdma/common/buf_pool.h"
+#include "ps/rdma/common/mr_cache.h"
+#include "ps/rdma/common/rdv_table.h"
+#include "ps/rdma/common/slot_pool.h"
+
+/* A posted meta receive: header + frame + meta (+ inline data). */
+#define PS__FAB_META_BUF 8192u
+/* Meta receives kept posted. */
+#define PS__FAB_META_DEPTH 64
+/* Data bytes carried inside the meta message at most. */
+#define PS__FAB_INLINE_MAX 4096u
+/* Header + meta bytes a send keeps inside its own object. */
+#define PS__FAB_HM_INLINE 512u
+/* Completions read per call. */
+#define PS__FAB_CQ_BATCH 32
+/* Pending pulls (worker) and remembered destinations (server). */
+#define PS__FAB_RDV_SLOTS 16384u
+#define PS__FAB_RDV_ENTRIES 65536u
+/* Waiting without a wait object: spin this long after the last activity,
+ * then sleep in steps doubling up to the cap. */
+#define PS__FAB_SPIN_NS (50 * 1000ull)
+#define PS__FAB_SLEEP_MIN_NS (20 * 1000ull)
+#define PS__FAB_SLEEP_MAX_NS (1000 * 1000ull)
+/* Same-host providers: how often a silent peer's process is checked. */
+#define PS__FAB_LIVENESS_NS (500 * 1000 * 1000ull)
+
+/* ---- wire (fabric_wire.c) ---- */
+
+#define PS__FAB_MAGIC 0x42465350u     /* "PSFB" */
+#define PS__FAB_VERSION 1
+#define PS__FAB_RDV_MAGIC 0x56445246u /* "FRDV" */
+#define PS__FAB_EP_MAGIC 0x45465350u  /* "PSFE" */
+
+enum {
+    PS__FAB_F_INLINE = 1u << 0, /* data bytes follow the meta */
+    PS__FAB_F_DATA = 1u << 1,   /* a DATA message follows */
+    PS__FAB_F_EXT = 1u << 2,    /* frame + meta follow as an EXT message */
+    PS__FAB_F_RMA = 1u << 3,    /* segment rma_seg was written by RMA */
+    PS__FAB_F_RDV = 1u << 4,    /* answers the pending pull rdv_slot */
+};
+
+enum {
+    PS__FAB_KIND_EXT = 2,
+    PS__FAB_KIND_DATA = 3,
+};
+
+/* Little-endian hosts only (the header is copied as is). */
+typedef struct {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t flags;
+    int32_t sender;
+    uint32_t seq;
+    uint32_t epoch;
+    uint32_t ext_len;  /* EXT: frame + meta bytes in the EXT message */
+    uint32_t rdv_slot; /* RDV */
+    uint32_t rma_seg;  /* RMA */
+} ps__fab_hdr_t;
+
+/* In a pull request's van_data: where the response's values may go. */
+typedef struct {
+    uint32_t magic;
+    uint32_t slot;
+    uint64_t addr; /* as the target's fi_write wants it (virtual or offset) */
+    uint64_t key;
+    uint64_t len;
+} ps__fab_rdv_desc_t;
+
+/* node->endpoint_name: this header, then the provider's address. */
+typedef struct {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t addr_len;
+    uint32_t pid;
+    uint32_t prov_hash;
+    uint64_t host_id;
+} ps__fab_ep_blob_t;
+
+uint64_t ps__fab_tag(int kind, uint32_t epoch, int sender, uint32_t seq);
+uint32_t ps__fab_hash(const char *s);
+uint64_t ps__fab_host_id(void);
+
+/* ---- objects ---- */
+
+typedef struct ps__fab_van ps__fab_van_t;
+typedef struct ps__fab_peer ps__fab_peer_t;
+typedef struct ps__fab_rxs ps__fab_rxs_t;
+
+enum {
+    PS__FAB_OP_SEND,   /* a tx's send or write */
+    PS__FAB_OP_MRECV,  /* a posted meta receive */
+    PS__FAB_OP_RXPART, /* an EXT or DATA receive of an rx */
+};
+
+/* What libfabric hands back as op_context: first member of each op. */
+typedef struct {
+    struct fi_context2 ctx; /* first: covers FI_CONTEXT and FI_CONTEXT2 */
+    int kind;
+    void *owner;
+} ps__fab_op_t;
+
+/* Stages of a send, posted in this order. */
+enum {
+    PS__FAB_ST_RMA,
+    PS__FAB_ST_META,
+    PS__FAB_ST_EXT,
+    PS__FAB_ST_DATA,
+    PS__FAB_ST_DONE,
+};
+
+/* One message on its way out. */
+typedef struct ps__fab_tx {
+    ps__fab_op_t op[PS__FAB_ST_DONE];
+    ps__fab_peer_t *peer;
+    struct ps__fab_tx *next;                  /* peer queue */
+    struct ps__fab_tx *fl_prev, *fl_next;     /* peer's in-flight list */
+    uint32_t refs;      /* atomic: the poster's + one per posted op */
+    int stage;          /* next stage to post (peer->lock) */
+    int in_flight;      /* on the in-flight list */
+    uint32_t seq;
+    uint16_t flags;
+    uint8_t *hm;        /* header + frame + meta (+ inline data) */
+    size_t hm_len;      /* bytes of the META message */
+    size_t ext_off;     /* EXT: frame + meta start here in hm */
+    size_t ext_len;
+    void *hm_desc;
+    ps_slice_t hm_slice; /* hm from the registered pool (FI_MR_LOCAL) */
+    uint8_t *hm_heap;    /* hm from malloc */
+    ps_slice_t data[PS_MSG_MAX_DATA];
+    uint32_t num_data;
+    ps_rdma_mr_t *mr[PS_MSG_MAX_DATA];
+    struct iovec iov[PS_MSG_MAX_DATA];
+    void *desc[PS_MSG_MAX_DATA];
+    int niov;
+    /* RMA write of data[rma_seg] */
+    int rma_seg;
+    uint64_t rma_addr;
+    uint64_t rma_key;
+    void *rma_desc;
+    uint64_t posted_ns;
+    uint8_t hm_inline[PS__FAB_HM_INLINE];
+} ps__fab_tx_t;
+
+/* A worker's pull whose response may be written into `dest` by RMA. */
+typedef struct {
+    int peer;
+    int32_t app_id, customer_id, timestamp;
+    ps_slice_t dest;
+    ps_rdma_mr_t *mr;
+} ps__fab_pull_t;
+
+/* An incoming message being assembled (progress thread only). */
+typedef struct ps__fab_rx {
+    ps__fab_op_t op_ext;
+    ps__fab_op_t op_data;
+    ps__fab_peer_t *peer;
+    ps__fab_rxs_t *rxs;
+    struct ps__fab_rx *next;               /* rxs->pending, by seq */
+    struct ps__fab_rx *all_prev, *all_next; /* van->rx_all */
+    struct ps__fab_rx *next_blocked;        /* van->rx_blocked */
+    uint32_t seq;
+    uint32_t epoch;
+    uint16_t flags;
+    uint32_t rdv_slot;
+    uint32_t rma_seg;
+    int waiting;        /* posted parts not complete */
+    int ready;          /* complete, waiting for its turn */
+    int orphan;         /* its sender was reset: free, do not deliver */
+    int blocked;        /* part still to post: PS__FAB_KIND_EXT / _DATA, or 0 */
+    ps_msg_t msg;
+    ps_frame_header_t fh;
+    ps_slice_t ext;
+    ps_rdma_mr_t *mr[PS_MSG_MAX_DATA];
+    struct iovec iov[PS_MSG_MAX_DATA];
+    void *desc[PS_MSG_MAX_DATA];
+    int niov;
+} ps__fab_rx_t;
+
+/* A posted meta receive. */
+typedef struct {
+    ps__fab_op_t op;
+    ps_slice_t buf;
+    void *desc;
+    int posted;
+} ps__fab_mrecv_t;
+
+struct ps__fab_peer {
+    int id;
+    struct ps__fab_peer *all_next; /* van->all_peers (freed at close only) */
+
+    pthread_mutex_t lock; /* everything down to the rx part */
+    fi_addr_t addr;       /* FI_ADDR_NOTAVAIL until connected */
+    int detached;         /* disconnect() took it out of the table */
+    int failed;           /* link failed: sends refused */
+    int fail_pending;     /* peer_failed still to be called */
+    ps_status_t fail_why;
+    uint32_t tx_seq;
+    uint32_t tx_epoch;
+    ps__fab_tx_t *q_head, *q_tail;
+    ps__fab_tx_t *inflight;
+    int in_blocked;
+    struct ps__fab_peer *next_blocked;
+    pid_t pid;            /* its process, for same-host liveness checks */
+    int same_host;
+};
+
+/* Where a sender's sequence stands (progress thread only). Kept apart from
+ * the peer (which disconnect() replaces) since it follows the sender. */
+struct ps__fab_rxs {
+    int known;
+    uint32_t epoch;
+    uint32_t prev_epoch;
+    uint32_t next;            /* next sequence number to deliver */
+    ps__fab_rx_t *pending;    /* by sequence */
+};
+
+struct ps__fab_van {
+    ps_van_t base; /* first */
+    ps_van_params_t params;
+    ps_van_callbacks_t cb;
+    ps_van_t *tcp;         /* scheduler traffic */
+    ps_frame_limits_t limits;
+
+    /* provider */
+    struct fi_info *info;  /* chosen (probe at open, bound at bind) */
+    char prov_name[64];
+    uint32_t prov_hash;
+    int use_rma;
+    int have_source;
+    int mr_local, mr_virt, mr_prov_key, mr_endpoint, mr_pins;
+    int same_host_only;
+    int need_ep_lock;      /* provider not FI_THREAD_SAFE */
+    size_t inject_size;
+    size_t iov_limit;
+    uint64_t max_msg;
+
+    /* resources (after bind) */
+    int up;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    int cq_fd;             /* -1: no wait object */
+    int epfd;
+    int wakefd;
+    pthread_mutex_t ep_lock;
+    uint64_t next_key;     /* atomic: requested keys without FI_MR_PROV_KEY */
+    uint8_t my_addr[PS_NODE_ENDPOINT_MAX];
+    size_t my_addr_len;
+    uint64_t host_id;
+
+    ps_rdma_mr_cache_t *mrc;
+    ps_rdma_buf_pool_t *pool;
+    ps_rdma_slot_pool_t *pulls;   /* worker: pending pulls */
+    ps_rdma_rdv_table_t *dests;   /* server: where responses may be written */
+
+    ps__fab_mrecv_t mrecv[PS__FAB_META_DEPTH];
+
+    /* addresses inserted in the AV (never inserted twice: shm cannot take
+     * an address again); under peers_lock (write) */
+    struct ps__fab_av_entry {
+        uint8_t addr[PS_NODE_ENDPOINT_MAX];
+        size_t len;
+        fi_addr_t fi_addr;
+    } *av_entries;
+    size_t num_av, cap_av;
+
+    /* peers */
+    pthread_rwlock_t peers_lock;
+    ps__fab_peer_t **peers;  /* by id */
+    int peers_cap;
+    ps__fab_peer_t *all_peers;
+
+    /* hand-offs to the progress thread */
+    pthread_mutex_t blocked_lock;
+    ps__fab_peer_t *blocked;    /* peers with queued sends */
+    int fail_pending;           /* atomic: some peer has fail_pending */
+
+    /* progress thread */
+    ps_thread_t thread;
+    int thread_started;
+    int stop;                   /* atomic */
+    int sleeping;               /* atomic */
+    ps__fab_rxs_t **rxs;        /* by sender id */
+    int rxs_cap;
+    ps__fab_rx_t *rx_all;
+    ps__fab_rx_t *rx_blocked;
+    int mrecv_blocked;
+    ps_node_t *scratch_nodes;
+    size_t scratch_cap;
+    uint64_t last_liveness_ns;
+
+    int my_id;                  /* atomic */
+    uint64_t bytes_sent;        /* atomic */
+    uint64_t bytes_recv;        /* atomic */
+};
+
+static inline ps__fab_van_t *ps__fab_of(ps_van_t *v)
+{
+    return (ps__fab_van_t *)v;
+}
+
+/* Serialises endpoint calls for providers that are not thread-safe. */
+static inline void ps__fab_ep_lock(ps__fab_van_t *van)
+{
+    if (van->need_ep_lock)
+        pthread_mutex_lock(&van->ep_lock);
+}
+static inline void ps__fab_ep_unlock(ps__fab_van_t *van)
+{
+    if (van->need_ep_lock)
+        pthread_mutex_unlock(&van->ep_lock);
+}
+
+/* ---- fabric_domain.c ---- */
+/* Chooses the provider (PS_FABRIC_PROVIDER, FI_PROVIDER, else the best
+ * available) and records what it offers. */
+ps_status_t ps__fab_probe(ps__fab_van_t *van);
+/* Opens fabric, domain, AV, CQ, endpoint bound to `host` where the
+ * provider's addresses are socket addresses. */
+ps_status_t ps__fab_setup(ps__fab_van_t *van, const char *host);
+/* Closes the endpoint (nothing completes after it). */
+void ps__fab_close_ep(ps__fab_van_t *van);
+/* Closes everything else (after every tx and rx is freed). */
+void ps__fab_teardown(ps__fab_van_t *van);
+/* This node's endpoint_name blob. */
+ps_status_t ps__fab_make_blob(ps__fab_van_t *van, uint8_t *buf, size_t cap, uint32_t *len_p);
+/* Parses a peer's blob; checks provider and host. */
+ps_status_t ps__fab_parse_blob(ps__fab_van_t *van, const ps_node_t *peer, const uint8_t **addr_p,
+                               size_t *addr_len_p, pid_t *pid_p, int *same_host_p);
+/* Registration ops for the cache and the pool. */
+extern const ps_rdma_reg_ops_t ps__fab_reg_ops;
+void *ps__fab_mr_desc(void *handle);
+uint64_t ps__fab_mr_key(void *handle);
+const char *ps__fab_strerror(int err);
+
+/* ---- fabric_van.c ---- */
+ps__fab_peer_t *ps__fab_peer_lookup(ps__fab_van_t *van, int id); /* or NULL */
+/* The peer of an incoming sender, made if new (progress thread). */
+ps__fab_peer_t *ps__fab_peer_for_rx(ps__fab_van_t *van, int id);
+/* Marks a peer's link failed (any thread); the progress thread tells the
+ * postoffice. Drops its queued sends and rendezvous state. */
+void ps__fab_peer_fail(ps__fab_van_t *van, ps__fab_peer_t *peer, ps_status_t why,
+                       const char *what);
+void ps__fab_kick(ps__fab_van_t *van);
+int ps__fab_my_id(ps__fab_van_t *van);
+
+/* ---- fabric_send.c ---- */
+ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg);
+/* A send op completed (ok = 0 on error). */
+void ps__fab_tx_op_done(ps__fab_van_t *van, ps__fab_tx_t *tx, int ok);
+/* Posts what the blocked peers queued (progress thread). */
+void ps__fab_flush_blocked(ps__fab_van_t *van);
+/* Releases every send of a peer (close). */
+void ps__fab_tx_free_all(ps__fab_van_t *van, ps__fab_peer_t *peer);
+void ps__fab_tx_free_list(ps__fab_van_t *van, ps__fab_tx_t *list);
+void ps__fab_pull_free(ps__fab_van_t *van, ps__fab_pull_t *pull);
+/* Drop callback of van->dests (frees a ps__fab_rdv_desc_t copy). */
+void ps__fab_dest_drop(void *arg, const ps_rdma_rdv_key_t *key, void *value);
+
+/* ---- fabric_recv.c ---- */
+ps_status_t ps__fab_post_meta_recvs(ps__fab_van_t *van);
+void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr_t src);
+void ps__fab_on_rx_part(ps__fab_van_t *van, ps__fab_op_t *op, int ok);
+void ps__fab_meta_recv_error(ps__fab_van_t *van, ps__fab_mrecv_t *m, int err);
+/* Retries receives that got -FI_EAGAIN. */
+void ps__fab_retry_recvs(ps__fab_van_t *van);
+/* Forgets a sender's half-assembled messages (its sequence restarts). */
+void ps__fab_rx_reset(ps__fab_van_t *van, ps__fab_rxs_t *rxs);
+/* Frees every rx and meta buffer (close, after the endpoint is closed). */
+void ps__fab_rx_free_all(ps__fab_van_t *van);
+
+/* ---- fabric_progress.c ---- */
+ps_status_t ps__fab_start_progress(ps__fab_van_t *van);
+void ps__fab_stop_progress(ps__fab_van_t *van);
+
+/* ---- testing (fabric_testing.h) ---- */
+extern int ps__fab_rma_disabled;
+extern unsigned long ps__fab_rma_writes;
+
+#endif /* PS_RDMA_FABRIC_FABRIC_INTERNAL_H_ */

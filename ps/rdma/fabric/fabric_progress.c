@@ -1,0 +1,320 @@
+/*
+ * The progress thread of the libfabric van. Manual progress: every
+ * completion, and every step of a provider's own protocol, happens when
+ * this thread reads the completion queue.
+ *
+ * Idle, it does not burn a core: after a short spin (a wake-up of an idle
+ * vCPU costs tens of microseconds) it sleeps in epoll on the completion
+ * queue's wait fd and an eventfd other threads kick, after fi_trywait()
+ * says that is safe. Providers without a wait object (shm) get polls with
+ * pauses doubling up to a millisecond; PS_BUSY_POLL=1 spins all the time.
+ *
+ * Errors: a failed send or data receive fails that peer's link (the
+ * postoffice hears PS_ERR_LINK_FAILED), never the process. A peer on this
+ * host whose process is gone while sends to it hang is found by a
+ * liveness check (shm delivers into shared memory, whether anyone reads it
+ * or not).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <rdma/fi_errno.h>
+#include <rdma/fi_eq.h>
+
+#include "ps/base/log.h"
+#include "ps/base/time.h"
+#include "ps/rdma/fabric/fabric_internal.h"
+
+static void handle_completion(ps__fab_van_t *van, const struct fi_cq_tagged_entry *e,
+                              fi_addr_t src)
+{
+    ps__fab_op_t *op = e->op_context;
+    if (op == NULL)
+        return; /* an inject or a write without a completion we asked for */
+    switch (op->kind) {
+    case PS__FAB_OP_SEND:
+        ps__fab_tx_op_done(van, op->owner, 1);
+        break;
+    case PS__FAB_OP_MRECV:
+        ps__fab_on_meta(van, op->owner, e->len, src);
+        break;
+    case PS__FAB_OP_RXPART:
+        ps__fab_on_rx_part(van, op, 1);
+        break;
+    default:
+        break;
+    }
+}
+
+static void handle_error(ps__fab_van_t *van)
+{
+    struct fi_cq_err_entry err;
+    memset(&err, 0, sizeof(err));
+    ps__fab_ep_lock(van);
+    ssize_t ret = fi_cq_readerr(van->cq, &err, 0);
+    ps__fab_ep_unlock(van);
+    if (ret != 1)
+        return;
+    ps__fab_op_t *op = err.op_context;
+    if (op == NULL) {
+        ps_warn_ratelimited(PS_LOG_FABRIC, "completion error without a context: %s",
+                            ps__fab_strerror(err.err));
+        return;
+    }
+    char detail[160];
+    const char *prov = fi_cq_strerror(van->cq, err.prov_errno, err.err_data, NULL, 0);
+    snprintf(detail, sizeof(detail), "%s%s%s", ps__fab_strerror(err.err),
+             prov != NULL && prov[0] != '\0' ? ": " : "", prov != NULL ? prov : "");
+    switch (op->kind) {
+    case PS__FAB_OP_SEND: {
+        ps__fab_tx_t *tx = op->owner;
+        if (err.err != FI_ECANCELED)
+            ps__fab_peer_fail(van, tx->peer, PS_ERR_LINK_FAILED, detail);
+        ps__fab_tx_op_done(van, tx, 0);
+        break;
+    }
+    case PS__FAB_OP_MRECV:
+        ps__fab_meta_recv_error(van, op->owner, err.err);
+        break;
+    case PS__FAB_OP_RXPART:
+        if (err.err != FI_ECANCELED)
+            ps_warn(PS_LOG_FABRIC, "a receive failed: %s", detail);
+        ps__fab_on_rx_part(van, op, 0);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Reads what the completion queue holds; returns how many events. */
+static int drain_cq(ps__fab_van_t *van)
+{
+    struct fi_cq_tagged_entry ev[PS__FAB_CQ_BATCH];
+    fi_addr_t src[PS__FAB_CQ_BATCH];
+    int total = 0;
+    for (int round = 0; round < 8; round++) {
+        ssize_t n;
+        ps__fab_ep_lock(van);
+        if (van->have_source)
+            n = fi_cq_readfrom(van->cq, ev, PS__FAB_CQ_BATCH, src);
+        else
+            n = fi_cq_read(van->cq, ev, PS__FAB_CQ_BATCH);
+        ps__fab_ep_unlock(van);
+        if (n > 0) {
+            for (ssize_t i = 0; i < n; i++)
+                handle_completion(van, &ev[i], van->have_source ? src[i] : FI_ADDR_NOTAVAIL);
+            total += (int)n;
+            if (n < PS__FAB_CQ_BATCH)
+                break;
+            continue;
+        }
+        if (n == -FI_EAVAIL) {
+            handle_error(van);
+            total++;
+            continue;
+        }
+        if (n != -FI_EAGAIN)
+            ps_warn_ratelimited(PS_LOG_FABRIC, "reading the completion queue: %s",
+                                ps__fab_strerror((int)n));
+        break;
+    }
+    return total;
+}
+
+/* Tells the postoffice about failed links (outside every lock). */
+static void notify_failures(ps__fab_van_t *van)
+{
+    if (!__atomic_exchange_n(&van->fail_pending, 0, __ATOMIC_SEQ_CST))
+        return;
+    for (;;) {
+        ps__fab_peer_t *hit = NULL;
+        ps_status_t why = PS_ERR_LINK_FAILED;
+        pthread_rwlock_rdlock(&van->peers_lock);
+        for (ps__fab_peer_t *p = van->all_peers; p != NULL && hit == NULL; p = p->all_next) {
+            pthread_mutex_lock(&p->lock);
+            if (p->fail_pending) {
+                p->fail_pending = 0;
+                why = p->fail_why;
+                hit = p;
+            }
+            pthread_mutex_unlock(&p->lock);
+        }
+        pthread_rwlock_unlock(&van->peers_lock);
+        if (hit == NULL)
+            return;
+        if (van->cb.peer_failed != NULL)
+            van->cb.peer_failed(van->cb.arg, hit->id, why);
+    }
+}
+
+/* Same-host peers whose sends hang: is their process still there? */
+static void check_liveness(ps__fab_van_t *van, uint64_t now)
+{
+    if (now - van->last_liveness_ns < PS__FAB_LIVENESS_NS)
+        return;
+    van->last_liveness_ns = now;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__fab_peer_t *dead = NULL;
+    for (ps__fab_peer_t *p = van->all_peers; p != NULL && dead == NULL; p = p->all_next) {
+        pthread_mutex_lock(&p->lock);
+        int stuck = p->same_host && p->pid > 0 && !p->failed && p->inflight != NULL &&
+                    now - p->inflight->posted_ns > PS__FAB_LIVENESS_NS;
+        pthread_mutex_unlock(&p->lock);
+        if (stuck && kill(p->pid, 0) != 0 && errno == ESRCH)
+            dead = p;
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    if (dead != NULL)
+        ps__fab_peer_fail(van, dead, PS_ERR_PEER_GONE, "its process is gone");
+}
+
+static int have_handoffs(ps__fab_van_t *van)
+{
+    return __atomic_load_n(&van->blocked, __ATOMIC_SEQ_CST) != NULL ||
+           __atomic_load_n(&van->fail_pending, __ATOMIC_SEQ_CST) != 0 ||
+           van->rx_blocked != NULL || van->mrecv_blocked;
+}
+
+static void drain_wakefd(ps__fab_van_t *van)
+{
+    uint64_t v;
+    ssize_t n = read(van->wakefd, &v, sizeof(v));
+    (void)n;
+}
+
+/* Sleeps until the completion queue or a kick needs us, or `timeout_ms`. */
+static void wait_fd(ps__fab_van_t *van, int timeout_ms)
+{
+    __atomic_store_n(&van->sleeping, 1, __ATOMIC_SEQ_CST);
+    if (!have_handoffs(van) && !__atomic_load_n(&van->stop, __ATOMIC_SEQ_CST)) {
+        struct fid *fids[1] = {&van->cq->fid};
+        ps__fab_ep_lock(van);
+        int ret = fi_trywait(van->fabric, fids, 1);
+        ps__fab_ep_unlock(van);
+        if (ret == 0) {
+            struct epoll_event ev[2];
+            int n = epoll_wait(van->epfd, ev, 2, timeout_ms);
+            for (int i = 0; i < n; i++) {
+                if (ev[i].data.fd == van->wakefd)
+                    drain_wakefd(van);
+            }
+        }
+    }
+    __atomic_store_n(&van->sleeping, 0, __ATOMIC_SEQ_CST);
+}
+
+/* No wait object: a pause of `ns`, cut short by a kick. */
+static void wait_poll(ps__fab_van_t *van, uint64_t ns)
+{
+    __atomic_store_n(&van->sleeping, 1, __ATOMIC_SEQ_CST);
+    if (!have_handoffs(van) && !__atomic_load_n(&van->stop, __ATOMIC_SEQ_CST)) {
+        struct pollfd pfd = {.fd = van->wakefd, .events = POLLIN};
+        struct timespec ts = {.tv_sec = (time_t)(ns / PS_NSEC_PER_SEC),
+                              .tv_nsec = (long)(ns % PS_NSEC_PER_SEC)};
+        if (ppoll(&pfd, 1, &ts, NULL) > 0)
+            drain_wakefd(van);
+    }
+    __atomic_store_n(&van->sleeping, 0, __ATOMIC_SEQ_CST);
+}
+
+static void *progress_main(void *arg)
+{
+    ps__fab_van_t *van = arg;
+    uint64_t last_active = ps_time_now_ns();
+    uint64_t pause = PS__FAB_SLEEP_MIN_NS;
+    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+        int n = drain_cq(van);
+        if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) != NULL)
+            ps__fab_flush_blocked(van);
+        if (van->rx_blocked != NULL || van->mrecv_blocked)
+            ps__fab_retry_recvs(van);
+        notify_failures(van);
+        uint64_t now = ps_time_now_ns();
+        check_liveness(van, now);
+        if (n > 0) {
+            last_active = now;
+            pause = PS__FAB_SLEEP_MIN_NS;
+            continue;
+        }
+        if (van->params.busy_poll) {
+            ps_cpu_relax();
+            continue;
+        }
+        if (now - last_active < PS__FAB_SPIN_NS) {
+            ps_cpu_relax();
+            continue;
+        }
+        if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) != NULL) {
+            /* The provider pushed back and nothing completed: let it
+             * breathe before the next try. */
+            ps_sleep_ns(PS__FAB_SLEEP_MIN_NS);
+            continue;
+        }
+        if (van->cq_fd >= 0) {
+            wait_fd(van, (int)(PS__FAB_LIVENESS_NS / PS_NSEC_PER_MSEC));
+        } else {
+            wait_poll(van, pause);
+            pause = pause * 2 > PS__FAB_SLEEP_MAX_NS ? PS__FAB_SLEEP_MAX_NS : pause * 2;
+        }
+    }
+    return NULL;
+}
+
+ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
+{
+    van->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (van->wakefd < 0) {
+        ps_error(PS_LOG_FABRIC, "eventfd: %m");
+        return PS_ERR_NO_RESOURCE;
+    }
+    if (van->cq_fd >= 0) {
+        van->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (van->epfd < 0) {
+            ps_error(PS_LOG_FABRIC, "epoll_create1: %m");
+            return PS_ERR_NO_RESOURCE;
+        }
+        struct epoll_event ev = {.events = EPOLLIN};
+        ev.data.fd = van->wakefd;
+        if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->wakefd, &ev) != 0) {
+            ps_error(PS_LOG_FABRIC, "epoll_ctl: %m");
+            return PS_ERR_NO_RESOURCE;
+        }
+        ev.data.fd = van->cq_fd;
+        if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->cq_fd, &ev) != 0) {
+            ps_error(PS_LOG_FABRIC, "epoll_ctl on the completion queue's fd: %m");
+            return PS_ERR_NO_RESOURCE;
+        }
+    }
+    van->last_liveness_ns = ps_time_now_ns();
+    ps_status_t st = ps_thread_create("ps-fabric", PS_THREAD_NO_CPU, progress_main, van,
+                                      &van->thread);
+    if (st != PS_OK)
+        return st;
+    van->thread_started = 1;
+    return PS_OK;
+}
+
+void ps__fab_stop_progress(ps__fab_van_t *van)
+{
+    if (van->thread_started) {
+        __atomic_store_n(&van->stop, 1, __ATOMIC_SEQ_CST);
+        uint64_t one = 1;
+        ssize_t n = write(van->wakefd, &one, sizeof(one));
+        (void)n;
+        ps_thread_join(&van->thread, NULL);
+        van->thread_started = 0;
+    }
+    if (van->epfd >= 0)
+        close(van->epfd);
+    van->epfd = -1;
+    if (van->wakefd >= 0)
+        close(van->wakefd);
+    van->wakefd = -1;
+}

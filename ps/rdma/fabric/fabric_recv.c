@@ -1,0 +1,645 @@
+/*
+ * The receive side of the libfabric van (progress thread only).
+ *
+ * A pool of meta receives stays posted (untagged: any sender). When
+ * one completes, its header says who sent it and where the message stands
+ * in that sender's sequence; the frame header and meta are decoded at once
+ * (or, for a meta too large for a posted buffer, received next as an EXT
+ * message), and every data segment gets its destination: the buffer the
+ * postoffice names through recv_buffer() (a pull response lands in the
+ * worker's own buffer), or a pooled one. Inline data is copied out of the
+ * meta buffer, RMA-written data is already in place, the rest arrives as
+ * one DATA message received straight into those destinations. The meta
+ * buffer is re-posted as soon as it has been read.
+ *
+ * Messages of one sender are delivered in sequence order: a message that
+ * waits for its data holds back the ones behind it.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include "ps/base/log.h"
+#include "ps/net/codec/codec.h"
+#include "ps/rdma/fabric/fabric_internal.h"
+
+/* Most nodes one control message may list. */
+#define RX_MAX_NODES 8192
+
+/* ---- meta receives ---- */
+
+static int post_mrecv(ps__fab_van_t *van, ps__fab_mrecv_t *m)
+{
+    ps__fab_ep_lock(van);
+    ssize_t ret = fi_recv(van->ep, ps_slice_ptr(&m->buf), PS__FAB_META_BUF, m->desc,
+                          FI_ADDR_UNSPEC, &m->op);
+    ps__fab_ep_unlock(van);
+    if (ret == 0) {
+        m->posted = 1;
+        return 0;
+    }
+    if (ret != -FI_EAGAIN)
+        ps_warn_ratelimited(PS_LOG_FABRIC, "posting a meta receive: %s",
+                            ps__fab_strerror((int)ret));
+    van->mrecv_blocked = 1;
+    return (int)ret;
+}
+
+ps_status_t ps__fab_post_meta_recvs(ps__fab_van_t *van)
+{
+    for (int i = 0; i < PS__FAB_META_DEPTH; i++) {
+        ps__fab_mrecv_t *m = &van->mrecv[i];
+        m->op.kind = PS__FAB_OP_MRECV;
+        m->op.owner = m;
+        ps_status_t st = ps_rdma_buf_pool_get(van->pool, PS__FAB_META_BUF, &m->buf);
+        if (st != PS_OK)
+            return st;
+        m->desc = ps__fab_mr_desc(ps_rdma_buf_pool_handle(van->pool, &m->buf));
+        int ret = post_mrecv(van, m);
+        if (ret != 0 && ret != -FI_EAGAIN) {
+            ps_error(PS_LOG_FABRIC, "cannot post receives: %s", ps__fab_strerror(ret));
+            return PS_ERR_DEVICE;
+        }
+    }
+    return PS_OK;
+}
+
+/* ---- rx objects ---- */
+
+static void rx_link(ps__fab_van_t *van, ps__fab_rx_t *rx)
+{
+    rx->all_prev = NULL;
+    rx->all_next = van->rx_all;
+    if (van->rx_all)
+        van->rx_all->all_prev = rx;
+    van->rx_all = rx;
+}
+
+static void rx_free(ps__fab_van_t *van, ps__fab_rx_t *rx)
+{
+    if (rx->all_prev)
+        rx->all_prev->all_next = rx->all_next;
+    else
+        van->rx_all = rx->all_next;
+    if (rx->all_next)
+        rx->all_next->all_prev = rx->all_prev;
+    for (int i = 0; i < PS_MSG_MAX_DATA; i++) {
+        if (rx->mr[i] != NULL)
+            ps_rdma_mr_cache_put(van->mrc, rx->mr[i]);
+        rx->mr[i] = NULL;
+    }
+    ps_slice_unref(&rx->ext);
+    ps_msg_release(&rx->msg);
+    free(rx);
+}
+
+void ps__fab_rx_free_all(ps__fab_van_t *van)
+{
+    while (van->rx_all != NULL)
+        rx_free(van, van->rx_all);
+    van->rx_blocked = NULL;
+    for (int i = 0; i < van->rxs_cap; i++)
+        free(van->rxs[i]);
+    free(van->rxs);
+    van->rxs = NULL;
+    van->rxs_cap = 0;
+    for (int i = 0; i < PS__FAB_META_DEPTH; i++)
+        ps_slice_unref(&van->mrecv[i].buf);
+}
+
+/* Inserts rx in its sender's pending list, by sequence (modulo 2^32). */
+static void pending_insert(ps__fab_rxs_t *rxs, ps__fab_rx_t *rx)
+{
+    ps__fab_rx_t **pp = &rxs->pending;
+    while (*pp != NULL && (int32_t)((*pp)->seq - rx->seq) < 0)
+        pp = &(*pp)->next;
+    rx->next = *pp;
+    *pp = rx;
+}
+
+void ps__fab_rx_reset(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
+{
+    ps__fab_rx_t *rx = rxs->pending;
+    rxs->pending = NULL;
+    while (rx != NULL) {
+        ps__fab_rx_t *next = rx->next;
+        rx->next = NULL;
+        if (rx->waiting > 0 || rx->blocked)
+            rx->orphan = 1; /* freed when its receive completes (or at close) */
+        else
+            rx_free(van, rx);
+        rx = next;
+    }
+}
+
+/* Delivers what is next in the sender's sequence and complete. */
+static void try_deliver(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
+{
+    for (;;) {
+        ps__fab_rx_t *rx = rxs->pending;
+        if (rx == NULL || rx->seq != rxs->next || !rx->ready)
+            return;
+        rxs->pending = rx->next;
+        rxs->next++;
+        ps_msg_t msg = rx->msg;
+        ps_msg_init(&rx->msg);
+        __atomic_add_fetch(&van->bytes_recv, ps_msg_data_bytes(&msg), __ATOMIC_RELAXED);
+        rx_free(van, rx);
+        if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
+            char line[192];
+            ps_msg_describe(&msg, line, sizeof(line));
+            ps_trace(PS_LOG_FABRIC, "received %s", line);
+        }
+        if (van->cb.deliver != NULL)
+            van->cb.deliver(van->cb.arg, &msg);
+        else
+            ps_msg_release(&msg);
+    }
+}
+
+/* ---- assembling a message ---- */
+
+/* Posts the DATA receive of rx (or queues it for a retry). */
+static void post_data(ps__fab_van_t *van, ps__fab_rx_t *rx)
+{
+    ps__fab_ep_lock(van);
+    ssize_t ret = fi_trecvv(van->ep, rx->iov, rx->desc, (size_t)rx->niov, FI_ADDR_UNSPEC,
+                            ps__fab_tag(PS__FAB_KIND_DATA, rx->epoch, rx->peer->id, rx->seq), 0,
+                            &rx->op_data);
+    ps__fab_ep_unlock(van);
+    if (ret == 0) {
+        rx->waiting++;
+        rx->blocked = 0;
+        return;
+    }
+    if (ret != -FI_EAGAIN) {
+        ps__fab_peer_fail(van, rx->peer, PS_ERR_LINK_FAILED, "cannot post a data receive");
+        rx->orphan = 1;
+        return;
+    }
+    if (!rx->blocked) {
+        rx->blocked = PS__FAB_KIND_DATA;
+        rx->next_blocked = van->rx_blocked;
+        van->rx_blocked = rx;
+    }
+}
+
+static void post_ext(ps__fab_van_t *van, ps__fab_rx_t *rx)
+{
+    void *desc = ps__fab_mr_desc(ps_rdma_buf_pool_handle(van->pool, &rx->ext));
+    ps__fab_ep_lock(van);
+    ssize_t ret = fi_trecv(van->ep, ps_slice_ptr(&rx->ext), rx->ext.len, desc, FI_ADDR_UNSPEC,
+                           ps__fab_tag(PS__FAB_KIND_EXT, rx->epoch, rx->peer->id, rx->seq), 0,
+                           &rx->op_ext);
+    ps__fab_ep_unlock(van);
+    if (ret == 0) {
+        rx->waiting++;
+        rx->blocked = 0;
+        return;
+    }
+    if (ret != -FI_EAGAIN) {
+        ps__fab_peer_fail(van, rx->peer, PS_ERR_LINK_FAILED, "cannot post a meta receive");
+        rx->orphan = 1;
+        return;
+    }
+    if (!rx->blocked) {
+        rx->blocked = PS__FAB_KIND_EXT;
+        rx->next_blocked = van->rx_blocked;
+        van->rx_blocked = rx;
+    }
+}
+
+/* A destination for segment i of len bytes: the postoffice's, else pooled. */
+static ps_status_t seg_dest(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned i, uint64_t len,
+                            int want_desc, void **desc_p)
+{
+    ps_slice_t s = PS_SLICE_EMPTY_INIT;
+    *desc_p = NULL;
+    if (van->cb.recv_buffer != NULL &&
+        van->cb.recv_buffer(van->cb.arg, &rx->msg.meta, i, len, &s) == PS_OK) {
+        ps_buf_mem_t kind = ps_slice_mem_kind(&s);
+        if (s.buf == NULL || s.len < len || (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM)) {
+            ps_warn_ratelimited(PS_LOG_FABRIC, "recv_buffer gave %zu bytes of memory kind %d "
+                                "for a %" PRIu64 "-byte segment; using a van buffer", s.len,
+                                (int)kind, len);
+            ps_slice_unref(&s);
+        } else {
+            ps_slice_narrow(&s, 0, len);
+            if (want_desc && van->mr_local) {
+                ps_status_t st = ps_rdma_mr_cache_get(van->mrc, &s, &rx->mr[i]);
+                if (st != PS_OK) {
+                    rx->mr[i] = NULL;
+                    ps_slice_unref(&s); /* fall back to a registered pool buffer */
+                } else {
+                    *desc_p = ps__fab_mr_desc(rx->mr[i]->handle);
+                }
+            }
+        }
+    }
+    if (s.buf == NULL) {
+        ps_status_t st = ps_rdma_buf_pool_get(van->pool, len, &s);
+        if (st != PS_OK)
+            return st;
+        *desc_p = ps__fab_mr_desc(ps_rdma_buf_pool_handle(van->pool, &s));
+    }
+    rx->msg.data[i] = s;
+    return PS_OK;
+}
+
+/* The pull whose response this is (its values were written by RMA when
+ * `written` says so). */
+static ps_status_t take_pull(ps__fab_van_t *van, ps__fab_rx_t *rx, int written)
+{
+    ps__fab_pull_t *pull = van->pulls ? ps_rdma_slot_release(van->pulls, rx->rdv_slot) : NULL;
+    const ps_meta_t *m = &rx->msg.meta;
+    if (pull == NULL || pull->peer != rx->peer->id || pull->timestamp != m->timestamp ||
+        pull->app_id != m->app_id || pull->customer_id != m->customer_id) {
+        ps_error(PS_LOG_FABRIC, "node %d answered a pull this node does not expect (slot 0x%x, "
+                 "timestamp %d)", rx->peer->id, rx->rdv_slot, m->timestamp);
+        if (pull != NULL)
+            ps__fab_pull_free(van, pull);
+        return PS_ERR_PROTOCOL;
+    }
+    ps_status_t st = PS_OK;
+    if (written) {
+        unsigned i = rx->rma_seg;
+        uint64_t len = rx->fh.data_len[i];
+        if (len > pull->dest.len) {
+            ps_error(PS_LOG_FABRIC, "node %d wrote %" PRIu64 " bytes into a %zu-byte pull "
+                     "destination", rx->peer->id, len, pull->dest.len);
+            st = PS_ERR_PROTOCOL;
+        } else {
+            rx->msg.data[i] = pull->dest;
+            pull->dest = (ps_slice_t)PS_SLICE_EMPTY_INIT;
+            ps_slice_narrow(&rx->msg.data[i], 0, len);
+        }
+    }
+    ps__fab_pull_free(van, pull);
+    return st;
+}
+
+/* Decodes frame header + meta from buf and sets up the data segments;
+ * `tail` holds the inline data after them (main meta buffer only). */
+static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t *buf,
+                             size_t len)
+{
+    size_t need = 0;
+    ps_status_t st = ps_frame_header_parse(buf, len, &van->limits, &rx->fh, &need);
+    if (st != PS_OK || rx->fh.num_data > PS_MSG_MAX_DATA ||
+        (size_t)rx->fh.header_len + rx->fh.meta_len > len) {
+        ps_error(PS_LOG_FABRIC, "bad frame from node %d (%s)", rx->peer->id,
+                 st == PS_OK ? "too many segments or truncated" : ps_status_str(st));
+        return PS_ERR_PROTOCOL;
+    }
+    const uint8_t *mp = buf + rx->fh.header_len;
+    ps_meta_t meta;
+    st = ps_meta_decode_grow(mp, rx->fh.meta_len, &meta, &van->scratch_nodes, &van->scratch_cap,
+                             RX_MAX_NODES);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_FABRIC, "undecodable meta from node %d (%s)", rx->peer->id,
+                 ps_status_str(st));
+        return PS_ERR_PROTOCOL;
+    }
+    ps_msg_t *msg = &rx->msg;
+    msg->meta = meta;
+    msg->meta.sender = rx->peer->id;
+    msg->meta.control.nodes = NULL;
+    msg->meta.body = NULL;
+    size_t nn = meta.control.num_nodes, bl = meta.body_len;
+    if (nn != 0 || bl != 0) {
+        /* Node list and body point into the receive buffer: the message
+         * gets its own copy. */
+        uint8_t *block = malloc(nn * sizeof(ps_node_t) + bl);
+        if (block == NULL)
+            return PS_ERR_NO_MEMORY;
+        if (nn != 0) {
+            memcpy(block, meta.control.nodes, nn * sizeof(ps_node_t));
+            msg->meta.control.nodes = (ps_node_t *)(void *)block;
+        }
+        if (bl != 0) {
+            memcpy(block + nn * sizeof(ps_node_t), meta.body, bl);
+            msg->meta.body = block + nn * sizeof(ps_node_t);
+        }
+        msg->nodes = (ps_node_t *)(void *)block;
+        msg->num_nodes = (uint32_t)nn;
+        msg->nodes_owned = 1;
+    }
+
+    /* Server: where the answer to this pull may be written. */
+    ps__fab_rdv_desc_t d;
+    if (msg->meta.van_data_len == sizeof(d)) {
+        memcpy(&d, msg->meta.van_data, sizeof(d));
+        if (d.magic == PS__FAB_RDV_MAGIC && van->dests != NULL && msg->meta.request) {
+            ps__fab_rdv_desc_t *copy = malloc(sizeof(*copy));
+            ps_rdma_rdv_key_t key = {rx->peer->id, msg->meta.app_id, msg->meta.customer_id,
+                                     msg->meta.timestamp};
+            if (copy != NULL) {
+                *copy = d;
+                if (ps_rdma_rdv_put(van->dests, &key, copy) != PS_OK)
+                    free(copy);
+            }
+        }
+        msg->meta.van_data_len = 0;
+    }
+
+    msg->num_data = rx->fh.num_data;
+    int written = (rx->flags & PS__FAB_F_RMA) && rx->rma_seg < rx->fh.num_data;
+    if (rx->flags & PS__FAB_F_RDV) {
+        if ((st = take_pull(van, rx, written)) != PS_OK)
+            return st;
+    } else if (written) {
+        ps_error(PS_LOG_FABRIC, "node %d wrote values without a pull to answer", rx->peer->id);
+        return PS_ERR_PROTOCOL;
+    }
+
+    const uint8_t *tail = mp + rx->fh.meta_len;
+    size_t tail_len = len - rx->fh.header_len - rx->fh.meta_len;
+    int ndata = 0;
+    uint64_t rest = 0;
+    for (unsigned i = 0; i < rx->fh.num_data; i++) {
+        if (rx->fh.data_len[i] > 0 && !(written && i == rx->rma_seg)) {
+            ndata++;
+            rest += rx->fh.data_len[i];
+        }
+    }
+    if (rx->flags & PS__FAB_F_INLINE) {
+        if (rest > tail_len) {
+            ps_error(PS_LOG_FABRIC, "node %d sent %zu inline bytes for %" PRIu64 " bytes of data",
+                     rx->peer->id, tail_len, rest);
+            return PS_ERR_PROTOCOL;
+        }
+        for (unsigned i = 0; i < rx->fh.num_data; i++) {
+            uint64_t l = rx->fh.data_len[i];
+            if (l == 0 || (written && i == rx->rma_seg))
+                continue;
+            void *unused;
+            if ((st = seg_dest(van, rx, i, l, 0, &unused)) != PS_OK)
+                return st;
+            memcpy(ps_slice_ptr(&msg->data[i]), tail, l);
+            tail += l;
+        }
+        return PS_OK;
+    }
+    if (ndata == 0)
+        return PS_OK;
+    if (!(rx->flags & PS__FAB_F_DATA)) {
+        ps_error(PS_LOG_FABRIC, "node %d announced %" PRIu64 " data bytes but sends none",
+                 rx->peer->id, rest);
+        return PS_ERR_PROTOCOL;
+    }
+    if ((size_t)ndata <= van->iov_limit) {
+        for (unsigned i = 0; i < rx->fh.num_data; i++) {
+            uint64_t l = rx->fh.data_len[i];
+            if (l == 0 || (written && i == rx->rma_seg))
+                continue;
+            if ((st = seg_dest(van, rx, i, l, 1, &rx->desc[rx->niov])) != PS_OK)
+                return st;
+            rx->iov[rx->niov].iov_base = ps_slice_ptr(&msg->data[i]);
+            rx->iov[rx->niov].iov_len = l;
+            rx->niov++;
+        }
+    } else {
+        /* Gathered by the sender into one message: one pooled buffer, the
+         * segments are slices of it. */
+        ps_slice_t one;
+        if ((st = ps_rdma_buf_pool_get(van->pool, rest, &one)) != PS_OK)
+            return st;
+        size_t off = 0;
+        for (unsigned i = 0; i < rx->fh.num_data; i++) {
+            uint64_t l = rx->fh.data_len[i];
+            if (l == 0 || (written && i == rx->rma_seg))
+                continue;
+            ps_slice_sub(&one, off, l, &msg->data[i]);
+            off += l;
+        }
+        rx->iov[0].iov_base = ps_slice_ptr(&one);
+        rx->iov[0].iov_len = rest;
+        rx->desc[0] = ps__fab_mr_desc(ps_rdma_buf_pool_handle(van->pool, &one));
+        rx->niov = 1;
+        ps_slice_unref(&one);
+    }
+    post_data(van, rx);
+    return PS_OK;
+}
+
+/* rx is complete (or failed): deliver in order, or let it go. */
+static void rx_settle(ps__fab_van_t *van, ps__fab_rx_t *rx)
+{
+    if (rx->waiting > 0 || rx->blocked)
+        return;
+    if (rx->orphan) {
+        rx_free(van, rx);
+        return;
+    }
+    rx->ready = 1;
+    try_deliver(van, rx->rxs);
+}
+
+/* A broken message (protocol error, failed receive): the sender's link is
+ * unusable from here on. rx is in its sender's pending list, so the reset
+ * frees it, or orphans it while a receive of it is still posted. */
+static void rx_broken(ps__fab_van_t *van, ps__fab_rx_t *rx, ps_status_t st)
+{
+    ps__fab_peer_fail(van, rx->peer, st == PS_ERR_PROTOCOL ? PS_ERR_PROTOCOL : PS_ERR_LINK_FAILED,
+                      ps_status_str(st));
+    ps__fab_rx_reset(van, rx->rxs);
+}
+
+/* The sequence state of sender `id`, made if new. */
+static ps__fab_rxs_t *rxs_get(ps__fab_van_t *van, int id)
+{
+    if (id >= van->rxs_cap) {
+        int cap = van->rxs_cap ? van->rxs_cap : 64;
+        while (cap <= id)
+            cap *= 2;
+        ps__fab_rxs_t **p = realloc(van->rxs, (size_t)cap * sizeof(*p));
+        if (p == NULL)
+            return NULL;
+        memset(p + van->rxs_cap, 0, (size_t)(cap - van->rxs_cap) * sizeof(*p));
+        van->rxs = p;
+        van->rxs_cap = cap;
+    }
+    if (van->rxs[id] == NULL)
+        van->rxs[id] = calloc(1, sizeof(ps__fab_rxs_t));
+    return van->rxs[id];
+}
+
+void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr_t src)
+{
+    m->posted = 0;
+    const uint8_t *p = ps_slice_ptr(&m->buf);
+    ps__fab_hdr_t hdr;
+    if (len < sizeof(hdr)) {
+        ps_warn_ratelimited(PS_LOG_FABRIC, "dropped a %zu-byte message: too short", len);
+        post_mrecv(van, m);
+        return;
+    }
+    memcpy(&hdr, p, sizeof(hdr));
+    if (hdr.magic != PS__FAB_MAGIC || hdr.version != PS__FAB_VERSION || hdr.sender <= 0 ||
+        hdr.sender >= PS_NODE_EMPTY) {
+        ps_warn_ratelimited(PS_LOG_FABRIC, "dropped a message that is not of this protocol "
+                            "(magic 0x%x, version %u, sender %d)", hdr.magic, hdr.version,
+                            hdr.sender);
+        post_mrecv(van, m);
+        return;
+    }
+    ps__fab_peer_t *peer = ps__fab_peer_for_rx(van, hdr.sender);
+    ps__fab_rxs_t *rxs = rxs_get(van, hdr.sender);
+    if (peer == NULL || rxs == NULL) {
+        ps_error(PS_LOG_FABRIC, "out of memory for node %d's state; message dropped", hdr.sender);
+        post_mrecv(van, m);
+        return;
+    }
+    fi_addr_t known = __atomic_load_n(&peer->addr, __ATOMIC_ACQUIRE);
+    if (van->have_source && src != FI_ADDR_NOTAVAIL && known != FI_ADDR_NOTAVAIL &&
+        src != known) {
+        ps_warn_ratelimited(PS_LOG_FABRIC, "dropped a message claiming to come from node %d "
+                            "from another address", hdr.sender);
+        post_mrecv(van, m);
+        return;
+    }
+    if (__atomic_load_n(&peer->failed, __ATOMIC_ACQUIRE) && rxs->known &&
+        hdr.epoch == rxs->epoch) {
+        /* Its link failed (and was reported): nothing more of this epoch
+         * can be delivered in order. */
+        post_mrecv(van, m);
+        return;
+    }
+    if (!rxs->known) {
+        rxs->known = 1;
+        rxs->epoch = hdr.epoch;
+        rxs->next = 0;
+    } else if (hdr.epoch != rxs->epoch) {
+        if (hdr.epoch == rxs->prev_epoch) {
+            ps_debug(PS_LOG_FABRIC, "dropped a late message of node %d's previous epoch",
+                     hdr.sender);
+            post_mrecv(van, m);
+            return;
+        }
+        ps_info(PS_LOG_FABRIC, "node %d started over (epoch %u after %u)", hdr.sender,
+                hdr.epoch, rxs->epoch);
+        ps__fab_rx_reset(van, rxs);
+        rxs->prev_epoch = rxs->epoch;
+        rxs->epoch = hdr.epoch;
+        rxs->next = 0;
+    }
+
+    ps__fab_rx_t *rx = calloc(1, sizeof(*rx));
+    if (rx == NULL) {
+        post_mrecv(van, m);
+        ps__fab_peer_fail(van, peer, PS_ERR_LINK_FAILED, "out of memory receiving a message");
+        return;
+    }
+    rx->op_ext.kind = PS__FAB_OP_RXPART;
+    rx->op_ext.owner = rx;
+    rx->op_data.kind = PS__FAB_OP_RXPART;
+    rx->op_data.owner = rx;
+    rx->peer = peer;
+    rx->rxs = rxs;
+    rx->seq = hdr.seq;
+    rx->epoch = hdr.epoch;
+    rx->flags = hdr.flags;
+    rx->rdv_slot = hdr.rdv_slot;
+    rx->rma_seg = hdr.rma_seg;
+    ps_msg_init(&rx->msg);
+    rx_link(van, rx);
+    pending_insert(rxs, rx);
+
+    if (hdr.flags & PS__FAB_F_EXT) {
+        post_mrecv(van, m);
+        if (hdr.ext_len == 0 ||
+            hdr.ext_len > (uint64_t)van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN ||
+            ps_rdma_buf_pool_get(van->pool, hdr.ext_len, &rx->ext) != PS_OK) {
+            ps_error(PS_LOG_FABRIC, "node %d announced a %u-byte meta: refused", hdr.sender,
+                     hdr.ext_len);
+            rx_broken(van, rx, PS_ERR_PROTOCOL);
+            return;
+        }
+        post_ext(van, rx);
+        rx_settle(van, rx);
+        return;
+    }
+    ps_status_t st = rx_decode(van, rx, p + sizeof(hdr), len - sizeof(hdr));
+    post_mrecv(van, m);
+    if (st != PS_OK) {
+        rx_broken(van, rx, st);
+        return;
+    }
+    rx_settle(van, rx);
+}
+
+void ps__fab_on_rx_part(ps__fab_van_t *van, ps__fab_op_t *op, int ok)
+{
+    ps__fab_rx_t *rx = op->owner;
+    rx->waiting--;
+    if (op == &rx->op_data) {
+        for (int i = 0; i < PS_MSG_MAX_DATA; i++) {
+            if (rx->mr[i] != NULL)
+                ps_rdma_mr_cache_put(van->mrc, rx->mr[i]);
+            rx->mr[i] = NULL;
+        }
+    }
+    if (!ok || rx->orphan) {
+        if (!rx->orphan)
+            rx_broken(van, rx, PS_ERR_LINK_FAILED);
+        else
+            rx_settle(van, rx);
+        return;
+    }
+    if (op == &rx->op_ext) {
+        ps_slice_t ext = rx->ext;
+        rx->ext = (ps_slice_t)PS_SLICE_EMPTY_INIT;
+        ps_status_t st = rx_decode(van, rx, ps_slice_ptr(&ext), ext.len);
+        ps_slice_unref(&ext);
+        if (st != PS_OK) {
+            rx_broken(van, rx, st);
+            return;
+        }
+    }
+    rx_settle(van, rx);
+}
+
+void ps__fab_meta_recv_error(ps__fab_van_t *van, ps__fab_mrecv_t *m, int err)
+{
+    m->posted = 0;
+    if (err == FI_ECANCELED)
+        return;
+    if (err == FI_ETRUNC)
+        ps_warn_ratelimited(PS_LOG_FABRIC, "dropped a message larger than a meta buffer (%u "
+                            "bytes): a peer of another version?", PS__FAB_META_BUF);
+    else
+        ps_warn_ratelimited(PS_LOG_FABRIC, "a meta receive failed: %s", ps__fab_strerror(err));
+    post_mrecv(van, m);
+}
+
+void ps__fab_retry_recvs(ps__fab_van_t *van)
+{
+    if (van->mrecv_blocked) {
+        van->mrecv_blocked = 0;
+        for (int i = 0; i < PS__FAB_META_DEPTH; i++) {
+            if (!van->mrecv[i].posted && van->mrecv[i].buf.buf != NULL &&
+                post_mrecv(van, &van->mrecv[i]) == -FI_EAGAIN)
+                break;
+        }
+    }
+    ps__fab_rx_t *list = van->rx_blocked;
+    van->rx_blocked = NULL;
+    while (list != NULL) {
+        ps__fab_rx_t *rx = list;
+        list = rx->next_blocked;
+        rx->next_blocked = NULL;
+        int part = rx->blocked;
+        rx->blocked = 0;
+        if (!rx->orphan) {
+            if (part == PS__FAB_KIND_EXT)
+                post_ext(van, rx);
+            else
+                post_data(van, rx);
+        }
+        rx_settle(van, rx);
+    }
+}

@@ -1,0 +1,595 @@
+/*
+ * The send path of the libfabric van.
+ *
+ * send() builds the whole message first (header, frame, meta, inline data,
+ * iovecs, registrations, an RMA write for a pull response), then, under the
+ * peer's lock, takes the next sequence number and posts it if nothing is
+ * queued for that peer. What the provider refuses for now (-FI_EAGAIN)
+ * stays at the head of the peer's queue, in order, and the progress thread
+ * posts it later: send() never blocks. A send object lives until its last
+ * posted operation completes (a reference per operation plus the poster's),
+ * and it keeps references on the data slices until then.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+#include "ps/base/log.h"
+#include "ps/base/time.h"
+#include "ps/net/codec/codec.h"
+#include "ps/rdma/fabric/fabric_internal.h"
+
+/* ---- pending pulls (worker) ---- */
+
+void ps__fab_pull_free(ps__fab_van_t *van, ps__fab_pull_t *pull)
+{
+    if (pull == NULL)
+        return;
+    if (pull->mr != NULL)
+        ps_rdma_mr_cache_put(van->mrc, pull->mr);
+    ps_slice_unref(&pull->dest);
+    free(pull);
+}
+
+void ps__fab_dest_drop(void *arg, const ps_rdma_rdv_key_t *key, void *value)
+{
+    (void)arg;
+    (void)key;
+    free(value);
+}
+
+/* A pull request: when the postoffice already knows where the response's
+ * values will land, register that buffer and tell the server, so that it
+ * can write them there. Best effort: without it the values come as a
+ * tagged message. */
+static void attach_pull(ps__fab_van_t *van, int recver, ps_meta_t *m)
+{
+    if (m->van_data_len != 0 || van->cb.recv_buffer == NULL || van->pulls == NULL)
+        return;
+    ps_meta_t answer = *m;
+    answer.request = false;
+    answer.sender = recver;
+    answer.recver = ps__fab_my_id(van);
+    answer.van_data_len = 0;
+    ps_slice_t dest = PS_SLICE_EMPTY_INIT;
+    if (van->cb.recv_buffer(van->cb.arg, &answer, 1, m->val_len, &dest) != PS_OK)
+        return;
+    ps_buf_mem_t kind = ps_slice_mem_kind(&dest);
+    if (dest.buf == NULL || dest.len < m->val_len ||
+        (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM)) {
+        ps_slice_unref(&dest);
+        return;
+    }
+    ps__fab_pull_t *pull = calloc(1, sizeof(*pull));
+    if (pull == NULL) {
+        ps_slice_unref(&dest);
+        return;
+    }
+    pull->peer = recver;
+    pull->app_id = m->app_id;
+    pull->customer_id = m->customer_id;
+    pull->timestamp = m->timestamp;
+    pull->dest = dest;
+    if (ps_rdma_mr_cache_get(van->mrc, &dest, &pull->mr) != PS_OK) {
+        pull->mr = NULL;
+        ps__fab_pull_free(van, pull);
+        return;
+    }
+    /* Everything the descriptor needs is read before the pull is published:
+     * from then on the response may arrive, and free it, at any time. */
+    ps__fab_rdv_desc_t d;
+    d.magic = PS__FAB_RDV_MAGIC;
+    char *p = ps_slice_ptr(&dest);
+    d.addr = van->mr_virt ? (uint64_t)(uintptr_t)p : (uint64_t)(p - (char *)pull->mr->addr);
+    d.key = ps__fab_mr_key(pull->mr->handle);
+    d.len = dest.len;
+    if (ps_rdma_slot_alloc(van->pulls, pull, &d.slot) != PS_OK) {
+        ps__fab_pull_free(van, pull);
+        return;
+    }
+    memcpy(m->van_data, &d, sizeof(d));
+    m->van_data_len = sizeof(d);
+}
+
+/* Undoes attach_pull when the request never left. */
+static void detach_pull(ps__fab_van_t *van, const ps_meta_t *m)
+{
+    ps__fab_rdv_desc_t d;
+    if (van->pulls == NULL || m->van_data_len != sizeof(d))
+        return;
+    memcpy(&d, m->van_data, sizeof(d));
+    if (d.magic == PS__FAB_RDV_MAGIC)
+        ps__fab_pull_free(van, ps_rdma_slot_release(van->pulls, d.slot));
+}
+
+/* ---- send objects ---- */
+
+static void tx_release_resources(ps__fab_van_t *van, ps__fab_tx_t *tx)
+{
+    for (int i = 0; i < PS_MSG_MAX_DATA; i++) {
+        if (tx->mr[i] != NULL)
+            ps_rdma_mr_cache_put(van->mrc, tx->mr[i]);
+        tx->mr[i] = NULL;
+    }
+    for (uint32_t i = 0; i < tx->num_data; i++)
+        ps_slice_unref(&tx->data[i]);
+    ps_slice_unref(&tx->hm_slice);
+    free(tx->hm_heap);
+    free(tx);
+}
+
+/* Takes tx off its peer's in-flight list (peer lock held). */
+static void inflight_unlink(ps__fab_peer_t *peer, ps__fab_tx_t *tx)
+{
+    if (!tx->in_flight)
+        return;
+    if (tx->fl_prev)
+        tx->fl_prev->fl_next = tx->fl_next;
+    else
+        peer->inflight = tx->fl_next;
+    if (tx->fl_next)
+        tx->fl_next->fl_prev = tx->fl_prev;
+    tx->fl_prev = tx->fl_next = NULL;
+    tx->in_flight = 0;
+}
+
+static void inflight_link(ps__fab_peer_t *peer, ps__fab_tx_t *tx)
+{
+    tx->fl_prev = NULL;
+    tx->fl_next = peer->inflight;
+    if (peer->inflight)
+        peer->inflight->fl_prev = tx;
+    peer->inflight = tx;
+    tx->in_flight = 1;
+}
+
+/* Drops a reference; the last frees (peer lock held or not, as said). */
+static void tx_unref(ps__fab_van_t *van, ps__fab_tx_t *tx, int peer_locked)
+{
+    if (__atomic_sub_fetch(&tx->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    ps__fab_peer_t *peer = tx->peer;
+    if (!peer_locked)
+        pthread_mutex_lock(&peer->lock);
+    inflight_unlink(peer, tx);
+    if (!peer_locked)
+        pthread_mutex_unlock(&peer->lock);
+    tx_release_resources(van, tx);
+}
+
+void ps__fab_tx_op_done(ps__fab_van_t *van, ps__fab_tx_t *tx, int ok)
+{
+    (void)ok;
+    tx_unref(van, tx, 0);
+}
+
+/* A queued send that will never be posted further: the poster's reference
+ * goes; what was posted finishes (or close frees it). */
+void ps__fab_tx_free_list(ps__fab_van_t *van, ps__fab_tx_t *list)
+{
+    while (list != NULL) {
+        ps__fab_tx_t *next = list->next;
+        list->next = NULL;
+        list->stage = PS__FAB_ST_DONE;
+        tx_unref(van, list, 0);
+        list = next;
+    }
+}
+
+/* Close: the endpoint is gone, nothing will complete. */
+void ps__fab_tx_free_all(ps__fab_van_t *van, ps__fab_peer_t *peer)
+{
+    ps__fab_tx_t *q = peer->q_head;
+    peer->q_head = peer->q_tail = NULL;
+    for (ps__fab_tx_t *t = q; t != NULL; t = t->next)
+        inflight_unlink(peer, t);
+    while (q != NULL) {
+        ps__fab_tx_t *next = q->next;
+        tx_release_resources(van, q);
+        q = next;
+    }
+    while (peer->inflight != NULL) {
+        ps__fab_tx_t *t = peer->inflight;
+        inflight_unlink(peer, t);
+        tx_release_resources(van, t);
+    }
+}
+
+/* ---- posting ---- */
+
+enum { POST_DONE, POST_AGAIN, POST_ERROR };
+
+/* Posts tx's stages from tx->stage on (peer lock held). On POST_DONE the
+ * poster's reference is still held: the caller drops it. */
+static int tx_post(ps__fab_van_t *van, ps__fab_tx_t *tx)
+{
+    ps__fab_peer_t *peer = tx->peer;
+    fi_addr_t dest = peer->addr;
+    int sender = ps__fab_my_id(van);
+    while (tx->stage < PS__FAB_ST_DONE) {
+        int stage = tx->stage;
+        ssize_t ret = 0;
+        int completes = 1;
+        ps__fab_op_t *op = &tx->op[stage];
+        __atomic_add_fetch(&tx->refs, 1, __ATOMIC_ACQ_REL);
+        ps__fab_ep_lock(van);
+        switch (stage) {
+        case PS__FAB_ST_RMA:
+            if (tx->rma_seg >= 0) {
+                const ps_slice_t *s = &tx->data[tx->rma_seg];
+                ret = fi_write(van->ep, ps_slice_ptr(s), s->len, tx->rma_desc, dest,
+                               tx->rma_addr, tx->rma_key, op);
+            } else {
+                completes = 0;
+            }
+            break;
+        case PS__FAB_ST_META:
+            if (tx->hm_len <= van->inject_size && !van->mr_local) {
+                ret = fi_inject(van->ep, tx->hm, tx->hm_len, dest);
+                completes = 0;
+            } else {
+                ret = fi_send(van->ep, tx->hm, tx->hm_len, tx->hm_desc, dest, op);
+            }
+            break;
+        case PS__FAB_ST_EXT:
+            if (tx->flags & PS__FAB_F_EXT) {
+                uint64_t tag = ps__fab_tag(PS__FAB_KIND_EXT, peer->tx_epoch, sender, tx->seq);
+                ret = fi_tsend(van->ep, tx->hm + tx->ext_off, tx->ext_len, tx->hm_desc, dest,
+                               tag, op);
+            } else {
+                completes = 0;
+            }
+            break;
+        case PS__FAB_ST_DATA:
+            if (tx->niov > 0) {
+                uint64_t tag = ps__fab_tag(PS__FAB_KIND_DATA, peer->tx_epoch, sender, tx->seq);
+                ret = fi_tsendv(van->ep, tx->iov, tx->desc, (size_t)tx->niov, dest, tag, op);
+            } else {
+                completes = 0;
+            }
+            break;
+        }
+        ps__fab_ep_unlock(van);
+        if (ret != 0 || !completes)
+            __atomic_sub_fetch(&tx->refs, 1, __ATOMIC_ACQ_REL);
+        else if (stage == PS__FAB_ST_RMA)
+            __atomic_add_fetch(&ps__fab_rma_writes, 1, __ATOMIC_RELAXED);
+        if (ret == -FI_EAGAIN)
+            return POST_AGAIN;
+        if (ret != 0) {
+            ps_error(PS_LOG_FABRIC, "posting a send to node %d: %s", peer->id,
+                     ps__fab_strerror((int)ret));
+            return POST_ERROR;
+        }
+        tx->stage++;
+    }
+    return POST_DONE;
+}
+
+/* Posts a peer's queue in order until the provider pushes back (peer lock
+ * held). Returns POST_DONE (queue empty), POST_AGAIN or POST_ERROR. */
+static int queue_post(ps__fab_van_t *van, ps__fab_peer_t *peer)
+{
+    while (peer->q_head != NULL) {
+        ps__fab_tx_t *tx = peer->q_head;
+        int r = tx_post(van, tx);
+        if (r != POST_DONE)
+            return r;
+        peer->q_head = tx->next;
+        if (peer->q_head == NULL)
+            peer->q_tail = NULL;
+        tx->next = NULL;
+        tx_unref(van, tx, 1);
+    }
+    return POST_DONE;
+}
+
+/* Hands a peer with queued sends to the progress thread. */
+static void mark_blocked(ps__fab_van_t *van, ps__fab_peer_t *peer)
+{
+    pthread_mutex_lock(&van->blocked_lock);
+    if (!peer->in_blocked) {
+        peer->in_blocked = 1;
+        peer->next_blocked = van->blocked;
+        __atomic_store_n(&van->blocked, peer, __ATOMIC_SEQ_CST);
+    }
+    pthread_mutex_unlock(&van->blocked_lock);
+    ps__fab_kick(van);
+}
+
+void ps__fab_flush_blocked(ps__fab_van_t *van)
+{
+    pthread_mutex_lock(&van->blocked_lock);
+    ps__fab_peer_t *list = van->blocked;
+    __atomic_store_n(&van->blocked, NULL, __ATOMIC_SEQ_CST);
+    for (ps__fab_peer_t *p = list; p != NULL; p = p->next_blocked)
+        p->in_blocked = 0;
+    pthread_mutex_unlock(&van->blocked_lock);
+
+    while (list != NULL) {
+        ps__fab_peer_t *peer = list;
+        list = list->next_blocked;
+        pthread_mutex_lock(&peer->lock);
+        int r = peer->failed ? POST_DONE : queue_post(van, peer);
+        pthread_mutex_unlock(&peer->lock);
+        if (r == POST_AGAIN)
+            mark_blocked(van, peer);
+        else if (r == POST_ERROR)
+            ps__fab_peer_fail(van, peer, PS_ERR_LINK_FAILED, "the provider refused a send");
+    }
+}
+
+/* ---- building a message ---- */
+
+static int is_host(const ps_slice_t *s)
+{
+    ps_buf_mem_t k = ps_slice_mem_kind(s);
+    return k == PS_BUF_MEM_HOST || k == PS_BUF_MEM_SHM;
+}
+
+/* Where header + meta (+ inline data) live: inside the object, on the heap
+ * or, for providers that need local registrations, in the pool. */
+static ps_status_t tx_alloc_hm(ps__fab_van_t *van, ps__fab_tx_t *tx, size_t len)
+{
+    if (van->mr_local) {
+        ps_status_t st = ps_rdma_buf_pool_get(van->pool, len, &tx->hm_slice);
+        if (st != PS_OK)
+            return st;
+        tx->hm = ps_slice_ptr(&tx->hm_slice);
+        tx->hm_desc = ps__fab_mr_desc(ps_rdma_buf_pool_handle(van->pool, &tx->hm_slice));
+        return PS_OK;
+    }
+    if (len <= sizeof(tx->hm_inline)) {
+        tx->hm = tx->hm_inline;
+        return PS_OK;
+    }
+    tx->hm_heap = malloc(len);
+    if (tx->hm_heap == NULL)
+        return PS_ERR_NO_MEMORY;
+    tx->hm = tx->hm_heap;
+    return PS_OK;
+}
+
+/* A local descriptor for slice s of tx (FI_MR_LOCAL providers). */
+static ps_status_t tx_desc(ps__fab_van_t *van, ps__fab_tx_t *tx, int i, void **desc_p)
+{
+    *desc_p = NULL;
+    if (!van->mr_local)
+        return PS_OK;
+    void *h = ps_rdma_buf_pool_handle(van->pool, &tx->data[i]);
+    if (h == NULL) {
+        ps_status_t st = ps_rdma_mr_cache_get(van->mrc, &tx->data[i], &tx->mr[i]);
+        if (st != PS_OK)
+            return st;
+        h = tx->mr[i]->handle;
+    }
+    *desc_p = ps__fab_mr_desc(h);
+    return PS_OK;
+}
+
+ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
+{
+    ps__fab_peer_t *peer = ps__fab_peer_lookup(van, msg->meta.recver);
+    if (peer == NULL)
+        return PS_ERR_NOT_FOUND;
+    uint32_t nd = msg->num_data;
+    if (nd > PS_MSG_MAX_DATA)
+        return PS_ERR_INVALID_ARG;
+
+    ps_meta_t m = msg->meta;
+    m.sender = ps__fab_my_id(van);
+    uint64_t lens[PS_MSG_MAX_DATA];
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < nd; i++) {
+        lens[i] = msg->data[i].len;
+        total += lens[i];
+        if (lens[i] > 0 && !is_host(&msg->data[i])) {
+            ps_error(PS_LOG_FABRIC, "send to node %d: segment %u is device memory, which this "
+                     "van does not move", m.recver, i);
+            return PS_ERR_UNSUPPORTED;
+        }
+    }
+    if (total > van->max_msg) {
+        ps_error(PS_LOG_FABRIC, "send to node %d: %llu data bytes, more than provider %s "
+                 "carries in one message", m.recver, (unsigned long long)total, van->prov_name);
+        return PS_ERR_TOO_LARGE;
+    }
+
+    /* Worker: offer the pull's destination for an RMA write. */
+    if (van->use_rma && m.request && m.pull && m.val_len > 0)
+        attach_pull(van, m.recver, &m);
+
+    ps__fab_tx_t *tx = calloc(1, sizeof(*tx));
+    if (tx == NULL) {
+        detach_pull(van, &m);
+        return PS_ERR_NO_MEMORY;
+    }
+    tx->peer = peer;
+    tx->refs = 1;
+    tx->rma_seg = -1;
+    for (int i = 0; i < PS__FAB_ST_DONE; i++) {
+        tx->op[i].kind = PS__FAB_OP_SEND;
+        tx->op[i].owner = tx;
+    }
+    ps__fab_hdr_t hdr;
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.magic = PS__FAB_MAGIC;
+    hdr.version = PS__FAB_VERSION;
+    hdr.sender = m.sender;
+
+    /* Server: a response to a pull whose destination the worker gave. */
+    if (van->dests != NULL && !m.request) {
+        ps_rdma_rdv_key_t key = {m.recver, m.app_id, m.customer_id, m.timestamp};
+        ps__fab_rdv_desc_t *d = ps_rdma_rdv_take(van->dests, &key);
+        if (d != NULL) {
+            hdr.flags |= PS__FAB_F_RDV;
+            hdr.rdv_slot = d->slot;
+            if (nd > 1 && lens[1] > 0 && lens[1] <= d->len) {
+                tx->rma_seg = 1;
+                tx->rma_addr = d->addr;
+                tx->rma_key = d->key;
+                hdr.flags |= PS__FAB_F_RMA;
+                hdr.rma_seg = 1;
+            }
+            free(d);
+        }
+    }
+
+    ps_status_t st;
+    size_t mlen = 0;
+    if ((st = ps_meta_encoded_size(&m, &mlen)) != PS_OK)
+        goto fail;
+    if (mlen > van->limits.max_meta_bytes) {
+        ps_error(PS_LOG_FABRIC, "send to node %d: a %zu-byte meta is over PS_MAX_META_BYTES",
+                 m.recver, mlen);
+        st = PS_ERR_TOO_LARGE;
+        goto fail;
+    }
+    uint8_t fh[PS_FRAME_MAX_HEADER_LEN];
+    size_t fhlen = 0;
+    st = ps_frame_header_build(0, (uint32_t)mlen, lens, (uint16_t)nd, &van->limits, fh,
+                               sizeof(fh), &fhlen);
+    if (st != PS_OK)
+        goto fail;
+
+    uint64_t rest = total - (tx->rma_seg >= 0 ? lens[tx->rma_seg] : 0);
+    size_t base = sizeof(hdr) + fhlen + mlen;
+    int ext = base > PS__FAB_META_BUF;
+    int inl = !ext && rest > 0 && rest <= PS__FAB_INLINE_MAX && base + rest <= PS__FAB_META_BUF;
+    if (ext) {
+        hdr.flags |= PS__FAB_F_EXT;
+        hdr.ext_len = (uint32_t)(fhlen + mlen);
+    }
+    if (inl)
+        hdr.flags |= PS__FAB_F_INLINE;
+    if ((st = tx_alloc_hm(van, tx, base + (inl ? rest : 0))) != PS_OK)
+        goto fail;
+    size_t at = sizeof(hdr);
+    memcpy(tx->hm + at, fh, fhlen);
+    at += fhlen;
+    size_t wrote = 0;
+    if ((st = ps_meta_encode(&m, tx->hm + at, mlen, &wrote)) != PS_OK)
+        goto fail;
+    at += wrote;
+    tx->ext_off = sizeof(hdr);
+    tx->ext_len = fhlen + mlen;
+    tx->hm_len = ext ? sizeof(hdr) : at;
+
+    /* The data: copied inline, written by RMA, or one DATA message. */
+    int ndata = 0;
+    for (uint32_t i = 0; i < nd; i++) {
+        if (lens[i] == 0)
+            continue;
+        if ((int)i == tx->rma_seg) {
+            tx->data[i] = ps_slice_ref(&msg->data[i]);
+            if ((st = tx_desc(van, tx, (int)i, &tx->rma_desc)) != PS_OK)
+                goto fail;
+            continue;
+        }
+        if (inl) {
+            memcpy(tx->hm + at, ps_slice_ptr(&msg->data[i]), lens[i]);
+            at += lens[i];
+            tx->hm_len = at;
+            continue;
+        }
+        ndata++;
+    }
+    tx->num_data = nd;
+    if (ndata > 0 && (size_t)ndata <= van->iov_limit) {
+        for (uint32_t i = 0; i < nd; i++) {
+            if (lens[i] == 0 || (int)i == tx->rma_seg)
+                continue;
+            tx->data[i] = ps_slice_ref(&msg->data[i]);
+            tx->iov[tx->niov].iov_base = ps_slice_ptr(&tx->data[i]);
+            tx->iov[tx->niov].iov_len = lens[i];
+            if ((st = tx_desc(van, tx, (int)i, &tx->desc[tx->niov])) != PS_OK)
+                goto fail;
+            tx->niov++;
+        }
+    } else if (ndata > 0) {
+        /* More segments than the provider takes in one message: gather
+         * them into one buffer (the receiver splits it the same way). */
+        size_t sum = 0;
+        for (uint32_t i = 0; i < nd; i++)
+            if (lens[i] > 0 && (int)i != tx->rma_seg)
+                sum += lens[i];
+        ps_slice_t one;
+        if ((st = ps_rdma_buf_pool_get(van->pool, sum, &one)) != PS_OK)
+            goto fail;
+        size_t off = 0;
+        for (uint32_t i = 0; i < nd; i++) {
+            if (lens[i] > 0 && (int)i != tx->rma_seg) {
+                memcpy((char *)ps_slice_ptr(&one) + off, ps_slice_ptr(&msg->data[i]), lens[i]);
+                off += lens[i];
+            }
+        }
+        /* The gathered buffer takes the slot of the first data segment. */
+        int slot = -1;
+        for (uint32_t i = 0; i < nd && slot < 0; i++)
+            if (lens[i] > 0 && (int)i != tx->rma_seg)
+                slot = (int)i;
+        tx->data[slot] = one;
+        tx->iov[0].iov_base = ps_slice_ptr(&one);
+        tx->iov[0].iov_len = sum;
+        tx->desc[0] = van->mr_local ? ps__fab_mr_desc(ps_rdma_buf_pool_handle(van->pool, &one))
+                                    : NULL;
+        tx->niov = 1;
+    }
+    if (tx->niov > 0)
+        hdr.flags |= PS__FAB_F_DATA;
+    tx->flags = hdr.flags;
+    tx->stage = tx->rma_seg >= 0 ? PS__FAB_ST_RMA : PS__FAB_ST_META;
+
+    /* In order, under the peer's lock: sequence number, then post or queue. */
+    int r = POST_DONE;
+    int queued = 0;
+    pthread_mutex_lock(&peer->lock);
+    if (peer->failed || __atomic_load_n(&peer->detached, __ATOMIC_ACQUIRE)) {
+        st = peer->failed ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE;
+        pthread_mutex_unlock(&peer->lock);
+        goto fail;
+    }
+    tx->seq = peer->tx_seq++;
+    hdr.seq = tx->seq;
+    hdr.epoch = peer->tx_epoch;
+    memcpy(tx->hm, &hdr, sizeof(hdr));
+    tx->posted_ns = ps_time_now_ns();
+    inflight_link(peer, tx);
+    if (peer->q_head == NULL) {
+        r = tx_post(van, tx);
+        if (r == POST_AGAIN) {
+            peer->q_head = peer->q_tail = tx;
+            queued = 1;
+        } else if (r == POST_DONE) {
+            tx_unref(van, tx, 1);
+        } else {
+            tx->stage = PS__FAB_ST_DONE;
+            tx_unref(van, tx, 1);
+        }
+    } else {
+        peer->q_tail->next = tx;
+        peer->q_tail = tx;
+    }
+    pthread_mutex_unlock(&peer->lock);
+    if (queued)
+        mark_blocked(van, peer);
+    if (r == POST_ERROR) {
+        ps__fab_peer_fail(van, peer, PS_ERR_LINK_FAILED, "the provider refused a send");
+        return PS_ERR_LINK_FAILED;
+    }
+    __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
+    /* Without a wait object the progress thread may be between polls: the
+     * rest of a large message needs it. */
+    if (van->cq_fd < 0 && !queued && (total > van->inject_size))
+        ps__fab_kick(van);
+    return PS_OK;
+
+fail:
+    detach_pull(van, &m);
+    tx_release_resources(van, tx);
+    return st;
+}

@@ -1,0 +1,34 @@
+/*
+ * Test hooks of the libfabric van (van-level tests only).
+ */
+#ifndef PS_RDMA_FABRIC_FABRIC_TESTING_H_
+#define PS_RDMA_FABRIC_FABRIC_TESTING_H_
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1: vans opened from now on send pull responses as tagged messages even
+ * where the provider offers RMA writes (the fallback path). */
+void ps__fabric_test_disable_rma(int disabled);
+
+struct ps_van;
+
+/* Sends of this van not yet complete (queued or in flight). Tests let two
+ * vans of one process finish before closing either: libfabric's shm
+ * provider shares an in-process peer's memory region, which closing that
+ * peer frees. */
+unsigned long ps__fabric_test_sends_in_flight(struct ps_van *van);
+
+/* Logs (warn) the van's queues and sequence state: for a test that timed
+ * out waiting for messages. */
+void ps__fabric_test_dump(struct ps_van *van);
+
+/* RMA writes posted by every fabric van of this process so far. */
+unsigned long ps__fabric_test_rma_writes(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_RDMA_FABRIC_FABRIC_TESTING_H_ */

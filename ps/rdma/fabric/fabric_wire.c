@@ -1,0 +1,51 @@
+/*
+ * Small wire helpers of the libfabric van: tags, the provider hash and the
+ * host id carried in endpoint blobs.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ps/rdma/fabric/fabric_internal.h"
+
+#define KIND_SHIFT 60
+#define EPOCH_SHIFT 48
+#define SENDER_SHIFT 32
+
+uint64_t ps__fab_tag(int kind, uint32_t epoch, int sender, uint32_t seq)
+{
+    return ((uint64_t)(kind & 0xF) << KIND_SHIFT) | ((uint64_t)(epoch & 0xFFF) << EPOCH_SHIFT) |
+           ((uint64_t)(sender & 0xFFFF) << SENDER_SHIFT) | seq;
+}
+
+/* FNV-1a: a provider name in 4 bytes, to refuse peers on another one. */
+uint32_t ps__fab_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s != '\0'; s++) {
+        h ^= (uint8_t)*s;
+        h *= 16777619u;
+    }
+    return h;
+}
+
+/* This boot of this machine: the shared-memory provider reaches only
+ * processes with the same id. */
+uint64_t ps__fab_host_id(void)
+{
+    char line[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(line, sizeof(line), f) == NULL)
+            line[0] = '\0';
+        fclose(f);
+    }
+    if (line[0] == '\0')
+        gethostname(line, sizeof(line) - 1);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = line; *p != '\0' && *p != '\n'; p++) {
+        h ^= (uint8_t)*p;
+        h *= 1099511628211ull;
+    }
+    return h;
+}

@@ -1,0 +1,1209 @@
+/*
+ * Connections of the UCX van: the listener (bind), outgoing connections
+ * with retries until PS_CONNECT_TIMEOUT_MS, accepted connection requests,
+ * the HELLO/ACK handshake, endpoint failures, and teardown. The model is
+ * the TCP van's (ps/net/tcp/tcp_conn.c): every process listens; connect()
+ * opens our own connection to a peer and announces our node id; the
+ * accepting side learns who is at the other end from that; send() uses our
+ * own connection to a node when there is one, otherwise the node's
+ * connection to us. ucx_internal.h describes the endpoints and cookies.
+ *
+ * Failures. An endpoint error on a connection that was up, or a connection
+ * that never came up before its deadline, closes the connection with one
+ * log line; if it belonged to an identified peer, the peer's other
+ * connections are closed too and peer_failed() is called once. While an
+ * outgoing connection is still coming up, errors mean "not listening yet"
+ * (the launcher starts everyone at once) and it is retried with backoff.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ps/base/log.h"
+#include "ps/base/time.h"
+#include "ps/rdma/ucx/ucx_internal.h"
+
+#define CONNECT_BACKOFF_FIRST_MS 10
+#define CONNECT_BACKOFF_MAX_MS 500
+/* Random ports as upstream and the TCP van: 10000-49999. */
+#define RANDOM_PORT_BASE 10000
+#define RANDOM_PORT_SPAN 40000
+
+/* ---- connections and their references ---- */
+
+static ps__ucx_conn_t *conn_new(ps__ucx_van_t *van, int outgoing)
+{
+    ps__ucx_conn_t *conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) {
+        return NULL;
+    }
+    conn->van = van;
+    conn->refs = 1;
+    conn->outgoing = outgoing;
+    conn->peer_id = PS_NODE_EMPTY;
+    conn->hello_id = PS_NODE_EMPTY;
+    conn->state = outgoing ? PS__UCX_NEW : PS__UCX_WAIT;
+    pthread_mutex_init(&conn->lock, NULL);
+    return conn;
+}
+
+static ps__ucx_conn_t *conn_ref(ps__ucx_conn_t *conn)
+{
+    __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+    return conn;
+}
+
+void ps__ucx_conn_unref(ps__ucx_conn_t *conn)
+{
+    if (conn != NULL && __atomic_sub_fetch(&conn->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        pthread_mutex_destroy(&conn->lock);
+        free(conn);
+    }
+}
+
+static void conn_link(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
+{
+    conn->linked = 1;
+    conn->prev = NULL;
+    conn->next = van->conns;
+    if (van->conns != NULL) {
+        van->conns->prev = conn;
+    }
+    van->conns = conn;
+}
+
+static void conn_unlink(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
+{
+    if (!conn->linked) {
+        return;
+    }
+    conn->linked = 0;
+    if (conn->prev != NULL) {
+        conn->prev->next = conn->next;
+    } else {
+        van->conns = conn->next;
+    }
+    if (conn->next != NULL) {
+        conn->next->prev = conn->prev;
+    }
+    conn->next = conn->prev = NULL;
+}
+
+/* ---- cookies: open addressing on the cookie value ---- */
+
+static ps_status_t cookies_grow(ps__ucx_van_t *van)
+{
+    uint32_t cap = van->cookies_cap == 0 ? 64 : van->cookies_cap * 2;
+    ps__ucx_conn_t **table = calloc(cap, sizeof(*table));
+    if (table == NULL) {
+        return PS_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < van->cookies_cap; ++i) {
+        ps__ucx_conn_t *c = van->cookies[i];
+        if (c != NULL) {
+            uint32_t j = c->local_cookie & (cap - 1);
+            while (table[j] != NULL) {
+                j = (j + 1) & (cap - 1);
+            }
+            table[j] = c;
+        }
+    }
+    free(van->cookies);
+    van->cookies = table;
+    van->cookies_cap = cap;
+    return PS_OK;
+}
+
+ps__ucx_conn_t *ps__ucx_conn_lookup(ps__ucx_van_t *van, uint32_t cookie)
+{
+    if (cookie == 0 || van->cookies_cap == 0) {
+        return NULL;
+    }
+    uint32_t mask = van->cookies_cap - 1;
+    for (uint32_t i = cookie & mask, n = 0; n < van->cookies_cap; i = (i + 1) & mask, ++n) {
+        ps__ucx_conn_t *c = van->cookies[i];
+        if (c == NULL) {
+            return NULL;
+        }
+        if (c->local_cookie == cookie) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* Gives conn a cookie no live connection has. */
+static ps_status_t cookie_assign(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
+{
+    if (conn->local_cookie != 0) {
+        return PS_OK;
+    }
+    if (2 * (van->num_cookies + 1) > van->cookies_cap) {
+        ps_status_t st = cookies_grow(van);
+        if (st != PS_OK) {
+            return st;
+        }
+    }
+    uint32_t cookie;
+    do {
+        cookie = van->next_cookie++ & PS__UCX_COOKIE_MASK;
+    } while (cookie == 0 || ps__ucx_conn_lookup(van, cookie) != NULL);
+    conn->local_cookie = cookie;
+    uint32_t mask = van->cookies_cap - 1;
+    uint32_t j = cookie & mask;
+    while (van->cookies[j] != NULL) {
+        j = (j + 1) & mask;
+    }
+    van->cookies[j] = conn;
+    van->num_cookies++;
+    return PS_OK;
+}
+
+static void cookie_remove(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
+{
+    if (conn->local_cookie == 0 || van->cookies_cap == 0) {
+        return;
+    }
+    uint32_t mask = van->cookies_cap - 1;
+    uint32_t i = conn->local_cookie & mask;
+    for (uint32_t n = 0; n < van->cookies_cap; ++n, i = (i + 1) & mask) {
+        if (van->cookies[i] == NULL) {
+            return;
+        }
+        if (van->cookies[i] == conn) {
+            break;
+        }
+    }
+    if (van->cookies[i] != conn) {
+        return;
+    }
+    /* Backward-shift deletion keeps every probe chain unbroken. */
+    van->cookies[i] = NULL;
+    van->num_cookies--;
+    uint32_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        ps__ucx_conn_t *c = van->cookies[j];
+        if (c == NULL) {
+            break;
+        }
+        uint32_t home = c->local_cookie & mask;
+        int between = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (!between) {
+            van->cookies[i] = c;
+            van->cookies[j] = NULL;
+            i = j;
+        }
+    }
+}
+
+/* ---- peer table (peers_lock) ---- */
+
+ps__ucx_peer_t *ps__ucx_peer_get(ps__ucx_van_t *van, int id, int create)
+{
+    if (id <= 0 || id >= PS_NODE_EMPTY) {
+        return NULL;
+    }
+    if (id >= van->peers_cap) {
+        if (!create) {
+            return NULL;
+        }
+        int cap = van->peers_cap == 0 ? 64 : van->peers_cap;
+        while (cap <= id) {
+            cap *= 2;
+        }
+        ps__ucx_peer_t **peers = realloc(van->peers, (size_t)cap * sizeof(*peers));
+        if (peers == NULL) {
+            return NULL;
+        }
+        memset(peers + van->peers_cap, 0, (size_t)(cap - van->peers_cap) * sizeof(*peers));
+        van->peers = peers;
+        van->peers_cap = cap;
+    }
+    if (van->peers[id] == NULL && create) {
+        ps__ucx_peer_t *p = calloc(1, sizeof(*p));
+        if (p == NULL) {
+            return NULL;
+        }
+        p->id = id;
+        van->peers[id] = p;
+    }
+    return van->peers[id];
+}
+
+/* Takes conn out of the table; returns 1 if it was there (the table's
+ * reference passes to the caller). */
+static int peer_remove_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
+{
+    int found = 0;
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
+    if (p != NULL) {
+        if (p->out == conn) {
+            p->out = NULL;
+            found = 1;
+        }
+        for (int i = 0; i < p->num_in; ++i) {
+            if (p->in[i] == conn) {
+                memmove(&p->in[i], &p->in[i + 1], (size_t)(p->num_in - i - 1) * sizeof(p->in[0]));
+                p->num_in--;
+                found = 1;
+                break;
+            }
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    return found;
+}
+
+static ps_status_t peer_add_in(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
+{
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 1);
+    if (p == NULL) {
+        pthread_rwlock_unlock(&van->peers_lock);
+        return PS_ERR_NO_MEMORY;
+    }
+    conn->peer_id = id;
+    /* More incoming connections than we index still deliver; they are
+     * just not used for replies. */
+    if (p->num_in < PS__UCX_MAX_STREAMS) {
+        p->in[p->num_in++] = conn_ref(conn);
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    return PS_OK;
+}
+
+ps__ucx_conn_t *ps__ucx_peer_send_conn(ps__ucx_van_t *van, int id)
+{
+    ps__ucx_conn_t *conn = NULL;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
+    if (p != NULL) {
+        /* Our own connection first; else the peer's connection to us. One
+         * fixed choice per peer keeps its messages in order. */
+        conn = p->out != NULL ? p->out : (p->num_in > 0 ? p->in[0] : NULL);
+        if (conn != NULL) {
+            conn_ref(conn);
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    return conn;
+}
+
+/* ---- UCX callbacks: record, never act (ucx_internal.h says why) ---- */
+
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ps__ucx_conn_t *conn = arg;
+    ps__ucx_ev_t *ev = calloc(1, sizeof(*ev));
+    if (ev == NULL) {
+        return; /* the connection's next send fails and reports it */
+    }
+    (void)ep;
+    ev->kind = PS__UCX_EV_EP_ERROR;
+    ev->conn = conn_ref(conn);
+    ev->status = status;
+    ps__ucx_post_event(conn->van, ev);
+}
+
+static void on_conn_request(ucp_conn_request_h req, void *arg)
+{
+    ps__ucx_van_t *van = arg;
+    ps__ucx_ev_t *ev = calloc(1, sizeof(*ev));
+    if (ev == NULL) {
+        ucp_listener_reject(van->listener, req);
+        return;
+    }
+    ev->kind = PS__UCX_EV_CONN_REQ;
+    ev->req = req;
+    ps__ucx_post_event(van, ev);
+}
+
+static void on_closed(void *request, ucs_status_t status, void *user_data)
+{
+    ps__ucx_closing_t *c = user_data;
+    ps__ucx_ev_t *ev = calloc(1, sizeof(*ev));
+    (void)status;
+    ucp_request_free(request);
+    c->done = 1;
+    c->req = NULL;
+    if (ev == NULL) {
+        return; /* leaks the record until close() */
+    }
+    ev->kind = PS__UCX_EV_CLOSED;
+    ev->closing = c;
+    ps__ucx_post_event(c->conn->van, ev);
+}
+
+static void on_am_sent(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    (void)user_data;
+    ucp_request_free(request);
+}
+
+/* ---- endpoints ---- */
+
+static void closing_done(ps__ucx_van_t *van, ps__ucx_closing_t *c)
+{
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        van->closing = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    ps__ucx_conn_unref(c->conn);
+    free(c);
+}
+
+/* Closes an endpoint; the connection stays referenced until UCX is done
+ * with it (its error handler's argument). `force` only for endpoints with
+ * peer-failure handling. */
+static void ep_close(ps__ucx_conn_t *conn, ucp_ep_h ep, int force)
+{
+    ps__ucx_van_t *van = conn->van;
+    ps__ucx_closing_t *c = calloc(1, sizeof(*c));
+    ucp_request_param_t param;
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    if (c != NULL) {
+        c->conn = conn_ref(conn);
+        c->next = van->closing;
+        if (van->closing != NULL) {
+            van->closing->prev = c;
+        }
+        van->closing = c;
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        param.cb.send = on_closed;
+        param.user_data = c;
+    }
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(r) && c != NULL && !c->done) {
+        c->req = r;
+    }
+    if (!UCS_PTR_IS_PTR(r)) {
+        if (UCS_PTR_IS_ERR(r)) {
+            ps_debug(PS_LOG_UCX, "closing an endpoint of %s: %s", conn->addr_str,
+                     ucs_status_string(UCS_PTR_STATUS(r)));
+        }
+        if (c != NULL) {
+            closing_done(van, c);
+        }
+    } else if (c == NULL) {
+        ucp_request_free(r);
+    }
+}
+
+static void conn_close_eps(ps__ucx_conn_t *conn, int force)
+{
+    if (conn->data_ep != NULL && conn->data_ep != conn->ctl_ep) {
+        /* No peer-failure handling: a flush close, never forced. */
+        ep_close(conn, conn->data_ep, 0);
+    }
+    if (conn->ctl_ep != NULL) {
+        ep_close(conn, conn->ctl_ep, force);
+    }
+    conn->data_ep = conn->ctl_ep = NULL;
+}
+
+/* HELLO or ACK, with our worker address as payload when this van offers
+ * shared memory (the address lives as long as the van). */
+static ps_status_t send_handshake(ps__ucx_conn_t *conn, int type, int node_id)
+{
+    ps__ucx_van_t *van = conn->van;
+    ps__ucx_hs_pack(conn->hs_out, type, node_id, conn->local_cookie, conn->nonce);
+    ucp_request_param_t param;
+    memset(&param, 0, sizeof(param));
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    param.cb.send = on_am_sent;
+    int with_addr = van->use_worker_address;
+    ucs_status_ptr_t r = ucp_am_send_nbx(conn->ctl_ep, PS__UCX_AM_ID, conn->hs_out, PS__UCX_HS_LEN,
+                                         with_addr ? van->worker_addr : NULL,
+                                         with_addr ? van->worker_addr_len : 0, &param);
+    if (UCS_PTR_IS_ERR(r)) {
+        return ps__ucx_status(UCS_PTR_STATUS(r));
+    }
+    return PS_OK;
+}
+
+static int log_on(int level)
+{
+    return level <= __atomic_load_n(&ps__log_level, __ATOMIC_RELAXED);
+}
+
+/* Creates the endpoints of an outgoing connection and sends HELLO. */
+static void conn_start(ps__ucx_conn_t *conn)
+{
+    ps__ucx_van_t *van = conn->van;
+    conn->attempts++;
+    conn->retry_at_ns = 0;
+    ucp_ep_params_t ep;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = ps_sockaddr_sa(&conn->addr);
+    ep.sockaddr.addrlen = conn->addr.len;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_ep_error;
+    ep.err_handler.arg = conn;
+    ucs_status_t st = ucp_ep_create(van->worker, &ep, &conn->ctl_ep);
+    if (st != UCS_OK) {
+        conn->ctl_ep = NULL;
+        ps_error(PS_LOG_UCX, "cannot create an endpoint to node %d at %s: %s", conn->peer_id,
+                 conn->addr_str, ucs_status_string(st));
+        ps__ucx_conn_fail(conn, ps__ucx_status(st), 1);
+        return;
+    }
+    ps_status_t ps = cookie_assign(van, conn);
+    if (ps == PS_OK) {
+        /* The id connect() was given, else the one we have now (a retry
+         * after set_node_id announces the new one). */
+        int id = conn->hello_id;
+        if (id == PS_NODE_EMPTY) {
+            id = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+        }
+        ps = send_handshake(conn, PS__UCX_HS_HELLO, id);
+    }
+    if (ps != PS_OK) {
+        ps_error(PS_LOG_UCX, "cannot greet node %d at %s: %s", conn->peer_id, conn->addr_str,
+                 ps_status_str(ps));
+        ps__ucx_conn_fail(conn, ps, 1);
+        return;
+    }
+    pthread_mutex_lock(&conn->lock);
+    conn->state = PS__UCX_WAIT;
+    pthread_mutex_unlock(&conn->lock);
+    ps_debug(PS_LOG_UCX, "connecting to node %d at %s (attempt %d)", conn->peer_id,
+             conn->addr_str, conn->attempts);
+}
+
+/* ---- bind ---- */
+
+/* UCX up to 1.13 cannot wire a tcp connection over IPv6: the transport
+ * reads an IPv6 address out of an IPv4-sized buffer (a heap overflow in
+ * uct_tcp_cm_conn_start, seen under AddressSanitizer) and the connection
+ * never comes up. Such addresses are refused here, with the reason. */
+static ps_status_t family_usable(const ps_sockaddr_t *addr, const char *what)
+{
+    unsigned major, minor, release;
+    ucp_get_version(&major, &minor, &release);
+    if (ps_sockaddr_family(addr) != AF_INET6 || major > 1 || (major == 1 && minor > 13)) {
+        return PS_OK;
+    }
+    ps_error(PS_LOG_UCX, "%s: ucx %u.%u cannot connect over IPv6; use an IPv4 address "
+             "(DMLC_NODE_HOST, DMLC_INTERFACE, DMLC_PS_ROOT_URI)", what, major, minor);
+    return PS_ERR_UNSUPPORTED;
+}
+
+/* Whether a plain bind of addr (as UCX's listener does it, without
+ * SO_REUSEADDR) would succeed: random ports are tried this way first, so
+ * UCX does not log an error for every port that is taken (outgoing
+ * connections hold ports of the same range). */
+static int port_free(const ps_sockaddr_t *addr)
+{
+    int fd = socket(ps_sockaddr_family(addr), SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return 1; /* let UCX find out */
+    }
+    int ok = bind(fd, ps_sockaddr_sa(addr), addr->len) == 0 || errno != EADDRINUSE;
+    close(fd);
+    return ok;
+}
+
+ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
+{
+    if (node == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    if (van->listener != NULL) {
+        ps_error(PS_LOG_UCX, "bind: this van is already listening");
+        return PS_ERR_BAD_STATE;
+    }
+    ps_sockaddr_t addr;
+    ps_status_t st;
+    int have_host = node->hostname[0] != '\0';
+    if (have_host) {
+        st = ps_sockaddr_resolve(node->hostname, 0, AF_UNSPEC, &addr);
+        if (st != PS_OK) {
+            ps_error(PS_LOG_UCX, "bind: cannot use host '%s' (%s)", node->hostname,
+                     ps_status_str(st));
+            return st;
+        }
+    }
+    if (van->params.bind_any || !have_host) {
+        st = ps_sockaddr_wildcard(have_host ? ps_sockaddr_family(&addr) : AF_INET, 0, &addr);
+        if (st != PS_OK) {
+            return st;
+        }
+    }
+    if ((st = family_usable(&addr, "bind")) != PS_OK) {
+        return st;
+    }
+    int fixed = node->num_ports > 0 ? node->ports[0] : 0;
+    if (fixed < 0 || fixed > 65535) {
+        ps_error(PS_LOG_UCX, "bind: port %d is out of range", fixed);
+        return PS_ERR_INVALID_ARG;
+    }
+    int attempts = fixed != 0 ? 1 : (max_retry > 0 ? max_retry : 0) + 1;
+    char where[PS_SOCKADDR_STRLEN] = "?";
+    ucs_status_t ust = UCS_ERR_BUSY;
+    int port = 0;
+    for (int i = 0; i < attempts; ++i) {
+        port = fixed != 0 ? fixed
+                          : RANDOM_PORT_BASE + (int)(ps__ucx_random(van) % RANDOM_PORT_SPAN);
+        ps_sockaddr_set_port(&addr, (uint16_t)port);
+        if (ps_sockaddr_format(&addr, where, sizeof(where)) != PS_OK) {
+            strcpy(where, "?");
+        }
+        if (fixed == 0 && !port_free(&addr)) {
+            continue;
+        }
+        ucp_listener_params_t lp;
+        memset(&lp, 0, sizeof(lp));
+        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+        lp.sockaddr.addr = ps_sockaddr_sa(&addr);
+        lp.sockaddr.addrlen = addr.len;
+        lp.conn_handler.cb = on_conn_request;
+        lp.conn_handler.arg = van;
+        ust = ucp_listener_create(van->worker, &lp, &van->listener);
+        if (ust == UCS_OK) {
+            break;
+        }
+        van->listener = NULL;
+        if (ust != UCS_ERR_BUSY) {
+            ps_error(PS_LOG_UCX, "cannot listen on %s: %s", where, ucs_status_string(ust));
+            return ps__ucx_status(ust);
+        }
+        if (fixed != 0) {
+            ps_error(PS_LOG_UCX,
+                     "cannot listen on %s: address already in use (port %d is taken; choose "
+                     "another DMLC_PORT or leave it unset for a random one)",
+                     where, port);
+            return PS_ERR_ADDRESS_IN_USE;
+        }
+    }
+    if (van->listener == NULL) {
+        ps_error(PS_LOG_UCX, "cannot listen on %s: no free port after %d random tries "
+                 "(PS_BIND_RETRIES)", node->hostname[0] ? node->hostname : "*", attempts);
+        return PS_ERR_ADDRESS_IN_USE;
+    }
+    snprintf(van->listen_str, sizeof(van->listen_str), "%s", where);
+    node->ports[0] = port;
+    if (node->num_ports == 0) {
+        node->num_ports = 1;
+    }
+    ps_info(PS_LOG_UCX, "listening on %s", where);
+    return PS_OK;
+}
+
+/* ---- connect / disconnect / node id ---- */
+
+
+ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id)
+{
+    if (peer == NULL || peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {
+        ps_error(PS_LOG_UCX, "connect: node id %d is not a node", peer ? peer->id : -1);
+        return PS_ERR_INVALID_ARG;
+    }
+    int port = peer->num_ports > 0 ? peer->ports[0] : 0;
+    if (port <= 0 || port > 65535) {
+        ps_error(PS_LOG_UCX, "connect: node %d has no valid port (%d)", peer->id, port);
+        return PS_ERR_INVALID_ARG;
+    }
+    ps_sockaddr_t addr;
+    ps_status_t st = ps_sockaddr_resolve(peer->hostname, (uint16_t)port, AF_UNSPEC, &addr);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_UCX, "connect: cannot resolve host '%s' of node %d (%s)", peer->hostname,
+                 peer->id, ps_status_str(st));
+        return st;
+    }
+    if ((st = family_usable(&addr, "connect")) != PS_OK) {
+        return st;
+    }
+    ps__ucx_conn_t *conn = conn_new(van, 1);
+    if (conn == NULL) {
+        return PS_ERR_NO_MEMORY;
+    }
+    conn->peer_id = peer->id;
+    conn->addr = addr;
+    if (ps_sockaddr_format(&addr, conn->addr_str, sizeof(conn->addr_str)) != PS_OK) {
+        strcpy(conn->addr_str, "?");
+    }
+    conn->nonce = ps__ucx_random(van);
+    conn->hello_id = my_id;
+    conn->connect_deadline_ns =
+        ps_time_now_ns() + (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
+
+    ps__ucx_conn_t *replaced = NULL;
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__ucx_peer_t *p = ps__ucx_peer_get(van, peer->id, 1);
+    if (p == NULL) {
+        pthread_rwlock_unlock(&van->peers_lock);
+        ps__ucx_conn_unref(conn);
+        return PS_ERR_NO_MEMORY;
+    }
+    if (p->out != NULL) {
+        if (ps_sockaddr_equal(&p->out->addr, &addr)) {
+            pthread_rwlock_unlock(&van->peers_lock);
+            ps__ucx_conn_unref(conn);
+            return PS_OK; /* already connected (or connecting) */
+        }
+        /* The id moved (a recovered node took it over): the old
+         * connection goes, with the table's reference. */
+        replaced = p->out;
+    }
+    p->out = conn_ref(conn); /* the table's reference */
+    pthread_rwlock_unlock(&van->peers_lock);
+
+    pthread_mutex_lock(&van->pending_lock);
+    conn->next_pending = van->pending; /* the pending list takes our reference */
+    van->pending = conn;
+    if (replaced != NULL) {
+        replaced->next_close = van->to_close;
+        van->to_close = replaced;
+    }
+    pthread_mutex_unlock(&van->pending_lock);
+    ps__ucx_wake(van);
+    ps_info(PS_LOG_UCX, "connecting to node %d at %s%s", peer->id, conn->addr_str,
+            replaced != NULL ? " (replacing its old address)" : "");
+    return PS_OK;
+}
+
+void ps__ucx_disconnect(ps__ucx_van_t *van, int node_id)
+{
+    ps__ucx_conn_t *gone[1 + PS__UCX_MAX_STREAMS];
+    int n = 0;
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__ucx_peer_t *p = ps__ucx_peer_get(van, node_id, 0);
+    if (p != NULL) {
+        if (p->out != NULL) {
+            gone[n++] = p->out;
+        }
+        for (int i = 0; i < p->num_in; ++i) {
+            gone[n++] = p->in[i];
+        }
+        p->out = NULL;
+        p->num_in = 0;
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    if (n == 0) {
+        return;
+    }
+    pthread_mutex_lock(&van->pending_lock);
+    for (int i = 0; i < n; ++i) {
+        /* The table's references move to the close list. */
+        gone[i]->next_close = van->to_close;
+        van->to_close = gone[i];
+    }
+    pthread_mutex_unlock(&van->pending_lock);
+    ps__ucx_wake(van);
+    ps_info(PS_LOG_UCX, "disconnecting from node %d", node_id);
+}
+
+ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id)
+{
+    if (node_id <= 0 || node_id >= PS_NODE_EMPTY) {
+        return PS_ERR_INVALID_ARG;
+    }
+    int old = __atomic_exchange_n(&van->my_id, node_id, __ATOMIC_ACQ_REL);
+    if (old == node_id) {
+        return PS_OK;
+    }
+    /* Re-announce on every connection we opened, in line with its data. */
+    ps__ucx_conn_t **list = NULL;
+    int n = 0, cap = 0;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    for (int id = 0; id < van->peers_cap; ++id) {
+        ps__ucx_peer_t *p = van->peers[id];
+        if (p == NULL || p->out == NULL) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap == 0 ? 16 : cap * 2;
+            ps__ucx_conn_t **grown = realloc(list, (size_t)cap * sizeof(*list));
+            if (grown == NULL) {
+                break;
+            }
+            list = grown;
+        }
+        list[n++] = conn_ref(p->out);
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    ps_status_t result = PS_OK;
+    for (int i = 0; i < n; ++i) {
+        ps__ucx_op_t *op = NULL;
+        ps_status_t st = ps__ucx_hello_op(van, node_id, &op);
+        if (st == PS_OK) {
+            st = ps__ucx_conn_submit(list[i], op);
+        }
+        if (st != PS_OK && st != PS_ERR_PEER_GONE && result == PS_OK) {
+            result = st;
+        }
+        ps__ucx_conn_unref(list[i]);
+    }
+    free(list);
+    ps_info(PS_LOG_UCX, "node id is now %d (announced on %d connections)", node_id, n);
+    return result;
+}
+
+/* ---- progress thread: pending work, events, timers ---- */
+
+/* Takes what other threads handed over; starts connections unless the
+ * van is closing. */
+static void take_pending(ps__ucx_van_t *van, int start)
+{
+    pthread_mutex_lock(&van->pending_lock);
+    ps__ucx_conn_t *pending = van->pending;
+    ps__ucx_conn_t *to_close = van->to_close;
+    van->pending = van->to_close = NULL;
+    pthread_mutex_unlock(&van->pending_lock);
+    /* Closes first: a connection disconnect() took may still be pending. */
+    while (to_close != NULL) {
+        ps__ucx_conn_t *conn = to_close;
+        to_close = conn->next_close;
+        conn->next_close = NULL;
+        ps__ucx_conn_fail(conn, PS_OK, 0);
+        ps__ucx_conn_unref(conn); /* the table's reference */
+    }
+    /* Oldest first: the list is pushed at its head. */
+    ps__ucx_conn_t *rev = NULL;
+    while (pending != NULL) {
+        ps__ucx_conn_t *c = pending;
+        pending = c->next_pending;
+        c->next_pending = rev;
+        rev = c;
+    }
+    while (rev != NULL) {
+        ps__ucx_conn_t *conn = rev;
+        rev = conn->next_pending;
+        conn->next_pending = NULL;
+        if (start && conn->state == PS__UCX_NEW) {
+            conn_link(van, conn); /* the pending list's reference passes to the list */
+            conn_start(conn);
+        } else {
+            ps__ucx_conn_fail(conn, PS_OK, 0);
+            ps__ucx_conn_unref(conn);
+        }
+    }
+}
+
+void ps__ucx_start_pending(ps__ucx_van_t *van)
+{
+    take_pending(van, 1);
+}
+
+static ps__ucx_conn_t *find_by_ep(ps__ucx_van_t *van, ucp_ep_h ep, int outgoing)
+{
+    for (ps__ucx_conn_t *c = van->conns; c != NULL; c = c->next) {
+        if (c->ctl_ep == ep && c->outgoing == outgoing && c->state != PS__UCX_DEAD) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+static void mark_ready(ps__ucx_conn_t *conn, uint32_t remote_cookie)
+{
+    pthread_mutex_lock(&conn->lock);
+    conn->remote_cookie = remote_cookie;
+    conn->send_ep = conn->data_ep;
+    conn->state = PS__UCX_READY;
+    ps__ucx_op_t *posted = ps__ucx_conn_post_queued(conn);
+    pthread_mutex_unlock(&conn->lock);
+    ps__ucx_ops_put_list(conn->van, posted);
+}
+
+static int is_shm_transport(const char *tl)
+{
+    return strstr(tl, "sysv/") != NULL || strstr(tl, "posix/") != NULL ||
+           strstr(tl, "cma/") != NULL || strstr(tl, "xpmem/") != NULL ||
+           strstr(tl, "knem/") != NULL;
+}
+
+/* An endpoint to the peer's worker address, kept when UCX picked shared
+ * memory for it (the peer is on this host); otherwise data stays on the
+ * control endpoint, which has peer-failure handling. */
+static void open_data_ep(ps__ucx_conn_t *conn, const uint8_t *addr, size_t len)
+{
+    ps__ucx_van_t *van = conn->van;
+    conn->data_ep = conn->ctl_ep;
+    if (!van->use_worker_address || len == 0) {
+        return;
+    }
+    ucp_ep_params_t ep;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = (const ucp_address_t *)addr;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    ucp_ep_h data;
+    ucs_status_t st = ucp_ep_create(van->worker, &ep, &data);
+    if (st != UCS_OK) {
+        ps_debug(PS_LOG_UCX, "node %d's worker address is not usable here (%s)", conn->peer_id,
+                 ucs_status_string(st));
+        return;
+    }
+    char tl[160];
+    ps__ucx_ep_transports(data, tl, sizeof(tl));
+    if (!is_shm_transport(tl)) {
+        ps_debug(PS_LOG_UCX, "node %d is not on this host (%s); data over the control endpoint",
+                 conn->peer_id, tl);
+        ep_close(conn, data, 0);
+        return;
+    }
+    conn->data_ep = data;
+}
+
+static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, uint64_t nonce,
+                     const uint8_t *addr, size_t addr_len)
+{
+    ps__ucx_conn_t *conn = find_by_ep(van, ep, 0);
+    if (conn == NULL) {
+        ps_warn_ratelimited(PS_LOG_UCX, "hello from node %d on an endpoint this van did not "
+                            "accept; ignored", id);
+        return;
+    }
+    if (conn->state != PS__UCX_WAIT) {
+        ps_warn_ratelimited(PS_LOG_UCX, "second hello from %s; ignored", conn->addr_str);
+        return;
+    }
+    if (cookie == 0 || cookie > PS__UCX_COOKIE_MASK || !(id == PS_NODE_EMPTY ||
+                                                         (id > 0 && id < PS_NODE_EMPTY))) {
+        ps_error(PS_LOG_UCX, "malformed hello from %s (node %d, cookie %u); closing",
+                 conn->addr_str, id, cookie);
+        ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, 0);
+        return;
+    }
+    conn->nonce = nonce;
+    ps_status_t st = cookie_assign(van, conn);
+    if (st == PS_OK && id != PS_NODE_EMPTY) {
+        st = peer_add_in(van, conn, id);
+    }
+    if (st == PS_OK) {
+        int my = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+        st = send_handshake(conn, PS__UCX_HS_ACK, my);
+    }
+    if (st != PS_OK) {
+        ps_error(PS_LOG_UCX, "cannot answer the hello from %s: %s", conn->addr_str,
+                 ps_status_str(st));
+        ps__ucx_conn_fail(conn, st, 1);
+        return;
+    }
+    /* Replies on this connection (to a node that has no connection of
+     * its own... yet) use shared memory too when the peer is on this host. */
+    open_data_ep(conn, addr, addr_len);
+    mark_ready(conn, cookie);
+    if (id != PS_NODE_EMPTY) {
+        if (log_on(PS_LOG_INFO)) {
+            char tl[160];
+            ps__ucx_ep_transports(conn->data_ep, tl, sizeof(tl));
+            ps_info(PS_LOG_UCX, "node %d connected from %s (data back over %s)", id,
+                    conn->addr_str, tl[0] ? tl : "?");
+        }
+    } else {
+        ps_info(PS_LOG_UCX, "unassigned node connected from %s (nonce 0x%llx)", conn->addr_str,
+                (unsigned long long)nonce);
+    }
+}
+
+static void on_ack(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, const uint8_t *addr,
+                   size_t addr_len)
+{
+    ps__ucx_conn_t *conn = find_by_ep(van, ep, 1);
+    if (conn == NULL || conn->state != PS__UCX_WAIT) {
+        ps_debug(PS_LOG_UCX, "late or stray ack from node %d; ignored", id);
+        return;
+    }
+    if (cookie == 0 || cookie > PS__UCX_COOKIE_MASK) {
+        ps_error(PS_LOG_UCX, "malformed ack from %s; closing", conn->addr_str);
+        ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, 1);
+        return;
+    }
+    /* An unassigned node (the scheduler connecting back) answers with no
+     * id; anyone else must be whom we meant to reach. */
+    if (id != PS_NODE_EMPTY && id != conn->peer_id) {
+        ps_error(PS_LOG_UCX, "connection to node %d at %s: the peer is node %d; closing",
+                 conn->peer_id, conn->addr_str, id);
+        ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, 1);
+        return;
+    }
+    open_data_ep(conn, addr, addr_len);
+    mark_ready(conn, cookie);
+    if (log_on(PS_LOG_INFO)) {
+        char tl[160];
+        ps__ucx_ep_transports(conn->data_ep, tl, sizeof(tl));
+        ps_info(PS_LOG_UCX, "connected to node %d at %s (data over %s)", conn->peer_id,
+                conn->addr_str, tl[0] ? tl : "?");
+    }
+}
+
+static void on_conn_req(ps__ucx_van_t *van, ucp_conn_request_h req)
+{
+    ps__ucx_conn_t *conn = conn_new(van, 0);
+    if (conn == NULL) {
+        ucp_listener_reject(van->listener, req);
+        return;
+    }
+    ucp_conn_request_attr_t attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    ps_sockaddr_t from;
+    if (ucp_conn_request_query(req, &attr) != UCS_OK ||
+        ps_sockaddr_from_sa((const struct sockaddr *)&attr.client_address,
+                            sizeof(attr.client_address), &from) != PS_OK ||
+        ps_sockaddr_format(&from, conn->addr_str, sizeof(conn->addr_str)) != PS_OK) {
+        strcpy(conn->addr_str, "?");
+    }
+    ucp_ep_params_t ep;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.conn_request = req;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_ep_error;
+    ep.err_handler.arg = conn;
+    ucs_status_t st = ucp_ep_create(van->worker, &ep, &conn->ctl_ep);
+    if (st != UCS_OK) {
+        ps_warn_ratelimited(PS_LOG_UCX, "cannot accept a connection from %s: %s",
+                            conn->addr_str, ucs_status_string(st));
+        ps__ucx_conn_unref(conn);
+        return;
+    }
+    /* An acceptor that never hears a hello lets the connection go. */
+    conn->connect_deadline_ns =
+        ps_time_now_ns() + (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
+    conn_link(van, conn);
+    ps_debug(PS_LOG_UCX, "accepted a connection from %s", conn->addr_str);
+}
+
+/* Whether an endpoint error while connecting means "try again". */
+static int retryable(ucs_status_t st)
+{
+    return st == UCS_ERR_UNREACHABLE || st == UCS_ERR_REJECTED || st == UCS_ERR_NOT_CONNECTED ||
+           st == UCS_ERR_CONNECTION_RESET || st == UCS_ERR_ENDPOINT_TIMEOUT ||
+           st == UCS_ERR_IO_ERROR;
+}
+
+static void on_error(ps__ucx_van_t *van, ps__ucx_conn_t *conn, ucs_status_t status)
+{
+    if (conn->state == PS__UCX_DEAD) {
+        return;
+    }
+    uint64_t now = ps_time_now_ns();
+    if (conn->outgoing && conn->state != PS__UCX_READY && retryable(status) &&
+        now < conn->connect_deadline_ns) {
+        /* Not listening yet: drop the endpoint and try again a little
+         * later. */
+        if (conn->ctl_ep != NULL) {
+            ep_close(conn, conn->ctl_ep, 1);
+            conn->ctl_ep = NULL;
+        }
+        conn->backoff_ms = conn->backoff_ms == 0 ? CONNECT_BACKOFF_FIRST_MS : conn->backoff_ms * 2;
+        if (conn->backoff_ms > CONNECT_BACKOFF_MAX_MS) {
+            conn->backoff_ms = CONNECT_BACKOFF_MAX_MS;
+        }
+        conn->retry_at_ns = now + (uint64_t)conn->backoff_ms * PS_NSEC_PER_MSEC;
+        pthread_mutex_lock(&conn->lock);
+        conn->state = PS__UCX_NEW;
+        pthread_mutex_unlock(&conn->lock);
+        ps_debug(PS_LOG_UCX, "connect to node %d at %s: %s; retrying in %u ms", conn->peer_id,
+                 conn->addr_str, ucs_status_string(status), conn->backoff_ms);
+        return;
+    }
+    ps_status_t why;
+    if (conn->outgoing && conn->state != PS__UCX_READY) {
+        ps_error(PS_LOG_UCX, "cannot connect to node %d at %s: %s (gave up after %d ms, "
+                 "PS_CONNECT_TIMEOUT_MS)", conn->peer_id, conn->addr_str,
+                 ucs_status_string(status), van->params.connect_timeout_ms);
+        why = PS_ERR_UNREACHABLE;
+    } else {
+        why = ps__ucx_status(status);
+        if (why == PS_OK || why == PS_ERR_CANCELLED) {
+            why = PS_ERR_LINK_FAILED;
+        }
+        if (conn->peer_id != PS_NODE_EMPTY) {
+            ps_info(PS_LOG_UCX, "connection %s node %d at %s ended: %s",
+                    conn->outgoing ? "to" : "from", conn->peer_id, conn->addr_str,
+                    ucs_status_string(status));
+        } else {
+            ps_debug(PS_LOG_UCX, "connection from %s ended: %s", conn->addr_str,
+                     ucs_status_string(status));
+        }
+    }
+    ps__ucx_conn_fail(conn, why, 1);
+}
+
+void ps__ucx_handle_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
+{
+    switch (ev->kind) {
+    case PS__UCX_EV_HANDSHAKE: {
+        int type, id;
+        uint32_t cookie;
+        uint64_t nonce;
+        if (!ps__ucx_hs_parse(ev->hs, PS__UCX_HS_LEN, &type, &id, &cookie, &nonce)) {
+            ps_warn_ratelimited(PS_LOG_UCX, "malformed handshake message; ignored");
+        } else if (type == PS__UCX_HS_HELLO) {
+            on_hello(van, ev->ep, id, cookie, nonce, ev->addr, ev->addr_len);
+        } else {
+            on_ack(van, ev->ep, id, cookie, ev->addr, ev->addr_len);
+        }
+        break;
+    }
+    case PS__UCX_EV_EP_ERROR:
+        on_error(van, ev->conn, ev->status);
+        ps__ucx_conn_unref(ev->conn);
+        break;
+    case PS__UCX_EV_CONN_REQ:
+        on_conn_req(van, ev->req);
+        break;
+    case PS__UCX_EV_CLOSED:
+        closing_done(van, ev->closing);
+        break;
+    }
+}
+
+int ps__ucx_run_timers(ps__ucx_van_t *van)
+{
+    uint64_t now = ps_time_now_ns();
+    uint64_t next = UINT64_MAX;
+    ps__ucx_conn_t *conn = van->conns;
+    while (conn != NULL) {
+        ps__ucx_conn_t *following = conn->next;
+        if (conn->state == PS__UCX_NEW || conn->state == PS__UCX_WAIT) {
+            if (now >= conn->connect_deadline_ns) {
+                if (conn->outgoing) {
+                    ps_error(PS_LOG_UCX, "cannot connect to node %d at %s: no answer within %d ms "
+                             "(PS_CONNECT_TIMEOUT_MS)", conn->peer_id, conn->addr_str,
+                             van->params.connect_timeout_ms);
+                    ps__ucx_conn_fail(conn, PS_ERR_UNREACHABLE, 1);
+                } else {
+                    ps_debug(PS_LOG_UCX, "no hello from %s; closing", conn->addr_str);
+                    ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, 0);
+                }
+            } else {
+                if (conn->state == PS__UCX_NEW && conn->retry_at_ns != 0 &&
+                    now >= conn->retry_at_ns) {
+                    conn_start(conn);
+                }
+                if (conn->state == PS__UCX_NEW || conn->state == PS__UCX_WAIT) {
+                    uint64_t at = conn->state == PS__UCX_NEW && conn->retry_at_ns != 0
+                                      ? conn->retry_at_ns
+                                      : conn->connect_deadline_ns;
+                    if (at < next) {
+                        next = at;
+                    }
+                }
+            }
+        }
+        conn = following;
+    }
+    if (next == UINT64_MAX) {
+        return -1;
+    }
+    now = ps_time_now_ns();
+    if (next <= now) {
+        return 0;
+    }
+    return (int)((next - now + PS_NSEC_PER_MSEC - 1) / PS_NSEC_PER_MSEC);
+}
+
+/* ---- teardown ---- */
+
+void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
+{
+    ps__ucx_van_t *van = conn->van;
+    if (conn->state == PS__UCX_DEAD) {
+        return;
+    }
+    int id = conn->peer_id;
+    if (id != PS_NODE_EMPTY && peer_remove_conn(van, conn, id)) {
+        ps__ucx_conn_unref(conn); /* the table's reference */
+    }
+    cookie_remove(van, conn);
+    pthread_mutex_lock(&conn->lock);
+    conn->state = PS__UCX_DEAD;
+    conn->send_ep = NULL;
+    ps__ucx_op_t *queue = conn->q_head;
+    conn->q_head = conn->q_tail = NULL;
+    pthread_mutex_unlock(&conn->lock);
+    ps__ucx_ops_free_list(van, queue);
+    /* Whole messages that arrived before the end are still delivered
+     * (not after a broken frame, nor while closing). */
+    ps__ucx_rx_drop_conn(van, conn,
+                         why != PS_ERR_PROTOCOL && !__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE));
+    conn_close_eps(conn, why != PS_OK);
+    int linked = conn->linked;
+    conn_unlink(van, conn);
+
+    if (notify && why != PS_OK && id != PS_NODE_EMPTY) {
+        /* A peer is connected or it is not: its other connections go too,
+         * and the postoffice hears about it once. */
+        ps__ucx_conn_t *others[1 + PS__UCX_MAX_STREAMS];
+        int n = 0;
+        pthread_rwlock_rdlock(&van->peers_lock);
+        ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
+        if (p != NULL) {
+            if (p->out != NULL) {
+                others[n++] = conn_ref(p->out);
+            }
+            for (int i = 0; i < p->num_in; ++i) {
+                others[n++] = conn_ref(p->in[i]);
+            }
+        }
+        pthread_rwlock_unlock(&van->peers_lock);
+        for (int i = 0; i < n; ++i) {
+            ps__ucx_conn_fail(others[i], why, 0);
+            ps__ucx_conn_unref(others[i]);
+        }
+        ps_info(PS_LOG_UCX, "lost node %d at %s (%s)", id, conn->addr_str, ps_status_str(why));
+        if (van->cb.peer_failed != NULL) {
+            van->cb.peer_failed(van->cb.arg, id, why);
+        }
+    }
+    if (linked) {
+        ps__ucx_conn_unref(conn); /* the list's reference */
+    }
+}
+
+void ps__ucx_abandon_closing(ps__ucx_van_t *van)
+{
+    for (ps__ucx_closing_t *c = van->closing; c != NULL; c = c->next) {
+        if (c->req != NULL) {
+            ucp_request_free(c->req); /* no callback after this */
+            c->req = NULL;
+        }
+    }
+}
+
+void ps__ucx_close_all(ps__ucx_van_t *van)
+{
+    take_pending(van, 0);
+    while (van->conns != NULL) {
+        ps__ucx_conn_fail(van->conns, PS_OK, 0);
+    }
+    /* Connections connect() made that never reached the list. */
+    pthread_rwlock_wrlock(&van->peers_lock);
+    for (int id = 0; id < van->peers_cap; ++id) {
+        ps__ucx_peer_t *p = van->peers[id];
+        if (p == NULL) {
+            continue;
+        }
+        if (p->out != NULL) {
+            ps__ucx_conn_unref(p->out);
+        }
+        for (int i = 0; i < p->num_in; ++i) {
+            ps__ucx_conn_unref(p->in[i]);
+        }
+        free(p);
+        van->peers[id] = NULL;
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+}

@@ -1,0 +1,282 @@
+/*
+ * The UCP context and worker of a UCX van, and the few UCX settings ps
+ * decides itself.
+ *
+ * UCX reads its own UCX_* variables (UCX_TLS, UCX_NET_DEVICES, UCX_RNDV_*,
+ * ...) and ps leaves them alone, with one exception: the connection
+ * manager behind the listener (how the scheduler is reached at
+ * DMLC_PS_ROOT_URI:PORT, and how a peer's failure is noticed) cannot wire
+ * up an endpoint without a network transport (UCX 1.13 reports "destination
+ * is unreachable" with UCX_TLS=sm). When UCX_TLS names none, ps adds tcp
+ * and says so once; processes on one host still move their data over
+ * shared memory, through worker-address endpoints (ucx_conn.c).
+ *
+ * Upstream refused to start without UCX_USE_MT_MUTEX=y and
+ * UCX_SOCKADDR_CM_ENABLE=y. ps needs neither: it asks for a worker in
+ * UCS_THREAD_MODE_MULTI (any thread may send) and fails with a clear
+ * message if this UCX cannot give one; the connection manager is on by
+ * default in UCX 1.13.
+ */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/base/log.h"
+#include "ps/rdma/ucx/ucx_internal.h"
+
+ps_status_t ps__ucx_status(ucs_status_t st)
+{
+    switch (st) {
+    case UCS_OK:
+        return PS_OK;
+    case UCS_INPROGRESS:
+        return PS_INPROGRESS;
+    case UCS_ERR_NO_MEMORY:
+        return PS_ERR_NO_MEMORY;
+    case UCS_ERR_NO_RESOURCE:
+    case UCS_ERR_EXCEEDS_LIMIT:
+        return PS_ERR_NO_RESOURCE;
+    case UCS_ERR_BUSY:
+        return PS_ERR_ADDRESS_IN_USE;
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_INVALID_ADDR:
+        return PS_ERR_INVALID_ARG;
+    case UCS_ERR_UNSUPPORTED:
+    case UCS_ERR_NO_DEVICE:
+        return PS_ERR_UNSUPPORTED;
+    case UCS_ERR_TIMED_OUT:
+        return PS_ERR_TIMED_OUT;
+    case UCS_ERR_CANCELED:
+        return PS_ERR_CANCELLED;
+    case UCS_ERR_MESSAGE_TRUNCATED:
+        return PS_ERR_PROTOCOL;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_CONNECTION_RESET:
+        return PS_ERR_PEER_GONE;
+    default:
+        return PS_ERR_LINK_FAILED;
+    }
+}
+
+/* The value UCX itself read for a variable (environment or ucx.conf),
+ * from the config's own printout: "UCX_TLS=sm" -> "sm". */
+static int config_value(const ucp_config_t *config, const char *name, char *buf, size_t cap)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (f == NULL) {
+        return 0;
+    }
+    ucp_config_print(config, f, NULL, UCS_CONFIG_PRINT_CONFIG);
+    fclose(f);
+    int found = 0;
+    size_t nlen = strlen(name);
+    for (char *line = text; line != NULL && *line != '\0';) {
+        char *end = strchr(line, '\n');
+        if (end != NULL) {
+            *end = '\0';
+        }
+        if (strncmp(line, name, nlen) == 0 && line[nlen] == '=') {
+            snprintf(buf, cap, "%s", line + nlen + 1);
+            found = 1;
+            break;
+        }
+        line = end != NULL ? end + 1 : NULL;
+    }
+    free(text);
+    return found;
+}
+
+/* 1 if the comma-separated transport list holds a token starting with one
+ * of `prefixes` (NULL-terminated). */
+static int tls_has(const char *tls, const char *const *prefixes)
+{
+    char copy[512];
+    snprintf(copy, sizeof(copy), "%s", tls);
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') {
+            ++tok;
+        }
+        for (int i = 0; prefixes[i] != NULL; ++i) {
+            if (strncmp(tok, prefixes[i], strlen(prefixes[i])) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static const char *const k_net_tls[] = {"all", "tcp", "ib", "rc", "ud", "dc", NULL};
+static const char *const k_shm_tls[] = {"all", "sm", "shm", "posix", "sysv", "cma", "knem",
+                                        "xpmem", "mm", NULL};
+
+void ps__ucx_ep_transports(ucp_ep_h ep, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (f == NULL) {
+        return;
+    }
+    ucp_ep_print_info(ep, f);
+    fclose(f);
+    size_t pos = 0;
+    /* "#   lane[1]:  2:cma/memory.0 md[3] -> ..." -> "cma/memory.0" */
+    for (char *p = strstr(text, "lane["); p != NULL; p = strstr(p + 1, "lane[")) {
+        char *colon = strstr(p, "]:");
+        if (colon == NULL) {
+            break;
+        }
+        char *tok = colon + 2;
+        while (*tok == ' ') {
+            ++tok;
+        }
+        if (strncmp(tok, "cm ", 3) == 0) {
+            continue; /* the connection manager, not a data transport */
+        }
+        char *digits_end = tok;
+        while (*digits_end >= '0' && *digits_end <= '9') {
+            ++digits_end;
+        }
+        if (*digits_end == ':') {
+            tok = digits_end + 1;
+        }
+        size_t n = strcspn(tok, " \n");
+        char name[64];
+        snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) - 1 ? n : sizeof(name) - 1),
+                 tok);
+        if (name[0] == '\0' || strstr(buf, name) != NULL) {
+            continue;
+        }
+        int w = snprintf(buf + pos, cap - pos, "%s%s", pos ? " " : "", name);
+        if (w < 0 || (size_t)w >= cap - pos) {
+            break;
+        }
+        pos += (size_t)w;
+    }
+    free(text);
+}
+
+ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
+{
+    ucp_config_t *config = NULL;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK) {
+        ps_error(PS_LOG_UCX, "cannot read the ucx configuration: %s", ucs_status_string(st));
+        return PS_ERR_CONFIG;
+    }
+    char tls[480] = "all";
+    (void)config_value(config, "UCX_TLS", tls, sizeof(tls));
+    /* "^a,b" means every transport but a and b. */
+    int negated = tls[0] == '^';
+    int has_shm = negated ? !tls_has(tls + 1, (const char *const[]){"sm", "shm", NULL})
+                          : tls_has(tls, k_shm_tls);
+    if (negated) {
+        if (tls_has(tls + 1, (const char *const[]){"tcp", NULL})) {
+            ps_warn(PS_LOG_UCX, "UCX_TLS=%s excludes tcp: the connection manager (listeners, "
+                    "the scheduler's address) then needs an RDMA device, or connections fail",
+                    tls);
+        }
+    } else if (!tls_has(tls, k_net_tls)) {
+        char with_tcp[512];
+        snprintf(with_tcp, sizeof(with_tcp), "%s,tcp", tls);
+        st = ucp_config_modify(config, "TLS", with_tcp);
+        if (st != UCS_OK) {
+            ps_warn(PS_LOG_UCX, "cannot add tcp to UCX_TLS=%s (%s); connections may fail", tls,
+                    ucs_status_string(st));
+        } else {
+            ps_info(PS_LOG_UCX,
+                    "UCX_TLS=%s names no network transport, which the connection manager needs "
+                    "(listeners, the scheduler's address, failure detection): using %s%s",
+                    tls, with_tcp,
+                    has_shm ? "; data between processes of this host still goes over shared memory"
+                            : "");
+        }
+    }
+
+    ucp_params_t params;
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                        UCP_PARAM_FIELD_NAME;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    params.mt_workers_shared = 0;
+    params.name = "ps";
+    st = ucp_init(&params, config, &van->context);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+        ps_error(PS_LOG_UCX, "cannot initialise ucx: %s (UCX_TLS=%s)", ucs_status_string(st), tls);
+        van->context = NULL;
+        return PS_ERR_UNSUPPORTED;
+    }
+
+    ucp_worker_params_t wp;
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    st = ucp_worker_create(van->context, &wp, &van->worker);
+    if (st != UCS_OK) {
+        ps_error(PS_LOG_UCX, "cannot create a ucx worker: %s", ucs_status_string(st));
+        van->worker = NULL;
+        return ps__ucx_status(st);
+    }
+    ucp_worker_attr_t wa;
+    memset(&wa, 0, sizeof(wa));
+    wa.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
+    st = ucp_worker_query(van->worker, &wa);
+    if (st != UCS_OK || wa.thread_mode != UCS_THREAD_MODE_MULTI) {
+        ps_error(PS_LOG_UCX, "this ucx cannot share a worker between threads (thread mode %d); "
+                 "build ucx with --enable-mt", st == UCS_OK ? (int)wa.thread_mode : -1);
+        return PS_ERR_UNSUPPORTED;
+    }
+    st = ucp_worker_get_efd(van->worker, &van->efd);
+    if (st != UCS_OK) {
+        ps_error(PS_LOG_UCX, "cannot get the ucx worker's event fd: %s", ucs_status_string(st));
+        return ps__ucx_status(st);
+    }
+
+    /* Worker addresses let same-host peers use shared memory; offer ours
+     * (in the handshake) only when it names more than the network
+     * transports. */
+    st = ucp_worker_get_address(van->worker, &van->worker_addr, &van->worker_addr_len);
+    if (st != UCS_OK) {
+        ps_error(PS_LOG_UCX, "cannot get the ucx worker's address: %s", ucs_status_string(st));
+        van->worker_addr = NULL;
+        return ps__ucx_status(st);
+    }
+    memset(&wa, 0, sizeof(wa));
+    wa.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+    wa.address_flags = UCP_WORKER_ADDRESS_FLAG_NET_ONLY;
+    size_t net_len = van->worker_addr_len;
+    if (ucp_worker_query(van->worker, &wa) == UCS_OK) {
+        net_len = wa.address_length;
+        ucp_worker_release_address(van->worker, wa.address);
+    }
+    van->use_worker_address =
+        has_shm && van->worker_addr_len > net_len && van->worker_addr_len <= PS__UCX_MAX_ADDR;
+    ps_info(PS_LOG_UCX, "ucx %s, UCX_TLS=%s, worker address %zu bytes%s", ucp_get_version_string(),
+            tls, van->worker_addr_len,
+            van->use_worker_address ? " (offered for shared memory)" : "");
+    return PS_OK;
+}
+
+void ps__ucx_ctx_close(ps__ucx_van_t *van)
+{
+    if (van->worker != NULL) {
+        if (van->worker_addr != NULL) {
+            ucp_worker_release_address(van->worker, van->worker_addr);
+            van->worker_addr = NULL;
+        }
+        ucp_worker_destroy(van->worker);
+        van->worker = NULL;
+    }
+    if (van->context != NULL) {
+        ucp_cleanup(van->context);
+        van->context = NULL;
+    }
+}

@@ -1,0 +1,378 @@
+/*
+ * Internals of the UCX van, shared by its files (ucx_van.c: lifecycle, the
+ * progress thread, the ops table; ucx_ctx.c: the UCP context and worker
+ * and the UCX settings ps adjusts; ucx_conn.c: listener, endpoints,
+ * handshake, failures; ucx_send.c: the send path; ucx_recv.c: probing,
+ * receiving, in-order delivery; ucx_wire.c: tags, frames, hello records).
+ * Nothing here is visible outside ps/rdma/ucx.
+ *
+ * Connections. Every process listens on its node's ip:port with a UCX
+ * listener (sockaddr connection establishment), so the scheduler is reached
+ * at DMLC_PS_ROOT_URI:PORT with UCX alone. connect(peer) creates a
+ * client-server endpoint to the peer's listener: the "control" endpoint,
+ * with peer-failure handling, whose errors become peer_failed(). The
+ * accepting side creates its control endpoint from the connection request.
+ * When both ends have transports the connection manager cannot use (shared
+ * memory), HELLO and ACK carry the sender's UCX worker address and each
+ * side opens a "data" endpoint to the other's worker without peer-failure
+ * handling — UCX 1.13 refuses shared-memory transports on endpoints that
+ * have it, and never selects them for client-server endpoints — and keeps
+ * it when UCX picked shared memory for it (the peer is on this host).
+ * Everything is then sent on it; the control endpoint still reports the
+ * peer's failure.
+ *
+ * Identification. The first thing on a new control endpoint is an active
+ * message HELLO (node id, nonce, a cookie) sent with a reply endpoint; the
+ * acceptor learns from it which of its endpoints the peer is on, and
+ * answers ACK with its own cookie on that endpoint. A cookie is a number
+ * the receiver of a direction hands out per connection: every tagged
+ * message carries the receiver's cookie, which maps it to the connection
+ * and hence to the node that proved itself on it (never the wire's claim
+ * alone). Until the ACK arrives, sends queue on the connection. A node id
+ * learnt later (set_node_id) is re-announced by a tagged hello in line with
+ * the data.
+ *
+ * Threads and locks. One progress thread runs every UCX callback (inside
+ * ucp_worker_progress, with UCX's worker lock held) and owns endpoint
+ * lifecycles, receives and timers. Any thread may call send(), which posts
+ * to UCX directly under the connection's lock. Lock order:
+ * peers_lock -> conn->lock -> (UCX worker lock). UCX callbacks therefore
+ * never take a ps lock other than the leaf ev_lock, and never call back
+ * into the postoffice: they record what happened, and the progress thread
+ * acts on it after ucp_worker_progress() returns.
+ */
+#ifndef PS_RDMA_UCX_UCX_INTERNAL_H_
+#define PS_RDMA_UCX_UCX_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#include "ps/base/buffer.h"
+#include "ps/base/mpool.h"
+#include "ps/base/sockaddr.h"
+#include "ps/base/status.h"
+#include "ps/base/thread.h"
+#include "ps/net/codec/frame.h"
+#include "ps/net/codec/message.h"
+#include "ps/net/message.h"
+#include "ps/net/van/van.h"
+
+/* ---- tags (ucx_wire.c) ----
+ *   bits 63..62  kind: META (meta, maybe small segments inline) or DATA
+ *   bits 61..40  the receiver's cookie for the connection
+ *   bits 39..4   sequence number of the message on the connection
+ *   bits  3..0   META: which segments follow as DATA messages (bit i);
+ *                DATA: the segment's index
+ */
+#define PS__UCX_KIND_META 1ull
+#define PS__UCX_KIND_DATA 2ull
+#define PS__UCX_KIND_SHIFT 62
+#define PS__UCX_COOKIE_BITS 22
+#define PS__UCX_COOKIE_SHIFT 40
+#define PS__UCX_COOKIE_MASK ((1u << PS__UCX_COOKIE_BITS) - 1)
+#define PS__UCX_SEQ_SHIFT 4
+#define PS__UCX_SEQ_MASK ((1ull << 36) - 1)
+#define PS__UCX_LOW_MASK 0xfull
+#define PS__UCX_META_TAG (PS__UCX_KIND_META << PS__UCX_KIND_SHIFT)
+#define PS__UCX_KIND_MASK (3ull << PS__UCX_KIND_SHIFT)
+
+_Static_assert(PS_MSG_MAX_DATA <= 4, "segment bitmap of the META tag is 4 bits");
+
+static inline ucp_tag_t ps__ucx_tag(uint64_t kind, uint32_t cookie, uint64_t seq, unsigned low)
+{
+    return (kind << PS__UCX_KIND_SHIFT) |
+           ((uint64_t)(cookie & PS__UCX_COOKIE_MASK) << PS__UCX_COOKIE_SHIFT) |
+           ((seq & PS__UCX_SEQ_MASK) << PS__UCX_SEQ_SHIFT) | (low & PS__UCX_LOW_MASK);
+}
+static inline uint32_t ps__ucx_tag_cookie(ucp_tag_t tag)
+{
+    return (uint32_t)(tag >> PS__UCX_COOKIE_SHIFT) & PS__UCX_COOKIE_MASK;
+}
+static inline uint64_t ps__ucx_tag_seq(ucp_tag_t tag)
+{
+    return (tag >> PS__UCX_SEQ_SHIFT) & PS__UCX_SEQ_MASK;
+}
+static inline unsigned ps__ucx_tag_low(ucp_tag_t tag)
+{
+    return (unsigned)(tag & PS__UCX_LOW_MASK);
+}
+
+/* The active-message id of HELLO / ACK. */
+#define PS__UCX_AM_ID 23
+/* HELLO/ACK record: "PSUX" ver type 0 0 | id i32 | cookie u32 | nonce u64. */
+#define PS__UCX_HS_LEN 24
+#define PS__UCX_HS_HELLO 1
+#define PS__UCX_HS_ACK 2
+
+/* Largest worker address a handshake carries. */
+#define PS__UCX_MAX_ADDR 4096
+/* Header + meta bytes a send op keeps inline. */
+#define PS__UCX_HM_INLINE 512
+#define PS__UCX_HM_STACK 1024
+#define PS__UCX_MAX_STREAMS 8 /* incoming connections indexed per peer */
+
+typedef struct ps__ucx_van ps__ucx_van_t;
+typedef struct ps__ucx_conn ps__ucx_conn_t;
+
+typedef enum {
+    PS__UCX_NEW,      /* outgoing: endpoints not created yet (or retrying) */
+    PS__UCX_WAIT,     /* outgoing: HELLO sent, waiting for ACK; incoming: for HELLO */
+    PS__UCX_READY,
+    PS__UCX_DEAD,
+} ps__ucx_state_t;
+
+/* A message being sent: the encoded header+meta, references on the
+ * segments, and the iovecs UCX reads (which must outlive the requests). */
+typedef struct ps__ucx_op {
+    struct ps__ucx_op *next;   /* the connection's queue, or the done list */
+    struct ps__ucx_op *next_fl, *prev_fl; /* van->inflight (ops_lock) */
+    int on_inflight;
+    ps__ucx_conn_t *conn;      /* referenced */
+    uint32_t pending;          /* atomic: requests in flight + 1 while posting */
+    int failed;                /* atomic: a request completed with an error */
+    unsigned sep_mask;         /* segments sent as DATA messages */
+    uint32_t num_data;
+    ps_slice_t data[PS_MSG_MAX_DATA];
+    ucp_dt_iov_t iov[1 + PS_MSG_MAX_DATA];
+    uint32_t iovcnt;
+    uint8_t *hm;               /* hm_inline or malloc'd */
+    size_t hm_len;
+    uint64_t bytes;
+    uint8_t hm_inline[PS__UCX_HM_INLINE];
+} ps__ucx_op_t;
+
+/* A message being received (progress thread only). */
+typedef struct ps__ucx_rx {
+    struct ps__ucx_rx *next;   /* the connection's delivery queue */
+    struct ps__ucx_rx *next_ready; /* van->rx_ready */
+    struct ps__ucx_rx *next_all, *prev_all; /* van->rx_all (for cancel at close) */
+    ps__ucx_van_t *van;
+    ps__ucx_conn_t *conn;      /* referenced; NULL: unknown cookie, discarded */
+    ucp_tag_t tag;
+    ps_slice_t staging;        /* the META message */
+    size_t staging_len;
+    ps_msg_t msg;
+    void *reqs[1 + PS_MSG_MAX_DATA]; /* UCX requests in flight, for cancel */
+    uint32_t outstanding;      /* requests not completed yet */
+    int meta_done;             /* the META message has arrived */
+    int parsed;                /* segments set up */
+    int complete;              /* everything arrived (or failed) */
+    int hello;                 /* a re-announcement: nothing to deliver */
+    int ready_queued;          /* on van->rx_ready */
+    ps_status_t status;
+} ps__ucx_rx_t;
+
+/* An endpoint close request in flight (progress thread only). */
+typedef struct ps__ucx_closing {
+    struct ps__ucx_closing *next, *prev;
+    ps__ucx_conn_t *conn;      /* referenced until the close completes */
+    void *req;                 /* UCX's close request while it runs */
+    int done;                  /* its callback came */
+} ps__ucx_closing_t;
+
+/* A UCX callback's record for the progress thread. */
+typedef enum {
+    PS__UCX_EV_HANDSHAKE,  /* HELLO or ACK arrived on `ep` */
+    PS__UCX_EV_EP_ERROR,   /* `conn`'s control endpoint failed */
+    PS__UCX_EV_CONN_REQ,   /* a connection request on the listener */
+    PS__UCX_EV_CLOSED,     /* an endpoint close request completed */
+} ps__ucx_ev_kind_t;
+
+typedef struct ps__ucx_ev {
+    struct ps__ucx_ev *next;
+    ps__ucx_ev_kind_t kind;
+    ps__ucx_conn_t *conn;      /* referenced (EP_ERROR) */
+    ps__ucx_closing_t *closing; /* CLOSED */
+    ucp_ep_h ep;               /* HANDSHAKE: the reply endpoint */
+    ucp_conn_request_h req;    /* CONN_REQ */
+    ucs_status_t status;
+    uint8_t hs[PS__UCX_HS_LEN];
+    size_t addr_len;           /* HANDSHAKE: the sender's worker address */
+    uint8_t addr[];
+} ps__ucx_ev_t;
+
+struct ps__ucx_conn {
+    ps__ucx_van_t *van;
+    uint32_t refs;             /* atomic */
+    int outgoing;
+    int peer_id;               /* PS_NODE_EMPTY until known (incoming) */
+    char addr_str[PS_SOCKADDR_STRLEN];
+
+    /* Guarded by lock. Senders see the state, the queue and the send
+     * endpoint; the progress thread changes them under it. */
+    pthread_mutex_t lock;
+    ps__ucx_state_t state;
+    ucp_ep_h send_ep;          /* data_ep once READY */
+    uint32_t remote_cookie;    /* the peer's cookie for our messages */
+    uint64_t seq;              /* next message sequence number */
+    ps__ucx_op_t *q_head, *q_tail; /* sends waiting for READY */
+
+    /* Progress thread only. */
+    ps_sockaddr_t addr;        /* outgoing: the peer's listener */
+    ucp_ep_h ctl_ep;           /* with peer-failure handling */
+    ucp_ep_h data_ep;          /* ctl_ep, or a worker-address endpoint */
+    uint32_t local_cookie;     /* ours: the peer tags its messages with it */
+    uint64_t nonce;
+    int hello_id;              /* the id connect() was given (PS_NODE_EMPTY: ours now) */
+    uint8_t hs_out[PS__UCX_HS_LEN]; /* our HELLO / ACK while UCX sends it */
+    uint64_t connect_deadline_ns;
+    uint64_t retry_at_ns;      /* NEW: when to (re)try */
+    uint32_t backoff_ms;
+    int attempts;
+    int linked;
+    struct ps__ucx_conn *next, *prev;      /* van->conns */
+    struct ps__ucx_conn *next_pending;     /* van->pending */
+    struct ps__ucx_conn *next_close;       /* van->to_close */
+    ps__ucx_rx_t *rx_head, *rx_tail;       /* messages in arrival order */
+};
+
+/* The connections of one peer node. */
+typedef struct {
+    int id;
+    ps__ucx_conn_t *out;                       /* ours */
+    ps__ucx_conn_t *in[PS__UCX_MAX_STREAMS];   /* the peer's, identified */
+    int num_in;
+} ps__ucx_peer_t;
+
+struct ps__ucx_van {
+    ps_van_t base; /* first: the van handle */
+    ps_van_params_t params;
+    ps_van_callbacks_t cb;
+    ps_frame_limits_t limits;
+    uint64_t inline_max;       /* segments up to this size ride in the META message */
+
+    /* UCX (ucx_ctx.c). */
+    ucp_context_h context;
+    ucp_worker_h worker;
+    int efd;                   /* the worker's event fd */
+    int use_worker_address;    /* publish and use worker addresses (shared memory) */
+    ucp_address_t *worker_addr;
+    size_t worker_addr_len;
+    ucp_listener_h listener;
+    char listen_str[PS_SOCKADDR_STRLEN];
+
+    int epfd;
+    int wakefd;
+    int sleeping;              /* atomic: the progress thread may block */
+    uint64_t posted;           /* atomic: sends left in progress by other threads */
+    ps_thread_t thread;
+    int thread_started;
+    int stop;                  /* atomic */
+
+    pthread_rwlock_t peers_lock;
+    ps__ucx_peer_t **peers;    /* indexed by node id */
+    int peers_cap;
+
+    /* Handed from other threads to the progress thread. */
+    pthread_mutex_t pending_lock;
+    ps__ucx_conn_t *pending;   /* outgoing connections to start */
+    ps__ucx_conn_t *to_close;  /* connections disconnect() took away */
+
+    /* Filled by UCX callbacks (leaf lock), drained by the progress thread. */
+    pthread_mutex_t ev_lock;
+    ps__ucx_ev_t *ev_head, *ev_tail;
+    ps__ucx_op_t *done_ops;
+
+    /* Progress thread only. */
+    ps__ucx_conn_t *conns;     /* every live connection */
+    ps__ucx_conn_t **cookies;  /* cookie -> connection (open addressing by value) */
+    uint32_t cookies_cap;
+    uint32_t num_cookies;
+    uint32_t next_cookie;
+    ps__ucx_rx_t *rx_ready;    /* receives with news */
+    ps__ucx_rx_t *rx_all;      /* every receive in flight */
+    struct ps__ucx_closing *closing; /* endpoint close requests in flight */
+    ps_node_t *scratch_nodes;
+    size_t scratch_cap;
+
+    int my_id;                 /* atomic */
+    uint64_t bytes_sent;       /* atomic */
+    uint64_t bytes_recv;       /* atomic */
+    int64_t inflight_ops;      /* atomic: send ops not released yet */
+    pthread_mutex_t ops_lock;  /* leaf: the posted ops UCX has not finished */
+    ps__ucx_op_t *inflight;
+    uint64_t rng;              /* atomic */
+
+    ps_mpool_t ops;
+    struct ps_rdma_buf_pool *pool; /* what data lands in when nobody names a place */
+};
+
+/* ---- ucx_van.c ---- */
+void ps__ucx_wake(ps__ucx_van_t *van);
+uint64_t ps__ucx_random(ps__ucx_van_t *van);
+/* Queues a callback's record for the progress thread (any thread). */
+void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev);
+
+/* ---- ucx_ctx.c ---- */
+ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van);
+void ps__ucx_ctx_close(ps__ucx_van_t *van);
+/* "sysv/memory cma/memory" for an endpoint's lanes, for logs. */
+void ps__ucx_ep_transports(ucp_ep_h ep, char *buf, size_t cap);
+ps_status_t ps__ucx_status(ucs_status_t st);
+
+/* ---- ucx_conn.c ---- */
+ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry);
+ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id);
+void ps__ucx_disconnect(ps__ucx_van_t *van, int node_id);
+ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id);
+/* Progress thread: connections handed over, events, timers. */
+void ps__ucx_start_pending(ps__ucx_van_t *van);
+void ps__ucx_handle_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev);
+int ps__ucx_run_timers(ps__ucx_van_t *van); /* ms to the next timer, -1 none */
+/* Closes a connection (idempotent); `why` != PS_OK with notify tells the
+ * postoffice the peer failed (and closes its other connections). */
+void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify);
+void ps__ucx_conn_unref(ps__ucx_conn_t *conn);
+ps__ucx_conn_t *ps__ucx_conn_lookup(ps__ucx_van_t *van, uint32_t cookie);
+/* The connection send() uses for a node: referenced, or NULL. */
+ps__ucx_conn_t *ps__ucx_peer_send_conn(ps__ucx_van_t *van, int id);
+/* close(): every connection down, endpoints closed (bounded). */
+void ps__ucx_close_all(ps__ucx_van_t *van);
+/* close(), before the worker goes: gives back the close requests that did
+ * not finish (endpoints to peers that are gone); UCX insists. */
+void ps__ucx_abandon_closing(ps__ucx_van_t *van);
+ps__ucx_peer_t *ps__ucx_peer_get(ps__ucx_van_t *van, int id, int create);
+
+/* ---- ucx_send.c ---- */
+ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg);
+/* Queues or posts an op on conn (takes the op). */
+ps_status_t ps__ucx_conn_submit(ps__ucx_conn_t *conn, ps__ucx_op_t *op);
+/* Posts what waited for READY (conn->lock held); returns the posted ops,
+ * which the caller hands to ps__ucx_ops_put_list() after unlocking. */
+ps__ucx_op_t *ps__ucx_conn_post_queued(ps__ucx_conn_t *conn);
+void ps__ucx_ops_put_list(ps__ucx_van_t *van, ps__ucx_op_t *list);
+/* Progress thread: releases ops UCX finished; failures fail the connection. */
+void ps__ucx_process_done(ps__ucx_van_t *van);
+/* Releases queued ops of a dead connection (lock not held). */
+void ps__ucx_ops_free_list(ps__ucx_van_t *van, ps__ucx_op_t *list);
+void ps__ucx_op_release(ps__ucx_van_t *van, ps__ucx_op_t *op);
+/* A tagged hello announcing `my_id` as an op. */
+ps_status_t ps__ucx_hello_op(ps__ucx_van_t *van, int my_id, ps__ucx_op_t **op_p);
+
+/* ---- ucx_recv.c ---- */
+/* Takes every META message waiting in the worker. Returns how many. */
+int ps__ucx_probe(ps__ucx_van_t *van);
+/* Finishes receives that had news, delivers in order. */
+void ps__ucx_rx_process(ps__ucx_van_t *van);
+/* A dead connection: delivers whole messages that arrived in order (with
+ * `deliver`), cancels and drops the rest. */
+void ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver);
+/* close(): cancels every receive (after the thread stopped), and frees
+ * them once the worker is gone. */
+void ps__ucx_rx_cancel_all(ps__ucx_van_t *van);
+void ps__ucx_rx_free_all(ps__ucx_van_t *van);
+
+/* ---- ucx_wire.c ---- */
+ps_status_t ps__ucx_encode_frame(ps__ucx_van_t *van, const ps_meta_t *meta, const uint64_t *lens,
+                                 uint32_t num_data, uint8_t *buf, size_t cap, uint8_t **hm_p,
+                                 size_t *len_p, uint8_t **heap_p);
+void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint64_t nonce);
+int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p,
+                     uint32_t *cookie_p, uint64_t *nonce_p);
+void ps__ucx_hello_meta(ps_meta_t *meta, int my_id);
+int ps__ucx_is_hello(const ps_meta_t *meta);
+int ps__ucx_looks_like_hello(const ps_meta_t *meta);
+
+#endif /* PS_RDMA_UCX_UCX_INTERNAL_H_ */

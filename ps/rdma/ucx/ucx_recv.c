@@ -1,0 +1,554 @@
+/*
+ * The receive side of the UCX van (progress thread only).
+ *
+ * The progress thread probes the worker for META messages (any sender),
+ * receives each into a staging buffer of its exact size, and decodes the
+ * frame. The tag's cookie names the connection, hence the sender. Small
+ * segments are in the staging buffer: they are handed on as slices of it,
+ * or copied where the postoffice wants them. Every larger segment follows
+ * as a DATA message whose tag the receiver knows (cookie, sequence number,
+ * segment index); it is received straight into the buffer recv_buffer()
+ * names — a pull response lands in the worker's own buffer — or a block
+ * of the van's buffer pool (ps/rdma/common/buf_pool.h).
+ *
+ * Messages of one connection are delivered in the order they were sent
+ * (the order META messages arrive in), whatever order their DATA messages
+ * complete in. Every length is checked by the frame parser before anything
+ * is allocated; a broken frame closes the connection with one log line.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/base/log.h"
+#include "ps/net/codec/codec.h"
+#include "ps/rdma/common/buf_pool.h"
+#include "ps/rdma/ucx/ucx_internal.h"
+
+/* Most nodes one control message may list. */
+#define RX_MAX_NODES 8192
+/* What a refused META message is received into (UCX then drops it). */
+#define RX_DISCARD_LEN 64
+
+static void rx_mark(ps__ucx_rx_t *rx)
+{
+    if (!rx->ready_queued) {
+        rx->ready_queued = 1;
+        rx->next_ready = rx->van->rx_ready;
+        rx->van->rx_ready = rx;
+    }
+}
+
+static void rx_req_done(ps__ucx_rx_t *rx, void *request, ucs_status_t status)
+{
+    for (unsigned i = 0; i < 1 + PS_MSG_MAX_DATA; ++i) {
+        if (rx->reqs[i] == request) {
+            rx->reqs[i] = NULL;
+            break;
+        }
+    }
+    rx->outstanding--;
+    if (status != UCS_OK && rx->status == PS_OK) {
+        rx->status = status == UCS_ERR_MESSAGE_TRUNCATED ? PS_ERR_PROTOCOL : ps__ucx_status(status);
+    }
+}
+
+static void on_meta(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                    void *user_data)
+{
+    ps__ucx_rx_t *rx = user_data;
+    (void)info;
+    rx_req_done(rx, request, status);
+    ucp_request_free(request);
+    if (status == UCS_OK) {
+        rx->meta_done = 1;
+    }
+    rx_mark(rx);
+}
+
+static void on_data(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                    void *user_data)
+{
+    ps__ucx_rx_t *rx = user_data;
+    (void)info;
+    rx_req_done(rx, request, status);
+    ucp_request_free(request);
+    rx_mark(rx);
+}
+
+static void rx_free(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
+{
+    if (rx->prev_all != NULL) {
+        rx->prev_all->next_all = rx->next_all;
+    } else {
+        van->rx_all = rx->next_all;
+    }
+    if (rx->next_all != NULL) {
+        rx->next_all->prev_all = rx->prev_all;
+    }
+    ps_msg_release(&rx->msg);
+    ps_slice_unref(&rx->staging);
+    if (rx->conn != NULL) {
+        ps__ucx_conn_unref(rx->conn);
+    }
+    free(rx);
+}
+
+/* Posts the receive of the probed META message. */
+static void rx_start(ps__ucx_van_t *van, ps__ucx_rx_t *rx, ucp_tag_message_h msg, size_t len)
+{
+    size_t cap = len;
+    if (len > van->limits.max_message_bytes) {
+        ps_error(PS_LOG_UCX, "a %zu-byte message from %s exceeds the limit of %llu bytes "
+                 "(PS_MAX_MESSAGE_BYTES); closing the connection", len,
+                 rx->conn != NULL ? rx->conn->addr_str : "an unknown sender",
+                 (unsigned long long)van->limits.max_message_bytes);
+        rx->status = PS_ERR_TOO_LARGE;
+        cap = RX_DISCARD_LEN; /* UCX reports the truncation and drops the rest */
+    }
+    if (ps_rdma_buf_pool_get(van->pool, cap != 0 ? cap : 1, &rx->staging) != PS_OK) {
+        ps_slice_t empty = PS_SLICE_EMPTY_INIT;
+        rx->staging = empty;
+        rx->status = PS_ERR_NO_MEMORY;
+        cap = 0;
+    }
+    rx->staging_len = len;
+    ucp_request_param_t param;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.recv = on_meta;
+    param.user_data = rx;
+    rx->outstanding = 1;
+    ucs_status_ptr_t r =
+        ucp_tag_msg_recv_nbx(van->worker, ps_slice_ptr(&rx->staging), cap,
+                             msg, &param);
+    if (UCS_PTR_IS_PTR(r)) {
+        rx->reqs[0] = r;
+        return;
+    }
+    rx->outstanding = 0;
+    if (UCS_PTR_IS_ERR(r)) {
+        if (rx->status == PS_OK) {
+            rx->status = ps__ucx_status(UCS_PTR_STATUS(r));
+        }
+    } else {
+        rx->meta_done = 1;
+    }
+    rx_mark(rx);
+}
+
+int ps__ucx_probe(ps__ucx_van_t *van)
+{
+    int n = 0;
+    for (;;) {
+        ucp_tag_recv_info_t info;
+        ucp_tag_message_h msg =
+            ucp_tag_probe_nb(van->worker, PS__UCX_META_TAG, PS__UCX_KIND_MASK, 1, &info);
+        if (msg == NULL) {
+            return n;
+        }
+        n++;
+        ps__ucx_rx_t *rx = calloc(1, sizeof(*rx));
+        if (rx == NULL) {
+            /* Cannot happen short of memory exhaustion; UCX still needs the
+             * message taken, so take it into nothing. */
+            ps_error(PS_LOG_UCX, "out of memory receiving a message; dropped");
+            ucp_request_param_t param;
+            param.op_attr_mask = 0;
+            ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(van->worker, NULL, 0, msg, &param);
+            if (UCS_PTR_IS_PTR(r)) {
+                ucp_request_free(r);
+            }
+            continue;
+        }
+        rx->van = van;
+        rx->tag = info.sender_tag;
+        ps_msg_init(&rx->msg);
+        rx->next_all = van->rx_all;
+        if (van->rx_all != NULL) {
+            van->rx_all->prev_all = rx;
+        }
+        van->rx_all = rx;
+        ps__ucx_conn_t *conn = ps__ucx_conn_lookup(van, ps__ucx_tag_cookie(info.sender_tag));
+        if (conn != NULL && conn->state != PS__UCX_DEAD) {
+            __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+            rx->conn = conn;
+            if (conn->rx_tail != NULL) {
+                conn->rx_tail->next = rx;
+            } else {
+                conn->rx_head = rx;
+            }
+            conn->rx_tail = rx;
+        } else {
+            ps_warn_ratelimited(PS_LOG_UCX, "message for an unknown connection (cookie %u); "
+                                "dropped", ps__ucx_tag_cookie(info.sender_tag));
+        }
+        rx_start(van, rx, msg, info.length);
+    }
+}
+
+/* Where segment `i` lands: the postoffice's buffer, else a new one. */
+static ps_status_t seg_dest(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i, uint64_t len,
+                            ps_slice_t *slice_p)
+{
+    ps_slice_t s = PS_SLICE_EMPTY_INIT;
+    if (rx->conn != NULL && van->cb.recv_buffer != NULL &&
+        van->cb.recv_buffer(van->cb.arg, &rx->msg.meta, i, len, &s) == PS_OK) {
+        ps_buf_mem_t kind = ps_slice_mem_kind(&s);
+        if (s.len >= len && s.buf != NULL && (kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM)) {
+            ps_slice_narrow(&s, 0, len);
+            *slice_p = s;
+            return PS_OK;
+        }
+        ps_warn_ratelimited(PS_LOG_UCX, "recv_buffer gave %zu bytes of memory kind %d for a "
+                            "%llu-byte segment; using a van buffer",
+                            s.len, (int)kind, (unsigned long long)len);
+        ps_slice_unref(&s);
+    }
+    /* A pooled block: a value pushed again and again reuses it. */
+    return ps_rdma_buf_pool_get(van->pool, len, slice_p);
+}
+
+static void post_data(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i)
+{
+    ucp_tag_t tag = ps__ucx_tag(PS__UCX_KIND_DATA, ps__ucx_tag_cookie(rx->tag),
+                                ps__ucx_tag_seq(rx->tag), i);
+    ucp_request_param_t param;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.recv = on_data;
+    param.user_data = rx;
+    rx->outstanding++;
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(van->worker, ps_slice_ptr(&rx->msg.data[i]),
+                                          rx->msg.data[i].len, tag, UINT64_MAX, &param);
+    if (UCS_PTR_IS_PTR(r)) {
+        rx->reqs[1 + i] = r;
+        return;
+    }
+    rx->outstanding--;
+    if (UCS_PTR_IS_ERR(r) && rx->status == PS_OK) {
+        rx->status = ps__ucx_status(UCS_PTR_STATUS(r));
+    }
+}
+
+static ps_status_t rx_decode_meta(ps__ucx_van_t *van, const uint8_t *p, size_t len, ps_meta_t *meta)
+{
+    /* A node takes more than 8 encoded bytes: room for every node the meta
+     * can hold means the codec never has to refuse (and log) a list. */
+    size_t bound = len / 8 + 1 < RX_MAX_NODES ? len / 8 + 1 : RX_MAX_NODES;
+    if (van->scratch_cap < bound) {
+        ps_node_t *nodes = realloc(van->scratch_nodes, bound * sizeof(*nodes));
+        if (nodes == NULL) {
+            return PS_ERR_NO_MEMORY;
+        }
+        van->scratch_nodes = nodes;
+        van->scratch_cap = bound;
+    }
+    ps_status_t st;
+    for (;;) {
+        st = ps_meta_decode(p, len, meta, van->scratch_nodes, van->scratch_cap);
+        if (st != PS_ERR_TOO_LARGE || van->scratch_cap >= RX_MAX_NODES) {
+            break;
+        }
+        size_t cap = van->scratch_cap == 0 ? 16 : van->scratch_cap * 4;
+        if (cap > RX_MAX_NODES) {
+            cap = RX_MAX_NODES;
+        }
+        ps_node_t *nodes = realloc(van->scratch_nodes, cap * sizeof(*nodes));
+        if (nodes == NULL) {
+            return PS_ERR_NO_MEMORY;
+        }
+        van->scratch_nodes = nodes;
+        van->scratch_cap = cap;
+    }
+    return st;
+}
+
+/* An announced node id on an accepted connection. */
+static ps_status_t rx_hello(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
+{
+    if (conn->outgoing) {
+        return PS_OK; /* we know whom we connected to */
+    }
+    if (id <= 0 || id >= PS_NODE_EMPTY) {
+        ps_error(PS_LOG_UCX, "connection from %s announced node id %d; closing", conn->addr_str,
+                 id);
+        return PS_ERR_PROTOCOL;
+    }
+    if (conn->peer_id == id) {
+        return PS_OK;
+    }
+    if (conn->peer_id != PS_NODE_EMPTY) {
+        ps_error(PS_LOG_UCX, "connection from %s re-announced itself as node %d after node %d; "
+                 "closing", conn->addr_str, id, conn->peer_id);
+        return PS_ERR_PROTOCOL;
+    }
+    /* Registers the connection under its id (as an incoming one). */
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 1);
+    if (p == NULL) {
+        pthread_rwlock_unlock(&van->peers_lock);
+        return PS_ERR_NO_MEMORY;
+    }
+    conn->peer_id = id;
+    if (p->num_in < PS__UCX_MAX_STREAMS) {
+        __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+        p->in[p->num_in++] = conn;
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    ps_info(PS_LOG_UCX, "connection from %s is node %d", conn->addr_str, id);
+    return PS_OK;
+}
+
+/* Decodes the META message and sets up every segment. */
+static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
+{
+    rx->parsed = 1;
+    const uint8_t *buf = ps_slice_ptr(&rx->staging);
+    size_t len = rx->staging_len;
+    const char *from = rx->conn != NULL ? rx->conn->addr_str : "an unknown sender";
+    ps_frame_header_t hdr;
+    size_t need = 0;
+    ps_status_t st = ps_frame_header_parse(buf, len, &van->limits, &hdr, &need);
+    if (st != PS_OK || hdr.num_data > PS_MSG_MAX_DATA ||
+        (size_t)hdr.header_len + hdr.meta_len > len) {
+        ps_error(PS_LOG_UCX, "bad frame from %s (%s); closing the connection", from,
+                 st == PS_OK ? "too many segments or short" : ps_status_str(st));
+        rx->status = st == PS_ERR_TOO_LARGE ? PS_ERR_TOO_LARGE : PS_ERR_PROTOCOL;
+        return;
+    }
+    unsigned sep = ps__ucx_tag_low(rx->tag);
+    uint64_t inline_total = 0;
+    for (unsigned i = 0; i < PS_MSG_MAX_DATA; ++i) {
+        if ((sep & (1u << i)) && (i >= hdr.num_data || hdr.data_len[i] == 0)) {
+            rx->status = PS_ERR_PROTOCOL;
+        }
+        if (i < hdr.num_data && !(sep & (1u << i))) {
+            inline_total += hdr.data_len[i];
+        }
+    }
+    if (rx->status != PS_OK || (uint64_t)hdr.header_len + hdr.meta_len + inline_total != len) {
+        ps_error(PS_LOG_UCX, "frame from %s does not match its message (%zu bytes); closing the "
+                 "connection", from, len);
+        rx->status = PS_ERR_PROTOCOL;
+        return;
+    }
+    ps_meta_t meta;
+    st = rx_decode_meta(van, buf + hdr.header_len, hdr.meta_len, &meta);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_UCX, "undecodable meta from %s (%s); closing the connection", from,
+                 ps_status_str(st));
+        rx->status = st == PS_ERR_NO_MEMORY ? st : PS_ERR_PROTOCOL;
+        return;
+    }
+    if (ps__ucx_is_hello(&meta)) {
+        rx->hello = 1;
+        if (hdr.num_data != 0) {
+            rx->status = PS_ERR_PROTOCOL;
+        } else if (rx->conn != NULL) {
+            rx->status = rx_hello(van, rx->conn, meta.sender);
+        }
+        return;
+    }
+
+    ps_msg_t *m = &rx->msg;
+    m->meta = meta;
+    /* Who sent it is who the connection proved to be, never the wire. */
+    m->meta.sender = rx->conn != NULL ? rx->conn->peer_id : PS_NODE_EMPTY;
+    size_t nn = meta.control.num_nodes;
+    size_t bl = meta.body_len;
+    m->meta.control.nodes = NULL;
+    m->meta.body = NULL;
+    if (nn != 0 || bl != 0) {
+        /* The message owns its node list and body (one block). */
+        uint8_t *block = malloc(nn * sizeof(ps_node_t) + bl);
+        if (block == NULL) {
+            rx->status = PS_ERR_NO_MEMORY;
+            return;
+        }
+        if (nn != 0) {
+            memcpy(block, meta.control.nodes, nn * sizeof(ps_node_t));
+            m->meta.control.nodes = (ps_node_t *)(void *)block;
+        }
+        if (bl != 0) {
+            memcpy(block + nn * sizeof(ps_node_t), meta.body, bl);
+            m->meta.body = block + nn * sizeof(ps_node_t);
+        }
+        m->nodes = (ps_node_t *)(void *)block;
+        m->num_nodes = (uint32_t)nn;
+        m->nodes_owned = 1;
+    }
+    m->num_data = hdr.num_data;
+    size_t off = (size_t)hdr.header_len + hdr.meta_len;
+    for (unsigned i = 0; i < hdr.num_data; ++i) {
+        uint64_t slen = hdr.data_len[i];
+        ps_slice_t empty = PS_SLICE_EMPTY_INIT;
+        m->data[i] = empty;
+        if (slen == 0) {
+            continue;
+        }
+        if (sep & (1u << i)) {
+            st = seg_dest(van, rx, i, slen, &m->data[i]);
+            if (st != PS_OK) {
+                rx->status = st;
+                return;
+            }
+            post_data(van, rx, i);
+            continue;
+        }
+        /* Inline: a slice of the staging buffer, or a copy where the
+         * postoffice wants it. */
+        ps_slice_t s = PS_SLICE_EMPTY_INIT;
+        if (rx->conn != NULL && van->cb.recv_buffer != NULL &&
+            van->cb.recv_buffer(van->cb.arg, &m->meta, i, slen, &s) == PS_OK) {
+            ps_buf_mem_t kind = ps_slice_mem_kind(&s);
+            if (s.len >= slen && s.buf != NULL &&
+                (kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM)) {
+                ps_slice_narrow(&s, 0, slen);
+                memcpy(ps_slice_ptr(&s), buf + off, slen);
+                m->data[i] = s;
+                off += slen;
+                continue;
+            }
+            ps_slice_unref(&s);
+        }
+        st = ps_slice_sub(&rx->staging, off, slen, &m->data[i]);
+        if (st != PS_OK) {
+            rx->status = st;
+            return;
+        }
+        off += slen;
+    }
+}
+
+static void rx_deliver_ready(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
+{
+    while (conn->rx_head != NULL && conn->rx_head->complete) {
+        ps__ucx_rx_t *rx = conn->rx_head;
+        conn->rx_head = rx->next;
+        if (conn->rx_head == NULL) {
+            conn->rx_tail = NULL;
+        }
+        rx->next = NULL;
+        if (rx->status != PS_OK) {
+            ps_status_t why = rx->status;
+            rx_free(van, rx);
+            if (why != PS_ERR_CANCELLED) {
+                ps__ucx_conn_fail(conn, why == PS_ERR_PROTOCOL || why == PS_ERR_TOO_LARGE
+                                            ? PS_ERR_PROTOCOL
+                                            : PS_ERR_LINK_FAILED, 1);
+            }
+            return;
+        }
+        uint64_t bytes = rx->staging_len;
+        for (uint32_t i = 0; i < rx->msg.num_data; ++i) {
+            if (ps__ucx_tag_low(rx->tag) & (1u << i)) {
+                bytes += rx->msg.data[i].len;
+            }
+        }
+        __atomic_add_fetch(&van->bytes_recv, bytes, __ATOMIC_RELAXED);
+        if (rx->hello) {
+            rx_free(van, rx); /* nothing to deliver */
+            continue;
+        }
+        ps_msg_t msg = rx->msg;
+        ps_msg_init(&rx->msg);
+        rx_free(van, rx);
+        if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
+            char line[192];
+            ps_msg_describe(&msg, line, sizeof(line));
+            ps_trace(PS_LOG_UCX, "received %s", line);
+        }
+        if (van->cb.deliver != NULL) {
+            van->cb.deliver(van->cb.arg, &msg);
+        } else {
+            ps_msg_release(&msg);
+        }
+    }
+}
+
+/* Moves a receive on after a callback (or an immediate completion). */
+static void rx_advance(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
+{
+    if (rx->status == PS_OK && rx->meta_done && !rx->parsed) {
+        rx_parse(van, rx);
+    }
+    if (rx->outstanding == 0 && (rx->parsed || rx->status != PS_OK)) {
+        rx->complete = 1;
+    }
+    if (rx->conn != NULL) {
+        if (rx->complete && rx->conn->state != PS__UCX_DEAD) {
+            rx_deliver_ready(van, rx->conn);
+        }
+    } else if (rx->complete) {
+        rx_free(van, rx); /* nobody to deliver to */
+    }
+}
+
+void ps__ucx_rx_process(ps__ucx_van_t *van)
+{
+    while (van->rx_ready != NULL) {
+        ps__ucx_rx_t *list = van->rx_ready;
+        van->rx_ready = NULL;
+        /* Oldest news first. */
+        ps__ucx_rx_t *rev = NULL;
+        while (list != NULL) {
+            ps__ucx_rx_t *next = list->next_ready;
+            list->next_ready = rev;
+            rev = list;
+            list = next;
+        }
+        while (rev != NULL) {
+            ps__ucx_rx_t *rx = rev;
+            rev = rx->next_ready;
+            rx->next_ready = NULL;
+            rx->ready_queued = 0;
+            rx_advance(van, rx);
+        }
+    }
+}
+
+static void rx_cancel(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
+{
+    for (unsigned i = 1; i < 1 + PS_MSG_MAX_DATA; ++i) {
+        if (rx->reqs[i] != NULL) {
+            ucp_request_cancel(van->worker, rx->reqs[i]);
+        }
+    }
+}
+
+void ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver)
+{
+    if (deliver) {
+        ps__ucx_rx_process(van);
+        rx_deliver_ready(van, conn);
+    }
+    ps__ucx_rx_t *rx = conn->rx_head;
+    conn->rx_head = conn->rx_tail = NULL;
+    while (rx != NULL) {
+        ps__ucx_rx_t *next = rx->next;
+        rx->next = NULL;
+        /* Nobody to deliver to any more: the receive finishes (cancelled)
+         * and frees itself. */
+        rx->conn = NULL;
+        ps__ucx_conn_unref(conn);
+        rx_cancel(van, rx);
+        if (rx->outstanding == 0) {
+            rx->complete = 1;
+            rx_mark(rx);
+        }
+        rx = next;
+    }
+}
+
+void ps__ucx_rx_cancel_all(ps__ucx_van_t *van)
+{
+    for (ps__ucx_rx_t *rx = van->rx_all; rx != NULL; rx = rx->next_all) {
+        rx_cancel(van, rx);
+    }
+}
+
+void ps__ucx_rx_free_all(ps__ucx_van_t *van)
+{
+    while (van->rx_all != NULL) {
+        rx_free(van, van->rx_all);
+    }
+    van->rx_ready = NULL;
+}

@@ -1,0 +1,365 @@
+/*
+ * The send path of the UCX van.
+ *
+ * send() encodes header + meta into an op and posts it on the connection
+ * with tagged sends that read the user's slices directly (zero copy): one
+ * META message carrying the frame and the segments up to
+ * BYTEPS_UCX_SHORT_THRESH bytes (gathered by an iovec datatype), then one
+ * DATA message per larger segment, which the receiver lands straight in
+ * the buffer its postoffice names. The op holds references on the slices
+ * until UCX has finished every request (a completion callback, or at once
+ * when the sends completed inline).
+ *
+ * Order: ops are posted under the connection's lock, so tags (sequence
+ * numbers) and UCX's order agree. Until the handshake completes, ops wait
+ * in the connection's queue and the progress thread posts them when the
+ * ACK arrives. send() never blocks on the network.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/base/log.h"
+#include "ps/rdma/ucx/ucx_internal.h"
+
+static ps_status_t op_new(ps__ucx_van_t *van, ps__ucx_op_t **op_p)
+{
+    ps__ucx_op_t *op;
+    ps_status_t st = ps_mpool_get(&van->ops, (void **)&op);
+    if (st != PS_OK) {
+        return st;
+    }
+    memset(op, 0, offsetof(ps__ucx_op_t, hm_inline));
+    __atomic_add_fetch(&van->inflight_ops, 1, __ATOMIC_RELAXED);
+    *op_p = op;
+    return PS_OK;
+}
+
+void ps__ucx_op_release(ps__ucx_van_t *van, ps__ucx_op_t *op)
+{
+    if (op->on_inflight) {
+        pthread_mutex_lock(&van->ops_lock);
+        if (op->prev_fl != NULL) {
+            op->prev_fl->next_fl = op->next_fl;
+        } else {
+            van->inflight = op->next_fl;
+        }
+        if (op->next_fl != NULL) {
+            op->next_fl->prev_fl = op->prev_fl;
+        }
+        pthread_mutex_unlock(&van->ops_lock);
+    }
+    for (uint32_t i = 0; i < op->num_data; ++i) {
+        ps_slice_unref(&op->data[i]);
+    }
+    if (op->hm != NULL && op->hm != op->hm_inline) {
+        free(op->hm);
+    }
+    if (op->conn != NULL) {
+        ps__ucx_conn_unref(op->conn);
+    }
+    ps_mpool_put(&van->ops, op);
+    __atomic_sub_fetch(&van->inflight_ops, 1, __ATOMIC_RELEASE);
+}
+
+void ps__ucx_ops_free_list(ps__ucx_van_t *van, ps__ucx_op_t *list)
+{
+    while (list != NULL) {
+        ps__ucx_op_t *next = list->next;
+        ps__ucx_op_release(van, list);
+        list = next;
+    }
+}
+
+/* Drops the poster's hold on an op; the last hold releases it. */
+static void op_put(ps__ucx_van_t *van, ps__ucx_op_t *op)
+{
+    if (__atomic_sub_fetch(&op->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+        ps__ucx_op_release(van, op);
+    }
+}
+
+static void on_sent(void *request, ucs_status_t status, void *user_data)
+{
+    ps__ucx_op_t *op = user_data;
+    ucp_request_free(request);
+    if (status != UCS_OK) {
+        __atomic_store_n(&op->failed, (int)status, __ATOMIC_RELAXED);
+    }
+    if (__atomic_sub_fetch(&op->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+        /* Released by the progress thread, outside UCX's lock: a slice's
+         * release function is the user's code. */
+        ps__ucx_van_t *van = op->conn->van;
+        pthread_mutex_lock(&van->ev_lock);
+        op->next = van->done_ops;
+        van->done_ops = op;
+        pthread_mutex_unlock(&van->ev_lock);
+    }
+}
+
+/* One tagged send of the op; the op's hold is taken before UCX can call
+ * back. Returns 0 on an immediate error. */
+static int post_one(ps__ucx_op_t *op, ucp_ep_h ep, const void *buf, size_t count,
+                    ucp_datatype_t dt, ucp_tag_t tag)
+{
+    ucp_request_param_t param;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_DATATYPE;
+    param.cb.send = on_sent;
+    param.user_data = op;
+    param.datatype = dt;
+    __atomic_add_fetch(&op->pending, 1, __ATOMIC_RELAXED);
+    ucs_status_ptr_t r = ucp_tag_send_nbx(ep, buf, count, tag, &param);
+    if (UCS_PTR_IS_PTR(r)) {
+        return 1;
+    }
+    __atomic_sub_fetch(&op->pending, 1, __ATOMIC_RELAXED);
+    if (UCS_PTR_IS_ERR(r)) {
+        __atomic_store_n(&op->failed, (int)UCS_PTR_STATUS(r), __ATOMIC_RELAXED);
+        return 0;
+    }
+    return 1;
+}
+
+/* Posts the op on a READY connection (conn->lock held). The caller drops
+ * the poster's hold (op_put) after unlocking. */
+static void post(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
+{
+    ps__ucx_van_t *van = conn->van;
+    uint64_t seq = conn->seq++;
+    uint32_t cookie = conn->remote_cookie;
+    ucp_ep_h ep = conn->send_ep;
+    op->pending = 1;
+
+    op->iov[0].buffer = op->hm;
+    op->iov[0].length = op->hm_len;
+    op->iovcnt = 1;
+    for (uint32_t i = 0; i < op->num_data; ++i) {
+        if (!(op->sep_mask & (1u << i)) && op->data[i].len != 0) {
+            op->iov[op->iovcnt].buffer = ps_slice_ptr(&op->data[i]);
+            op->iov[op->iovcnt].length = op->data[i].len;
+            op->iovcnt++;
+        }
+    }
+    int ok;
+    ucp_tag_t tag = ps__ucx_tag(PS__UCX_KIND_META, cookie, seq, op->sep_mask);
+    if (op->iovcnt == 1) {
+        ok = post_one(op, ep, op->hm, op->hm_len, ucp_dt_make_contig(1), tag);
+    } else {
+        ok = post_one(op, ep, op->iov, op->iovcnt, ucp_dt_make_iov(), tag);
+    }
+    for (uint32_t i = 0; ok && i < op->num_data; ++i) {
+        if (op->sep_mask & (1u << i)) {
+            tag = ps__ucx_tag(PS__UCX_KIND_DATA, cookie, seq, i);
+            ok = post_one(op, ep, ps_slice_ptr(&op->data[i]), op->data[i].len,
+                          ucp_dt_make_contig(1), tag);
+        }
+    }
+    __atomic_add_fetch(&van->bytes_sent, op->bytes, __ATOMIC_RELAXED);
+    if (!ok) {
+        /* The endpoint refused the send: the connection is broken. The
+         * progress thread tears it down (never from a sender's thread). */
+        ps__ucx_ev_t *ev = calloc(1, sizeof(*ev));
+        if (ev != NULL) {
+            ev->kind = PS__UCX_EV_EP_ERROR;
+            __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+            ev->conn = conn;
+            ev->status = (ucs_status_t)__atomic_load_n(&op->failed, __ATOMIC_RELAXED);
+            ps__ucx_post_event(van, ev);
+        }
+    }
+    if (__atomic_load_n(&op->pending, __ATOMIC_ACQUIRE) > 1) {
+        /* UCX still works on it: reachable at close(), and the progress
+         * thread must be awake to move it. */
+        pthread_mutex_lock(&van->ops_lock);
+        op->on_inflight = 1;
+        op->prev_fl = NULL;
+        op->next_fl = van->inflight;
+        if (van->inflight != NULL) {
+            van->inflight->prev_fl = op;
+        }
+        van->inflight = op;
+        pthread_mutex_unlock(&van->ops_lock);
+        /* Pairs with the progress thread's `sleeping` then `posted`. */
+        __atomic_add_fetch(&van->posted, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST)) {
+            ps__ucx_wake(van);
+        }
+    }
+}
+
+ps__ucx_op_t *ps__ucx_conn_post_queued(ps__ucx_conn_t *conn)
+{
+    ps__ucx_op_t *posted = NULL;
+    while (conn->q_head != NULL) {
+        ps__ucx_op_t *op = conn->q_head;
+        conn->q_head = op->next;
+        op->next = posted;
+        posted = op;
+        post(conn, op);
+    }
+    conn->q_tail = NULL;
+    return posted;
+}
+
+void ps__ucx_ops_put_list(ps__ucx_van_t *van, ps__ucx_op_t *list)
+{
+    while (list != NULL) {
+        ps__ucx_op_t *next = list->next;
+        list->next = NULL;
+        op_put(van, list);
+        list = next;
+    }
+}
+
+ps_status_t ps__ucx_conn_submit(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
+{
+    ps__ucx_van_t *van = conn->van;
+    __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+    op->conn = conn;
+    pthread_mutex_lock(&conn->lock);
+    if (conn->state == PS__UCX_DEAD) {
+        pthread_mutex_unlock(&conn->lock);
+        ps__ucx_op_release(van, op);
+        return PS_ERR_PEER_GONE;
+    }
+    if (conn->state != PS__UCX_READY || conn->q_head != NULL) {
+        op->next = NULL;
+        if (conn->q_tail != NULL) {
+            conn->q_tail->next = op;
+        } else {
+            conn->q_head = op;
+        }
+        conn->q_tail = op;
+        pthread_mutex_unlock(&conn->lock);
+        return PS_OK;
+    }
+    post(conn, op);
+    pthread_mutex_unlock(&conn->lock);
+    op_put(van, op);
+    return PS_OK;
+}
+
+void ps__ucx_process_done(ps__ucx_van_t *van)
+{
+    pthread_mutex_lock(&van->ev_lock);
+    ps__ucx_op_t *list = van->done_ops;
+    van->done_ops = NULL;
+    pthread_mutex_unlock(&van->ev_lock);
+    while (list != NULL) {
+        ps__ucx_op_t *op = list;
+        list = op->next;
+        int failed = __atomic_load_n(&op->failed, __ATOMIC_RELAXED);
+        if (failed != UCS_OK && failed != UCS_ERR_CANCELED && op->conn->state != PS__UCX_DEAD &&
+            van->worker != NULL) {
+            ps_warn(PS_LOG_UCX, "sending to node %d at %s failed: %s", op->conn->peer_id,
+                    op->conn->addr_str, ucs_status_string((ucs_status_t)failed));
+            ps__ucx_conn_fail(op->conn, PS_ERR_LINK_FAILED, 1);
+        }
+        ps__ucx_op_release(van, op);
+    }
+}
+
+/* Fills an op with the frame of `meta` and references on the segments. */
+static ps_status_t op_fill(ps__ucx_van_t *van, ps__ucx_op_t *op, const ps_meta_t *meta,
+                           const ps_slice_t *data, uint32_t num_data)
+{
+    uint64_t lens[PS_MSG_MAX_DATA] = {0};
+    for (uint32_t i = 0; i < num_data; ++i) {
+        lens[i] = data[i].len;
+    }
+    uint8_t *hm, *heap = NULL;
+    size_t hm_len;
+    ps_status_t st = ps__ucx_encode_frame(van, meta, lens, num_data, op->hm_inline,
+                                          sizeof(op->hm_inline), &hm, &hm_len, &heap);
+    if (st != PS_OK) {
+        return st;
+    }
+    op->hm = hm;
+    op->hm_len = hm_len;
+    op->bytes = hm_len;
+    for (uint32_t i = 0; i < num_data; ++i) {
+        op->data[i] = ps_slice_ref(&data[i]);
+        op->bytes += data[i].len;
+        if (data[i].len > van->inline_max) {
+            op->sep_mask |= 1u << i;
+        }
+    }
+    op->num_data = num_data;
+    return PS_OK;
+}
+
+ps_status_t ps__ucx_hello_op(ps__ucx_van_t *van, int my_id, ps__ucx_op_t **op_p)
+{
+    ps_meta_t meta;
+    ps__ucx_hello_meta(&meta, my_id);
+    ps__ucx_op_t *op;
+    ps_status_t st = op_new(van, &op);
+    if (st != PS_OK) {
+        return st;
+    }
+    st = op_fill(van, op, &meta, NULL, 0);
+    if (st != PS_OK) {
+        ps__ucx_op_release(van, op);
+        return st;
+    }
+    *op_p = op;
+    return PS_OK;
+}
+
+ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
+{
+    if (msg == NULL || msg->num_data > PS_MSG_MAX_DATA) {
+        return PS_ERR_INVALID_ARG;
+    }
+    int recver = msg->meta.recver;
+    if (recver < 0 || recver == PS_NODE_EMPTY) {
+        ps_error(PS_LOG_UCX, "send: message without a receiver (recver %d)", recver);
+        return PS_ERR_INVALID_ARG;
+    }
+    if (ps__ucx_looks_like_hello(&msg->meta)) {
+        ps_error(PS_LOG_UCX, "send: van_data carries the ucx van's hello tag");
+        return PS_ERR_INVALID_ARG;
+    }
+    for (uint32_t i = 0; i < msg->num_data; ++i) {
+        ps_buf_mem_t kind = ps_slice_mem_kind(&msg->data[i]);
+        if (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM) {
+            ps_error(PS_LOG_UCX, "send: segment %u is device memory; the ucx van sends host "
+                     "memory only", i);
+            return PS_ERR_UNSUPPORTED;
+        }
+    }
+    const ps_meta_t *meta = &msg->meta;
+    ps_meta_t with_nodes;
+    if (meta->control.num_nodes == 0 && msg->num_nodes != 0) {
+        /* The node list rides in the message rather than the meta. */
+        with_nodes = *meta;
+        with_nodes.control.nodes = msg->nodes;
+        with_nodes.control.num_nodes = msg->num_nodes;
+        meta = &with_nodes;
+    }
+    ps__ucx_op_t *op;
+    ps_status_t st = op_new(van, &op);
+    if (st != PS_OK) {
+        ps_warn_ratelimited(PS_LOG_UCX, "send to node %d: %s", recver, ps_status_str(st));
+        return st;
+    }
+    st = op_fill(van, op, meta, msg->data, msg->num_data);
+    if (st != PS_OK) {
+        ps__ucx_op_release(van, op);
+        return st;
+    }
+    ps__ucx_conn_t *conn = ps__ucx_peer_send_conn(van, recver);
+    if (conn == NULL) {
+        ps__ucx_op_release(van, op);
+        ps_warn_ratelimited(PS_LOG_UCX, "send to node %d: not connected", recver);
+        return PS_ERR_UNREACHABLE;
+    }
+    st = ps__ucx_conn_submit(conn, op);
+    ps__ucx_conn_unref(conn);
+    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level) && st == PS_OK) {
+        char line[192];
+        ps_msg_describe(msg, line, sizeof(line));
+        ps_trace(PS_LOG_UCX, "sent %s", line);
+    }
+    return st;
+}

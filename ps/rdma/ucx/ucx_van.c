@@ -1,0 +1,525 @@
+/*
+ * The UCX van: lifecycle, the progress thread, and the ops table
+ * registered as component "ucx" (chosen by DMLC_ENABLE_UCX=1, or
+ * DMLC_ENABLE_RDMA=ucx / DMLC_PS_VAN_TYPE=ucx).
+ *
+ * The progress thread drives the worker: ucp_worker_progress(), then the
+ * META messages waiting in the worker, then what the callbacks recorded.
+ * When nothing moves it arms the worker and blocks in epoll on the
+ * worker's event fd and an eventfd other threads use to hand it work, so
+ * an idle van sleeps. With busy_poll it keeps polling while traffic flows
+ * and blocks after PS__UCX_SPIN_NS without an event.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "ps/base/config.h"
+#include "ps/base/log.h"
+#include "ps/base/time.h"
+#include "ps/rdma/common/buf_pool.h"
+#include "ps/rdma/probe.h"
+#include "ps/rdma/ucx/ucx_internal.h"
+
+/* How long busy-polling goes on without an event before it blocks. */
+#define PS__UCX_SPIN_NS (200ull * PS_NSEC_PER_MSEC)
+/* ucp_worker_progress() calls per loop before the thread looks at its
+ * other work (new messages, handed-over connections). */
+#define PS__UCX_PROGRESS_BURST 64
+/* close() lets queued sends leave for at most this long, and stops early
+ * once nothing has moved for PS__UCX_DRAIN_IDLE_MS; endpoints then get
+ * PS__UCX_CLOSE_MS to close. */
+#define PS__UCX_DRAIN_MS 2000
+#define PS__UCX_DRAIN_IDLE_MS 200
+#define PS__UCX_CLOSE_MS 1000
+#define PS__UCX_DEFAULT_CONNECT_MS 10000
+
+void ps__ucx_wake(ps__ucx_van_t *van)
+{
+    uint64_t one = 1;
+    ssize_t r;
+    do {
+        r = write(van->wakefd, &one, sizeof(one));
+    } while (r < 0 && errno == EINTR);
+    /* EAGAIN: the counter is already non-zero, a wake-up is pending. */
+}
+
+uint64_t ps__ucx_random(ps__ucx_van_t *van)
+{
+    /* splitmix64 over an atomic counter. */
+    uint64_t z = __atomic_add_fetch(&van->rng, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
+{
+    ev->next = NULL;
+    pthread_mutex_lock(&van->ev_lock);
+    if (van->ev_tail != NULL) {
+        van->ev_tail->next = ev;
+    } else {
+        van->ev_head = ev;
+    }
+    van->ev_tail = ev;
+    pthread_mutex_unlock(&van->ev_lock);
+    if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST)) {
+        ps__ucx_wake(van);
+    }
+}
+
+static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
+                          size_t length, const ucp_am_recv_param_t *param)
+{
+    ps__ucx_van_t *van = arg;
+    if (header_length != PS__UCX_HS_LEN || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+        ps_warn_ratelimited(PS_LOG_UCX, "malformed handshake message (%zu bytes); ignored",
+                            header_length);
+        return UCS_OK;
+    }
+    /* A worker address rides as eager data; anything else is not ours. */
+    size_t addr_len = data != NULL && length <= PS__UCX_MAX_ADDR &&
+                              !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+                          ? length
+                          : 0;
+    ps__ucx_ev_t *ev = calloc(1, sizeof(*ev) + addr_len);
+    if (ev == NULL) {
+        return UCS_OK; /* the connection times out and says so */
+    }
+    ev->kind = PS__UCX_EV_HANDSHAKE;
+    ev->ep = param->reply_ep;
+    memcpy(ev->hs, header, PS__UCX_HS_LEN);
+    ev->addr_len = addr_len;
+    if (addr_len != 0) {
+        memcpy(ev->addr, data, addr_len);
+    }
+    ps__ucx_post_event(van, ev);
+    return UCS_OK;
+}
+
+static int process_events(ps__ucx_van_t *van)
+{
+    pthread_mutex_lock(&van->ev_lock);
+    ps__ucx_ev_t *list = van->ev_head;
+    van->ev_head = van->ev_tail = NULL;
+    pthread_mutex_unlock(&van->ev_lock);
+    int n = 0;
+    while (list != NULL) {
+        ps__ucx_ev_t *ev = list;
+        list = ev->next;
+        ps__ucx_handle_event(van, ev);
+        free(ev);
+        n++;
+    }
+    return n;
+}
+
+static int events_waiting(ps__ucx_van_t *van)
+{
+    pthread_mutex_lock(&van->ev_lock);
+    int waiting = van->ev_head != NULL || van->done_ops != NULL;
+    pthread_mutex_unlock(&van->ev_lock);
+    return waiting;
+}
+
+static void drain_wakefd(ps__ucx_van_t *van)
+{
+    uint64_t v;
+    while (read(van->wakefd, &v, sizeof(v)) > 0) {
+    }
+}
+
+/* One round of work; returns whether anything happened. */
+static int progress_once(ps__ucx_van_t *van)
+{
+    int did = 0;
+    for (int i = 0; i < PS__UCX_PROGRESS_BURST && ucp_worker_progress(van->worker) != 0; ++i) {
+        did = 1;
+    }
+    did |= ps__ucx_probe(van) > 0;
+    did |= van->rx_ready != NULL;
+    /* Receives before events: a message that arrived just before its
+     * connection ended is delivered before the end is. */
+    ps__ucx_rx_process(van);
+    ps__ucx_process_done(van);
+    did |= process_events(van) > 0;
+    return did;
+}
+
+static void *progress_main(void *arg)
+{
+    ps__ucx_van_t *van = arg;
+    struct epoll_event evs[4];
+    uint64_t last_event = ps_time_now_ns();
+    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t posted = __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST);
+        ps__ucx_start_pending(van);
+        int did = progress_once(van);
+        int timeout = ps__ucx_run_timers(van);
+        uint64_t now = ps_time_now_ns();
+        if (did) {
+            last_event = now;
+            continue;
+        }
+        if (van->params.busy_poll && now - last_event < PS__UCX_SPIN_NS) {
+            /* Spinning: let a thread waiting for this core run (on a small
+             * machine the application may share it with us). */
+            sched_yield();
+            continue;
+        }
+        /* Block. `sleeping` first, then look again: a sender that posted
+         * before it sees `sleeping` is caught by the checks below, one
+         * that posts after it wakes us. */
+        __atomic_store_n(&van->sleeping, 1, __ATOMIC_SEQ_CST);
+        ucs_status_t st = ucp_worker_arm(van->worker);
+        if (st == UCS_ERR_BUSY || events_waiting(van) ||
+            __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST) != posted ||
+            __atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+            __atomic_store_n(&van->sleeping, 0, __ATOMIC_RELAXED);
+            continue;
+        }
+        if (st != UCS_OK) {
+            ps_warn_ratelimited(PS_LOG_UCX, "ucp_worker_arm: %s", ucs_status_string(st));
+            timeout = timeout < 0 || timeout > 1 ? 1 : timeout;
+        }
+        int n = epoll_wait(van->epfd, evs, 4, timeout);
+        __atomic_store_n(&van->sleeping, 0, __ATOMIC_RELAXED);
+        if (n < 0 && errno != EINTR) {
+            ps_error(PS_LOG_UCX, "epoll_wait: %m");
+            ps_sleep_ms(1);
+        }
+        for (int i = 0; i < n; ++i) {
+            if (evs[i].data.fd == van->wakefd) {
+                drain_wakefd(van);
+            }
+        }
+        last_event = ps_time_now_ns();
+    }
+    return NULL;
+}
+
+/* ---- ops ---- */
+
+static ps__ucx_van_t *ucx_of(ps_van_t *van)
+{
+    return (ps__ucx_van_t *)van;
+}
+
+static void ucx_close(ps_van_t *v);
+static const ps_van_ops_t ucx_ops;
+
+static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                            ps_van_t **van_p)
+{
+    if (params == NULL || van_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    ps__ucx_van_t *van = calloc(1, sizeof(*van));
+    if (van == NULL) {
+        return PS_ERR_NO_MEMORY;
+    }
+    van->base.ops = &ucx_ops;
+    van->base.name = "ucx";
+    van->params = *params;
+    if (cb != NULL) {
+        van->cb = *cb;
+    }
+    if (van->params.connect_timeout_ms <= 0) {
+        int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, PS__UCX_DEFAULT_CONNECT_MS);
+        van->params.connect_timeout_ms =
+            ms > 0 && ms < INT_MAX ? (int)ms : PS__UCX_DEFAULT_CONNECT_MS;
+    }
+    van->limits = ps_frame_limits_default();
+    if (params->max_meta_bytes != 0) {
+        van->limits.max_meta_bytes =
+            params->max_meta_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)params->max_meta_bytes;
+    }
+    uint32_t segs = params->max_data_segments != 0 ? params->max_data_segments
+                                                   : van->limits.max_segments;
+    van->limits.max_segments = segs < PS_MSG_MAX_DATA ? segs : PS_MSG_MAX_DATA;
+    if (params->max_message_bytes != 0) {
+        van->limits.max_message_bytes = params->max_message_bytes + van->limits.max_meta_bytes +
+                                        PS_FRAME_MAX_HEADER_LEN;
+    }
+    van->inline_max = ps_config_size_or(PS_CFG_BYTEPS_UCX_SHORT_THRESH, 4096);
+    if (ps_config_int_or(PS_CFG_DMLC_NUM_CPU_DEV, 1) > 1 || params->conns_per_peer > 1) {
+        ps_info(PS_LOG_UCX, "one ucx worker per process: DMLC_NUM_CPU_DEV / DMLC_NUM_PORTS "
+                "above 1 are not used");
+    }
+    if (ps_config_int_or(PS_CFG_DMLC_NUM_GPU_DEV, 0) > 0) {
+        ps_warn(PS_LOG_UCX, "DMLC_NUM_GPU_DEV is set, but this ucx van moves host memory only");
+    }
+    van->my_id = PS_NODE_EMPTY;
+    van->rng = ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)van;
+    van->next_cookie = (uint32_t)ps__ucx_random(van);
+    van->efd = -1;
+    van->epfd = -1;
+    van->wakefd = -1;
+    pthread_rwlock_init(&van->peers_lock, NULL);
+    pthread_mutex_init(&van->pending_lock, NULL);
+    pthread_mutex_init(&van->ev_lock, NULL);
+    pthread_mutex_init(&van->ops_lock, NULL);
+    ps_status_t st = ps_mpool_init(&van->ops, "ucx send ops", sizeof(ps__ucx_op_t), 64, 64, 0);
+    if (st != PS_OK) {
+        pthread_rwlock_destroy(&van->peers_lock);
+        pthread_mutex_destroy(&van->pending_lock);
+        pthread_mutex_destroy(&van->ev_lock);
+        pthread_mutex_destroy(&van->ops_lock);
+        free(van);
+        return st;
+    }
+    /* UCX registers what its transports need by itself: no ops. */
+    st = ps_rdma_buf_pool_create("ucx recv", NULL, NULL, 0, 0, &van->pool);
+    if (st != PS_OK) {
+        ucx_close(&van->base);
+        return st;
+    }
+    st = ps__ucx_ctx_open(van);
+    if (st != PS_OK) {
+        ucx_close(&van->base);
+        return st;
+    }
+    ucp_am_handler_param_t am;
+    memset(&am, 0, sizeof(am));
+    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    am.id = PS__UCX_AM_ID;
+    am.cb = on_am;
+    am.arg = van;
+    am.flags = UCP_AM_FLAG_WHOLE_MSG;
+    ucs_status_t ust = ucp_worker_set_am_recv_handler(van->worker, &am);
+    if (ust != UCS_OK) {
+        ps_error(PS_LOG_UCX, "cannot set the handshake handler: %s", ucs_status_string(ust));
+        ucx_close(&van->base);
+        return ps__ucx_status(ust);
+    }
+    van->epfd = epoll_create1(EPOLL_CLOEXEC);
+    van->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (van->epfd < 0 || van->wakefd < 0) {
+        ps_error(PS_LOG_UCX, "cannot create the progress thread's epoll/eventfd: %m");
+        ucx_close(&van->base);
+        return PS_ERR_NO_RESOURCE;
+    }
+    int fds[2] = {van->efd, van->wakefd};
+    for (int i = 0; i < 2; ++i) {
+        struct epoll_event ev;
+        memset(&ev, 0, sizeof(ev));
+        ev.events = EPOLLIN;
+        ev.data.fd = fds[i];
+        if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
+            ps_error(PS_LOG_UCX, "epoll_ctl for the progress thread: %m");
+            ucx_close(&van->base);
+            return PS_ERR_NO_RESOURCE;
+        }
+    }
+    st = ps_thread_create("ps-ucx-progress", PS_THREAD_NO_CPU, progress_main, van, &van->thread);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_UCX, "cannot start the progress thread (%s)", ps_status_str(st));
+        ucx_close(&van->base);
+        return st;
+    }
+    van->thread_started = 1;
+    *van_p = &van->base;
+    return PS_OK;
+}
+
+/* After the progress thread stopped: lets endpoint closes finish. */
+static void close_endpoints(ps__ucx_van_t *van)
+{
+    ps__ucx_close_all(van);
+    ps__ucx_rx_cancel_all(van);
+    uint64_t deadline = ps_time_now_ns() + PS__UCX_CLOSE_MS * PS_NSEC_PER_MSEC;
+    while ((van->closing != NULL || van->rx_all != NULL) && ps_time_now_ns() < deadline) {
+        if (!progress_once(van)) {
+            ps_sleep_ms(1);
+        }
+    }
+    if (van->closing != NULL) {
+        ps_debug(PS_LOG_UCX, "closing with endpoints still flushing (peers gone)");
+        ps__ucx_abandon_closing(van);
+    }
+    if (van->listener != NULL) {
+        ucp_listener_destroy(van->listener);
+        van->listener = NULL;
+    }
+}
+
+static void ucx_close(ps_van_t *v)
+{
+    if (v == NULL) {
+        return;
+    }
+    ps__ucx_van_t *van = ucx_of(v);
+    if (van->thread_started) {
+        /* Let sends leave while they still move (bounded). */
+        uint64_t start = ps_time_now_ns();
+        uint64_t last_move = start;
+        uint64_t last_sent = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+        int64_t last_ops = __atomic_load_n(&van->inflight_ops, __ATOMIC_ACQUIRE);
+        while (__atomic_load_n(&van->inflight_ops, __ATOMIC_ACQUIRE) > 0) {
+            uint64_t now = ps_time_now_ns();
+            uint64_t sent = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+            int64_t ops = __atomic_load_n(&van->inflight_ops, __ATOMIC_ACQUIRE);
+            if (sent != last_sent || ops != last_ops) {
+                last_sent = sent;
+                last_ops = ops;
+                last_move = now;
+            }
+            if (now - start > PS__UCX_DRAIN_MS * PS_NSEC_PER_MSEC ||
+                now - last_move > PS__UCX_DRAIN_IDLE_MS * PS_NSEC_PER_MSEC) {
+                ps_info(PS_LOG_UCX, "closing with %lld sends unfinished", (long long)ops);
+                break;
+            }
+            ps_sleep_ms(1);
+        }
+        __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
+        ps__ucx_wake(van);
+        ps_thread_join(&van->thread, NULL);
+        van->thread_started = 0;
+    }
+    __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
+    /* The thread is gone: everything below is ours alone. */
+    if (van->worker != NULL) {
+        close_endpoints(van);
+    }
+    ps__ucx_ctx_close(van);
+    /* UCX is gone: what it never finished is released without it. */
+    ps__ucx_process_done(van);
+    pthread_mutex_lock(&van->ev_lock);
+    ps__ucx_ev_t *evs = van->ev_head;
+    van->ev_head = van->ev_tail = NULL;
+    pthread_mutex_unlock(&van->ev_lock);
+    while (evs != NULL) {
+        ps__ucx_ev_t *ev = evs;
+        evs = ev->next;
+        if (ev->kind == PS__UCX_EV_EP_ERROR) {
+            ps__ucx_conn_unref(ev->conn);
+        } else if (ev->kind == PS__UCX_EV_CLOSED) {
+            /* Its record is still on van->closing, freed below. */
+        }
+        free(ev);
+    }
+    while (van->closing != NULL) {
+        ps__ucx_closing_t *c = van->closing;
+        van->closing = c->next;
+        ps__ucx_conn_unref(c->conn);
+        free(c);
+    }
+    while (van->inflight != NULL) {
+        ps__ucx_op_release(van, van->inflight);
+    }
+    ps__ucx_rx_free_all(van);
+    free(van->cookies);
+    free(van->peers);
+    free(van->scratch_nodes);
+    if (van->epfd >= 0) {
+        close(van->epfd);
+    }
+    if (van->wakefd >= 0) {
+        close(van->wakefd);
+    }
+    if (van->pool != NULL) {
+        ps_rdma_buf_pool_destroy(van->pool);
+    }
+    ps_mpool_cleanup(&van->ops);
+    pthread_rwlock_destroy(&van->peers_lock);
+    pthread_mutex_destroy(&van->pending_lock);
+    pthread_mutex_destroy(&van->ev_lock);
+    pthread_mutex_destroy(&van->ops_lock);
+    free(van);
+}
+
+static ps_status_t ucx_query(ps_van_t *v, ps_van_attr_t *attr_p)
+{
+    ps__ucx_van_t *van = ucx_of(v);
+    if (attr_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    ps_van_attr_t a;
+    memset(&a, 0, sizeof(a));
+    a.cap_flags = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_BUSY_POLL;
+    uint64_t overhead = (uint64_t)van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN;
+    a.max_message_bytes = van->limits.max_message_bytes > overhead
+                              ? van->limits.max_message_bytes - overhead
+                              : van->limits.max_message_bytes;
+    a.max_data_segments = van->limits.max_segments;
+    a.num_streams = 1;
+    *attr_p = a;
+    return PS_OK;
+}
+
+static ps_status_t ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry)
+{
+    return ps__ucx_bind(ucx_of(v), node, max_retry);
+}
+
+static ps_status_t ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
+{
+    return ps__ucx_connect(ucx_of(v), peer, my_id);
+}
+
+static void ucx_disconnect(ps_van_t *v, int node_id)
+{
+    ps__ucx_disconnect(ucx_of(v), node_id);
+}
+
+static ps_status_t ucx_set_node_id(ps_van_t *v, int node_id)
+{
+    return ps__ucx_set_node_id(ucx_of(v), node_id);
+}
+
+static ps_status_t ucx_send(ps_van_t *v, const ps_msg_t *msg)
+{
+    return ps__ucx_send(ucx_of(v), msg);
+}
+
+static void ucx_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
+{
+    ps__ucx_van_t *van = ucx_of(v);
+    if (sent_p != NULL) {
+        *sent_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+    }
+    if (recv_p != NULL) {
+        *recv_p = __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED);
+    }
+}
+
+static const ps_van_ops_t ucx_ops = {
+    .size = sizeof(ps_van_ops_t),
+    .open = ucx_open,
+    .close = ucx_close,
+    .query = ucx_query,
+    .bind = ucx_bind,
+    .connect = ucx_connect,
+    .disconnect = ucx_disconnect,
+    .set_node_id = ucx_set_node_id,
+    .send = ucx_send,
+    .register_mem = ps_van_no_register_mem,
+    .deregister_mem = ps_van_no_deregister_mem,
+    .stats = ucx_stats,
+};
+
+static int ucx_unavailable(char *why, size_t cap)
+{
+    ps_probe_ucx_t info;
+    if (ps_probe_ucx(&info) != PS_OK || !info.available) {
+        snprintf(why, cap, "%s", info.reason[0] ? info.reason : "no ucx transports");
+        return 1;
+    }
+    return 0;
+}
+
+const ps_van_component_t ps__ucx_component = {
+    .name = "ucx",
+    .aliases = "",
+    .ops = &ucx_ops,
+    .unavailable = ucx_unavailable,
+};
+
+PS_VAN_REGISTER(ps__ucx_component)

@@ -1,0 +1,143 @@
+/*
+ * What the UCX van puts on the wire besides the user's bytes.
+ *
+ * A META message is a ps frame (ps/net/codec/frame.h: header with every
+ * segment's length, then the encoded meta) followed by the segments small
+ * enough to ride along (the tag says which did not; each of those follows
+ * as its own DATA message, received straight into its destination).
+ *
+ * HELLO / ACK are active messages of PS__UCX_HS_LEN bytes:
+ *   "PSUX" | version u8 | type u8 | 0 u16 | node id i32 | cookie u32 |
+ *   nonce u64, little-endian.
+ *
+ * A re-announcement of the node id (set_node_id) is a META message without
+ * data whose meta carries "PSUCXH" + version in van_data and the id in
+ * `sender`; send() refuses messages whose van_data carries that tag, so it
+ * cannot be forged through the API.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/base/log.h"
+#include "ps/net/codec/codec.h"
+#include "ps/rdma/ucx/ucx_internal.h"
+
+#define HS_MAGIC "PSUX"
+#define HS_VERSION 1
+#define HELLO_TAG "PSUCXH"
+#define HELLO_TAG_LEN 6
+#define HELLO_VERSION 1
+#define HELLO_LEN (HELLO_TAG_LEN + 1)
+
+ps_status_t ps__ucx_encode_frame(ps__ucx_van_t *van, const ps_meta_t *meta, const uint64_t *lens,
+                                 uint32_t num_data, uint8_t *buf, size_t cap, uint8_t **hm_p,
+                                 size_t *len_p, uint8_t **heap_p)
+{
+    size_t hlen = ps_frame_header_len(num_data);
+    size_t mlen = 0;
+    uint8_t *out = buf;
+    uint8_t *heap = NULL;
+    ps_status_t st = PS_ERR_TOO_LARGE;
+    if (cap > hlen) {
+        st = ps_meta_encode(meta, buf + hlen, cap - hlen, &mlen);
+    }
+    if (st == PS_ERR_TOO_LARGE) {
+        /* A control message with a long node list: its own buffer. */
+        size_t need;
+        st = ps_meta_encoded_size(meta, &need);
+        if (st != PS_OK) {
+            return st;
+        }
+        if (need > van->limits.max_meta_bytes) {
+            ps_error(PS_LOG_UCX, "meta of %zu bytes exceeds the limit of %u (PS_MAX_META_BYTES)",
+                     need, van->limits.max_meta_bytes);
+            return PS_ERR_TOO_LARGE;
+        }
+        heap = malloc(hlen + need);
+        if (heap == NULL) {
+            return PS_ERR_NO_MEMORY;
+        }
+        st = ps_meta_encode(meta, heap + hlen, need, &mlen);
+        out = heap;
+    }
+    if (st != PS_OK) {
+        free(heap);
+        return st;
+    }
+    size_t written;
+    st = ps_frame_header_build(0, (uint32_t)mlen, lens, (uint16_t)num_data, &van->limits, out,
+                               hlen, &written);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_UCX, "cannot frame a message of %u segments: %s", num_data,
+                 ps_status_str(st));
+        free(heap);
+        return st;
+    }
+    *hm_p = out;
+    *len_p = hlen + mlen;
+    *heap_p = heap;
+    return PS_OK;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; ++i) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+        v |= (uint32_t)p[i] << (8 * i);
+    }
+    return v;
+}
+
+void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint64_t nonce)
+{
+    memcpy(out, HS_MAGIC, 4);
+    out[4] = HS_VERSION;
+    out[5] = (uint8_t)type;
+    out[6] = out[7] = 0;
+    put32(out + 8, (uint32_t)node_id);
+    put32(out + 12, cookie);
+    put32(out + 16, (uint32_t)nonce);
+    put32(out + 20, (uint32_t)(nonce >> 32));
+}
+
+int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p,
+                     uint32_t *cookie_p, uint64_t *nonce_p)
+{
+    if (len != PS__UCX_HS_LEN || memcmp(in, HS_MAGIC, 4) != 0 || in[4] != HS_VERSION ||
+        (in[5] != PS__UCX_HS_HELLO && in[5] != PS__UCX_HS_ACK)) {
+        return 0;
+    }
+    *type_p = in[5];
+    *node_id_p = (int)(int32_t)get32(in + 8);
+    *cookie_p = get32(in + 12);
+    *nonce_p = (uint64_t)get32(in + 16) | ((uint64_t)get32(in + 20) << 32);
+    return 1;
+}
+
+void ps__ucx_hello_meta(ps_meta_t *meta, int my_id)
+{
+    ps_meta_init(meta);
+    meta->sender = my_id;
+    memcpy(meta->van_data, HELLO_TAG, HELLO_TAG_LEN);
+    meta->van_data[HELLO_TAG_LEN] = HELLO_VERSION;
+    meta->van_data_len = HELLO_LEN;
+}
+
+int ps__ucx_looks_like_hello(const ps_meta_t *meta)
+{
+    return meta->van_data_len >= HELLO_TAG_LEN &&
+           memcmp(meta->van_data, HELLO_TAG, HELLO_TAG_LEN) == 0;
+}
+
+int ps__ucx_is_hello(const ps_meta_t *meta)
+{
+    return meta->van_data_len == HELLO_LEN && ps__ucx_looks_like_hello(meta) &&
+           meta->van_data[HELLO_TAG_LEN] == HELLO_VERSION && !ps_meta_is_control(meta);
+}

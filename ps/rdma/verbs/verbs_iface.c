@@ -1,0 +1,218 @@
+/* RDMA-capable network interfaces from sysfs (see verbs_iface.h). */
+#include "ps/rdma/verbs/verbs_iface.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FOUND 128
+#define PATH_CAP 1024
+
+/* dir "/" name [suffix] into buf; 0, or -1 when it does not fit. */
+static int join(char *buf, const char *dir, const char *name, const char *suffix)
+{
+    int n = snprintf(buf, PATH_CAP, "%s/%s%s", dir, name, suffix != NULL ? suffix : "");
+    return n > 0 && n < PATH_CAP ? 0 : -1;
+}
+
+typedef struct {
+    ps__vb_rdma_netdev_t items[MAX_FOUND];
+    size_t n;
+} found_t;
+
+/* Reads the first line of a small file, without its newline. */
+static int read_line(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    char *r = fgets(buf, (int)cap, f);
+    fclose(f);
+    if (r == NULL)
+        return -1;
+    size_t n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+        buf[--n] = '\0';
+    return 0;
+}
+
+static int valid_name(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= IF_NAMESIZE || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return 0;
+    return strchr(name, '/') == NULL;
+}
+
+static void add(found_t *f, const char *ibdev, const char *netdev, int active)
+{
+    if (!valid_name(netdev))
+        return;
+    for (size_t i = 0; i < f->n; i++) {
+        if (strcmp(f->items[i].netdev, netdev) == 0) {
+            /* Seen through another path or device: active wins. */
+            f->items[i].active |= active;
+            return;
+        }
+    }
+    if (f->n == MAX_FOUND)
+        return;
+    ps__vb_rdma_netdev_t *it = &f->items[f->n++];
+    memset(it, 0, sizeof(*it));
+    snprintf(it->ibdev, sizeof(it->ibdev), "%s", ibdev);
+    snprintf(it->netdev, sizeof(it->netdev), "%s", netdev);
+    it->active = active;
+}
+
+/* 1 if any port of the device reports ACTIVE ("4: ACTIVE"). */
+static int device_active(const char *devdir)
+{
+    char path[PATH_CAP];
+    if (join(path, devdir, "ports", NULL) != 0)
+        return 0;
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return 0;
+    int active = 0;
+    struct dirent *e;
+    while (!active && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char file[PATH_CAP], line[64];
+        if (join(file, path, e->d_name, "/state") == 0 &&
+            read_line(file, line, sizeof(line)) == 0 && strstr(line, "ACTIVE") != NULL)
+            active = 1;
+    }
+    closedir(d);
+    return active;
+}
+
+/* The netdevs named by the files in ports/<p>/gid_attrs/ndevs/. */
+static void scan_gid_ndevs(found_t *f, const char *ibdev, const char *devdir, int active)
+{
+    char ports[PATH_CAP];
+    if (join(ports, devdir, "ports", NULL) != 0)
+        return;
+    DIR *pd = opendir(ports);
+    if (pd == NULL)
+        return;
+    struct dirent *pe;
+    while ((pe = readdir(pd)) != NULL) {
+        if (pe->d_name[0] == '.')
+            continue;
+        char ndevs[PATH_CAP];
+        if (join(ndevs, ports, pe->d_name, "/gid_attrs/ndevs") != 0)
+            continue;
+        DIR *nd = opendir(ndevs);
+        if (nd == NULL)
+            continue;
+        struct dirent *ne;
+        while ((ne = readdir(nd)) != NULL) {
+            if (ne->d_name[0] == '.')
+                continue;
+            char file[PATH_CAP], name[64];
+            if (join(file, ndevs, ne->d_name, NULL) == 0 &&
+                read_line(file, name, sizeof(name)) == 0)
+                add(f, ibdev, name, active);
+        }
+        closedir(nd);
+    }
+    closedir(pd);
+}
+
+static int cmp_netdev(const void *a, const void *b)
+{
+    const ps__vb_rdma_netdev_t *x = a, *y = b;
+    if (x->active != y->active)
+        return y->active - x->active;
+    int c = strcmp(x->ibdev, y->ibdev);
+    return c != 0 ? c : strcmp(x->netdev, y->netdev);
+}
+
+ps_status_t ps__vb_rdma_netdevs(const char *sysfs_root, ps__vb_rdma_netdev_t *out, size_t cap,
+                                size_t *n_p)
+{
+    if (sysfs_root == NULL || n_p == NULL || (out == NULL && cap != 0))
+        return PS_ERR_INVALID_ARG;
+    found_t *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return PS_ERR_NO_MEMORY;
+    char classdir[PATH_CAP];
+    DIR *d = join(classdir, sysfs_root, "class/infiniband", NULL) == 0 ? opendir(classdir) : NULL;
+    if (d != NULL) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.')
+                continue;
+            char devdir[PATH_CAP];
+            if (join(devdir, classdir, e->d_name, NULL) != 0)
+                continue;
+            int active = device_active(devdir);
+
+            char netdir[PATH_CAP];
+            DIR *nd = join(netdir, devdir, "device/net", NULL) == 0 ? opendir(netdir) : NULL;
+            if (nd != NULL) {
+                struct dirent *ne;
+                while ((ne = readdir(nd)) != NULL) {
+                    if (ne->d_name[0] != '.')
+                        add(f, e->d_name, ne->d_name, active);
+                }
+                closedir(nd);
+            }
+            char parent[PATH_CAP], name[64];
+            if (join(parent, devdir, "parent", NULL) == 0 &&
+                read_line(parent, name, sizeof(name)) == 0)
+                add(f, e->d_name, name, active);
+            scan_gid_ndevs(f, e->d_name, devdir, active);
+        }
+        closedir(d);
+    }
+    qsort(f->items, f->n, sizeof(f->items[0]), cmp_netdev);
+    size_t n = f->n < cap ? f->n : cap;
+    if (n > 0)
+        memcpy(out, f->items, n * sizeof(*out));
+    *n_p = n;
+    free(f);
+    return PS_OK;
+}
+
+ps_status_t ps__vb_pick_interface(const char *sysfs_root, ps__vb_has_addr_func_t has_addr,
+                                  void *arg, char *ifname, size_t cap, char *why,
+                                  size_t why_cap)
+{
+    if (sysfs_root == NULL || has_addr == NULL || ifname == NULL || cap == 0)
+        return PS_ERR_INVALID_ARG;
+    ps__vb_rdma_netdev_t list[16];
+    size_t n = 0;
+    ps_status_t st = ps__vb_rdma_netdevs(sysfs_root, list, 16, &n);
+    if (st != PS_OK)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        if (has_addr(arg, list[i].netdev)) {
+            if (strlen(list[i].netdev) >= cap)
+                return PS_ERR_TOO_LARGE;
+            snprintf(ifname, cap, "%s", list[i].netdev);
+            return PS_OK;
+        }
+    }
+    if (why != NULL && why_cap > 0) {
+        if (n == 0) {
+            snprintf(why, why_cap,
+                     "no network interface has an RDMA device (nothing under %s/class/infiniband)",
+                     sysfs_root);
+        } else {
+            size_t pos = (size_t)snprintf(why, why_cap, "the RDMA network interfaces (");
+            for (size_t i = 0; i < n && pos < why_cap; i++) {
+                int w = snprintf(why + pos, why_cap - pos, "%s%s on %s", i ? ", " : "",
+                                 list[i].netdev, list[i].ibdev);
+                if (w < 0)
+                    break;
+                pos += (size_t)w;
+            }
+            if (pos < why_cap)
+                snprintf(why + pos, why_cap - pos, ") have no IP address");
+        }
+    }
+    return PS_ERR_NOT_FOUND;
+}

@@ -1,0 +1,64 @@
+/*
+ * DMLC_INTERFACE=auto for the ibverbs van: which network interfaces have an
+ * RDMA device, read from sysfs.
+ *
+ * A netdev belongs to an ibverbs device when sysfs says so in one of three
+ * places, all looked at:
+ *   <root>/class/infiniband/<dev>/device/net/<netdev>   PCI NICs (mlx5, ...)
+ *   <root>/class/infiniband/<dev>/parent                soft devices (rxe, siw)
+ *   <root>/class/infiniband/<dev>/ports/<p>/gid_attrs/ndevs/<i>   RoCE GIDs
+ * Upstream StepMesh picked "the RDMA NIC nearest the GPU" but could pick an
+ * address that does not route (StepMesh PR #32) or none at all; here the
+ * list is explicit, active ports come first, and "none" is a clear status.
+ *
+ * The sysfs root is a parameter, so tests run against a fake tree.
+ */
+#ifndef PS_RDMA_VERBS_VERBS_IFACE_H_
+#define PS_RDMA_VERBS_VERBS_IFACE_H_
+
+#include <net/if.h>
+#include <stddef.h>
+
+#include "ps/base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PS__VB_IBDEV_NAME_MAX 64
+
+typedef struct {
+    char ibdev[PS__VB_IBDEV_NAME_MAX]; /* "mlx5_0", "rxe0" */
+    char netdev[IF_NAMESIZE];          /* "eth0", "bond0" */
+    int active;                        /* a port of the device is ACTIVE */
+} ps__vb_rdma_netdev_t;
+
+/*
+ * The netdevs with an ibverbs device under `sysfs_root` ("/sys" on a real
+ * machine), each once: active ones first, then by device and netdev name.
+ * PS_OK with *n_p 0 when there is none (no /class/infiniband at all).
+ * More than `cap` are cut off (the first `cap` in that order).
+ */
+ps_status_t ps__vb_rdma_netdevs(const char *sysfs_root, ps__vb_rdma_netdev_t *out, size_t cap,
+                                size_t *n_p);
+
+/* Whether interface `ifname` has an address the van can bind (injected so
+ * that tests need no real interface). */
+typedef int (*ps__vb_has_addr_func_t)(void *arg, const char *ifname);
+
+/*
+ * The interface DMLC_INTERFACE=auto means: the first netdev of
+ * ps__vb_rdma_netdevs() that has an address.
+ *   PS_ERR_NOT_FOUND  none; `why` (may be NULL) says what was found, e.g.
+ *                     "no RDMA device in /sys/class/infiniband" or
+ *                     "RDMA netdevs eth2 (mlx5_0) have no IP address".
+ */
+ps_status_t ps__vb_pick_interface(const char *sysfs_root, ps__vb_has_addr_func_t has_addr,
+                                  void *arg, char *ifname, size_t cap, char *why,
+                                  size_t why_cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_RDMA_VERBS_VERBS_IFACE_H_ */

@@ -1,0 +1,169 @@
+// DMLC_INTERFACE=auto against fake sysfs trees: PCI NICs (device/net),
+// soft-RoCE (parent), RoCE GID netdevs, active ports first, netdevs
+// without an address skipped, and a clear reason when nothing fits.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "gtest/gtest.h"
+
+extern "C" {
+#include "ps/rdma/verbs/verbs_iface.h"
+}
+
+namespace {
+
+class FakeSysfs : public ::testing::Test {
+  protected:
+    std::string root_;
+
+    void SetUp() override
+    {
+        const char *tmp = getenv("TEST_TMPDIR");
+        std::string base = tmp != nullptr ? tmp : "/tmp";
+        char tmpl[512];
+        snprintf(tmpl, sizeof(tmpl), "%s/sysfs.XXXXXX", base.c_str());
+        ASSERT_NE(mkdtemp(tmpl), nullptr);
+        root_ = tmpl;
+    }
+    void TearDown() override
+    {
+        std::string cmd = "rm -rf '" + root_ + "'";
+        (void)system(cmd.c_str());
+    }
+    void Mkdir(const std::string &rel)
+    {
+        std::string path = root_;
+        size_t pos = 0;
+        while (pos != std::string::npos) {
+            size_t next = rel.find('/', pos + 1);
+            path = root_ + "/" + rel.substr(0, next);
+            mkdir(path.c_str(), 0755);
+            pos = next;
+        }
+    }
+    void Write(const std::string &rel, const std::string &text)
+    {
+        std::string dir = rel.substr(0, rel.rfind('/'));
+        Mkdir(dir);
+        FILE *f = fopen((root_ + "/" + rel).c_str(), "w");
+        ASSERT_NE(f, nullptr);
+        fputs(text.c_str(), f);
+        fclose(f);
+    }
+    void Port(const std::string &dev, int port, bool active)
+    {
+        Write("class/infiniband/" + dev + "/ports/" + std::to_string(port) + "/state",
+              active ? "4: ACTIVE\n" : "1: DOWN\n");
+    }
+};
+
+std::set<std::string> g_have_addr;
+
+int HasAddr(void *, const char *ifname)
+{
+    return g_have_addr.count(ifname) != 0;
+}
+
+TEST_F(FakeSysfs, NothingAtAll)
+{
+    ps__vb_rdma_netdev_t list[4];
+    size_t n = 99;
+    ASSERT_EQ(ps__vb_rdma_netdevs(root_.c_str(), list, 4, &n), PS_OK);
+    EXPECT_EQ(n, 0u);
+    char ifname[IF_NAMESIZE], why[256];
+    g_have_addr = {"eth0"};
+    EXPECT_EQ(ps__vb_pick_interface(root_.c_str(), HasAddr, nullptr, ifname, sizeof(ifname), why,
+                                    sizeof(why)),
+              PS_ERR_NOT_FOUND);
+    EXPECT_NE(std::string(why).find("no network interface has an RDMA device"),
+              std::string::npos)
+        << why;
+}
+
+TEST_F(FakeSysfs, PciNicSoftRoceAndGidNetdevs)
+{
+    // mlx5_0: a PCI NIC with eth2 under device/net, port down.
+    Mkdir("class/infiniband/mlx5_0/device/net/eth2");
+    Port("mlx5_0", 1, false);
+    // rxe0: soft-RoCE on eth0, active.
+    Write("class/infiniband/rxe0/parent", "eth0\n");
+    Port("rxe0", 1, true);
+    // mlx5_1: a bond, known only through its GID table.
+    Write("class/infiniband/mlx5_1/ports/1/gid_attrs/ndevs/0", "bond0\n");
+    Write("class/infiniband/mlx5_1/ports/1/gid_attrs/ndevs/1", "bond0\n");
+    Port("mlx5_1", 1, true);
+
+    ps__vb_rdma_netdev_t list[8];
+    size_t n = 0;
+    ASSERT_EQ(ps__vb_rdma_netdevs(root_.c_str(), list, 8, &n), PS_OK);
+    ASSERT_EQ(n, 3u) << "bond0 appears once";
+    // Active first, then by device name.
+    EXPECT_STREQ(list[0].netdev, "bond0");
+    EXPECT_STREQ(list[0].ibdev, "mlx5_1");
+    EXPECT_TRUE(list[0].active);
+    EXPECT_STREQ(list[1].netdev, "eth0");
+    EXPECT_STREQ(list[1].ibdev, "rxe0");
+    EXPECT_STREQ(list[2].netdev, "eth2");
+    EXPECT_FALSE(list[2].active);
+
+    char ifname[IF_NAMESIZE];
+    g_have_addr = {"eth0", "eth2"}; // the bond has no address
+    ASSERT_EQ(ps__vb_pick_interface(root_.c_str(), HasAddr, nullptr, ifname, sizeof(ifname),
+                                    nullptr, 0),
+              PS_OK);
+    EXPECT_STREQ(ifname, "eth0");
+    g_have_addr = {"eth2"};
+    ASSERT_EQ(ps__vb_pick_interface(root_.c_str(), HasAddr, nullptr, ifname, sizeof(ifname),
+                                    nullptr, 0),
+              PS_OK);
+    EXPECT_STREQ(ifname, "eth2") << "a down port is still better than nothing";
+
+    // Cut to one entry: the best one.
+    ASSERT_EQ(ps__vb_rdma_netdevs(root_.c_str(), list, 1, &n), PS_OK);
+    ASSERT_EQ(n, 1u);
+    EXPECT_STREQ(list[0].netdev, "bond0");
+}
+
+TEST_F(FakeSysfs, RdmaNetdevsWithoutAddressesSayWhich)
+{
+    Mkdir("class/infiniband/mlx5_0/device/net/ens1f0");
+    Port("mlx5_0", 1, true);
+    g_have_addr = {"eth0"}; // a plain NIC has one; the RDMA one has none
+    char ifname[IF_NAMESIZE], why[256];
+    EXPECT_EQ(ps__vb_pick_interface(root_.c_str(), HasAddr, nullptr, ifname, sizeof(ifname), why,
+                                    sizeof(why)),
+              PS_ERR_NOT_FOUND);
+    std::string w = why;
+    EXPECT_NE(w.find("ens1f0 on mlx5_0"), std::string::npos) << w;
+    EXPECT_NE(w.find("no IP address"), std::string::npos) << w;
+}
+
+TEST_F(FakeSysfs, JunkEntriesAreIgnored)
+{
+    Write("class/infiniband/rxe1/parent", "\n"); // empty
+    Write("class/infiniband/rxe2/parent", "a-name-far-too-long-for-linux\n");
+    Write("class/infiniband/rxe3/parent", "../../etc\n");
+    ps__vb_rdma_netdev_t list[4];
+    size_t n = 0;
+    ASSERT_EQ(ps__vb_rdma_netdevs(root_.c_str(), list, 4, &n), PS_OK);
+    EXPECT_EQ(n, 0u);
+}
+
+TEST(RealSysfs, ListingNeverFails)
+{
+    // This machine has no RDMA device; a host with one lists it. Either way
+    // the call succeeds.
+    ps__vb_rdma_netdev_t list[16];
+    size_t n = 0;
+    ASSERT_EQ(ps__vb_rdma_netdevs("/sys", list, 16, &n), PS_OK);
+    for (size_t i = 0; i < n; i++)
+        printf("rdma netdev %s on %s%s\n", list[i].netdev, list[i].ibdev,
+               list[i].active ? " (active)" : "");
+}
+
+} // namespace

@@ -1,0 +1,103 @@
+/* ibv_reg_mr behind the common registration ops (see verbs_reg.h). */
+#include "ps/rdma/verbs/verbs_reg.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ps/base/log.h"
+#include "ps/rdma/verbs/verbs_diag.h"
+
+/* Remote writes land in registered memory (grants, pull destinations);
+ * reads are allowed for symmetry with the other vans. */
+#define REG_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+
+/* ibv_reg_mr is a macro in recent rdma-core; these give it an address. */
+static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+    return ibv_reg_mr(pd, addr, len, access);
+}
+
+static int real_dereg_mr(struct ibv_mr *mr)
+{
+    return ibv_dereg_mr(mr);
+}
+
+ps_status_t ps__vb_reg_ctx_init(ps__vb_reg_ctx_t *ctx, struct ibv_pd *pd, const char *device_name,
+                                uint64_t max_mr_size)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->pd = pd;
+    snprintf(ctx->device_name, sizeof(ctx->device_name), "%s",
+             device_name != NULL ? device_name : "rdma");
+    ctx->max_mr_size = max_mr_size;
+    return ps_mutex_init(&ctx->lock);
+}
+
+void ps__vb_reg_ctx_cleanup(ps__vb_reg_ctx_t *ctx)
+{
+    ps_mutex_destroy(&ctx->lock);
+}
+
+void ps__vb_reg_last_error(ps__vb_reg_ctx_t *ctx, char *buf, size_t cap)
+{
+    ps_mutex_lock(&ctx->lock);
+    snprintf(buf, cap, "%s", ctx->last_error);
+    ps_mutex_unlock(&ctx->lock);
+}
+
+static ps_status_t vb_reg(void *c, void *addr, size_t len, ps_buf_mem_t kind, int device,
+                          void **handle_p)
+{
+    ps__vb_reg_ctx_t *ctx = c;
+    ps__vb_reg_mr_func_t reg = ctx->reg_mr != NULL ? ctx->reg_mr : real_reg_mr;
+    errno = 0;
+    struct ibv_mr *mr = reg(ctx->pd, addr, len, REG_ACCESS);
+    if (mr != NULL) {
+        __atomic_add_fetch(&ctx->registered, len, __ATOMIC_RELAXED);
+        *handle_p = mr;
+        return PS_OK;
+    }
+    ps__vb_reg_failure_t f;
+    memset(&f, 0, sizeof(f));
+    f.err = errno != 0 ? errno : EINVAL;
+    f.kind = kind;
+    f.device = device;
+    f.len = len;
+    f.memlock = ctx->memlock != 0 ? ctx->memlock : ps__vb_memlock_limit();
+    f.registered = __atomic_load_n(&ctx->registered, __ATOMIC_RELAXED);
+    f.max_mr_size = ctx->max_mr_size;
+    f.peermem = kind == PS_BUF_MEM_CUDA
+                    ? ps__vb_peermem_loaded(ctx->sysfs_root != NULL ? ctx->sysfs_root : "/sys")
+                    : 0;
+    f.device_name = ctx->device_name;
+    __atomic_add_fetch(&ctx->failures, 1, __ATOMIC_RELAXED);
+    char why[sizeof(ctx->last_error)];
+    ps__vb_reg_explain(&f, why, sizeof(why));
+    ps_mutex_lock(&ctx->lock);
+    memcpy(ctx->last_error, why, sizeof(why));
+    ps_mutex_unlock(&ctx->lock);
+    /* The cache logs the failure at error level with its own numbers;
+     * this line says what the device said and what to do about it. */
+    ps_warn_ratelimited(PS_LOG_RDMA, "%s", why);
+    return ps__vb_reg_status(&f);
+}
+
+static void vb_dereg(void *c, void *handle)
+{
+    ps__vb_reg_ctx_t *ctx = c;
+    struct ibv_mr *mr = handle;
+    size_t len = mr->length;
+    ps__vb_dereg_mr_func_t dereg = ctx->dereg_mr != NULL ? ctx->dereg_mr : real_dereg_mr;
+    int rc = dereg(mr);
+    if (rc != 0)
+        ps_warn(PS_LOG_RDMA, "ibv_dereg_mr of %zu bytes on %s: %s", len, ctx->device_name,
+                strerror(rc));
+    __atomic_sub_fetch(&ctx->registered, len, __ATOMIC_RELAXED);
+}
+
+const ps_rdma_reg_ops_t ps__vb_reg_ops = {
+    .size = sizeof(ps_rdma_reg_ops_t),
+    .reg = vb_reg,
+    .dereg = vb_dereg,
+};

@@ -1,0 +1,68 @@
+/*
+ * Memory registration of the ibverbs van, as the common registration cache
+ * and buffer pool call it (ps_rdma_reg_ops_t over ibv_reg_mr).
+ *
+ * The ibv_reg_mr / ibv_dereg_mr calls go through pointers in the context,
+ * so that tests can drive the cache with a fake device: every failure is
+ * turned into a status and a sentence (verbs_diag.h) saying why (`ulimit
+ * -l`, GPU memory without nvidia-peermem, max_mr_size), logged once per
+ * second at most and kept in last_error for the van's own messages.
+ */
+#ifndef PS_RDMA_VERBS_VERBS_REG_H_
+#define PS_RDMA_VERBS_VERBS_REG_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+#include "ps/base/thread.h"
+#include "ps/rdma/common/reg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ibv_mr *(*ps__vb_reg_mr_func_t)(struct ibv_pd *pd, void *addr, size_t len,
+                                               int access);
+typedef int (*ps__vb_dereg_mr_func_t)(struct ibv_mr *mr);
+
+typedef struct {
+    struct ibv_pd *pd;
+    ps__vb_reg_mr_func_t reg_mr;     /* NULL: ibv_reg_mr */
+    ps__vb_dereg_mr_func_t dereg_mr; /* NULL: ibv_dereg_mr */
+    char device_name[64];
+    uint64_t max_mr_size;            /* 0: unknown */
+    const char *sysfs_root;          /* NULL: "/sys" */
+    uint64_t memlock;                /* 0: the real RLIMIT_MEMLOCK (tests set one) */
+    uint64_t registered;             /* atomic: bytes registered now */
+    uint64_t failures;               /* atomic */
+    ps_mutex_t lock;                 /* guards last_error */
+    char last_error[320];
+} ps__vb_reg_ctx_t;
+
+/* Fills the context (pointers NULL mean the real calls). */
+ps_status_t ps__vb_reg_ctx_init(ps__vb_reg_ctx_t *ctx, struct ibv_pd *pd, const char *device_name,
+                                uint64_t max_mr_size);
+void ps__vb_reg_ctx_cleanup(ps__vb_reg_ctx_t *ctx);
+/* Copies the explanation of the latest failure ("" if none). */
+void ps__vb_reg_last_error(ps__vb_reg_ctx_t *ctx, char *buf, size_t cap);
+
+/* ctx is a ps__vb_reg_ctx_t; handles are struct ibv_mr *. */
+extern const ps_rdma_reg_ops_t ps__vb_reg_ops;
+
+static inline uint32_t ps__vb_mr_lkey(void *handle)
+{
+    return ((struct ibv_mr *)handle)->lkey;
+}
+
+static inline uint32_t ps__vb_mr_rkey(void *handle)
+{
+    return ((struct ibv_mr *)handle)->rkey;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_RDMA_VERBS_VERBS_REG_H_ */

@@ -1,0 +1,217 @@
+// The ibverbs registration ops driving the common registration cache with a
+// fake ibv_reg_mr: hits, the PS_MR_CACHE_BYTES limit and eviction, a device
+// that runs out of lockable memory (the cache evicts and retries; the
+// failure says `ulimit -l`), and GPU memory without nvidia-peermem.
+#include <errno.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "gtest/gtest.h"
+
+extern "C" {
+#include "ps/base/buffer.h"
+#include "ps/rdma/common/mr_cache.h"
+#include "ps/rdma/verbs/verbs_reg.h"
+}
+
+namespace {
+
+// A fake device: registrations are counted against a lockable-memory
+// budget, as the kernel counts them against RLIMIT_MEMLOCK.
+struct FakeDevice {
+    uint64_t budget = UINT64_MAX;
+    uint64_t locked = 0;
+    int regs = 0, deregs = 0;
+    int fail_errno = ENOMEM;
+    std::set<void *> live;
+} g_dev;
+
+struct ibv_mr *FakeReg(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+    (void)pd;
+    EXPECT_TRUE(access & IBV_ACCESS_REMOTE_WRITE) << "grants and pull destinations are written remotely";
+    if (g_dev.locked + len > g_dev.budget) {
+        errno = g_dev.fail_errno;
+        return nullptr;
+    }
+    auto *mr = static_cast<struct ibv_mr *>(calloc(1, sizeof(struct ibv_mr)));
+    mr->addr = addr;
+    mr->length = len;
+    mr->lkey = 0x1000 + g_dev.regs;
+    mr->rkey = 0x2000 + g_dev.regs;
+    g_dev.locked += len;
+    g_dev.regs++;
+    g_dev.live.insert(mr);
+    return mr;
+}
+
+int FakeDereg(struct ibv_mr *mr)
+{
+    EXPECT_EQ(g_dev.live.erase(mr), 1u) << "deregistered twice or never registered";
+    g_dev.locked -= mr->length;
+    g_dev.deregs++;
+    free(mr);
+    return 0;
+}
+
+class RegCache : public ::testing::Test {
+  protected:
+    ps__vb_reg_ctx_t ctx_;
+    ps_rdma_mr_cache_t *cache_ = nullptr;
+    std::string sysfs_;
+
+    void SetUp() override
+    {
+        g_dev = FakeDevice();
+        ASSERT_EQ(ps__vb_reg_ctx_init(&ctx_, nullptr, "fake_0", 0), PS_OK);
+        ctx_.reg_mr = FakeReg;
+        ctx_.dereg_mr = FakeDereg;
+        const char *tmp = getenv("TEST_TMPDIR");
+        sysfs_ = std::string(tmp != nullptr ? tmp : "/tmp") + "/reg_sysfs";
+        mkdir(sysfs_.c_str(), 0755); // no module/nvidia_peermem
+        ctx_.sysfs_root = sysfs_.c_str();
+    }
+    void Open(uint64_t max_bytes)
+    {
+        ps_rdma_mr_cache_params_t p;
+        memset(&p, 0, sizeof(p));
+        p.name = "ibverbs";
+        p.log = PS_LOG_RDMA;
+        p.max_bytes = max_bytes;
+        ASSERT_EQ(ps_rdma_mr_cache_create(&p, &ps__vb_reg_ops, &ctx_, &cache_), PS_OK);
+    }
+    void TearDown() override
+    {
+        if (cache_ != nullptr)
+            ps_rdma_mr_cache_destroy(cache_);
+        EXPECT_TRUE(g_dev.live.empty()) << "registrations left behind";
+        EXPECT_EQ(__atomic_load_n(&ctx_.registered, __ATOMIC_RELAXED), 0u);
+        ps__vb_reg_ctx_cleanup(&ctx_);
+    }
+    std::string LastError()
+    {
+        char buf[512];
+        ps__vb_reg_last_error(&ctx_, buf, sizeof(buf));
+        return buf;
+    }
+};
+
+ps_slice_t Buffer(size_t len)
+{
+    ps_slice_t s;
+    EXPECT_EQ(ps_slice_alloc(len, 4096, &s), PS_OK);
+    return s;
+}
+
+TEST_F(RegCache, SecondUseOfABufferIsAHit)
+{
+    Open(0);
+    ps_slice_t s = Buffer(8192);
+    ps_rdma_mr_t *mr = nullptr;
+    ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &s, &mr), PS_OK);
+    uint32_t lkey = ps__vb_mr_lkey(mr->handle);
+    ps_rdma_mr_cache_put(cache_, mr);
+    ps_slice_t sub;
+    ASSERT_EQ(ps_slice_sub(&s, 100, 1000, &sub), PS_OK);
+    ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &sub, &mr), PS_OK);
+    EXPECT_EQ(ps__vb_mr_lkey(mr->handle), lkey) << "a slice of the same buffer reuses the MR";
+    ps_rdma_mr_cache_put(cache_, mr);
+    EXPECT_EQ(g_dev.regs, 1);
+    ps_slice_unref(&sub);
+    ps_slice_unref(&s);
+    EXPECT_EQ(g_dev.deregs, 1) << "the registration goes with the buffer";
+}
+
+TEST_F(RegCache, LimitEvictsIdleRegistrations)
+{
+    Open(3 * 4096); // PS_MR_CACHE_BYTES
+    ps_slice_t b[4];
+    for (int i = 0; i < 4; i++) {
+        b[i] = Buffer(4096);
+        ps_rdma_mr_t *mr = nullptr;
+        ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &b[i], &mr), PS_OK);
+        ps_rdma_mr_cache_put(cache_, mr);
+    }
+    ps_rdma_mr_cache_stats_t st;
+    ps_rdma_mr_cache_stats(cache_, &st);
+    EXPECT_EQ(st.evictions, 1u);
+    EXPECT_LE(st.bytes, 3u * 4096);
+    EXPECT_EQ(g_dev.locked, st.bytes);
+    for (auto &s : b)
+        ps_slice_unref(&s);
+}
+
+TEST_F(RegCache, InUseRegistrationsAreNeverEvicted)
+{
+    Open(2 * 4096);
+    ps_slice_t a = Buffer(4096), b = Buffer(4096), c = Buffer(4096);
+    ps_rdma_mr_t *ma, *mb, *mc;
+    ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &a, &ma), PS_OK);
+    ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &b, &mb), PS_OK);
+    EXPECT_EQ(ps_rdma_mr_cache_get(cache_, &c, &mc), PS_ERR_NO_RESOURCE) << "cache full";
+    ps_rdma_mr_cache_put(cache_, ma);
+    ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &c, &mc), PS_OK) << "a was idle: evicted";
+    ps_rdma_mr_cache_put(cache_, mb);
+    ps_rdma_mr_cache_put(cache_, mc);
+    ps_slice_unref(&a);
+    ps_slice_unref(&b);
+    ps_slice_unref(&c);
+}
+
+TEST_F(RegCache, OutOfLockableMemoryEvictsRetriesAndExplains)
+{
+    Open(0);
+    g_dev.budget = 3 * 4096; // the "ulimit -l" of the fake device
+    ctx_.memlock = 3 * 4096;
+    ps_slice_t idle = Buffer(2 * 4096);
+    ps_rdma_mr_t *mr;
+    ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &idle, &mr), PS_OK);
+    ps_rdma_mr_cache_put(cache_, mr);
+    // Needs 2 pages; only 1 is left until the idle registration goes.
+    ps_slice_t want = Buffer(2 * 4096);
+    ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &want, &mr), PS_OK) << "evicted and retried";
+    EXPECT_EQ(g_dev.deregs, 1);
+    // Now one in use holds 2 pages; 4 more cannot fit even after eviction.
+    ps_slice_t big = Buffer(4 * 4096);
+    ps_rdma_mr_t *mr2;
+    EXPECT_EQ(ps_rdma_mr_cache_get(cache_, &big, &mr2), PS_ERR_NO_MEMORY);
+    std::string why = LastError();
+    EXPECT_NE(why.find("16 KiB"), std::string::npos) << why;
+    EXPECT_NE(why.find("fake_0"), std::string::npos) << why;
+    EXPECT_NE(why.find("ulimit -l"), std::string::npos) << why;
+    EXPECT_NE(why.find("is 12 KiB"), std::string::npos) << why;
+    // want's first try, then big's (nothing idle to evict: no retry).
+    EXPECT_EQ(__atomic_load_n(&ctx_.failures, __ATOMIC_RELAXED), 2u);
+    ps_rdma_mr_cache_put(cache_, mr);
+    ps_slice_unref(&idle);
+    ps_slice_unref(&want);
+    ps_slice_unref(&big);
+}
+
+TEST_F(RegCache, GpuMemoryWithoutPeermemIsUnsupported)
+{
+    Open(0);
+    g_dev.budget = 0;
+    g_dev.fail_errno = EFAULT;
+    // A "device" buffer: only its kind matters to the registration path.
+    static char fake_gpu[4096];
+    ps_buf_t *buf = nullptr;
+    ASSERT_EQ(ps_buf_wrap_mem(fake_gpu, sizeof(fake_gpu), PS_BUF_MEM_CUDA, 1, nullptr, nullptr,
+                              &buf),
+              PS_OK);
+    ps_slice_t s;
+    ASSERT_EQ(ps_slice_of(buf, 0, sizeof(fake_gpu), &s), PS_OK);
+    ps_buf_unref(buf);
+    ps_rdma_mr_t *mr;
+    EXPECT_EQ(ps_rdma_mr_cache_get(cache_, &s, &mr), PS_ERR_UNSUPPORTED);
+    std::string why = LastError();
+    EXPECT_NE(why.find("GPU memory (device 1)"), std::string::npos) << why;
+    EXPECT_NE(why.find("nvidia-peermem"), std::string::npos) << why;
+    ps_slice_unref(&s);
+}
+
+} // namespace

@@ -1,0 +1,700 @@
+/*
+ * The ibverbs van: lifecycle, the peer table, connection failure, and the
+ * ops table registered as component "ibverbs" (alias "1", upstream's
+ * deprecated DMLC_ENABLE_RDMA value; the registry warns about it once).
+ *
+ * On a machine without an RDMA device (or without the rdma_cm service)
+ * unavailable() says so — "no RDMA device: ..." — so ps_info lists why and
+ * choosing the van fails start-up with that sentence instead of a crash.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "ps/base/config.h"
+#include "ps/base/log.h"
+#include "ps/base/time.h"
+#include "ps/rdma/verbs/verbs_diag.h"
+#include "ps/rdma/verbs/verbs_internal.h"
+
+#define DEFAULT_CONNECT_MS 10000
+
+uint64_t ps__vb_random(ps__vb_van_t *van)
+{
+    uint64_t z = __atomic_add_fetch(&van->rng, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int ps__vb_my_id(ps__vb_van_t *van)
+{
+    return __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+}
+
+static void wake_fd(int fd)
+{
+    uint64_t one = 1;
+    ssize_t r;
+    do {
+        r = write(fd, &one, sizeof(one));
+    } while (r < 0 && errno == EINTR);
+}
+
+void ps__vb_poll_wake(ps__vb_van_t *van)
+{
+    if (van->poll_wakefd >= 0)
+        wake_fd(van->poll_wakefd);
+}
+
+void ps__vb_cm_wake(ps__vb_van_t *van)
+{
+    if (van->cm_wakefd >= 0)
+        wake_fd(van->cm_wakefd);
+}
+
+/* ---- connections ---- */
+
+void ps__vb_conn_ref(ps__vb_conn_t *conn)
+{
+    __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+}
+
+void ps__vb_conn_unref(ps__vb_conn_t *conn)
+{
+    if (conn == NULL || __atomic_sub_fetch(&conn->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    /* Nobody else sees it now: messages still held for slave chunks that
+     * will never come go with it. */
+    ps__vb_poll_drop_held(conn);
+    ps__vb_gcache_destroy(&conn->gcache);
+    pthread_mutex_destroy(&conn->lock);
+    free(conn->wrs);
+    free(conn);
+}
+
+ps__vb_conn_t *ps__vb_conn_by_serial(ps__vb_van_t *van, uint64_t serial)
+{
+    ps__vb_conn_t *found = NULL;
+    pthread_mutex_lock(&van->lock);
+    for (ps__vb_conn_t *c = van->conns; c != NULL; c = c->next) {
+        if (c->serial == serial) {
+            found = c;
+            ps__vb_conn_ref(c);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&van->lock);
+    return found;
+}
+
+/* ---- QP map (qp_num -> QP) ---- */
+
+static unsigned qp_bucket(uint32_t qp_num)
+{
+    return (qp_num * 2654435761u) % PS__VB_QPMAP_BUCKETS;
+}
+
+void ps__vb_qp_map_add(ps__vb_van_t *van, ps__vb_qp_t *qp)
+{
+    pthread_rwlock_wrlock(&van->qpmap_lock);
+    if (!qp->in_map) {
+        unsigned b = qp_bucket(qp->qp_num);
+        qp->map_next = van->qpmap[b];
+        van->qpmap[b] = qp;
+        qp->in_map = 1;
+    }
+    pthread_rwlock_unlock(&van->qpmap_lock);
+}
+
+void ps__vb_qp_map_remove(ps__vb_van_t *van, ps__vb_qp_t *qp)
+{
+    pthread_rwlock_wrlock(&van->qpmap_lock);
+    if (qp->in_map) {
+        ps__vb_qp_t **pp = &van->qpmap[qp_bucket(qp->qp_num)];
+        while (*pp != NULL && *pp != qp)
+            pp = &(*pp)->map_next;
+        if (*pp == qp)
+            *pp = qp->map_next;
+        qp->map_next = NULL;
+        qp->in_map = 0;
+    }
+    pthread_rwlock_unlock(&van->qpmap_lock);
+}
+
+ps__vb_qp_t *ps__vb_qp_lookup(ps__vb_van_t *van, uint32_t qp_num)
+{
+    pthread_rwlock_rdlock(&van->qpmap_lock);
+    ps__vb_qp_t *qp = van->qpmap[qp_bucket(qp_num)];
+    while (qp != NULL && qp->qp_num != qp_num)
+        qp = qp->map_next;
+    if (qp != NULL)
+        ps__vb_conn_ref(qp->conn);
+    pthread_rwlock_unlock(&van->qpmap_lock);
+    return qp;
+}
+
+/* ---- peer table ---- */
+
+/* peers_lock held for writing when create. */
+static ps__vb_peer_t *peer_get(ps__vb_van_t *van, int id, int create)
+{
+    if (id <= 0 || id >= PS_NODE_EMPTY)
+        return NULL;
+    if (id >= van->peers_cap) {
+        if (!create)
+            return NULL;
+        int cap = van->peers_cap == 0 ? 64 : van->peers_cap;
+        while (cap <= id)
+            cap *= 2;
+        ps__vb_peer_t *p = realloc(van->peers, (size_t)cap * sizeof(*p));
+        if (p == NULL)
+            return NULL;
+        memset(p + van->peers_cap, 0, (size_t)(cap - van->peers_cap) * sizeof(*p));
+        van->peers = p;
+        van->peers_cap = cap;
+    }
+    return &van->peers[id];
+}
+
+ps__vb_conn_t *ps__vb_peer_send_conn(ps__vb_van_t *van, int id)
+{
+    ps__vb_conn_t *conn = NULL;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__vb_peer_t *p = peer_get(van, id, 0);
+    if (p != NULL) {
+        /* Our own connection first (even while it connects: sends queue
+         * on it); else the peer's connection to us. One fixed choice per
+         * peer keeps its messages in order. */
+        if (p->out != NULL &&
+            __atomic_load_n(&p->out->state, __ATOMIC_ACQUIRE) != PS__VB_C_FAILED)
+            conn = p->out;
+        for (int i = 0; conn == NULL && i < p->num_in; i++) {
+            if (__atomic_load_n(&p->in[i]->state, __ATOMIC_ACQUIRE) == PS__VB_C_READY)
+                conn = p->in[i];
+        }
+        if (conn != NULL)
+            ps__vb_conn_ref(conn);
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    return conn;
+}
+
+ps_status_t ps__vb_peer_add_in(ps__vb_van_t *van, ps__vb_conn_t *conn, int id)
+{
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__vb_peer_t *p = peer_get(van, id, 1);
+    if (p == NULL) {
+        pthread_rwlock_unlock(&van->peers_lock);
+        return PS_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < p->num_in; i++) {
+        if (p->in[i] == conn) {
+            /* Already recorded (its hello and its readiness both tell). */
+            pthread_rwlock_unlock(&van->peers_lock);
+            return PS_OK;
+        }
+    }
+    if (p->num_in == PS__VB_MAX_IN) {
+        /* A peer that reconnected several times: the oldest is replaced
+         * (it is dead or about to be). */
+        memmove(&p->in[0], &p->in[1], (PS__VB_MAX_IN - 1) * sizeof(p->in[0]));
+        p->num_in--;
+    }
+    p->in[p->num_in++] = conn;
+    __atomic_store_n(&conn->peer_id, id, __ATOMIC_RELEASE);
+    pthread_rwlock_unlock(&van->peers_lock);
+    return PS_OK;
+}
+
+void ps__vb_peer_remove(ps__vb_van_t *van, ps__vb_conn_t *conn)
+{
+    int id = __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE);
+    if (conn->outgoing)
+        id = conn->expect_id;
+    pthread_rwlock_wrlock(&van->peers_lock);
+    ps__vb_peer_t *p = peer_get(van, id, 0);
+    if (p != NULL) {
+        if (p->out == conn)
+            p->out = NULL;
+        for (int i = 0; i < p->num_in; i++) {
+            if (p->in[i] == conn) {
+                memmove(&p->in[i], &p->in[i + 1], (size_t)(p->num_in - i - 1) * sizeof(p->in[0]));
+                p->num_in--;
+                break;
+            }
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+}
+
+/* The other live connections of `id` (referenced), for failing them too. */
+static int peer_others(ps__vb_van_t *van, int id, ps__vb_conn_t *skip, ps__vb_conn_t **out, int cap)
+{
+    int n = 0;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__vb_peer_t *p = peer_get(van, id, 0);
+    if (p != NULL) {
+        if (p->out != NULL && p->out != skip && n < cap) {
+            ps__vb_conn_ref(p->out);
+            out[n++] = p->out;
+        }
+        for (int i = 0; i < p->num_in && n < cap; i++) {
+            if (p->in[i] != skip) {
+                ps__vb_conn_ref(p->in[i]);
+                out[n++] = p->in[i];
+            }
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    return n;
+}
+
+typedef struct {
+    ps__vb_van_t *van;
+    int id;
+} pull_match_t;
+
+static int pull_of_peer(void *arg, void *ptr)
+{
+    const pull_match_t *m = arg;
+    return m->id < 0 || ((ps__vb_pull_t *)ptr)->peer == m->id;
+}
+
+void ps__vb_pull_free(ps__vb_pull_t *pull)
+{
+    if (pull == NULL)
+        return;
+    if (pull->mr != NULL)
+        ps_rdma_mr_cache_put(pull->dev->mrc, pull->mr);
+    ps_slice_unref(&pull->dest);
+    free(pull);
+}
+
+static void pull_drop(void *arg, void *ptr)
+{
+    (void)arg;
+    ps__vb_pull_free(ptr);
+}
+
+/* Rendezvous state kept for peer `id` (-1: everyone). */
+static void drop_peer_state(ps__vb_van_t *van, int id)
+{
+    if (van->pulls != NULL) {
+        pull_match_t m = {van, id};
+        ps_rdma_slot_drain(van->pulls, pull_of_peer, pull_drop, &m);
+    }
+    if (van->dests != NULL && id >= 0)
+        ps_rdma_rdv_drop_peer(van->dests, id);
+}
+
+void ps__vb_conn_fail(ps__vb_conn_t *conn, ps_status_t why, const char *what)
+{
+    ps__vb_van_t *van = conn->van;
+    if (__atomic_load_n(&conn->state, __ATOMIC_ACQUIRE) == PS__VB_C_FAILED)
+        return;
+    /* The reason first: whoever sees FAILED reads it. */
+    __atomic_store_n(&conn->why, why, __ATOMIC_RELEASE);
+    int old = __atomic_exchange_n(&conn->state, PS__VB_C_FAILED, __ATOMIC_ACQ_REL);
+    if (old == PS__VB_C_FAILED)
+        return;
+    int id = conn->outgoing ? conn->expect_id : __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE);
+    int stopping = __atomic_load_n(&van->stop, __ATOMIC_ACQUIRE);
+    if (what != NULL && !stopping) {
+        if (old == PS__VB_C_READY)
+            ps_warn(PS_LOG_RDMA, "connection %s node %d at %s failed: %s (%s)",
+                    conn->outgoing ? "to" : "from", id, conn->addr_str, what, ps_status_str(why));
+        else
+            ps_info(PS_LOG_RDMA, "connection %s node %d at %s given up: %s",
+                    conn->outgoing ? "to" : "from", id, conn->addr_str, what);
+    }
+
+    if (old == PS__VB_C_READY) {
+        /* Stop the peer's RDMA writes now, before its grants and pull
+         * destinations are freed below: a QP in error places nothing.
+         * (The CM thread disconnects and destroys it later.) */
+        for (unsigned i = 0; i < conn->nqp; i++) {
+            if (conn->qp[i].qp == NULL)
+                continue;
+            struct ibv_qp_attr qa;
+            memset(&qa, 0, sizeof(qa));
+            qa.qp_state = IBV_QPS_ERR;
+            int rc = ibv_modify_qp(conn->qp[i].qp, &qa, IBV_QP_STATE);
+            if (rc != 0)
+                ps_debug(PS_LOG_RDMA, "queue pair 0x%x to error: %s", conn->qp[i].qp_num,
+                         strerror(rc));
+        }
+    }
+    pthread_mutex_lock(&conn->lock);
+    ps__vb_tx_t *list = ps__vb_conn_take_queues(conn);
+    pthread_mutex_unlock(&conn->lock);
+    ps__vb_tx_release_list(list);
+    pthread_mutex_lock(&van->lock);
+    pthread_cond_broadcast(&van->cond);
+    pthread_mutex_unlock(&van->lock);
+
+    ps__vb_peer_remove(van, conn);
+    if (conn->dev != NULL && conn->dev->grants != NULL)
+        ps__vb_grants_owner_gone(conn->dev->grants, conn->serial);
+
+    /* Hand the QPs to the CM thread, which disconnects and destroys them. */
+    pthread_mutex_lock(&van->lock);
+    if (!conn->pending) {
+        conn->pending = 1;
+        ps__vb_conn_ref(conn);
+        conn->next_pending = van->to_close;
+        van->to_close = conn;
+    }
+    pthread_mutex_unlock(&van->lock);
+    ps__vb_cm_wake(van);
+
+    int notify = __atomic_load_n(&conn->notify, __ATOMIC_ACQUIRE) && old == PS__VB_C_READY && id != PS_NODE_EMPTY && id > 0 &&
+                 !stopping;
+    if (!notify)
+        return;
+    /* The peer's other connections go too: the postoffice hears of the
+     * peer once, and nothing is sent to half of it. */
+    ps__vb_conn_t *others[PS__VB_MAX_IN + 1];
+    int n = peer_others(van, id, conn, others, PS__VB_MAX_IN + 1);
+    for (int i = 0; i < n; i++) {
+        __atomic_store_n(&others[i]->notify, 0, __ATOMIC_RELEASE);
+        ps__vb_conn_fail(others[i], why, NULL);
+        ps__vb_conn_unref(others[i]);
+    }
+    drop_peer_state(van, id);
+    if (!__atomic_exchange_n(&conn->fail_reported, 1, __ATOMIC_ACQ_REL) &&
+        van->cb.peer_failed != NULL)
+        van->cb.peer_failed(van->cb.arg, id, why);
+}
+
+/* ---- ops ---- */
+
+static void vb_close(ps_van_t *v);
+static const ps_van_ops_t vb_ops;
+
+static uint32_t clamp_cfg(ps_config_id_t id, int64_t fallback, int64_t lo, int64_t hi)
+{
+    int64_t v = ps_config_int_or(id, fallback);
+    if (v < lo) {
+        ps_warn(PS_LOG_RDMA, "%s=%lld is below %lld; using %lld", ps_config_entry(id)->name,
+                (long long)v, (long long)lo, (long long)lo);
+        v = lo;
+    } else if (v > hi) {
+        ps_warn(PS_LOG_RDMA, "%s=%lld is above %lld; using %lld", ps_config_entry(id)->name,
+                (long long)v, (long long)hi, (long long)hi);
+        v = hi;
+    }
+    return (uint32_t)v;
+}
+
+static void dest_drop(void *arg, const ps_rdma_rdv_key_t *key, void *value)
+{
+    (void)arg;
+    (void)key;
+    free(value);
+}
+
+static ps_status_t vb_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                           ps_van_t **van_p)
+{
+    if (params == NULL || van_p == NULL)
+        return PS_ERR_INVALID_ARG;
+    char why[256];
+    if (ps__vb_unavailable(why, sizeof(why))) {
+        ps_error(PS_LOG_RDMA, "ibverbs van cannot start: %s", why);
+        return PS_ERR_UNSUPPORTED;
+    }
+    ps__vb_van_t *van = calloc(1, sizeof(*van));
+    if (van == NULL)
+        return PS_ERR_NO_MEMORY;
+    van->base.ops = &vb_ops;
+    van->base.name = "ibverbs";
+    van->params = *params;
+    if (cb != NULL)
+        van->cb = *cb;
+    if (van->params.connect_timeout_ms <= 0) {
+        int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, DEFAULT_CONNECT_MS);
+        van->params.connect_timeout_ms = ms > 0 && ms < INT_MAX ? (int)ms : DEFAULT_CONNECT_MS;
+    }
+    van->limits = ps_frame_limits_default();
+    if (params->max_meta_bytes != 0)
+        van->limits.max_meta_bytes =
+            params->max_meta_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)params->max_meta_bytes;
+    uint32_t segs = params->max_data_segments != 0 ? params->max_data_segments
+                                                   : van->limits.max_segments;
+    van->limits.max_segments = segs < PS_MSG_MAX_DATA ? segs : PS_MSG_MAX_DATA;
+    if (params->max_message_bytes != 0)
+        van->limits.max_message_bytes = params->max_message_bytes +
+                                        van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN;
+    van->nqp = clamp_cfg(PS_CFG_STEPMESH_QP_NUM, 2, 1, PS__VB_MAX_QP);
+    van->lag = ps_config_bool_or(PS_CFG_STEPMESH_SPLIT_QP_LAG, 0);
+    van->rx_depth = clamp_cfg(PS_CFG_BYTEPS_RDMA_RX_DEPTH, 2048, 16, 65536);
+    van->send_depth = 2 * clamp_cfg(PS_CFG_BYTEPS_RDMA_START_DEPTH, 128, 8, 8192);
+    van->pool_slots = clamp_cfg(PS_CFG_BYTEPS_ADDRESS_POOL_SIZE, 10240, 16, PS_RDMA_SLOT_POOL_MAX);
+    van->print_log = ps_config_bool_or(PS_CFG_BYTEPS_PRINT_RDMA_LOG, 0);
+    van->my_id = PS_NODE_EMPTY;
+    van->rng = ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)van;
+    van->cm_wakefd = van->poll_wakefd = van->poll_epfd = -1;
+    pthread_mutex_init(&van->lock, NULL);
+    pthread_cond_init(&van->cond, NULL);
+    pthread_rwlock_init(&van->peers_lock, NULL);
+    pthread_rwlock_init(&van->qpmap_lock, NULL);
+    pthread_mutex_init(&van->blocked_lock, NULL);
+    pthread_mutex_init(&van->txs_lock, NULL);
+
+    ps_status_t st = PS_OK;
+    errno = 0;
+    van->channel = rdma_create_event_channel();
+    if (van->channel == NULL) {
+        ps_error(PS_LOG_RDMA, "ibverbs van cannot start: no RDMA device: "
+                 "rdma_create_event_channel: %m");
+        st = PS_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    int fl = fcntl(van->channel->fd, F_GETFL);
+    if (fl < 0 || fcntl(van->channel->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        ps_error(PS_LOG_RDMA, "cannot make the rdma_cm event channel non-blocking: %m");
+        st = PS_ERR_IO;
+        goto fail;
+    }
+    van->cm_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    van->poll_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (van->cm_wakefd < 0 || van->poll_wakefd < 0) {
+        ps_error(PS_LOG_RDMA, "cannot create the van's eventfds: %m");
+        st = PS_ERR_NO_RESOURCE;
+        goto fail;
+    }
+    if ((st = ps_rdma_slot_pool_create("ibverbs pull", van->pool_slots, &van->pulls)) != PS_OK ||
+        (st = ps_rdma_rdv_create(PS__VB_RDV_ENTRIES, dest_drop, van, &van->dests)) != PS_OK)
+        goto fail;
+    if ((st = ps__vb_poll_start(van)) != PS_OK || (st = ps__vb_cm_start(van)) != PS_OK)
+        goto fail;
+    ps_info(PS_LOG_RDMA, "ibverbs van open: %u queue pair%s per peer%s, %u receive buffers per "
+            "device, %u send WRs per QP", van->nqp, van->nqp == 1 ? "" : "s",
+            van->lag ? " pinned to LAG ports" : "", van->rx_depth, van->send_depth);
+    *van_p = &van->base;
+    return PS_OK;
+
+fail:
+    vb_close(&van->base);
+    return st;
+}
+
+static void vb_close(ps_van_t *v)
+{
+    if (v == NULL)
+        return;
+    ps__vb_van_t *van = ps__vb_of(v);
+    if (van->poll_started) {
+        /* Let queued sends leave while they still move (bounded; stops
+         * early when nothing has completed for a while). */
+        uint64_t start = ps_time_now_ns();
+        uint64_t last_move = start;
+        int64_t last = __atomic_load_n(&van->queued, __ATOMIC_ACQUIRE);
+        while (last > 0) {
+            uint64_t now = ps_time_now_ns();
+            int64_t q = __atomic_load_n(&van->queued, __ATOMIC_ACQUIRE);
+            if (q != last) {
+                last = q;
+                last_move = now;
+            }
+            if (now - start > PS__VB_DRAIN_MS * PS_NSEC_PER_MSEC ||
+                now - last_move > PS__VB_DRAIN_IDLE_MS * PS_NSEC_PER_MSEC) {
+                ps_info(PS_LOG_RDMA, "closing with %lld sends not completed", (long long)q);
+                break;
+            }
+            ps_sleep_ms(1);
+        }
+    }
+    __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
+    ps__vb_cm_stop(van);
+    ps__vb_poll_stop(van);
+    /* The threads are gone: everything below is ours alone. */
+    while (van->blocked != NULL) {
+        ps__vb_conn_t *c = van->blocked;
+        van->blocked = c->next_blocked;
+        c->next_blocked = NULL;
+        c->blocked = 0;
+        ps__vb_conn_unref(c);
+    }
+    ps__vb_cm_destroy_all(van);
+    ps__vb_tx_free_all(van);
+    drop_peer_state(van, -1);
+    if (van->dests != NULL)
+        ps_rdma_rdv_destroy(van->dests);
+    if (van->pulls != NULL)
+        ps_rdma_slot_pool_destroy(van->pulls);
+    ps__vb_dev_destroy_all(van);
+    if (van->channel != NULL)
+        rdma_destroy_event_channel(van->channel);
+    if (van->cm_wakefd >= 0)
+        close(van->cm_wakefd);
+    if (van->poll_wakefd >= 0)
+        close(van->poll_wakefd);
+    if (van->poll_epfd >= 0)
+        close(van->poll_epfd);
+    free(van->peers);
+    free(van->scratch_nodes);
+    pthread_mutex_destroy(&van->lock);
+    pthread_cond_destroy(&van->cond);
+    pthread_rwlock_destroy(&van->peers_lock);
+    pthread_rwlock_destroy(&van->qpmap_lock);
+    pthread_mutex_destroy(&van->blocked_lock);
+    pthread_mutex_destroy(&van->txs_lock);
+    free(van);
+}
+
+static ps_status_t vb_query(ps_van_t *v, ps_van_attr_t *attr_p)
+{
+    ps__vb_van_t *van = ps__vb_of(v);
+    if (attr_p == NULL)
+        return PS_ERR_INVALID_ARG;
+    ps_van_attr_t a;
+    memset(&a, 0, sizeof(a));
+    a.cap_flags = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_REMOTE_WRITE |
+                  PS_CAP_MEM_REGISTRATION | PS_CAP_BUSY_POLL;
+    if (van->nqp > 1)
+        a.cap_flags |= PS_CAP_MULTI_STREAM;
+    /* GPU memory is registrable only through nvidia-peermem. */
+    if (ps__vb_peermem_loaded("/sys"))
+        a.cap_flags |= PS_CAP_DEVICE_MEMORY;
+    uint64_t overhead = (uint64_t)van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN;
+    a.max_message_bytes = van->limits.max_message_bytes > overhead
+                              ? van->limits.max_message_bytes - overhead
+                              : van->limits.max_message_bytes;
+    a.max_data_segments = van->limits.max_segments;
+    a.num_streams = van->nqp;
+    *attr_p = a;
+    return PS_OK;
+}
+
+static ps_status_t vb_bind(ps_van_t *v, ps_node_t *node, int max_retry)
+{
+    return ps__vb_cm_bind(ps__vb_of(v), node, max_retry);
+}
+
+static ps_status_t vb_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
+{
+    return ps__vb_cm_connect(ps__vb_of(v), peer, my_id);
+}
+
+static void vb_disconnect(ps_van_t *v, int node_id)
+{
+    ps__vb_cm_disconnect(ps__vb_of(v), node_id);
+}
+
+static ps_status_t vb_set_node_id(ps_van_t *v, int node_id)
+{
+    ps__vb_van_t *van = ps__vb_of(v);
+    if (node_id <= 0 || node_id >= PS_NODE_EMPTY)
+        return PS_ERR_INVALID_ARG;
+    int old = __atomic_exchange_n(&van->my_id, node_id, __ATOMIC_ACQ_REL);
+    if (old == node_id)
+        return PS_OK;
+    /* Connections we opened before the id was known announced none (or
+     * another): say who we are, in line with what is queued on them. */
+    ps__vb_conn_t *list[256];
+    int n = 0;
+    pthread_mutex_lock(&van->lock);
+    for (ps__vb_conn_t *c = van->conns; c != NULL && n < 256; c = c->next) {
+        if (c->outgoing && __atomic_load_n(&c->my_id_sent, __ATOMIC_ACQUIRE) != node_id &&
+            __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == PS__VB_C_READY) {
+            ps__vb_conn_ref(c);
+            list[n++] = c;
+        }
+    }
+    pthread_mutex_unlock(&van->lock);
+    ps_status_t result = PS_OK;
+    for (int i = 0; i < n; i++) {
+        ps__vb_ctrl_t hello;
+        memset(&hello, 0, sizeof(hello));
+        hello.type = PS__VB_MSG_HELLO;
+        hello.node_id = node_id;
+        ps_status_t st = ps__vb_send_ctrl(list[i], &hello);
+        if (st == PS_OK)
+            __atomic_store_n(&list[i]->my_id_sent, node_id, __ATOMIC_RELEASE);
+        else if (result == PS_OK && st != PS_ERR_PEER_GONE)
+            result = st;
+        ps__vb_conn_unref(list[i]);
+    }
+    ps_info(PS_LOG_RDMA, "node id is now %d (announced on %d connections)", node_id, n);
+    return result;
+}
+
+static ps_status_t vb_send(ps_van_t *v, const ps_msg_t *msg)
+{
+    return ps__vb_send(ps__vb_of(v), msg);
+}
+
+static ps_status_t vb_register_mem(ps_van_t *v, ps_buf_t *buf)
+{
+    ps__vb_van_t *van = ps__vb_of(v);
+    if (buf == NULL)
+        return PS_ERR_INVALID_ARG;
+    int n = __atomic_load_n(&van->ndevs, __ATOMIC_ACQUIRE);
+    if (n == 0) {
+        /* Devices come with the first bind or connection. */
+        ps_warn(PS_LOG_RDMA, "register_mem before any RDMA device is open (bind first)");
+        return PS_ERR_BAD_STATE;
+    }
+    for (int i = 0; i < n; i++) {
+        ps_status_t st = ps_rdma_mr_cache_pin(van->devs[i]->mrc, buf);
+        if (st != PS_OK) {
+            for (int j = 0; j < i; j++)
+                ps_rdma_mr_cache_unpin(van->devs[j]->mrc, buf);
+            return st;
+        }
+    }
+    return PS_OK;
+}
+
+static ps_status_t vb_deregister_mem(ps_van_t *v, ps_buf_t *buf)
+{
+    ps__vb_van_t *van = ps__vb_of(v);
+    if (buf == NULL)
+        return PS_ERR_INVALID_ARG;
+    ps_status_t result = PS_ERR_NOT_FOUND;
+    int n = __atomic_load_n(&van->ndevs, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        if (ps_rdma_mr_cache_unpin(van->devs[i]->mrc, buf) == PS_OK)
+            result = PS_OK;
+    }
+    return result;
+}
+
+static void vb_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
+{
+    ps__vb_van_t *van = ps__vb_of(v);
+    if (sent_p != NULL)
+        *sent_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+    if (recv_p != NULL)
+        *recv_p = __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED);
+}
+
+static const ps_van_ops_t vb_ops = {
+    .size = sizeof(ps_van_ops_t),
+    .open = vb_open,
+    .close = vb_close,
+    .query = vb_query,
+    .bind = vb_bind,
+    .connect = vb_connect,
+    .disconnect = vb_disconnect,
+    .set_node_id = vb_set_node_id,
+    .send = vb_send,
+    .register_mem = vb_register_mem,
+    .deregister_mem = vb_deregister_mem,
+    .stats = vb_stats,
+};
+
+const ps_van_component_t ps__verbs_component = {
+    .name = "ibverbs",
+    .aliases = "1",
+    .ops = &vb_ops,
+    .unavailable = ps__vb_unavailable,
+};
+
+PS_VAN_REGISTER(ps__verbs_component)

@@ -1,0 +1,293 @@
+// Wire formats of the ibverbs van: private data, immediate values, message
+// headers, rendezvous control messages and pull descriptors round-trip, and
+// damaged input is refused rather than trusted.
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+extern "C" {
+#include "ps/net/codec/message.h"
+#include "ps/rdma/verbs/verbs_wire.h"
+}
+
+namespace {
+
+TEST(ConnData, RoundTripFitsInfinibandConnectLimit)
+{
+    ps__vb_conn_data_t d;
+    memset(&d, 0, sizeof(d));
+    d.node_id = 9;
+    d.qp_index = 1;
+    d.qp_count = 2;
+    d.flags = PS__VB_CONN_LAG;
+    d.nonce = 0x0123456789abcdefull;
+    d.max_inline = 256;
+    uint8_t buf[56];
+    size_t len = 0;
+    ASSERT_EQ(ps__vb_conn_data_encode(&d, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(len, (size_t)PS__VB_CONN_DATA_LEN);
+    EXPECT_LE(len, 56u) << "rdma_connect private data on IB is at most 56 bytes";
+
+    ps__vb_conn_data_t out;
+    ASSERT_EQ(ps__vb_conn_data_decode(buf, len, &out), PS_OK);
+    EXPECT_EQ(out.node_id, 9);
+    EXPECT_EQ(out.qp_index, 1);
+    EXPECT_EQ(out.qp_count, 2);
+    EXPECT_EQ(out.flags, PS__VB_CONN_LAG);
+    EXPECT_EQ(out.nonce, d.nonce);
+    EXPECT_EQ(out.max_inline, 256u);
+}
+
+TEST(ConnData, PaddedInputDecodes)
+{
+    // InfiniBand delivers the private data padded to the maximum length.
+    ps__vb_conn_data_t d;
+    memset(&d, 0, sizeof(d));
+    d.node_id = PS_NODE_EMPTY;
+    d.qp_count = 1;
+    uint8_t buf[56];
+    memset(buf, 0, sizeof(buf));
+    size_t len = 0;
+    ASSERT_EQ(ps__vb_conn_data_encode(&d, buf, sizeof(buf), &len), PS_OK);
+    ps__vb_conn_data_t out;
+    ASSERT_EQ(ps__vb_conn_data_decode(buf, sizeof(buf), &out), PS_OK);
+    EXPECT_EQ(out.node_id, PS_NODE_EMPTY);
+}
+
+TEST(ConnData, DamagedInputIsRefused)
+{
+    ps__vb_conn_data_t d;
+    memset(&d, 0, sizeof(d));
+    d.node_id = 8;
+    d.qp_count = 2;
+    d.qp_index = 0;
+    uint8_t buf[PS__VB_CONN_DATA_LEN];
+    size_t len = 0;
+    ASSERT_EQ(ps__vb_conn_data_encode(&d, buf, sizeof(buf), &len), PS_OK);
+    ps__vb_conn_data_t out;
+
+    EXPECT_EQ(ps__vb_conn_data_decode(buf, len - 1, &out), PS_ERR_PROTOCOL) << "short";
+    EXPECT_EQ(ps__vb_conn_data_decode(nullptr, 0, &out), PS_ERR_PROTOCOL) << "none at all";
+
+    uint8_t bad[PS__VB_CONN_DATA_LEN];
+    memcpy(bad, buf, len);
+    bad[0] ^= 0xff;
+    EXPECT_EQ(ps__vb_conn_data_decode(bad, len, &out), PS_ERR_PROTOCOL) << "magic";
+    memcpy(bad, buf, len);
+    bad[4] = 99;
+    EXPECT_EQ(ps__vb_conn_data_decode(bad, len, &out), PS_ERR_PROTOCOL) << "version";
+    memcpy(bad, buf, len);
+    bad[12] = 2; // index == count
+    EXPECT_EQ(ps__vb_conn_data_decode(bad, len, &out), PS_ERR_PROTOCOL) << "index";
+    memcpy(bad, buf, len);
+    bad[13] = 0;
+    EXPECT_EQ(ps__vb_conn_data_decode(bad, len, &out), PS_ERR_PROTOCOL) << "count 0";
+    memcpy(bad, buf, len);
+    bad[13] = PS__VB_MAX_QP + 1;
+    EXPECT_EQ(ps__vb_conn_data_decode(bad, len, &out), PS_ERR_PROTOCOL) << "count too big";
+    memcpy(bad, buf, len);
+    bad[8] = 0; // node id 0
+    EXPECT_EQ(ps__vb_conn_data_decode(bad, len, &out), PS_ERR_PROTOCOL) << "node 0";
+
+    // The encoder refuses what the decoder would.
+    d.qp_index = 2;
+    EXPECT_EQ(ps__vb_conn_data_encode(&d, buf, sizeof(buf), &len), PS_ERR_INVALID_ARG);
+    d.qp_index = 0;
+    EXPECT_EQ(ps__vb_conn_data_encode(&d, buf, 10, &len), PS_ERR_TOO_LARGE);
+}
+
+TEST(Imm, MetaCarriesSlotInNetworkOrder)
+{
+    uint32_t slot = 0x00100005u; // generation 1, index 5
+    uint32_t imm = ps__vb_imm_meta(slot);
+    EXPECT_EQ(imm, htonl(slot));
+    uint32_t got = 0;
+    EXPECT_EQ(ps__vb_imm_decode(imm, &got), PS__VB_IMM_META);
+    EXPECT_EQ(got, slot);
+
+    // The top bits of a slot id are its generation: all 32 bits survive.
+    slot = 0xfff00001u;
+    EXPECT_EQ(ps__vb_imm_decode(ps__vb_imm_meta(slot), &got), PS__VB_IMM_META);
+    EXPECT_EQ(got, slot);
+}
+
+TEST(Imm, ZeroIsASlaveChunk)
+{
+    uint32_t got = 1234;
+    EXPECT_EQ(ps__vb_imm_decode(ps__vb_imm_slave(), &got), PS__VB_IMM_SLAVE);
+    EXPECT_EQ(got, 1234u) << "slot untouched for a slave chunk";
+}
+
+TEST(Hdr, RoundTripWithSlaveCounters)
+{
+    ps__vb_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.type = PS__VB_MSG_META;
+    h.flags = PS__VB_HDR_RMA;
+    h.rma_seg = 1;
+    h.rma_slot = 77;
+    h.nqp = 3;
+    h.frame_len = 123;
+    h.slave[1] = 0xfffffffeu;
+    h.slave[2] = 5;
+    uint8_t buf[64];
+    size_t len = 0;
+    ASSERT_EQ(ps__vb_hdr_encode(&h, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(len, (size_t)PS__VB_HDR_FIXED + 8);
+    EXPECT_EQ(len, ps__vb_hdr_len(&h));
+    EXPECT_EQ(ps__vb_msg_type(buf, len), PS__VB_MSG_META);
+
+    ps__vb_hdr_t out;
+    size_t used = 0;
+    ASSERT_EQ(ps__vb_hdr_decode(buf, len, &out, &used), PS_OK);
+    EXPECT_EQ(used, len);
+    EXPECT_EQ(out.type, PS__VB_MSG_META);
+    EXPECT_EQ(out.flags, PS__VB_HDR_RMA);
+    EXPECT_EQ(out.rma_seg, 1);
+    EXPECT_EQ(out.rma_slot, 77u);
+    EXPECT_EQ(out.nqp, 3);
+    EXPECT_EQ(out.frame_len, 123u);
+    EXPECT_EQ(out.slave[1], 0xfffffffeu);
+    EXPECT_EQ(out.slave[2], 5u);
+}
+
+TEST(Hdr, SingleQpIsSixteenBytes)
+{
+    ps__vb_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.type = PS__VB_MSG_EAGER;
+    h.nqp = 1;
+    uint8_t buf[16];
+    size_t len = 0;
+    ASSERT_EQ(ps__vb_hdr_encode(&h, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(len, 16u);
+}
+
+TEST(Hdr, DamagedInputIsRefused)
+{
+    ps__vb_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.type = PS__VB_MSG_EAGER;
+    h.nqp = 2;
+    uint8_t buf[32];
+    size_t len = 0;
+    ASSERT_EQ(ps__vb_hdr_encode(&h, buf, sizeof(buf), &len), PS_OK);
+    ps__vb_hdr_t out;
+    size_t used;
+    EXPECT_EQ(ps__vb_hdr_decode(buf, len - 1, &out, &used), PS_ERR_PROTOCOL) << "counters cut";
+    uint8_t bad[32];
+    memcpy(bad, buf, len);
+    bad[4] = PS__VB_MSG_RDV_START; // a control type is not a message header
+    EXPECT_EQ(ps__vb_hdr_decode(bad, len, &out, &used), PS_ERR_PROTOCOL);
+    memcpy(bad, buf, len);
+    bad[5] = 0x80; // unknown flag
+    EXPECT_EQ(ps__vb_hdr_decode(bad, len, &out, &used), PS_ERR_PROTOCOL);
+    memcpy(bad, buf, len);
+    bad[5] = PS__VB_HDR_RMA; // RMA without a slot
+    EXPECT_EQ(ps__vb_hdr_decode(bad, len, &out, &used), PS_ERR_PROTOCOL);
+    memcpy(bad, buf, len);
+    bad[7] = 0;
+    EXPECT_EQ(ps__vb_hdr_decode(bad, len, &out, &used), PS_ERR_PROTOCOL) << "nqp 0";
+    EXPECT_EQ(ps__vb_msg_type(buf, 3), 0) << "too short to have a type";
+}
+
+TEST(Ctrl, GrantRoundTrip)
+{
+    ps__vb_ctrl_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = PS__VB_MSG_RDV_GRANT;
+    c.dir = 3;
+    c.flags = PS__VB_RDV_REGRANT;
+    c.token = 17;
+    c.slot = 0x00200001u;
+    c.key = 0xdeadbeefcafef00dull;
+    c.meta_len = 4096;
+    c.data_len = 4ull << 30;
+    c.meta_addr = 0x7f0000001000ull;
+    c.meta_rkey = 0x1234;
+    c.data_addr = 0x7f0000100000ull;
+    c.data_rkey = 0x5678;
+    uint8_t buf[PS__VB_CTRL_LEN];
+    size_t len = 0;
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(len, (size_t)PS__VB_CTRL_LEN);
+    EXPECT_EQ(ps__vb_msg_type(buf, len), PS__VB_MSG_RDV_GRANT);
+    ps__vb_ctrl_t out;
+    ASSERT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_OK);
+    EXPECT_EQ(0, memcmp(&out, &c, sizeof(c)));
+}
+
+TEST(Ctrl, RefusalAndHelloRules)
+{
+    ps__vb_ctrl_t c;
+    memset(&c, 0, sizeof(c));
+    uint8_t buf[PS__VB_CTRL_LEN];
+    size_t len = 0;
+    ps__vb_ctrl_t out;
+
+    c.type = PS__VB_MSG_RDV_GRANT;
+    c.flags = PS__VB_RDV_REFUSED;
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_OK) << "a refusal has no slot";
+    c.flags = 0;
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL) << "a grant needs a slot";
+    c.flags = PS__VB_RDV_REFUSED | PS__VB_RDV_REGRANT;
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL);
+
+    memset(&c, 0, sizeof(c));
+    c.type = PS__VB_MSG_HELLO;
+    c.node_id = PS_NODE_EMPTY;
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL) << "hello without an id";
+    c.node_id = 11;
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    ASSERT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_OK);
+    EXPECT_EQ(out.node_id, 11);
+
+    memset(&c, 0, sizeof(c));
+    c.type = PS__VB_MSG_EAGER;
+    EXPECT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_ERR_INVALID_ARG);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, PS__VB_CTRL_LEN - 1, &out), PS_ERR_PROTOCOL);
+}
+
+TEST(PullDesc, RoundTripInVanData)
+{
+    ps__vb_pull_desc_t d = {42, 0xabcd, 0x7f00deadb000ull, 1u << 20};
+    uint8_t van_data[64];
+    uint32_t len = 0;
+    ASSERT_EQ(ps__vb_pull_desc_encode(&d, van_data, sizeof(van_data), &len), PS_OK);
+    EXPECT_EQ(len, (uint32_t)PS__VB_PULL_DESC_LEN);
+    ps__vb_pull_desc_t out;
+    ASSERT_EQ(ps__vb_pull_desc_decode(van_data, len, &out), PS_OK);
+    EXPECT_EQ(out.slot, 42u);
+    EXPECT_EQ(out.rkey, 0xabcdu);
+    EXPECT_EQ(out.addr, d.addr);
+    EXPECT_EQ(out.len, d.len);
+}
+
+TEST(PullDesc, AbsentOrDamaged)
+{
+    ps__vb_pull_desc_t out;
+    EXPECT_EQ(ps__vb_pull_desc_decode(nullptr, 0, &out), PS_ERR_NOT_FOUND);
+    uint8_t other[8] = {'P', 'S', 'T', 'C', 'P', 'H', 0, 0};
+    EXPECT_EQ(ps__vb_pull_desc_decode(other, sizeof(other), &out), PS_ERR_NOT_FOUND)
+        << "another van's data is not ours";
+    ps__vb_pull_desc_t d = {1, 2, 0x1000, 64};
+    uint8_t vd[64];
+    uint32_t len = 0;
+    ASSERT_EQ(ps__vb_pull_desc_encode(&d, vd, sizeof(vd), &len), PS_OK);
+    EXPECT_EQ(ps__vb_pull_desc_decode(vd, len - 1, &out), PS_ERR_PROTOCOL);
+    uint8_t bad[64];
+    memcpy(bad, vd, len);
+    memset(bad + 16, 0xff, 8); // length wraps the address space
+    EXPECT_EQ(ps__vb_pull_desc_decode(bad, len, &out), PS_ERR_PROTOCOL);
+    d.slot = 0;
+    EXPECT_EQ(ps__vb_pull_desc_encode(&d, vd, sizeof(vd), &len), PS_ERR_INVALID_ARG);
+}
+
+} // namespace

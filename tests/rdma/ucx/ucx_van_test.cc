@@ -1,0 +1,1161 @@
+// Van-level tests of the UCX van: vans in one process (and a peer in a
+// process of its own) over loopback, driven through the registry and the
+// ops table exactly as the postoffice drives them, with UCX_TLS=tcp, with
+// shared memory (UCX_TLS=sm) and with UCX's default (all).
+//
+// No timing thresholds: every wait has a generous deadline that only ends
+// a test that would otherwise hang.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include <ucp/api/ucp.h>
+
+extern "C" {
+#include "ps/base/buffer.h"
+#include "ps/base/config.h"
+#include "ps/base/log.h"
+#include "ps/base/status.h"
+#include "ps/net/caps.h"
+#include "ps/net/codec/message.h"
+#include "ps/net/message.h"
+#include "ps/net/van/van.h"
+}
+
+extern char **environ;
+
+namespace {
+
+constexpr auto kWait = std::chrono::seconds(60);
+
+uint8_t Pattern(uint64_t seq, unsigned seg, size_t i)
+{
+    uint64_t x = seq * 0x9e3779b97f4a7c15ull + seg * 0x632be59bd9b4e019ull + i;
+    x ^= x >> 29;
+    return static_cast<uint8_t>(x * 0xbf58476d1ce4e5b9ull >> 56);
+}
+
+struct Received {
+    ps_meta_t meta;
+    std::vector<std::string> data;
+    std::vector<const void *> ptrs; // where each segment landed
+    std::string body;
+    std::vector<ps_node_t> nodes;
+};
+
+struct Inbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<Received> msgs;
+    std::vector<std::pair<int, ps_status_t>> failures;
+    std::map<std::pair<uint64_t, unsigned>, ps_slice_t> dest;
+    std::atomic<int> recv_buffer_calls{0};
+    bool gate_closed = false;
+    std::atomic<bool> in_gate{false};
+    std::function<void(const ps_msg_t *)> on_msg;
+
+    ~Inbox()
+    {
+        for (auto &kv : dest) {
+            ps_slice_unref(&kv.second);
+        }
+    }
+    bool WaitMsgs(size_t n)
+    {
+        std::unique_lock<std::mutex> lk(mu);
+        return cv.wait_for(lk, kWait, [&] { return msgs.size() >= n; });
+    }
+    bool WaitFailure(size_t n)
+    {
+        std::unique_lock<std::mutex> lk(mu);
+        return cv.wait_for(lk, kWait, [&] { return failures.size() >= n; });
+    }
+    void OpenGate()
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        gate_closed = false;
+        cv.notify_all();
+    }
+};
+
+ps_status_t RecvBuffer(void *arg, const ps_meta_t *meta, unsigned index, uint64_t len,
+                       ps_slice_t *slice_p)
+{
+    Inbox *in = static_cast<Inbox *>(arg);
+    in->recv_buffer_calls++;
+    std::lock_guard<std::mutex> lk(in->mu);
+    auto it = in->dest.find({meta->key, index});
+    if (it == in->dest.end()) {
+        return PS_ERR_NOT_FOUND;
+    }
+    (void)len;
+    *slice_p = ps_slice_ref(&it->second);
+    return PS_OK;
+}
+
+void Deliver(void *arg, ps_msg_t *msg)
+{
+    Inbox *in = static_cast<Inbox *>(arg);
+    Received r;
+    r.meta = msg->meta;
+    r.meta.body = nullptr;
+    r.meta.control.nodes = nullptr;
+    for (uint32_t i = 0; i < msg->num_data; ++i) {
+        const char *p = static_cast<const char *>(ps_slice_ptr(&msg->data[i]));
+        r.data.emplace_back(p == nullptr ? std::string() : std::string(p, msg->data[i].len));
+        r.ptrs.push_back(p);
+    }
+    if (msg->meta.body_len != 0) {
+        r.body.assign(reinterpret_cast<const char *>(msg->meta.body), msg->meta.body_len);
+    }
+    for (uint32_t i = 0; i < msg->meta.control.num_nodes; ++i) {
+        r.nodes.push_back(msg->meta.control.nodes[i]);
+    }
+    {
+        std::unique_lock<std::mutex> lk(in->mu);
+        if (in->gate_closed) {
+            in->in_gate = true;
+            in->cv.notify_all();
+            in->cv.wait(lk, [&] { return !in->gate_closed; });
+        }
+        in->msgs.push_back(std::move(r));
+        in->cv.notify_all();
+    }
+    if (in->on_msg) {
+        in->on_msg(msg);
+    }
+    ps_msg_release(msg);
+}
+
+void PeerFailed(void *arg, int node_id, ps_status_t why)
+{
+    Inbox *in = static_cast<Inbox *>(arg);
+    std::lock_guard<std::mutex> lk(in->mu);
+    in->failures.emplace_back(node_id, why);
+    in->cv.notify_all();
+}
+
+const ps_van_ops_t *UcxOps()
+{
+    const ps_van_component_t *c = nullptr;
+    EXPECT_EQ(ps_van_find("ucx", &c), PS_OK);
+    return c != nullptr ? c->ops : nullptr;
+}
+
+ps_van_params_t DefaultParams()
+{
+    ps_van_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.role = PS_ROLE_WORKER;
+    p.connect_timeout_ms = 20000;
+    return p;
+}
+
+struct Van {
+    Inbox inbox;
+    ps_van_t *van = nullptr;
+    ps_node_t node;
+    const ps_van_ops_t *ops = nullptr;
+
+    ps_status_t Open(int id, ps_van_params_t params = DefaultParams(), int port = 0,
+                     const char *host = "127.0.0.1")
+    {
+        ops = UcxOps();
+        if (ops == nullptr) {
+            return PS_ERR_NOT_FOUND;
+        }
+        ps_van_callbacks_t cb;
+        cb.arg = &inbox;
+        cb.recv_buffer = RecvBuffer;
+        cb.deliver = Deliver;
+        cb.peer_failed = PeerFailed;
+        ps_status_t st = ops->open(&params, &cb, &van);
+        if (st != PS_OK) {
+            return st;
+        }
+        ps_node_init(&node);
+        node.id = id;
+        snprintf(node.hostname, sizeof(node.hostname), "%s", host);
+        if (port != 0) {
+            node.num_ports = 1;
+            node.ports[0] = port;
+        }
+        return ops->bind(van, &node, 40);
+    }
+    int Port() const { return node.ports[0]; }
+    ps_status_t ConnectTo(const Van &peer, int my_id)
+    {
+        return ops->connect(van, &peer.node, my_id);
+    }
+    void Close()
+    {
+        if (van != nullptr) {
+            ops->close(van);
+            van = nullptr;
+        }
+    }
+    ~Van() { Close(); }
+};
+
+struct OutMsg {
+    ps_msg_t msg;
+    OutMsg(int recver, uint64_t seq, const std::vector<size_t> &sizes)
+    {
+        ps_msg_init(&msg);
+        msg.meta.recver = recver;
+        msg.meta.key = seq;
+        msg.meta.timestamp = static_cast<int32_t>(seq & 0x7fffffff);
+        msg.meta.request = true;
+        msg.meta.push = true;
+        for (unsigned s = 0; s < sizes.size(); ++s) {
+            ps_slice_t sl;
+            EXPECT_EQ(ps_slice_alloc(sizes[s], 0, &sl), PS_OK);
+            uint8_t *p = static_cast<uint8_t *>(ps_slice_ptr(&sl));
+            for (size_t i = 0; i < sizes[s]; ++i) {
+                p[i] = Pattern(seq, s, i);
+            }
+            EXPECT_EQ(ps_msg_add_data(&msg, &sl, PS_DATA_UINT8), PS_OK);
+            ps_slice_unref(&sl);
+        }
+    }
+    ~OutMsg() { ps_msg_release(&msg); }
+};
+
+::testing::AssertionResult CheckMsg(const Received &r, int sender, uint64_t seq,
+                                    const std::vector<size_t> &sizes)
+{
+    if (r.meta.sender != sender) {
+        return ::testing::AssertionFailure() << "sender " << r.meta.sender << " != " << sender;
+    }
+    if (r.meta.key != seq) {
+        return ::testing::AssertionFailure() << "key " << r.meta.key << " != " << seq;
+    }
+    if (r.data.size() != sizes.size()) {
+        return ::testing::AssertionFailure()
+               << "msg " << seq << ": " << r.data.size() << " segments, want " << sizes.size();
+    }
+    for (unsigned s = 0; s < sizes.size(); ++s) {
+        if (r.data[s].size() != sizes[s]) {
+            return ::testing::AssertionFailure() << "msg " << seq << " seg " << s << ": "
+                                                 << r.data[s].size() << " bytes, want " << sizes[s];
+        }
+        for (size_t i = 0; i < sizes[s]; ++i) {
+            if (static_cast<uint8_t>(r.data[s][i]) != Pattern(seq, s, i)) {
+                return ::testing::AssertionFailure()
+                       << "msg " << seq << " seg " << s << " byte " << i << " differs";
+            }
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// Sets UCX_TLS for the vans a test opens (UCX reads it at every open).
+class UcxTls {
+  public:
+    explicit UcxTls(const char *tls)
+    {
+        const char *old = getenv("UCX_TLS");
+        had_ = old != nullptr;
+        if (had_) {
+            old_ = old;
+        }
+        if (tls != nullptr) {
+            setenv("UCX_TLS", tls, 1);
+        } else {
+            unsetenv("UCX_TLS");
+        }
+    }
+    ~UcxTls()
+    {
+        if (had_) {
+            setenv("UCX_TLS", old_.c_str(), 1);
+        } else {
+            unsetenv("UCX_TLS");
+        }
+    }
+
+  private:
+    bool had_ = false;
+    std::string old_;
+};
+
+// Captures ps's log lines while alive.
+class LogCapture {
+  public:
+    LogCapture()
+    {
+        char tmpl[] = "/tmp/ucx_van_test_log.XXXXXX";
+        const char *dir = getenv("TEST_TMPDIR");
+        path_ = dir != nullptr ? std::string(dir) + "/ucx_log.XXXXXX" : std::string(tmpl);
+        std::vector<char> buf(path_.begin(), path_.end());
+        buf.push_back('\0');
+        fd_ = mkstemp(buf.data());
+        path_ = buf.data();
+        old_level_ = ps_log_get_level();
+        if (old_level_ < PS_LOG_INFO) {
+            ps_log_set_level(PS_LOG_INFO);
+        }
+        ps_log_set_fd(fd_);
+    }
+    ~LogCapture()
+    {
+        ps_log_set_fd(-1);
+        ps_log_set_level(old_level_);
+        close(fd_);
+        unlink(path_.c_str());
+    }
+    std::string Text() const
+    {
+        std::string out;
+        FILE *f = fopen(path_.c_str(), "r");
+        if (f == nullptr) {
+            return out;
+        }
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
+            out.append(buf, n);
+        }
+        fclose(f);
+        return out;
+    }
+
+  private:
+    std::string path_;
+    int fd_ = -1;
+    ps_log_level_t old_level_;
+};
+
+class UcxVanTls : public ::testing::TestWithParam<const char *> {
+  protected:
+    void SetUp() override { tls_.reset(new UcxTls(GetParam())); }
+    void TearDown() override { tls_.reset(); }
+    std::unique_ptr<UcxTls> tls_;
+};
+
+// ---- registry ----
+
+TEST(UcxRegistry, FoundByNameAndSelectedByUpstreamVariables)
+{
+    const ps_van_component_t *c = nullptr;
+    ASSERT_EQ(ps_van_find("ucx", &c), PS_OK);
+    EXPECT_STREQ(c->name, "ucx");
+    EXPECT_EQ(c->ops->size, sizeof(ps_van_ops_t));
+    ps_config_clear_overrides();
+    ASSERT_EQ(ps_config_set(PS_CFG_DMLC_ENABLE_UCX, "1"), PS_OK);
+    const char *name = nullptr;
+    ASSERT_EQ(ps_van_select_name(&name), PS_OK);
+    EXPECT_STREQ(name, "ucx");
+    ASSERT_EQ(ps_config_set(PS_CFG_DMLC_ENABLE_UCX, nullptr), PS_OK);
+    ASSERT_EQ(ps_config_set(PS_CFG_DMLC_ENABLE_RDMA, "ucx"), PS_OK);
+    ASSERT_EQ(ps_van_select_name(&name), PS_OK);
+    EXPECT_STREQ(name, "ucx");
+    ps_config_clear_overrides();
+}
+
+TEST(UcxRegistry, AdvertisesItsCapabilities)
+{
+    Van v;
+    ASSERT_EQ(v.Open(9), PS_OK);
+    ps_van_attr_t attr;
+    ASSERT_EQ(v.ops->query(v.van, &attr), PS_OK);
+    EXPECT_TRUE(attr.cap_flags & PS_CAP_ZCOPY_SEND);
+    EXPECT_TRUE(attr.cap_flags & PS_CAP_RECV_INTO_DEST);
+    EXPECT_TRUE(attr.cap_flags & PS_CAP_BUSY_POLL);
+    EXPECT_FALSE(attr.cap_flags & PS_CAP_DEVICE_MEMORY);
+    EXPECT_EQ(attr.max_data_segments, static_cast<uint32_t>(PS_MSG_MAX_DATA));
+    EXPECT_GE(attr.max_message_bytes, 1ull << 30);
+    EXPECT_EQ(attr.num_streams, 1u);
+    EXPECT_EQ(v.ops->register_mem(v.van, nullptr), PS_ERR_UNSUPPORTED);
+}
+
+// ---- data path, per transport ----
+
+TEST_P(UcxVanTls, SegmentsOfEverySizeArriveIntactAndInOrder)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+
+    // Around the inline threshold (4096), inline and separate segments
+    // mixed, rendezvous sizes, empty segments.
+    const std::vector<std::vector<size_t>> shapes = {
+        {},           {0},        {1},       {4096},          {4097},      {4u << 20},
+        {8, 4096},    {0, 1, 0},  {13, 12345, 65537, 3},      {1, 1, 1, 1},
+        {4u << 20, 0, 7, 4096 + 1}, {1u << 20, 3u << 20},    {100000, 99999, 1, 0},
+        {4095, 4096, 4097, 8},
+    };
+    uint64_t seq = 0;
+    for (int round = 0; round < 3; ++round) {
+        for (const auto &sizes : shapes) {
+            OutMsg m(8, seq++, sizes);
+            ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+        }
+    }
+    ASSERT_TRUE(server.inbox.WaitMsgs(seq));
+    {
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        ASSERT_EQ(server.inbox.msgs.size(), seq);
+        for (uint64_t i = 0; i < seq; ++i) {
+            EXPECT_TRUE(CheckMsg(server.inbox.msgs[i], 9, i, shapes[i % shapes.size()]));
+            EXPECT_EQ(server.inbox.msgs[i].meta.recver, 8);
+            EXPECT_TRUE(server.inbox.msgs[i].meta.request);
+        }
+    }
+    uint64_t sent = 0, recv = 0;
+    worker.ops->stats(worker.van, &sent, nullptr);
+    server.ops->stats(server.van, nullptr, &recv);
+    EXPECT_GT(sent, 3u * (12u << 20));
+    EXPECT_EQ(sent, recv);
+}
+
+TEST_P(UcxVanTls, RepliesTravelBackWithAndWithoutOwnConnection)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    {
+        OutMsg m(8, 1, {16});
+        ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    // The server never connected to the worker: the reply rides the
+    // worker's connection.
+    {
+        OutMsg m(9, 2, {4096, 3, 1u << 20});
+        ASSERT_EQ(server.ops->send(server.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(worker.inbox.WaitMsgs(1));
+    // Now with its own connection.
+    ASSERT_EQ(server.ConnectTo(worker, 8), PS_OK);
+    ASSERT_EQ(server.ConnectTo(worker, 8), PS_OK); // idempotent
+    {
+        OutMsg m(9, 3, {5});
+        ASSERT_EQ(server.ops->send(server.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(worker.inbox.WaitMsgs(2));
+    std::lock_guard<std::mutex> lk(worker.inbox.mu);
+    EXPECT_TRUE(CheckMsg(worker.inbox.msgs[0], 8, 2, {4096, 3, 1u << 20}));
+    EXPECT_TRUE(CheckMsg(worker.inbox.msgs[1], 8, 3, {5}));
+}
+
+TEST_P(UcxVanTls, RecvBufferSteersDataIntoTheCallersBuffer)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ASSERT_EQ(server.ConnectTo(worker, 8), PS_OK);
+
+    // Segment 1 of the response with key 77 (large: its own DATA message,
+    // received in place) and of key 79 (small: inline, copied in place)
+    // land in the worker's buffer.
+    const size_t len = (1u << 20) + 5;
+    std::vector<uint8_t> user(len + 128, 0xee);
+    std::vector<uint8_t> small_user(200, 0xee);
+    ps_slice_t dst, sdst;
+    ASSERT_EQ(ps_slice_wrap(user.data(), user.size(), nullptr, nullptr, &dst), PS_OK);
+    ASSERT_EQ(ps_slice_narrow(&dst, 64, len + 32), PS_OK);
+    ASSERT_EQ(ps_slice_wrap(small_user.data(), small_user.size(), nullptr, nullptr, &sdst), PS_OK);
+    ASSERT_EQ(ps_slice_narrow(&sdst, 16, 100), PS_OK);
+    ps_slice_t small;
+    ASSERT_EQ(ps_slice_alloc(10, 0, &small), PS_OK);
+    {
+        std::lock_guard<std::mutex> lk(worker.inbox.mu);
+        worker.inbox.dest[{77, 1}] = dst;
+        worker.inbox.dest[{79, 1}] = sdst;
+        // Too small: not used (the van's own buffer is).
+        worker.inbox.dest[{78, 1}] = small;
+    }
+    {
+        OutMsg m(9, 77, {8, len});
+        ASSERT_EQ(server.ops->send(server.van, &m.msg), PS_OK);
+        OutMsg m2(9, 78, {8, 40960});
+        ASSERT_EQ(server.ops->send(server.van, &m2.msg), PS_OK);
+        OutMsg m3(9, 79, {8, 100});
+        ASSERT_EQ(server.ops->send(server.van, &m3.msg), PS_OK);
+    }
+    ASSERT_TRUE(worker.inbox.WaitMsgs(3));
+    {
+        std::lock_guard<std::mutex> lk(worker.inbox.mu);
+        const Received &r = worker.inbox.msgs[0];
+        EXPECT_TRUE(CheckMsg(r, 8, 77, {8, len}));
+        EXPECT_EQ(r.ptrs[1], user.data() + 64);
+        EXPECT_NE(r.ptrs[0], user.data() + 64);
+        EXPECT_TRUE(CheckMsg(worker.inbox.msgs[1], 8, 78, {8, 40960}));
+        EXPECT_TRUE(CheckMsg(worker.inbox.msgs[2], 8, 79, {8, 100}));
+        EXPECT_EQ(worker.inbox.msgs[2].ptrs[1], small_user.data() + 16);
+    }
+    for (size_t i = 0; i < len; ++i) {
+        ASSERT_EQ(user[64 + i], Pattern(77, 1, i)) << i;
+    }
+    for (size_t i = 0; i < 64; ++i) {
+        ASSERT_EQ(user[i], 0xee);
+    }
+    for (size_t i = 64 + len; i < user.size(); ++i) {
+        ASSERT_EQ(user[i], 0xee);
+    }
+    for (size_t i = 0; i < 100; ++i) {
+        ASSERT_EQ(small_user[16 + i], Pattern(79, 1, i)) << i;
+    }
+    EXPECT_EQ(small_user[15], 0xee);
+    EXPECT_EQ(small_user[116], 0xee);
+    EXPECT_GE(worker.inbox.recv_buffer_calls.load(), 6);
+    worker.Close(); // before `user` goes away
+}
+
+TEST_P(UcxVanTls, BusyPollDeliversToo)
+{
+    ps_van_params_t p = DefaultParams();
+    p.busy_poll = 1;
+    Van a, b;
+    // Handlers before the vans run: what UCX moves between progress
+    // threads is no synchronisation TSan can see.
+    std::atomic<int> rounds{0};
+    a.inbox.on_msg = [&](const ps_msg_t *in) {
+        OutMsg m(9, in->meta.key + 1, {8});
+        EXPECT_EQ(a.ops->send(a.van, &m.msg), PS_OK);
+    };
+    b.inbox.on_msg = [&](const ps_msg_t *in) {
+        if (++rounds < 200) {
+            OutMsg m(8, in->meta.key + 1, {8});
+            EXPECT_EQ(b.ops->send(b.van, &m.msg), PS_OK);
+        }
+    };
+    ASSERT_EQ(a.Open(8, p), PS_OK);
+    ASSERT_EQ(b.Open(9, p), PS_OK);
+    ASSERT_EQ(b.ConnectTo(a, 9), PS_OK);
+    OutMsg first(8, 0, {8});
+    ASSERT_EQ(b.ops->send(b.van, &first.msg), PS_OK);
+    ASSERT_TRUE(b.inbox.WaitMsgs(200));
+    std::lock_guard<std::mutex> lk(b.inbox.mu);
+    for (int i = 0; i < 200; ++i) {
+        EXPECT_TRUE(CheckMsg(b.inbox.msgs[i], 8, 2 * i + 1, {8}));
+    }
+}
+
+TEST_P(UcxVanTls, ManyConcurrentSendersKeepPerThreadOrder)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    const int kThreads = 8, kPerThread = 150;
+    std::vector<std::thread> threads;
+    std::atomic<int> errors{0};
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < kPerThread; ++i) {
+                uint64_t seq = (static_cast<uint64_t>(t) << 32) | static_cast<uint64_t>(i);
+                size_t len = (i % 5 == 0) ? 70000 : static_cast<size_t>(1 + (i * 37) % 6000);
+                OutMsg m(8, seq, {8, len});
+                if (worker.ops->send(worker.van, &m.msg) != PS_OK) {
+                    errors++;
+                }
+            }
+        });
+    }
+    for (auto &th : threads) {
+        th.join();
+    }
+    EXPECT_EQ(errors.load(), 0);
+    ASSERT_TRUE(server.inbox.WaitMsgs(kThreads * kPerThread));
+    std::lock_guard<std::mutex> lk(server.inbox.mu);
+    std::vector<int> next(kThreads, 0);
+    for (const Received &r : server.inbox.msgs) {
+        int t = static_cast<int>(r.meta.key >> 32);
+        int i = static_cast<int>(r.meta.key & 0xffffffffu);
+        ASSERT_GE(t, 0);
+        ASSERT_LT(t, kThreads);
+        EXPECT_EQ(i, next[t]) << "thread " << t << " out of order";
+        next[t] = i + 1;
+        size_t len = (i % 5 == 0) ? 70000 : static_cast<size_t>(1 + (i * 37) % 6000);
+        EXPECT_TRUE(CheckMsg(r, 9, r.meta.key, {8, len}));
+    }
+}
+
+TEST_P(UcxVanTls, QueuedSendsCompleteWhenThePeerReadsAgain)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    {
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        server.inbox.gate_closed = true;
+    }
+    // The server's progress thread stops in deliver() on the first message;
+    // every send() must still return at once.
+    const int kMsgs = 24;
+    const size_t kLen = 4u << 20;
+    {
+        OutMsg first(8, 0, {8});
+        ASSERT_EQ(worker.ops->send(worker.van, &first.msg), PS_OK);
+    }
+    {
+        std::unique_lock<std::mutex> lk(server.inbox.mu);
+        ASSERT_TRUE(server.inbox.cv.wait_for(lk, kWait, [&] { return server.inbox.in_gate.load(); }));
+    }
+    for (int i = 1; i <= kMsgs; ++i) {
+        OutMsg m(8, static_cast<uint64_t>(i), {8, kLen, 100});
+        ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    }
+    server.inbox.OpenGate();
+    ASSERT_TRUE(server.inbox.WaitMsgs(kMsgs + 1));
+    std::lock_guard<std::mutex> lk(server.inbox.mu);
+    for (int i = 1; i <= kMsgs; ++i) {
+        EXPECT_TRUE(CheckMsg(server.inbox.msgs[i], 9, static_cast<uint64_t>(i), {8, kLen, 100}));
+    }
+}
+
+TEST_P(UcxVanTls, ThreeVansRouteEveryReplyToItsRequester)
+{
+    Van server, w1, w2;
+    // The handler before the vans run (see BusyPollDeliversToo).
+    server.inbox.on_msg = [&](const ps_msg_t *in) {
+        // Echo segment 0 back, zero-copy, as a response.
+        OutMsg m(in->meta.sender, in->meta.key, {});
+        m.msg.meta.request = false;
+        EXPECT_EQ(ps_msg_add_data(&m.msg, &in->data[0], PS_DATA_UINT8), PS_OK);
+        EXPECT_EQ(server.ops->send(server.van, &m.msg), PS_OK);
+    };
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(w1.Open(9), PS_OK);
+    ASSERT_EQ(w2.Open(11), PS_OK);
+    ASSERT_EQ(w1.ConnectTo(server, 9), PS_OK);
+    ASSERT_EQ(w2.ConnectTo(server, 11), PS_OK);
+    ASSERT_EQ(server.ConnectTo(w1, 8), PS_OK);
+    ASSERT_EQ(server.ConnectTo(w2, 8), PS_OK);
+    const int kMsgs = 100;
+    auto run = [&](Van &w, uint64_t base, size_t step) {
+        for (int i = 0; i < kMsgs; ++i) {
+            OutMsg m(8, base + i, {static_cast<size_t>(1 + i * step)});
+            EXPECT_EQ(w.ops->send(w.van, &m.msg), PS_OK);
+        }
+    };
+    std::thread t1([&] { run(w1, 1000, 97); });
+    std::thread t2([&] { run(w2, 2000, 89); });
+    t1.join();
+    t2.join();
+    ASSERT_TRUE(w1.inbox.WaitMsgs(kMsgs));
+    ASSERT_TRUE(w2.inbox.WaitMsgs(kMsgs));
+    {
+        std::lock_guard<std::mutex> lk(w1.inbox.mu);
+        for (int i = 0; i < kMsgs; ++i) {
+            EXPECT_TRUE(CheckMsg(w1.inbox.msgs[i], 8, 1000 + i, {static_cast<size_t>(1 + i * 97)}));
+            EXPECT_FALSE(w1.inbox.msgs[i].meta.request);
+        }
+    }
+    {
+        std::lock_guard<std::mutex> lk(w2.inbox.mu);
+        for (int i = 0; i < kMsgs; ++i) {
+            EXPECT_TRUE(CheckMsg(w2.inbox.msgs[i], 8, 2000 + i, {static_cast<size_t>(1 + i * 89)}));
+        }
+    }
+    server.Close();
+}
+
+TEST_P(UcxVanTls, PeerClosingIsReportedOnce)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    ASSERT_EQ(server.ConnectTo(worker, 8), PS_OK);
+    {
+        OutMsg m(8, 1, {1});
+        ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+        OutMsg m2(9, 2, {1});
+        ASSERT_EQ(server.ops->send(server.van, &m2.msg), PS_OK);
+    }
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    ASSERT_TRUE(worker.inbox.WaitMsgs(1));
+    worker.Close();
+    ASSERT_TRUE(server.inbox.WaitFailure(1));
+    {
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        EXPECT_EQ(server.inbox.failures[0].first, 9);
+        ps_status_t why = server.inbox.failures[0].second;
+        EXPECT_TRUE(why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED) << ps_status_str(why);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    {
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        EXPECT_EQ(server.inbox.failures.size(), 1u);
+    }
+    OutMsg m(9, 3, {1});
+    EXPECT_NE(server.ops->send(server.van, &m.msg), PS_OK);
+}
+
+TEST_P(UcxVanTls, UnassignedNodeGetsAnsweredAndThenAnnouncesItsId)
+{
+    // The scheduler flow: a node without an id registers; the scheduler
+    // connects back to the address (and worker address) it gave and
+    // answers; the node learns its id and re-announces itself.
+    Van sched, node;
+    ASSERT_EQ(sched.Open(PS_SCHEDULER_ID), PS_OK);
+    ASSERT_EQ(node.Open(PS_NODE_EMPTY), PS_OK);
+    ASSERT_EQ(node.ConnectTo(sched, PS_NODE_EMPTY), PS_OK);
+    {
+        OutMsg m(PS_SCHEDULER_ID, 1, {});
+        m.msg.meta.control.cmd = PS_CTRL_ADD_NODE;
+        ps_node_t me = node.node;
+        me.role = PS_ROLE_WORKER;
+        m.msg.meta.control.nodes = &me;
+        m.msg.meta.control.num_nodes = 1;
+        const char body[] = "hello body";
+        m.msg.meta.body = reinterpret_cast<const uint8_t *>(body);
+        m.msg.meta.body_len = sizeof(body);
+        ASSERT_EQ(node.ops->send(node.van, &m.msg), PS_OK);
+        m.msg.meta.control.nodes = nullptr;
+        m.msg.meta.control.num_nodes = 0;
+        m.msg.meta.body = nullptr;
+        m.msg.meta.body_len = 0;
+    }
+    ASSERT_TRUE(sched.inbox.WaitMsgs(1));
+    ps_node_t assigned;
+    {
+        std::lock_guard<std::mutex> lk(sched.inbox.mu);
+        const Received &r = sched.inbox.msgs[0];
+        EXPECT_EQ(r.meta.sender, PS_NODE_EMPTY);
+        EXPECT_EQ(r.meta.control.cmd, PS_CTRL_ADD_NODE);
+        ASSERT_EQ(r.nodes.size(), 1u);
+        EXPECT_EQ(r.body, std::string("hello body", sizeof("hello body")));
+        assigned = r.nodes[0];
+    }
+    assigned.id = 9;
+    ASSERT_EQ(sched.ops->connect(sched.van, &assigned, PS_SCHEDULER_ID), PS_OK);
+    {
+        OutMsg m(9, 2, {4});
+        m.msg.meta.control.cmd = PS_CTRL_ADD_NODE;
+        ASSERT_EQ(sched.ops->send(sched.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(node.inbox.WaitMsgs(1));
+    {
+        std::lock_guard<std::mutex> lk(node.inbox.mu);
+        EXPECT_EQ(node.inbox.msgs[0].meta.sender, PS_SCHEDULER_ID);
+        EXPECT_EQ(node.inbox.msgs[0].meta.control.cmd, PS_CTRL_ADD_NODE);
+    }
+    ASSERT_EQ(node.ops->set_node_id(node.van, 9), PS_OK);
+    {
+        OutMsg m(PS_SCHEDULER_ID, 3, {2});
+        ASSERT_EQ(node.ops->send(node.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(sched.inbox.WaitMsgs(2));
+    std::lock_guard<std::mutex> lk(sched.inbox.mu);
+    EXPECT_TRUE(CheckMsg(sched.inbox.msgs[1], 9, 3, {2}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, UcxVanTls, ::testing::Values("tcp", "sm", "all"),
+                         [](const ::testing::TestParamInfo<const char *> &info) {
+                             return std::string(info.param);
+                         });
+
+// ---- which transports carry the data ----
+
+std::string ConnectAndLog(const char *tls)
+{
+    UcxTls t(tls);
+    LogCapture log;
+    {
+        Van server, worker;
+        EXPECT_EQ(server.Open(8), PS_OK);
+        EXPECT_EQ(worker.Open(9), PS_OK);
+        EXPECT_EQ(worker.ConnectTo(server, 9), PS_OK);
+        OutMsg m(8, 1, {1u << 20});
+        EXPECT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+        EXPECT_TRUE(server.inbox.WaitMsgs(1));
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        EXPECT_TRUE(CheckMsg(server.inbox.msgs[0], 9, 1, {1u << 20}));
+    }
+    return log.Text();
+}
+
+TEST(UcxVan, TcpTransportCarriesTheData)
+{
+    std::string text = ConnectAndLog("tcp");
+    size_t at = text.find("data over");
+    ASSERT_NE(at, std::string::npos) << text;
+    std::string line = text.substr(at, text.find('\n', at) - at);
+    EXPECT_NE(line.find("tcp/"), std::string::npos) << line;
+}
+
+TEST(UcxVan, SharedMemoryCarriesTheDataBetweenProcessesOfOneHost)
+{
+    // UCX_TLS=sm has no network transport for the connection manager: ps
+    // adds tcp for it and says so; the data still goes over shared memory.
+    std::string text = ConnectAndLog("sm");
+    EXPECT_NE(text.find("names no network transport"), std::string::npos) << text;
+    size_t at = text.find("data over");
+    ASSERT_NE(at, std::string::npos) << text;
+    std::string line = text.substr(at, text.find('\n', at) - at);
+    EXPECT_TRUE(line.find("sysv/") != std::string::npos || line.find("posix/") != std::string::npos)
+        << line;
+    EXPECT_EQ(line.find("tcp/"), std::string::npos) << line;
+}
+
+TEST(UcxVan, NodeTablesCarryNoUcxAddresses)
+{
+    // Worker addresses travel in the handshake: node entries stay small
+    // and a peer known by ip:port alone (the scheduler) gets shared memory
+    // too.
+    UcxTls t("sm");
+    Van v;
+    ASSERT_EQ(v.Open(8), PS_OK);
+    EXPECT_EQ(v.node.endpoint_name_len, 0u);
+}
+
+double CpuSeconds()
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+TEST(UcxVan, IdleVansSleep)
+{
+    // Two connected vans with nothing to do block in epoll: over a second
+    // they use a small fraction of one core (a spinning progress thread
+    // would use all of it). CPU time, not wall time: load elsewhere does
+    // not move it.
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    ASSERT_EQ(server.ConnectTo(worker, 8), PS_OK);
+    OutMsg m(8, 1, {1});
+    ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    double before = CpuSeconds();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    double used = CpuSeconds() - before;
+    EXPECT_LT(used, 0.25) << "idle vans used " << used << " s of CPU in 1 s";
+}
+
+// ---- failures ----
+
+// Starts ucx_peer (a van in a process of its own); returns its pid and
+// reads its READY line.
+pid_t SpawnPeer(int server_port, int my_id, int count, size_t size, int *port_p, FILE **out_p)
+{
+    const char *srcdir = getenv("TEST_SRCDIR");
+    const char *ws = getenv("TEST_WORKSPACE");
+    std::string path = srcdir != nullptr && ws != nullptr
+                           ? std::string(srcdir) + "/" + ws + "/tests/rdma/ucx/ucx_peer"
+                           : std::string("tests/rdma/ucx/ucx_peer");
+    int pipefd[2];
+    if (pipe(pipefd) != 0) {
+        return -1;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+    posix_spawn_file_actions_addclose(&fa, pipefd[0]);
+    std::string a1 = std::to_string(server_port), a2 = "8", a3 = std::to_string(my_id),
+                a4 = std::to_string(count), a5 = std::to_string(size);
+    char *argv[] = {const_cast<char *>(path.c_str()), const_cast<char *>(a1.c_str()),
+                    const_cast<char *>(a2.c_str()),   const_cast<char *>(a3.c_str()),
+                    const_cast<char *>(a4.c_str()),   const_cast<char *>(a5.c_str()),
+                    nullptr};
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, path.c_str(), &fa, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pipefd[1]);
+    if (rc != 0) {
+        close(pipefd[0]);
+        return -1;
+    }
+    FILE *out = fdopen(pipefd[0], "r");
+    char line[1024];
+    if (out == nullptr || fgets(line, sizeof(line), out) == nullptr) {
+        return -1;
+    }
+    if (sscanf(line, "READY %d", port_p) != 1) {
+        return -1;
+    }
+    *out_p = out;
+    return pid;
+}
+
+class UcxPeerDeath : public UcxVanTls {};
+
+TEST_P(UcxPeerDeath, KilledPeerIsReportedAndCloseStaysBounded)
+{
+    Van server;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    int port = 0;
+    FILE *out = nullptr;
+    const int kCount = 20;
+    LogCapture log;
+    pid_t pid = SpawnPeer(server.Port(), 9, kCount, 100000, &port, &out);
+    ASSERT_GT(pid, 0) << "cannot start ucx_peer";
+    // Connect back too, as the postoffice does.
+    ps_node_t peer;
+    ps_node_init(&peer);
+    peer.id = 9;
+    snprintf(peer.hostname, sizeof(peer.hostname), "127.0.0.1");
+    peer.num_ports = 1;
+    peer.ports[0] = port;
+    ASSERT_EQ(server.ops->connect(server.van, &peer, 8), PS_OK);
+    ASSERT_TRUE(server.inbox.WaitMsgs(kCount));
+    {
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        for (int i = 0; i < kCount; ++i) {
+            EXPECT_EQ(server.inbox.msgs[i].meta.sender, 9);
+            EXPECT_EQ(server.inbox.msgs[i].meta.key, static_cast<uint64_t>(i));
+            ASSERT_EQ(server.inbox.msgs[i].data.size(), 1u);
+            EXPECT_EQ(server.inbox.msgs[i].data[0], std::string(100000, static_cast<char>(i)));
+        }
+    }
+    {
+        OutMsg m(9, 1, {64});
+        ASSERT_EQ(server.ops->send(server.van, &m.msg), PS_OK);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    fclose(out);
+    ASSERT_TRUE(server.inbox.WaitFailure(1));
+    {
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        EXPECT_EQ(server.inbox.failures[0].first, 9);
+        ps_status_t why = server.inbox.failures[0].second;
+        EXPECT_TRUE(why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED) << ps_status_str(why);
+    }
+    // Sends to the dead node fail cleanly; large ones in flight to it are
+    // released at close.
+    for (int i = 0; i < 4; ++i) {
+        OutMsg m(9, 10 + i, {4u << 20});
+        (void)server.ops->send(server.van, &m.msg);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    {
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        EXPECT_EQ(server.inbox.failures.size(), 1u);
+    }
+    server.Close();
+    // The data to the dead peer went over the transport under test.
+    std::string text = log.Text();
+    size_t at = text.find("connected to node 9");
+    ASSERT_NE(at, std::string::npos) << text;
+    std::string line = text.substr(at, text.find('\n', at) - at);
+    EXPECT_NE(line.find(std::string(GetParam()) == "tcp" ? "tcp/" : "sysv/"), std::string::npos)
+        << line;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, UcxPeerDeath, ::testing::Values("tcp", "sm"),
+                         [](const ::testing::TestParamInfo<const char *> &info) {
+                             return std::string(info.param);
+                         });
+
+TEST(UcxVan, DisconnectIsQuietLocallyAndSendsThenFail)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    {
+        OutMsg m(8, 1, {1});
+        ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    worker.ops->disconnect(worker.van, 8);
+    OutMsg m(8, 2, {1});
+    EXPECT_EQ(worker.ops->send(worker.van, &m.msg), PS_ERR_UNREACHABLE);
+    ASSERT_TRUE(server.inbox.WaitFailure(1));
+    std::lock_guard<std::mutex> lk(worker.inbox.mu);
+    EXPECT_TRUE(worker.inbox.failures.empty());
+}
+
+TEST(UcxVan, ConnectRetriesUntilThePeerListens)
+{
+    int port;
+    {
+        Van probe;
+        ASSERT_EQ(probe.Open(8), PS_OK);
+        port = probe.Port();
+    }
+    Van worker;
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ps_node_t target;
+    ps_node_init(&target);
+    target.id = 8;
+    snprintf(target.hostname, sizeof(target.hostname), "127.0.0.1");
+    target.num_ports = 1;
+    target.ports[0] = port;
+    ASSERT_EQ(worker.ops->connect(worker.van, &target, 9), PS_OK);
+    {
+        OutMsg m(8, 5, {3000, 50000});
+        ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    Van server;
+    ASSERT_EQ(server.Open(8, DefaultParams(), port), PS_OK);
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    std::lock_guard<std::mutex> lk(server.inbox.mu);
+    EXPECT_TRUE(CheckMsg(server.inbox.msgs[0], 9, 5, {3000, 50000}));
+}
+
+TEST(UcxVan, ConnectGivesUpAfterItsTimeout)
+{
+    int port;
+    {
+        Van probe;
+        ASSERT_EQ(probe.Open(8), PS_OK);
+        port = probe.Port();
+    }
+    ps_van_params_t p = DefaultParams();
+    p.connect_timeout_ms = 300;
+    Van worker;
+    ASSERT_EQ(worker.Open(9, p), PS_OK);
+    ps_node_t target;
+    ps_node_init(&target);
+    target.id = 8;
+    snprintf(target.hostname, sizeof(target.hostname), "127.0.0.1");
+    target.num_ports = 1;
+    target.ports[0] = port;
+    ASSERT_EQ(worker.ops->connect(worker.van, &target, 9), PS_OK);
+    ASSERT_TRUE(worker.inbox.WaitFailure(1));
+    std::lock_guard<std::mutex> lk(worker.inbox.mu);
+    EXPECT_EQ(worker.inbox.failures[0].first, 8);
+    EXPECT_EQ(worker.inbox.failures[0].second, PS_ERR_UNREACHABLE);
+}
+
+TEST(UcxVan, ForgedHelloTagIsRefusedOnSend)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    OutMsg m(8, 1, {1});
+    memcpy(m.msg.meta.van_data, "PSUCXH", 6);
+    m.msg.meta.van_data_len = 7;
+    EXPECT_EQ(worker.ops->send(worker.van, &m.msg), PS_ERR_INVALID_ARG);
+    OutMsg nobody(PS_NODE_EMPTY, 2, {1});
+    EXPECT_EQ(worker.ops->send(worker.van, &nobody.msg), PS_ERR_INVALID_ARG);
+    OutMsg stranger(12345, 3, {1});
+    EXPECT_EQ(worker.ops->send(worker.van, &stranger.msg), PS_ERR_UNREACHABLE);
+}
+
+TEST(UcxVan, GarbageOnTheListenerHurtsNobody)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    // Something that is not UCX knocks on the listener's port.
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(server.Port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0) {
+        const char junk[] = "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
+        (void)!write(fd, junk, sizeof(junk));
+    }
+    close(fd);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    {
+        OutMsg m(8, 42, {4096, 1});
+        ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    std::lock_guard<std::mutex> lk(server.inbox.mu);
+    EXPECT_TRUE(CheckMsg(server.inbox.msgs[0], 9, 42, {4096, 1}));
+    EXPECT_TRUE(server.inbox.failures.empty());
+}
+
+TEST(UcxVan, Ipv6IsRefusedWithAReasonOnOldUcx)
+{
+    // UCX <= 1.13 overflows a heap buffer wiring tcp over IPv6 (seen under
+    // ASan in uct_tcp_cm_conn_start); the van refuses IPv6 there.
+    unsigned major, minor, release;
+    ucp_get_version(&major, &minor, &release);
+    if (major > 1 || minor > 13) {
+        GTEST_SKIP() << "ucx " << major << "." << minor << " may handle IPv6";
+    }
+    Van v;
+    EXPECT_EQ(v.Open(8, DefaultParams(), 0, "::1"), PS_ERR_UNSUPPORTED);
+    Van w;
+    ASSERT_EQ(w.Open(9), PS_OK);
+    ps_node_t six;
+    ps_node_init(&six);
+    six.id = 8;
+    snprintf(six.hostname, sizeof(six.hostname), "::1");
+    six.num_ports = 1;
+    six.ports[0] = 12345;
+    EXPECT_EQ(w.ops->connect(w.van, &six, 9), PS_ERR_UNSUPPORTED);
+}
+
+// ---- bind ----
+
+TEST(UcxVan, PortAlreadyTakenIsAddressInUse)
+{
+    Van a;
+    ASSERT_EQ(a.Open(8), PS_OK);
+    Van b;
+    EXPECT_EQ(b.Open(9, DefaultParams(), a.Port()), PS_ERR_ADDRESS_IN_USE);
+    ps_node_t again = a.node;
+    EXPECT_EQ(a.ops->bind(a.van, &again, 0), PS_ERR_BAD_STATE);
+}
+
+TEST(UcxVan, RandomPortsAreInUpstreamRange)
+{
+    Van a;
+    ASSERT_EQ(a.Open(8), PS_OK);
+    EXPECT_GE(a.Port(), 10000);
+    EXPECT_LT(a.Port(), 50000);
+    EXPECT_EQ(a.node.num_ports, 1u);
+}
+
+TEST(UcxVan, CloseWithQueuedDataAndUnreachablePeerIsBounded)
+{
+    int port;
+    {
+        Van probe;
+        ASSERT_EQ(probe.Open(8), PS_OK);
+        port = probe.Port();
+    }
+    Van worker;
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ps_node_t target;
+    ps_node_init(&target);
+    target.id = 8;
+    snprintf(target.hostname, sizeof(target.hostname), "127.0.0.1");
+    target.num_ports = 1;
+    target.ports[0] = port;
+    ASSERT_EQ(worker.ops->connect(worker.van, &target, 9), PS_OK);
+    for (int i = 0; i < 10; ++i) {
+        OutMsg m(8, static_cast<uint64_t>(i), {1000, 100000});
+        ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    }
+    worker.Close(); // returns; queued slices are released (asan checks leaks)
+}
+
+} // namespace
