@@ -349,7 +349,12 @@ std::set<std::string> OpenFds()
         snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
         ssize_t n = readlink(path, target, sizeof(target) - 1);
         target[n > 0 ? n : 0] = '\0';
-        fds.insert(std::string(e->d_name) + " -> " + target);
+        // Only what a van opens (sockets, memfds, epoll, eventfd): a
+        // sanitizer's runtime may read /proc or use pipes meanwhile.
+        if (strncmp(target, "socket:", 7) == 0 || strncmp(target, "anon_inode:", 11) == 0 ||
+            strstr(target, "memfd:") != nullptr) {
+            fds.insert(std::string(e->d_name) + " -> " + target);
+        }
     }
     closedir(d);
     return fds;

@@ -33,8 +33,10 @@
  * sleeps. */
 #define PS__SHM_SPIN_NS (200ull * PS_NSEC_PER_MSEC)
 /* Without busy_poll: a short poll after traffic, which catches the answer
- * to what was just sent without the cost of a wake-up. */
+ * to what was just sent without the cost of a wake-up (tens of
+ * microseconds on a VM); at most this long, adapted (see progress_main). */
 #define PS__SHM_IDLE_SPIN_NS (50ull * PS_NSEC_PER_USEC)
+#define PS__SHM_IDLE_PROBE 64
 /* While polling, look at the sockets every this many rounds. */
 #define PS__SHM_EPOLL_EVERY 64
 /* While polling without traffic, yield the CPU every this many rounds (on
@@ -319,15 +321,30 @@ static void *progress_main(void *arg)
     tls_progress_van = van;
     struct epoll_event evs[PS__SHM_MAX_EVENTS];
     uint64_t spin_ns = van->params.busy_poll ? PS__SHM_SPIN_NS : PS__SHM_IDLE_SPIN_NS;
+    /* Without busy_poll the short poll adapts: it doubles after it caught
+     * something and halves after it ran dry (on a loaded machine polling
+     * only takes the CPU the peer needs to answer); every
+     * PS__SHM_IDLE_PROBE sleeps it is tried again at full length. */
+    int adapt = !van->params.busy_poll;
+    unsigned sleeps = 0;
+    int spun = 0; /* polled without traffic since the last work */
     uint64_t last_work = ps_time_now_ns();
     unsigned rounds = 0;
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
         int work = poll_chans(van);
         uint64_t now = ps_time_now_ns();
         if (work > 0) {
+            if (adapt && spun) {
+                spin_ns = spin_ns * 2 + PS_NSEC_PER_USEC;
+                if (spin_ns > PS__SHM_IDLE_SPIN_NS) {
+                    spin_ns = PS__SHM_IDLE_SPIN_NS;
+                }
+            }
+            spun = 0;
             last_work = now;
         }
         if (now - last_work < spin_ns) {
+            spun = work == 0;
             if (++rounds % PS__SHM_EPOLL_EVERY == 0) {
                 int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, 0);
                 if (n > 0) {
@@ -351,6 +368,13 @@ static void *progress_main(void *arg)
         if (!prepare_sleep(van)) {
             last_work = ps_time_now_ns();
             continue;
+        }
+        if (adapt) {
+            spin_ns = spun ? spin_ns / 2 : spin_ns;
+            if (++sleeps % PS__SHM_IDLE_PROBE == 0) {
+                spin_ns = PS__SHM_IDLE_SPIN_NS;
+            }
+            spun = 0;
         }
         int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, timeout);
         after_sleep(van);
