@@ -36,10 +36,10 @@
  * ucp_worker_progress, with UCX's worker lock held) and owns endpoint
  * lifecycles, receives and timers. Any thread may call send(), which posts
  * to UCX directly under the connection's lock. Lock order:
- * peers_lock -> conn->lock -> (UCX worker lock). UCX callbacks therefore
- * never take a ps lock other than the leaf ev_lock, and never call back
- * into the postoffice: they record what happened, and the progress thread
- * acts on it after ucp_worker_progress() returns.
+ * peers_lock -> conn->lock -> (UCX worker lock); ev_lock and ops_lock are
+ * leaves. UCX callbacks therefore never take a ps lock other than ev_lock,
+ * and never call back into the postoffice: they record what happened, and
+ * the progress thread acts on it after ucp_worker_progress() returns.
  */
 #ifndef PS_RDMA_UCX_UCX_INTERNAL_H_
 #define PS_RDMA_UCX_UCX_INTERNAL_H_
@@ -110,7 +110,6 @@ static inline unsigned ps__ucx_tag_low(ucp_tag_t tag)
 #define PS__UCX_MAX_ADDR 4096
 /* Header + meta bytes a send op keeps inline. */
 #define PS__UCX_HM_INLINE 512
-#define PS__UCX_HM_STACK 1024
 #define PS__UCX_MAX_STREAMS 8 /* incoming connections indexed per peer */
 
 typedef struct ps__ucx_van ps__ucx_van_t;

@@ -230,35 +230,8 @@ static void post_data(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i)
 
 static ps_status_t rx_decode_meta(ps__ucx_van_t *van, const uint8_t *p, size_t len, ps_meta_t *meta)
 {
-    /* A node takes more than 8 encoded bytes: room for every node the meta
-     * can hold means the codec never has to refuse (and log) a list. */
-    size_t bound = len / 8 + 1 < RX_MAX_NODES ? len / 8 + 1 : RX_MAX_NODES;
-    if (van->scratch_cap < bound) {
-        ps_node_t *nodes = realloc(van->scratch_nodes, bound * sizeof(*nodes));
-        if (nodes == NULL) {
-            return PS_ERR_NO_MEMORY;
-        }
-        van->scratch_nodes = nodes;
-        van->scratch_cap = bound;
-    }
-    ps_status_t st;
-    for (;;) {
-        st = ps_meta_decode(p, len, meta, van->scratch_nodes, van->scratch_cap);
-        if (st != PS_ERR_TOO_LARGE || van->scratch_cap >= RX_MAX_NODES) {
-            break;
-        }
-        size_t cap = van->scratch_cap == 0 ? 16 : van->scratch_cap * 4;
-        if (cap > RX_MAX_NODES) {
-            cap = RX_MAX_NODES;
-        }
-        ps_node_t *nodes = realloc(van->scratch_nodes, cap * sizeof(*nodes));
-        if (nodes == NULL) {
-            return PS_ERR_NO_MEMORY;
-        }
-        van->scratch_nodes = nodes;
-        van->scratch_cap = cap;
-    }
-    return st;
+    return ps_meta_decode_grow(p, len, meta, &van->scratch_nodes, &van->scratch_cap,
+                               RX_MAX_NODES);
 }
 
 /* An announced node id on an accepted connection. */

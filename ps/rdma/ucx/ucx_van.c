@@ -425,6 +425,10 @@ static void ucx_close(ps_van_t *v)
         close(van->wakefd);
     }
     if (van->pool != NULL) {
+        ps_rdma_buf_pool_stats_t ps;
+        ps_rdma_buf_pool_stats(van->pool, &ps);
+        ps_debug(PS_LOG_UCX, "receive buffers: %llu taken, %llu of them reused",
+                 (unsigned long long)ps.gets, (unsigned long long)ps.reuses);
         ps_rdma_buf_pool_destroy(van->pool);
     }
     ps_mpool_cleanup(&van->ops);
