@@ -3,12 +3,12 @@
  *   fabric_van.c      ops table, lifecycle, peers, the TCP van it composes
  *                     with for scheduler traffic, component registration
  *   fabric_domain.c   provider choice (fi_getinfo), fabric/domain/AV/CQ/
- *                     endpoint, memory registration, endpoint names
+ *                     endpoint, memory registration, endpoint blobs
  *   fabric_send.c     the send path: per-peer ordered queues, RMA writes
  *   fabric_recv.c     posted meta receives, message assembly, in-order
  *                     delivery
  *   fabric_progress.c the progress thread: completions, errors, waiting
- *   fabric_wire.c     header, tags, rendezvous descriptors, endpoint blobs
+ *   fabric_wire.c     tags, the provider hash, the host id
  *
  * Protocol (one RDM endpoint per van, messages, tagged messages, RMA):
  *   - every message starts as a META message (untagged, so that any posted
@@ -72,16 +72,26 @@
 #define PS__FAB_HM_INLINE 512u
 /* Completions read per call. */
 #define PS__FAB_CQ_BATCH 32
-/* Pending pulls (worker) and remembered destinations (server). */
-#define PS__FAB_RDV_SLOTS 16384u
+/* Pending pulls (worker; BYTEPS_ADDRESS_POOL_SIZE overrides) and
+ * remembered destinations (server). */
+#define PS__FAB_RDV_SLOTS 10240u
 #define PS__FAB_RDV_ENTRIES 65536u
 /* Waiting without a wait object: spin this long after the last activity,
  * then sleep in steps doubling up to the cap. */
 #define PS__FAB_SPIN_NS (50 * 1000ull)
+/* While transfers are in flight the thread keeps spinning this long after
+ * the last completion: manual progress moves a large message only while
+ * someone polls, and waking up for every socket event costs more. */
+#define PS__FAB_SPIN_INFLIGHT_NS (5 * 1000 * 1000ull)
 #define PS__FAB_SLEEP_MIN_NS (20 * 1000ull)
 #define PS__FAB_SLEEP_MAX_NS (1000 * 1000ull)
-/* Same-host providers: how often a silent peer's process is checked. */
+/* ... but only up to this while the last activity is this recent. */
+#define PS__FAB_SLEEP_ACTIVE_NS (50 * 1000ull)
+#define PS__FAB_ACTIVE_NS (20 * 1000 * 1000ull)
+/* How often peers with hanging sends are checked; how long a peer may take
+ * none of our sends without a PS_CONNECT_TIMEOUT_MS. */
 #define PS__FAB_LIVENESS_NS (500 * 1000 * 1000ull)
+#define PS__FAB_STALL_MS_DEFAULT 10000
 
 /* ---- wire (fabric_wire.c) ---- */
 
@@ -261,6 +271,7 @@ struct ps__fab_peer {
     struct ps__fab_peer *next_blocked;
     pid_t pid;            /* its process, for same-host liveness checks */
     int same_host;
+    uint64_t last_progress_ns; /* atomic: a send to it completed or a message came */
 };
 
 /* Where a sender's sequence stands (progress thread only). Kept apart from
@@ -350,6 +361,7 @@ struct ps__fab_van {
     size_t scratch_cap;
     uint64_t last_liveness_ns;
 
+    int64_t ops_in_flight;      /* atomic: posted sends, data/ext receives */
     int my_id;                  /* atomic */
     uint64_t bytes_sent;        /* atomic */
     uint64_t bytes_recv;        /* atomic */

@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,25 +155,55 @@ static void notify_failures(ps__fab_van_t *van)
     }
 }
 
-/* Same-host peers whose sends hang: is their process still there? */
+/* Peers whose sends hang. A peer on this host whose process is gone is
+ * found within a check or two; any peer that takes none of our sends and
+ * sends nothing for PS_CONNECT_TIMEOUT_MS is taken for unreachable (some
+ * providers retry a refused connection, or deliver into the shared memory
+ * of a dead process, without ever failing the send). */
 static void check_liveness(ps__fab_van_t *van, uint64_t now)
 {
     if (now - van->last_liveness_ns < PS__FAB_LIVENESS_NS)
         return;
     van->last_liveness_ns = now;
-    pthread_rwlock_rdlock(&van->peers_lock);
+    uint64_t limit = (uint64_t)(van->params.connect_timeout_ms > 0
+                                    ? van->params.connect_timeout_ms
+                                    : PS__FAB_STALL_MS_DEFAULT) * PS_NSEC_PER_MSEC;
     ps__fab_peer_t *dead = NULL;
+    ps_status_t why = PS_ERR_PEER_GONE;
+    char what[160] = "";
+    pthread_rwlock_rdlock(&van->peers_lock);
     for (ps__fab_peer_t *p = van->all_peers; p != NULL && dead == NULL; p = p->all_next) {
         pthread_mutex_lock(&p->lock);
-        int stuck = p->same_host && p->pid > 0 && !p->failed && p->inflight != NULL &&
-                    now - p->inflight->posted_ns > PS__FAB_LIVENESS_NS;
+        uint64_t oldest = 0;
+        if (!p->failed && !p->detached) {
+            for (ps__fab_tx_t *t = p->inflight; t != NULL; t = t->fl_next) {
+                if (oldest == 0 || t->posted_ns < oldest)
+                    oldest = t->posted_ns;
+            }
+        }
+        int same_host = p->same_host;
+        pid_t pid = p->pid;
         pthread_mutex_unlock(&p->lock);
-        if (stuck && kill(p->pid, 0) != 0 && errno == ESRCH)
+        if (oldest == 0 || now - oldest < PS__FAB_LIVENESS_NS)
+            continue;
+        if (same_host && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
             dead = p;
+            snprintf(what, sizeof(what), "its process is gone");
+            continue;
+        }
+        uint64_t seen = __atomic_load_n(&p->last_progress_ns, __ATOMIC_RELAXED);
+        uint64_t since = seen > oldest ? seen : oldest;
+        if (now > since && now - since > limit) {
+            dead = p;
+            why = PS_ERR_LINK_FAILED;
+            snprintf(what, sizeof(what), "no send to it completed and nothing came from it "
+                     "for %.1f s (PS_CONNECT_TIMEOUT_MS): unreachable?",
+                     (double)(now - since) / 1e9);
+        }
     }
     pthread_rwlock_unlock(&van->peers_lock);
     if (dead != NULL)
-        ps__fab_peer_fail(van, dead, PS_ERR_PEER_GONE, "its process is gone");
+        ps__fab_peer_fail(van, dead, why, what);
 }
 
 static int have_handoffs(ps__fab_van_t *van)
@@ -229,6 +260,7 @@ static void *progress_main(void *arg)
     ps__fab_van_t *van = arg;
     uint64_t last_active = ps_time_now_ns();
     uint64_t pause = PS__FAB_SLEEP_MIN_NS;
+    unsigned spins = 0;
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
         int n = drain_cq(van);
         if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) != NULL)
@@ -243,12 +275,17 @@ static void *progress_main(void *arg)
             pause = PS__FAB_SLEEP_MIN_NS;
             continue;
         }
-        if (van->params.busy_poll) {
-            ps_cpu_relax();
-            continue;
-        }
-        if (now - last_active < PS__FAB_SPIN_NS) {
-            ps_cpu_relax();
+        uint64_t spin = __atomic_load_n(&van->ops_in_flight, __ATOMIC_RELAXED) > 0
+                            ? PS__FAB_SPIN_INFLIGHT_NS
+                            : PS__FAB_SPIN_NS;
+        if (van->params.busy_poll || now - last_active < spin) {
+            /* Spinning; but a machine with few cores often has more
+             * runnable threads than cores (the app thread this thread is
+             * about to wake, the peer's progress thread): let them run. */
+            if ((++spins & 15) == 0)
+                sched_yield();
+            else
+                ps_cpu_relax();
             continue;
         }
         if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) != NULL) {
@@ -261,7 +298,11 @@ static void *progress_main(void *arg)
             wait_fd(van, (int)(PS__FAB_LIVENESS_NS / PS_NSEC_PER_MSEC));
         } else {
             wait_poll(van, pause);
-            pause = pause * 2 > PS__FAB_SLEEP_MAX_NS ? PS__FAB_SLEEP_MAX_NS : pause * 2;
+            /* Short pauses while traffic is recent (a 4 MB copy by the
+             * peer leaves a gap of a millisecond), long ones when idle. */
+            uint64_t cap = now - last_active < PS__FAB_ACTIVE_NS ? PS__FAB_SLEEP_ACTIVE_NS
+                                                                 : PS__FAB_SLEEP_MAX_NS;
+            pause = pause * 2 > cap ? cap : pause * 2;
         }
     }
     return NULL;

@@ -24,6 +24,7 @@
 #include <rdma/fi_tagged.h>
 
 #include "ps/base/log.h"
+#include "ps/base/time.h"
 #include "ps/net/codec/codec.h"
 #include "ps/rdma/fabric/fabric_internal.h"
 
@@ -174,6 +175,7 @@ static void post_data(ps__fab_van_t *van, ps__fab_rx_t *rx)
     if (ret == 0) {
         rx->waiting++;
         rx->blocked = 0;
+        __atomic_add_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
         return;
     }
     if (ret != -FI_EAGAIN) {
@@ -199,6 +201,7 @@ static void post_ext(ps__fab_van_t *van, ps__fab_rx_t *rx)
     if (ret == 0) {
         rx->waiting++;
         rx->blocked = 0;
+        __atomic_add_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
         return;
     }
     if (ret != -FI_EAGAIN) {
@@ -494,6 +497,7 @@ void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr
         post_mrecv(van, m);
         return;
     }
+    __atomic_store_n(&peer->last_progress_ns, ps_time_now_ns(), __ATOMIC_RELAXED);
     fi_addr_t known = __atomic_load_n(&peer->addr, __ATOMIC_ACQUIRE);
     if (van->have_source && src != FI_ADDR_NOTAVAIL && known != FI_ADDR_NOTAVAIL &&
         src != known) {
@@ -576,6 +580,7 @@ void ps__fab_on_rx_part(ps__fab_van_t *van, ps__fab_op_t *op, int ok)
 {
     ps__fab_rx_t *rx = op->owner;
     rx->waiting--;
+    __atomic_sub_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
     if (op == &rx->op_data) {
         for (int i = 0; i < PS_MSG_MAX_DATA; i++) {
             if (rx->mr[i] != NULL)

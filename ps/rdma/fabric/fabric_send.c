@@ -163,7 +163,9 @@ static void tx_unref(ps__fab_van_t *van, ps__fab_tx_t *tx, int peer_locked)
 
 void ps__fab_tx_op_done(ps__fab_van_t *van, ps__fab_tx_t *tx, int ok)
 {
-    (void)ok;
+    __atomic_sub_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
+    if (ok)
+        __atomic_store_n(&tx->peer->last_progress_ns, ps_time_now_ns(), __ATOMIC_RELAXED);
     tx_unref(van, tx, 0);
 }
 
@@ -254,10 +256,13 @@ static int tx_post(ps__fab_van_t *van, ps__fab_tx_t *tx)
             break;
         }
         ps__fab_ep_unlock(van);
-        if (ret != 0 || !completes)
+        if (ret != 0 || !completes) {
             __atomic_sub_fetch(&tx->refs, 1, __ATOMIC_ACQ_REL);
-        else if (stage == PS__FAB_ST_RMA)
-            __atomic_add_fetch(&ps__fab_rma_writes, 1, __ATOMIC_RELAXED);
+        } else {
+            __atomic_add_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
+            if (stage == PS__FAB_ST_RMA)
+                __atomic_add_fetch(&ps__fab_rma_writes, 1, __ATOMIC_RELAXED);
+        }
         if (ret == -FI_EAGAIN)
             return POST_AGAIN;
         if (ret != 0) {
@@ -399,8 +404,10 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
         return PS_ERR_TOO_LARGE;
     }
 
-    /* Worker: offer the pull's destination for an RMA write. */
-    if (van->use_rma && m.request && m.pull && m.val_len > 0)
+    /* Worker: offer the pull's destination for an RMA write. Small values
+     * come back inside the response's meta message instead (one message,
+     * no registration). */
+    if (van->use_rma && m.request && m.pull && m.val_len > PS__FAB_INLINE_MAX)
         attach_pull(van, m.recver, &m);
 
     ps__fab_tx_t *tx = calloc(1, sizeof(*tx));
@@ -428,7 +435,7 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
         if (d != NULL) {
             hdr.flags |= PS__FAB_F_RDV;
             hdr.rdv_slot = d->slot;
-            if (nd > 1 && lens[1] > 0 && lens[1] <= d->len) {
+            if (nd > 1 && lens[1] > PS__FAB_INLINE_MAX && lens[1] <= d->len) {
                 tx->rma_seg = 1;
                 tx->rma_addr = d->addr;
                 tx->rma_key = d->key;

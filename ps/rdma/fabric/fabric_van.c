@@ -27,6 +27,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
 
+#include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/rdma/fabric/fabric_internal.h"
@@ -337,7 +338,10 @@ static ps_status_t fab_bind(ps_van_t *v, ps_node_t *node, int max_retry)
     if ((st = ps__fab_setup(van, node->hostname)) != PS_OK)
         return st;
     if (van->use_rma) {
-        if ((st = ps_rdma_slot_pool_create("fabric pull", PS__FAB_RDV_SLOTS, &van->pulls)) != PS_OK)
+        int64_t slots = ps_config_int_or(PS_CFG_BYTEPS_ADDRESS_POOL_SIZE, PS__FAB_RDV_SLOTS);
+        if (slots < 1 || slots > PS_RDMA_SLOT_POOL_MAX)
+            slots = PS__FAB_RDV_SLOTS;
+        if ((st = ps_rdma_slot_pool_create("fabric pull", (uint32_t)slots, &van->pulls)) != PS_OK)
             return st;
         if ((st = ps_rdma_rdv_create(PS__FAB_RDV_ENTRIES, ps__fab_dest_drop, van, &van->dests)) !=
             PS_OK)
@@ -431,6 +435,7 @@ static ps_status_t fab_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
         p->fail_pending = 0;
     }
     __atomic_store_n(&p->addr, fa, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->last_progress_ns, ps_time_now_ns(), __ATOMIC_RELAXED);
     p->pid = pid;
     p->same_host = same_host;
     __atomic_store_n(&p->failed, 0, __ATOMIC_RELEASE);
