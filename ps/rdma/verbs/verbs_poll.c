@@ -102,20 +102,8 @@ static void dispatch(ps__vb_van_t *van, ps__vb_conn_t *conn, ps_msg_t *msg, cons
 
 static ps_status_t decode_meta(ps__vb_van_t *van, const uint8_t *p, size_t len, ps_meta_t *meta)
 {
-    ps_status_t st;
-    for (;;) {
-        st = ps_meta_decode(p, len, meta, van->scratch_nodes, van->scratch_cap);
-        if (st != PS_ERR_TOO_LARGE || van->scratch_cap >= RX_MAX_NODES)
-            return st;
-        size_t cap = van->scratch_cap == 0 ? 16 : van->scratch_cap * 4;
-        if (cap > RX_MAX_NODES)
-            cap = RX_MAX_NODES;
-        ps_node_t *nodes = realloc(van->scratch_nodes, cap * sizeof(*nodes));
-        if (nodes == NULL)
-            return PS_ERR_NO_MEMORY;
-        van->scratch_nodes = nodes;
-        van->scratch_cap = cap;
-    }
+    return ps_meta_decode_grow(p, len, meta, &van->scratch_nodes, &van->scratch_cap,
+                               RX_MAX_NODES);
 }
 
 /* The pull record a response names, checked against it; NULL if it is not
