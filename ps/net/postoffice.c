@@ -589,6 +589,10 @@ static ps_status_t po_barrier_until(ps_postoffice_t *po, int group, ps_deadline_
         sched_barrier_arrive(po, PS_SCHEDULER_ID, group);
     else
         st = ps__po_send_control(po, PS_SCHEDULER_ID, PS_CTRL_BARRIER, 1, 0, group, NULL, 0, NULL);
+    /* A scheduler that cannot be reached any more has left: the same answer
+     * whether the send or the connection's failure tells us first. */
+    if (st == PS_ERR_UNREACHABLE || st == PS_ERR_LINK_FAILED)
+        st = PS_ERR_PEER_GONE;
 
     char reason[160] = "";
     ps_mutex_lock(&po->lock);

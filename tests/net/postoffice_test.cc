@@ -874,7 +874,12 @@ TEST(Postoffice, BadResendSettingsAreAConfigError)
 
 TEST(Postoffice, FinalizeTimesOutInsteadOfHanging)
 {
-    Job job = start_job(1, 2, [](int, ps_start_params_t *p) { p->finalize_timeout_ms = 300; });
+    // The scheduler waits longer than the others, so that each of them times
+    // out while the scheduler is still there (else a node may rightly see
+    // 'peer gone' first).
+    Job job = start_job(1, 2, [](int i, ps_start_params_t *p) {
+        p->finalize_timeout_ms = i == 0 ? 1500 : 300;
+    });
     for (size_t i = 0; i < job.po.size(); i++)
         ASSERT_EQ(PS_OK, job.status[i]);
     // Worker 1 does not come to the finalize barrier (yet).
