@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Fault injection into a running KV job (2 servers, 2 workers, fault_node
+# verifying every sum), one scenario per run:
+#
+#   kill-server     kill -9 of server 1 while the workers push and pull
+#   kill-worker     kill -9 of worker 1
+#   kill-scheduler  kill -9 of the scheduler
+#   cut-short       hosts A (scheduler, servers) and B (workers) in network
+#                   namespaces; their link goes down for 2 s, less than
+#                   PS_HEARTBEAT_TIMEOUT, then up again: the job must go on
+#                   and finish with every sum right and no error
+#   cut-long        the link goes down for good: every process must end with
+#                   an error status, none may hang
+#   loss            5% of the packets leaving either host dropped (nftables)
+#                   and host B's link limited to 200 Mbit/s (tc tbf, which
+#                   also delays): the job finishes with every sum right
+#
+# The netns scenarios need root; they skip, saying why, when they cannot
+# set up namespaces. Deadline: LIMIT seconds (default 90) for the whole job;
+# a process still running then is a hang and fails the test. Heartbeats are
+# sped up (interval 1 s, timeout 4 s) so that detection by silence is quick;
+# detection of a killed process comes from its closed connections anyway.
+#
+# Prints "RESULT <scenario>: ..." with the time from the fault to its first
+# detection and to the moment every surviving waiter had returned.
+#
+#   fault_test.sh FAULT_NODE SCENARIO [LIMIT]
+set -uo pipefail
+prog=$1 scenario=$2 limit=${3:-90}
+dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fault.XXXXXX")
+tag="pf$$"
+nsa="${tag}a" nsb="${tag}b"
+netns=0
+case $scenario in cut-short | cut-long | loss) netns=1 ;; esac
+pids=()
+
+skip() { echo "SKIPPED: $*"; exit 0; }
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if [ $netns -eq 1 ]; then
+    ip netns del "$nsa" 2>/dev/null
+    ip netns del "$nsb" 2>/dev/null
+  fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+now_ms() { date +%s%3N; }
+
+export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 PS_HEARTBEAT_INTERVAL=1 PS_HEARTBEAT_TIMEOUT=4
+export PS_START_TIMEOUT_MS=30000 FAULT_LIMIT_MS=$(( (limit - 10) * 1000 ))
+unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX DMLC_PS_VAN_TYPE BYTEPS_ENABLE_IPC DMLC_INTERFACE
+case $scenario in
+  cut-short) export FAULT_ROUNDS=300 FAULT_ROUND_MS=20 ;;
+  loss) export FAULT_ROUNDS=300 FAULT_ROUND_MS=10 FAULT_BYTES=16384 ;;
+  cut-long) export FAULT_ROUNDS=0 FAULT_ROUND_MS=10 ;;
+  kill-*) export FAULT_ROUNDS=0 FAULT_ROUND_MS=5 ;;
+  *) echo "unknown scenario $scenario"; exit 2 ;;
+esac
+
+if [ $netns -eq 1 ]; then
+  [ "$(id -u)" -eq 0 ] || skip "not root: network namespaces need root"
+  command -v ip >/dev/null || skip "no ip command (iproute2)"
+  ip netns add "$nsa" 2>/dev/null || skip "ip netns add failed (no namespace support here)"
+  ip netns add "$nsb" || exit 1
+  ip link add "${tag}va" type veth peer name "${tag}vb" || skip "no veth support"
+  ip link set "${tag}va" netns "$nsa" && ip link set "${tag}vb" netns "$nsb" || exit 1
+  ip -n "$nsa" addr add 10.231.9.1/24 dev "${tag}va" && ip -n "$nsb" addr add 10.231.9.2/24 dev "${tag}vb" || exit 1
+  for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
+  ip -n "$nsa" link set "${tag}va" up && ip -n "$nsb" link set "${tag}vb" up || exit 1
+  export DMLC_PS_ROOT_URI=10.231.9.1 DMLC_PS_ROOT_PORT=9373
+  host_of() { case $1 in worker*) echo "$nsb 10.231.9.2" ;; *) echo "$nsa 10.231.9.1" ;; esac; }
+else
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
+fi
+
+names=(scheduler server0 server1 worker0 worker1)
+start() { # NAME ROLE RANK
+  if [ $netns -eq 1 ]; then
+    read -r ns addr <<<"$(host_of "$1")"
+    ip netns exec "$ns" env DMLC_NODE_HOST="$addr" DMLC_ROLE=$2 DMLC_RANK=$3 "$prog" >"$dir/$1.log" 2>&1 &
+  else
+    DMLC_NODE_HOST=127.0.0.1 DMLC_ROLE=$2 DMLC_RANK=$3 "$prog" >"$dir/$1.log" 2>&1 &
+  fi
+  pids+=($!)
+  eval "pid_$1=$!"
+}
+start scheduler scheduler -1
+start server0 server 0
+start server1 server 1
+start worker0 worker 0
+start worker1 worker 1
+
+wait_for() { # FILE PATTERN SECONDS
+  local end=$((SECONDS + $3))
+  while [ $SECONDS -lt $end ]; do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+show() { for f in "${names[@]}"; do sed "s/^/[$f] /" "$dir/$f.log"; done; }
+if ! wait_for "$dir/worker0.log" "^looping" 60 || ! wait_for "$dir/worker1.log" "^looping" 60; then
+  show
+  echo "FAILED: the workers never got going"
+  exit 1
+fi
+sleep 0.3   # mid-benchmark: the workers are several rounds in
+
+victim=""
+fault_ms=$(now_ms)
+case $scenario in
+  kill-server) victim=server1 ;;
+  kill-worker) victim=worker1 ;;
+  kill-scheduler) victim=scheduler ;;
+esac
+if [ -n "$victim" ]; then
+  pid_var="pid_$victim"
+  echo "== kill -9 $victim (pid ${!pid_var})"
+  kill -9 "${!pid_var}"
+fi
+case $scenario in
+  cut-short)
+    echo "== link down for 2 s"
+    ip -n "$nsa" link set "${tag}va" down
+    sleep 2
+    ip -n "$nsa" link set "${tag}va" up
+    echo "== link up" ;;
+  cut-long)
+    echo "== link down for good"
+    ip -n "$nsa" link set "${tag}va" down ;;
+  loss)
+    echo "== 5% loss leaving each host, host B limited to 200 Mbit/s"
+    for ns in "$nsa" "$nsb"; do
+      ip netns exec "$ns" nft -f - <<'NFT' || { echo "FAILED: nft rules refused"; exit 1; }
+table inet psloss {
+  chain out {
+    type filter hook output priority 0;
+    numgen random mod 100 < 5 counter drop
+  }
+}
+NFT
+    done
+    tc -n "$nsb" qdisc add dev "${tag}vb" root tbf rate 200mbit burst 64kb latency 20ms ||
+      { echo "FAILED: tc tbf refused"; exit 1; } ;;
+esac
+
+fail=0
+end=$((SECONDS + limit))
+for name in "${names[@]}"; do
+  pid_var="pid_$name"
+  pid=${!pid_var}
+  while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.05; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "FAILED: $name still runs after ${limit} s (a hang)"
+    fail=1
+    continue
+  fi
+  wait "$pid"
+  rc=$?
+  if [ "$name" = "$victim" ]; then
+    [ $rc -eq 137 ] || { echo "FAILED: $name exited $rc, not by SIGKILL"; fail=1; }
+  elif [ $rc -ne 0 ] || ! grep -q "^PASS" "$dir/$name.log"; then
+    echo "FAILED: $name exited $rc without its PASS line"
+    fail=1
+  fi
+done
+show
+
+survivors=()
+for name in "${names[@]}"; do [ "$name" != "$victim" ] && survivors+=("$dir/$name.log"); done
+# What each scenario must look like, beyond "every survivor ended by itself
+# with PASS" (which already means every sum it pulled was right).
+barriers=$(cat "${survivors[@]}" | awk '/^BARRIER/ {print $3}' | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+case $scenario in
+  cut-short | loss)
+    if grep -q "^FAULT_SEEN\|^NODE_FAILED" "${survivors[@]}"; then
+      echo "FAILED: a request or a node failed, yet the fault was one TCP rides out"; fail=1
+    fi
+    [ "$(grep -c "^BARRIER [0-9]* PS_OK$" "${survivors[@]}" | awk -F: '{s+=$2} END {print s}')" -eq 5 ] ||
+      { echo "FAILED: not every barrier ended OK ($barriers)"; fail=1; }
+    # The fault must have hit the job: the cut stalled a round, the rule
+    # dropped packets.
+    if [ "$scenario" = cut-short ]; then
+      slow=$(sed -n 's/.*slowest round \([0-9]*\) ms.*/\1/p' "$dir"/worker*.log | sort -n | tail -1)
+      [ "${slow:-0}" -ge 1000 ] || { echo "FAILED: no round stalled during the cut (slowest ${slow:-?} ms)"; fail=1; }
+    else
+      dropped=0
+      for ns in "$nsa" "$nsb"; do
+        n=$(ip netns exec "$ns" nft list table inet psloss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
+        dropped=$((dropped + ${n:-0}))
+      done
+      echo "packets dropped on purpose: $dropped"
+      [ "$dropped" -gt 0 ] || { echo "FAILED: the loss rule dropped nothing"; fail=1; }
+    fi ;;
+  *)
+    if grep -q "^BARRIER [0-9]* PS_OK$" "${survivors[@]}"; then
+      echo "FAILED: a barrier of everyone succeeded with a node gone"; fail=1
+    fi
+    case $scenario in
+      kill-server | kill-scheduler)
+        for w in worker0 worker1; do
+          grep -q "^FAULT_SEEN .* PS_ERR_PEER_GONE" "$dir/$w.log" ||
+            { echo "FAILED: $w did not see its requests fail with PS_ERR_PEER_GONE"; fail=1; }
+        done ;;
+      kill-worker)
+        grep -q "^NODE_FAILED" "$dir/worker0.log" ||
+          { echo "FAILED: worker 0 was not told worker 1 died"; fail=1; } ;;
+    esac ;;
+esac
+
+first=$(cat "${survivors[@]}" | awk '/^(FAULT_SEEN|NODE_FAILED)/ {print $2}' | sort -n | head -1)
+last=$(cat "${survivors[@]}" | awk '/^RETURNED/ {print $2}' | sort -n | tail -1)
+checked=$(cat "$dir"/worker*.log | sed -n 's/.* \([0-9]*\) elements checked.*/\1/p' | awk '{s+=$1} END {print s+0}')
+slowest=$(cat "$dir"/worker*.log | sed -n 's/.*slowest round \([0-9]*\) ms.*/\1/p' | sort -n | tail -1)
+detect="none"
+[ -n "$first" ] && detect="$((first - fault_ms)) ms"
+echo "RESULT $scenario: detected after $detect; every waiter returned $(( ${last:-$fault_ms} - fault_ms )) ms after the fault; barriers: $barriers elements verified: $checked; slowest round ${slowest:-?} ms"
+[ $fail -eq 0 ] && echo "PASSED: $scenario"
+exit $fail
