@@ -24,9 +24,13 @@
 # Prints "RESULT <scenario>: ..." with the time from the fault to its first
 # detection and to the moment every surviving waiter had returned.
 #
-#   fault_test.sh FAULT_NODE SCENARIO [LIMIT]
+# VAN (kill scenarios only) runs the job over another van: tcp (default),
+# shm (the whole job through shared memory), fabric (libfabric, tcp;ofi_rxm)
+# or ucx (UCX_TLS=tcp).
+#
+#   fault_test.sh FAULT_NODE SCENARIO [LIMIT] [VAN]
 set -uo pipefail
-prog=$1 scenario=$2 limit=${3:-90}
+prog=$1 scenario=$2 limit=${3:-90} van=${4:-tcp}
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fault.XXXXXX")
 tag="pf$$"
 nsa="${tag}a" nsb="${tag}b"
@@ -50,6 +54,13 @@ now_ms() { date +%s%3N; }
 export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 PS_HEARTBEAT_INTERVAL=1 PS_HEARTBEAT_TIMEOUT=4
 export PS_START_TIMEOUT_MS=30000 FAULT_LIMIT_MS=$(( (limit - 10) * 1000 ))
 unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX DMLC_PS_VAN_TYPE BYTEPS_ENABLE_IPC DMLC_INTERFACE
+case $van in
+  tcp) ;;
+  shm) export DMLC_PS_VAN_TYPE=shm PS_JOB_ID="fault-$$" ;;
+  fabric) export DMLC_ENABLE_RDMA=fabric FI_PROVIDER="tcp;ofi_rxm" ;;
+  ucx) export DMLC_ENABLE_UCX=1 UCX_TLS=tcp UCX_NET_DEVICES=lo ;;
+  *) echo "unknown van $van"; exit 2 ;;
+esac
 case $scenario in
   cut-short) export FAULT_ROUNDS=300 FAULT_ROUND_MS=20 ;;
   loss) export FAULT_ROUNDS=300 FAULT_ROUND_MS=10 FAULT_BYTES=16384 ;;
@@ -216,6 +227,6 @@ checked=$(cat "$dir"/worker*.log | sed -n 's/.* \([0-9]*\) elements checked.*/\1
 slowest=$(cat "$dir"/worker*.log | sed -n 's/.*slowest round \([0-9]*\) ms.*/\1/p' | sort -n | tail -1)
 detect="none"
 [ -n "$first" ] && detect="$((first - fault_ms)) ms"
-echo "RESULT $scenario: detected after $detect; every waiter returned $(( ${last:-$fault_ms} - fault_ms )) ms after the fault; barriers: $barriers elements verified: $checked; slowest round ${slowest:-?} ms"
-[ $fail -eq 0 ] && echo "PASSED: $scenario"
+echo "RESULT $scenario ($van): detected after $detect; every waiter returned $(( ${last:-$fault_ms} - fault_ms )) ms after the fault; barriers: $barriers elements verified: $checked; slowest round ${slowest:-?} ms"
+[ $fail -eq 0 ] && echo "PASSED: $scenario over $van"
 exit $fail
