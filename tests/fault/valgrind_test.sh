@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A small job (scheduler, 2 servers, 2 workers of fault_node, 30 rounds with
+# every sum checked) with each process under valgrind memcheck: any invalid
+# access, use of uninitialised memory or definite leak fails the test.
+# Skips, saying so, when valgrind is not installed. Deadline: 600 s.
+#
+#   valgrind_test.sh FAULT_NODE VAN      (VAN: tcp, shm, fabric, ucx)
+set -uo pipefail
+prog=$1 van=$2
+command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed"; exit 0; }
+dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/vg.XXXXXX")
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
+export DMLC_NODE_HOST=127.0.0.1 FAULT_ROUNDS=30 FAULT_BYTES=65536 PS_START_TIMEOUT_MS=120000
+unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX DMLC_PS_VAN_TYPE BYTEPS_ENABLE_IPC
+case $van in
+  tcp) ;;
+  shm) export DMLC_PS_VAN_TYPE=shm PS_JOB_ID="vg-$$" ;;
+  fabric) export DMLC_ENABLE_RDMA=fabric FI_PROVIDER="tcp;ofi_rxm" ;;
+  ucx) export DMLC_ENABLE_UCX=1 UCX_TLS=tcp UCX_NET_DEVICES=lo ;;
+  *) echo "unknown van $van"; exit 2 ;;
+esac
+names=()
+for node in "scheduler -1" "server 0" "server 1" "worker 0" "worker 1"; do
+  read -r role rank <<<"$node"
+  DMLC_ROLE=$role DMLC_RANK=$rank timeout 600 valgrind -q --error-exitcode=99 --leak-check=full \
+    --errors-for-leak-kinds=definite "$prog" >"$dir/$role$rank.log" 2>&1 &
+  pids+=($!)
+  names+=("$role$rank")
+done
+fail=0
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}"
+  rc=$?
+  log="$dir/${names[$i]}.log"
+  if [ $rc -ne 0 ] || ! grep -q "^PASS" "$log"; then
+    echo "FAILED: ${names[$i]} exited $rc (99: valgrind found errors)"
+    cat "$log"
+    fail=1
+  else
+    grep "^PASS" "$log"
+  fi
+done
+[ $fail -eq 0 ] && echo "PASSED: valgrind memcheck clean over $van"
+exit $fail
