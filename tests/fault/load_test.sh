@@ -9,6 +9,7 @@
 #
 #   load_test.sh FAULT_NODE [W] [S] [ROUNDS] [LIMIT]
 set -uo pipefail
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 prog=$1 W=${2:-32} S=${3:-4} rounds=${4:-10000} limit=${5:-1500}
 grow_kb=${GROW_KB:-65536}
 # Under a sanitizer resident memory is the sanitizer's as much as ours
@@ -23,11 +24,10 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-export DMLC_NUM_SERVER=$S DMLC_NUM_WORKER=$W DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
+export DMLC_NUM_SERVER=$S DMLC_NUM_WORKER=$W DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$(job_free_port)
 export DMLC_NODE_HOST=127.0.0.1 PS_START_TIMEOUT_MS=120000 FAULT_ROUNDS=$rounds FAULT_BYTES=${FAULT_BYTES:-1024}
 export FAULT_LIMIT_MS=$(( (limit - 10) * 1000 ))
-unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX DMLC_PS_VAN_TYPE BYTEPS_ENABLE_IPC
+job_use_van tcp
 start=$SECONDS
 run() { DMLC_ROLE=$1 DMLC_RANK=$2 "$prog" >"$dir/$1$2.log" 2>&1 & pids+=($!); }
 run scheduler ""
@@ -37,9 +37,7 @@ for ((i = 0; i < W; i++)); do run worker $i; done
 fail=0
 end=$((SECONDS + limit))
 for p in "${pids[@]}"; do
-  while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
-  if kill -0 "$p" 2>/dev/null; then fail=1; echo "FAILED: pid $p still runs after $limit s"; continue; fi
-  wait "$p" || fail=1
+  job_wait_pid "$p" "$end" || fail=1
 done
 took=$((SECONDS - start))
 for f in "$dir"/*.log; do

@@ -6,6 +6,7 @@
 #
 #   valgrind_test.sh FAULT_NODE VAN      (VAN: tcp, shm, fabric, ucx)
 set -uo pipefail
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 prog=$1 van=$2
 command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed"; exit 0; }
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/vg.XXXXXX")
@@ -13,17 +14,9 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
+export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$(job_free_port)
 export DMLC_NODE_HOST=127.0.0.1 FAULT_ROUNDS=30 FAULT_BYTES=65536 PS_START_TIMEOUT_MS=120000
-unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX DMLC_PS_VAN_TYPE BYTEPS_ENABLE_IPC
-case $van in
-  tcp) ;;
-  shm) export DMLC_PS_VAN_TYPE=shm PS_JOB_ID="vg-$$" ;;
-  fabric) export DMLC_ENABLE_RDMA=fabric FI_PROVIDER="tcp;ofi_rxm" ;;
-  ucx) export DMLC_ENABLE_UCX=1 UCX_TLS=tcp UCX_NET_DEVICES=lo ;;
-  *) echo "unknown van $van"; exit 2 ;;
-esac
+job_use_van "$van" || exit 2
 names=()
 for node in "scheduler -1" "server 0" "server 1" "worker 0" "worker 1"; do
   read -r role rank <<<"$node"

@@ -5,31 +5,26 @@
 # pulled byte and sum. Needs root (ip netns); skips with the reason otherwise.
 # Time limit: 60 s for the job; the namespaces are removed on every exit.
 set -uo pipefail
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 
 kv_check="$TEST_SRCDIR/$TEST_WORKSPACE/tests/app/kv_check"
 tag="ps$$"
 nsa="${tag}a" nsb="${tag}b"
 limit=60
 
-skip() { echo "SKIPPED: $*"; exit 0; }
-[ "$(id -u)" -eq 0 ] || skip "not root: creating network namespaces needs root"
-command -v ip >/dev/null || skip "no ip command (iproute2)"
-
 cleanup() {
   for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done
-  ip netns del "$nsa" 2>/dev/null
-  ip netns del "$nsb" 2>/dev/null
+  job_netns_remove "$tag"
 }
 trap cleanup EXIT
 
-ip netns add "$nsa" 2>/dev/null || skip "ip netns add failed (no namespace support here)"
-ip netns add "$nsb" || exit 1
-ip link add "${tag}va" type veth peer name "${tag}vb" || skip "no veth support"
-ip link set "${tag}va" netns "$nsa" && ip link set "${tag}vb" netns "$nsb" || exit 1
 # Addresses exist only inside these two namespaces.
-ip -n "$nsa" addr add 10.231.7.1/24 dev "${tag}va" && ip -n "$nsb" addr add 10.231.7.2/24 dev "${tag}vb" || exit 1
-for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
-ip -n "$nsa" link set "${tag}va" up && ip -n "$nsb" link set "${tag}vb" up || exit 1
+why=$(job_netns_pair "$tag" 10.231.7.1 10.231.7.2)
+case $? in
+  0) ;;
+  1) echo "SKIPPED: $why"; exit 0 ;;
+  *) echo "FAILED: setting up the namespaces: $why"; exit 1 ;;
+esac
 
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/netns.XXXXXX")
 common=(DMLC_NUM_WORKER=2 DMLC_NUM_SERVER=1 DMLC_PS_ROOT_URI=10.231.7.1 DMLC_PS_ROOT_PORT=9371
