@@ -328,11 +328,14 @@ static void po_mark_dead(ps_postoffice_t *po, int id)
     ps_mutex_unlock(&po->lock);
     if (!fresh)
         return;
+    /* Requests waiting for it end with the scheduler's verdict before the
+     * van drops its connections: closing them may fail those requests
+     * first with what the van sees (a failed link). */
+    ps__registry_fail_peer(po->reg, id, PS_ERR_PEER_GONE, 1);
     if (id != ps__po_my_id(po))
         po->van->ops->disconnect(po->van, id);
     if (po->res != NULL)
         ps__resender_forget_peer(po->res, id);
-    ps__registry_fail_peer(po->reg, id, PS_ERR_PEER_GONE, 1);
     ps__po_fire_node_event(po, id, PS_ERR_PEER_GONE);
 }
 
