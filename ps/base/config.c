@@ -579,6 +579,11 @@ ps_status_t ps_config_print(int fd, int set_only)
                 return ps_status_from_errno(errno);
             }
         }
+        /* The job secret is never printed: ps_info output ends up in bug
+         * reports and CI logs. */
+        if (i == PS_CFG_PS_JOB_SECRET && value != NULL && value[0] != '\0') {
+            value = "(set, not shown)";
+        }
         if (dprintf(fd, "%s=%s  [%s%s%s]  %s\n", e->name, value,
                     ps_config_source_name(source),
                     source == PS_CFG_SRC_ALIAS ? " " : "",

@@ -116,7 +116,7 @@ ps_status_t ps_config_validate(void);
 
 /* Writes the table to `fd`, one line per variable grouped by section:
  * "NAME=value  [source]  help". With `set_only`, only variables that were
- * given. For ps_info and debugging. */
+ * given. For ps_info and debugging. PS_JOB_SECRET's value is not shown. */
 ps_status_t ps_config_print(int fd, int set_only);
 
 /* Tests only: forget which "deprecated"/"ignored" notes about legacy names

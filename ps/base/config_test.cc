@@ -515,3 +515,19 @@ TEST_F(ConfigTest, ConcurrentReaders) {
 }
 
 }  // namespace
+
+TEST_F(ConfigTest, PrintNeverShowsTheJobSecret) {
+  setenv("PS_JOB_SECRET", "hunter2-very-secret", 1);
+  setenv("DMLC_ROLE", "worker", 1);
+  FILE *f = tmpfile();
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(ps_config_print(fileno(f), 1), PS_OK);
+  std::string text;
+  char buf[512];
+  rewind(f);
+  while (fgets(buf, sizeof(buf), f) != nullptr) text += buf;
+  fclose(f);
+  EXPECT_EQ(text.find("hunter2"), std::string::npos) << text;
+  EXPECT_NE(text.find("PS_JOB_SECRET=(set, not shown)"), std::string::npos) << text;
+  EXPECT_NE(text.find("DMLC_ROLE=worker"), std::string::npos) << text;
+}
