@@ -97,7 +97,7 @@ PS_CONFIG_VAR(PS_TCP_SOCKBUF, SIZE, "0", "tcp", NULL,
 
 /* ---- shared memory (BytePS IPC) ---- */
 PS_CONFIG_VAR(BYTEPS_ENABLE_IPC, BOOL, "0", "shm", NULL,
-              "1 moves values between a worker and a server on the same host through shared memory.")
+              "1 talks to peers on the same host through shared memory and to the others through the van DMLC_ENABLE_RDMA, DMLC_ENABLE_UCX or DMLC_PS_VAN_TYPE chooses (van ipc); ignored when that van is shm.")
 PS_CONFIG_VAR(BYTEPS_IPC_COPY_NUM_THREADS, INT, "4", "shm", NULL,
               "Number of threads copying pull responses into shared memory, a count.")
 PS_CONFIG_VAR(BYTEPS_IPC_ENABLE_ASYNC_COPY, BOOL, "1", "shm", NULL,
@@ -159,7 +159,7 @@ PS_CONFIG_VAR(PS_FINALIZE_TIMEOUT_MS, INT, "30000", "reliability", NULL,
 PS_CONFIG_VAR(PS_CONNECT_TIMEOUT_MS, INT, "10000", "reliability", NULL,
               "Longest time to establish one connection to a peer, in milliseconds.")
 PS_CONFIG_VAR(PS_RESEND, BOOL, "0", "reliability", NULL,
-              "1 acknowledges every message and resends those not acknowledged within PS_RESEND_TIMEOUT.")
+              "1 acknowledges every data message (push, pull and their answers) and resends those not acknowledged within PS_RESEND_TIMEOUT; control messages ride on the connection and heartbeats.")
 PS_CONFIG_VAR(PS_RESEND_TIMEOUT, INT, "1000", "reliability", NULL,
               "Time before an unacknowledged message is resent, in milliseconds.")
 PS_CONFIG_VAR(PS_HEARTBEAT_INTERVAL, INT, "5", "reliability", NULL,
@@ -167,7 +167,7 @@ PS_CONFIG_VAR(PS_HEARTBEAT_INTERVAL, INT, "5", "reliability", NULL,
 PS_CONFIG_VAR(PS_HEARTBEAT_TIMEOUT, INT, "20", "reliability", NULL,
               "Silence after which the scheduler declares a node dead (and a node the scheduler lost), in seconds; 0 means never. Unset with PS_HEARTBEAT_INTERVAL set: 4 intervals, at least 20.")
 PS_CONFIG_VAR(PS_DROP_MSG, INT, "0", "reliability", NULL,
-              "Percentage of received messages dropped on purpose, for testing resend (0-100).")
+              "Percentage of received data messages dropped on purpose, for testing PS_RESEND (0-100); control messages are never dropped.")
 
 /* ---- security ---- */
 PS_CONFIG_VAR(PS_JOB_SECRET, STRING, "", "security", NULL,
@@ -205,7 +205,7 @@ PS_CONFIG_VAR(STEPMESH_MEM_SYNC, BOOL, "1", "stepmesh", "STEPAF_MEM_SYNC",
 PS_CONFIG_VAR(STEPMESH_SPLIT_QP_LAG, BOOL, "0", "stepmesh", "DMLC_SPLIT_QP_LAG",
               "1 pins the queue pairs of an endpoint to both ports of a bonded NIC and splits payloads across them.")
 PS_CONFIG_VAR(STEPMESH_QP_NUM, INT, "2", "stepmesh", "STEPAF_QP_NUM",
-              "Queue pairs per RDMA endpoint, a count (at most 2).")
+              "Queue pairs per RDMA endpoint (the ibverbs van splits payloads across them), a count from 1 to 8.")
 PS_CONFIG_VAR(STEPMESH_BUSY_POLL_ENABLE, BOOL, "1", "stepmesh", "STEPAF_BUSY_POLL_ENABLE",
               "1 makes the AF tensor API's queues spin instead of block.")
 PS_CONFIG_VAR(STEPMESH_BIND_CPU_CORE, BOOL, "0", "stepmesh", NULL,

@@ -629,6 +629,14 @@ ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline)
     for (;;) {
         if (po->table_received)
             break;
+        if (last == PS_ERR_AUTH) {
+            /* A van that connects synchronously (shm) was refused for the
+             * job secret (it logged which side): retrying cannot help. */
+            ps_mutex_unlock(&po->lock);
+            ps_error(PS_LOG_CORE, "the scheduler could not start the job: no authenticated "
+                     "connection to it (wrong or missing PS_JOB_SECRET)");
+            return PS_ERR_AUTH;
+        }
         if (po->sched_conn_lost || last != PS_OK) {
             /* Not up yet (or restarting): retry until the deadline. */
             po->sched_conn_lost = 0;

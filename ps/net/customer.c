@@ -13,6 +13,7 @@
  */
 #include "ps/net/customer.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,10 +21,16 @@
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
 #include "ps/net/postoffice_internal.h"
+#include "ps/net/postoffice_state_internal.h"
 #include "ps/net/tracker_internal.h"
+#include "ps/net/van/van.h"
 
 /* With PS_BUSY_POLL, how long a waiter spins before it sleeps. */
 #define PS__CUSTOMER_SPIN_NS (2ull * 1000000ull)
+/* Events a driving waiter handles per round of the van's loop. */
+#define PS__DRIVE_BUDGET 16
+/* A driving waiter yields the CPU after this many rounds (a power of two). */
+#define PS__DRIVE_YIELD_EVERY 256
 /* Customers failed per round of fail_peer()/close() without allocating. */
 #define PS__PIN_BATCH 32
 
@@ -38,6 +45,9 @@ struct ps_customer {
     ps_customer_done_func_t done;
     void *done_arg;
     ps__tracker_t *tracker;
+    /* Busy polling with a van that has a progress op: waiters drive it. */
+    ps_van_t *van;
+    int (*progress)(ps_van_t *van, unsigned budget);
 
     /* Under the registry lock. */
     ps_customer_recv_buffer_func_t recv_buffer;
@@ -494,7 +504,16 @@ ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
     ps_customer_t *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return PS_ERR_NO_MEMORY;
-    uint64_t spin = ps__postoffice_busy_poll(po) ? PS__CUSTOMER_SPIN_NS : 0;
+    uint64_t spin = 0;
+    if (ps__postoffice_busy_poll(po)) {
+        /* Set at start, before any customer can exist; closed after the
+         * customers' waits ended (they must not overlap finalize). */
+        ps_van_t *van = po->van;
+        c->progress = van != NULL ? ps_van_progress_op(van) : NULL;
+        c->van = c->progress != NULL ? van : NULL;
+        /* Without a progress op the tracker spins on its own. */
+        spin = c->progress == NULL ? PS__CUSTOMER_SPIN_NS : 0;
+    }
     ps_status_t st = ps__tracker_create(spin, &c->tracker);
     if (st != PS_OK) {
         free(c);
@@ -648,9 +667,52 @@ int ps_customer_num_responses(ps_customer_t *c, int ts)
     return ps__tracker_num_responses(c->tracker, ts);
 }
 
+/* Busy polling: the waiter runs the van's event loop itself until the
+ * request completes or PS__CUSTOMER_SPIN_NS pass, so the process has one
+ * spinning thread (the van's own stands back meanwhile). PS_INPROGRESS
+ * when the spin ended without a result. */
+static ps_status_t customer_drive(ps_customer_t *c, int ts, uint64_t spin_until)
+{
+    int handled = 1;
+    for (unsigned i = 1;; i++) {
+        /* The request completes in a round this thread ran, or (rarely)
+         * on another thread: check after work, and now and then. */
+        if (handled > 0 || (i & 15) == 0) {
+            ps_status_t st = ps__tracker_wait(c->tracker, ts, 0);
+            if (st != PS_ERR_TIMED_OUT)
+                return st;
+            if ((i & 15) == 0 && ps_time_now_ns() >= spin_until)
+                break;
+        }
+        handled = c->progress(c->van, PS__DRIVE_BUDGET);
+        /* Several waiters spin while one drives: now and then let the
+         * others (and the driver) have the CPU. */
+        if (handled == 0 && (i & (PS__DRIVE_YIELD_EVERY - 1)) == 0)
+            sched_yield();
+    }
+    /* Going to sleep: the van's thread must take the loop back now. */
+    (void)c->progress(c->van, 0);
+    return PS_INPROGRESS;
+}
+
 ps_status_t ps_customer_wait(ps_customer_t *c, int ts, int timeout_ms)
 {
     if (timeout_ms < 0)
         timeout_ms = c->request_timeout_ms;
+    /* Never from a receive or done function: the loop is already running
+     * below us on this thread. */
+    if (c->progress != NULL && tls_in_customer == NULL) {
+        uint64_t start = ps_time_now_ns();
+        uint64_t spin = PS__CUSTOMER_SPIN_NS;
+        if (timeout_ms >= 0 && (uint64_t)timeout_ms * 1000000ull < spin)
+            spin = (uint64_t)timeout_ms * 1000000ull;
+        ps_status_t st = customer_drive(c, ts, start + spin);
+        if (st != PS_INPROGRESS)
+            return st;
+        if (timeout_ms >= 0) {
+            uint64_t spent_ms = (ps_time_now_ns() - start) / 1000000ull;
+            timeout_ms = spent_ms >= (uint64_t)timeout_ms ? 0 : timeout_ms - (int)spent_ms;
+        }
+    }
     return ps__tracker_wait(c->tracker, ts, timeout_ms);
 }

@@ -101,7 +101,11 @@ int ps_customer_num_responses(ps_customer_t *customer, int ts);
  * (deadline, <0 = PS_REQUEST_TIMEOUT_MS; the request stays outstanding),
  * PS_ERR_PEER_GONE, PS_ERR_SHUTDOWN, or the status the request was failed
  * with; PS_ERR_INVALID_ARG for a ts never issued. With PS_BUSY_POLL the
- * caller spins (yielding the CPU) for a bounded time before it sleeps.
+ * caller spins for a bounded time (2 ms) before it sleeps; when the van
+ * has a progress op (tcp), the spinning caller runs the van's event loop
+ * itself, so receive and done functions of this process may then run on
+ * the waiting thread, and the wait must not overlap
+ * ps_postoffice_finalize().
  *
  * What is remembered (so that requests nobody waits for cost no memory):
  * a request that completes with PS_OK is forgotten at once, and a ts that

@@ -49,6 +49,7 @@
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
+#include "ps/net/auth.h"
 #include "ps/net/node_table_internal.h"
 #include "ps/net/postoffice_state_internal.h"
 
@@ -864,6 +865,22 @@ static void po_cb_peer_failed(void *arg, int node_id, ps_status_t why)
         return;
     }
     if (node_id == PS_SCHEDULER_ID) {
+        if (why == PS_ERR_AUTH) {
+            /* The job-secret handshake failed (the van logged which side
+             * refused): retrying cannot help, so start ends now with
+             * PS_ERR_AUTH instead of at its deadline. */
+            ps_mutex_lock(&po->lock);
+            if (!po->ready && !po->table_received) {
+                po->start_failure = PS_ERR_AUTH;
+                snprintf(po->start_reason, sizeof(po->start_reason),
+                         "no authenticated connection to it (wrong or missing PS_JOB_SECRET)");
+                po->table_received = 1;
+                ps_cond_broadcast(&po->cond);
+                ps_mutex_unlock(&po->lock);
+                return;
+            }
+            ps_mutex_unlock(&po->lock);
+        }
         snprintf(reason, sizeof(reason), "connection failed: %s", ps_status_str(why));
         po_lost_scheduler(po, reason);
         return;
@@ -1205,6 +1222,24 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     vp.connect_timeout_ms = (int)ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, 10000);
     vp.bind_any = ps_config_bool_or(PS_CFG_PS_BIND_ANY, 0) ||
                   (po->is_scheduler && ps_config_bool_or(PS_CFG_DMLC_USE_KUBERNETES, 0));
+    /* The job secret, read once here (ps/net/auth.h); the van copies it. */
+    if ((st = ps_auth_load(&vp.auth_key, &vp.auth_enabled)) != PS_OK)
+        goto err;
+    if (vp.auth_enabled) {
+        /* A van that does not run the handshake would let anyone in: with
+         * a secret set, only the vans that check it may start. */
+        static const char *const auth_vans[] = {"tcp", "shm", "ipc", "ucx", "fabric"};
+        int can = 0;
+        for (size_t i = 0; i < sizeof(auth_vans) / sizeof(auth_vans[0]); i++)
+            can |= strcmp(comp->name, auth_vans[i]) == 0;
+        if (!can) {
+            ps_error(PS_LOG_CORE, "PS_JOB_SECRET is set, but the %s van cannot check it yet; "
+                     "use the tcp van or unset the secret", comp->name);
+            st = PS_ERR_UNSUPPORTED;
+            goto err;
+        }
+        ps_info(PS_LOG_CORE, "job secret set: every connection must prove it holds it");
+    }
     ps_van_callbacks_t cb = {
         .arg = po,
         .recv_buffer = po_cb_recv_buffer,
@@ -1212,6 +1247,7 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
         .peer_failed = po_cb_peer_failed,
     };
     st = comp->ops->open(&vp, &cb, &po->van);
+    ps_auth_key_wipe(&vp.auth_key);
     if (st != PS_OK)
         goto err;
     if ((st = po->van->ops->query(po->van, &po->attr)) != PS_OK)

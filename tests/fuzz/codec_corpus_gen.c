@@ -14,6 +14,7 @@
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
+#include "ps/net/codec/meta_fast.h"
 
 static const char *out_dir;
 static int written;
@@ -36,10 +37,11 @@ static void write_file(const char *name, const uint8_t *bytes, size_t len)
     written++;
 }
 
-/* Encodes m and writes it framed with the given segments as frame_<name>,
- * and with bare also unframed as meta_<name>. */
-static void emit(const char *name, const ps_meta_t *m, const char *const *segs,
-                 uint16_t num_segs, int bare)
+/* Encodes m (protobuf, or with fast the fast form of meta_fast.h) and
+ * writes it framed with the given segments as frame_<name>, and with bare
+ * also unframed as meta_<name>. */
+static void emit_as(const char *name, const ps_meta_t *m, const char *const *segs,
+                    uint16_t num_segs, int bare, int fast)
 {
     static uint8_t buf[1 << 16];
     uint64_t lens[PS_FRAME_MAX_SEGMENTS];
@@ -48,8 +50,10 @@ static void emit(const char *name, const ps_meta_t *m, const char *const *segs,
 
     for (uint16_t i = 0; i < num_segs; i++)
         lens[i] = strlen(segs[i]);
-    if (ps_meta_encode(m, buf + PS_FRAME_MAX_HEADER_LEN, sizeof(buf) - PS_FRAME_MAX_HEADER_LEN,
-                       &meta_len) != PS_OK)
+    if ((fast ? ps_meta_fast_encode(m, buf + PS_FRAME_MAX_HEADER_LEN,
+                                    sizeof(buf) - PS_FRAME_MAX_HEADER_LEN, &meta_len)
+              : ps_meta_encode(m, buf + PS_FRAME_MAX_HEADER_LEN,
+                               sizeof(buf) - PS_FRAME_MAX_HEADER_LEN, &meta_len)) != PS_OK)
         die("encode");
     if (bare) {
         snprintf(file, sizeof(file), "meta_%s", name);
@@ -69,6 +73,22 @@ static void emit(const char *name, const ps_meta_t *m, const char *const *segs,
     }
     snprintf(file, sizeof(file), "frame_%s", name);
     write_file(file, buf, off);
+}
+
+static void emit(const char *name, const ps_meta_t *m, const char *const *segs,
+                 uint16_t num_segs, int bare)
+{
+    emit_as(name, m, segs, num_segs, bare, 0);
+}
+
+/* The same message with its meta in the fast form, as the TCP van sends
+ * plain data messages: fast_<name>. */
+static void emit_fast(const char *name, const ps_meta_t *m, const char *const *segs,
+                      uint16_t num_segs, int bare)
+{
+    char fast_name[128];
+    snprintf(fast_name, sizeof(fast_name), "fast_%s", name);
+    emit_as(fast_name, m, segs, num_segs, bare, 1);
 }
 
 static void kv_meta(ps_meta_t *m, int push, int request)
@@ -122,8 +142,10 @@ int main(int argc, char **argv)
     m.val_len = 8;
     m.option = 0x1234;
     emit("kv_push", &m, kv3, 3, 1);
+    emit_fast("kv_push", &m, kv3, 3, 1);
     kv_meta(&m, 1, 0);
     emit("kv_push_response", &m, NULL, 0, 0);
+    emit_fast("kv_push_response", &m, NULL, 0, 1);
 
     /* KV pull request and its response carrying the values. */
     kv_meta(&m, 0, 1);
@@ -138,6 +160,7 @@ int main(int argc, char **argv)
     m.data_size = 16;
     m.sid = 77;
     emit("kv_pull_response", &m, kv2, 2, 0);
+    emit_fast("kv_pull_response", &m, kv2, 2, 0);
 
     /* AF tensor push: shape, dtype, traces, qp counters, van data. */
     kv_meta(&m, 1, 1);
@@ -177,6 +200,7 @@ int main(int argc, char **argv)
     m.body_len = strlen((const char *)m.body);
     m.priority = -1;
     emit("simple_app_body", &m, NULL, 0, 1);
+    emit_fast("simple_app_body", &m, NULL, 0, 1);
 
     /* Control: ADD_NODE from a worker, the scheduler's full list, barriers,
      * heartbeat, ack, terminate and the rest. */

@@ -19,6 +19,7 @@
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
+#include "ps/net/codec/meta_fast.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -67,9 +68,41 @@ static void check_round_trip(const ps_meta_t *m)
     free(buf2);
 }
 
+/* The fast form (meta_fast.h): what it accepts re-encodes to exactly its
+ * bytes, and also survives the protobuf codec. */
+static void fuzz_meta_fast(const uint8_t *data, size_t size)
+{
+    ps_meta_t m, again;
+    ps_status_t s = ps_meta_fast_decode(data, size, &m);
+    if (s != PS_OK) {
+        check(s == PS_ERR_PROTOCOL, "fast meta decode returned an unexpected status");
+        return;
+    }
+    check(ps_meta_is_fast(data, size), "a fast meta without its marker");
+    if (m.body_len != 0)
+        check(m.body >= data && m.body_len <= size && m.body <= data + size - m.body_len,
+              "the fast body does not point into the input");
+    size_t len = 0, want = ps_meta_fast_size(&m);
+    check(want == size, "an accepted fast meta has another size");
+    uint8_t *buf = malloc(want);
+    check(buf != NULL, "out of memory");
+    check(ps_meta_fast_encode(&m, buf, want, &len) == PS_OK && len == size &&
+              memcmp(buf, data, size) == 0,
+          "a fast meta does not re-encode to its bytes");
+    check(ps_meta_fast_encode(&m, buf, want - 1, &len) == PS_ERR_TOO_LARGE,
+          "fast encoding fits a buffer one byte short");
+    check(ps_meta_fast_decode(buf, want, &again) == PS_OK && ps_meta_equal(&m, &again),
+          "fast encode/decode changed the meta");
+    free(buf);
+    check_round_trip(&m);
+}
+
 static void fuzz_meta(const uint8_t *data, size_t size)
 {
     ps_meta_t m;
+    if (ps_meta_is_fast(data, size)) {
+        fuzz_meta_fast(data, size);
+    }
     ps_status_t s = ps_meta_decode(data, size, &m, nodes, NODE_CAP);
 
     if (s != PS_OK) {

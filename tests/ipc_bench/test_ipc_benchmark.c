@@ -297,14 +297,10 @@ int main(int argc, char **argv)
                 ps_status_str(s));
         return 2;
     }
-    const char *rdma = getenv("DMLC_ENABLE_RDMA");
-    const char *type = getenv("DMLC_PS_VAN_TYPE");
-    int shm_only = (rdma != NULL && strcmp(rdma, "shm") == 0) ||
-                   ((rdma == NULL || *rdma == '\0') && type != NULL && strcmp(type, "shm") == 0);
-    if (!shm_only)
-        snprintf(params.van, sizeof(params.van), "ipc");
-    /* The servers register their KV app before the start barrier, so that
-     * no request arrives before there is a handler for it. */
+    /* BYTEPS_ENABLE_IPC=1 selects the composed van ("ipc") around the
+     * network van the other variables choose, unless they name "shm". The
+     * servers register their KV app before the start barrier, so that no
+     * request arrives before there is a handler for it. */
     s = ps_postoffice_start(&params, 0, &g_po);
     if (s != PS_OK) {
         fprintf(stderr, "test_ipc_benchmark: cannot start: %s\n", ps_status_str(s));

@@ -18,11 +18,17 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 launch="python3 $here/tools/launch/ps_launch.py -s 1 -w 1 --timeout 300 --"
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+declare -A med
 run() { # NAME COMMAND... (the command prints one number)
   local name=$1; shift
   local vals=()
   for _ in $(seq "$rep"); do vals+=("$("$@")"); done
-  printf '%-44s %10s   (%s)\n' "$name" "$(printf '%s\n' "${vals[@]}" | median)" "${vals[*]}"
+  med[$name]=$(printf '%s\n' "${vals[@]}" | median)
+  printf '%-44s %10s   (%s)\n' "$name" "${med[$name]}" "${vals[*]}"
+}
+ratio() { # LABEL NUM DEN SCALE: NUM/DEN*SCALE from the medians
+  awk -v l="$1" -v a="${med[$2]:-0}" -v b="${med[$3]:-0}" -v k="$4" \
+    'BEGIN { if (b > 0) printf "%-44s %10.2f\n", l, a / b * k; else printf "%-44s %10s\n", l, "n/a" }'
 }
 
 memcpy_gbs() { "$bin/tests/shm/shm_ref_bench" memcpy | awk '{print $5}'; }
@@ -57,4 +63,9 @@ run "8 B push-pull p50, shm blocking (us)" lat_us shm 0
 run "8 B push-pull p50, tcp blocking (us)" lat_us tcp 0
 run "shm van 8 B round trip p50, busy (us)" van_us
 run "shm van 8 B round trip p50, busy inline (us)" van_us --inline
+# The issue's targets, from the medians (memcpy GB/s is 8 Gbit/s).
+ratio "shm 4 MB / memcpy (%)" "test_benchmark 4 MB push-pull shm (Gbit/s)" "memcpy 256 MiB (GB/s)" 12.5
+ratio "ipc benchmark 4 MB / memcpy (%)" "test_ipc_benchmark 4 MB (Gbit/s)" "memcpy 256 MiB (GB/s)" 12.5
+ratio "shm 4 MB / tcp 4 MB (x)" "test_benchmark 4 MB push-pull shm (Gbit/s)" "test_benchmark 4 MB push-pull tcp (Gbit/s)" 1
+ratio "ipc benchmark 4 MB / tcp 4 MB (x)" "test_ipc_benchmark 4 MB (Gbit/s)" "test_benchmark 4 MB push-pull tcp (Gbit/s)" 1
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1121,4 +1121,105 @@ TEST_F(ShmVan, IpcRoutesByReachability)
     EXPECT_EQ(a.inbox.failures[0].first, 8);
 }
 
+// With busy polling, a thread waiting for an answer drives the van itself
+// (the progress op): the van's thread stands back, messages are delivered
+// on the driving thread, and after the hand-back (budget 0) the van's
+// thread delivers again. The composed van offers the op too.
+TEST_F(ShmVan, WaiterDrivesTheLoop)
+{
+    // Before the vans: their threads may run on_msg until they close.
+    const std::thread::id me = std::this_thread::get_id();
+    std::atomic<int> on_caller{0};
+    Van a, b;
+    ASSERT_EQ(a.Open("shm", kModes[1]), PS_OK);
+    ASSERT_EQ(b.Open("shm", kModes[1]), PS_OK);
+    ASSERT_EQ(a.Bind(9), PS_OK);
+    ASSERT_EQ(b.Bind(8), PS_OK);
+    ASSERT_EQ(a.Connect(b), PS_OK);
+    int (*progress)(ps_van_t *, unsigned) = ps_van_progress_op(b.van);
+    ASSERT_NE(progress, nullptr);
+    b.inbox.on_msg = [&](const ps_msg_t *) {
+        if (std::this_thread::get_id() == me) {
+            on_caller.fetch_add(1);
+        }
+    };
+    // The van's thread may take a message before it notices the driver;
+    // once parked it leaves the loop to us.
+    size_t sent = 0;
+    auto until = std::chrono::steady_clock::now() + kWait;
+    while (on_caller.load() == 0 && sent < 5000 && std::chrono::steady_clock::now() < until) {
+        ps_msg_t msg;
+        MakeMsg(&msg, 8, sent, {});
+        ASSERT_EQ(a.Send(&msg), PS_OK);
+        ps_msg_release(&msg);
+        ++sent;
+        for (;;) {
+            {
+                std::lock_guard<std::mutex> lk(b.inbox.mu);
+                if (b.inbox.msgs.size() >= sent) {
+                    break;
+                }
+            }
+            ASSERT_LT(std::chrono::steady_clock::now(), until) << "message " << sent << " lost";
+            (void)progress(b.van, 16);
+        }
+    }
+    EXPECT_GT(on_caller.load(), 0) << "no message delivered on the driving thread in " << sent;
+    EXPECT_EQ(progress(b.van, 0), 0);
+    // Handed back: the van's own thread delivers without us.
+    int before = on_caller.load();
+    ps_msg_t msg;
+    MakeMsg(&msg, 8, sent, {});
+    ASSERT_EQ(a.Send(&msg), PS_OK);
+    ps_msg_release(&msg);
+    ASSERT_TRUE(b.inbox.WaitMsgs(sent + 1));
+    EXPECT_EQ(on_caller.load(), before);
+
+    Van c;
+    ASSERT_EQ(c.Open("ipc", kModes[1]), PS_OK);
+    EXPECT_NE(ps_van_progress_op(c.van), nullptr);
+}
+
+// BYTEPS_ENABLE_IPC=1 (as upstream) selects the composed van around the
+// network van the other variables choose; a shared-memory-only job stays so.
+TEST(ShmVanSelect, EnableIpcSelectsComposedVan)
+{
+    ps_config_clear_overrides();
+    for (const char *v : {"DMLC_ENABLE_RDMA", "DMLC_ENABLE_UCX", "DMLC_PS_VAN_TYPE",
+                          "BYTEPS_ENABLE_IPC"}) {
+        unsetenv(v);
+    }
+    auto select = [](ps_status_t (*fn)(const char **)) {
+        const char *name = nullptr;
+        EXPECT_EQ(fn(&name), PS_OK);
+        return std::string(name != nullptr ? name : "(null)");
+    };
+    EXPECT_EQ(select(ps_van_select_name), "tcp");
+    ASSERT_EQ(ps_config_set(PS_CFG_BYTEPS_ENABLE_IPC, "1"), PS_OK);
+    EXPECT_EQ(select(ps_van_select_name), "ipc");
+    EXPECT_EQ(select(ps__van_select_network_name), "tcp");
+    const struct {
+        const char *rdma, *selected, *network;
+    } cases[] = {{"zmq", "ipc", "tcp"},       {"fabric", "ipc", "fabric"},
+                 {"ibverbs", "ipc", "ibverbs"}, {"shm", "shm", "shm"},
+                 {"ipc", "ipc", "ipc"}};
+    for (const auto &c : cases) {
+        ASSERT_EQ(ps_config_set(PS_CFG_DMLC_ENABLE_RDMA, c.rdma), PS_OK);
+        EXPECT_EQ(select(ps_van_select_name), c.selected) << "DMLC_ENABLE_RDMA=" << c.rdma;
+        EXPECT_EQ(select(ps__van_select_network_name), c.network) << "DMLC_ENABLE_RDMA=" << c.rdma;
+    }
+    ASSERT_EQ(ps_config_set(PS_CFG_DMLC_ENABLE_RDMA, nullptr), PS_OK);
+    ASSERT_EQ(ps_config_set(PS_CFG_DMLC_ENABLE_UCX, "1"), PS_OK);
+    EXPECT_EQ(select(ps_van_select_name), "ipc");
+    EXPECT_EQ(select(ps__van_select_network_name), "ucx");
+    ASSERT_EQ(ps_config_set(PS_CFG_DMLC_ENABLE_UCX, nullptr), PS_OK);
+    ASSERT_EQ(ps_config_set(PS_CFG_DMLC_PS_VAN_TYPE, "shm"), PS_OK);
+    EXPECT_EQ(select(ps_van_select_name), "shm");
+    ASSERT_EQ(ps_config_set(PS_CFG_BYTEPS_ENABLE_IPC, "0"), PS_OK);
+    EXPECT_EQ(select(ps_van_select_name), "shm");
+    ASSERT_EQ(ps_config_set(PS_CFG_DMLC_PS_VAN_TYPE, nullptr), PS_OK);
+    EXPECT_EQ(select(ps_van_select_name), "tcp");
+    ps_config_clear_overrides();
+}
+
 } // namespace

@@ -446,6 +446,10 @@ static void run_dead_server(ps_postoffice_t *po)
     ps_sum_stats_t st;
     ps_sum_stats(ps_sum_server_sum(srv), &st);
     ps_sum_server_destroy(srv);
+    /* The leaver, reported by the postoffice's callback (the live workers
+     * may have left too by now). */
+    if (st.workers_gone < 1)
+        fail("the server never learnt that the leaver is gone");
     if (st.keys_failed != 2 || st.pulls_failed != (uint64_t)(2 * live))
         fail("expected 2 failed keys and %d failed pulls, got %" PRIu64 " and %" PRIu64,
              2 * live, st.keys_failed, st.pulls_failed);

@@ -1,6 +1,6 @@
 /*
  * The summation handler: per-key round state, the sync and async
- * semantics of sum_server.h, and the dead-worker check.
+ * semantics of sum_server.h, and what a dead worker fails.
  *
  * Locking: the key table has one lock (lookups and inserts; keys live until
  * destroy). Each key has its own lock over its round state. The heavy work
@@ -33,7 +33,6 @@
 #include "ps/base/time.h"
 
 #define STORE_ALIGN 4096 /* page-aligned stores, as upstream */
-#define DEAD_POLL_MS_DEFAULT 100
 #define MAX_WORKERS 65536
 
 /* ---- types ---- */
@@ -145,18 +144,22 @@ struct ps_sum {
     uint64_t *dead;
     atomic_int ndead;
 
-    /* the dead-node check */
+    /* Dead workers as the postoffice reports them (its node-failed
+     * callback, which must not block): the callback queues the node ids
+     * under watch_lock, the "gone" thread fails their rounds. */
     ps_mutex_t watch_lock;
     ps_cond_t watch_cond;
     int watch_stop;
-    int watching;
+    int watching;        /* the thread runs */
+    int registered;      /* the callback is registered */
     ps_thread_t watcher;
-    atomic_int waiting; /* requests waiting: queued pulls, held init pushes */
+    int *gone_ids;       /* queued node ids */
+    size_t ngone, gone_cap;
 
     atomic_uint_least64_t next_id;
     struct {
         atomic_uint_least64_t pushes, push_bytes, pulls, rounds, pulls_waited, pushes_held,
-            pulls_failed, keys_failed, refused, stores;
+            pulls_failed, keys_failed, refused, stores, workers_gone;
     } st;
 };
 
@@ -294,7 +297,6 @@ void ps_sum_options_init(ps_sum_options_t *o)
 {
     *o = (ps_sum_options_t){
         .engine_threads = 4,
-        .dead_poll_ms = DEAD_POLL_MS_DEFAULT,
     };
 }
 
@@ -448,16 +450,6 @@ static sum_key_t **keys_snapshot(ps_sum_t *s, size_t *n_p)
 
 /* ---- waiting pulls ---- */
 
-static void watcher_kick(ps_sum_t *s)
-{
-    if (atomic_fetch_add(&s->waiting, 1) == 0) {
-        ps_mutex_lock(&s->watch_lock);
-        if (s->watching)
-            ps_cond_signal(&s->watch_cond);
-        ps_mutex_unlock(&s->watch_lock);
-    }
-}
-
 static void queue_pull(ps_sum_t *s, sum_key_t *k, int worker, uint64_t round,
                        const ps_kv_meta_t *meta, ps_kv_server_t *server, replies_t *r)
 {
@@ -480,7 +472,6 @@ static void queue_pull(ps_sum_t *s, sum_key_t *k, int worker, uint64_t round,
         k->wait_head = p;
     k->wait_tail = p;
     STAT_ADD(s, pulls_waited, 1);
-    watcher_kick(s);
 }
 
 /* Takes waiting pulls out of the list: all of them (match NULL) or those
@@ -501,7 +492,6 @@ static void answer_waiting(ps_sum_t *s, sum_key_t *k, int kind, const ps_slice_t
         reply_add(r, kind, &p->meta, p->server, &k->key_slice, vals, k->type);
         STAT_ADD(s, pulls, kind == REPLY_VALUE);
         STAT_ADD(s, pulls_failed, kind == REPLY_FAIL);
-        atomic_fetch_sub(&s->waiting, 1);
         free(p);
     }
 }
@@ -553,7 +543,6 @@ static void key_break(ps_sum_t *s, sum_key_t *k, int gone, replies_t *r)
     /* Init pushes waiting for the others: acknowledged (their values are
      * of no use now), an init push-pull answered with no value. */
     for (sum_held_t *h = k->init_acks; h; h = h->next) {
-        atomic_fetch_sub(&s->waiting, 1);
         if (h->has_pull) {
             STAT_ADD(s, pulls_failed, 1);
             reply_add(r, REPLY_FAIL, &h->meta, h->server, &k->key_slice, NULL, k->type);
@@ -935,7 +924,6 @@ static void init_push(ps_sum_t *s, sum_key_t *k, int worker, const ps_slice_t *d
     }
     h->next = k->init_acks; /* the order of the acknowledgements does not matter */
     k->init_acks = h;
-    watcher_kick(s); /* waits for the others: watch for dead workers */
     bit_set(k->init_by, worker);
     k->ninit++;
     ps_slice_unref(&k->init_data);
@@ -950,7 +938,6 @@ static void init_push(ps_sum_t *s, sum_key_t *k, int worker, const ps_slice_t *d
     k->inited = 1;
     for (sum_held_t *n; (h = k->init_acks) != NULL; k->init_acks = n) {
         n = h->next;
-        atomic_fetch_sub(&s->waiting, 1);
         if (h->has_pull) {
             /* Its pull waits for round 0 like a plain pull. */
             if (s->opts.async_mode)
@@ -1108,6 +1095,7 @@ void ps_sum_worker_gone(ps_sum_t *s, int node_id)
     if (__atomic_fetch_or(&s->dead[w / 64], bit, __ATOMIC_ACQ_REL) & bit)
         return;
     atomic_fetch_add(&s->ndead, 1);
+    STAT_ADD(s, workers_gone, 1);
     if (s->opts.async_mode) {
         ps_warn(PS_LOG_APP, "sum: worker %d (node %d) is gone", w, node_id);
         return;
@@ -1130,36 +1118,54 @@ void ps_sum_worker_gone(ps_sum_t *s, int node_id)
              w, node_id, (unsigned long long)(atomic_load(&s->st.keys_failed) - failed_before), n);
 }
 
+/* The postoffice's node-failed callback (a postoffice thread; must not
+ * block): queues the worker for the gone thread, which takes key locks and
+ * sends the answers. Async mode only marks it (nothing waits for it). */
+static void on_node_failed(void *arg, ps_postoffice_t *po, int node_id, ps_status_t why)
+{
+    (void)po;
+    ps_sum_t *s = arg;
+    if (ps_id_is_group(node_id) || ps_id_to_role(node_id) != PS_ROLE_WORKER)
+        return;
+    ps_info(PS_LOG_APP, "sum: the postoffice reports worker node %d failed (%s)", node_id,
+            ps_status_str(why));
+    if (s->opts.async_mode) {
+        ps_sum_worker_gone(s, node_id);
+        return;
+    }
+    ps_mutex_lock(&s->watch_lock);
+    if (s->ngone == s->gone_cap) {
+        size_t cap = s->gone_cap ? s->gone_cap * 2 : 16;
+        int *ids = realloc(s->gone_ids, cap * sizeof(int));
+        if (!ids) {
+            ps_mutex_unlock(&s->watch_lock);
+            /* Rare enough to do it here rather than lose the failure. */
+            ps_sum_worker_gone(s, node_id);
+            return;
+        }
+        s->gone_ids = ids;
+        s->gone_cap = cap;
+    }
+    s->gone_ids[s->ngone++] = node_id;
+    ps_cond_signal(&s->watch_cond);
+    ps_mutex_unlock(&s->watch_lock);
+}
+
 static void *watch_main(void *arg)
 {
     ps_sum_t *s = arg;
-    int cap = 16;
-    int *ids = malloc((size_t)cap * sizeof(int));
     ps_mutex_lock(&s->watch_lock);
     while (!s->watch_stop) {
-        if (atomic_load(&s->waiting) == 0) {
+        if (s->ngone == 0) {
             ps_cond_wait(&s->watch_cond, &s->watch_lock, ps_deadline_infinite());
             continue;
         }
-        ps_cond_wait(&s->watch_cond, &s->watch_lock, ps_deadline_from_ms(s->opts.dead_poll_ms));
-        if (s->watch_stop)
-            break;
+        int id = s->gone_ids[--s->ngone];
         ps_mutex_unlock(&s->watch_lock);
-        int n = ps_postoffice_dead_nodes(s->po, ids, ids ? cap : 0);
-        if (n > cap) {
-            int *bigger = realloc(ids, (size_t)n * sizeof(int));
-            if (bigger) {
-                ids = bigger;
-                cap = n;
-                n = ps_postoffice_dead_nodes(s->po, ids, cap);
-            }
-        }
-        for (int i = 0; ids && i < n && i < cap; i++)
-            ps_sum_worker_gone(s, ids[i]);
+        ps_sum_worker_gone(s, id);
         ps_mutex_lock(&s->watch_lock);
     }
     ps_mutex_unlock(&s->watch_lock);
-    free(ids);
     return NULL;
 }
 
@@ -1182,8 +1188,6 @@ ps_status_t ps_sum_create(const ps_sum_options_t *opts, ps_postoffice_t *po, ps_
                  n, o.engine_threads, MAX_WORKERS);
         return PS_ERR_INVALID_ARG;
     }
-    if (o.dead_poll_ms <= 0)
-        o.dead_poll_ms = DEAD_POLL_MS_DEFAULT;
 
     ps_sum_t *s = calloc(1, sizeof(*s));
     if (!s)
@@ -1216,11 +1220,27 @@ ps_status_t ps_sum_create(const ps_sum_options_t *opts, ps_postoffice_t *po, ps_
         goto fail_watch_cond;
     if (po && !o.async_mode) {
         s->watching = 1;
-        if ((st = ps_thread_create("ps-sum-watch", PS_THREAD_NO_CPU, watch_main, s, &s->watcher)) !=
+        if ((st = ps_thread_create("ps-sum-gone", PS_THREAD_NO_CPU, watch_main, s, &s->watcher)) !=
             PS_OK) {
             s->watching = 0;
             goto fail_engine;
         }
+    }
+    if (po) {
+        /* Told at once when a worker dies; the ones dead already are read
+         * after registering, so that none is missed in between. */
+        if ((st = ps_postoffice_on_node_failed(po, on_node_failed, s)) != PS_OK) {
+            ps_error(PS_LOG_APP, "sum: cannot register for node failures: %s",
+                     ps_status_str(st));
+            goto fail_thread;
+        }
+        s->registered = 1;
+        int ids[64];
+        int nd = ps_postoffice_dead_nodes(po, ids, 64);
+        for (int i = 0; i < nd && i < 64; i++)
+            ps_sum_worker_gone(s, ids[i]);
+        if (nd > 64)
+            ps_warn(PS_LOG_APP, "sum: %d nodes dead at start; only the first 64 marked", nd);
     }
     ps_info(PS_LOG_APP, "sum: %d workers, %s mode, %s%s, kernels %s", n,
             o.async_mode ? "async" : "sync",
@@ -1230,6 +1250,14 @@ ps_status_t ps_sum_create(const ps_sum_options_t *opts, ps_postoffice_t *po, ps_
     *sum_p = s;
     return PS_OK;
 
+fail_thread:
+    if (s->watching) {
+        ps_mutex_lock(&s->watch_lock);
+        s->watch_stop = 1;
+        ps_cond_broadcast(&s->watch_cond);
+        ps_mutex_unlock(&s->watch_lock);
+        ps_thread_join(&s->watcher, NULL);
+    }
 fail_engine:
     ps__sum_engine_destroy(s->engine);
 fail_watch_cond:
@@ -1282,6 +1310,7 @@ void ps_sum_stats(ps_sum_t *s, ps_sum_stats_t *stats_p)
         .keys_failed = atomic_load(&s->st.keys_failed),
         .refused = atomic_load(&s->st.refused),
         .stores = atomic_load(&s->st.stores),
+        .workers_gone = atomic_load(&s->st.workers_gone),
     };
     ps_mutex_lock(&s->table_lock);
     x.keys = s->nkeys;
@@ -1303,6 +1332,11 @@ void ps_sum_shutdown(ps_sum_t *s)
         ps_cond_wait(&s->life_cond, &s->life_lock, ps_deadline_infinite());
     ps_mutex_unlock(&s->life_lock);
 
+    if (s->registered) {
+        /* When this returns no callback runs any more. */
+        ps_postoffice_remove_node_callback(s->po, on_node_failed, s);
+        s->registered = 0;
+    }
     ps_mutex_lock(&s->watch_lock);
     int watching = s->watching;
     ps_mutex_unlock(&s->watch_lock);
@@ -1350,6 +1384,7 @@ void ps_sum_destroy(ps_sum_t *s)
     }
     free(s->buckets);
     free(s->dead);
+    free(s->gone_ids);
     ps_slice_unref(&s->zero_len);
     ps_cond_destroy(&s->watch_cond);
     ps_mutex_destroy(&s->watch_lock);

@@ -38,9 +38,9 @@
  * BYTEPS_SERVER_ENABLE_SCHEDULE=1 orders each engine's work as upstream
  * (sum_sched.h). Idle engine threads sleep.
  *
- * A worker declared dead (the postoffice's dead-node list, polled every
- * dead_poll_ms while requests wait) fails every round that still needs its
- * push: the pulls waiting for such a round, and any later pull of that
+ * A worker declared dead (the postoffice's node-failed callback, and its
+ * dead-node list at creation) fails every round that still needs its push
+ * at once: the pulls waiting for such a round, and any later pull of that
  * key, are answered with a zero length for the key — the KV worker
  * completes them with
  * PS_ERR_NOT_FOUND — and the server logs which worker is gone. A round the
@@ -79,7 +79,6 @@ typedef struct ps_sum_options {
     int log_keys;        /* PS_KEY_LOG: log every request */
     int debug;           /* BYTEPS_SERVER_DEBUG: log the values of debug_key */
     uint64_t debug_key;  /* BYTEPS_SERVER_DEBUG_KEY */
-    int dead_poll_ms;    /* period of the dead-worker check while pulls wait (100) */
 } ps_sum_options_t;
 
 /* Defaults (the config table's). */
@@ -100,6 +99,7 @@ typedef struct ps_sum_stats {
     uint64_t keys_failed;   /* keys whose round failed (a worker gone) */
     uint64_t refused;       /* requests refused (not answered) */
     uint64_t stores;        /* store buffers allocated */
+    uint64_t workers_gone;  /* workers known dead (ps_sum_worker_gone) */
     uint64_t keys;
 } ps_sum_stats_t;
 
@@ -126,8 +126,8 @@ void ps_sum_handler(void *sum, const ps_kv_meta_t *meta, const ps_kv_pairs_t *re
                     ps_kv_server_t *server);
 
 /* Worker node `node_id` is gone: fails the rounds that still need it (see
- * above). Called by the dead-node check; callable by an app that learns it
- * otherwise. Ids that are not workers of the job are ignored. */
+ * above). Called when the postoffice reports the node failed; callable by
+ * an app that learns it otherwise. Ids that are not workers of the job are ignored. */
 void ps_sum_worker_gone(ps_sum_t *sum, int node_id);
 
 /* Blocks until the engine threads applied everything queued. */

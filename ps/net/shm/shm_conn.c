@@ -370,6 +370,18 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
     }
     ch->rx_ready = 1;
 
+    /* Job secret (shm_auth.c): both sides proved before the HELLO. */
+    if (van->params.auth_enabled) {
+        st = ps__shm_auth_connect(ch, my_id != PS_NODE_EMPTY
+                                          ? my_id
+                                          : __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE));
+        if (st != PS_OK) {
+            close(memfd);
+            ps__shm_chan_unref(ch);
+            return st;
+        }
+    }
+
     ps__shm_pkt_hello_t hello;
     memset(&hello, 0, sizeof(hello));
     hello.type = PS__SHM_PKT_HELLO;
@@ -433,6 +445,9 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
         return st;
     }
     st = answer[0] == PS__SHM_PKT_WELCOME ? on_welcome(ch, answer, (size_t)got) : PS_ERR_PROTOCOL;
+    if (st == PS_OK) {
+        st = ps__shm_auth_welcomed(ch); /* job secret: its verdict on the peer */
+    }
     if (st != PS_OK) {
         ps__shm_chan_unref(ch);
         return st;
@@ -569,6 +584,7 @@ void ps__shm_accept_all(ps__shm_van_t *van)
         }
         ch->fd = fd;
         ch->peer_pid = peer_pid_of(fd);
+        ps__shm_auth_accepted(ch); /* job secret: AUTH expected first */
         if (ps__shm_list_chan(van, ch) != PS_OK) {
             ps__shm_chan_unref(ch);
             continue;
@@ -650,6 +666,9 @@ static ps_status_t on_hello(ps__shm_chan_t *ch, const uint8_t *buf, size_t len, 
                  h.node_id);
         return PS_ERR_PROTOCOL;
     }
+    if (!ps__shm_auth_claim_ok(ch, h.node_id)) { /* job secret: the id it proved under */
+        return ps__shm_auth_refuse(ch, "it announced another node id than it proved the job secret as");
+    }
     size_t one = ps__shm_ring_bytes(h.ring_bytes);
     struct stat sb;
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < 2 * one) {
@@ -713,6 +732,9 @@ static ps_status_t on_welcome(ps__shm_chan_t *ch, const uint8_t *buf, size_t len
         ps_error(PS_LOG_SHM, "malformed welcome from pid %d; closing", (int)ch->peer_pid);
         return PS_ERR_PROTOCOL;
     }
+    if (!w.accepted && w.pad == PS__SHM_REFUSED_AUTH) {
+        return ps__shm_auth_refused(ch); /* job secret */
+    }
     if (!w.accepted) {
         ps_error(PS_LOG_SHM, "node %d (pid %d) refused the channel: %s", ch->peer_id,
                  (int)ch->peer_pid, w.reason);
@@ -741,6 +763,15 @@ static ps_status_t on_welcome(ps__shm_chan_t *ch, const uint8_t *buf, size_t len
 static ps_status_t on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_t len, int fd)
 {
     ps_status_t st = PS_OK;
+    /* Job secret (shm_auth.c): its packets, and nothing else from a
+     * channel that has not finished it. */
+    if (buf[0] == PS__SHM_PKT_AUTH || ps__shm_auth_pending(ch)) {
+        st = ch->outgoing ? PS_ERR_PROTOCOL : ps__shm_auth_on_packet(ch, buf, len);
+        if (fd >= 0) {
+            close(fd);
+        }
+        return st;
+    }
     switch (buf[0]) {
     case PS__SHM_PKT_BELL:
         /* The peer made room (or wrote while we slept: the ring is polled

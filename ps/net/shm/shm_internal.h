@@ -186,6 +186,20 @@ struct ps__shm_chan {
     size_t scratch_cap;
     ps__shm_idmap_t maps;    /* peer segment id -> ps__shm_map_t */
     ps__shm_chan_t *next_pending, *next_close;
+
+    /* Job-secret handshake (shm_auth.c): the connector's thread in
+     * connect(), then the progress thread. */
+    int auth;                /* PS__SHM_AUTH_* */
+    ps_auth_transcript_t auth_t;
+};
+
+enum {
+    PS__SHM_AUTH_NONE,
+    PS__SHM_AUTH_WAIT_INIT,    /* accepted, secret set: AUTH 'I' expected first */
+    PS__SHM_AUTH_WAIT_PROOF,
+    PS__SHM_AUTH_WAIT_VERDICT, /* connector: the acceptor's proof failed, ours sent */
+    PS__SHM_AUTH_DONE,
+    PS__SHM_AUTH_FAILED,
 };
 
 typedef struct {
@@ -218,6 +232,14 @@ struct ps__shm_van {
     ps_thread_t thread;
     int thread_started;
     int stop;                /* atomic */
+    /* The loop (polling the channels, the sockets, the timers) runs under
+     * prog_lock: on the progress thread, or on a thread waiting for a
+     * completion that drives it (the progress op, busy polling only). */
+    pthread_mutex_t prog_lock;
+    uint64_t drive_seq;      /* atomic: bumped by every progress call */
+    int handback;            /* atomic: the driver stopped; take the loop back */
+    int blocked;             /* atomic: the thread sleeps in epoll holding the loop */
+    int kicked;              /* atomic: a driver woke it once already */
 
     pthread_rwlock_t peers_lock;
     ps__shm_peer_t **peers;  /* by node id */
@@ -229,7 +251,7 @@ struct ps__shm_van {
     int ack_kick;             /* atomic: some channel has acks to flush */
     int tx_kick;              /* atomic: some channel queued a send */
 
-    /* Progress thread only. */
+    /* Under prog_lock (the progress thread, or a driving waiter). */
     ps__shm_chan_t **chans;
     size_t nchans, chans_cap;
     ps_node_t *scratch_nodes;
@@ -261,6 +283,20 @@ ps_status_t ps__shm_peer_add_in(ps__shm_van_t *van, ps__shm_chan_t *ch, int id);
 void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch);
 /* Progress thread: adds a channel to the polled list / epoll. */
 ps_status_t ps__shm_list_chan(ps__shm_van_t *van, ps__shm_chan_t *ch);
+
+/* ---- shm_auth.c (job secret; see there) ---- */
+/* Connector, before HELLO: the exchange; PS_ERR_AUTH (logged) when refused. */
+ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id);
+/* Acceptor: a new channel; whether packets must go to ps__shm_auth_on_packet. */
+void ps__shm_auth_accepted(ps__shm_chan_t *ch);
+int ps__shm_auth_pending(const ps__shm_chan_t *ch);
+ps_status_t ps__shm_auth_on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_t len);
+/* Acceptor: whether HELLO may announce `id`; refusing one (logged, WELCOME sent). */
+int ps__shm_auth_claim_ok(const ps__shm_chan_t *ch, int id);
+ps_status_t ps__shm_auth_refuse(ps__shm_chan_t *ch, const char *why);
+/* Connector: a WELCOME refused us for the secret / accepted us. */
+ps_status_t ps__shm_auth_refused(ps__shm_chan_t *ch);
+ps_status_t ps__shm_auth_welcomed(ps__shm_chan_t *ch);
 
 /* ---- shm_conn.c ---- */
 ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry);

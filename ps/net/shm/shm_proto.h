@@ -53,7 +53,11 @@ enum {
     PS__SHM_PKT_CMA_OK = 'C',
     PS__SHM_PKT_SEG = 'S',
     PS__SHM_PKT_BELL = 'B',
+    PS__SHM_PKT_AUTH = 'A', /* job-secret handshake, before HELLO (shm_auth.c) */
 };
+
+/* WELCOME.pad of a refusal for want of the job secret. */
+#define PS__SHM_REFUSED_AUTH 0xa5
 
 typedef struct {
     uint8_t type;

@@ -465,7 +465,18 @@ static void place_answer(ps__shm_van_t *van, const ps_msg_t *msg, plan_t *pl)
         return;
     }
     if (h.len == msg->data[1].len) {
-        memcpy((uint8_t *)h.map->ptr + h.off, ps_slice_ptr(&msg->data[1]), (size_t)h.len);
+        uint8_t *dst = (uint8_t *)h.map->ptr + h.off;
+        const uint8_t *src = ps_slice_ptr(&msg->data[1]);
+        /* A value pushed from the buffer it is now pulled into (the server
+         * kept the worker's shared buffer) is there already: no copy. Other
+         * overlaps of one segment go through memmove. */
+        if (dst != src) {
+            if (src < dst + h.len && dst < src + h.len) {
+                memmove(dst, src, (size_t)h.len);
+            } else {
+                memcpy(dst, src, (size_t)h.len);
+            }
+        }
         pl->placed[1] = 1;
         pl->placed_seg[1] = h.map->id;
         pl->placed_off[1] = h.off;

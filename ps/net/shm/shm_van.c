@@ -10,9 +10,16 @@
  * byte on the channel's socket. So an idle van uses no CPU, a busy one
  * makes no system call per message, and sockets (new channels, segments
  * announced, a peer's death) are watched in both cases.
+ *
+ * With busy polling, a thread waiting for a completion may drive the loop
+ * itself (the progress op, see van.h): the loop runs under prog_lock, and
+ * the progress thread parks while the calls go on, so that a process has
+ * one spinning thread, and an answer is handled on the thread that waits
+ * for it.
  */
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +58,9 @@
 #define PS__SHM_DRAIN_MS 2000
 #define PS__SHM_DRAIN_IDLE_MS 200
 #define PS__SHM_DEFAULT_CONNECT_MS 10000
+/* While a waiting thread drives the loop, the progress thread checks this
+ * often whether it still does. */
+#define PS__SHM_PARK_MS 1
 
 void ps__shm_wake(ps__shm_van_t *van)
 {
@@ -61,7 +71,9 @@ void ps__shm_wake(ps__shm_van_t *van)
     } while (r < 0 && errno == EINTR);
 }
 
-/* The van whose progress thread this is (NULL on other threads). */
+/* The van whose loop this thread runs now: its progress thread, or a
+ * waiter inside the progress op (NULL on other threads). Sends from here
+ * flush and acknowledge inline instead of kicking the thread. */
 static __thread const ps__shm_van_t *tls_progress_van;
 
 int ps__shm_on_progress(const ps__shm_van_t *van)
@@ -218,7 +230,7 @@ static void drain_wakefd(ps__shm_van_t *van)
 
 /* One round over every channel: receive, then flush. Returns the number of
  * things that moved. */
-static int poll_chans(ps__shm_van_t *van)
+static int poll_chans(ps__shm_van_t *van, unsigned budget)
 {
     int work = 0;
     /* The kicks only keep the thread from sleeping; each channel says
@@ -237,7 +249,7 @@ static int poll_chans(ps__shm_van_t *van)
             continue;
         }
         if (ch->rx_ready) {
-            work += ps__shm_rx_poll(ch, PS__SHM_RX_BUDGET);
+            work += ps__shm_rx_poll(ch, (int)budget);
         }
         if (ch->state == PS__SHM_CH_DEAD) {
             dead = 1;
@@ -315,6 +327,48 @@ static void handle_events(ps__shm_van_t *van, struct epoll_event *evs, int n)
     }
 }
 
+/* One polling round while spinning: the channels (up to `budget` records
+ * each), and every PS__SHM_EPOLL_EVERY rounds the sockets and timers
+ * (prog_lock held). Returns the work done. */
+static int spin_round(ps__shm_van_t *van, unsigned rounds, unsigned budget)
+{
+    int work = poll_chans(van, budget);
+    if (rounds % PS__SHM_EPOLL_EVERY == 0) {
+        struct epoll_event evs[PS__SHM_MAX_EVENTS];
+        int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, 0);
+        if (n > 0) {
+            handle_events(van, evs, n);
+            work += n;
+        }
+        (void)ps__shm_run_timers(van);
+    }
+    return work;
+}
+
+/* Busy polling, while a waiting thread drives the loop: the progress
+ * thread stays out of its way (two spinners per process do not fit two
+ * cores) and checks every PS__SHM_PARK_MS whether the driving went on. It
+ * comes back at once for work handed over through the eventfd (new
+ * channels, a queued send or ack from another thread, stop, the driver's
+ * hand-back); the driver watches the sockets itself meanwhile. */
+static void park(ps__shm_van_t *van, uint64_t *seen)
+{
+    struct pollfd pfd = {.fd = van->wakefd, .events = POLLIN};
+    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+        if (__atomic_exchange_n(&van->handback, 0, __ATOMIC_ACQ_REL)) {
+            return;
+        }
+        if (poll(&pfd, 1, PS__SHM_PARK_MS) != 0) {
+            return; /* work, or EINTR: a round sorts it out */
+        }
+        uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+        if (cur == *seen) {
+            return; /* nobody drove for a whole period */
+        }
+        *seen = cur;
+    }
+}
+
 static void *progress_main(void *arg)
 {
     ps__shm_van_t *van = arg;
@@ -330,8 +384,26 @@ static void *progress_main(void *arg)
     int spun = 0; /* polled without traffic since the last work */
     uint64_t last_work = ps_time_now_ns();
     unsigned rounds = 0;
+    uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&van->prog_lock);
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        int work = poll_chans(van);
+        if (van->params.busy_poll) {
+            uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+            if (cur != seen) {
+                seen = cur;
+                pthread_mutex_unlock(&van->prog_lock);
+                park(van, &seen);
+                pthread_mutex_lock(&van->prog_lock);
+                last_work = ps_time_now_ns();
+                /* What woke us (the eventfd drained here, or it would
+                 * wake us again at once), and the sockets. */
+                int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, 0);
+                if (n > 0) {
+                    handle_events(van, evs, n);
+                }
+            }
+        }
+        int work = poll_chans(van, PS__SHM_RX_BUDGET);
         uint64_t now = ps_time_now_ns();
         if (work > 0) {
             if (adapt && spun) {
@@ -355,9 +427,11 @@ static void *progress_main(void *arg)
             }
             if (work == 0) {
                 /* On a small machine the thread we wait for may need this
-                 * core. */
+                 * core (and a driving waiter the loop). */
                 if (rounds % PS__SHM_YIELD_EVERY == 0) {
+                    pthread_mutex_unlock(&van->prog_lock);
                     sched_yield();
+                    pthread_mutex_lock(&van->prog_lock);
                 } else {
                     ps_cpu_relax();
                 }
@@ -376,7 +450,10 @@ static void *progress_main(void *arg)
             }
             spun = 0;
         }
+        __atomic_store_n(&van->blocked, 1, __ATOMIC_RELEASE);
         int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, timeout);
+        __atomic_store_n(&van->blocked, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&van->kicked, 0, __ATOMIC_RELEASE);
         after_sleep(van);
         if (n < 0) {
             if (errno != EINTR) {
@@ -388,7 +465,39 @@ static void *progress_main(void *arg)
         handle_events(van, evs, n);
         last_work = ps_time_now_ns();
     }
+    pthread_mutex_unlock(&van->prog_lock);
     return NULL;
+}
+
+/* The progress op: one spinning round of the loop on the caller's thread,
+ * if no one else runs it right now. Budget 0 hands the loop back. */
+static int shm_progress(ps__shm_van_t *van, unsigned budget)
+{
+    if (budget == 0) {
+        __atomic_store_n(&van->handback, 1, __ATOMIC_RELEASE);
+        ps__shm_wake(van);
+        return 0;
+    }
+    uint64_t seq = __atomic_add_fetch(&van->drive_seq, 1, __ATOMIC_ACQ_REL);
+    if (pthread_mutex_trylock(&van->prog_lock) != 0) {
+        /* The thread has the loop. If it sleeps in epoll (idle until now),
+         * wake it once so that it sees us and stands back. */
+        if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) &&
+            !__atomic_exchange_n(&van->kicked, 1, __ATOMIC_ACQ_REL)) {
+            ps__shm_wake(van);
+        }
+        return 0;
+    }
+    int work = 0;
+    if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+        const ps__shm_van_t *outer = tls_progress_van;
+        tls_progress_van = van;
+        unsigned per_chan = budget < PS__SHM_RX_BUDGET ? budget : PS__SHM_RX_BUDGET;
+        work = spin_round(van, (unsigned)seq, per_chan);
+        tls_progress_van = outer;
+    }
+    pthread_mutex_unlock(&van->prog_lock);
+    return work;
 }
 
 /* ---- ops ---- */
@@ -453,6 +562,7 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     pthread_rwlock_init(&van->peers_lock, NULL);
     pthread_mutex_init(&van->pending_lock, NULL);
     pthread_mutex_init(&van->hints_lock, NULL);
+    pthread_mutex_init(&van->prog_lock, NULL);
 
     ps_status_t st = ps__shm_pool_create(PS__SHM_POOL_CACHE, &van->pool);
     if (st == PS_OK) {
@@ -532,6 +642,15 @@ void ps__shm_stop(ps_van_t *v)
 {
     ps__shm_van_t *van = sv_of(v);
     if (van->thread_started) {
+        /* How the values travelled (see ps__shm_test_counters): the first
+         * thing to look at when a figure is off. */
+        uint64_t k[PS__SHM_TEST_KINDS];
+        ps__shm_test_counters(v, k);
+        ps_info(PS_LOG_SHM,
+                "segments sent: %llu staged, %llu inline, %llu read by the peer, %llu from "
+                "shared buffers, %llu streamed, %llu placed in the peer's buffer",
+                (unsigned long long)k[0], (unsigned long long)k[1], (unsigned long long)k[2],
+                (unsigned long long)k[3], (unsigned long long)k[4], (unsigned long long)k[5]);
         /* Let queued sends leave, and peers finish reading what they read
          * from our memory, while that makes progress (bounded). */
         uint64_t start = ps_time_now_ns();
@@ -588,6 +707,7 @@ static void sv_close(ps_van_t *v)
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->pending_lock);
     pthread_mutex_destroy(&van->hints_lock);
+    pthread_mutex_destroy(&van->prog_lock);
     free(van);
 }
 
@@ -696,6 +816,11 @@ static void sv_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
     }
 }
 
+static int sv_progress(ps_van_t *v, unsigned budget)
+{
+    return shm_progress(sv_of(v), budget);
+}
+
 static const ps_van_ops_t sv_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = sv_open,
@@ -709,6 +834,7 @@ static const ps_van_ops_t sv_ops = {
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = sv_stats,
+    .progress = sv_progress,
 };
 
 /* memfd_create and SCM_RIGHTS are all the van needs from the kernel. */

@@ -8,8 +8,10 @@
  * (PS_NODE_EMPTY while the scheduler has not assigned one yet, plus a
  * random nonce). The accepting side learns from the hello who is at the
  * other end and stamps that id as `sender` on every message it delivers
- * from the connection. send() to a node uses our own connection to it when
- * there is one, otherwise the node's connection to us.
+ * from the connection. send() to a single-stream peer sticks to one
+ * connection, preferably the one the lower node id opened, so that both
+ * directions share it (ps__tcp_peer_t.chosen); to a multi-stream peer it
+ * uses our own streams.
  *
  * Replying to a node that has no id yet: as upstream, the scheduler reads
  * the node's address from its ADD_NODE, assigns it an id, and connect()s
@@ -277,6 +279,7 @@ void ps__tcp_accept_all(ps__tcp_van_t *van)
         }
         conn->in_epoll = 1;
         conn_link(van, conn);
+        ps__tcp_auth_accepted(conn); /* job secret: INIT expected first */
         ps_debug(PS_LOG_TCP, "accepted a connection from %s", conn->addr_str);
     }
 }
@@ -322,11 +325,17 @@ ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id
         for (int i = 0; i < p->num_out; ++i) {
             __atomic_add_fetch(&p->out[i]->refs, 1, __ATOMIC_RELAXED);
             replaced[num_replaced++] = p->out[i];
+            if (p->chosen == p->out[i]) {
+                __atomic_store_n(&p->chosen, NULL, __ATOMIC_RELEASE);
+            }
         }
         p->num_out = 0;
     }
     ps__tcp_conn_t *fresh[PS__TCP_MAX_STREAMS];
-    int nstreams = van->conns_per_peer;
+    /* The scheduler only exchanges control messages: one stream is plenty. */
+    int nstreams = peer->id == PS_SCHEDULER_ID || van->params.is_scheduler
+                       ? 1
+                       : van->conns_per_peer;
     uint64_t nonce = ps__tcp_random(van);
     int made = 0;
     for (; made < nstreams; ++made) {
@@ -341,7 +350,9 @@ ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id
             strcpy(conn->addr_str, "?");
         }
         conn->nonce = nonce;
+        conn->auth_t.id_i = hello_id; /* job secret: the id the handshake binds */
         conn->stream = made;
+        conn->nstreams = nstreams;
         conn->connect_deadline_ns = deadline;
         uint8_t hello[128];
         size_t hello_len;
@@ -414,6 +425,7 @@ void ps__tcp_disconnect(ps__tcp_van_t *van, int node_id)
             __atomic_add_fetch(&gone[i]->refs, 1, __ATOMIC_RELAXED);
         }
         p->num_out = p->num_in = 0;
+        __atomic_store_n(&p->chosen, NULL, __ATOMIC_RELEASE);
     }
     pthread_rwlock_unlock(&van->peers_lock);
     if (n == 0) {
@@ -532,6 +544,23 @@ void ps__tcp_on_connected_event(ps__tcp_conn_t *conn, uint32_t events)
         conn_connect_failed(conn, err);
         return;
     }
+    if (van->params.auth_enabled) {
+        /* Job secret: stay CONNECTING (the queue held, the connect deadline
+         * running) until the peer proved it; tcp_auth.c then calls
+         * ps__tcp_conn_ready(). */
+        if (ps__tcp_auth_start(conn) != PS_OK) {
+            ps_warn(PS_LOG_TCP, "connection to node %d at %s failed right away", conn->peer_id,
+                    conn->addr_str);
+            ps__tcp_conn_fail(conn, PS_ERR_PEER_GONE, 1);
+        }
+        return;
+    }
+    ps__tcp_conn_ready(conn);
+}
+
+void ps__tcp_conn_ready(ps__tcp_conn_t *conn)
+{
+    ps__tcp_van_t *van = conn->van;
     pthread_mutex_lock(&conn->send_lock);
     conn->state = PS__TCP_READY;
     ps__tcp_set_epoll(conn, 1);
@@ -654,6 +683,9 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
     if (!notify || why == PS_OK || id == PS_NODE_EMPTY) {
         return;
     }
+    if (van->failing_peer == id) {
+        return; /* a sibling drained below: the peer is being failed */
+    }
     /* A peer is connected or it is not: its other streams go too, and the
      * postoffice hears about it once. */
     ps__tcp_conn_t *others[2 * PS__TCP_MAX_STREAMS];
@@ -672,6 +704,18 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
         }
     }
     pthread_rwlock_unlock(&van->peers_lock);
+    /* What the peer sent on its other streams before this one broke is
+     * still delivered (a peer that finished its work and exited must not
+     * lose its last messages): read them dry first. */
+    int outer = van->failing_peer;
+    van->failing_peer = id;
+    for (int i = 0; i < n; ++i) {
+        if (others[i]->state == PS__TCP_READY) {
+            ps__tcp_on_readable(others[i]);
+        }
+    }
+    ps__tcp_run_ready(van); /* a striped frame completed by the drain */
+    van->failing_peer = outer;
     for (int i = 0; i < n; ++i) {
         ps__tcp_conn_fail(others[i], why, 0);
         ps__tcp_conn_unref(others[i]);

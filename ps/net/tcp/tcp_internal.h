@@ -7,6 +7,9 @@
  *
  * Threads. One progress thread per van owns every socket's lifecycle, all
  * reading, and the flushing of queued sends; any thread may call send().
+ * With busy polling a waiting thread may run the event loop instead
+ * (tcp_van.c, the progress op): "the progress thread" below means whoever
+ * holds van->prog_lock.
  *   - van->peers (id -> connections) is guarded by peers_lock (a rwlock:
  *     senders read it, connection set-up and teardown write it).
  *   - conn->send_lock guards a connection's send queue, its state as
@@ -19,19 +22,23 @@
  *     may call send(), connect(), disconnect() and set_node_id() (never
  *     close(), which joins that thread).
  *
- * Several connections per peer (PS_TCP_CONNS_PER_PEER / DMLC_NUM_PORTS) are
- * prepared for but not used yet: the hello already carries the stream index,
- * the stream count and a nonce shared by one connect()'s streams, and a peer
- * keeps its streams in order (out[], in[]). The plan: stream 0 carries every
- * frame; a frame whose data exceeds a threshold (announced in the hello) has
- * its data cut into contiguous chunks, chunk 0 after the meta on stream 0 and
- * chunk i as bare bytes on stream i. A sender takes the streams' send locks
- * in index order, so chunks of consecutive messages are in the same order on
- * every stream; the receiver gives stream i's bytes to the oldest frame still
- * missing chunk i, and stream 0 stops reading (EPOLLIN off) until the frame
- * it parsed last is complete, which keeps delivery in send order. On this
- * 2-vCPU machine a second loopback stream does not add bandwidth (iperf3 -P 2
- * is no faster than -P 1, both CPUs are busy), so the van opens one stream.
+ * Several connections per peer (PS_TCP_CONNS_PER_PEER / DMLC_NUM_PORTS,
+ * the larger wins; never to the scheduler, which only gets control
+ * messages): connect() opens N streams to the peer, each announcing in its
+ * hello the stream index, N and a nonce shared by the N streams. Stream 0
+ * carries every frame. A frame whose data is at least PS__TCP_STRIPE_MIN
+ * bytes has its data cut into N contiguous chunks (ps__tcp_stripe_range):
+ * chunk 0 follows the meta on stream 0, chunk i travels as bare bytes on
+ * stream i, which after its hello carries nothing else. A sender holds all
+ * N send locks (taken in index order) while it queues a striped frame, so
+ * chunks are in the same frame order on every stream. The receiver sets up
+ * every segment's destination when stream 0 decoded the meta, reads chunk
+ * i straight from stream i into its part of the destinations, and stops
+ * reading stream 0 (EPOLLIN off) until the frame is complete, which keeps
+ * delivery in send order; a stream i with no chunk to fill stops reading
+ * too. Only our own streams (out[]) stripe; replies on a peer's
+ * connections to us use its stream 0 alone. The striping rule (threshold,
+ * cut) is part of the hello's version.
  */
 #ifndef PS_NET_TCP_TCP_INTERNAL_H_
 #define PS_NET_TCP_TCP_INTERNAL_H_
@@ -45,6 +52,7 @@
 #include "ps/base/sockaddr.h"
 #include "ps/base/status.h"
 #include "ps/base/thread.h"
+#include "ps/net/auth.h"
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
@@ -53,6 +61,8 @@
 
 /* Most streams (connections) per peer this van opens or indexes. */
 #define PS__TCP_MAX_STREAMS 8
+/* Frames with at least this much data are striped over a peer's streams. */
+#define PS__TCP_STRIPE_MIN (256u << 10)
 /* Header plus meta of a data message fit here; bigger metas (control
  * messages with node lists) are encoded into a heap buffer. */
 #define PS__TCP_HM_STACK 1024
@@ -90,11 +100,30 @@ typedef enum {
     PS__TCP_DEAD,
 } ps__tcp_state_t;
 
+/* Job-secret handshake of a connection (tcp_auth.c). */
+typedef enum {
+    PS__TCP_AUTH_NONE,           /* no secret configured (or not started) */
+    PS__TCP_AUTH_WAIT_INIT,      /* accepted: the opener speaks first */
+    PS__TCP_AUTH_WAIT_PROOF,     /* accepted: challenged, waiting for its proof */
+    PS__TCP_AUTH_WAIT_CHALLENGE, /* opened: INIT sent, queue held */
+    PS__TCP_AUTH_WAIT_VERDICT,   /* opened: the peer's proof failed, ours sent */
+    PS__TCP_AUTH_DONE,
+    PS__TCP_AUTH_FAILED,
+} ps__tcp_auth_state_t;
+
 typedef enum {
     PS__TCP_RX_HEADER,
     PS__TCP_RX_META,
     PS__TCP_RX_DATA,
+    PS__TCP_RX_STRIPE_WAIT, /* stream 0: own chunk done, others still coming */
+    PS__TCP_RX_CHUNK,       /* stream > 0 of a striped group, after its hello */
 } ps__tcp_rx_phase_t;
+
+/* Where received data goes: pieces of the destination segments. */
+typedef struct {
+    uint8_t *ptr;
+    uint64_t len;
+} ps__tcp_piece_t;
 
 /* A frame (or its unsent rest) waiting in a connection's send queue. It
  * holds references on the data slices until they are on the wire. */
@@ -149,10 +178,26 @@ typedef struct ps__tcp_conn {
     ps__tcp_rx_phase_t phase;
     ps_frame_header_t hdr;
     ps_msg_t rmsg;
-    uint32_t seg;
-    uint64_t seg_off;
-    uint8_t *seg_ptr;       /* NULL: the current segment has no destination yet */
+    /* The data this stream reads for the current frame (RX_DATA, or its
+     * chunk in RX_CHUNK): pieces of the destinations, in order. */
+    ps__tcp_piece_t piece[PS_MSG_MAX_DATA];
+    uint32_t npiece;
+    uint32_t piece_idx;
+    uint64_t piece_off;
     int rcvlowat;           /* SO_RCVLOWAT in effect (0 = the kernel's default) */
+    int nstreams;           /* streams of its group (hello); 1: no striping */
+    int rx_off;             /* EPOLLIN taken away (striping waits) */
+    /* Stream 0 of an incoming group, a striped frame under way: chunks not
+     * yet complete (its own included), and those whose stream has not
+     * picked them up yet (bit i: chunk i). */
+    int stripe_left;
+    uint32_t stripe_unassigned;
+    int rx_ready;           /* on van->rx_ready */
+    struct ps__tcp_conn *next_ready;
+
+    /* Job-secret handshake (progress thread only; tcp_auth.c). */
+    ps__tcp_auth_state_t auth;
+    ps_auth_transcript_t auth_t; /* outgoing: id_i is what our hello announces */
 } ps__tcp_conn_t;
 
 /* The connections of one peer node. */
@@ -162,6 +207,13 @@ typedef struct {
     int num_out;
     ps__tcp_conn_t *in[PS__TCP_MAX_STREAMS];  /* the peer's, identified */
     int num_in;
+    /* Single-stream peers: the connection every message to the peer takes
+     * (atomic; chosen at the first send, kept while it lives: one fixed
+     * choice keeps the order). Both ends prefer the connection the lower
+     * node id opened, so requests and responses share one TCP stream and
+     * each carries the ACK of the other; on two one-way streams every
+     * message costs an extra bare ACK packet. */
+    ps__tcp_conn_t *chosen;
 } ps__tcp_peer_t;
 
 struct ps__tcp_van {
@@ -183,6 +235,15 @@ struct ps__tcp_van {
     int thread_started;
     int stop;               /* atomic */
 
+    /* Who runs the event loop: the progress thread, or (busy polling) a
+     * thread waiting for a completion, through the progress op. Whoever
+     * holds prog_lock owns everything marked "progress thread only". */
+    pthread_mutex_t prog_lock;
+    uint64_t drive_seq;     /* atomic: bumped by every progress() call */
+    int handback;           /* atomic: a driver stopped; the thread takes over */
+    int blocked;            /* atomic: the thread sleeps in epoll_wait holding prog_lock */
+    int kicked;             /* atomic: a driver already woke it from there */
+
     pthread_rwlock_t peers_lock;
     ps__tcp_peer_t **peers; /* indexed by node id */
     int peers_cap;
@@ -195,6 +256,8 @@ struct ps__tcp_van {
     /* Progress thread only. */
     ps__tcp_conn_t *conns;      /* every live connection */
     ps__tcp_conn_t *graveyard;  /* closed this iteration; unref'd after it */
+    ps__tcp_conn_t *rx_ready;   /* staged bytes to parse before the round ends */
+    int failing_peer;           /* the peer whose failure is being handled */
     int num_connecting;
     ps_node_t *scratch_nodes;
     size_t scratch_cap;
@@ -216,7 +279,12 @@ uint64_t ps__tcp_random(ps__tcp_van_t *van);
 ps__tcp_peer_t *ps__tcp_peer_get(ps__tcp_van_t *van, int id, int create); /* write lock when create */
 void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn); /* takes write lock */
 ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id); /* takes write lock */
-ps__tcp_conn_t *ps__tcp_peer_send_conn(ps__tcp_van_t *van, int id); /* referenced, or NULL */
+/* The connections a frame of `data_total` bytes to node `id` goes on,
+ * referenced, into conns[] (PS__TCP_MAX_STREAMS): 1 (stream 0 alone), n > 1
+ * (striped over our n streams), 0 (not connected) or -1 (a stream of the
+ * group is gone: the peer is failing). */
+int ps__tcp_peer_send_conns(ps__tcp_van_t *van, int id, uint64_t data_total,
+                            ps__tcp_conn_t **conns);
 
 /* ---- tcp_conn.c ---- */
 ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry);
@@ -237,11 +305,34 @@ void ps__tcp_conn_destroy_now(ps__tcp_conn_t *conn); /* never published */
 void ps__tcp_close_all(ps__tcp_van_t *van);
 void ps__tcp_set_epoll(ps__tcp_conn_t *conn, int want_out); /* send_lock held */
 
+/* The TCP connect succeeded (and the job secret, if any, was proved):
+ * READY, flush the queue; on failure closes the connection. */
+void ps__tcp_conn_ready(ps__tcp_conn_t *conn);
+
+/* ---- tcp_auth.c (job secret; see there) ---- */
+/* Opener, TCP connected: sends INIT and holds the queue. */
+ps_status_t ps__tcp_auth_start(ps__tcp_conn_t *conn);
+/* Acceptor, new connection: expect INIT when a secret is configured. */
+void ps__tcp_auth_accepted(ps__tcp_conn_t *conn);
+/* A decoded meta, before anything else looks at it: handles handshake
+ * frames (*consumed_p = 1) and refuses what arrives before the handshake
+ * is done. An error closes the connection (already logged). */
+ps_status_t ps__tcp_auth_rx(ps__tcp_conn_t *conn, const ps_meta_t *meta, int *consumed_p);
+/* Whether an accepted connection may announce node `id` in its hello. */
+int ps__tcp_auth_claim_ok(const ps__tcp_conn_t *conn, int id);
+/* The peer closed the connection: PS_ERR_AUTH (logged) when that ended
+ * our handshake, else PS_OK. */
+ps_status_t ps__tcp_auth_cut(ps__tcp_conn_t *conn);
+
 /* ---- tcp_send.c ---- */
 ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg);
 /* Sends (or queues) the frame [hm, data...] on conn. */
 ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
                                     const ps_slice_t *data, uint32_t num_data);
+/* The same with conn->send_lock held by the caller. */
+ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *hm,
+                                           size_t hm_len, const ps_slice_t *data,
+                                           uint32_t num_data);
 /* Writes what the socket takes from the queue (send_lock not held by the
  * caller). PS_OK (possibly with a rest queued) or the socket's error. */
 ps_status_t ps__tcp_flush(ps__tcp_conn_t *conn);
@@ -250,10 +341,16 @@ ps_status_t ps__tcp_flush(ps__tcp_conn_t *conn);
 ps__tcp_entry_t *ps__tcp_queue_take(ps__tcp_conn_t *conn);
 void ps__tcp_entries_free(ps__tcp_van_t *van, ps__tcp_entry_t *list);
 
+/* ---- striping ---- */
+/* Chunk `i` of `n` of a frame with `total` data bytes: [*off_p, +*len_p). */
+void ps__tcp_stripe_range(uint64_t total, int n, int i, uint64_t *off_p, uint64_t *len_p);
+
 /* ---- tcp_recv.c ---- */
 /* Reads and delivers what the socket has; on a broken stream fails the
  * connection itself. */
 void ps__tcp_on_readable(ps__tcp_conn_t *conn);
+/* Runs the connections marked ready (staged bytes, no event to come). */
+void ps__tcp_run_ready(ps__tcp_van_t *van);
 void ps__tcp_rx_reset(ps__tcp_conn_t *conn);
 
 /* ---- tcp_wire.c ---- */

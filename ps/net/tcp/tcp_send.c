@@ -40,7 +40,7 @@ void ps__tcp_set_epoll(ps__tcp_conn_t *conn, int want_out)
 {
     struct epoll_event ev;
     memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN | (want_out ? EPOLLOUT : 0);
+    ev.events = (conn->rx_off ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0);
     ev.data.ptr = &conn->handle;
     if (epoll_ctl(conn->van->epfd, EPOLL_CTL_MOD, conn->fd, &ev) != 0) {
         /* Only a closed fd gets here, and then the connection is being torn
@@ -145,6 +145,16 @@ static ps__tcp_entry_t *entry_new(ps__tcp_van_t *van, const uint8_t *hm, size_t 
 ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
                                     const ps_slice_t *data, uint32_t num_data)
 {
+    pthread_mutex_lock(&conn->send_lock);
+    ps_status_t st = ps__tcp_conn_send_frame_locked(conn, hm, hm_len, data, num_data);
+    pthread_mutex_unlock(&conn->send_lock);
+    return st;
+}
+
+ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *hm,
+                                           size_t hm_len, const ps_slice_t *data,
+                                           uint32_t num_data)
+{
     ps__tcp_van_t *van = conn->van;
     struct iovec iov[PS__TCP_FRAME_IOV];
     int cnt = 0;
@@ -161,9 +171,7 @@ ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, siz
         }
     }
 
-    pthread_mutex_lock(&conn->send_lock);
     if (conn->state == PS__TCP_DEAD) {
-        pthread_mutex_unlock(&conn->send_lock);
         return PS_ERR_PEER_GONE;
     }
     uint64_t sent = 0;
@@ -171,7 +179,6 @@ ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, siz
         /* The common case: straight from the user's buffers to the socket. */
         ssize_t n = send_iov(conn->fd, iov, cnt);
         if (n >= 0 && (uint64_t)n == total) {
-            pthread_mutex_unlock(&conn->send_lock);
             __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
             return PS_OK;
         }
@@ -180,7 +187,6 @@ ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, siz
                 /* The progress thread sees the same error on the socket and
                  * reports the peer; the caller only learns this send failed. */
                 int err = errno;
-                pthread_mutex_unlock(&conn->send_lock);
                 ps_debug(PS_LOG_TCP, "send to node %d at %s: %s", conn->peer_id,
                          conn->addr_str, strerror(err));
                 return PS_ERR_PEER_GONE;
@@ -197,7 +203,6 @@ ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, siz
              * tear the connection down and report the peer. */
             shutdown(conn->fd, SHUT_RDWR);
         }
-        pthread_mutex_unlock(&conn->send_lock);
         ps_error(PS_LOG_TCP, "out of memory queueing a send to node %d", conn->peer_id);
         return PS_ERR_NO_MEMORY;
     }
@@ -210,7 +215,6 @@ ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, siz
     if (conn->state == PS__TCP_READY && !conn->epoll_out) {
         ps__tcp_set_epoll(conn, 1);
     }
-    pthread_mutex_unlock(&conn->send_lock);
     if (sent != 0) {
         __atomic_add_fetch(&van->bytes_sent, sent, __ATOMIC_RELAXED);
     }
@@ -283,6 +287,68 @@ ps_status_t ps__tcp_flush(ps__tcp_conn_t *conn)
     }
 }
 
+/* Bytes [off, off + len) of the data as slices (references not taken). */
+static uint32_t slice_range(const ps_slice_t *data, uint32_t num_data, uint64_t off,
+                            uint64_t len, ps_slice_t *out)
+{
+    uint32_t n = 0;
+    uint64_t start = 0;
+    for (uint32_t s = 0; s < num_data && len > 0; ++s) {
+        uint64_t slen = data[s].len;
+        if (off < start + slen) {
+            uint64_t in = off - start;
+            uint64_t take = slen - in < len ? slen - in : len;
+            out[n] = data[s];
+            out[n].off += (size_t)in;
+            out[n].len = (size_t)take;
+            n++;
+            off += take;
+            len -= take;
+        }
+        start += slen;
+    }
+    return n;
+}
+
+/* A frame striped over a peer's streams (tcp_internal.h): chunk 0 after
+ * the header and meta on stream 0, chunk i bare on stream i, all queued
+ * under every stream's send lock so that the frame order is the same on
+ * each. */
+static ps_status_t send_striped(ps__tcp_conn_t **conns, int n, const uint8_t *hm, size_t hm_len,
+                                const ps_slice_t *data, uint32_t num_data, uint64_t total)
+{
+    for (int i = 0; i < n; ++i) {
+        pthread_mutex_lock(&conns[i]->send_lock);
+    }
+    ps_status_t st = PS_OK;
+    for (int i = 0; i < n; ++i) {
+        if (conns[i]->state == PS__TCP_DEAD) {
+            st = PS_ERR_PEER_GONE; /* nothing queued yet: the group is failing */
+        }
+    }
+    for (int i = 0; i < n && st == PS_OK; ++i) {
+        ps_slice_t part[PS_MSG_MAX_DATA];
+        uint64_t off, len;
+        ps__tcp_stripe_range(total, n, i, &off, &len);
+        uint32_t np = slice_range(data, num_data, off, len, part);
+        st = ps__tcp_conn_send_frame_locked(conns[i], hm, i == 0 ? hm_len : 0, part, np);
+        if (st != PS_OK && i > 0) {
+            /* Part of the frame is queued and the rest cannot be: the group
+             * is unusable. Shutting its streams down makes the progress
+             * thread fail the peer. */
+            for (int j = 0; j < n; ++j) {
+                if (conns[j]->fd >= 0) {
+                    shutdown(conns[j]->fd, SHUT_RDWR);
+                }
+            }
+        }
+    }
+    for (int i = n - 1; i >= 0; --i) {
+        pthread_mutex_unlock(&conns[i]->send_lock);
+    }
+    return st;
+}
+
 ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg)
 {
     if (msg == NULL || msg->num_data > PS_MSG_MAX_DATA) {
@@ -324,14 +390,28 @@ ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg)
     if (st != PS_OK) {
         return st;
     }
-    ps__tcp_conn_t *conn = ps__tcp_peer_send_conn(van, recver);
-    if (conn == NULL) {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < msg->num_data; ++i) {
+        total += lens[i];
+    }
+    ps__tcp_conn_t *conns[PS__TCP_MAX_STREAMS];
+    int n = ps__tcp_peer_send_conns(van, recver, total, conns);
+    if (n <= 0) {
         free(heap);
+        if (n < 0) {
+            return PS_ERR_PEER_GONE;
+        }
         ps_warn_ratelimited(PS_LOG_TCP, "send to node %d: not connected", recver);
         return PS_ERR_UNREACHABLE;
     }
-    st = ps__tcp_conn_send_frame(conn, hm, hm_len, msg->data, msg->num_data);
-    ps__tcp_conn_unref(conn);
+    if (n == 1) {
+        st = ps__tcp_conn_send_frame(conns[0], hm, hm_len, msg->data, msg->num_data);
+    } else {
+        st = send_striped(conns, n, hm, hm_len, msg->data, msg->num_data, total);
+    }
+    for (int i = 0; i < n; ++i) {
+        ps__tcp_conn_unref(conns[i]);
+    }
     free(heap);
     if (ps_unlikely(PS_LOG_TRACE <= ps__log_level) && st == PS_OK) {
         char line[192];

@@ -9,9 +9,17 @@
  * with busy_poll it polls epoll without sleeping while traffic flows and
  * falls back to blocking after PS__TCP_SPIN_NS without an event, so an
  * idle van never burns a core.
+ *
+ * With busy_poll, a thread waiting for a completion (ps_customer_wait)
+ * runs the same loop through the progress op instead: whoever holds
+ * prog_lock runs it. The progress thread sees the drivers (drive_seq) and
+ * parks outside the loop until they stop, so a busy process spins on one
+ * thread, not two (on two cores, three spinners for a round trip between
+ * two processes cost 3x a raw TCP ping-pong).
  */
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +35,12 @@
 /* How long busy-polling goes on without an event before it blocks. */
 #define PS__TCP_SPIN_NS (200ull * PS_NSEC_PER_MSEC)
 #define PS__TCP_MAX_EVENTS 64
+/* While a waiting thread drives the loop, the progress thread checks this
+ * often whether it still does. */
+#define PS__TCP_PARK_MS 1
+/* A spinning progress thread yields the CPU after this many empty polls
+ * (a power of two). */
+#define PS__TCP_YIELD_EVERY 256
 /* Free receive buffers the pool keeps. */
 #define PS__TCP_POOL_CACHE (256u << 20)
 /* close() lets queued sends leave for at most this long, and stops early
@@ -110,6 +124,9 @@ void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
     if (p != NULL) {
         remove_from(p->out, &p->num_out, conn);
         remove_from(p->in, &p->num_in, conn);
+        if (p->chosen == conn) {
+            __atomic_store_n(&p->chosen, NULL, __ATOMIC_RELEASE);
+        }
     }
     pthread_rwlock_unlock(&van->peers_lock);
 }
@@ -132,26 +149,67 @@ ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id
     return PS_OK;
 }
 
-ps__tcp_conn_t *ps__tcp_peer_send_conn(ps__tcp_van_t *van, int id)
+/* The connection of a single-stream peer (peers_lock held for reading):
+ * see ps__tcp_peer_t.chosen. */
+static ps__tcp_conn_t *single_stream_conn(ps__tcp_van_t *van, ps__tcp_peer_t *p)
 {
-    ps__tcp_conn_t *conn = NULL;
+    ps__tcp_conn_t *c = __atomic_load_n(&p->chosen, __ATOMIC_ACQUIRE);
+    if (c != NULL) {
+        return c;
+    }
+    int me = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+    int lower_is_me = me != PS_NODE_EMPTY && me < p->id;
+    ps__tcp_conn_t *mine = p->num_out > 0 ? p->out[0] : NULL;
+    ps__tcp_conn_t *theirs = NULL;
+    for (int i = 0; i < p->num_in && theirs == NULL; ++i) {
+        if (p->in[i]->nstreams <= 1) {
+            theirs = p->in[i];
+        }
+    }
+    c = lower_is_me ? (mine != NULL ? mine : theirs) : (theirs != NULL ? theirs : mine);
+    if (c == NULL) {
+        c = p->in[0]; /* only a striped group of the peer's: its stream 0 */
+    }
+    /* Concurrent first senders (under the read lock): one choice wins. */
+    ps__tcp_conn_t *expected = NULL;
+    if (!__atomic_compare_exchange_n(&p->chosen, &expected, c, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        c = expected;
+    }
+    return c;
+}
+
+int ps__tcp_peer_send_conns(ps__tcp_van_t *van, int id, uint64_t data_total,
+                            ps__tcp_conn_t **conns)
+{
+    int n = 0;
     pthread_rwlock_rdlock(&van->peers_lock);
     ps__tcp_peer_t *p = ps__tcp_peer_get(van, id, 0);
     if (p != NULL) {
-        /* Our own connection first; else the peer's connection to us (a
+        /* Our own connections first; else the peer's connection to us (a
          * node we never connected to can still be answered). One fixed
          * choice per peer keeps its messages in order. */
         if (p->num_out > 0) {
-            conn = p->out[0];
-        } else if (p->num_in > 0) {
-            conn = p->in[0];
+            int group = p->out[0]->nstreams;
+            if (group > 1 && p->num_out != group) {
+                n = -1; /* a stream failed: so does the peer, right now */
+            } else if (group > 1 && data_total >= PS__TCP_STRIPE_MIN) {
+                for (n = 0; n < group; ++n) {
+                    conns[n] = p->out[n];
+                }
+            } else if (group > 1) {
+                conns[n++] = p->out[0];
+            }
         }
-        if (conn != NULL) {
-            __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+        if (n == 0 && (p->num_out > 0 || p->num_in > 0)) {
+            conns[n++] = single_stream_conn(van, p);
+        }
+        for (int i = 0; i < n; ++i) {
+            __atomic_add_fetch(&conns[i]->refs, 1, __ATOMIC_RELAXED);
         }
     }
     pthread_rwlock_unlock(&van->peers_lock);
-    return conn;
+    return n;
 }
 
 /* ---- progress thread ---- */
@@ -162,7 +220,19 @@ static void handle_conn_event(ps__tcp_conn_t *conn, uint32_t events)
         return;
     }
     if (conn->state == PS__TCP_CONNECTING) {
+        if (conn->auth == PS__TCP_AUTH_WAIT_CHALLENGE || conn->auth == PS__TCP_AUTH_WAIT_VERDICT) {
+            /* Connected, in the job-secret handshake: read the challenge. */
+            ps__tcp_on_readable(conn);
+            return;
+        }
         ps__tcp_on_connected_event(conn, events);
+        return;
+    }
+    if ((events & (EPOLLERR | EPOLLHUP)) && conn->rx_off) {
+        /* Not reading (striping waits), yet the socket failed. */
+        ps_info(PS_LOG_TCP, "connection with node %d at %s failed", conn->peer_id,
+                conn->addr_str);
+        ps__tcp_conn_fail(conn, PS_ERR_PEER_GONE, 1);
         return;
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
@@ -199,53 +269,141 @@ static void bury(ps__tcp_van_t *van)
     }
 }
 
+/* One round of the event loop (prog_lock held): timers, then what epoll
+ * has within `timeout` ms (-1: until something happens), at most `max`
+ * events. Returns how many events it handled. */
+static int run_round(ps__tcp_van_t *van, int timeout, unsigned max)
+{
+    struct epoll_event evs[PS__TCP_MAX_EVENTS];
+    int t = ps__tcp_run_timers(van);
+    bury(van);
+    if (t >= 0 && (timeout < 0 || t < timeout)) {
+        timeout = t;
+    }
+    int cap = max < PS__TCP_MAX_EVENTS ? (int)max : PS__TCP_MAX_EVENTS;
+    int n = epoll_wait(van->epfd, evs, cap, timeout);
+    if (n < 0) {
+        if (errno != EINTR) {
+            ps_error(PS_LOG_TCP, "epoll_wait: %m");
+            ps_sleep_ms(1);
+        }
+        return 0;
+    }
+    for (int i = 0; i < n; ++i) {
+        ps__tcp_handle_t *h = evs[i].data.ptr;
+        switch (h->kind) {
+        case PS__TCP_H_WAKE:
+            drain_wakefd(van);
+            ps__tcp_start_pending(van);
+            break;
+        case PS__TCP_H_LISTEN:
+            ps__tcp_accept_all(van);
+            break;
+        case PS__TCP_H_CONN:
+            handle_conn_event((ps__tcp_conn_t *)h, evs[i].events);
+            break;
+        }
+    }
+    ps__tcp_run_ready(van);
+    bury(van);
+    return n;
+}
+
+/* Busy polling, while a waiting thread drives the loop: the progress
+ * thread stays out of its way (two spinners per process do not fit two
+ * cores) and checks every PS__TCP_PARK_MS whether the driving went on.
+ * It comes back at once for work handed over through the eventfd
+ * (connects, closes, stop, a driver's hand-back). */
+static void park(ps__tcp_van_t *van, uint64_t *seen)
+{
+    struct pollfd pfd = {.fd = van->wakefd, .events = POLLIN};
+    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+        if (__atomic_exchange_n(&van->handback, 0, __ATOMIC_ACQ_REL)) {
+            return;
+        }
+        int r = poll(&pfd, 1, PS__TCP_PARK_MS);
+        if (r != 0) {
+            return; /* work, or EINTR: a round sorts it out */
+        }
+        uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+        if (cur == *seen) {
+            return; /* nobody drove for a whole period */
+        }
+        *seen = cur;
+    }
+}
+
 static void *progress_main(void *arg)
 {
     ps__tcp_van_t *van = arg;
-    struct epoll_event evs[PS__TCP_MAX_EVENTS];
     uint64_t last_event = ps_time_now_ns();
     uint64_t spin_ns = van->params.busy_poll ? PS__TCP_SPIN_NS : 0;
+    uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+    unsigned idle = 0;
+    pthread_mutex_lock(&van->prog_lock);
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        int timeout = ps__tcp_run_timers(van);
-        bury(van);
-        if (spin_ns && ps_time_now_ns() - last_event < spin_ns) {
-            timeout = 0;
+        int timeout = spin_ns && ps_time_now_ns() - last_event < spin_ns ? 0 : -1;
+        if (timeout != 0) {
+            __atomic_store_n(&van->blocked, 1, __ATOMIC_RELEASE);
         }
-        int n = epoll_wait(van->epfd, evs, PS__TCP_MAX_EVENTS, timeout);
-        if (n < 0) {
-            if (errno != EINTR) {
-                ps_error(PS_LOG_TCP, "epoll_wait: %m");
-                ps_sleep_ms(1);
-            }
+        int n = run_round(van, timeout, PS__TCP_MAX_EVENTS);
+        if (timeout != 0) {
+            __atomic_store_n(&van->blocked, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&van->kicked, 0, __ATOMIC_RELEASE);
+        }
+        if (!spin_ns) {
             continue;
         }
-        if (spin_ns) {
-            if (n > 0) {
-                last_event = ps_time_now_ns();
-            } else if (timeout == 0) {
-                /* Spinning: let a thread waiting for this core run (on a
-                 * small machine the application may share it with us). */
-                sched_yield();
-            }
+        if (n > 0) {
+            last_event = ps_time_now_ns();
         }
-        for (int i = 0; i < n; ++i) {
-            ps__tcp_handle_t *h = evs[i].data.ptr;
-            switch (h->kind) {
-            case PS__TCP_H_WAKE:
-                drain_wakefd(van);
-                ps__tcp_start_pending(van);
-                break;
-            case PS__TCP_H_LISTEN:
-                ps__tcp_accept_all(van);
-                break;
-            case PS__TCP_H_CONN:
-                handle_conn_event((ps__tcp_conn_t *)h, evs[i].events);
-                break;
-            }
+        uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+        if (cur != seen) {
+            seen = cur;
+            pthread_mutex_unlock(&van->prog_lock);
+            park(van, &seen);
+            pthread_mutex_lock(&van->prog_lock);
+            last_event = ps_time_now_ns();
+        } else if (n == 0 && timeout == 0 && (++idle & (PS__TCP_YIELD_EVERY - 1)) == 0) {
+            /* Spinning: now and then let a thread waiting for this core
+             * (or for the loop) run; on a small machine the application
+             * may share it. Not after every empty poll: a yield that
+             * switches costs more than a round trip. */
+            pthread_mutex_unlock(&van->prog_lock);
+            sched_yield();
+            pthread_mutex_lock(&van->prog_lock);
         }
-        bury(van);
     }
+    pthread_mutex_unlock(&van->prog_lock);
     return NULL;
+}
+
+/* The progress op: one round of the loop on the caller's thread, if no
+ * one else runs it right now. */
+static int tcp_progress(ps_van_t *v, unsigned budget)
+{
+    ps__tcp_van_t *van = (ps__tcp_van_t *)v;
+    if (budget == 0) {
+        __atomic_store_n(&van->handback, 1, __ATOMIC_RELEASE);
+        ps__tcp_wake(van);
+        return 0;
+    }
+    __atomic_add_fetch(&van->drive_seq, 1, __ATOMIC_ACQ_REL);
+    if (pthread_mutex_trylock(&van->prog_lock) != 0) {
+        /* The thread has the loop. If it sleeps in epoll_wait (idle until
+         * now), wake it once so that it sees us and stands back. */
+        if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) &&
+            !__atomic_exchange_n(&van->kicked, 1, __ATOMIC_ACQ_REL)) {
+            ps__tcp_wake(van);
+        }
+        return 0;
+    }
+    int n = 0;
+    if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+        n = run_round(van, 0, budget);
+    }
+    pthread_mutex_unlock(&van->prog_lock);
+    return n;
 }
 
 /* ---- ops ---- */
@@ -293,12 +451,11 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     }
     uint64_t sockbuf = ps_config_size_or(PS_CFG_PS_TCP_SOCKBUF, 0);
     van->sockbuf = sockbuf > INT_MAX / 2 ? INT_MAX / 2 : (int)sockbuf;
-    van->conns_per_peer = 1;
-    if (params->conns_per_peer > 1) {
-        /* Striping one peer's traffic over several connections needs the
-         * receiver to restore the order; until that exists, one stream. */
-        ps_info(PS_LOG_TCP, "%d connections per peer requested; the tcp van uses 1",
-                params->conns_per_peer);
+    van->conns_per_peer = params->conns_per_peer < 1 ? 1 : params->conns_per_peer;
+    if (van->conns_per_peer > PS__TCP_MAX_STREAMS) {
+        ps_warn(PS_LOG_TCP, "%d connections per peer requested; the tcp van opens at most %d",
+                van->conns_per_peer, PS__TCP_MAX_STREAMS);
+        van->conns_per_peer = PS__TCP_MAX_STREAMS;
     }
     van->listen_fd = -1;
     van->my_id = PS_NODE_EMPTY;
@@ -309,12 +466,14 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     van->wakefd = -1;
     pthread_rwlock_init(&van->peers_lock, NULL);
     pthread_mutex_init(&van->pending_lock, NULL);
+    pthread_mutex_init(&van->prog_lock, NULL);
 
     ps_status_t st = ps_mpool_init(&van->entries, "tcp send queue", sizeof(ps__tcp_entry_t), 64,
                                    64, 0);
     if (st != PS_OK) {
         pthread_rwlock_destroy(&van->peers_lock);
         pthread_mutex_destroy(&van->pending_lock);
+        pthread_mutex_destroy(&van->prog_lock);
         free(van);
         return st;
     }
@@ -381,7 +540,10 @@ static void tcp_close(ps_van_t *v)
         ps_thread_join(&van->thread, NULL);
         van->thread_started = 0;
     }
-    /* The thread is gone: everything below is ours alone. */
+    /* The thread is gone; a driver still in a round finishes it first,
+     * and later ones see stop. Then everything below is ours alone. */
+    pthread_mutex_lock(&van->prog_lock);
+    pthread_mutex_unlock(&van->prog_lock);
     ps__tcp_close_all(van);
     bury(van);
     for (int id = 0; id < van->peers_cap; ++id) {
@@ -403,6 +565,7 @@ static void tcp_close(ps_van_t *v)
     ps_mpool_cleanup(&van->entries);
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->pending_lock);
+    pthread_mutex_destroy(&van->prog_lock);
     free(van);
 }
 
@@ -461,6 +624,9 @@ static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
     for (int id = 0; id < van->peers_cap; ++id) {
         ps__tcp_peer_t *p = van->peers[id];
         for (int i = 0; p != NULL && i < p->num_out; ++i) {
+            if (p->out[i]->stream != 0) {
+                continue; /* streams > 0 carry chunks only, after one hello */
+            }
             if (n == cap) {
                 cap = cap == 0 ? 16 : cap * 2;
                 ps__tcp_conn_t **grown = realloc(list, (size_t)cap * sizeof(*list));
@@ -482,7 +648,7 @@ static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
         uint8_t hello[128];
         size_t len;
         ps_status_t st = ps__tcp_encode_hello(van, node_id, conn->nonce, conn->stream,
-                                              van->conns_per_peer, hello, sizeof(hello), &len);
+                                              conn->nstreams, hello, sizeof(hello), &len);
         if (st == PS_OK) {
             st = ps__tcp_conn_send_frame(conn, hello, len, NULL, 0);
         }
@@ -525,6 +691,7 @@ static const ps_van_ops_t tcp_ops = {
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = tcp_stats,
+    .progress = tcp_progress,
 };
 
 const ps_van_component_t ps__tcp_component = {

@@ -2,6 +2,9 @@
  * Frames and hellos on a TCP connection.
  *
  * A frame is ps/net/codec/frame.h's: header, encoded meta, data segments.
+ * The meta of a plain data message is in the fast form of
+ * ps/net/codec/meta_fast.h, every other one protobuf (codec.h); the
+ * receiver tells them apart by the first byte.
  * The hello is an ordinary frame without data whose meta carries the
  * announcing node's id in `sender` and a tag in `van_data` (the TCP van has
  * no other use for van_data, and send() refuses messages whose van_data
@@ -18,6 +21,7 @@
 
 #include "ps/base/log.h"
 #include "ps/net/codec/codec.h"
+#include "ps/net/codec/meta_fast.h"
 #include "ps/net/tcp/tcp_internal.h"
 
 #define HELLO_TAG "PSTCPH"
@@ -34,7 +38,11 @@ ps_status_t ps__tcp_encode_frame(ps__tcp_van_t *van, const ps_meta_t *meta, cons
     uint8_t *out = buf;
     uint8_t *heap = NULL;
     ps_status_t st = PS_ERR_TOO_LARGE;
-    if (cap > hlen) {
+    size_t fast = ps_meta_fast_size(meta);
+    if (fast != 0 && cap >= hlen + fast) {
+        /* A plain data message: the compact form, no protobuf. */
+        st = ps_meta_fast_encode(meta, buf + hlen, cap - hlen, &mlen);
+    } else if (cap > hlen) {
         st = ps_meta_encode(meta, buf + hlen, cap - hlen, &mlen);
     }
     if (st == PS_ERR_TOO_LARGE) {
@@ -105,14 +113,16 @@ ps_status_t ps__tcp_encode_hello(ps__tcp_van_t *van, int my_id, uint64_t nonce, 
 
 int ps__tcp_looks_like_hello(const ps_meta_t *meta)
 {
-    return meta->van_data_len >= HELLO_TAG_LEN &&
-           memcmp(meta->van_data, HELLO_TAG, HELLO_TAG_LEN) == 0;
+    /* "PSTCP": the hello's tag and the job-secret handshake's ("PSTCPA",
+     * tcp_auth.c) alike, so send() refuses both. */
+    return meta->van_data_len >= HELLO_TAG_LEN - 1 &&
+           memcmp(meta->van_data, HELLO_TAG, HELLO_TAG_LEN - 1) == 0;
 }
 
 int ps__tcp_parse_hello(const ps_meta_t *meta, uint64_t *nonce_p, int *stream_p,
                         int *nstreams_p)
 {
-    if (meta->van_data_len != HELLO_LEN || !ps__tcp_looks_like_hello(meta) ||
+    if (meta->van_data_len != HELLO_LEN || memcmp(meta->van_data, HELLO_TAG, HELLO_TAG_LEN) != 0 ||
         meta->van_data[HELLO_TAG_LEN] != HELLO_VERSION || ps_meta_is_control(meta)) {
         return 0;
     }

@@ -175,7 +175,9 @@ static const char *map_van_type(const char *value)
     return value;
 }
 
-ps_status_t ps_van_select_name(const char **name_p)
+/* The van that carries the job between hosts: DMLC_ENABLE_UCX, then
+ * DMLC_ENABLE_RDMA, then DMLC_PS_VAN_TYPE, else tcp. */
+ps_status_t ps__van_select_network_name(const char **name_p)
 {
     if (name_p == NULL) {
         return PS_ERR_INVALID_ARG;
@@ -198,6 +200,25 @@ ps_status_t ps_van_select_name(const char **name_p)
     return PS_OK;
 }
 
+/* BYTEPS_ENABLE_IPC=1 (as upstream) puts the composed van "ipc" around the
+ * network van chosen above: same-host peers through shared memory, the
+ * others through that van (the ipc van asks ps__van_select_network_name()
+ * which one). A job that is shared memory only ("shm") or already "ipc"
+ * stays as it is. */
+ps_status_t ps_van_select_name(const char **name_p)
+{
+    const char *name = NULL;
+    ps_status_t st = ps__van_select_network_name(&name);
+    if (st != PS_OK) {
+        return st;
+    }
+    if (ps_config_bool_or(PS_CFG_BYTEPS_ENABLE_IPC, 0) && strcasecmp(name, "shm") != 0) {
+        name = "ipc";
+    }
+    *name_p = name;
+    return PS_OK;
+}
+
 ps_status_t ps_van_no_register_mem(ps_van_t *van, ps_buf_t *buf)
 {
     (void)van;
@@ -210,4 +231,11 @@ ps_status_t ps_van_no_deregister_mem(ps_van_t *van, ps_buf_t *buf)
     (void)van;
     (void)buf;
     return PS_ERR_UNSUPPORTED;
+}
+
+int ps_van_no_progress(ps_van_t *van, unsigned budget)
+{
+    (void)van;
+    (void)budget;
+    return 0;
 }

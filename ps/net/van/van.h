@@ -23,6 +23,7 @@
 
 #include "ps/base/buffer.h"
 #include "ps/base/status.h"
+#include "ps/net/auth.h"
 #include "ps/net/caps.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
@@ -68,6 +69,12 @@ typedef struct ps_van_params {
     uint32_t max_data_segments;  /* PS_MAX_DATA_SEGMENTS */
     int connect_timeout_ms;      /* PS_CONNECT_TIMEOUT_MS */
     int bind_any;                /* bind the wildcard address, not node->hostname */
+    /* The job secret (PS_JOB_SECRET): when auth_enabled, every connection
+     * runs the ps/net/auth.h challenge-response before any of its messages
+     * is processed; a peer that fails it is refused with PS_ERR_AUTH. 0:
+     * no handshake, the wire stays as upstream's. */
+    int auth_enabled;
+    ps_auth_key_t auth_key;
 } ps_van_params_t;
 
 typedef struct ps_van_ops {
@@ -100,6 +107,17 @@ typedef struct ps_van_ops {
 
     /* bytes sent and received so far (for benchmarks and logs) */
     void (*stats)(ps_van_t *van, uint64_t *sent_p, uint64_t *recv_p);
+
+    /* Optional (see ps_van_progress): with busy polling, a thread waiting
+     * for a completion drives the van itself, so that a process has one
+     * spinning thread, not the waiter and the van's thread both (UCX's
+     * model). Handles what is ready now, at most `budget` events, and
+     * returns how many it handled; callbacks run on the calling thread.
+     * The van's own thread stands back while a thread keeps calling this,
+     * and takes over again when the calls stop — at once after a call with
+     * budget 0 ("I stop driving"). Never from a van callback; the van must
+     * stay open for the duration of the call. */
+    int (*progress)(ps_van_t *van, unsigned budget);
 } ps_van_ops_t;
 
 /* Every van object starts with this. */
@@ -143,6 +161,19 @@ ps_status_t ps_van_select_name(const char **name_p);
 /* Shared stubs for unsupported slots. */
 ps_status_t ps_van_no_register_mem(ps_van_t *van, ps_buf_t *buf);
 ps_status_t ps_van_no_deregister_mem(ps_van_t *van, ps_buf_t *buf);
+int ps_van_no_progress(ps_van_t *van, unsigned budget); /* returns 0 */
+
+/* The van's progress op, or NULL when it has none that does anything (a
+ * table built before the op existed, or set to ps_van_no_progress). */
+static inline int (*ps_van_progress_op(const ps_van_t *van))(ps_van_t *, unsigned)
+{
+    const ps_van_ops_t *ops = van->ops;
+    if (ops->size < offsetof(ps_van_ops_t, progress) + sizeof(ops->progress) ||
+        ops->progress == NULL || ops->progress == ps_van_no_progress) {
+        return NULL;
+    }
+    return ops->progress;
+}
 
 #ifdef __cplusplus
 }

@@ -92,6 +92,9 @@
  * none of our sends without a PS_CONNECT_TIMEOUT_MS. */
 #define PS__FAB_LIVENESS_NS (500 * 1000 * 1000ull)
 #define PS__FAB_STALL_MS_DEFAULT 10000
+/* While a waiting thread drives the loop, the progress thread checks this
+ * often whether it still does. */
+#define PS__FAB_PARK_MS 1
 
 /* ---- wire (fabric_wire.c) ---- */
 
@@ -352,6 +355,14 @@ struct ps__fab_van {
     int thread_started;
     int stop;                   /* atomic */
     int sleeping;               /* atomic */
+    /* The loop runs under prog_lock: on the progress thread, or (busy
+     * polling) on a waiting thread that drives it through the progress
+     * op while the progress thread parks. "Progress thread only" state
+     * below belongs to whoever holds it. */
+    pthread_mutex_t prog_lock;
+    uint64_t drive_seq;         /* atomic: progress-op calls so far */
+    int handback;               /* atomic: a driver stopped; the thread takes over */
+    int kicked;                 /* atomic: a driver woke the sleeping thread */
     ps__fab_rxs_t **rxs;        /* by sender id */
     int rxs_cap;
     ps__fab_rx_t *rx_all;
@@ -445,6 +456,9 @@ void ps__fab_rx_free_all(ps__fab_van_t *van);
 /* ---- fabric_progress.c ---- */
 ps_status_t ps__fab_start_progress(ps__fab_van_t *van);
 void ps__fab_stop_progress(ps__fab_van_t *van);
+/* The van's progress op (ps/net/van/van.h): one round of the loop on the
+ * calling thread (busy polling), the progress thread standing back. */
+int ps__fab_progress(ps_van_t *v, unsigned budget);
 
 /* ---- testing (fabric_testing.h) ---- */
 extern int ps__fab_rma_disabled;

@@ -7,7 +7,9 @@
  * vCPU costs tens of microseconds) it sleeps in epoll on the completion
  * queue's wait fd and an eventfd other threads kick, after fi_trywait()
  * says that is safe. Providers without a wait object (shm) get polls with
- * pauses doubling up to a millisecond; PS_BUSY_POLL=1 spins all the time.
+ * pauses doubling up to a millisecond; PS_BUSY_POLL=1 spins all the time,
+ * and then a thread waiting for a request may run the loop itself (the
+ * progress op) while this thread parks: one spinner per process.
  *
  * Errors: a failed send or data receive fails that peer's link (the
  * postoffice hears PS_ERR_LINK_FAILED), never the process. A peer on this
@@ -255,26 +257,73 @@ static void wait_poll(ps__fab_van_t *van, uint64_t ns)
     __atomic_store_n(&van->sleeping, 0, __ATOMIC_SEQ_CST);
 }
 
+/* One round of the loop; returns how many completions it handled. */
+static int run_round(ps__fab_van_t *van, uint64_t *now_p)
+{
+    int n = drain_cq(van);
+    if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) != NULL)
+        ps__fab_flush_blocked(van);
+    if (van->rx_blocked != NULL || van->mrecv_blocked)
+        ps__fab_retry_recvs(van);
+    notify_failures(van);
+    uint64_t now = ps_time_now_ns();
+    check_liveness(van, now);
+    *now_p = now;
+    return n;
+}
+
+/* Busy polling while a waiting thread drives the loop: the progress
+ * thread stays out of its way (two spinners per process do not fit two
+ * cores) and checks every PS__FAB_PARK_MS whether the driving went on.
+ * Hand-offs from senders are the driver's now (it runs the same round), so
+ * `sleeping` stays 0; stop and a driver's hand-back bring it back at once.
+ * prog_lock is not held. */
+static void park(ps__fab_van_t *van, uint64_t *seen)
+{
+    struct pollfd pfd = {.fd = van->wakefd, .events = POLLIN};
+    while (!__atomic_load_n(&van->stop, __ATOMIC_SEQ_CST)) {
+        if (__atomic_exchange_n(&van->handback, 0, __ATOMIC_ACQ_REL))
+            return;
+        int r = poll(&pfd, 1, PS__FAB_PARK_MS);
+        if (r != 0) {
+            drain_wakefd(van);
+            return; /* stop, a hand-back, or EINTR: a round sorts it out */
+        }
+        uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+        if (cur == *seen)
+            return; /* nobody drove for a whole period */
+        *seen = cur;
+    }
+}
+
 static void *progress_main(void *arg)
 {
     ps__fab_van_t *van = arg;
     uint64_t last_active = ps_time_now_ns();
     uint64_t pause = PS__FAB_SLEEP_MIN_NS;
     unsigned spins = 0;
+    uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&van->prog_lock);
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        int n = drain_cq(van);
-        if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) != NULL)
-            ps__fab_flush_blocked(van);
-        if (van->rx_blocked != NULL || van->mrecv_blocked)
-            ps__fab_retry_recvs(van);
-        notify_failures(van);
-        uint64_t now = ps_time_now_ns();
-        check_liveness(van, now);
+        uint64_t now;
+        int n = run_round(van, &now);
         if (n > 0) {
             last_active = now;
             pause = PS__FAB_SLEEP_MIN_NS;
-            continue;
         }
+        if (van->params.busy_poll) {
+            uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+            if (cur != seen) {
+                seen = cur;
+                pthread_mutex_unlock(&van->prog_lock);
+                park(van, &seen);
+                pthread_mutex_lock(&van->prog_lock);
+                last_active = ps_time_now_ns();
+                continue;
+            }
+        }
+        if (n > 0)
+            continue;
         uint64_t spin = __atomic_load_n(&van->ops_in_flight, __ATOMIC_RELAXED) > 0
                             ? PS__FAB_SPIN_INFLIGHT_NS
                             : PS__FAB_SPIN_NS;
@@ -282,10 +331,13 @@ static void *progress_main(void *arg)
             /* Spinning; but a machine with few cores often has more
              * runnable threads than cores (the app thread this thread is
              * about to wake, the peer's progress thread): let them run. */
-            if ((++spins & 15) == 0)
+            if ((++spins & 15) == 0) {
+                pthread_mutex_unlock(&van->prog_lock);
                 sched_yield();
-            else
+                pthread_mutex_lock(&van->prog_lock);
+            } else {
                 ps_cpu_relax();
+            }
             continue;
         }
         if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) != NULL) {
@@ -304,8 +356,40 @@ static void *progress_main(void *arg)
                                                                  : PS__FAB_SLEEP_MAX_NS;
             pause = pause * 2 > cap ? cap : pause * 2;
         }
+        __atomic_store_n(&van->kicked, 0, __ATOMIC_RELEASE);
     }
+    pthread_mutex_unlock(&van->prog_lock);
     return NULL;
+}
+
+int ps__fab_progress(ps_van_t *v, unsigned budget)
+{
+    ps__fab_van_t *van = ps__fab_of(v);
+    if (!__atomic_load_n(&van->thread_started, __ATOMIC_ACQUIRE))
+        return 0; /* not bound (or the scheduler): nothing to drive */
+    if (budget == 0) {
+        __atomic_store_n(&van->handback, 1, __ATOMIC_RELEASE);
+        uint64_t one = 1;
+        ssize_t w = write(van->wakefd, &one, sizeof(one));
+        (void)w;
+        return 0;
+    }
+    __atomic_add_fetch(&van->drive_seq, 1, __ATOMIC_ACQ_REL);
+    if (pthread_mutex_trylock(&van->prog_lock) != 0) {
+        /* The thread has the loop. If it sleeps (idle until now), wake it
+         * once so that it sees us and stands back. */
+        if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST) &&
+            !__atomic_exchange_n(&van->kicked, 1, __ATOMIC_ACQ_REL))
+            ps__fab_kick(van);
+        return 0;
+    }
+    int n = 0;
+    if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t now;
+        n = run_round(van, &now);
+    }
+    pthread_mutex_unlock(&van->prog_lock);
+    return n;
 }
 
 ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
@@ -338,7 +422,7 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
                                       &van->thread);
     if (st != PS_OK)
         return st;
-    van->thread_started = 1;
+    __atomic_store_n(&van->thread_started, 1, __ATOMIC_RELEASE);
     return PS_OK;
 }
 

@@ -26,6 +26,7 @@
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/codec.h"
+#include "ps/net/codec/meta_fast.h"
 #include "ps/rdma/fabric/fabric_internal.h"
 
 /* Most nodes one control message may list. */
@@ -300,8 +301,10 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
     }
     const uint8_t *mp = buf + rx->fh.header_len;
     ps_meta_t meta;
-    st = ps_meta_decode_grow(mp, rx->fh.meta_len, &meta, &van->scratch_nodes, &van->scratch_cap,
-                             RX_MAX_NODES);
+    st = ps_meta_is_fast(mp, rx->fh.meta_len)
+             ? ps_meta_fast_decode(mp, rx->fh.meta_len, &meta)
+             : ps_meta_decode_grow(mp, rx->fh.meta_len, &meta, &van->scratch_nodes,
+                                   &van->scratch_cap, RX_MAX_NODES);
     if (st != PS_OK) {
         ps_error(PS_LOG_FABRIC, "undecodable meta from node %d (%s)", rx->peer->id,
                  ps_status_str(st));
@@ -499,6 +502,21 @@ void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr
     }
     __atomic_store_n(&peer->last_progress_ns, ps_time_now_ns(), __ATOMIC_RELAXED);
     fi_addr_t known = __atomic_load_n(&peer->addr, __ATOMIC_ACQUIRE);
+    /* Job secret (PS_JOB_SECRET): an RDM endpoint has no connection to run
+     * a challenge-response on. The scheduler's traffic goes over the TCP
+     * van, which runs it; the node table the scheduler sends there is the
+     * only source of the fabric addresses we insert. So with a secret a
+     * message counts only when the provider says it comes from the address
+     * that table gives its claimed sender (fab_open() refuses providers
+     * without FI_SOURCE); anything else is dropped with a line. */
+    if (van->params.auth_enabled &&
+        (src == FI_ADDR_NOTAVAIL || known == FI_ADDR_NOTAVAIL || src != known)) {
+        ps_warn_ratelimited(PS_LOG_FABRIC, "dropped a message claiming to come from node %d: "
+                            "not from the address the job's node table gives it (PS_JOB_SECRET)",
+                            hdr.sender);
+        post_mrecv(van, m);
+        return;
+    }
     if (van->have_source && src != FI_ADDR_NOTAVAIL && known != FI_ADDR_NOTAVAIL &&
         src != known) {
         ps_warn_ratelimited(PS_LOG_FABRIC, "dropped a message claiming to come from node %d "

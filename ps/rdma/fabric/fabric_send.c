@@ -21,6 +21,7 @@
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/codec.h"
+#include "ps/net/codec/meta_fast.h"
 #include "ps/rdma/fabric/fabric_internal.h"
 
 /* ---- pending pulls (worker) ---- */
@@ -447,8 +448,10 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
     }
 
     ps_status_t st;
-    size_t mlen = 0;
-    if ((st = ps_meta_encoded_size(&m, &mlen)) != PS_OK)
+    size_t mlen = ps_meta_fast_size(&m);
+    /* A plain data message takes the compact form, no protobuf. */
+    int fast = mlen != 0;
+    if (!fast && (st = ps_meta_encoded_size(&m, &mlen)) != PS_OK)
         goto fail;
     if (mlen > van->limits.max_meta_bytes) {
         ps_error(PS_LOG_FABRIC, "send to node %d: a %zu-byte meta is over PS_MAX_META_BYTES",
@@ -479,7 +482,9 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
     memcpy(tx->hm + at, fh, fhlen);
     at += fhlen;
     size_t wrote = 0;
-    if ((st = ps_meta_encode(&m, tx->hm + at, mlen, &wrote)) != PS_OK)
+    st = fast ? ps_meta_fast_encode(&m, tx->hm + at, mlen, &wrote)
+              : ps_meta_encode(&m, tx->hm + at, mlen, &wrote);
+    if (st != PS_OK)
         goto fail;
     at += wrote;
     tx->ext_off = sizeof(hdr);

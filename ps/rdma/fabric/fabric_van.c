@@ -240,7 +240,8 @@ static ps_status_t fab_open(const ps_van_params_t *params, const ps_van_callback
         van->limits.max_segments = params->max_data_segments;
     if (pthread_rwlock_init(&van->peers_lock, NULL) != 0 ||
         pthread_mutex_init(&van->blocked_lock, NULL) != 0 ||
-        pthread_mutex_init(&van->ep_lock, NULL) != 0) {
+        pthread_mutex_init(&van->ep_lock, NULL) != 0 ||
+        pthread_mutex_init(&van->prog_lock, NULL) != 0) {
         free(van);
         return PS_ERR_NO_MEMORY;
     }
@@ -254,6 +255,14 @@ static ps_status_t fab_open(const ps_van_params_t *params, const ps_van_callback
         goto fail;
     if (!params->is_scheduler && (st = ps__fab_probe(van)) != PS_OK)
         goto fail;
+    if (!params->is_scheduler && params->auth_enabled && !van->have_source) {
+        /* Job secret: see ps__fab_on_meta(); without source addresses a
+         * stranger's message could not be told from a node's. */
+        ps_error(PS_LOG_FABRIC, "PS_JOB_SECRET is set, but provider %s gives no source "
+                 "addresses (FI_SOURCE) to check senders by; refusing to start", van->prov_name);
+        st = PS_ERR_UNSUPPORTED;
+        goto fail;
+    }
     *van_p = &van->base;
     return PS_OK;
 fail:
@@ -296,6 +305,7 @@ static void fab_close(ps_van_t *v)
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->blocked_lock);
     pthread_mutex_destroy(&van->ep_lock);
+    pthread_mutex_destroy(&van->prog_lock);
     free(van);
 }
 
@@ -532,6 +542,7 @@ static const ps_van_ops_t ps__fab_ops = {
     .register_mem = fab_register_mem,
     .deregister_mem = fab_deregister_mem,
     .stats = fab_stats,
+    .progress = ps__fab_progress,
 };
 
 static const ps_van_component_t ps__fab_component = {

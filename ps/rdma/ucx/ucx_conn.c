@@ -135,7 +135,9 @@ ps__ucx_conn_t *ps__ucx_conn_lookup(ps__ucx_van_t *van, uint32_t cookie)
     return NULL;
 }
 
-/* Gives conn a cookie no live connection has. */
+/* Gives conn a cookie no live connection has, and the first sequence
+ * number expected from its peer: both random, so that another peer cannot
+ * guess them (ucx_internal.h). */
 static ps_status_t cookie_assign(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
 {
     if (conn->local_cookie != 0) {
@@ -149,9 +151,10 @@ static ps_status_t cookie_assign(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
     }
     uint32_t cookie;
     do {
-        cookie = van->next_cookie++ & PS__UCX_COOKIE_MASK;
+        cookie = (uint32_t)ps__ucx_random(van) & PS__UCX_COOKIE_MASK;
     } while (cookie == 0 || ps__ucx_conn_lookup(van, cookie) != NULL);
     conn->local_cookie = cookie;
+    conn->rx_seq = ps__ucx_random(van) & PS__UCX_SEQ_MASK;
     uint32_t mask = van->cookies_cap - 1;
     uint32_t j = cookie & mask;
     while (van->cookies[j] != NULL) {
@@ -275,6 +278,23 @@ static ps_status_t peer_add_in(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
     }
     pthread_rwlock_unlock(&van->peers_lock);
     return PS_OK;
+}
+
+int ps__ucx_may_claim(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, uint64_t nonce)
+{
+    if (id == PS_NODE_EMPTY || conn->peer_id == id) {
+        return 1;
+    }
+    int taken = 0;
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
+    for (int i = 0; p != NULL && i < p->num_in; ++i) {
+        if (p->in[i] != conn && p->in[i]->nonce != nonce && p->in[i]->state != PS__UCX_DEAD) {
+            taken = 1;
+        }
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    return !taken;
 }
 
 ps__ucx_conn_t *ps__ucx_peer_send_conn(ps__ucx_van_t *van, int id)
@@ -418,7 +438,7 @@ static void conn_close_eps(ps__ucx_conn_t *conn, int force)
 static ps_status_t send_handshake(ps__ucx_conn_t *conn, int type, int node_id)
 {
     ps__ucx_van_t *van = conn->van;
-    ps__ucx_hs_pack(conn->hs_out, type, node_id, conn->local_cookie, conn->nonce);
+    ps__ucx_hs_pack(conn->hs_out, type, node_id, conn->local_cookie, conn->nonce, conn->rx_seq);
     ucp_request_param_t param;
     memset(&param, 0, sizeof(param));
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
@@ -432,6 +452,16 @@ static ps_status_t send_handshake(ps__ucx_conn_t *conn, int type, int node_id)
         return ps__ucx_status(UCS_PTR_STATUS(r));
     }
     return PS_OK;
+}
+
+/* For ucx_auth.c: HELLO once the job secret is proved. */
+ps_status_t ps__ucx_send_hello(ps__ucx_conn_t *conn)
+{
+    int id = conn->hello_id;
+    if (id == PS_NODE_EMPTY) {
+        id = __atomic_load_n(&conn->van->my_id, __ATOMIC_ACQUIRE);
+    }
+    return send_handshake(conn, PS__UCX_HS_HELLO, id);
 }
 
 static int log_on(int level)
@@ -471,7 +501,9 @@ static void conn_start(ps__ucx_conn_t *conn)
         if (id == PS_NODE_EMPTY) {
             id = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
         }
-        ps = send_handshake(conn, PS__UCX_HS_HELLO, id);
+        /* Job secret: its handshake first; ucx_auth.c sends HELLO after. */
+        ps = van->params.auth_enabled ? ps__ucx_auth_start(conn, id)
+                                      : send_handshake(conn, PS__UCX_HS_HELLO, id);
     }
     if (ps != PS_OK) {
         ps_error(PS_LOG_UCX, "cannot greet node %d at %s: %s", conn->peer_id, conn->addr_str,
@@ -811,10 +843,16 @@ static ps__ucx_conn_t *find_by_ep(ps__ucx_van_t *van, ucp_ep_h ep, int outgoing)
     return NULL;
 }
 
-static void mark_ready(ps__ucx_conn_t *conn, uint32_t remote_cookie)
+ps__ucx_conn_t *ps__ucx_conn_by_ep(ps__ucx_van_t *van, ucp_ep_h ep, int outgoing)
+{
+    return find_by_ep(van, ep, outgoing);
+}
+
+static void mark_ready(ps__ucx_conn_t *conn, uint32_t remote_cookie, uint64_t seq0)
 {
     pthread_mutex_lock(&conn->lock);
     conn->remote_cookie = remote_cookie;
+    conn->seq = seq0 & PS__UCX_SEQ_MASK;
     conn->send_ep = conn->data_ep;
     conn->state = PS__UCX_READY;
     ps__ucx_op_t *posted = ps__ucx_conn_post_queued(conn);
@@ -863,7 +901,7 @@ static void open_data_ep(ps__ucx_conn_t *conn, const uint8_t *addr, size_t len)
 }
 
 static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, uint64_t nonce,
-                     const uint8_t *addr, size_t addr_len)
+                     uint64_t seq0, const uint8_t *addr, size_t addr_len)
 {
     ps__ucx_conn_t *conn = find_by_ep(van, ep, 0);
     if (conn == NULL) {
@@ -880,6 +918,15 @@ static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, u
         ps_error(PS_LOG_UCX, "malformed hello from %s (node %d, cookie %u); closing",
                  conn->addr_str, id, cookie);
         ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, 0);
+        return;
+    }
+    if (!ps__ucx_auth_hello_ok(conn, id)) {
+        return; /* job secret: refused (ucx_auth.c); the peer closes */
+    }
+    if (!ps__ucx_may_claim(van, conn, id, nonce)) {
+        ps_error(PS_LOG_UCX, "connection from %s claims node id %d, which another live "
+                 "connection speaks for; closing", conn->addr_str, id);
+        ps__ucx_conn_fail(conn, PS_ERR_AUTH, 0);
         return;
     }
     conn->nonce = nonce;
@@ -900,7 +947,7 @@ static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, u
     /* Replies on this connection (to a node that has no connection of
      * its own... yet) use shared memory too when the peer is on this host. */
     open_data_ep(conn, addr, addr_len);
-    mark_ready(conn, cookie);
+    mark_ready(conn, cookie, seq0);
     if (id != PS_NODE_EMPTY) {
         if (log_on(PS_LOG_INFO)) {
             char tl[160];
@@ -914,8 +961,8 @@ static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, u
     }
 }
 
-static void on_ack(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, const uint8_t *addr,
-                   size_t addr_len)
+static void on_ack(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, uint64_t seq0,
+                   const uint8_t *addr, size_t addr_len)
 {
     ps__ucx_conn_t *conn = find_by_ep(van, ep, 1);
     if (conn == NULL || conn->state != PS__UCX_WAIT) {
@@ -927,6 +974,9 @@ static void on_ack(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, con
         ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, 1);
         return;
     }
+    if (!ps__ucx_auth_ack_ok(conn)) {
+        return; /* job secret: the peer did not prove it (logged, closed) */
+    }
     /* An unassigned node (the scheduler connecting back) answers with no
      * id; anyone else must be whom we meant to reach. */
     if (id != PS_NODE_EMPTY && id != conn->peer_id) {
@@ -936,7 +986,7 @@ static void on_ack(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, con
         return;
     }
     open_data_ep(conn, addr, addr_len);
-    mark_ready(conn, cookie);
+    mark_ready(conn, cookie, seq0);
     if (log_on(PS_LOG_INFO)) {
         char tl[160];
         ps__ucx_ep_transports(conn->data_ep, tl, sizeof(tl));
@@ -977,6 +1027,7 @@ static void on_conn_req(ps__ucx_van_t *van, ucp_conn_request_h req)
         ps__ucx_conn_unref(conn);
         return;
     }
+    ps__ucx_auth_accepted(conn); /* job secret: AUTH_INIT expected first */
     /* An acceptor that never hears a hello lets the connection go. */
     conn->connect_deadline_ns =
         ps_time_now_ns() + (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
@@ -1047,13 +1098,15 @@ void ps__ucx_handle_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
     case PS__UCX_EV_HANDSHAKE: {
         int type, id;
         uint32_t cookie;
-        uint64_t nonce;
-        if (!ps__ucx_hs_parse(ev->hs, PS__UCX_HS_LEN, &type, &id, &cookie, &nonce)) {
+        uint64_t nonce, seq0;
+        if (!ps__ucx_hs_parse(ev->hs, PS__UCX_HS_LEN, &type, &id, &cookie, &nonce, &seq0)) {
             ps_warn_ratelimited(PS_LOG_UCX, "malformed handshake message; ignored");
         } else if (type == PS__UCX_HS_HELLO) {
-            on_hello(van, ev->ep, id, cookie, nonce, ev->addr, ev->addr_len);
+            on_hello(van, ev->ep, id, cookie, nonce, seq0, ev->addr, ev->addr_len);
+        } else if (type == PS__UCX_HS_ACK) {
+            on_ack(van, ev->ep, id, cookie, seq0, ev->addr, ev->addr_len);
         } else {
-            on_ack(van, ev->ep, id, cookie, ev->addr, ev->addr_len);
+            ps__ucx_auth_on_hs(van, ev->ep, type, ev->addr, ev->addr_len); /* job secret */
         }
         break;
     }

@@ -28,18 +28,31 @@
  * the receiver of a direction hands out per connection: every tagged
  * message carries the receiver's cookie, which maps it to the connection
  * and hence to the node that proved itself on it (never the wire's claim
- * alone). Until the ACK arrives, sends queue on the connection. A node id
+ * alone). UCX does not tell which endpoint a tagged message came from, so
+ * any connected peer could put another connection's cookie in its tags:
+ * cookies are random, and with its cookie the receiver hands out a random
+ * first sequence number (seq0) that only the two ends know. A META message
+ * counts as the connection's only with exactly the next sequence number
+ * expected on it (UCX keeps one endpoint's tagged messages in order);
+ * anything else is dropped unattributed, and DATA messages are only ever
+ * received under the exact tag of an attributed META message. A HELLO may
+ * not claim a node id that another live connection (another connect(), its
+ * own nonce) already speaks for. Until the ACK arrives, sends queue on the connection. A node id
  * learnt later (set_node_id) is re-announced by a tagged hello in line with
  * the data.
  *
  * Threads and locks. One progress thread runs every UCX callback (inside
  * ucp_worker_progress, with UCX's worker lock held) and owns endpoint
- * lifecycles, receives and timers. Any thread may call send(), which posts
- * to UCX directly under the connection's lock. Lock order:
- * peers_lock -> conn->lock -> (UCX worker lock); ev_lock and ops_lock are
- * leaves. UCX callbacks therefore never take a ps lock other than ev_lock,
- * and never call back into the postoffice: they record what happened, and
- * the progress thread acts on it after ucp_worker_progress() returns.
+ * lifecycles, receives and timers; with busy polling, a thread waiting for
+ * a request may drive that loop instead (the progress op) while the
+ * progress thread stands back. Whoever runs the loop holds prog_lock, and
+ * "progress thread" below means that one. Any thread may call send(),
+ * which posts to UCX directly under the connection's lock. Lock order:
+ * prog_lock -> peers_lock -> conn->lock -> (UCX worker lock); ev_lock and
+ * ops_lock are leaves. UCX callbacks therefore never take a ps lock other
+ * than ev_lock, and never call back into the postoffice: they record what
+ * happened, and the progress thread acts on it after ucp_worker_progress()
+ * returns.
  */
 #ifndef PS_RDMA_UCX_UCX_INTERNAL_H_
 #define PS_RDMA_UCX_UCX_INTERNAL_H_
@@ -101,15 +114,34 @@ static inline unsigned ps__ucx_tag_low(ucp_tag_t tag)
 
 /* The active-message id of HELLO / ACK. */
 #define PS__UCX_AM_ID 23
-/* HELLO/ACK record: "PSUX" ver type 0 0 | id i32 | cookie u32 | nonce u64. */
-#define PS__UCX_HS_LEN 24
+/* HELLO/ACK record: "PSUX" ver type 0 0 | id i32 | cookie u32 | nonce u64 |
+ * seq0 u64. */
+#define PS__UCX_HS_LEN 32
 #define PS__UCX_HS_HELLO 1
 #define PS__UCX_HS_ACK 2
+/* Job-secret handshake steps (ucx_auth.c), before HELLO. */
+#define PS__UCX_HS_AUTH_INIT 3
+#define PS__UCX_HS_AUTH_CHALLENGE 4
+#define PS__UCX_HS_AUTH_PROOF 5
+#define PS__UCX_HS_AUTH_REFUSED 6
+#define PS__UCX_AUTH_MAX 80 /* largest payload of those */
+enum {
+    PS__UCX_AUTH_NONE,
+    PS__UCX_AUTH_WAIT_INIT,
+    PS__UCX_AUTH_WAIT_PROOF,
+    PS__UCX_AUTH_WAIT_CHALLENGE,
+    PS__UCX_AUTH_WAIT_VERDICT,
+    PS__UCX_AUTH_DONE,
+    PS__UCX_AUTH_FAILED,
+};
 
 /* Largest worker address a handshake carries. */
 #define PS__UCX_MAX_ADDR 4096
 /* Header + meta bytes a send op keeps inline. */
 #define PS__UCX_HM_INLINE 512
+/* Inline segments up to this many bytes in all are copied behind the
+ * frame (one contiguous META message) rather than gathered. */
+#define PS__UCX_FOLD_MAX 256
 #define PS__UCX_MAX_STREAMS 8 /* incoming connections indexed per peer */
 
 typedef struct ps__ucx_van ps__ucx_van_t;
@@ -139,6 +171,7 @@ typedef struct ps__ucx_op {
     uint8_t *hm;               /* hm_inline or malloc'd */
     size_t hm_len;
     uint64_t bytes;
+    int folded;                /* the inline segments were copied behind the frame */
     uint8_t hm_inline[PS__UCX_HM_INLINE];
 } ps__ucx_op_t;
 
@@ -148,7 +181,7 @@ typedef struct ps__ucx_rx {
     struct ps__ucx_rx *next_ready; /* van->rx_ready */
     struct ps__ucx_rx *next_all, *prev_all; /* van->rx_all (for cancel at close) */
     ps__ucx_van_t *van;
-    ps__ucx_conn_t *conn;      /* referenced; NULL: unknown cookie, discarded */
+    ps__ucx_conn_t *conn;      /* referenced; NULL: unattributed or dropped, discarded */
     ucp_tag_t tag;
     ps_slice_t staging;        /* the META message */
     size_t staging_len;
@@ -213,6 +246,7 @@ struct ps__ucx_conn {
     ucp_ep_h ctl_ep;           /* with peer-failure handling */
     ucp_ep_h data_ep;          /* ctl_ep, or a worker-address endpoint */
     uint32_t local_cookie;     /* ours: the peer tags its messages with it */
+    uint64_t rx_seq;           /* the sequence number of the next META from the peer */
     uint64_t nonce;
     int hello_id;              /* the id connect() was given (PS_NODE_EMPTY: ours now) */
     uint8_t hs_out[PS__UCX_HS_LEN]; /* our HELLO / ACK while UCX sends it */
@@ -225,6 +259,12 @@ struct ps__ucx_conn {
     struct ps__ucx_conn *next_pending;     /* van->pending */
     struct ps__ucx_conn *next_close;       /* van->to_close */
     ps__ucx_rx_t *rx_head, *rx_tail;       /* messages in arrival order */
+
+    /* Job-secret handshake (ucx_auth.c; progress thread only). */
+    int auth;                              /* PS__UCX_AUTH_* */
+    ps_auth_transcript_t auth_t;
+    uint8_t auth_hs[2][PS__UCX_HS_LEN];    /* headers while UCX sends them */
+    uint8_t auth_data[2][PS__UCX_AUTH_MAX];
 };
 
 /* The connections of one peer node. */
@@ -255,6 +295,13 @@ struct ps__ucx_van {
     int epfd;
     int wakefd;
     int sleeping;              /* atomic: the progress thread may block */
+    /* The loop (everything "progress thread only" below) runs under
+     * prog_lock: on the progress thread, or on a waiting thread that
+     * drives it through the progress op (busy polling). */
+    pthread_mutex_t prog_lock;
+    uint64_t drive_seq;        /* atomic: progress-op calls so far */
+    int handback;              /* atomic: a driver stopped; the thread takes over */
+    int kicked;                /* atomic: a driver woke the sleeping thread */
     uint64_t posted;           /* atomic: sends left in progress by other threads */
     ps_thread_t thread;
     int thread_started;
@@ -279,7 +326,6 @@ struct ps__ucx_van {
     ps__ucx_conn_t **cookies;  /* cookie -> connection (open addressing by value) */
     uint32_t cookies_cap;
     uint32_t num_cookies;
-    uint32_t next_cookie;
     ps__ucx_rx_t *rx_ready;    /* receives with news */
     ps__ucx_rx_t *rx_all;      /* every receive in flight */
     struct ps__ucx_closing *closing; /* endpoint close requests in flight */
@@ -323,6 +369,17 @@ int ps__ucx_run_timers(ps__ucx_van_t *van); /* ms to the next timer, -1 none */
 /* Closes a connection (idempotent); `why` != PS_OK with notify tells the
  * postoffice the peer failed (and closes its other connections). */
 void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify);
+/* For ucx_auth.c: the connection of a control endpoint; sending HELLO. */
+ps__ucx_conn_t *ps__ucx_conn_by_ep(ps__ucx_van_t *van, ucp_ep_h ep, int outgoing);
+ps_status_t ps__ucx_send_hello(ps__ucx_conn_t *conn);
+
+/* ---- ucx_auth.c (job secret; see there) ---- */
+void ps__ucx_auth_accepted(ps__ucx_conn_t *conn);
+ps_status_t ps__ucx_auth_start(ps__ucx_conn_t *conn, int my_id); /* instead of HELLO */
+void ps__ucx_auth_on_hs(ps__ucx_van_t *van, ucp_ep_h ep, int type, const uint8_t *data,
+                        size_t len);
+int ps__ucx_auth_hello_ok(ps__ucx_conn_t *conn, int id); /* 0: refused (logged) */
+int ps__ucx_auth_ack_ok(ps__ucx_conn_t *conn);           /* 0: failed (logged, closed) */
 void ps__ucx_conn_unref(ps__ucx_conn_t *conn);
 ps__ucx_conn_t *ps__ucx_conn_lookup(ps__ucx_van_t *van, uint32_t cookie);
 /* The connection send() uses for a node: referenced, or NULL. */
@@ -333,6 +390,10 @@ void ps__ucx_close_all(ps__ucx_van_t *van);
  * not finish (endpoints to peers that are gone); UCX insists. */
 void ps__ucx_abandon_closing(ps__ucx_van_t *van);
 ps__ucx_peer_t *ps__ucx_peer_get(ps__ucx_van_t *van, int id, int create);
+/* Whether conn (accepted, HELLO nonce `nonce`) may speak for node `id`: not
+ * while another live incoming connection from another connect() does, as
+ * in the TCP van (a stranger cannot take over a running node's id). */
+int ps__ucx_may_claim(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, uint64_t nonce);
 
 /* ---- ucx_send.c ---- */
 ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg);
@@ -367,9 +428,10 @@ void ps__ucx_rx_free_all(ps__ucx_van_t *van);
 ps_status_t ps__ucx_encode_frame(ps__ucx_van_t *van, const ps_meta_t *meta, const uint64_t *lens,
                                  uint32_t num_data, uint8_t *buf, size_t cap, uint8_t **hm_p,
                                  size_t *len_p, uint8_t **heap_p);
-void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint64_t nonce);
+void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint64_t nonce,
+                     uint64_t seq0);
 int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p,
-                     uint32_t *cookie_p, uint64_t *nonce_p);
+                     uint32_t *cookie_p, uint64_t *nonce_p, uint64_t *seq0_p);
 void ps__ucx_hello_meta(ps_meta_t *meta, int my_id);
 int ps__ucx_is_hello(const ps_meta_t *meta);
 int ps__ucx_looks_like_hello(const ps_meta_t *meta);

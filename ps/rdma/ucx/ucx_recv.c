@@ -3,7 +3,9 @@
  *
  * The progress thread probes the worker for META messages (any sender),
  * receives each into a staging buffer of its exact size, and decodes the
- * frame. The tag's cookie names the connection, hence the sender. Small
+ * frame. The tag's cookie names the connection, hence the sender, when its
+ * sequence number is the one expected next on that connection (else the
+ * message is not the connection's peer's: ucx_internal.h). Small
  * segments are in the staging buffer: they are handed on as slices of it,
  * or copied where the postoffice wants them. Every larger segment follows
  * as a DATA message whose tag the receiver knows (cookie, sequence number,
@@ -21,6 +23,7 @@
 
 #include "ps/base/log.h"
 #include "ps/net/codec/codec.h"
+#include "ps/net/codec/meta_fast.h"
 #include "ps/rdma/common/buf_pool.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
@@ -167,8 +170,18 @@ int ps__ucx_probe(ps__ucx_van_t *van)
             van->rx_all->prev_all = rx;
         }
         van->rx_all = rx;
-        ps__ucx_conn_t *conn = ps__ucx_conn_lookup(van, ps__ucx_tag_cookie(info.sender_tag));
-        if (conn != NULL && conn->state != PS__UCX_DEAD) {
+        uint32_t cookie = ps__ucx_tag_cookie(info.sender_tag);
+        uint64_t seq = ps__ucx_tag_seq(info.sender_tag);
+        ps__ucx_conn_t *conn = ps__ucx_conn_lookup(van, cookie);
+        if (conn != NULL && conn->state != PS__UCX_DEAD && seq != conn->rx_seq) {
+            /* Not the connection's peer (it sends in order), or a peer
+             * confused beyond repair: either way not to be attributed, and
+             * not a reason to close the connection it names. */
+            ps_warn_ratelimited(PS_LOG_UCX, "message naming the connection from %s out of "
+                                "sequence; dropped", conn->addr_str);
+            conn = NULL;
+        } else if (conn != NULL && conn->state != PS__UCX_DEAD) {
+            conn->rx_seq = (conn->rx_seq + 1) & PS__UCX_SEQ_MASK;
             __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
             rx->conn = conn;
             if (conn->rx_tail != NULL) {
@@ -178,8 +191,11 @@ int ps__ucx_probe(ps__ucx_van_t *van)
             }
             conn->rx_tail = rx;
         } else {
+            conn = NULL;
+        }
+        if (conn == NULL && rx->conn == NULL) {
             ps_warn_ratelimited(PS_LOG_UCX, "message for an unknown connection (cookie %u); "
-                                "dropped", ps__ucx_tag_cookie(info.sender_tag));
+                                "dropped", cookie);
         }
         rx_start(van, rx, msg, info.length);
     }
@@ -230,6 +246,9 @@ static void post_data(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i)
 
 static ps_status_t rx_decode_meta(ps__ucx_van_t *van, const uint8_t *p, size_t len, ps_meta_t *meta)
 {
+    if (ps_meta_is_fast(p, len)) {
+        return ps_meta_fast_decode(p, len, meta);
+    }
     return ps_meta_decode_grow(p, len, meta, &van->scratch_nodes, &van->scratch_cap,
                                RX_MAX_NODES);
 }
@@ -404,9 +423,12 @@ static void rx_deliver_ready(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
             ps_status_t why = rx->status;
             rx_free(van, rx);
             if (why != PS_ERR_CANCELLED) {
+                /* A peer that reset the connection is gone (as a closed
+                 * socket is for the TCP van); other failures are the link's. */
                 ps__ucx_conn_fail(conn, why == PS_ERR_PROTOCOL || why == PS_ERR_TOO_LARGE
                                             ? PS_ERR_PROTOCOL
-                                            : PS_ERR_LINK_FAILED, 1);
+                                            : why == PS_ERR_PEER_GONE ? PS_ERR_PEER_GONE
+                                                                      : PS_ERR_LINK_FAILED, 1);
             }
             return;
         }

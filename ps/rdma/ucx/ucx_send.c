@@ -4,7 +4,8 @@
  * send() encodes header + meta into an op and posts it on the connection
  * with tagged sends that read the user's slices directly (zero copy): one
  * META message carrying the frame and the segments up to
- * BYTEPS_UCX_SHORT_THRESH bytes (gathered by an iovec datatype), then one
+ * BYTEPS_UCX_SHORT_THRESH bytes (gathered by an iovec datatype, or copied
+ * behind the frame when they are tiny: one contiguous eager send), then one
  * DATA message per larger segment, which the receiver lands straight in
  * the buffer its postoffice names. The op holds references on the slices
  * until UCX has finished every request (a completion callback, or at once
@@ -133,7 +134,7 @@ static void post(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
     op->iov[0].buffer = op->hm;
     op->iov[0].length = op->hm_len;
     op->iovcnt = 1;
-    for (uint32_t i = 0; i < op->num_data; ++i) {
+    for (uint32_t i = 0; !op->folded && i < op->num_data; ++i) {
         if (!(op->sep_mask & (1u << i)) && op->data[i].len != 0) {
             op->iov[op->iovcnt].buffer = ps_slice_ptr(&op->data[i]);
             op->iov[op->iovcnt].length = op->data[i].len;
@@ -253,7 +254,8 @@ void ps__ucx_process_done(ps__ucx_van_t *van)
             van->worker != NULL) {
             ps_warn(PS_LOG_UCX, "sending to node %d at %s failed: %s", op->conn->peer_id,
                     op->conn->addr_str, ucs_status_string((ucs_status_t)failed));
-            ps__ucx_conn_fail(op->conn, PS_ERR_LINK_FAILED, 1);
+            ps_status_t why = ps__ucx_status((ucs_status_t)failed);
+            ps__ucx_conn_fail(op->conn, why == PS_ERR_PEER_GONE ? why : PS_ERR_LINK_FAILED, 1);
         }
         ps__ucx_op_release(van, op);
     }
@@ -285,6 +287,26 @@ static ps_status_t op_fill(ps__ucx_van_t *van, ps__ucx_op_t *op, const ps_meta_t
         }
     }
     op->num_data = num_data;
+    /* Small inline segments are copied behind the frame, so the META
+     * message is one contiguous buffer: UCX then sends it eagerly, most
+     * often at once and without a request, where an iovec would take
+     * its slower generic path. */
+    size_t fold = 0;
+    for (uint32_t i = 0; i < num_data; ++i) {
+        if (!(op->sep_mask & (1u << i))) {
+            fold += data[i].len;
+        }
+    }
+    if (op->hm == op->hm_inline && fold != 0 && fold <= PS__UCX_FOLD_MAX &&
+        op->hm_len + fold <= sizeof(op->hm_inline)) {
+        for (uint32_t i = 0; i < num_data; ++i) {
+            if (!(op->sep_mask & (1u << i)) && data[i].len != 0) {
+                memcpy(op->hm_inline + op->hm_len, ps_slice_ptr(&data[i]), data[i].len);
+                op->hm_len += data[i].len;
+            }
+        }
+        op->folded = 1;
+    }
     return PS_OK;
 }
 

@@ -7,11 +7,15 @@
  * META messages waiting in the worker, then what the callbacks recorded.
  * When nothing moves it arms the worker and blocks in epoll on the
  * worker's event fd and an eventfd other threads use to hand it work, so
- * an idle van sleeps. With busy_poll it keeps polling while traffic flows
- * and blocks after PS__UCX_SPIN_NS without an event.
+ * an idle van sleeps (after PS__UCX_IDLE_SPIN_NS without an event). With
+ * busy_poll it keeps polling while traffic flows and blocks after
+ * PS__UCX_SPIN_NS without an event; and a thread waiting
+ * for a request may run the same loop itself (the progress op), so that a
+ * busy process has one spinning thread: the progress thread then parks.
  */
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +32,16 @@
 
 /* How long busy-polling goes on without an event before it blocks. */
 #define PS__UCX_SPIN_NS (200ull * PS_NSEC_PER_MSEC)
+/* Without busy polling, the thread still looks a little longer before it
+ * blocks: an answer often comes within a round trip, and waking a sleeping
+ * thread through the worker's event fd costs tens of microseconds. */
+#define PS__UCX_IDLE_SPIN_NS (50ull * 1000ull)
 /* ucp_worker_progress() calls per loop before the thread looks at its
  * other work (new messages, handed-over connections). */
 #define PS__UCX_PROGRESS_BURST 64
+/* While a waiting thread drives the loop, the progress thread checks this
+ * often whether it still does. */
+#define PS__UCX_PARK_MS 1
 /* close() lets queued sends leave for at most this long, and stops early
  * once nothing has moved for PS__UCX_DRAIN_IDLE_MS; endpoints then get
  * PS__UCX_CLOSE_MS to close. */
@@ -135,21 +146,50 @@ static void drain_wakefd(ps__ucx_van_t *van)
     }
 }
 
-/* One round of work; returns whether anything happened. */
-static int progress_once(ps__ucx_van_t *van)
+/* One round of work; returns how many things happened (0: nothing). */
+static int progress_once(ps__ucx_van_t *van, unsigned burst)
 {
     int did = 0;
-    for (int i = 0; i < PS__UCX_PROGRESS_BURST && ucp_worker_progress(van->worker) != 0; ++i) {
-        did = 1;
+    for (unsigned i = 0; i < burst; ++i) {
+        unsigned n = ucp_worker_progress(van->worker);
+        if (n == 0) {
+            break;
+        }
+        did += (int)n;
     }
-    did |= ps__ucx_probe(van) > 0;
-    did |= van->rx_ready != NULL;
+    did += ps__ucx_probe(van);
+    did += van->rx_ready != NULL;
     /* Receives before events: a message that arrived just before its
      * connection ended is delivered before the end is. */
     ps__ucx_rx_process(van);
     ps__ucx_process_done(van);
-    did |= process_events(van) > 0;
+    did += process_events(van);
     return did;
+}
+
+/* Busy polling while a waiting thread drives the loop: the progress
+ * thread stays out of its way (two spinners per process do not fit two
+ * cores) and checks every PS__UCX_PARK_MS whether the driving went on. It
+ * comes back at once for work handed over through the eventfd (connects,
+ * closes, stop, a driver's hand-back). prog_lock is not held. */
+static void park(ps__ucx_van_t *van, uint64_t *seen)
+{
+    struct pollfd pfd = {.fd = van->wakefd, .events = POLLIN};
+    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
+        if (__atomic_exchange_n(&van->handback, 0, __ATOMIC_ACQ_REL)) {
+            return;
+        }
+        int r = poll(&pfd, 1, PS__UCX_PARK_MS);
+        if (r != 0) {
+            drain_wakefd(van);
+            return; /* work, or EINTR: a round sorts it out */
+        }
+        uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+        if (cur == *seen) {
+            return; /* nobody drove for a whole period */
+        }
+        *seen = cur;
+    }
 }
 
 static void *progress_main(void *arg)
@@ -157,20 +197,37 @@ static void *progress_main(void *arg)
     ps__ucx_van_t *van = arg;
     struct epoll_event evs[4];
     uint64_t last_event = ps_time_now_ns();
+    uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&van->prog_lock);
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
         uint64_t posted = __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST);
         ps__ucx_start_pending(van);
-        int did = progress_once(van);
+        int did = progress_once(van, PS__UCX_PROGRESS_BURST);
         int timeout = ps__ucx_run_timers(van);
         uint64_t now = ps_time_now_ns();
         if (did) {
             last_event = now;
+        }
+        if (van->params.busy_poll) {
+            uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
+            if (cur != seen) {
+                seen = cur;
+                pthread_mutex_unlock(&van->prog_lock);
+                park(van, &seen);
+                pthread_mutex_lock(&van->prog_lock);
+                last_event = ps_time_now_ns();
+                continue;
+            }
+        }
+        if (did) {
             continue;
         }
-        if (van->params.busy_poll && now - last_event < PS__UCX_SPIN_NS) {
+        if (now - last_event < (van->params.busy_poll ? PS__UCX_SPIN_NS : PS__UCX_IDLE_SPIN_NS)) {
             /* Spinning: let a thread waiting for this core run (on a small
              * machine the application may share it with us). */
+            pthread_mutex_unlock(&van->prog_lock);
             sched_yield();
+            pthread_mutex_lock(&van->prog_lock);
             continue;
         }
         /* Block. `sleeping` first, then look again: a sender that posted
@@ -190,6 +247,7 @@ static void *progress_main(void *arg)
         }
         int n = epoll_wait(van->epfd, evs, 4, timeout);
         __atomic_store_n(&van->sleeping, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&van->kicked, 0, __ATOMIC_RELEASE);
         if (n < 0 && errno != EINTR) {
             ps_error(PS_LOG_UCX, "epoll_wait: %m");
             ps_sleep_ms(1);
@@ -201,7 +259,38 @@ static void *progress_main(void *arg)
         }
         last_event = ps_time_now_ns();
     }
+    pthread_mutex_unlock(&van->prog_lock);
     return NULL;
+}
+
+/* The progress op: one round of the loop on the caller's thread, unless
+ * the progress thread runs it right now (then it is told to stand back). */
+static int ucx_progress(ps_van_t *v, unsigned budget)
+{
+    ps__ucx_van_t *van = (ps__ucx_van_t *)v;
+    if (budget == 0) {
+        __atomic_store_n(&van->handback, 1, __ATOMIC_RELEASE);
+        ps__ucx_wake(van);
+        return 0;
+    }
+    __atomic_add_fetch(&van->drive_seq, 1, __ATOMIC_ACQ_REL);
+    if (pthread_mutex_trylock(&van->prog_lock) != 0) {
+        /* The thread has the loop. If it sleeps in epoll_wait (idle until
+         * now), wake it once so that it sees us and stands back. */
+        if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST) &&
+            !__atomic_exchange_n(&van->kicked, 1, __ATOMIC_ACQ_REL)) {
+            ps__ucx_wake(van);
+        }
+        return 0;
+    }
+    int n = 0;
+    if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE) && van->worker != NULL) {
+        ps__ucx_start_pending(van);
+        n = progress_once(van, budget);
+        (void)ps__ucx_run_timers(van);
+    }
+    pthread_mutex_unlock(&van->prog_lock);
+    return n;
 }
 
 /* ---- ops ---- */
@@ -257,7 +346,6 @@ static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callback
     }
     van->my_id = PS_NODE_EMPTY;
     van->rng = ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)van;
-    van->next_cookie = (uint32_t)ps__ucx_random(van);
     van->efd = -1;
     van->epfd = -1;
     van->wakefd = -1;
@@ -265,12 +353,14 @@ static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callback
     pthread_mutex_init(&van->pending_lock, NULL);
     pthread_mutex_init(&van->ev_lock, NULL);
     pthread_mutex_init(&van->ops_lock, NULL);
+    pthread_mutex_init(&van->prog_lock, NULL);
     ps_status_t st = ps_mpool_init(&van->ops, "ucx send ops", sizeof(ps__ucx_op_t), 64, 64, 0);
     if (st != PS_OK) {
         pthread_rwlock_destroy(&van->peers_lock);
         pthread_mutex_destroy(&van->pending_lock);
         pthread_mutex_destroy(&van->ev_lock);
         pthread_mutex_destroy(&van->ops_lock);
+        pthread_mutex_destroy(&van->prog_lock);
         free(van);
         return st;
     }
@@ -336,7 +426,7 @@ static void close_endpoints(ps__ucx_van_t *van)
     ps__ucx_rx_cancel_all(van);
     uint64_t deadline = ps_time_now_ns() + PS__UCX_CLOSE_MS * PS_NSEC_PER_MSEC;
     while ((van->closing != NULL || van->rx_all != NULL) && ps_time_now_ns() < deadline) {
-        if (!progress_once(van)) {
+        if (!progress_once(van, PS__UCX_PROGRESS_BURST)) {
             ps_sleep_ms(1);
         }
     }
@@ -436,6 +526,7 @@ static void ucx_close(ps_van_t *v)
     pthread_mutex_destroy(&van->pending_lock);
     pthread_mutex_destroy(&van->ev_lock);
     pthread_mutex_destroy(&van->ops_lock);
+    pthread_mutex_destroy(&van->prog_lock);
     free(van);
 }
 
@@ -507,6 +598,7 @@ static const ps_van_ops_t ucx_ops = {
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = ucx_stats,
+    .progress = ucx_progress,
 };
 
 static int ucx_unavailable(char *why, size_t cap)

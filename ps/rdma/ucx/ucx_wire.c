@@ -8,7 +8,8 @@
  *
  * HELLO / ACK are active messages of PS__UCX_HS_LEN bytes:
  *   "PSUX" | version u8 | type u8 | 0 u16 | node id i32 | cookie u32 |
- *   nonce u64, little-endian.
+ *   nonce u64 | seq0 u64, little-endian (seq0: the sequence number the
+ *   sender expects on the first tagged message to it, ucx_internal.h).
  *
  * A re-announcement of the node id (set_node_id) is a META message without
  * data whose meta carries "PSUCXH" + version in van_data and the id in
@@ -20,10 +21,11 @@
 
 #include "ps/base/log.h"
 #include "ps/net/codec/codec.h"
+#include "ps/net/codec/meta_fast.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
 #define HS_MAGIC "PSUX"
-#define HS_VERSION 1
+#define HS_VERSION 2
 #define HELLO_TAG "PSUCXH"
 #define HELLO_TAG_LEN 6
 #define HELLO_VERSION 1
@@ -38,7 +40,12 @@ ps_status_t ps__ucx_encode_frame(ps__ucx_van_t *van, const ps_meta_t *meta, cons
     uint8_t *out = buf;
     uint8_t *heap = NULL;
     ps_status_t st = PS_ERR_TOO_LARGE;
-    if (cap > hlen) {
+    size_t fast = ps_meta_fast_size(meta);
+    if (fast != 0 && cap >= hlen + fast) {
+        /* A plain data message: the compact form, no protobuf (a hello
+         * carries van_data, so it never takes this path). */
+        st = ps_meta_fast_encode(meta, buf + hlen, cap - hlen, &mlen);
+    } else if (cap > hlen) {
         st = ps_meta_encode(meta, buf + hlen, cap - hlen, &mlen);
     }
     if (st == PS_ERR_TOO_LARGE) {
@@ -95,7 +102,8 @@ static uint32_t get32(const uint8_t *p)
     return v;
 }
 
-void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint64_t nonce)
+void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint64_t nonce,
+                     uint64_t seq0)
 {
     memcpy(out, HS_MAGIC, 4);
     out[4] = HS_VERSION;
@@ -105,19 +113,22 @@ void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint6
     put32(out + 12, cookie);
     put32(out + 16, (uint32_t)nonce);
     put32(out + 20, (uint32_t)(nonce >> 32));
+    put32(out + 24, (uint32_t)seq0);
+    put32(out + 28, (uint32_t)(seq0 >> 32));
 }
 
 int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p,
-                     uint32_t *cookie_p, uint64_t *nonce_p)
+                     uint32_t *cookie_p, uint64_t *nonce_p, uint64_t *seq0_p)
 {
     if (len != PS__UCX_HS_LEN || memcmp(in, HS_MAGIC, 4) != 0 || in[4] != HS_VERSION ||
-        (in[5] != PS__UCX_HS_HELLO && in[5] != PS__UCX_HS_ACK)) {
+        in[5] < PS__UCX_HS_HELLO || in[5] > PS__UCX_HS_AUTH_REFUSED) { /* + job-secret steps */
         return 0;
     }
     *type_p = in[5];
     *node_id_p = (int)(int32_t)get32(in + 8);
     *cookie_p = get32(in + 12);
     *nonce_p = (uint64_t)get32(in + 16) | ((uint64_t)get32(in + 20) << 32);
+    *seq0_p = (uint64_t)get32(in + 24) | ((uint64_t)get32(in + 28) << 32);
     return 1;
 }
 

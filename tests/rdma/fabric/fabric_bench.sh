@@ -13,6 +13,8 @@
 #   - test_benchmark mode 4 (8-byte push-pull round trip, one at a time),
 #     busy-polling and blocking.
 # Each ps line is the benchmark's `summary` (goodput; request p50/p99).
+# tools/bench/rdma_bench.sh runs both vans on all four transports in one go
+# and prints one table with the ratios.
 set -uo pipefail
 BENCH=${1:?benchmark binary}
 LAUNCH=${2:?launcher}

@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -739,6 +740,49 @@ TEST_P(FabricVanTest, BusyPollingWorksToo)
     std::lock_guard<std::mutex> lk(b.inbox.mu);
     for (int i = 0; i < 50; i++)
         EXPECT_TRUE(Matches(b.inbox.msgs[i].data[1], i, 1, static_cast<size_t>(i) * 1000));
+}
+
+// Busy polling: a thread waiting for something runs the van's loop itself
+// through the progress op (the progress thread parks), and after the
+// hand-back (budget 0) the progress thread carries on alone.
+TEST_P(FabricVanTest, WaitingThreadDrivesTheLoopAndHandsItBack)
+{
+    Van a, b;
+    const std::thread::id me = std::this_thread::get_id();
+    std::atomic<int> on_me{0};
+    a.inbox.on_msg = [&](const ps_msg_t *in) {
+        EXPECT_EQ(SendData(a, 8, in->meta.key + 1, {8, 64}), PS_OK);  // a is 9, b 8
+    };
+    b.inbox.on_msg = [&](const ps_msg_t *) {
+        if (std::this_thread::get_id() == me)
+            on_me++;
+    };
+    Pair(a, b, true);
+    ASSERT_NE(b.ops->progress, nullptr);
+    ASSERT_EQ(ps_van_progress_op(b.van), b.ops->progress);
+    const int driven = 100;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int i = 0; i < driven; i++) {
+        ASSERT_EQ(SendData(b, 9, 2 * i, {8, 64}), PS_OK);
+        for (;;) {
+            {
+                std::lock_guard<std::mutex> lk(b.inbox.mu);
+                if (b.inbox.msgs.size() >= static_cast<size_t>(i + 1))
+                    break;
+            }
+            ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "answer " << i;
+            (void)b.ops->progress(b.van, 16);
+        }
+    }
+    EXPECT_EQ(b.ops->progress(b.van, 0), 0);
+    EXPECT_GT(on_me.load(), 0);  // it ran the loop
+    ASSERT_EQ(SendData(b, 9, 2 * driven, {8, 64}), PS_OK);
+    ASSERT_TRUE(b.inbox.WaitMsgs(driven + 1));  // the progress thread, alone
+    std::lock_guard<std::mutex> lk(b.inbox.mu);
+    for (int i = 0; i <= driven; i++) {
+        ASSERT_EQ(b.inbox.msgs[i].meta.key, static_cast<uint64_t>(2 * i + 1));
+        EXPECT_TRUE(Matches(b.inbox.msgs[i].data[1], 2 * i + 1, 1, 64));
+    }
 }
 
 TEST_P(FabricVanTest, SendNeverBlocksOnASlowReceiver)

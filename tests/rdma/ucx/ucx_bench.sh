@@ -10,6 +10,8 @@
 # TEST_BENCHMARK must have the UCX van linked in. Environment: ROUNDS (3),
 # BW_ROUNDS (test_benchmark rounds of 40 x 4 MiB, 30), LAT_ROUNDS (2000),
 # PERF_N (tag_bw iterations, 1000).
+# tools/bench/rdma_bench.sh runs both vans on all four transports in one go
+# and prints one table with the ratios.
 set -uo pipefail
 bench=$1 launcher=$2
 shift 2

@@ -557,6 +557,60 @@ TEST_P(UcxVanTls, BusyPollDeliversToo)
     }
 }
 
+// Busy polling: a thread waiting for something runs the van's loop itself
+// through the progress op (the progress thread stands back), and after the
+// hand-back (budget 0) the progress thread carries on alone.
+TEST_P(UcxVanTls, WaitingThreadDrivesTheLoopAndHandsItBack)
+{
+    ps_van_params_t p = DefaultParams();
+    p.busy_poll = 1;
+    Van a, b;
+    const std::thread::id me = std::this_thread::get_id();
+    std::atomic<int> on_me{0};
+    a.inbox.on_msg = [&](const ps_msg_t *in) {
+        OutMsg m(9, in->meta.key + 1, {8, 64});
+        EXPECT_EQ(a.ops->send(a.van, &m.msg), PS_OK);
+    };
+    b.inbox.on_msg = [&](const ps_msg_t *) {
+        if (std::this_thread::get_id() == me) {
+            on_me++;
+        }
+    };
+    ASSERT_EQ(a.Open(8, p), PS_OK);
+    ASSERT_EQ(b.Open(9, p), PS_OK);
+    ASSERT_NE(b.ops->progress, nullptr);
+    ASSERT_EQ(ps_van_progress_op(b.van), b.ops->progress);
+    ASSERT_EQ(b.ConnectTo(a, 9), PS_OK);
+    // Driven: one request at a time, each answer awaited by driving.
+    const int driven = 100;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int i = 0; i < driven; ++i) {
+        OutMsg req(8, 2 * i, {8, 64});
+        ASSERT_EQ(b.ops->send(b.van, &req.msg), PS_OK);
+        for (;;) {
+            {
+                std::lock_guard<std::mutex> lk(b.inbox.mu);
+                if (b.inbox.msgs.size() >= static_cast<size_t>(i + 1)) {
+                    break;
+                }
+            }
+            ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "answer " << i;
+            (void)b.ops->progress(b.van, 16);
+        }
+    }
+    EXPECT_EQ(b.ops->progress(b.van, 0), 0);
+    // Somebody's answers came on this thread: it ran the loop.
+    EXPECT_GT(on_me.load(), 0);
+    // Handed back: the progress thread delivers without help.
+    OutMsg last(8, 2 * driven, {8, 64});
+    ASSERT_EQ(b.ops->send(b.van, &last.msg), PS_OK);
+    ASSERT_TRUE(b.inbox.WaitMsgs(driven + 1));
+    std::lock_guard<std::mutex> lk(b.inbox.mu);
+    for (int i = 0; i <= driven; ++i) {
+        EXPECT_TRUE(CheckMsg(b.inbox.msgs[i], 8, 2 * i + 1, {8, 64}));
+    }
+}
+
 TEST_P(UcxVanTls, ManyConcurrentSendersKeepPerThreadOrder)
 {
     Van server, worker;

@@ -1,0 +1,64 @@
+/*
+ * A compact fixed-layout encoding for the metas of plain data messages
+ * (KV push/pull requests and responses, simple-app messages): no control
+ * command, no node list, no tensor, trace, QP or van fields. Encoding and
+ * decoding it costs a few dozen ns, where the protobuf codec (codec.h)
+ * costs microseconds; a van uses it for such metas and codec.h for every
+ * other one.
+ *
+ * Layout (little-endian):
+ *   0  u8   0x00 marker: never the first byte of a protobuf encoding (a
+ *           tag's first byte is 0 only for field 0, which does not exist),
+ *           so a receiver tells the two apart by the first byte
+ *   1  u8   PS_META_FAST_VERSION
+ *   2  u8   flags: bit 0 request, 1 push, 2 pull, 3 simple_app
+ *   3  u8   num_data_types (<= PS_META_MAX_DATA)
+ *   4  i32  head, app_id, customer_id, timestamp, sender, recver,
+ *           src_dev_type, src_dev_id, dst_dev_type, dst_dev_id, option,
+ *           sid, priority (13 x 4 bytes)
+ *  56  u64  data_size, key, addr, val_len
+ *  88  u32  body_len (<= PS_META_FAST_BODY_MAX)
+ *  92  u8   data_types[num_data_types], then body_len bytes of body
+ */
+#ifndef PS_NET_CODEC_META_FAST_H_
+#define PS_NET_CODEC_META_FAST_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps/base/status.h"
+#include "ps/net/codec/message.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PS_META_FAST_VERSION 1
+#define PS_META_FAST_FIXED_LEN 92
+/* Bodies longer than this take the protobuf path. */
+#define PS_META_FAST_BODY_MAX 4096
+
+/* Bytes the fast form of `meta` takes, or 0 when the meta is not plain
+ * (then use ps_meta_encode). */
+size_t ps_meta_fast_size(const ps_meta_t *meta);
+
+/* Writes the fast form into buf[0..cap). PS_ERR_UNSUPPORTED for a meta
+ * that is not plain, PS_ERR_TOO_LARGE when cap is too small. */
+ps_status_t ps_meta_fast_encode(const ps_meta_t *meta, uint8_t *buf, size_t cap,
+                                size_t *len_p);
+
+/* 1 if an encoded meta is in the fast form (its first byte is 0x00). */
+static inline int ps_meta_is_fast(const uint8_t *buf, size_t len)
+{
+    return len > 0 && buf[0] == 0;
+}
+
+/* Decodes the fast form; meta->body points into buf. PS_ERR_PROTOCOL for
+ * anything that is not exactly one well-formed fast meta. */
+ps_status_t ps_meta_fast_decode(const uint8_t *buf, size_t len, ps_meta_t *meta_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_NET_CODEC_META_FAST_H_ */
