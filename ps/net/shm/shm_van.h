@@ -40,12 +40,6 @@ void ps__shm_test_options(ps_van_t *van, int allow_cma, int allow_seg, int allow
 #define PS__SHM_TEST_KINDS 6
 void ps__shm_test_counters(ps_van_t *van, uint64_t counts[PS__SHM_TEST_KINDS]);
 
-/* The network van's name as DMLC_ENABLE_UCX / DMLC_ENABLE_RDMA /
- * DMLC_PS_VAN_TYPE choose it, ignoring BYTEPS_ENABLE_IPC: what the composed
- * van wraps. Defined in ps/net/van/registry.c next to ps_van_select_name();
- * declared here because only the composed van needs it. */
-ps_status_t ps__van_select_network_name(const char **name_p);
-
 /* The composed van ("ipc", shm_multi.c): how it reaches node id now —
  * "shm", "net" or "none" (for tests and logs). */
 const char *ps__ipc_route(ps_van_t *ipc_van, int id);

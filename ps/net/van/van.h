@@ -153,10 +153,15 @@ ps_status_t ps_van_find(const char *name, const ps_van_component_t **component_p
 /* Lists the registered components; returns how many (up to cap). */
 size_t ps_van_list(const ps_van_component_t **components, size_t cap);
 
-/* The van name chosen by the upstream variables: DMLC_ENABLE_UCX=1 → ucx;
- * else DMLC_ENABLE_RDMA (zmq/0/tcp → tcp, ibverbs/1 → ibverbs, fabric,
- * shm, ...); else DMLC_PS_VAN_TYPE; else tcp. */
+/* The van name chosen by the upstream variables: BYTEPS_ENABLE_IPC=1 →
+ * ipc (shared memory to same-host peers, the network van below to the
+ * others), unless that network van is shm itself; otherwise the network
+ * van. */
 ps_status_t ps_van_select_name(const char **name_p);
+/* The network van alone: DMLC_ENABLE_UCX=1 → ucx; else DMLC_ENABLE_RDMA
+ * (zmq/0/tcp → tcp, ibverbs/1 → ibverbs, fabric, shm, ...); else
+ * DMLC_PS_VAN_TYPE; else tcp. The ipc van wraps this one. */
+ps_status_t ps__van_select_network_name(const char **name_p);
 
 /* Shared stubs for unsupported slots. */
 ps_status_t ps_van_no_register_mem(ps_van_t *van, ps_buf_t *buf);
