@@ -79,6 +79,10 @@ struct ps__registry {
     size_t num_dead;
     size_t dead_cap;
     ps_status_t closed; /* PS_OK while open */
+    /* Busy-poll waiters running the van's loop (customer_drive), and 1
+     * once the van is about to close: no new driver may start then. */
+    int drivers;
+    int drive_off;
 };
 
 /* The customer whose receive function this thread is running. */
@@ -238,7 +242,7 @@ void ps__registry_destroy(ps__registry_t *reg)
         reg->customers = c->next;
         c->next = NULL;
         c->linked = 0;
-        c->reg = NULL;
+        __atomic_store_n(&c->reg, NULL, __ATOMIC_SEQ_CST);
         c->po = NULL;
     }
     ps__pending_t *p = reg->pending_head;
@@ -520,7 +524,7 @@ ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
         return st;
     }
     c->po = po;
-    c->reg = reg;
+    __atomic_store_n(&c->reg, reg, __ATOMIC_SEQ_CST);
     c->app_id = app_id;
     c->customer_id = customer_id;
     c->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
@@ -578,7 +582,7 @@ void ps_customer_destroy(ps_customer_t *c)
                  "function; leaking it instead", c->app_id, c->customer_id);
         return;
     }
-    ps__registry_t *reg = c->reg;
+    ps__registry_t *reg = __atomic_load_n(&c->reg, __ATOMIC_SEQ_CST);
     if (reg != NULL) {
         /* The registry may be destroyed concurrently only if the caller
          * breaks the rule that finalize and destroy do not overlap. */
@@ -603,7 +607,7 @@ void ps_customer_destroy(ps_customer_t *c)
 void ps_customer_set_recv_buffer_func(ps_customer_t *c, ps_customer_recv_buffer_func_t fn,
                                       void *arg)
 {
-    ps__registry_t *reg = c->reg;
+    ps__registry_t *reg = __atomic_load_n(&c->reg, __ATOMIC_SEQ_CST);
     if (reg != NULL)
         ps_mutex_lock(&reg->lock);
     c->recv_buffer = fn;
@@ -695,18 +699,57 @@ static ps_status_t customer_drive(ps_customer_t *c, int ts, uint64_t spin_until)
     return PS_INPROGRESS;
 }
 
+/* A waiter may drive the van only between these two calls, and not once
+ * ps__registry_stop_driving() began: the van must outlive every driver.
+ * (Announce first, then check, both sequentially consistent: the stopper
+ * sets the flag, then counts, so one of the two sees the other.) */
+static ps__registry_t *drive_enter(ps_customer_t *c)
+{
+    ps__registry_t *reg = __atomic_load_n(&c->reg, __ATOMIC_SEQ_CST);
+    if (reg == NULL)
+        return NULL;
+    __atomic_add_fetch(&reg->drivers, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&reg->drive_off, __ATOMIC_SEQ_CST)) {
+        __atomic_sub_fetch(&reg->drivers, 1, __ATOMIC_SEQ_CST);
+        return NULL;
+    }
+    return reg;
+}
+
+static void drive_exit(ps__registry_t *reg)
+{
+    __atomic_sub_fetch(&reg->drivers, 1, __ATOMIC_SEQ_CST);
+}
+
+void ps__registry_stop_driving(ps__registry_t *reg)
+{
+    __atomic_store_n(&reg->drive_off, 1, __ATOMIC_SEQ_CST);
+    /* A driver hands the loop back within PS__CUSTOMER_SPIN_NS. */
+    ps_deadline_t deadline = ps_deadline_from_ms(1000);
+    while (__atomic_load_n(&reg->drivers, __ATOMIC_SEQ_CST) > 0) {
+        if (ps_deadline_expired(deadline)) {
+            ps_warn(PS_LOG_CORE, "a busy-poll waiter still runs the van's loop after 1 s; "
+                    "closing the van anyway");
+            return;
+        }
+        sched_yield();
+    }
+}
+
 ps_status_t ps_customer_wait(ps_customer_t *c, int ts, int timeout_ms)
 {
     if (timeout_ms < 0)
         timeout_ms = c->request_timeout_ms;
     /* Never from a receive or done function: the loop is already running
      * below us on this thread. */
-    if (c->progress != NULL && tls_in_customer == NULL) {
+    ps__registry_t *driving = NULL;
+    if (c->progress != NULL && tls_in_customer == NULL && (driving = drive_enter(c)) != NULL) {
         uint64_t start = ps_time_now_ns();
         uint64_t spin = PS__CUSTOMER_SPIN_NS;
         if (timeout_ms >= 0 && (uint64_t)timeout_ms * 1000000ull < spin)
             spin = (uint64_t)timeout_ms * 1000000ull;
         ps_status_t st = customer_drive(c, ts, start + spin);
+        drive_exit(driving);
         if (st != PS_INPROGRESS)
             return st;
         if (timeout_ms >= 0) {

@@ -104,8 +104,8 @@ int ps_customer_num_responses(ps_customer_t *customer, int ts);
  * caller spins for a bounded time (2 ms) before it sleeps; when the van
  * has a progress op (tcp), the spinning caller runs the van's event loop
  * itself, so receive and done functions of this process may then run on
- * the waiting thread, and the wait must not overlap
- * ps_postoffice_finalize().
+ * the waiting thread (a wait that overlaps ps_postoffice_finalize() stops
+ * driving before the van closes and ends with the request's status).
  *
  * What is remembered (so that requests nobody waits for cost no memory):
  * a request that completes with PS_OK is forgotten at once, and a ts that

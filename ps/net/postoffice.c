@@ -1024,6 +1024,8 @@ static void po_free(ps_postoffice_t *po)
         po->timer_started = 0;
     }
     __atomic_store_n(&po->closing, 1, __ATOMIC_RELEASE);
+    if (po->reg != NULL)
+        ps__registry_stop_driving(po->reg);
     if (po->van != NULL)
         po->van->ops->close(po->van);
     po->van = NULL;

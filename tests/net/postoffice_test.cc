@@ -891,6 +891,50 @@ TEST(Postoffice, FinalizeTimesOutInsteadOfHanging)
     EXPECT_NE(PS_INPROGRESS, ps_postoffice_finalize(late, 1));
 }
 
+// Busy polling: a waiter that runs the van's loop itself while another
+// thread finalizes. Finalize must take the loop back before it closes the
+// van (ASan would see the van used after free), and the wait must end with
+// the request's failure, not hang.
+TEST(Postoffice, BusyWaiterOverlappingFinalizeEnds)
+{
+    Job job = start_job(1, 1, [](int, ps_start_params_t *p) {
+        p->busy_poll = 1;
+        p->finalize_timeout_ms = 2000;
+    });
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    Client cl;
+    ps_customer_t *wc;
+    ASSERT_EQ(PS_OK, ps_customer_create(job.worker(0), 0, 0, client_recv, &cl, &wc));
+    int servers[] = {8};
+    int ts;
+    // Nobody on the server answers: the request stays outstanding.
+    ASSERT_EQ(PS_OK, ps_customer_new_request(wc, 1, servers, 1, &ts));
+    std::atomic<int> waits{0};
+    std::atomic<int> result{PS_OK};
+    std::thread waiter([&] {
+        // Short waits in a row, so that the waiter keeps starting to drive
+        // the loop while finalize runs.
+        for (;;) {
+            ps_status_t st = ps_customer_wait(wc, ts, 5);
+            waits++;
+            if (st != PS_ERR_TIMED_OUT) {
+                result = st;
+                return;
+            }
+        }
+    });
+    while (waits.load() < 20)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ps_postoffice_t *worker = job.worker(0);
+    job.po[2] = nullptr;
+    EXPECT_EQ(PS_OK, ps_postoffice_finalize(worker, 0));
+    waiter.join();
+    EXPECT_EQ(PS_ERR_SHUTDOWN, result.load());
+    ps_customer_destroy(wc);
+    finalize_all(job, 0);
+}
+
 TEST(Postoffice, CustomerOutlivesItsPostoffice)
 {
     Job job = start_job(0, 1);
