@@ -9,6 +9,12 @@ set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 prog=$1 van=$2
 command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed"; exit 0; }
+# Valgrind cannot run ASan or TSan binaries (their shadow memory); under
+# those configs the sanitizer is the check.
+if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
+  echo "SKIPPED: sanitizer build (valgrind runs on plain builds)"
+  exit 0
+fi
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/vg.XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }

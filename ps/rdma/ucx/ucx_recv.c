@@ -173,14 +173,15 @@ int ps__ucx_probe(ps__ucx_van_t *van)
         uint32_t cookie = ps__ucx_tag_cookie(info.sender_tag);
         uint64_t seq = ps__ucx_tag_seq(info.sender_tag);
         ps__ucx_conn_t *conn = ps__ucx_conn_lookup(van, cookie);
-        if (conn != NULL && conn->state != PS__UCX_DEAD && seq != conn->rx_seq) {
-            /* Not the connection's peer (it sends in order), or a peer
-             * confused beyond repair: either way not to be attributed, and
-             * not a reason to close the connection it names. */
+        if (conn == NULL || conn->state == PS__UCX_DEAD) {
+            ps_warn_ratelimited(PS_LOG_UCX, "message for an unknown connection (cookie %u); "
+                                "dropped", cookie);
+        } else if (seq != conn->rx_seq) {
+            /* Not the connection's peer (it sends in order): not to be
+             * attributed, and no reason to close the connection it names. */
             ps_warn_ratelimited(PS_LOG_UCX, "message naming the connection from %s out of "
                                 "sequence; dropped", conn->addr_str);
-            conn = NULL;
-        } else if (conn != NULL && conn->state != PS__UCX_DEAD) {
+        } else {
             conn->rx_seq = (conn->rx_seq + 1) & PS__UCX_SEQ_MASK;
             __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
             rx->conn = conn;
@@ -190,12 +191,6 @@ int ps__ucx_probe(ps__ucx_van_t *van)
                 conn->rx_head = rx;
             }
             conn->rx_tail = rx;
-        } else {
-            conn = NULL;
-        }
-        if (conn == NULL && rx->conn == NULL) {
-            ps_warn_ratelimited(PS_LOG_UCX, "message for an unknown connection (cookie %u); "
-                                "dropped", cookie);
         }
         rx_start(van, rx, msg, info.length);
     }
@@ -270,6 +265,11 @@ static ps_status_t rx_hello(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
     if (conn->peer_id != PS_NODE_EMPTY) {
         ps_error(PS_LOG_UCX, "connection from %s re-announced itself as node %d after node %d; "
                  "closing", conn->addr_str, id, conn->peer_id);
+        return PS_ERR_PROTOCOL;
+    }
+    if (!ps__ucx_may_claim(van, conn, id, conn->nonce)) {
+        ps_error(PS_LOG_UCX, "connection from %s claims node id %d, which it may not; closing",
+                 conn->addr_str, id);
         return PS_ERR_PROTOCOL;
     }
     /* Registers the connection under its id (as an incoming one). */
@@ -462,18 +462,24 @@ static void rx_deliver_ready(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
 /* Moves a receive on after a callback (or an immediate completion). */
 static void rx_advance(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
 {
+    if (rx->conn == NULL) {
+        /* Unattributed, or its connection was dropped: nothing more is
+         * posted for it (its segments stay unreceived), and it goes once
+         * UCX holds no request of it — never before, since UCX would call
+         * back into the freed receive. */
+        if (rx->outstanding == 0) {
+            rx_free(van, rx);
+        }
+        return;
+    }
     if (rx->status == PS_OK && rx->meta_done && !rx->parsed) {
         rx_parse(van, rx);
     }
     if (rx->outstanding == 0 && (rx->parsed || rx->status != PS_OK)) {
         rx->complete = 1;
     }
-    if (rx->conn != NULL) {
-        if (rx->complete && rx->conn->state != PS__UCX_DEAD) {
-            rx_deliver_ready(van, rx->conn);
-        }
-    } else if (rx->complete) {
-        rx_free(van, rx); /* nobody to deliver to */
+    if (rx->complete && rx->conn->state != PS__UCX_DEAD) {
+        rx_deliver_ready(van, rx->conn);
     }
 }
 
@@ -520,15 +526,14 @@ void ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver)
     while (rx != NULL) {
         ps__ucx_rx_t *next = rx->next;
         rx->next = NULL;
-        /* Nobody to deliver to any more: the receive finishes (cancelled)
-         * and frees itself. */
+        /* Nobody to deliver to any more: rx_advance frees it once UCX has
+         * given back every request of it (cancelled ones at once; one that
+         * UCX could not cancel when it completes or fails). It may sit on
+         * van->rx_ready, or on the list rx_process() is walking. */
         rx->conn = NULL;
         ps__ucx_conn_unref(conn);
         rx_cancel(van, rx);
-        if (rx->outstanding == 0) {
-            rx->complete = 1;
-            rx_mark(rx);
-        }
+        rx_mark(rx);
         rx = next;
     }
 }
