@@ -193,6 +193,14 @@ typedef struct ps__ucx_rx {
     int complete;              /* everything arrived (or failed) */
     int hello;                 /* a re-announcement: nothing to deliver */
     int ready_queued;          /* on van->rx_ready */
+    /* Inside a ucp_tag_*recv_nbx() call of this receive. UCX may complete
+     * the request, callback included, before that call returns it (seen:
+     * UCS_ERR_CANCELED right after the sender was killed):
+     * the callback then neither queues the receive (its poster moves it
+     * on; queued and then freed by its poster, it was used after free on
+     * van->rx_ready) nor leaves the request, already freed, in `reqs`. */
+    int posting;
+    void *done_in_post;        /* such a request (never used again) */
     ps_status_t status;
 } ps__ucx_rx_t;
 

@@ -43,11 +43,14 @@ static void rx_mark(ps__ucx_rx_t *rx)
 
 static void rx_req_done(ps__ucx_rx_t *rx, void *request, ucs_status_t status)
 {
-    for (unsigned i = 0; i < 1 + PS_MSG_MAX_DATA; ++i) {
-        if (rx->reqs[i] == request) {
-            rx->reqs[i] = NULL;
-            break;
-        }
+    unsigned i = 0;
+    while (i < 1 + PS_MSG_MAX_DATA && rx->reqs[i] != request) {
+        ++i;
+    }
+    if (i < 1 + PS_MSG_MAX_DATA) {
+        rx->reqs[i] = NULL;
+    } else if (rx->posting) {
+        rx->done_in_post = request; /* the one being posted, not in `reqs` yet */
     }
     rx->outstanding--;
     if (status != UCS_OK && rx->status == PS_OK) {
@@ -65,7 +68,9 @@ static void on_meta(void *request, ucs_status_t status, const ucp_tag_recv_info_
     if (status == UCS_OK) {
         rx->meta_done = 1;
     }
-    rx_mark(rx);
+    if (!rx->posting) {
+        rx_mark(rx);
+    }
 }
 
 static void on_data(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
@@ -75,7 +80,19 @@ static void on_data(void *request, ucs_status_t status, const ucp_tag_recv_info_
     (void)info;
     rx_req_done(rx, request, status);
     ucp_request_free(request);
-    rx_mark(rx);
+    if (!rx->posting) {
+        rx_mark(rx);
+    }
+}
+
+/* After a ucp_tag_*recv_nbx() call: 1 when its callback already ran
+ * inside it (the request, if returned, is gone). */
+static int rx_posted(ps__ucx_rx_t *rx)
+{
+    int ran = rx->done_in_post != NULL;
+    rx->posting = 0;
+    rx->done_in_post = NULL;
+    return ran;
 }
 
 static void rx_free(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
@@ -120,9 +137,14 @@ static void rx_start(ps__ucx_van_t *van, ps__ucx_rx_t *rx, ucp_tag_message_h msg
     param.cb.recv = on_meta;
     param.user_data = rx;
     rx->outstanding = 1;
+    rx->posting = 1;
     ucs_status_ptr_t r =
         ucp_tag_msg_recv_nbx(van->worker, ps_slice_ptr(&rx->staging), cap,
                              msg, &param);
+    if (rx_posted(rx)) {
+        rx_mark(rx); /* completed inside the call */
+        return;
+    }
     if (UCS_PTR_IS_PTR(r)) {
         rx->reqs[0] = r;
         return;
@@ -227,8 +249,12 @@ static void post_data(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i)
     param.cb.recv = on_data;
     param.user_data = rx;
     rx->outstanding++;
+    rx->posting = 1;
     ucs_status_ptr_t r = ucp_tag_recv_nbx(van->worker, ps_slice_ptr(&rx->msg.data[i]),
                                           rx->msg.data[i].len, tag, UINT64_MAX, &param);
+    if (rx_posted(rx)) {
+        return; /* completed inside the call: rx_advance(), parsing this receive, sees it */
+    }
     if (UCS_PTR_IS_PTR(r)) {
         rx->reqs[1 + i] = r;
         return;
