@@ -19,7 +19,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -347,26 +346,14 @@ static int spin_round(ps__shm_van_t *van, unsigned rounds, unsigned budget)
 
 /* Busy polling, while a waiting thread drives the loop: the progress
  * thread stays out of its way (two spinners per process do not fit two
- * cores) and checks every PS__SHM_PARK_MS whether the driving went on. It
+ * cores), checking every PS__SHM_PARK_MS whether the driving went on. It
  * comes back at once for work handed over through the eventfd (new
  * channels, a queued send or ack from another thread, stop, the driver's
  * hand-back); the driver watches the sockets itself meanwhile. */
 static void park(ps__shm_van_t *van, uint64_t *seen)
 {
-    struct pollfd pfd = {.fd = van->wakefd, .events = POLLIN};
-    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        if (__atomic_exchange_n(&van->handback, 0, __ATOMIC_ACQ_REL)) {
-            return;
-        }
-        if (poll(&pfd, 1, PS__SHM_PARK_MS) != 0) {
-            return; /* work, or EINTR: a round sorts it out */
-        }
-        uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-        if (cur == *seen) {
-            return; /* nobody drove for a whole period */
-        }
-        *seen = cur;
-    }
+    (void)ps_van_park(van->wakefd, PS__SHM_PARK_MS, &van->stop, &van->handback, &van->drive_seq,
+                      seen);
 }
 
 static void *progress_main(void *arg)

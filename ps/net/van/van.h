@@ -168,6 +168,15 @@ ps_status_t ps_van_no_register_mem(ps_van_t *van, ps_buf_t *buf);
 ps_status_t ps_van_no_deregister_mem(ps_van_t *van, ps_buf_t *buf);
 int ps_van_no_progress(ps_van_t *van, unsigned budget); /* returns 0 */
 
+/* For a van's progress thread while busy-poll waiters drive its loop
+ * (progress op): waits, without the loop, until the driving stops — a
+ * driver's hand-back (budget 0), no progress call for a whole park_ms, stop
+ * set, or something on wakefd (handed-over work). `seen` is the last
+ * drive_seq the thread saw; updated. Returns 1 when woken through wakefd
+ * (which is left for the caller to drain or not), else 0. */
+int ps_van_park(int wakefd, int park_ms, const int *stop, int *handback,
+                const uint64_t *drive_seq, uint64_t *seen);
+
 /* The van's progress op, or NULL when it has none that does anything (a
  * table built before the op existed, or set to ps_van_no_progress). */
 static inline int (*ps_van_progress_op(const ps_van_t *van))(ps_van_t *, unsigned)

@@ -274,26 +274,15 @@ static int run_round(ps__fab_van_t *van, uint64_t *now_p)
 
 /* Busy polling while a waiting thread drives the loop: the progress
  * thread stays out of its way (two spinners per process do not fit two
- * cores) and checks every PS__FAB_PARK_MS whether the driving went on.
+ * cores), checking every PS__FAB_PARK_MS whether the driving went on.
  * Hand-offs from senders are the driver's now (it runs the same round), so
  * `sleeping` stays 0; stop and a driver's hand-back bring it back at once.
  * prog_lock is not held. */
 static void park(ps__fab_van_t *van, uint64_t *seen)
 {
-    struct pollfd pfd = {.fd = van->wakefd, .events = POLLIN};
-    while (!__atomic_load_n(&van->stop, __ATOMIC_SEQ_CST)) {
-        if (__atomic_exchange_n(&van->handback, 0, __ATOMIC_ACQ_REL))
-            return;
-        int r = poll(&pfd, 1, PS__FAB_PARK_MS);
-        if (r != 0) {
-            drain_wakefd(van);
-            return; /* stop, a hand-back, or EINTR: a round sorts it out */
-        }
-        uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-        if (cur == *seen)
-            return; /* nobody drove for a whole period */
-        *seen = cur;
-    }
+    if (ps_van_park(van->wakefd, PS__FAB_PARK_MS, &van->stop, &van->handback, &van->drive_seq,
+                    seen))
+        drain_wakefd(van);
 }
 
 static void *progress_main(void *arg)

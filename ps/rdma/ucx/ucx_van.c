@@ -15,7 +15,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,26 +168,14 @@ static int progress_once(ps__ucx_van_t *van, unsigned burst)
 
 /* Busy polling while a waiting thread drives the loop: the progress
  * thread stays out of its way (two spinners per process do not fit two
- * cores) and checks every PS__UCX_PARK_MS whether the driving went on. It
+ * cores), checking every PS__UCX_PARK_MS whether the driving went on. It
  * comes back at once for work handed over through the eventfd (connects,
  * closes, stop, a driver's hand-back). prog_lock is not held. */
 static void park(ps__ucx_van_t *van, uint64_t *seen)
 {
-    struct pollfd pfd = {.fd = van->wakefd, .events = POLLIN};
-    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        if (__atomic_exchange_n(&van->handback, 0, __ATOMIC_ACQ_REL)) {
-            return;
-        }
-        int r = poll(&pfd, 1, PS__UCX_PARK_MS);
-        if (r != 0) {
-            drain_wakefd(van);
-            return; /* work, or EINTR: a round sorts it out */
-        }
-        uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-        if (cur == *seen) {
-            return; /* nobody drove for a whole period */
-        }
-        *seen = cur;
+    if (ps_van_park(van->wakefd, PS__UCX_PARK_MS, &van->stop, &van->handback, &van->drive_seq,
+                    seen)) {
+        drain_wakefd(van);
     }
 }
 
