@@ -10,6 +10,8 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,9 +37,11 @@ extern "C" {
 #include "ps/base/buffer.h"
 #include "ps/base/config.h"
 #include "ps/base/status.h"
+#include "ps/net/auth.h"
 #include "ps/net/caps.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
+#include "ps/net/shm/shm_job.h"
 #include "ps/net/shm/shm_van.h"
 #include "ps/net/shm_alloc.h"
 #include "ps/net/van/van.h"
@@ -220,6 +224,10 @@ struct Van {
     const ps_van_ops_t *ops = nullptr;
     ps_node_t node;
 
+    // With a job secret set, every channel runs the handshake first.
+    const char *secret = nullptr;
+    int connect_timeout_ms = 20000;
+
     ps_status_t Open(const char *name = "shm", const Mode &m = kModes[0])
     {
         const ps_van_component_t *c = nullptr;
@@ -232,7 +240,14 @@ struct Van {
         memset(&p, 0, sizeof(p));
         p.role = PS_ROLE_WORKER;
         p.busy_poll = m.busy;
-        p.connect_timeout_ms = 20000;
+        p.connect_timeout_ms = connect_timeout_ms;
+        if (secret != nullptr) {
+            p.auth_enabled = 1;
+            ps_status_t kst = ps_auth_key_from_secret(secret, strlen(secret), &p.auth_key);
+            if (kst != PS_OK) {
+                return kst;
+            }
+        }
         ps_van_callbacks_t cb;
         cb.arg = &inbox;
         cb.recv_buffer = RecvBuffer;
@@ -868,6 +883,43 @@ TEST_F(ShmVan, Errors)
     Van b;
     ASSERT_EQ(b.Open(), PS_OK);
     EXPECT_EQ(b.Bind(10, "127.0.0.1", a.node.ports[0]), PS_ERR_ADDRESS_IN_USE);
+}
+
+// With a job secret, a listener that takes the channel but never answers
+// the handshake is a timeout (the connect deadline), not a refused secret.
+TEST_F(ShmVan, SilentPeerDuringHandshakeIsATimeout)
+{
+    char job[PS__SHM_JOB_MAX + 1];
+    ps__shm_job_id(job, sizeof(job));
+    struct sockaddr_un addr;
+    socklen_t alen;
+    const int port = 20000 + (int)(getpid() % 20000);
+    ASSERT_EQ(ps__shm_sock_addr(job, "127.0.0.1", port, &addr, &alen), PS_OK);
+    int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    ASSERT_GE(lfd, 0);
+    ASSERT_EQ(bind(lfd, (struct sockaddr *)&addr, alen), 0) << strerror(errno);
+    ASSERT_EQ(listen(lfd, 4), 0); // the kernel completes the connect; nobody reads
+
+    Van a;
+    a.secret = "s3cret";
+    a.connect_timeout_ms = 300;
+    ASSERT_EQ(a.Open(), PS_OK);
+    ASSERT_EQ(a.Bind(9), PS_OK);
+    ps_node_t silent;
+    ps_node_init(&silent);
+    silent.id = 8;
+    snprintf(silent.hostname, sizeof(silent.hostname), "127.0.0.1");
+    silent.num_ports = 1;
+    silent.ports[0] = port;
+    EXPECT_EQ(a.ops->connect(a.van, &silent, 9), PS_ERR_TIMED_OUT);
+
+    // A peer with another secret is still refused as such.
+    Van b;
+    b.secret = "other";
+    ASSERT_EQ(b.Open(), PS_OK);
+    ASSERT_EQ(b.Bind(10), PS_OK);
+    EXPECT_EQ(a.Connect(b), PS_ERR_AUTH);
+    close(lfd);
 }
 
 // Closing everything leaves no file and no descriptor behind.

@@ -169,19 +169,22 @@ ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id)
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     (void)setsockopt(ch->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     uint8_t answer[512];
-    ssize_t got;
-    do {
-        got = recv(ch->fd, answer, sizeof(answer), 0);
-    } while (got < 0 && errno == EINTR);
+    ssize_t got = ps__shm_recv_answer(ch->fd, answer, sizeof(answer), 0);
     if (got == (ssize_t)sizeof(ps__shm_pkt_welcome_t) && answer[0] == PS__SHM_PKT_WELCOME) {
         /* Refused before the challenge: we have no secret it accepts. */
         return ps__shm_auth_refused(ch);
     }
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        /* SO_RCVTIMEO ran out: a busy or hung peer, not a wrong secret. */
+        ps_error(PS_LOG_SHM, "%s did not answer the job-secret handshake within %d ms "
+                 "(PS_CONNECT_TIMEOUT_MS)", peer_name(ch, who, sizeof(who)), ms);
+        return PS_ERR_TIMED_OUT;
+    }
     if (got != (ssize_t)sizeof(p) || answer[0] != PS__SHM_PKT_AUTH) {
         ps_error(PS_LOG_SHM, "%s %s during the job-secret handshake (does it use the same "
                  "PS_JOB_SECRET?)", peer_name(ch, who, sizeof(who)),
-                 got < 0 ? "did not answer" : got == 0 ? "closed the channel" : "sent garbage");
-        return PS_ERR_AUTH;
+                 got < 0 ? "failed" : got == 0 ? "closed the channel" : "sent garbage");
+        return got < 0 ? PS_ERR_PEER_GONE : PS_ERR_AUTH;
     }
     auth_pkt_t c;
     memcpy(&c, answer, sizeof(c));

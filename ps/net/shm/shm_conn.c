@@ -261,6 +261,29 @@ static pid_t peer_pid_of(int fd)
     return cred.pid;
 }
 
+/* Reads the acceptor's answer during connect (flags: 0 to wait up to
+ * SO_RCVTIMEO, MSG_DONTWAIT). An acceptor that refuses us sends its WELCOME
+ * and closes; if our later packets (the proof, the HELLO) are still unread
+ * in its queue then, the kernel marks our socket ECONNRESET, and recv
+ * reports that error before the WELCOME that is queued for us. The error is
+ * cleared by being reported, so one more look finds the answer. */
+ssize_t ps__shm_recv_answer(int fd, void *buf, size_t cap, int flags)
+{
+    ssize_t got;
+    do {
+        got = recv(fd, buf, cap, flags);
+    } while (got < 0 && errno == EINTR);
+    if (got < 0 && errno == ECONNRESET) {
+        do {
+            got = recv(fd, buf, cap, MSG_DONTWAIT);
+        } while (got < 0 && errno == EINTR);
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            errno = ECONNRESET;
+        }
+    }
+    return got;
+}
+
 /* A fresh memfd with both rings, mapped. */
 static ps_status_t make_chan_mem(ps__shm_van_t *van, ps__shm_chan_t *ch, int *fd_p)
 {
@@ -416,21 +439,26 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
         sent = sendmsg(fd, &mh, MSG_NOSIGNAL);
     } while (sent < 0 && errno == EINTR);
     close(memfd);
-    if (sent != (ssize_t)sizeof(hello)) {
-        ps_error(PS_LOG_SHM, "connect to node %d as %s:%d: sending the hello: %m", peer->id,
-                 host, port);
-        ps__shm_chan_unref(ch);
-        return PS_ERR_PEER_GONE;
-    }
-    /* The answer, synchronously: when connect() returns, the peer has
-     * accepted us (or we know why not), and we know whether it can read
-     * our memory. Its progress thread answers at once. */
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     uint8_t answer[PKT_MAX];
     ssize_t got;
-    do {
-        got = recv(fd, answer, sizeof(answer), 0);
-    } while (got < 0 && errno == EINTR);
+    if (sent != (ssize_t)sizeof(hello)) {
+        int err = errno;
+        /* An acceptor that refused our job-secret proof may have answered
+         * and closed before our HELLO arrived: its verdict says more. */
+        got = ps__shm_recv_answer(fd, answer, sizeof(answer), MSG_DONTWAIT);
+        if (got <= 0 || answer[0] != PS__SHM_PKT_WELCOME) {
+            ps_error(PS_LOG_SHM, "connect to node %d as %s:%d: sending the hello: %s", peer->id,
+                     host, port, strerror(err));
+            ps__shm_chan_unref(ch);
+            return PS_ERR_PEER_GONE;
+        }
+    } else {
+        /* The answer, synchronously: when connect() returns, the peer has
+         * accepted us (or we know why not), and we know whether it can read
+         * our memory. Its progress thread answers at once. */
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        got = ps__shm_recv_answer(fd, answer, sizeof(answer), 0);
+    }
     if (got <= 0) {
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             ps_error(PS_LOG_SHM, "connect to node %d as %s:%d: no answer within %d ms (PS_CONNECT_TIMEOUT_MS)",

@@ -281,11 +281,15 @@ ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id);
 ps_status_t ps__shm_peer_add_in(ps__shm_van_t *van, ps__shm_chan_t *ch, int id);
 /* Takes a channel out of the peer table (takes the write lock). */
 void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch);
+/* Connector: recv of the acceptor's answer that still finds a WELCOME
+ * queued behind the ECONNRESET of an acceptor that refused and closed. */
+ssize_t ps__shm_recv_answer(int fd, void *buf, size_t cap, int flags);
 /* Progress thread: adds a channel to the polled list / epoll. */
 ps_status_t ps__shm_list_chan(ps__shm_van_t *van, ps__shm_chan_t *ch);
 
 /* ---- shm_auth.c (job secret; see there) ---- */
-/* Connector, before HELLO: the exchange; PS_ERR_AUTH (logged) when refused. */
+/* Connector, before HELLO: the exchange; PS_ERR_AUTH (logged) when refused,
+ * PS_ERR_TIMED_OUT when the acceptor does not answer within the connect timeout. */
 ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id);
 /* Acceptor: a new channel; whether packets must go to ps__shm_auth_on_packet. */
 void ps__shm_auth_accepted(ps__shm_chan_t *ch);
