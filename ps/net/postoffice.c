@@ -548,8 +548,8 @@ static void sched_barrier_arrive(ps_postoffice_t *po, int id, int group)
         return;
     }
     if (num_release > 0)
-        ps_debug(PS_LOG_CORE, "barrier of group %s released (%zu nodes)", group_name(group),
-                 num_release);
+        ps_info(PS_LOG_CORE, "barrier of group %s released (%zu nodes)", group_name(group),
+                num_release);
     for (size_t i = 0; i < num_release; i++) {
         if (release[i] == PS_SCHEDULER_ID)
             po_local_barrier_release(po, group, PS_OK, NULL);
