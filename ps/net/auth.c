@@ -151,6 +151,47 @@ static void put_i32(uint8_t *p, int32_t v)
     }
 }
 
+static int32_t get_i32(const uint8_t *p)
+{
+    uint32_t u = 0;
+    for (int i = 0; i < 4; ++i) {
+        u |= (uint32_t)p[i] << (8 * i);
+    }
+    return (int32_t)u;
+}
+
+void ps_auth_init_pack(const ps_auth_transcript_t *t, uint8_t out[PS_AUTH_INIT_BYTES])
+{
+    memcpy(out, t->nonce_i, PS_AUTH_NONCE_BYTES);
+    put_i32(out + PS_AUTH_NONCE_BYTES, t->id_i);
+    put_i32(out + PS_AUTH_NONCE_BYTES + 4, t->role_i);
+}
+
+void ps_auth_init_unpack(const uint8_t in[PS_AUTH_INIT_BYTES], ps_auth_transcript_t *t)
+{
+    memcpy(t->nonce_i, in, PS_AUTH_NONCE_BYTES);
+    t->id_i = get_i32(in + PS_AUTH_NONCE_BYTES);
+    t->role_i = get_i32(in + PS_AUTH_NONCE_BYTES + 4);
+}
+
+void ps_auth_challenge_pack(const ps_auth_transcript_t *t, const uint8_t proof[PS_AUTH_PROOF_BYTES],
+                            uint8_t out[PS_AUTH_CHALLENGE_BYTES])
+{
+    memcpy(out, t->nonce_r, PS_AUTH_NONCE_BYTES);
+    put_i32(out + PS_AUTH_NONCE_BYTES, t->id_r);
+    put_i32(out + PS_AUTH_NONCE_BYTES + 4, t->role_r);
+    memcpy(out + PS_AUTH_NONCE_BYTES + 8, proof, PS_AUTH_PROOF_BYTES);
+}
+
+void ps_auth_challenge_unpack(const uint8_t in[PS_AUTH_CHALLENGE_BYTES], ps_auth_transcript_t *t,
+                              uint8_t proof[PS_AUTH_PROOF_BYTES])
+{
+    memcpy(t->nonce_r, in, PS_AUTH_NONCE_BYTES);
+    t->id_r = get_i32(in + PS_AUTH_NONCE_BYTES);
+    t->role_r = get_i32(in + PS_AUTH_NONCE_BYTES + 4);
+    memcpy(proof, in + PS_AUTH_NONCE_BYTES + 8, PS_AUTH_PROOF_BYTES);
+}
+
 /* The bytes the proofs cover, in a fixed layout (little-endian ints). */
 static size_t transcript_bytes(ps_auth_dir_t dir, const ps_auth_transcript_t *t, uint8_t *out,
                                size_t cap)

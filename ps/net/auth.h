@@ -82,6 +82,30 @@ void ps_auth_prove(const ps_auth_key_t *key, ps_auth_dir_t dir, const ps_auth_tr
 int ps_auth_verify(const ps_auth_key_t *key, ps_auth_dir_t dir, const ps_auth_transcript_t *t,
                    const uint8_t proof[PS_AUTH_PROOF_BYTES]);
 
+/*
+ * The records of the first two handshake messages, as every van that has
+ * room for them carries them (little-endian, fixed size):
+ *
+ *   INIT       nonce_i[32] | id_i i32 | role_i i32                   40 bytes
+ *   CHALLENGE  nonce_r[32] | id_r i32 | role_r i32 | proof_r[32]     72 bytes
+ *
+ * Pure byte shuffling: the caller checks the length of what it received
+ * before it unpacks, and the proof afterwards.
+ */
+#define PS_AUTH_INIT_BYTES (PS_AUTH_NONCE_BYTES + 8)
+#define PS_AUTH_CHALLENGE_BYTES (PS_AUTH_NONCE_BYTES + 8 + PS_AUTH_PROOF_BYTES)
+
+/* Writes t's nonce_i, id_i, role_i. */
+void ps_auth_init_pack(const ps_auth_transcript_t *t, uint8_t out[PS_AUTH_INIT_BYTES]);
+/* Reads into t's nonce_i, id_i, role_i (the rest of t is left alone). */
+void ps_auth_init_unpack(const uint8_t in[PS_AUTH_INIT_BYTES], ps_auth_transcript_t *t);
+/* Writes t's nonce_r, id_r, role_r and `proof`. */
+void ps_auth_challenge_pack(const ps_auth_transcript_t *t, const uint8_t proof[PS_AUTH_PROOF_BYTES],
+                            uint8_t out[PS_AUTH_CHALLENGE_BYTES]);
+/* Reads into t's nonce_r, id_r, role_r, and the proof into `proof`. */
+void ps_auth_challenge_unpack(const uint8_t in[PS_AUTH_CHALLENGE_BYTES], ps_auth_transcript_t *t,
+                              uint8_t proof[PS_AUTH_PROOF_BYTES]);
+
 /* Wipes a key (sodium_memzero). */
 void ps_auth_key_wipe(ps_auth_key_t *key);
 

@@ -1230,7 +1230,8 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     if (vp.auth_enabled) {
         /* A van that does not run the handshake would let anyone in: with
          * a secret set, only the vans that check it may start. */
-        static const char *const auth_vans[] = {"tcp", "shm", "ipc", "ucx", "fabric"};
+        static const char *const auth_vans[] = {"tcp", "shm", "ipc", "ucx", "fabric",
+                                                "ibverbs"};
         int can = 0;
         for (size_t i = 0; i < sizeof(auth_vans) / sizeof(auth_vans[0]); i++)
             can |= strcmp(comp->name, auth_vans[i]) == 0;

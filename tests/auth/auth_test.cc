@@ -87,6 +87,57 @@ TEST(Auth, ProofIsBoundToDirectionNoncesIdsRolesAndVan)
     EXPECT_FALSE(ps_auth_verify(&k, PS_AUTH_RESPONDER, &u, p));
 }
 
+TEST(Auth, InitAndChallengeRecordsHaveTheWireLayout)
+{
+    // The bytes the tcp and ucx vans have always sent (little-endian ints
+    // after the nonce), and the ibverbs van's private data embeds.
+    ps_auth_transcript_t t;
+    memset(&t, 0, sizeof(t));
+    for (int i = 0; i < PS_AUTH_NONCE_BYTES; i++) {
+        t.nonce_i[i] = (uint8_t)i;
+        t.nonce_r[i] = (uint8_t)(0x80 + i);
+    }
+    t.id_i = 0x01020304;
+    t.role_i = -2;
+    t.id_r = 1;
+    t.role_r = 2;
+    uint8_t proof[PS_AUTH_PROOF_BYTES];
+    for (int i = 0; i < PS_AUTH_PROOF_BYTES; i++)
+        proof[i] = (uint8_t)(0x40 + i);
+
+    ASSERT_EQ(PS_AUTH_INIT_BYTES, 40);
+    ASSERT_EQ(PS_AUTH_CHALLENGE_BYTES, 72);
+    uint8_t init[PS_AUTH_INIT_BYTES];
+    ps_auth_init_pack(&t, init);
+    EXPECT_EQ(memcmp(init, t.nonce_i, PS_AUTH_NONCE_BYTES), 0);
+    const uint8_t ints_i[8] = {4, 3, 2, 1, 0xfe, 0xff, 0xff, 0xff};
+    EXPECT_EQ(memcmp(init + 32, ints_i, 8), 0);
+
+    uint8_t ch[PS_AUTH_CHALLENGE_BYTES];
+    ps_auth_challenge_pack(&t, proof, ch);
+    EXPECT_EQ(memcmp(ch, t.nonce_r, PS_AUTH_NONCE_BYTES), 0);
+    const uint8_t ints_r[8] = {1, 0, 0, 0, 2, 0, 0, 0};
+    EXPECT_EQ(memcmp(ch + 32, ints_r, 8), 0);
+    EXPECT_EQ(memcmp(ch + 40, proof, PS_AUTH_PROOF_BYTES), 0);
+
+    // Unpacking gives back exactly those fields and leaves the rest.
+    ps_auth_transcript_t u;
+    memset(&u, 0x77, sizeof(u));
+    u.van = "tcp";
+    ps_auth_init_unpack(init, &u);
+    EXPECT_EQ(memcmp(u.nonce_i, t.nonce_i, PS_AUTH_NONCE_BYTES), 0);
+    EXPECT_EQ(u.id_i, t.id_i);
+    EXPECT_EQ(u.role_i, t.role_i);
+    EXPECT_EQ(u.id_r, 0x77777777);
+    uint8_t got[PS_AUTH_PROOF_BYTES];
+    ps_auth_challenge_unpack(ch, &u, got);
+    EXPECT_EQ(memcmp(u.nonce_r, t.nonce_r, PS_AUTH_NONCE_BYTES), 0);
+    EXPECT_EQ(u.id_r, t.id_r);
+    EXPECT_EQ(u.role_r, t.role_r);
+    EXPECT_EQ(memcmp(got, proof, PS_AUTH_PROOF_BYTES), 0);
+    EXPECT_EQ(u.id_i, t.id_i);
+}
+
 TEST(Auth, NoncesDiffer)
 {
     uint8_t a[PS_AUTH_NONCE_BYTES], b[PS_AUTH_NONCE_BYTES];

@@ -45,25 +45,8 @@
 #define AUTH_PROOF 'P'
 #define AUTH_REFUSED 'R'
 
-#define INIT_LEN (PS_AUTH_NONCE_BYTES + 8)
-#define CHALLENGE_LEN (PS_AUTH_NONCE_BYTES + 8 + PS_AUTH_PROOF_BYTES)
-
-static void put_i32(uint8_t *p, int32_t v)
-{
-    uint32_t u = (uint32_t)v;
-    for (int i = 0; i < 4; ++i) {
-        p[i] = (uint8_t)(u >> (8 * i));
-    }
-}
-
-static int32_t get_i32(const uint8_t *p)
-{
-    uint32_t u = 0;
-    for (int i = 0; i < 4; ++i) {
-        u |= (uint32_t)p[i] << (8 * i);
-    }
-    return (int32_t)u;
-}
+#define INIT_LEN PS_AUTH_INIT_BYTES
+#define CHALLENGE_LEN PS_AUTH_CHALLENGE_BYTES
 
 /* "the scheduler" or "node 9 at 127.0.0.1:4242", for log lines. */
 static const char *peer_name(const ps__tcp_conn_t *conn, char *buf, size_t cap)
@@ -136,9 +119,7 @@ ps_status_t ps__tcp_auth_start(ps__tcp_conn_t *conn)
     t->role_i = (int32_t)van->params.role;
     ps_auth_nonce(t->nonce_i);
     uint8_t body[INIT_LEN];
-    memcpy(body, t->nonce_i, PS_AUTH_NONCE_BYTES);
-    put_i32(body + PS_AUTH_NONCE_BYTES, t->id_i);
-    put_i32(body + PS_AUTH_NONCE_BYTES + 4, t->role_i);
+    ps_auth_init_pack(t, body);
     conn->auth = PS__TCP_AUTH_WAIT_CHALLENGE;
     pthread_mutex_lock(&conn->send_lock);
     ps__tcp_set_epoll(conn, 0); /* read the challenge; the queue waits */
@@ -174,18 +155,14 @@ static ps_status_t on_init(ps__tcp_conn_t *conn, const ps_meta_t *meta)
     }
     ps_auth_transcript_t *t = &conn->auth_t;
     t->van = "tcp";
-    memcpy(t->nonce_i, meta->body, PS_AUTH_NONCE_BYTES);
-    t->id_i = get_i32(meta->body + PS_AUTH_NONCE_BYTES);
-    t->role_i = get_i32(meta->body + PS_AUTH_NONCE_BYTES + 4);
+    ps_auth_init_unpack(meta->body, t);
     t->id_r = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
     t->role_r = (int32_t)van->params.role;
     ps_auth_nonce(t->nonce_r);
+    uint8_t proof_r[PS_AUTH_PROOF_BYTES];
+    ps_auth_prove(&van->params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
     uint8_t body[CHALLENGE_LEN];
-    memcpy(body, t->nonce_r, PS_AUTH_NONCE_BYTES);
-    put_i32(body + PS_AUTH_NONCE_BYTES, t->id_r);
-    put_i32(body + PS_AUTH_NONCE_BYTES + 4, t->role_r);
-    ps_auth_prove(&van->params.auth_key, PS_AUTH_RESPONDER, t,
-                  body + PS_AUTH_NONCE_BYTES + 8);
+    ps_auth_challenge_pack(t, proof_r, body);
     conn->auth = PS__TCP_AUTH_WAIT_PROOF;
     return auth_write(conn, AUTH_CHALLENGE, body, sizeof(body));
 }
@@ -195,10 +172,9 @@ static ps_status_t on_challenge(ps__tcp_conn_t *conn, const ps_meta_t *meta)
     ps__tcp_van_t *van = conn->van;
     char who[PS_SOCKADDR_STRLEN + 32];
     ps_auth_transcript_t *t = &conn->auth_t;
+    uint8_t proof_r[PS_AUTH_PROOF_BYTES];
     if (meta->body_len == CHALLENGE_LEN) {
-        memcpy(t->nonce_r, meta->body, PS_AUTH_NONCE_BYTES);
-        t->id_r = get_i32(meta->body + PS_AUTH_NONCE_BYTES);
-        t->role_r = get_i32(meta->body + PS_AUTH_NONCE_BYTES + 4);
+        ps_auth_challenge_unpack(meta->body, t, proof_r);
     }
     if (meta->body_len != CHALLENGE_LEN ||
         (t->id_r != conn->peer_id && t->id_r != PS_NODE_EMPTY)) {
@@ -209,8 +185,7 @@ static ps_status_t on_challenge(ps__tcp_conn_t *conn, const ps_meta_t *meta)
         conn->auth = PS__TCP_AUTH_FAILED;
         return PS_ERR_AUTH;
     }
-    int good = ps_auth_verify(&van->params.auth_key, PS_AUTH_RESPONDER, t,
-                              meta->body + PS_AUTH_NONCE_BYTES + 8);
+    int good = ps_auth_verify(&van->params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
     uint8_t proof[PS_AUTH_PROOF_BYTES];
     ps_auth_prove(&van->params.auth_key, PS_AUTH_INITIATOR, t, proof);
     /* Our proof goes out even when the peer's failed: which side holds the

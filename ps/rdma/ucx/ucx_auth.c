@@ -28,25 +28,8 @@
 #include "ps/base/log.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
-#define INIT_LEN (PS_AUTH_NONCE_BYTES + 8)
-#define CHALLENGE_LEN (PS_AUTH_NONCE_BYTES + 8 + PS_AUTH_PROOF_BYTES)
-
-static void put_i32(uint8_t *p, int32_t v)
-{
-    uint32_t u = (uint32_t)v;
-    for (int i = 0; i < 4; ++i) {
-        p[i] = (uint8_t)(u >> (8 * i));
-    }
-}
-
-static int32_t get_i32(const uint8_t *p)
-{
-    uint32_t u = 0;
-    for (int i = 0; i < 4; ++i) {
-        u |= (uint32_t)p[i] << (8 * i);
-    }
-    return (int32_t)u;
-}
+#define INIT_LEN PS_AUTH_INIT_BYTES
+#define CHALLENGE_LEN PS_AUTH_CHALLENGE_BYTES
 
 static const char *peer_name(const ps__ucx_conn_t *conn, char *buf, size_t cap)
 {
@@ -123,9 +106,7 @@ ps_status_t ps__ucx_auth_start(ps__ucx_conn_t *conn, int my_id)
     t->role_i = (int32_t)van->params.role;
     ps_auth_nonce(t->nonce_i);
     uint8_t body[INIT_LEN];
-    memcpy(body, t->nonce_i, PS_AUTH_NONCE_BYTES);
-    put_i32(body + PS_AUTH_NONCE_BYTES, t->id_i);
-    put_i32(body + PS_AUTH_NONCE_BYTES + 4, t->role_i);
+    ps_auth_init_pack(t, body);
     conn->auth = PS__UCX_AUTH_WAIT_CHALLENGE;
     return auth_send(conn, 0, PS__UCX_HS_AUTH_INIT, body, sizeof(body));
 }
@@ -172,17 +153,14 @@ static void on_init(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
     }
     ps_auth_transcript_t *t = &conn->auth_t;
     t->van = "ucx";
-    memcpy(t->nonce_i, data, PS_AUTH_NONCE_BYTES);
-    t->id_i = get_i32(data + PS_AUTH_NONCE_BYTES);
-    t->role_i = get_i32(data + PS_AUTH_NONCE_BYTES + 4);
+    ps_auth_init_unpack(data, t);
     t->id_r = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
     t->role_r = (int32_t)van->params.role;
     ps_auth_nonce(t->nonce_r);
+    uint8_t proof_r[PS_AUTH_PROOF_BYTES];
+    ps_auth_prove(&van->params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
     uint8_t body[CHALLENGE_LEN];
-    memcpy(body, t->nonce_r, PS_AUTH_NONCE_BYTES);
-    put_i32(body + PS_AUTH_NONCE_BYTES, t->id_r);
-    put_i32(body + PS_AUTH_NONCE_BYTES + 4, t->role_r);
-    ps_auth_prove(&van->params.auth_key, PS_AUTH_RESPONDER, t, body + PS_AUTH_NONCE_BYTES + 8);
+    ps_auth_challenge_pack(t, proof_r, body);
     conn->auth = PS__UCX_AUTH_WAIT_PROOF;
     if (auth_send(conn, 0, PS__UCX_HS_AUTH_CHALLENGE, body, sizeof(body)) != PS_OK) {
         ps_debug(PS_LOG_UCX, "cannot challenge %s", conn->addr_str);
@@ -214,17 +192,15 @@ static void on_challenge(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
         fail(conn, "sent an unexpected job-secret handshake message; closing");
         return;
     }
-    memcpy(t->nonce_r, data, PS_AUTH_NONCE_BYTES);
-    t->id_r = get_i32(data + PS_AUTH_NONCE_BYTES);
-    t->role_r = get_i32(data + PS_AUTH_NONCE_BYTES + 4);
+    uint8_t proof_r[PS_AUTH_PROOF_BYTES];
+    ps_auth_challenge_unpack(data, t, proof_r);
     if (t->id_r != conn->peer_id && t->id_r != PS_NODE_EMPTY) {
         snprintf(why, sizeof(why), "answered the job-secret handshake as node %d; closing",
                  (int)t->id_r);
         fail(conn, why);
         return;
     }
-    int good = ps_auth_verify(&van->params.auth_key, PS_AUTH_RESPONDER, t,
-                              data + PS_AUTH_NONCE_BYTES + 8);
+    int good = ps_auth_verify(&van->params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
     uint8_t proof[PS_AUTH_PROOF_BYTES];
     ps_auth_prove(&van->params.auth_key, PS_AUTH_INITIATOR, t, proof);
     ps_status_t st = auth_send(conn, 1, PS__UCX_HS_AUTH_PROOF, proof, sizeof(proof));

@@ -15,6 +15,14 @@
  * The passive side groups incoming QPs by the nonce and accepts each with
  * its own private data, so the connector learns who answered.
  *
+ * With a job secret (PS_JOB_SECRET) the private data carries the handshake
+ * of verbs_auth.h: the connector checks the acceptor's proof when the QPs
+ * are established and posts its own first on QP 0 (send_proof); the
+ * acceptor's connection is up only once that proof checked out in the
+ * completion thread (ps__vb_auth_gate). A request with the wrong kind of
+ * private data is rejected with a refusal record, which the connector
+ * reports with PS_ERR_AUTH instead of retrying.
+ *
  * The thread also reads the devices' async events (port errors, fatal
  * errors fail the connections on the device) and reaps failed connections:
  * their QPs are disconnected (moved to error, so outstanding work requests
@@ -39,6 +47,8 @@
 #define RANDOM_PORT_SPAN 40000
 #define LISTEN_BACKLOG 128
 #define CM_TICK_MS 100
+/* Private data we send at most (an accept with the job-secret handshake). */
+#define PD_MAX PS__VB_AUTH_ACCEPT_LEN
 
 static uint64_t now_ns(void)
 {
@@ -222,6 +232,7 @@ static ps__vb_conn_t *conn_new(ps__vb_van_t *van, int outgoing)
     c->state = PS__VB_C_CONNECTING;
     c->notify = 1;
     c->backoff_ms = PS__VB_BACKOFF_MIN_MS;
+    c->auth_on = van->params.auth_enabled;
     pthread_mutex_init(&c->lock, NULL);
     ps__vb_gcache_init(&c->gcache, PS__VB_GCACHE_MAX);
     for (unsigned i = 0; i < PS__VB_MAX_QP; i++) {
@@ -331,8 +342,20 @@ static ps_status_t qp_create(ps__vb_conn_t *c, ps__vb_qp_t *qp, ps__vb_dev_t *de
     return PS_ERR_DEVICE;
 }
 
+/* The private data of QP `index`'s connect request or accept. With a job
+ * secret: the handshake's REQUEST (the transcript's id, not my_id) or
+ * ACCEPT (verbs_auth.h); without: verbs_wire.h's, as it always was. */
 static void fill_conn_data(ps__vb_conn_t *c, unsigned index, int my_id, uint8_t *buf, size_t *len)
 {
+    uint16_t flags = c->van->lag ? PS__VB_CONN_LAG : 0;
+    if (c->auth_on) {
+        *len = 0;
+        if (c->outgoing)
+            (void)ps__vb_auth_req_encode(&c->auth, flags, index, c->nqp, buf, PD_MAX, len);
+        else
+            (void)ps__vb_auth_accept_encode(&c->auth, flags, index, c->nqp, buf, PD_MAX, len);
+        return;
+    }
     ps__vb_conn_data_t d;
     memset(&d, 0, sizeof(d));
     d.node_id = my_id;
@@ -345,8 +368,7 @@ static void fill_conn_data(ps__vb_conn_t *c, unsigned index, int my_id, uint8_t 
     (void)ps__vb_conn_data_encode(&d, buf, PS__VB_CONN_DATA_LEN, len);
 }
 
-/* All QPs are established. */
-static void conn_ready(ps__vb_conn_t *c)
+void ps__vb_conn_ready(ps__vb_conn_t *c)
 {
     ps__vb_van_t *van = c->van;
     if (van->lag && c->nqp > 1 && c->dev != NULL) {
@@ -450,7 +472,14 @@ static void attempt_start(ps__vb_conn_t *c)
     c->established = 0;
     /* A new nonce per attempt: the peer may still hold half of the last
      * attempt's queue pairs under the old one. */
-    c->nonce = ps__vb_random(van);
+    if (c->auth_on) {
+        /* A fresh handshake per attempt; its nonce_i groups the QPs. */
+        ps__vb_auth_start(&c->auth, __atomic_load_n(&c->my_id_sent, __ATOMIC_ACQUIRE),
+                          (int32_t)van->params.role);
+        c->nonce = ps__vb_auth_group(&c->auth);
+    } else {
+        c->nonce = ps__vb_random(van);
+    }
     char what[160];
     for (unsigned i = 0; i < c->nqp; i++) {
         ps__vb_qp_t *qp = &c->qp[i];
@@ -604,7 +633,7 @@ typedef struct {
     int status;
     struct rdma_cm_id *id;
     struct rdma_cm_id *listen_id;
-    uint8_t pdata[64];
+    uint8_t pdata[UINT8_MAX + 1]; /* an accept has up to 196 bytes, a reject 148 */
     size_t pdata_len;
 } cm_event_t;
 
@@ -624,6 +653,37 @@ static ps__vb_conn_t *incoming_by_nonce(ps__vb_van_t *van, uint64_t nonce, int n
     return found;
 }
 
+/* Rejects a request with a REFUSAL (verbs_auth.h): the initiator reports
+ * "refused us" with PS_ERR_AUTH instead of retrying. One log line per
+ * connection (its QPs share `group`). */
+static void refuse_request(ps__vb_van_t *van, struct rdma_cm_id *id, const char *from,
+                           uint64_t group, const char *why)
+{
+    int seen = 0;
+    for (unsigned i = 0; i < sizeof(van->refused) / sizeof(van->refused[0]); i++)
+        seen |= van->refused[i] == group;
+    if (!seen) {
+        van->refused[van->refused_next++ % (sizeof(van->refused) / sizeof(van->refused[0]))] =
+            group;
+        ps_error(PS_LOG_RDMA, "refused connection from %s: %s", from, why);
+    }
+    uint8_t pd[PS__VB_AUTH_REFUSAL_LEN];
+    size_t len = 0;
+    (void)ps__vb_auth_refusal_encode(pd, sizeof(pd), &len);
+    rdma_reject(id, pd, (uint8_t)len);
+    rdma_destroy_id(id);
+}
+
+void ps__vb_conn_refuse(ps__vb_conn_t *c, const char *why)
+{
+    (void)ps__vb_auth_fail(&c->auth);
+    if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == PS__VB_C_FAILED)
+        return;
+    ps_error(PS_LOG_RDMA, "refused connection from %s: %s", c->addr_str, why);
+    __atomic_store_n(&c->notify, 0, __ATOMIC_RELEASE);
+    ps__vb_conn_fail(c, PS_ERR_AUTH, NULL);
+}
+
 static void on_connect_request(ps__vb_van_t *van, const cm_event_t *ev)
 {
     struct rdma_cm_id *id = ev->id;
@@ -637,7 +697,21 @@ static void on_connect_request(ps__vb_van_t *van, const cm_event_t *ev)
                                           &peer_addr) == PS_OK)
         ps_sockaddr_format(&peer_addr, from, sizeof(from));
     ps__vb_conn_data_t d;
-    if (ps__vb_conn_data_decode(ev->pdata, ev->pdata_len, &d) != PS_OK) {
+    ps__vb_auth_req_t req;
+    int has_auth = ps__vb_pd_kind(ev->pdata, ev->pdata_len) == PS__VB_PD_REQUEST;
+    ps_status_t dst;
+    if (has_auth) {
+        dst = ps__vb_auth_req_decode(ev->pdata, ev->pdata_len, &req);
+        memset(&d, 0, sizeof(d));
+        d.node_id = req.id_i;
+        d.qp_index = req.qp_index;
+        d.qp_count = req.qp_count;
+        d.flags = req.flags;
+        d.nonce = req.group;
+    } else {
+        dst = ps__vb_conn_data_decode(ev->pdata, ev->pdata_len, &d);
+    }
+    if (dst != PS_OK) {
         ps_warn(PS_LOG_RDMA, "connection request from %s without valid ps private data "
                 "(another program?); rejected", from);
         rdma_reject(id, NULL, 0);
@@ -649,7 +723,16 @@ static void on_connect_request(ps__vb_van_t *van, const cm_event_t *ev)
         rdma_destroy_id(id);
         return;
     }
+    if (has_auth != van->params.auth_enabled) {
+        refuse_request(van, id, from, d.nonce,
+                       has_auth ? "it wants a job-secret handshake, but this node has no "
+                                  "PS_JOB_SECRET"
+                                : "it does not hold the job secret");
+        return;
+    }
     ps__vb_conn_t *c = incoming_by_nonce(van, d.nonce, d.node_id);
+    if (c != NULL && has_auth && !ps__vb_auth_same_request(&c->auth, &req))
+        c = NULL; /* another handshake under the same group: its own connection */
     int created = 0;
     if (c == NULL) {
         c = conn_new(van, 0);
@@ -666,6 +749,12 @@ static void on_connect_request(ps__vb_van_t *van, const cm_event_t *ev)
         snprintf(c->addr_str, sizeof(c->addr_str), "%s", from);
         c->deadline_ns = now_ns() + (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
         ps__vb_reorder_init(&c->reorder, c->nqp);
+        if (has_auth) {
+            /* Before any of its QPs exists: the poller sees the transcript
+             * only through a QP (qp_create, the map's lock). */
+            ps__vb_auth_respond(&c->auth, &van->params.auth_key, &req, ps__vb_my_id(van),
+                                (int32_t)van->params.role);
+        }
     }
     ps__vb_qp_t *qp = &c->qp[d.qp_index];
     const char *what = NULL;
@@ -683,7 +772,7 @@ static void on_connect_request(ps__vb_van_t *van, const cm_event_t *ev)
         }
     }
     if (what == NULL) {
-        uint8_t pd[PS__VB_CONN_DATA_LEN];
+        uint8_t pd[PD_MAX];
         size_t len = 0;
         fill_conn_data(c, d.qp_index, ps__vb_my_id(van), pd, &len);
         struct rdma_conn_param cp;
@@ -722,10 +811,46 @@ static void on_connect_request(ps__vb_van_t *van, const cm_event_t *ev)
              d.qp_count, d.node_id, from);
 }
 
+/* Every QP of an outgoing connection with a job secret is established:
+ * our proof goes first on QP 0; the connection is up if the responder's
+ * checked out, else it waits for the responder's verdict. */
+static void send_proof(ps__vb_conn_t *c)
+{
+    ps__vb_van_t *van = c->van;
+    uint8_t msg[PS__VB_AUTH_PROOF_LEN];
+    int good = 0;
+    ps_status_t st = ps__vb_auth_proof_msg(&c->auth, &van->params.auth_key, msg, &good);
+    if (st == PS_OK)
+        st = ps__vb_send_first(c, msg, sizeof(msg));
+    if (st != PS_OK) {
+        ps__vb_conn_fail(c, st, "cannot send the job-secret proof");
+        return;
+    }
+    if (!good) {
+        ps_debug(PS_LOG_RDMA, "node %d at %s: its job-secret proof is wrong; waiting for its "
+                 "verdict on ours", c->expect_id, c->addr_str);
+        return;
+    }
+    ps_debug(PS_LOG_RDMA, "node %d at %s proved the job secret", c->expect_id, c->addr_str);
+    ps__vb_conn_ready(c);
+}
+
 static void on_established(ps__vb_qp_t *qp, const cm_event_t *ev)
 {
     ps__vb_conn_t *c = qp->conn;
-    if (c->outgoing) {
+    if (c->outgoing && c->auth_on) {
+        const char *why = "";
+        ps_status_t st = ps__vb_auth_on_accept(&c->auth, &c->van->params.auth_key, c->expect_id,
+                                               qp->index, c->nqp, ev->pdata, ev->pdata_len,
+                                               &why);
+        if (st != PS_OK) {
+            ps_error(PS_LOG_RDMA, "node %d at %s: %s; closing", c->expect_id, c->addr_str, why);
+            (void)ps__vb_auth_fail(&c->auth);
+            conn_destroy_qps(c);
+            ps__vb_conn_fail(c, st == PS_ERR_AUTH ? PS_ERR_AUTH : PS_ERR_PROTOCOL, NULL);
+            return;
+        }
+    } else if (c->outgoing) {
         ps__vb_conn_data_t d;
         if (ps__vb_conn_data_decode(ev->pdata, ev->pdata_len, &d) != PS_OK) {
             attempt_failed(c, PS_ERR_PROTOCOL, "the peer answered without ps private data");
@@ -743,8 +868,22 @@ static void on_established(ps__vb_qp_t *qp, const cm_event_t *ev)
         qp->established = 1;
         c->established++;
     }
-    if (c->established == c->nqp)
-        conn_ready(c);
+    if (c->established != c->nqp)
+        return;
+    if (c->auth_on && c->outgoing)
+        send_proof(c);
+    else if (!c->auth_on || ps__vb_auth_gate(&c->auth, PS__VB_AUTH_GATE_UP))
+        ps__vb_conn_ready(c); /* a responder with a secret: once the proof is in, too */
+}
+
+/* The responder turned our connection away for the job secret. */
+static void refused_us(ps__vb_conn_t *c)
+{
+    ps_error(PS_LOG_RDMA, "node %d at %s refused us: wrong or missing PS_JOB_SECRET",
+             c->expect_id, c->addr_str);
+    (void)ps__vb_auth_fail(&c->auth);
+    conn_destroy_qps(c);
+    ps__vb_conn_fail(c, PS_ERR_AUTH, NULL);
 }
 
 static void on_conn_event(ps__vb_van_t *van, ps__vb_qp_t *qp, const cm_event_t *ev)
@@ -774,7 +913,7 @@ static void on_conn_event(ps__vb_van_t *van, ps__vb_qp_t *qp, const cm_event_t *
             ps__vb_conn_fail(c, st, "cannot set up the device or its queue pair");
             return;
         }
-        uint8_t pd[PS__VB_CONN_DATA_LEN];
+        uint8_t pd[PD_MAX];
         size_t len = 0;
         fill_conn_data(c, qp->index, __atomic_load_n(&c->my_id_sent, __ATOMIC_ACQUIRE), pd, &len);
         struct rdma_conn_param cp;
@@ -794,6 +933,13 @@ static void on_conn_event(ps__vb_van_t *van, ps__vb_qp_t *qp, const cm_event_t *
             on_established(qp, ev);
         return;
     case RDMA_CM_EVENT_REJECTED:
+        if (state == PS__VB_C_CONNECTING && c->outgoing &&
+            ps__vb_pd_kind(ev->pdata, ev->pdata_len) == PS__VB_PD_REFUSAL) {
+            /* Understood with or without a secret of our own; no retry. */
+            refused_us(c);
+            return;
+        }
+        /* fall through */
     case RDMA_CM_EVENT_ADDR_ERROR:
     case RDMA_CM_EVENT_ROUTE_ERROR:
     case RDMA_CM_EVENT_UNREACHABLE:
@@ -813,6 +959,11 @@ static void on_conn_event(ps__vb_van_t *van, ps__vb_qp_t *qp, const cm_event_t *
         }
         return;
     case RDMA_CM_EVENT_DISCONNECTED:
+        if (state == PS__VB_C_CONNECTING && c->outgoing && c->auth_on &&
+            ps__vb_auth_state(&c->auth) == PS__VB_AUTH_WAIT_VERDICT) {
+            refused_us(c); /* the verdict on our proof */
+            return;
+        }
         if (state == PS__VB_C_CONNECTING && c->outgoing)
             attempt_failed(c, PS_ERR_PEER_GONE, "disconnected while connecting");
         else
@@ -855,9 +1006,8 @@ static void drain_cm_events(ps__vb_van_t *van)
         ev.id = e->id;
         ev.listen_id = e->listen_id;
         if (e->param.conn.private_data != NULL) {
-            ev.pdata_len = e->param.conn.private_data_len < sizeof(ev.pdata)
-                               ? e->param.conn.private_data_len
-                               : sizeof(ev.pdata);
+            /* A u8 length: always fits. */
+            ev.pdata_len = e->param.conn.private_data_len;
             memcpy(ev.pdata, e->param.conn.private_data, ev.pdata_len);
         }
         rdma_ack_cm_event(e);
@@ -1023,6 +1173,22 @@ static int run_timers(ps__vb_van_t *van)
     }
     for (int i = 0; i < nl; i++) {
         ps__vb_conn_t *c = late[i];
+        int auth = c->auth_on ? ps__vb_auth_fail(&c->auth) : PS__VB_AUTH_OFF;
+        if (auth == PS__VB_AUTH_WAIT_PROOF || auth == PS__VB_AUTH_WAIT_VERDICT) {
+            /* Connected, but the handshake did not finish in time. */
+            if (c->outgoing)
+                ps_error(PS_LOG_RDMA, "node %d at %s did not answer our job-secret proof within "
+                         "%d ms (PS_CONNECT_TIMEOUT_MS); does it use the same PS_JOB_SECRET?",
+                         c->expect_id, c->addr_str, van->params.connect_timeout_ms);
+            else
+                ps_error(PS_LOG_RDMA, "refused connection from %s: it did not prove it holds the "
+                         "job secret within %d ms (PS_CONNECT_TIMEOUT_MS)", c->addr_str,
+                         van->params.connect_timeout_ms);
+            conn_destroy_qps(c);
+            ps__vb_conn_fail(c, PS_ERR_AUTH, NULL);
+            ps__vb_conn_unref(c);
+            continue;
+        }
         char what[200];
         snprintf(what, sizeof(what), "no connection within %d ms (PS_CONNECT_TIMEOUT_MS)%s%s",
                  van->params.connect_timeout_ms, c->last_err != PS_OK ? "; last error: " : "",

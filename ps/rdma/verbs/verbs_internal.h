@@ -16,7 +16,8 @@
  * Protocol (wire formats in verbs_wire.h):
  *   - every connection is `nqp` RC queue pairs made with rdmacm; private
  *     data carries the node id, the QP index and count, and a nonce that
- *     groups the QPs of one connect();
+ *     groups the QPs of one connect(); with a job secret it also carries
+ *     the handshake of verbs_auth.h, whose proof is the first SEND;
  *   - all QPs of a device share one CQ and one SRQ of BYTEPS_RDMA_RX_DEPTH
  *     4 KiB buffers, so receive memory does not grow with peers x depth;
  *   - a message whose header, meta and in-buffer data fit a receive buffer
@@ -60,6 +61,7 @@
 #include "ps/rdma/common/mr_cache.h"
 #include "ps/rdma/common/rdv_table.h"
 #include "ps/rdma/common/slot_pool.h"
+#include "ps/rdma/verbs/verbs_auth.h"
 #include "ps/rdma/verbs/verbs_rdv.h"
 #include "ps/rdma/verbs/verbs_reg.h"
 #include "ps/rdma/verbs/verbs_split.h"
@@ -178,7 +180,11 @@ struct ps__vb_conn {
     int peer_id;         /* atomic; PS_NODE_EMPTY until known */
     int expect_id;       /* outgoing: the node we meant to reach */
     int my_id_sent;      /* atomic; outgoing: the id our private data or hello carried */
-    uint64_t nonce;
+    uint64_t nonce;      /* groups the QPs of one attempt */
+    /* The job-secret handshake (verbs_auth.h) when the van has a secret;
+     * an outgoing connection runs a new one per attempt. */
+    int auth_on;
+    ps__vb_auth_t auth;
     unsigned nqp;
     int lag_pinned;
     ps__vb_qp_t qp[PS__VB_MAX_QP];
@@ -345,6 +351,10 @@ struct ps__vb_van {
     int poll_sleeping;       /* atomic */
 
     int my_id;               /* atomic */
+    /* CM thread: QP groups lately refused for want of the job secret (one
+     * log line per connection, not per QP). */
+    uint64_t refused[8];
+    unsigned refused_next;
     uint64_t next_serial;    /* atomic */
     uint64_t rng;            /* atomic */
     uint64_t bytes_sent;     /* atomic */
@@ -410,6 +420,14 @@ ps_status_t ps__vb_cm_bind(ps__vb_van_t *van, ps_node_t *node, int max_retry);
 ps_status_t ps__vb_cm_connect(ps__vb_van_t *van, const ps_node_t *peer, int my_id);
 void ps__vb_cm_disconnect(ps__vb_van_t *van, int node_id);
 ps_status_t ps__vb_cm_start(ps__vb_van_t *van);
+/* Every QP is established (and, with a job secret, the responder has the
+ * initiator's proof): READY, into the peer table, queued sends go. CM
+ * thread, or the poller for the proof. */
+void ps__vb_conn_ready(ps__vb_conn_t *c);
+/* The responder turns an identified-but-unproved connection away: one log
+ * line, PS_ERR_AUTH, the QPs disconnected; the peer was never in the
+ * table. */
+void ps__vb_conn_refuse(ps__vb_conn_t *c, const char *why);
 void ps__vb_cm_stop(ps__vb_van_t *van);
 /* close(): destroys every QP and id (threads stopped). */
 void ps__vb_cm_destroy_all(ps__vb_van_t *van);
@@ -421,6 +439,9 @@ ps_status_t ps__vb_send(ps__vb_van_t *van, const ps_msg_t *msg);
 ps_status_t ps__vb_send_ctrl(ps__vb_conn_t *conn, const ps__vb_ctrl_t *c);
 /* Posts what conn's queues hold while there is room (conn->lock not held). */
 void ps__vb_conn_kick(ps__vb_conn_t *conn);
+/* Posts `msg` (a handshake message, at most PS__VB_CTRL_LEN bytes) on QP 0
+ * before anything else, although the connection is not READY yet. */
+ps_status_t ps__vb_send_first(ps__vb_conn_t *conn, const void *msg, size_t len);
 /* A GRANT (or refusal / re-grant) arrived on conn (poller). */
 void ps__vb_on_grant(ps__vb_conn_t *conn, const ps__vb_ctrl_t *c);
 /* One QP's signaled WR of tx completed (poller). */

@@ -11,10 +11,11 @@
  *   SEND               an eager message, or a rendezvous control message;
  *   WRITE_WITH_IMM 0   a slave chunk on QP k > 0: counted;
  *   WRITE_WITH_IMM s   the meta of a message written into grant s.
- * A message is decoded (every length checked against the frame limits and
- * the buffer it is in), its data handed over as slices of the receive or
- * granted buffer (no copy), a pull response's values as the worker's own
- * destination. A completion error fails that connection with
+ * With a job secret, a connection whose handshake is not done yet takes
+ * nothing but the initiator's proof (auth_rx). A message is decoded (every
+ * length checked against the frame limits and the buffer it is in), its
+ * data handed over as slices of the receive or granted buffer (no copy), a
+ * pull response's values as the worker's own destination. A completion error fails that connection with
  * PS_ERR_LINK_FAILED (the postoffice hears peer_failed); it never aborts.
  */
 #include <errno.h>
@@ -388,6 +389,38 @@ static void on_meta(ps__vb_van_t *van, ps__vb_conn_t *conn, uint32_t slot)
     dispatch(van, conn, &msg, &h);
 }
 
+/*
+ * A receive on a connection whose job-secret handshake is not done. The
+ * responder takes the initiator's PROOF, first on QP 0, and nothing else:
+ * whatever comes before it is refused unread. The initiator takes nothing:
+ * a responder that sends before it has our proof (or whose own proof was
+ * wrong) is not a ps node with our secret.
+ */
+static void auth_rx(ps__vb_van_t *van, ps__vb_conn_t *conn, const ps__vb_qp_t *qp,
+                    const struct ibv_wc *wc, ps__vb_rx_t *rx)
+{
+    if (conn->outgoing) {
+        ps_error(PS_LOG_RDMA, "node %d at %s did not prove it holds the job secret; closing",
+                 conn->expect_id, conn->addr_str);
+        (void)ps__vb_auth_fail(&conn->auth);
+        ps__vb_conn_fail(conn, PS_ERR_AUTH, NULL);
+        return;
+    }
+    ps_status_t st = PS_ERR_AUTH;
+    if (wc->opcode == IBV_WC_RECV && qp->index == 0)
+        st = ps__vb_auth_on_proof(&conn->auth, &van->params.auth_key, ps_slice_ptr(&rx->buf),
+                                  wc->byte_len);
+    if (st == PS_OK) {
+        ps_debug(PS_LOG_RDMA, "connection from %s proved the job secret", conn->addr_str);
+        if (ps__vb_auth_gate(&conn->auth, PS__VB_AUTH_GATE_PROVED))
+            ps__vb_conn_ready(conn);
+        return;
+    }
+    if (st == PS_ERR_BAD_STATE && ps__vb_auth_state(&conn->auth) == PS__VB_AUTH_FAILED)
+        return; /* refused already (its deadline) */
+    ps__vb_conn_refuse(conn, "it does not hold the job secret");
+}
+
 static void fail_by_qp(ps__vb_van_t *van, uint32_t qp_num, enum ibv_wc_status status)
 {
     ps__vb_qp_t *qp = ps__vb_qp_lookup(van, qp_num);
@@ -444,7 +477,10 @@ static void handle_wc(ps__vb_van_t *van, ps__vb_dev_t *dev, const struct ibv_wc 
     }
     ps__vb_conn_t *conn = qp->conn;
     int fresh = 0;
-    if (__atomic_load_n(&conn->state, __ATOMIC_ACQUIRE) != PS__VB_C_FAILED) {
+    if (__atomic_load_n(&conn->state, __ATOMIC_ACQUIRE) != PS__VB_C_FAILED && conn->auth_on &&
+        ps__vb_auth_state(&conn->auth) != PS__VB_AUTH_DONE) {
+        auth_rx(van, conn, qp, wc, rx);
+    } else if (__atomic_load_n(&conn->state, __ATOMIC_ACQUIRE) != PS__VB_C_FAILED) {
         switch (wc->opcode) {
         case IBV_WC_RECV:
             fresh = on_send(van, conn, rx, wc->byte_len);

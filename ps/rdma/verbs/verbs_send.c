@@ -801,6 +801,36 @@ ps_status_t ps__vb_send_ctrl(ps__vb_conn_t *conn, const ps__vb_ctrl_t *c)
     return st;
 }
 
+ps_status_t ps__vb_send_first(ps__vb_conn_t *conn, const void *msg, size_t len)
+{
+    if (msg == NULL || len == 0 || len > PS__VB_CTRL_LEN)
+        return PS_ERR_INVALID_ARG;
+    if (__atomic_load_n(&conn->state, __ATOMIC_ACQUIRE) == PS__VB_C_FAILED)
+        return PS_ERR_PEER_GONE;
+    pthread_mutex_lock(&conn->lock);
+    ps__vb_tx_t *tx = conn->dev != NULL ? tx_new(conn) : NULL;
+    if (tx == NULL) {
+        pthread_mutex_unlock(&conn->lock);
+        return conn->dev != NULL ? PS_ERR_NO_MEMORY : PS_ERR_BAD_STATE;
+    }
+    tx->is_ctrl = 1;
+    memcpy(tx->ctrl_buf, msg, len);
+    tx->ctrl_len = (uint32_t)len;
+    /* At the head: nothing is queued ahead of it before the connection is
+     * up, and nothing was posted (pump posts only when READY). */
+    tx->next = conn->ctrl_head;
+    conn->ctrl_head = tx;
+    if (conn->ctrl_tail == NULL)
+        conn->ctrl_tail = tx;
+    post_result_t r = post_ctrl(conn, tx);
+    if (r == POST_OK)
+        ps__vb_tx_release(pop_head(&conn->ctrl_head, &conn->ctrl_tail));
+    else if (r == POST_AGAIN)
+        mark_blocked(conn); /* stays first; pump posts it once READY */
+    pthread_mutex_unlock(&conn->lock);
+    return r == POST_FAIL || r == POST_DROP ? PS_ERR_LINK_FAILED : PS_OK;
+}
+
 void ps__vb_on_grant(ps__vb_conn_t *conn, const ps__vb_ctrl_t *c)
 {
     ps__vb_grant_t g;

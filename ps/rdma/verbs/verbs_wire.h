@@ -80,6 +80,7 @@ typedef enum {
     PS__VB_MSG_RDV_GRANT = 4, /* SEND: answers a start, or re-grants */
     PS__VB_MSG_RDV_DROP = 5,  /* SEND: a cached grant the sender gives back */
     PS__VB_MSG_HELLO = 6,     /* SEND: the sender's node id is now known */
+    PS__VB_MSG_AUTH_PROOF = 7, /* SEND: the job-secret proof, first on QP 0 (verbs_auth.h) */
 } ps__vb_msg_type_t;
 
 enum {

@@ -30,6 +30,7 @@ extern "C" {
 #include "ps/base/config.h"
 #include "ps/base/sockaddr.h"
 #include "ps/base/status.h"
+#include "ps/net/auth.h"
 #include "ps/net/caps.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
@@ -180,7 +181,8 @@ struct Van {
     const ps_van_ops_t *ops = nullptr;
     int id = 0;
 
-    ps_status_t Open(int node_id, const std::string &host)
+    // `secret`: the job secret this van holds (nullptr: none).
+    ps_status_t Open(int node_id, const std::string &host, const char *secret = nullptr)
     {
         const ps_van_component_t *c = nullptr;
         ps_status_t st = ps_van_find("ibverbs", &c);
@@ -191,6 +193,11 @@ struct Van {
         memset(&p, 0, sizeof(p));
         p.role = node_id % 2 ? PS_ROLE_WORKER : PS_ROLE_SERVER;
         p.connect_timeout_ms = 20000;
+        if (secret != nullptr) {
+            p.auth_enabled = 1;
+            if ((st = ps_auth_key_from_secret(secret, strlen(secret), &p.auth_key)) != PS_OK)
+                return st;
+        }
         ps_van_callbacks_t cb;
         cb.arg = &inbox;
         cb.recv_buffer = RecvBuffer;
@@ -577,6 +584,59 @@ TEST_P(VerbsHw, UnassignedNodeAnnouncesItsIdLater)
     // The scheduler can now answer on that connection.
     ASSERT_EQ(SendData(sched, 13, 2, 0, {8, 10}, false), PS_OK);
     ASSERT_TRUE(node.inbox.WaitMsgs(1));
+}
+
+TEST_P(VerbsHw, JobSecretHeldByBothConnects)
+{
+    // The handshake on every QP, the proof first on QP 0, then traffic
+    // both ways as without a secret (eager, rendezvous, split).
+    Van a, b;
+    ASSERT_EQ(b.Open(8, host_, "correct horse battery staple"), PS_OK);
+    ASSERT_EQ(a.Open(9, host_, "correct horse battery staple"), PS_OK);
+    ASSERT_EQ(a.Connect(b), PS_OK);
+    ASSERT_EQ(b.Connect(a), PS_OK);
+    ASSERT_EQ(SendData(a, 8, 0, 1, {8, 100}), PS_OK);
+    ASSERT_EQ(SendData(a, 8, 1, 2, {8, 1 << 20}), PS_OK);
+    ASSERT_EQ(SendData(b, 9, 2, 3, {8, 5000}, false), PS_OK);
+    ASSERT_TRUE(b.inbox.WaitMsgs(2));
+    ASSERT_TRUE(a.inbox.WaitMsgs(1));
+    std::lock_guard<std::mutex> lk(b.inbox.mu);
+    EXPECT_EQ(b.inbox.msgs[0].meta.sender, 9);
+    EXPECT_TRUE(b.inbox.failures.empty());
+}
+
+TEST_P(VerbsHw, JobSecretWrongOrMissingIsRefused)
+{
+    // A stranger with a wrong secret, one with none, and a node with the
+    // secret reaching a node without one: each connect() ends in
+    // PS_ERR_AUTH (no retries until the deadline), nothing is delivered and
+    // the refused peer is in nobody's table (no failure reported for it,
+    // nothing can be sent to it).
+    struct Case {
+        const char *listener, *connector;
+    } cases[] = {
+        {"correct horse battery staple", "not the secret"},
+        {"correct horse battery staple", nullptr},
+        {nullptr, "correct horse battery staple"},
+    };
+    for (const Case &c : cases) {
+        Van b, a;
+        ASSERT_EQ(b.Open(8, host_, c.listener), PS_OK);
+        ASSERT_EQ(a.Open(9, host_, c.connector), PS_OK);
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(a.Connect(b), PS_ERR_AUTH)
+            << (c.listener ? "listener has a secret" : "listener has none") << ", connector "
+            << (c.connector ? c.connector : "has none");
+        auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - t0)
+                        .count();
+        EXPECT_LT(took, 15000) << "refused, not timed out (deadline 20 s)";
+        EXPECT_EQ(SendData(b, 9, 0, 0, {8}), PS_ERR_UNREACHABLE);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        std::lock_guard<std::mutex> lk(b.inbox.mu);
+        EXPECT_TRUE(b.inbox.msgs.empty());
+        EXPECT_TRUE(b.inbox.failures.empty());
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(QueuePairs, VerbsHw, ::testing::Values(1, 2),

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""The "strangers" job of //tests/hostile:job_driver.py on the ibverbs van.
+
+  strangers_rdma.py RDMA_TEST_ENV JOB_DRIVER SUM_NODE RAW_CLIENT
+
+rdma_test_env names the address of an RDMA interface (PS_TEST_RDMA_HOST, or
+the first one with an address). Without an RDMA device it says why and this
+test passes with a "SKIPPED: ..." line, as the other requires-rdma tests do.
+Otherwise the summation job runs on that address with
+DMLC_ENABLE_RDMA=ibverbs and a PS_JOB_SECRET, and job_driver.py judges it
+with its own checks: a worker with a wrong secret and one with none fail to
+start with PS_ERR_AUTH and a "refused us" line, the scheduler logs a
+refusal for each, nobody's node table has them, and the job finishes with
+every sum right within the driver's deadline (90 s).
+"""
+import importlib.util
+import subprocess
+import sys
+
+
+def main():
+    test_env, driver, sum_node, raw_client = sys.argv[1:5]
+    verdict = subprocess.run([test_env], capture_output=True, text=True,
+                             timeout=60).stdout.strip()
+    if verdict.startswith("SKIP "):
+        print("SKIPPED: " + verdict[len("SKIP "):])
+        return 0
+    if not verdict.startswith("HOST "):
+        print("FAILED: rdma_test_env said: " + verdict)
+        return 1
+    host = verdict[len("HOST "):]
+    print("== RDMA interface address " + host)
+
+    spec = importlib.util.spec_from_file_location("job_driver", driver)
+    jd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(jd)
+    other_vans = jd.van_env
+
+    def van_env(van):
+        if van != "ibverbs":
+            return other_vans(van)
+        # Applied after the driver's 127.0.0.1 defaults: the job lives on
+        # the RDMA interface. Few receive buffers: eight processes pin them.
+        return {"DMLC_ENABLE_RDMA": "ibverbs", "DMLC_PS_ROOT_URI": host,
+                "DMLC_NODE_HOST": host, "BYTEPS_RDMA_RX_DEPTH": "256"}
+
+    jd.van_env = van_env
+    sys.argv = [driver, "strangers", "ibverbs", sum_node, raw_client]
+    return jd.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
