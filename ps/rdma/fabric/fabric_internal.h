@@ -95,6 +95,9 @@
 /* While a waiting thread drives the loop, the progress thread checks this
  * often whether it still does. */
 #define PS__FAB_PARK_MS 1
+/* A spinning progress loop reads the clock after work and every this many
+ * idle rounds (a fraction of a microsecond each). */
+#define PS__FAB_CLOCK_EVERY 32u
 
 /* ---- wire (fabric_wire.c) ---- */
 
@@ -371,6 +374,10 @@ struct ps__fab_van {
     ps_node_t *scratch_nodes;
     size_t scratch_cap;
     uint64_t last_liveness_ns;
+    /* run_round's clock: read after work and every PS__FAB_CLOCK_EVERY
+     * idle rounds (a spinning loop read it as often as the queue). */
+    uint64_t round_now_ns;
+    unsigned idle_rounds;
 
     int64_t ops_in_flight;      /* atomic: posted sends, data/ext receives */
     int my_id;                  /* atomic */

@@ -266,9 +266,14 @@ static int run_round(ps__fab_van_t *van, uint64_t *now_p)
     if (van->rx_blocked != NULL || van->mrecv_blocked)
         ps__fab_retry_recvs(van);
     notify_failures(van);
-    uint64_t now = ps_time_now_ns();
-    check_liveness(van, now);
-    *now_p = now;
+    /* Idle rounds of a spinning loop need no fresh time: the liveness
+     * check and the spin windows are milliseconds. */
+    if (n > 0 || ++van->idle_rounds >= PS__FAB_CLOCK_EVERY) {
+        van->idle_rounds = 0;
+        van->round_now_ns = ps_time_now_ns();
+        check_liveness(van, van->round_now_ns);
+    }
+    *now_p = van->round_now_ns;
     return n;
 }
 
@@ -285,10 +290,17 @@ static void park(ps__fab_van_t *van, uint64_t *seen)
         drain_wakefd(van);
 }
 
+/* The next round reads the clock (after a sleep, the last reading is old). */
+static void fresh_clock(ps__fab_van_t *van)
+{
+    van->idle_rounds = PS__FAB_CLOCK_EVERY;
+}
+
 static void *progress_main(void *arg)
 {
     ps__fab_van_t *van = arg;
     uint64_t last_active = ps_time_now_ns();
+    van->round_now_ns = last_active;
     uint64_t pause = PS__FAB_SLEEP_MIN_NS;
     unsigned spins = 0;
     uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
@@ -308,6 +320,7 @@ static void *progress_main(void *arg)
                 park(van, &seen);
                 pthread_mutex_lock(&van->prog_lock);
                 last_active = ps_time_now_ns();
+                van->round_now_ns = last_active;
                 continue;
             }
         }
@@ -333,6 +346,7 @@ static void *progress_main(void *arg)
             /* The provider pushed back and nothing completed: let it
              * breathe before the next try. */
             ps_sleep_ns(PS__FAB_SLEEP_MIN_NS);
+            fresh_clock(van);
             continue;
         }
         if (van->cq_fd >= 0) {
@@ -345,6 +359,7 @@ static void *progress_main(void *arg)
                                                                  : PS__FAB_SLEEP_MAX_NS;
             pause = pause * 2 > cap ? cap : pause * 2;
         }
+        fresh_clock(van);
         __atomic_store_n(&van->kicked, 0, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&van->prog_lock);
