@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ps/base/config.h"
+#include "ps/base/endian.h"
 #include "ps/base/log.h"
 
 #define KEY_LABEL "ps job key v1"
@@ -143,43 +144,26 @@ void ps_auth_nonce(uint8_t nonce[PS_AUTH_NONCE_BYTES])
     randombytes_buf(nonce, PS_AUTH_NONCE_BYTES);
 }
 
-static void put_i32(uint8_t *p, int32_t v)
-{
-    uint32_t u = (uint32_t)v;
-    for (int i = 0; i < 4; ++i) {
-        p[i] = (uint8_t)(u >> (8 * i));
-    }
-}
-
-static int32_t get_i32(const uint8_t *p)
-{
-    uint32_t u = 0;
-    for (int i = 0; i < 4; ++i) {
-        u |= (uint32_t)p[i] << (8 * i);
-    }
-    return (int32_t)u;
-}
-
 void ps_auth_init_pack(const ps_auth_transcript_t *t, uint8_t out[PS_AUTH_INIT_BYTES])
 {
     memcpy(out, t->nonce_i, PS_AUTH_NONCE_BYTES);
-    put_i32(out + PS_AUTH_NONCE_BYTES, t->id_i);
-    put_i32(out + PS_AUTH_NONCE_BYTES + 4, t->role_i);
+    ps_put_le32(out + PS_AUTH_NONCE_BYTES, (uint32_t)t->id_i);
+    ps_put_le32(out + PS_AUTH_NONCE_BYTES + 4, (uint32_t)t->role_i);
 }
 
 void ps_auth_init_unpack(const uint8_t in[PS_AUTH_INIT_BYTES], ps_auth_transcript_t *t)
 {
     memcpy(t->nonce_i, in, PS_AUTH_NONCE_BYTES);
-    t->id_i = get_i32(in + PS_AUTH_NONCE_BYTES);
-    t->role_i = get_i32(in + PS_AUTH_NONCE_BYTES + 4);
+    t->id_i = (int32_t)ps_get_le32(in + PS_AUTH_NONCE_BYTES);
+    t->role_i = (int32_t)ps_get_le32(in + PS_AUTH_NONCE_BYTES + 4);
 }
 
 void ps_auth_challenge_pack(const ps_auth_transcript_t *t, const uint8_t proof[PS_AUTH_PROOF_BYTES],
                             uint8_t out[PS_AUTH_CHALLENGE_BYTES])
 {
     memcpy(out, t->nonce_r, PS_AUTH_NONCE_BYTES);
-    put_i32(out + PS_AUTH_NONCE_BYTES, t->id_r);
-    put_i32(out + PS_AUTH_NONCE_BYTES + 4, t->role_r);
+    ps_put_le32(out + PS_AUTH_NONCE_BYTES, (uint32_t)t->id_r);
+    ps_put_le32(out + PS_AUTH_NONCE_BYTES + 4, (uint32_t)t->role_r);
     memcpy(out + PS_AUTH_NONCE_BYTES + 8, proof, PS_AUTH_PROOF_BYTES);
 }
 
@@ -187,8 +171,8 @@ void ps_auth_challenge_unpack(const uint8_t in[PS_AUTH_CHALLENGE_BYTES], ps_auth
                               uint8_t proof[PS_AUTH_PROOF_BYTES])
 {
     memcpy(t->nonce_r, in, PS_AUTH_NONCE_BYTES);
-    t->id_r = get_i32(in + PS_AUTH_NONCE_BYTES);
-    t->role_r = get_i32(in + PS_AUTH_NONCE_BYTES + 4);
+    t->id_r = (int32_t)ps_get_le32(in + PS_AUTH_NONCE_BYTES);
+    t->role_r = (int32_t)ps_get_le32(in + PS_AUTH_NONCE_BYTES + 4);
     memcpy(proof, in + PS_AUTH_NONCE_BYTES + 8, PS_AUTH_PROOF_BYTES);
 }
 
@@ -213,10 +197,10 @@ static size_t transcript_bytes(ps_auth_dir_t dir, const ps_auth_transcript_t *t,
     n += PS_AUTH_NONCE_BYTES;
     memcpy(out + n, t->nonce_r, PS_AUTH_NONCE_BYTES);
     n += PS_AUTH_NONCE_BYTES;
-    put_i32(out + n, t->id_i);
-    put_i32(out + n + 4, t->role_i);
-    put_i32(out + n + 8, t->id_r);
-    put_i32(out + n + 12, t->role_r);
+    ps_put_le32(out + n, (uint32_t)t->id_i);
+    ps_put_le32(out + n + 4, (uint32_t)t->role_i);
+    ps_put_le32(out + n + 8, (uint32_t)t->id_r);
+    ps_put_le32(out + n + 12, (uint32_t)t->role_r);
     n += 16;
     return n;
 }

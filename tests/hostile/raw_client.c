@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ps/base/endian.h"
 #include "ps/net/auth.h"
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/frame.h"
@@ -50,36 +51,18 @@
 
 #define CLOSE_DEADLINE_MS 10000
 
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* A fixed header by hand, so that any field can be wrong. */
 static size_t raw_header(uint8_t *b, uint16_t version, uint32_t meta_len, uint16_t num_data,
                          const uint64_t *lens)
 {
     memcpy(b, "PSF1", 4);
-    put16(b + 4, version);
-    put16(b + 6, 0);
-    put32(b + 8, meta_len);
-    put16(b + 12, num_data);
-    put16(b + 14, 0);
+    ps_put_le16(b + 4, version);
+    ps_put_le16(b + 6, 0);
+    ps_put_le32(b + 8, meta_len);
+    ps_put_le16(b + 12, num_data);
+    ps_put_le16(b + 14, 0);
     for (uint16_t i = 0; i < num_data && lens != NULL; i++)
-        put64(b + 16 + 8 * i, lens[i]);
+        ps_put_le64(b + 16 + 8 * i, lens[i]);
     return 16 + 8 * (size_t)(lens != NULL ? num_data : 0);
 }
 
@@ -137,7 +120,7 @@ static size_t auth_frame(uint8_t *b, size_t cap, uint8_t type, const uint8_t *bo
 
 static void put_i32le(uint8_t *p, int32_t v)
 {
-    put32(p, (uint32_t)v);
+    ps_put_le32(p, (uint32_t)v);
 }
 
 static int recv_exact(int fd, uint8_t *b, size_t len)
@@ -302,7 +285,7 @@ int main(int argc, char **argv)
         size_t f = frame(b + n, sizeof(b) - n, &m, &len, 1);
         n += f;
         for (size_t i = 0; i < 1024; i++)
-            put32(b + n + 4 * i, 1);
+            ps_put_le32(b + n + 4 * i, 1);
         n += 4096;
     } else {
         fprintf(stderr, "raw_client: unknown case %s\n", what);

@@ -3,42 +3,8 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "ps/base/endian.h"
 #include "ps/base/log.h"
-
-/* Byte order is fixed by the format, not by the host: assemble byte by byte. */
-static inline uint16_t get_le16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static inline uint32_t get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
-
-static inline uint64_t get_le64(const uint8_t *p)
-{
-    return (uint64_t)get_le32(p) | ((uint64_t)get_le32(p + 4) << 32);
-}
-
-static inline void put_le16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static inline void put_le32(uint8_t *p, uint32_t v)
-{
-    put_le16(p, (uint16_t)v);
-    put_le16(p + 2, (uint16_t)(v >> 16));
-}
-
-static inline void put_le64(uint8_t *p, uint64_t v)
-{
-    put_le32(p, (uint32_t)v);
-    put_le32(p + 4, (uint32_t)(v >> 32));
-}
 
 /* Known flag bits of this version; a peer setting another one speaks a
  * protocol we do not. */
@@ -113,14 +79,14 @@ ps_status_t ps_frame_header_build(uint16_t flags, uint32_t meta_len,
         return PS_ERR_TOO_LARGE;
     }
 
-    put_le32(p, PS_FRAME_MAGIC);
-    put_le16(p + 4, PS_FRAME_VERSION);
-    put_le16(p + 6, flags);
-    put_le32(p + 8, meta_len);
-    put_le16(p + 12, num_data);
-    put_le16(p + 14, 0);
+    ps_put_le32(p, PS_FRAME_MAGIC);
+    ps_put_le16(p + 4, PS_FRAME_VERSION);
+    ps_put_le16(p + 6, flags);
+    ps_put_le32(p + 8, meta_len);
+    ps_put_le16(p + 12, num_data);
+    ps_put_le16(p + 14, 0);
     for (uint16_t i = 0; i < num_data; i++)
-        put_le64(p + PS_FRAME_FIXED_LEN + PS_FRAME_SEGMENT_LEN * i, data_len[i]);
+        ps_put_le64(p + PS_FRAME_FIXED_LEN + PS_FRAME_SEGMENT_LEN * i, data_len[i]);
     *len_p = header_len;
     return PS_OK;
 
@@ -151,34 +117,34 @@ ps_status_t ps_frame_header_parse(const void *buf, size_t len,
 
     /* Each field is judged as soon as it is complete, so garbage is refused
      * after four bytes rather than after a whole header's worth. */
-    if (len >= 4 && get_le32(p) != PS_FRAME_MAGIC) {
+    if (len >= 4 && ps_get_le32(p) != PS_FRAME_MAGIC) {
         ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: bad magic 0x%08x",
-                            get_le32(p));
+                            ps_get_le32(p));
         return PS_ERR_PROTOCOL;
     }
-    if (len >= 6 && get_le16(p + 4) != PS_FRAME_VERSION) {
+    if (len >= 6 && ps_get_le16(p + 4) != PS_FRAME_VERSION) {
         ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: version %u, expected %u",
-                            get_le16(p + 4), PS_FRAME_VERSION);
+                            ps_get_le16(p + 4), PS_FRAME_VERSION);
         return PS_ERR_PROTOCOL;
     }
-    if (len >= 8 && (get_le16(p + 6) & ~PS_FRAME_FLAGS_KNOWN) != 0) {
+    if (len >= 8 && (ps_get_le16(p + 6) & ~PS_FRAME_FLAGS_KNOWN) != 0) {
         ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: unknown flags 0x%x",
-                            get_le16(p + 6));
+                            ps_get_le16(p + 6));
         return PS_ERR_PROTOCOL;
     }
-    if (len >= 12 && get_le32(p + 8) > lim.max_meta_bytes) {
+    if (len >= 12 && ps_get_le32(p + 8) > lim.max_meta_bytes) {
         ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: meta of %u bytes, limit %u",
-                            get_le32(p + 8), lim.max_meta_bytes);
+                            ps_get_le32(p + 8), lim.max_meta_bytes);
         return PS_ERR_TOO_LARGE;
     }
-    if (len >= 14 && get_le16(p + 12) > lim.max_segments) {
+    if (len >= 14 && ps_get_le16(p + 12) > lim.max_segments) {
         ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: %u data segments, limit %u",
-                            get_le16(p + 12), lim.max_segments);
+                            ps_get_le16(p + 12), lim.max_segments);
         return PS_ERR_TOO_LARGE;
     }
-    if (len >= 16 && get_le16(p + 14) != 0) {
+    if (len >= 16 && ps_get_le16(p + 14) != 0) {
         ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: reserved field 0x%x",
-                            get_le16(p + 14));
+                            ps_get_le16(p + 14));
         return PS_ERR_PROTOCOL;
     }
     if (len < PS_FRAME_FIXED_LEN) {
@@ -186,8 +152,8 @@ ps_status_t ps_frame_header_parse(const void *buf, size_t len,
         return PS_INPROGRESS;
     }
 
-    meta_len = get_le32(p + 8);
-    num_data = get_le16(p + 12);
+    meta_len = ps_get_le32(p + 8);
+    num_data = ps_get_le16(p + 12);
     header_len = ps_frame_header_len(num_data);
     total = header_len;
     if (!add_within(&total, meta_len, lim.max_message_bytes))
@@ -198,7 +164,7 @@ ps_status_t ps_frame_header_parse(const void *buf, size_t len,
 
         if (len < off + PS_FRAME_SEGMENT_LEN)
             break;
-        if (!add_within(&total, get_le64(p + off), lim.max_message_bytes))
+        if (!add_within(&total, ps_get_le64(p + off), lim.max_message_bytes))
             goto too_large;
     }
 #if SIZE_MAX < UINT64_MAX
@@ -210,11 +176,11 @@ ps_status_t ps_frame_header_parse(const void *buf, size_t len,
         return PS_INPROGRESS;
     }
 
-    hdr_p->flags = get_le16(p + 6);
+    hdr_p->flags = ps_get_le16(p + 6);
     hdr_p->num_data = num_data;
     hdr_p->meta_len = meta_len;
     for (uint16_t i = 0; i < num_data; i++)
-        hdr_p->data_len[i] = get_le64(p + PS_FRAME_FIXED_LEN + PS_FRAME_SEGMENT_LEN * i);
+        hdr_p->data_len[i] = ps_get_le64(p + PS_FRAME_FIXED_LEN + PS_FRAME_SEGMENT_LEN * i);
     hdr_p->header_len = (uint32_t)header_len;
     hdr_p->data_total = total - header_len - meta_len;
     hdr_p->frame_len = total;

@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "ps/base/endian.h"
+
 #define FLAG_REQUEST 1u
 #define FLAG_PUSH 2u
 #define FLAG_PULL 4u
@@ -27,30 +29,6 @@ static int all_zero(const void *p, size_t n)
         acc |= b[i];
     }
     return acc == 0;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)v);
-    put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
 size_t ps_meta_fast_size(const ps_meta_t *m)
@@ -98,13 +76,13 @@ ps_status_t ps_meta_fast_encode(const ps_meta_t *m, uint8_t *buf, size_t cap, si
     };
     uint8_t *p = buf + 4;
     for (int i = 0; i < NUM_I32; ++i, p += 4) {
-        put32(p, (uint32_t)i32[i]);
+        ps_put_le32(p, (uint32_t)i32[i]);
     }
-    put64(p, m->data_size);
-    put64(p + 8, m->key);
-    put64(p + 16, m->addr);
-    put64(p + 24, m->val_len);
-    put32(p + 32, (uint32_t)m->body_len);
+    ps_put_le64(p, m->data_size);
+    ps_put_le64(p + 8, m->key);
+    ps_put_le64(p + 16, m->addr);
+    ps_put_le64(p + 24, m->val_len);
+    ps_put_le32(p + 32, (uint32_t)m->body_len);
     p += 36;
     for (uint32_t i = 0; i < m->num_data_types; ++i) {
         *p++ = (uint8_t)m->data_types[i];
@@ -124,14 +102,14 @@ ps_status_t ps_meta_fast_decode(const uint8_t *buf, size_t len, ps_meta_t *meta_
         return PS_ERR_PROTOCOL;
     }
     uint32_t ntypes = buf[3];
-    uint32_t body_len = get32(buf + 88);
+    uint32_t body_len = ps_get_le32(buf + 88);
     if (body_len > PS_META_FAST_BODY_MAX ||
         len != PS_META_FAST_FIXED_LEN + (size_t)ntypes + body_len) {
         return PS_ERR_PROTOCOL;
     }
     int32_t i32[NUM_I32];
     for (int i = 0; i < NUM_I32; ++i) {
-        i32[i] = (int32_t)get32(buf + 4 + 4 * i);
+        i32[i] = (int32_t)ps_get_le32(buf + 4 + 4 * i);
     }
     if ((uint32_t)i32[6] >= PS_DEV_TYPE_COUNT || (uint32_t)i32[8] >= PS_DEV_TYPE_COUNT) {
         return PS_ERR_PROTOCOL;
@@ -161,10 +139,10 @@ ps_status_t ps_meta_fast_decode(const uint8_t *buf, size_t len, ps_meta_t *meta_
     m->option = i32[10];
     m->sid = i32[11];
     m->priority = i32[12];
-    m->data_size = get64(buf + 56);
-    m->key = get64(buf + 64);
-    m->addr = get64(buf + 72);
-    m->val_len = get64(buf + 80);
+    m->data_size = ps_get_le64(buf + 56);
+    m->key = ps_get_le64(buf + 64);
+    m->addr = ps_get_le64(buf + 72);
+    m->val_len = ps_get_le64(buf + 80);
     m->num_data_types = ntypes;
     for (uint32_t i = 0; i < ntypes; ++i) {
         m->data_types[i] = (ps_data_type_t)types[i];

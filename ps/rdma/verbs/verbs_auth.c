@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "ps/base/endian.h"
 #include "ps/net/codec/message.h"
 #include "ps/rdma/verbs/verbs_wire.h"
 
@@ -15,31 +16,6 @@
 #define KIND_REQUEST 'I'
 #define KIND_ACCEPT 'C'
 #define KIND_REFUSAL 'R'
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 static int valid_node_id(int32_t id)
 {
@@ -61,13 +37,13 @@ static int valid_role(int32_t role)
 static void put_hdr(uint8_t *p, uint8_t kind, uint16_t flags, unsigned qp_index,
                     unsigned qp_count)
 {
-    put32(p, CONN_MAGIC);
+    ps_put_le32(p, CONN_MAGIC);
     p[4] = kind;
     p[5] = AUTH_VERSION;
-    put16(p + 6, flags);
+    ps_put_le16(p + 6, flags);
     p[8] = (uint8_t)qp_index;
     p[9] = (uint8_t)qp_count;
-    put16(p + 10, 0);
+    ps_put_le16(p + 10, 0);
 }
 
 ps__vb_pd_kind_t ps__vb_pd_kind(const void *buf, size_t len)
@@ -75,9 +51,9 @@ ps__vb_pd_kind_t ps__vb_pd_kind(const void *buf, size_t len)
     if (buf == NULL || len < 6)
         return PS__VB_PD_OTHER;
     const uint8_t *p = buf;
-    if (get32(p) != CONN_MAGIC)
+    if (ps_get_le32(p) != CONN_MAGIC)
         return PS__VB_PD_OTHER;
-    if (get16(p + 4) == PS__VB_VERSION)
+    if (ps_get_le16(p + 4) == PS__VB_VERSION)
         return PS__VB_PD_PLAIN;
     if (p[5] != AUTH_VERSION)
         return PS__VB_PD_OTHER;
@@ -102,7 +78,7 @@ ps_status_t ps__vb_auth_req_decode(const void *buf, size_t len, ps__vb_auth_req_
     const uint8_t *p = buf;
     ps__vb_auth_req_t r;
     memset(&r, 0, sizeof(r));
-    r.flags = get16(p + 6);
+    r.flags = ps_get_le16(p + 6);
     r.qp_index = p[8];
     r.qp_count = p[9];
     ps_auth_transcript_t t;
@@ -115,7 +91,7 @@ ps_status_t ps__vb_auth_req_decode(const void *buf, size_t len, ps__vb_auth_req_
     for (int i = 7; i >= 0; i--)
         g = (g << 8) | r.nonce_i[i];
     r.group = g;
-    if (get16(p + 10) != 0 || !valid_qp(r.qp_index, r.qp_count) || !valid_node_id(r.id_i) ||
+    if (ps_get_le16(p + 10) != 0 || !valid_qp(r.qp_index, r.qp_count) || !valid_node_id(r.id_i) ||
         !valid_role(r.role_i))
         return PS_ERR_PROTOCOL;
     *r_p = r;
@@ -198,7 +174,7 @@ ps_status_t ps__vb_auth_on_accept(ps__vb_auth_t *a, const ps_auth_key_t *key, in
     if (kind != PS__VB_PD_ACCEPT || len < PS__VB_AUTH_ACCEPT_LEN)
         return bad(why_p, "malformed job-secret handshake in its accept", PS_ERR_PROTOCOL);
     const uint8_t *p = buf;
-    if (get16(p + 10) != 0 || p[8] != qp_index || p[9] != qp_count)
+    if (ps_get_le16(p + 10) != 0 || p[8] != qp_index || p[9] != qp_count)
         return bad(why_p, "its accept is for another queue pair", PS_ERR_PROTOCOL);
     ps_auth_transcript_t t = a->t;
     uint8_t proof[PS_AUTH_PROOF_BYTES];
@@ -228,7 +204,7 @@ ps_status_t ps__vb_auth_proof_msg(ps__vb_auth_t *a, const ps_auth_key_t *key,
 {
     if (ps__vb_auth_state(a) != PS__VB_AUTH_WAIT_ACCEPT || a->accepts == 0 || good_p == NULL)
         return PS_ERR_BAD_STATE;
-    put32(msg, MSG_MAGIC);
+    ps_put_le32(msg, MSG_MAGIC);
     msg[4] = PS__VB_MSG_AUTH_PROOF;
     msg[5] = msg[6] = msg[7] = 0;
     /* Sent even when proof_r was wrong: which side holds the wrong secret

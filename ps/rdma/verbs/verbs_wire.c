@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <string.h>
 
+#include "ps/base/endian.h"
 #include "ps/net/codec/message.h"
 
 #define CONN_MAGIC 0x43565350u /* "PSVC" */
@@ -14,45 +15,6 @@
 #define PULL_MAGIC 0x50565350u /* "PSVP" */
 
 /* ---- little-endian helpers ---- */
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 static int valid_node_id(int32_t id)
 {
@@ -74,15 +36,15 @@ ps_status_t ps__vb_conn_data_encode(const ps__vb_conn_data_t *d, void *buf, size
         !valid_node_id(d->node_id))
         return PS_ERR_INVALID_ARG;
     uint8_t *p = buf;
-    put32(p, CONN_MAGIC);
-    put16(p + 4, PS__VB_VERSION);
-    put16(p + 6, d->flags);
-    put32(p + 8, (uint32_t)d->node_id);
+    ps_put_le32(p, CONN_MAGIC);
+    ps_put_le16(p + 4, PS__VB_VERSION);
+    ps_put_le16(p + 6, d->flags);
+    ps_put_le32(p + 8, (uint32_t)d->node_id);
     p[12] = d->qp_index;
     p[13] = d->qp_count;
-    put16(p + 14, 0);
-    put64(p + 16, d->nonce);
-    put32(p + 24, d->max_inline);
+    ps_put_le16(p + 14, 0);
+    ps_put_le64(p + 16, d->nonce);
+    ps_put_le32(p + 24, d->max_inline);
     *len_p = PS__VB_CONN_DATA_LEN;
     return PS_OK;
 }
@@ -94,16 +56,16 @@ ps_status_t ps__vb_conn_data_decode(const void *buf, size_t len, ps__vb_conn_dat
     if (buf == NULL || len < PS__VB_CONN_DATA_LEN)
         return PS_ERR_PROTOCOL;
     const uint8_t *p = buf;
-    if (get32(p) != CONN_MAGIC || get16(p + 4) != PS__VB_VERSION)
+    if (ps_get_le32(p) != CONN_MAGIC || ps_get_le16(p + 4) != PS__VB_VERSION)
         return PS_ERR_PROTOCOL;
     ps__vb_conn_data_t d;
     memset(&d, 0, sizeof(d));
-    d.flags = get16(p + 6);
-    d.node_id = (int32_t)get32(p + 8);
+    d.flags = ps_get_le16(p + 6);
+    d.node_id = (int32_t)ps_get_le32(p + 8);
     d.qp_index = p[12];
     d.qp_count = p[13];
-    d.nonce = get64(p + 16);
-    d.max_inline = get32(p + 24);
+    d.nonce = ps_get_le64(p + 16);
+    d.max_inline = ps_get_le32(p + 24);
     if (d.qp_count == 0 || d.qp_count > PS__VB_MAX_QP || d.qp_index >= d.qp_count ||
         !valid_node_id(d.node_id))
         return PS_ERR_PROTOCOL;
@@ -154,15 +116,15 @@ ps_status_t ps__vb_hdr_encode(const ps__vb_hdr_t *h, void *buf, size_t cap, size
     if (cap < need)
         return PS_ERR_TOO_LARGE;
     uint8_t *p = buf;
-    put32(p, MSG_MAGIC);
+    ps_put_le32(p, MSG_MAGIC);
     p[4] = h->type;
     p[5] = h->flags;
     p[6] = h->rma_seg;
     p[7] = h->nqp;
-    put32(p + 8, h->rma_slot);
-    put32(p + 12, h->frame_len);
+    ps_put_le32(p + 8, h->rma_slot);
+    ps_put_le32(p + 12, h->frame_len);
     for (unsigned k = 1; k < h->nqp; k++)
-        put32(p + PS__VB_HDR_FIXED + 4 * (k - 1), h->slave[k]);
+        ps_put_le32(p + PS__VB_HDR_FIXED + 4 * (k - 1), h->slave[k]);
     *len_p = need;
     return PS_OK;
 }
@@ -174,7 +136,7 @@ ps_status_t ps__vb_hdr_decode(const void *buf, size_t len, ps__vb_hdr_t *h_p, si
     if (buf == NULL || len < PS__VB_HDR_FIXED)
         return PS_ERR_PROTOCOL;
     const uint8_t *p = buf;
-    if (get32(p) != MSG_MAGIC)
+    if (ps_get_le32(p) != MSG_MAGIC)
         return PS_ERR_PROTOCOL;
     ps__vb_hdr_t h;
     memset(&h, 0, sizeof(h));
@@ -182,8 +144,8 @@ ps_status_t ps__vb_hdr_decode(const void *buf, size_t len, ps__vb_hdr_t *h_p, si
     h.flags = p[5];
     h.rma_seg = p[6];
     h.nqp = p[7];
-    h.rma_slot = get32(p + 8);
-    h.frame_len = get32(p + 12);
+    h.rma_slot = ps_get_le32(p + 8);
+    h.frame_len = ps_get_le32(p + 12);
     if ((h.type != PS__VB_MSG_EAGER && h.type != PS__VB_MSG_META) || h.nqp == 0 ||
         h.nqp > PS__VB_MAX_QP || (h.flags & ~(PS__VB_HDR_RMA | PS__VB_HDR_PULL_DONE)) != 0)
         return PS_ERR_PROTOCOL;
@@ -193,7 +155,7 @@ ps_status_t ps__vb_hdr_decode(const void *buf, size_t len, ps__vb_hdr_t *h_p, si
     if (len < need)
         return PS_ERR_PROTOCOL;
     for (unsigned k = 1; k < h.nqp; k++)
-        h.slave[k] = get32(p + PS__VB_HDR_FIXED + 4 * (k - 1));
+        h.slave[k] = ps_get_le32(p + PS__VB_HDR_FIXED + 4 * (k - 1));
     *h_p = h;
     *len_p = need;
     return PS_OK;
@@ -204,7 +166,7 @@ int ps__vb_msg_type(const void *buf, size_t len)
     if (buf == NULL || len < 5)
         return 0;
     const uint8_t *p = buf;
-    if (get32(p) != MSG_MAGIC)
+    if (ps_get_le32(p) != MSG_MAGIC)
         return 0;
     return p[4];
 }
@@ -228,21 +190,21 @@ ps_status_t ps__vb_ctrl_encode(const ps__vb_ctrl_t *c, void *buf, size_t cap, si
     if (cap < PS__VB_CTRL_LEN)
         return PS_ERR_TOO_LARGE;
     uint8_t *p = buf;
-    put32(p, MSG_MAGIC);
+    ps_put_le32(p, MSG_MAGIC);
     p[4] = c->type;
     p[5] = c->dir;
     p[6] = c->flags;
     p[7] = 0;
-    put32(p + 8, c->token);
-    put32(p + 12, c->slot);
-    put32(p + 16, (uint32_t)c->node_id);
-    put32(p + 20, c->meta_len);
-    put64(p + 24, c->key);
-    put64(p + 32, c->data_len);
-    put64(p + 40, c->meta_addr);
-    put64(p + 48, c->data_addr);
-    put32(p + 56, c->meta_rkey);
-    put32(p + 60, c->data_rkey);
+    ps_put_le32(p + 8, c->token);
+    ps_put_le32(p + 12, c->slot);
+    ps_put_le32(p + 16, (uint32_t)c->node_id);
+    ps_put_le32(p + 20, c->meta_len);
+    ps_put_le64(p + 24, c->key);
+    ps_put_le64(p + 32, c->data_len);
+    ps_put_le64(p + 40, c->meta_addr);
+    ps_put_le64(p + 48, c->data_addr);
+    ps_put_le32(p + 56, c->meta_rkey);
+    ps_put_le32(p + 60, c->data_rkey);
     *len_p = PS__VB_CTRL_LEN;
     return PS_OK;
 }
@@ -254,23 +216,23 @@ ps_status_t ps__vb_ctrl_decode(const void *buf, size_t len, ps__vb_ctrl_t *c_p)
     if (buf == NULL || len < PS__VB_CTRL_LEN)
         return PS_ERR_PROTOCOL;
     const uint8_t *p = buf;
-    if (get32(p) != MSG_MAGIC || !ctrl_type_ok(p[4]) || p[7] != 0)
+    if (ps_get_le32(p) != MSG_MAGIC || !ctrl_type_ok(p[4]) || p[7] != 0)
         return PS_ERR_PROTOCOL;
     ps__vb_ctrl_t c;
     memset(&c, 0, sizeof(c));
     c.type = p[4];
     c.dir = p[5];
     c.flags = p[6];
-    c.token = get32(p + 8);
-    c.slot = get32(p + 12);
-    c.node_id = (int32_t)get32(p + 16);
-    c.meta_len = get32(p + 20);
-    c.key = get64(p + 24);
-    c.data_len = get64(p + 32);
-    c.meta_addr = get64(p + 40);
-    c.data_addr = get64(p + 48);
-    c.meta_rkey = get32(p + 56);
-    c.data_rkey = get32(p + 60);
+    c.token = ps_get_le32(p + 8);
+    c.slot = ps_get_le32(p + 12);
+    c.node_id = (int32_t)ps_get_le32(p + 16);
+    c.meta_len = ps_get_le32(p + 20);
+    c.key = ps_get_le64(p + 24);
+    c.data_len = ps_get_le64(p + 32);
+    c.meta_addr = ps_get_le64(p + 40);
+    c.data_addr = ps_get_le64(p + 48);
+    c.meta_rkey = ps_get_le32(p + 56);
+    c.data_rkey = ps_get_le32(p + 60);
     if (c.dir > 3 ||
         (c.flags & ~(PS__VB_RDV_CACHEABLE | PS__VB_RDV_REGRANT | PS__VB_RDV_REFUSED)) != 0)
         return PS_ERR_PROTOCOL;
@@ -308,13 +270,13 @@ ps_status_t ps__vb_pull_desc_encode(const ps__vb_pull_desc_t *d, uint8_t *van_da
         return PS_ERR_INVALID_ARG;
     if (cap < PS__VB_PULL_DESC_LEN)
         return PS_ERR_TOO_LARGE;
-    put32(van_data, PULL_MAGIC);
-    put32(van_data + 4, d->slot);
-    put64(van_data + 8, d->addr);
-    put64(van_data + 16, d->len);
-    put32(van_data + 24, d->rkey);
-    put16(van_data + 28, PS__VB_VERSION);
-    put16(van_data + 30, 0);
+    ps_put_le32(van_data, PULL_MAGIC);
+    ps_put_le32(van_data + 4, d->slot);
+    ps_put_le64(van_data + 8, d->addr);
+    ps_put_le64(van_data + 16, d->len);
+    ps_put_le32(van_data + 24, d->rkey);
+    ps_put_le16(van_data + 28, PS__VB_VERSION);
+    ps_put_le16(van_data + 30, 0);
     *len_p = PS__VB_PULL_DESC_LEN;
     return PS_OK;
 }
@@ -324,16 +286,16 @@ ps_status_t ps__vb_pull_desc_decode(const uint8_t *van_data, size_t len,
 {
     if (d_p == NULL)
         return PS_ERR_INVALID_ARG;
-    if (van_data == NULL || len < 4 || get32(van_data) != PULL_MAGIC)
+    if (van_data == NULL || len < 4 || ps_get_le32(van_data) != PULL_MAGIC)
         return PS_ERR_NOT_FOUND;
-    if (len != PS__VB_PULL_DESC_LEN || get16(van_data + 28) != PS__VB_VERSION ||
-        get16(van_data + 30) != 0)
+    if (len != PS__VB_PULL_DESC_LEN || ps_get_le16(van_data + 28) != PS__VB_VERSION ||
+        ps_get_le16(van_data + 30) != 0)
         return PS_ERR_PROTOCOL;
     ps__vb_pull_desc_t d;
-    d.slot = get32(van_data + 4);
-    d.addr = get64(van_data + 8);
-    d.len = get64(van_data + 16);
-    d.rkey = get32(van_data + 24);
+    d.slot = ps_get_le32(van_data + 4);
+    d.addr = ps_get_le64(van_data + 8);
+    d.len = ps_get_le64(van_data + 16);
+    d.rkey = ps_get_le32(van_data + 24);
     if (d.slot == 0 || d.len == 0 || d.addr + d.len < d.addr)
         return PS_ERR_PROTOCOL;
     *d_p = d;
