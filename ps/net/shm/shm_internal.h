@@ -44,6 +44,7 @@
 #include "ps/net/shm/shm_proto.h"
 #include "ps/net/shm/shm_ring.h"
 #include "ps/net/shm/shm_stage.h"
+#include "ps/net/van/peer_slots.h"
 #include "ps/net/van/van.h"
 
 /* Data bytes of each ring of a channel. */
@@ -242,8 +243,7 @@ struct ps__shm_van {
     int kicked;              /* atomic: a driver woke it once already */
 
     pthread_rwlock_t peers_lock;
-    ps__shm_peer_t **peers;  /* by node id */
-    int peers_cap;
+    ps_van_peer_slots_t peers; /* ps__shm_peer_t by node id */
 
     pthread_mutex_t pending_lock;
     ps__shm_chan_t *pending;  /* new outgoing channels for the progress thread */

@@ -82,44 +82,19 @@ int ps__shm_on_progress(const ps__shm_van_t *van)
 
 uint64_t ps__shm_random(ps__shm_van_t *van)
 {
-    uint64_t z = __atomic_add_fetch(&van->rng, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ps_van_random(&van->rng);
 }
 
 /* ---- peer table ---- */
 
 ps__shm_peer_t *ps__shm_peer_get(ps__shm_van_t *van, int id, int create)
 {
-    if (id <= 0 || id >= PS_NODE_EMPTY) {
-        return NULL;
-    }
-    if (id >= van->peers_cap) {
-        if (!create) {
-            return NULL;
-        }
-        int cap = van->peers_cap == 0 ? 64 : van->peers_cap;
-        while (cap <= id) {
-            cap *= 2;
-        }
-        ps__shm_peer_t **peers = realloc(van->peers, (size_t)cap * sizeof(*peers));
-        if (peers == NULL) {
-            return NULL;
-        }
-        memset(peers + van->peers_cap, 0, (size_t)(cap - van->peers_cap) * sizeof(*peers));
-        van->peers = peers;
-        van->peers_cap = cap;
-    }
-    if (van->peers[id] == NULL && create) {
-        ps__shm_peer_t *p = calloc(1, sizeof(*p));
-        if (p == NULL) {
-            return NULL;
-        }
+    int created;
+    ps__shm_peer_t *p = ps_van_peer_slots_get(&van->peers, id, sizeof(*p), create, &created);
+    if (created) {
         p->id = id;
-        van->peers[id] = p;
     }
-    return van->peers[id];
+    return p;
 }
 
 ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id)
@@ -520,11 +495,8 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     if (cb != NULL) {
         van->cb = *cb;
     }
-    if (van->params.connect_timeout_ms <= 0) {
-        int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, PS__SHM_DEFAULT_CONNECT_MS);
-        van->params.connect_timeout_ms =
-            ms > 0 && ms < INT_MAX ? (int)ms : PS__SHM_DEFAULT_CONNECT_MS;
-    }
+    van->params.connect_timeout_ms =
+        ps_van_connect_timeout_ms(van->params.connect_timeout_ms, PS__SHM_DEFAULT_CONNECT_MS);
     van->max_meta = params->max_meta_bytes != 0 && params->max_meta_bytes < UINT32_MAX
                         ? (uint32_t)params->max_meta_bytes
                         : PS_FRAME_DEFAULT_MAX_META;
@@ -539,7 +511,7 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     van->epfd = -1;
     van->wakefd = -1;
     van->my_id = PS_NODE_EMPTY;
-    van->rng = ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)van;
+    van->rng = ps_van_random_seed(van);
     for (size_t i = 0; i < sizeof(van->cookie); i += 8) {
         uint64_t r = ps__shm_random(van);
         memcpy(van->cookie + i, &r, 8);
@@ -595,8 +567,8 @@ static int tx_outstanding(ps__shm_van_t *van, uint64_t *moved_p)
     int busy = 0;
     uint64_t moved = 0;
     pthread_rwlock_rdlock(&van->peers_lock);
-    for (int id = 0; id < van->peers_cap; ++id) {
-        ps__shm_peer_t *p = van->peers[id];
+    for (int id = 0; id < van->peers.cap; ++id) {
+        ps__shm_peer_t *p = van->peers.slot[id];
         if (p == NULL) {
             continue;
         }
@@ -673,10 +645,7 @@ static void sv_close(ps_van_t *v)
     }
     ps__shm_van_t *van = sv_of(v);
     ps__shm_stop(v);
-    for (int id = 0; id < van->peers_cap; ++id) {
-        free(van->peers[id]);
-    }
-    free(van->peers);
+    ps_van_peer_slots_free(&van->peers);
     free(van->chans);
     int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
     if (lfd >= 0) {
@@ -757,8 +726,8 @@ static ps_status_t sv_set_node_id(ps_van_t *v, int node_id)
     ps__shm_chan_t **list = NULL;
     int n = 0, cap = 0;
     pthread_rwlock_rdlock(&van->peers_lock);
-    for (int id = 0; id < van->peers_cap; ++id) {
-        ps__shm_peer_t *p = van->peers[id];
+    for (int id = 0; id < van->peers.cap; ++id) {
+        ps__shm_peer_t *p = van->peers.slot[id];
         if (p == NULL || p->out == NULL) {
             continue;
         }

@@ -57,6 +57,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/tcp/tcp_pool.h"
+#include "ps/net/van/peer_slots.h"
 #include "ps/net/van/van.h"
 
 /* Most streams (connections) per peer this van opens or indexes. */
@@ -245,8 +246,7 @@ struct ps__tcp_van {
     int kicked;             /* atomic: a driver already woke it from there */
 
     pthread_rwlock_t peers_lock;
-    ps__tcp_peer_t **peers; /* indexed by node id */
-    int peers_cap;
+    ps_van_peer_slots_t peers; /* ps__tcp_peer_t by node id */
 
     /* Handed from other threads to the progress thread. */
     pthread_mutex_t pending_lock;

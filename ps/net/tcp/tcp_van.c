@@ -60,46 +60,19 @@ void ps__tcp_wake(ps__tcp_van_t *van)
 
 uint64_t ps__tcp_random(ps__tcp_van_t *van)
 {
-    /* splitmix64 over an atomic counter: distinct values for concurrent
-     * callers, no lock. */
-    uint64_t z = __atomic_add_fetch(&van->rng, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ps_van_random(&van->rng);
 }
 
 /* ---- peer table ---- */
 
 ps__tcp_peer_t *ps__tcp_peer_get(ps__tcp_van_t *van, int id, int create)
 {
-    if (id <= 0 || id >= PS_NODE_EMPTY) {
-        return NULL;
-    }
-    if (id >= van->peers_cap) {
-        if (!create) {
-            return NULL;
-        }
-        int cap = van->peers_cap == 0 ? 64 : van->peers_cap;
-        while (cap <= id) {
-            cap *= 2;
-        }
-        ps__tcp_peer_t **peers = realloc(van->peers, (size_t)cap * sizeof(*peers));
-        if (peers == NULL) {
-            return NULL;
-        }
-        memset(peers + van->peers_cap, 0, (size_t)(cap - van->peers_cap) * sizeof(*peers));
-        van->peers = peers;
-        van->peers_cap = cap;
-    }
-    if (van->peers[id] == NULL && create) {
-        ps__tcp_peer_t *p = calloc(1, sizeof(*p));
-        if (p == NULL) {
-            return NULL;
-        }
+    int created;
+    ps__tcp_peer_t *p = ps_van_peer_slots_get(&van->peers, id, sizeof(*p), create, &created);
+    if (created) {
         p->id = id;
-        van->peers[id] = p;
     }
-    return van->peers[id];
+    return p;
 }
 
 static void remove_from(ps__tcp_conn_t **arr, int *num, const ps__tcp_conn_t *conn)
@@ -418,10 +391,8 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     if (cb != NULL) {
         van->cb = *cb;
     }
-    if (van->params.connect_timeout_ms <= 0) {
-        int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, PS__TCP_DEFAULT_CONNECT_MS);
-        van->params.connect_timeout_ms = ms > 0 && ms < INT_MAX ? (int)ms : PS__TCP_DEFAULT_CONNECT_MS;
-    }
+    van->params.connect_timeout_ms =
+        ps_van_connect_timeout_ms(van->params.connect_timeout_ms, PS__TCP_DEFAULT_CONNECT_MS);
     van->limits = ps_frame_limits_default();
     if (params->max_meta_bytes != 0) {
         van->limits.max_meta_bytes =
@@ -445,7 +416,7 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     }
     van->listen_fd = -1;
     van->my_id = PS_NODE_EMPTY;
-    van->rng = ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)van;
+    van->rng = ps_van_random_seed(van);
     van->wake_handle.kind = PS__TCP_H_WAKE;
     van->listen_handle.kind = PS__TCP_H_LISTEN;
     van->epfd = -1;
@@ -532,10 +503,7 @@ static void tcp_close(ps_van_t *v)
     pthread_mutex_unlock(&van->prog_lock);
     ps__tcp_close_all(van);
     bury(van);
-    for (int id = 0; id < van->peers_cap; ++id) {
-        free(van->peers[id]);
-    }
-    free(van->peers);
+    ps_van_peer_slots_free(&van->peers);
     int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
     if (lfd >= 0) {
         close(lfd);
@@ -607,8 +575,8 @@ static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
     ps__tcp_conn_t **list = NULL;
     int n = 0, cap = 0;
     pthread_rwlock_rdlock(&van->peers_lock);
-    for (int id = 0; id < van->peers_cap; ++id) {
-        ps__tcp_peer_t *p = van->peers[id];
+    for (int id = 0; id < van->peers.cap; ++id) {
+        ps__tcp_peer_t *p = van->peers.slot[id];
         for (int i = 0; p != NULL && i < p->num_out; ++i) {
             if (p->out[i]->stream != 0) {
                 continue; /* streams > 0 carry chunks only, after one hello */

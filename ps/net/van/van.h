@@ -168,6 +168,16 @@ ps_status_t ps_van_no_register_mem(ps_van_t *van, ps_buf_t *buf);
 ps_status_t ps_van_no_deregister_mem(ps_van_t *van, ps_buf_t *buf);
 int ps_van_no_progress(ps_van_t *van, unsigned budget); /* returns 0 */
 
+/* Ids, nonces and cookies of a van: splitmix64 over an atomic counter
+ * (distinct values for concurrent callers, no lock). Not for secrets: the
+ * job secret's nonces come from libsodium (ps/net/auth.h). */
+uint64_t ps_van_random_seed(const void *salt); /* time, pid and salt mixed */
+uint64_t ps_van_random(uint64_t *state);
+
+/* The connect timeout a van uses: `requested_ms` (the params') when > 0,
+ * else PS_CONNECT_TIMEOUT_MS, else `fallback_ms`. */
+int ps_van_connect_timeout_ms(int requested_ms, int fallback_ms);
+
 /* For a van's progress thread while busy-poll waiters drive its loop
  * (progress op): waits, without the loop, until the driving stops — a
  * driver's hand-back (budget 0), no progress call for a whole park_ms, stop

@@ -1,0 +1,34 @@
+/*
+ * Small helpers every van implementation needs the same way (van.h).
+ */
+#include <limits.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "ps/base/config.h"
+#include "ps/base/time.h"
+#include "ps/net/van/van.h"
+
+uint64_t ps_van_random_seed(const void *salt)
+{
+    return ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)salt;
+}
+
+uint64_t ps_van_random(uint64_t *state)
+{
+    /* splitmix64 over an atomic counter: distinct values for concurrent
+     * callers, no lock. */
+    uint64_t z = __atomic_add_fetch(state, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int ps_van_connect_timeout_ms(int requested_ms, int fallback_ms)
+{
+    if (requested_ms > 0) {
+        return requested_ms;
+    }
+    int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, fallback_ms);
+    return ms > 0 && ms < INT_MAX ? (int)ms : fallback_ms;
+}
