@@ -474,6 +474,9 @@ out:
 
 /* The common path of push, pull and push-pull. `push` is the data pushed
  * (NULL for a pull); `out` the destination of a pull (NULL for a push). */
+/* Servers whose per-request scratch issue() keeps on its stack. */
+#define ISSUE_STACK_SERVERS 16
+
 static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_kv_pairs_t *out,
                          int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
 {
@@ -493,6 +496,11 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
 
     int ns = w->num_servers;
     size_t nk = ps_kv_pairs_num_keys(req);
+    /* Scratch per server, on the stack for the usual few servers (this
+     * runs for every request; three heap round trips showed up). */
+    int peers_stack[ISSUE_STACK_SERVERS];
+    ps_kv_slice_t push_stack[ISSUE_STACK_SERVERS], out_stack[ISSUE_STACK_SERVERS];
+    const int on_heap = ns > ISSUE_STACK_SERVERS;
     ps_kv_slice_t *push_slices = NULL, *out_slices = NULL;
     int *peers = NULL;
     kv_req_t *r = calloc(1, sizeof(*r) + (size_t)ns * sizeof(kv_part_t));
@@ -505,12 +513,15 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
     r->pull = out != NULL;
 
     st = PS_ERR_NO_MEMORY;
-    if (!(peers = calloc((size_t)ns, sizeof(*peers))))
+    if (!on_heap) {
+        peers = peers_stack;
+        push_slices = push ? push_stack : NULL;
+        out_slices = out ? out_stack : NULL;
+    } else if (!(peers = calloc((size_t)ns, sizeof(*peers))) ||
+               (push && !(push_slices = calloc((size_t)ns, sizeof(*push_slices)))) ||
+               (out && !(out_slices = calloc((size_t)ns, sizeof(*out_slices))))) {
         goto fail;
-    if (push && !(push_slices = calloc((size_t)ns, sizeof(*push_slices))))
-        goto fail;
-    if (out && !(out_slices = calloc((size_t)ns, sizeof(*out_slices))))
-        goto fail;
+    }
 
     if (push && (st = slice_pairs(w, push, push_slices)) != PS_OK)
         goto fail;
@@ -563,7 +574,8 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
         atomic_fetch_add(&r->refs, 1);
     }
     ps_mutex_unlock(&w->lock);
-    free(peers);
+    if (on_heap)
+        free(peers);
     peers = NULL;
     if (st != PS_OK)
         goto fail;
@@ -588,15 +600,19 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
             break;
         }
     }
-    free(push_slices);
-    free(out_slices);
+    if (on_heap) {
+        free(push_slices);
+        free(out_slices);
+    }
     req_unref(r);
     return PS_OK;
 
 fail:
-    free(peers);
-    free(push_slices);
-    free(out_slices);
+    if (on_heap) {
+        free(peers);
+        free(push_slices);
+        free(out_slices);
+    }
     req_unref(r);
     return st;
 }

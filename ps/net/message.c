@@ -6,14 +6,19 @@
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(offsetof(ps_msg_t, meta) == 0, "ps_msg_init clears what follows the meta");
+
 void ps_msg_init(ps_msg_t *msg)
 {
-    memset(msg, 0, sizeof(*msg));
+    /* The meta is cleared by ps_meta_init; clearing it twice was measurable
+     * (every message passes here at least twice). */
     ps_meta_init(&msg->meta);
+    memset((uint8_t *)msg + sizeof(msg->meta), 0, sizeof(*msg) - sizeof(msg->meta));
 }
 
 ps_status_t ps_msg_add_data(ps_msg_t *msg, const ps_slice_t *slice, ps_data_type_t type)
