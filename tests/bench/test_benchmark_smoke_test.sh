@@ -6,6 +6,7 @@
 #
 #   test_benchmark_smoke_test.sh LAUNCHER BENCHMARK
 set -uo pipefail
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 
 LAUNCH=${1:?launcher}
 BENCH=${2:?benchmark}
@@ -93,7 +94,7 @@ fi
 # 5. Slurm mode: four tasks started the way srun would (1 server, 2 workers),
 #    each computing its role and the scheduler's address on its own.
 pids=()
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(job_free_port)
 for task in 0 1 2 3; do
   SLURM_PROCID=$task SLURM_NTASKS=4 SLURM_NODELIST='localhost' SLURM_JOB_ID=1234 \
     python3 "$LAUNCH" --slurm -s 1 --port "$port" --timeout 120 --env TOTAL_DURATION=5 --env NUM_KEY_PER_SERVER=4 \

@@ -2,10 +2,12 @@
 #   source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 # (data dependency //tests/lib:job). Every helper is bounded in time.
 
-# A free TCP port on 127.0.0.1 (the kernel's choice; a race with another
-# program taking it before the job binds is possible but rare).
+# job_free_port [ADDR]: a free TCP port on ADDR (127.0.0.1), the kernel's
+# choice; a race with another program taking it before the job binds is
+# possible but rare.
 job_free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  python3 -c 'import socket, sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' \
+    "${1:-127.0.0.1}"
 }
 
 # Exports what selects VAN for the job's processes: tcp (the default), shm
@@ -66,5 +68,28 @@ job_netns_pair() {
 job_netns_remove() {
   ip netns del "${1}a" 2>/dev/null
   ip netns del "${1}b" 2>/dev/null
+  return 0
+}
+
+# job_shm_snapshot FILE: the names in /dev/shm now, for job_shm_leaks.
+job_shm_snapshot() {
+  ls -A /dev/shm | sort >"$1"
+}
+
+# job_shm_leaks BEFORE PID...: prints the files in /dev/shm that are new
+# since the snapshot BEFORE and belong to the job (named after one of its
+# PIDs, or after ps); returns 1 if there is any. Other programs on the host
+# may add and remove files meanwhile: those do not count.
+job_shm_leaks() {
+  local before=$1 ours now
+  shift
+  ours="(^|[^0-9])($(IFS='|'; echo "$*"))([^0-9]|\$)|^ps|ps-shm"
+  now=$(mktemp)
+  job_shm_snapshot "$now"
+  if comm -13 "$before" "$now" | grep -E "$ours"; then
+    rm -f "$now"
+    return 1
+  fi
+  rm -f "$now"
   return 0
 }

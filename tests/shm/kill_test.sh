@@ -10,6 +10,7 @@
 #
 #   kill_test.sh KILL_CHECK VAN [LIMIT_S]
 set -uo pipefail
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 prog=$1 van=$2 limit=${3:-90}
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/kill.XXXXXX")
 job="killtest-$$-$RANDOM"
@@ -20,8 +21,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-ls -A /dev/shm | sort >"$dir/shm.before"
+port=$(job_free_port)
+job_shm_snapshot "$dir/shm.before"
 export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
 export DMLC_NODE_HOST=127.0.0.1 PS_JOB_ID=$job DMLC_PS_VAN_TYPE=$van
 export KILL_CHECK_DONE=$dir/done
@@ -40,17 +41,9 @@ start server1 server 1
 start worker0 worker 0
 start worker1 worker 1
 
-wait_for() { # FILE PATTERN SECONDS
-  local end=$((SECONDS + $3))
-  while [ $SECONDS -lt $end ]; do
-    grep -q "$2" "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
 show() { for f in scheduler server0 server1 worker0 worker1; do sed "s/^/[$f] /" "$dir/$f.log"; done; }
 
-if ! wait_for "$dir/worker0.log" looping 60 || ! wait_for "$dir/worker1.log" looping 60; then
+if ! job_wait_for "$dir/worker0.log" looping 60 || ! job_wait_for "$dir/worker1.log" looping 60; then
   show
   echo "FAILED: the workers never got going"
   exit 1
@@ -73,15 +66,13 @@ end=$((SECONDS + limit))
 for name in worker0 worker1 scheduler server0 server1; do
   [ "$name" = scheduler ] && touch "$KILL_CHECK_DONE"
   pid_var="pid_$name"
-  pid=${!pid_var}
-  while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then
+  job_wait_pid "${!pid_var}" "$end"
+  rc=$?
+  if [ $rc -eq 124 ]; then
     echo "FAILED: $name still runs after ${limit} s (a hang)"
     fail=1
     continue
   fi
-  wait "$pid"
-  rc=$?
   if [ "$name" = server1 ]; then
     [ $rc -eq 137 ] || { echo "FAILED: server 1 exited $rc, not by SIGKILL"; fail=1; }
   elif [ $rc -ne 0 ] || ! grep -q "^PASS" "$dir/$name.log"; then
@@ -91,9 +82,7 @@ for name in worker0 worker1 scheduler server0 server1; do
 done
 show
 
-ls -A /dev/shm | sort >"$dir/shm.after"
-ours="(^|[^0-9])($(IFS='|'; echo "${pids[*]}"))([^0-9]|\$)|^ps|ps-shm"
-if comm -13 "$dir/shm.before" "$dir/shm.after" | grep -E "$ours"; then
+if ! job_shm_leaks "$dir/shm.before" "${pids[@]}"; then
   echo "FAILED: the job left the files above in /dev/shm"
   fail=1
 fi
