@@ -8,6 +8,8 @@
 /* Header and data share one allocation (ps_buf_alloc): free the header's
  * block only. */
 #define PS_BUF_F_INLINE 0x1u
+/* The header is the caller's (ps_buf_init_wrapped): never freed here. */
+#define PS_BUF_F_CALLER_HEADER 0x2u
 
 static int ps_buf_is_pow2(size_t x)
 {
@@ -71,6 +73,19 @@ ps_status_t ps_buf_wrap_mem(void *data, size_t len, ps_buf_mem_t kind, int devic
     return PS_OK;
 }
 
+void ps_buf_init_wrapped(ps_buf_t *buf, void *data, size_t len, ps_buf_release_func_t release,
+                         void *arg)
+{
+    memset(buf, 0, sizeof(*buf));
+    buf->data = data;
+    buf->length = len;
+    buf->refcount = 1;
+    buf->mem_kind = PS_BUF_MEM_HOST;
+    buf->flags = PS_BUF_F_CALLER_HEADER;
+    buf->release = release;
+    buf->release_arg = arg;
+}
+
 ps_status_t ps_buf_wrap(void *data, size_t len, ps_buf_release_func_t release, void *arg,
                         ps_buf_t **buf_p)
 {
@@ -96,6 +111,11 @@ static void ps_buf_destroy(ps_buf_t *buf)
     }
     if (buf->flags & PS_BUF_F_INLINE) {
         free(buf);
+        return;
+    }
+    if (buf->flags & PS_BUF_F_CALLER_HEADER) {
+        /* release may free the header's storage: the last use of buf. */
+        buf->release(buf->data, buf->length, buf->release_arg);
         return;
     }
     if (buf->release != NULL) {

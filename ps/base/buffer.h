@@ -79,6 +79,14 @@ ps_status_t ps_buf_wrap(void *data, size_t len, ps_buf_release_func_t release, v
 ps_status_t ps_buf_wrap_mem(void *data, size_t len, ps_buf_mem_t kind, int device,
                             ps_buf_release_func_t release, void *arg, ps_buf_t **buf_p);
 
+/* ps_buf_wrap with the header in storage the caller provides (`buf`, e.g.
+ * a field of a pooled block), for buffers handed out again and again: no
+ * allocation per use. When the last reference goes, `release` runs and the
+ * header is not touched after it (release may free the storage holding
+ * it). The storage must not be reused before then. */
+void ps_buf_init_wrapped(ps_buf_t *buf, void *data, size_t len, ps_buf_release_func_t release,
+                         void *arg);
+
 /* Takes one more reference; returns buf. */
 ps_buf_t *ps_buf_ref(ps_buf_t *buf);
 /* Drops one reference; the last one releases registrations, memory and

@@ -80,6 +80,44 @@ TEST(Buffer, WrapReleasesOnceWithTheLastReference) {
   EXPECT_EQ(log.length, sizeof(mem));
 }
 
+// A header in the caller's storage (a pooled block): used again and again,
+// and the release may free the storage that holds the header.
+struct Block {
+  ps_buf_t hdr;
+  char mem[64];
+  int releases = 0;
+  bool free_on_release = false;
+};
+
+void ReleaseBlock(void *data, size_t length, void *arg) {
+  auto *b = static_cast<Block *>(arg);
+  EXPECT_EQ(data, b->mem);
+  EXPECT_EQ(length, sizeof(b->mem));
+  b->releases++;
+  if (b->free_on_release) {
+    delete b;  // with the header in it: ASan catches any later use
+  }
+}
+
+TEST(Buffer, HeaderInCallerStorageIsReused) {
+  Block block;
+  for (int round = 1; round <= 3; ++round) {
+    ps_buf_init_wrapped(&block.hdr, block.mem, sizeof(block.mem), ReleaseBlock, &block);
+    ps_slice_t s = {&block.hdr, 8, 16};
+    ps_slice_t sub;
+    ASSERT_EQ(ps_slice_sub(&s, 4, 4, &sub), PS_OK);
+    EXPECT_EQ(ps_slice_ptr(&sub), block.mem + 12);
+    ps_slice_unref(&s);
+    EXPECT_EQ(block.releases, round - 1);
+    ps_slice_unref(&sub);
+    EXPECT_EQ(block.releases, round);
+  }
+  auto *gone = new Block;
+  gone->free_on_release = true;
+  ps_buf_init_wrapped(&gone->hdr, gone->mem, sizeof(gone->mem), ReleaseBlock, gone);
+  ps_buf_unref(&gone->hdr);  // frees the header's storage inside the release
+}
+
 TEST(Buffer, WrapArguments) {
   ps_buf_t *buf;
   char mem[8];

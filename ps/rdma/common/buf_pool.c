@@ -24,6 +24,7 @@ typedef struct block {
     size_t size;
     int cls;                   /* size class; -1: oversize, never kept */
     void *handle;              /* registration; NULL without ops or after destroy */
+    ps_buf_t hdr;              /* the buffer handed out (ps_buf_init_wrapped) */
 } block_t;
 
 struct ps_rdma_buf_pool {
@@ -217,13 +218,9 @@ ps_status_t ps_rdma_buf_pool_get(ps_rdma_buf_pool_t *p, size_t len, ps_slice_t *
         p->stats.blocks++;
         ps_mutex_unlock(&p->lock);
     }
-    ps_buf_t *buf;
-    ps_status_t st = ps_buf_wrap(b->mem, b->size, block_release, b, &buf);
-    if (st != PS_OK) {
-        block_release(b->mem, b->size, b);
-        return st;
-    }
-    slice_p->buf = buf; /* the wrap's reference passes to the slice */
+    /* The block carries its buffer header: no allocation per get. */
+    ps_buf_init_wrapped(&b->hdr, b->mem, b->size, block_release, b);
+    slice_p->buf = &b->hdr; /* the header's reference passes to the slice */
     slice_p->off = 0;
     slice_p->len = len;
     return PS_OK;
