@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# CPU instructions per small round trip, per van: a measure of ps's own
+# per-message work that the machine's load does not move (timings here
+# swing by 2x when anything else runs).
+#
+#   tools/bench/instr_count.sh [TEST_BENCHMARK] [LAUNCHER]
+#
+# For each van, a 1 worker x 1 server job of test_benchmark mode 4 (one
+# 8-byte push-pull at a time, blocking waits) runs twice under valgrind's
+# callgrind, with R1 and R2 rounds; the difference of the instruction
+# counts over R2 - R1 is what one round trip costs in each process, free of
+# start-up and shutdown. Spinning is part of it (a waiting progress thread
+# spins ~50 us before it sleeps), so compare a van with itself across
+# changes, not vans with each other.
+#
+# Environment: VANS ("tcp shm fabric-shm ucx-sm"), R1 (2000), R2 (6000).
+set -uo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+if [ $# -ge 1 ]; then
+  bench=$1
+else
+  out=$(cd "$here" && bazel ${OUTPUT_BASE:+--output_base=$OUTPUT_BASE} info --config=opt \
+        output_path 2>/dev/null)
+  bench=$out/k8-opt/bin/tests/test_benchmark
+fi
+launch=${2:-$here/tools/launch/ps_launch.py}
+[ -x "$bench" ] || { echo "no test_benchmark at $bench" >&2; exit 2; }
+command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
+vans=${VANS:-"tcp shm fabric-shm ucx-sm"}
+r1=${R1:-2000} r2=${R2:-6000}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# The launcher starts this for every role: callgrind for worker and server.
+cat >"$dir/wrap.sh" <<EOF
+#!/bin/sh
+[ "\$DMLC_ROLE" = scheduler ] && exec "$bench" "\$@"
+exec valgrind --tool=callgrind --callgrind-out-file="$dir/cg.\$DMLC_ROLE" "$bench" "\$@" 2>/dev/null
+EOF
+chmod +x "$dir/wrap.sh"
+
+setup() {
+  unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX DMLC_PS_VAN_TYPE PS_FABRIC_PROVIDER UCX_TLS
+  case $1 in
+  tcp) ;;
+  shm) export DMLC_PS_VAN_TYPE=shm PS_JOB_ID="instr-$$" ;;
+  fabric-shm) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER=shm ;;
+  fabric-tcp) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER="tcp;ofi_rxm" ;;
+  ucx-sm) export DMLC_ENABLE_UCX=1 UCX_TLS=posix,sysv,cma UCX_NET_DEVICES=lo ;;
+  ucx-tcp) export DMLC_ENABLE_UCX=1 UCX_TLS=tcp UCX_NET_DEVICES=lo ;;
+  *) echo "unknown van $1" >&2; return 1 ;;
+  esac
+}
+
+# run ROUNDS -> "worker_instr server_instr"
+run() {
+  rm -f "$dir"/cg.*
+  PS_BUSY_POLL=0 TOTAL_DURATION=$1 LOG_DURATION=$1 NUM_KEY_PER_SERVER=1 \
+    timeout 600 python3 "$launch" -q -s 1 -w 1 --timeout 580 -- "$dir/wrap.sh" 8 10 4 >/dev/null 2>&1
+  local w s
+  w=$(sed -n 's/^summary: //p' "$dir/cg.worker" 2>/dev/null)
+  s=$(sed -n 's/^summary: //p' "$dir/cg.server" 2>/dev/null)
+  echo "${w:-0} ${s:-0}"
+}
+
+echo "# $(date -u +%FT%TZ) $(git -C "$here" rev-parse --short HEAD 2>/dev/null) rounds $r1 and $r2"
+printf '%-11s %14s %14s\n' van worker/rtt server/rtt
+for v in $vans; do
+  ( setup "$v" || exit 1
+    read -r w1 s1 < <(run "$r1")
+    read -r w2 s2 < <(run "$r2")
+    if [ "$w1" = 0 ] || [ "$w2" = 0 ]; then
+      printf '%-11s %14s %14s\n' "$v" failed failed
+      exit 0
+    fi
+    awk -v v="$v" -v w1="$w1" -v w2="$w2" -v s1="$s1" -v s2="$s2" -v n=$((r2 - r1)) \
+      'BEGIN { printf "%-11s %14.0f %14.0f\n", v, (w2 - w1) / n, (s2 - s1) / n }' )
+done
