@@ -384,7 +384,7 @@ static void closing_done(ps__ucx_van_t *van, ps__ucx_closing_t *c)
 
 /* Closes an endpoint; the connection stays referenced until UCX is done
  * with it (its error handler's argument). `force` only for endpoints with
- * peer-failure handling. */
+ * peer-failure handling (UCX refuses it on others). */
 static void ep_close(ps__ucx_conn_t *conn, ucp_ep_h ep, int force)
 {
     ps__ucx_van_t *van = conn->van;
@@ -421,10 +421,12 @@ static void ep_close(ps__ucx_conn_t *conn, ucp_ep_h ep, int force)
     }
 }
 
+/* `force` for the control endpoint. The data endpoint (shared memory) has
+ * no peer-failure handling, so it is always flushed: UCX keeps no
+ * protocol state on such an endpoint (see conn_fail). */
 static void conn_close_eps(ps__ucx_conn_t *conn, int force)
 {
     if (conn->data_ep != NULL && conn->data_ep != conn->ctl_ep) {
-        /* No peer-failure handling: a flush close, never forced. */
         ep_close(conn, conn->data_ep, 0);
     }
     if (conn->ctl_ep != NULL) {
@@ -1190,9 +1192,24 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
     ps__ucx_ops_free_list(van, queue);
     /* Whole messages that arrived before the end are still delivered
      * (not after a broken frame, nor while closing). */
-    ps__ucx_rx_drop_conn(van, conn,
-                         why != PS_ERR_PROTOCOL && !__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE));
-    conn_close_eps(conn, why != PS_OK);
+    int busy = ps__ucx_rx_drop_conn(van, conn, why != PS_ERR_PROTOCOL &&
+                                                   !__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE));
+    /* A flush close is the polite one, but only for an endpoint on which
+     * UCX holds no request of a protocol in progress. With peer-failure
+     * handling UCX tracks such requests (the sender's side of a
+     * rendezvous until the peer fetched the data, the receiver's until it
+     * arrived) on the endpoint, and asserts, aborting the process, when
+     * it destroys an endpoint that still has one: after a flush close
+     * completes (the peer answered the disconnect, or died) or, if the
+     * peer never answers, in ucp_worker_destroy. That is the case when we
+     * close while a peer is halfway through a large message, as survivors
+     * do after a kill -9 while the others still push and pull. A forced
+     * close completes every such request with UCS_ERR_CANCELED instead.
+     * Sends whose requests UCX still holds, receives it could not cancel
+     * (matched ones), and any unattributed receive in progress (the
+     * endpoint it came on is unknown) make the close forced. */
+    busy += ps__ucx_conn_sends_busy(van, conn) + ps__ucx_rx_unattributed_busy(van);
+    conn_close_eps(conn, why != PS_OK || busy != 0);
     int linked = conn->linked;
     conn_unlink(van, conn);
 

@@ -416,6 +416,8 @@ void ps__ucx_process_done(ps__ucx_van_t *van);
 /* Releases queued ops of a dead connection (lock not held). */
 void ps__ucx_ops_free_list(ps__ucx_van_t *van, ps__ucx_op_t *list);
 void ps__ucx_op_release(ps__ucx_van_t *van, ps__ucx_op_t *op);
+/* How many ops posted on conn UCX has not finished (any thread). */
+int ps__ucx_conn_sends_busy(ps__ucx_van_t *van, const ps__ucx_conn_t *conn);
 /* A tagged hello announcing `my_id` as an op. */
 ps_status_t ps__ucx_hello_op(ps__ucx_van_t *van, int my_id, ps__ucx_op_t **op_p);
 
@@ -425,8 +427,13 @@ int ps__ucx_probe(ps__ucx_van_t *van);
 /* Finishes receives that had news, delivers in order. */
 void ps__ucx_rx_process(ps__ucx_van_t *van);
 /* A dead connection: delivers whole messages that arrived in order (with
- * `deliver`), cancels and drops the rest. */
-void ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver);
+ * `deliver`), cancels and drops the rest. Returns how many of its
+ * receives UCX still holds requests of (matched ones cannot be
+ * cancelled). */
+int ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver);
+/* How many receives not attributed to a connection UCX still holds
+ * requests of. */
+int ps__ucx_rx_unattributed_busy(ps__ucx_van_t *van);
 /* close(): cancels every receive (after the thread stopped), and frees
  * them once the worker is gone. */
 void ps__ucx_rx_cancel_all(ps__ucx_van_t *van);

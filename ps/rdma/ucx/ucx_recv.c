@@ -541,8 +541,9 @@ static void rx_cancel(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
     }
 }
 
-void ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver)
+int ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver)
 {
+    int busy = 0;
     if (deliver) {
         ps__ucx_rx_process(van);
         rx_deliver_ready(van, conn);
@@ -559,9 +560,24 @@ void ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver)
         rx->conn = NULL;
         ps__ucx_conn_unref(conn);
         rx_cancel(van, rx);
+        if (rx->outstanding != 0) {
+            busy++;
+        }
         rx_mark(rx);
         rx = next;
     }
+    return busy;
+}
+
+int ps__ucx_rx_unattributed_busy(ps__ucx_van_t *van)
+{
+    int busy = 0;
+    for (ps__ucx_rx_t *rx = van->rx_all; rx != NULL; rx = rx->next_all) {
+        if (rx->conn == NULL && rx->outstanding != 0) {
+            busy++;
+        }
+    }
+    return busy;
 }
 
 void ps__ucx_rx_cancel_all(ps__ucx_van_t *van)

@@ -62,6 +62,20 @@ void ps__ucx_op_release(ps__ucx_van_t *van, ps__ucx_op_t *op)
     __atomic_sub_fetch(&van->inflight_ops, 1, __ATOMIC_RELEASE);
 }
 
+int ps__ucx_conn_sends_busy(ps__ucx_van_t *van, const ps__ucx_conn_t *conn)
+{
+    int busy = 0;
+    pthread_mutex_lock(&van->ops_lock);
+    for (const ps__ucx_op_t *op = van->inflight; op != NULL; op = op->next_fl) {
+        /* Finished ones (pending 0) wait on the done list to be released. */
+        if (op->conn == conn && __atomic_load_n(&op->pending, __ATOMIC_ACQUIRE) != 0) {
+            busy++;
+        }
+    }
+    pthread_mutex_unlock(&van->ops_lock);
+    return busy;
+}
+
 void ps__ucx_ops_free_list(ps__ucx_van_t *van, ps__ucx_op_t *list)
 {
     while (list != NULL) {

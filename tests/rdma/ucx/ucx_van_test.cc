@@ -1024,6 +1024,54 @@ TEST_P(UcxPeerDeath, KilledPeerIsReportedAndCloseStaysBounded)
         << line;
 }
 
+// Closing while a large message to a peer is halfway: its DATA is a
+// rendezvous that waits for the peer, which hangs (SIGSTOP) and is killed
+// only after close. UCX keeps such a request on the endpoint and asserts
+// (aborting the process) when it destroys an endpoint that still has one;
+// close must close that endpoint so that UCX cancels the request instead
+// (issue 5: survivors of a kill -9 closing while the others still pushed
+// and pulled).
+TEST_P(UcxPeerDeath, CloseWithARendezvousToAHungPeerOutstanding)
+{
+    LogCapture log;
+    Van server;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    int port = 0;
+    FILE *out = nullptr;
+    pid_t pid = SpawnPeer(server.Port(), 9, 1, 16, &port, &out);
+    ASSERT_GT(pid, 0) << "cannot start ucx_peer";
+    ps_node_t peer;
+    ps_node_init(&peer);
+    peer.id = 9;
+    snprintf(peer.hostname, sizeof(peer.hostname), "127.0.0.1");
+    peer.num_ports = 1;
+    peer.ports[0] = port;
+    ASSERT_EQ(server.ops->connect(server.van, &peer, 8), PS_OK);
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    // Our own connection is up, so the message goes to UCX at once.
+    auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (log.Text().find("connected to node 9") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_NE(log.Text().find("connected to node 9"), std::string::npos);
+    ASSERT_EQ(kill(pid, SIGSTOP), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, WUNTRACED), pid);
+    ASSERT_TRUE(WIFSTOPPED(status));
+    {
+        OutMsg m(9, 1, {8u << 20});
+        ASSERT_EQ(server.ops->send(server.van, &m.msg), PS_OK);
+    }
+    server.Close(); // without the fix: UCX's assertion aborts the test here
+    EXPECT_NE(log.Text().find("closing with 1 sends unfinished"), std::string::npos)
+        << log.Text();
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    fclose(out);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, UcxPeerDeath, ::testing::Values("tcp", "sm"),
                          [](const ::testing::TestParamInfo<const char *> &info) {
                              return std::string(info.param);
@@ -1564,5 +1612,42 @@ TEST(UcxVan, MessageHalfReceivedWhenItsConnectionBreaks)
         }
         raw.Flush();
         server.Close();
+    }
+}
+
+// The receiving side of the same: a peer announces a large segment, its
+// rendezvous starts (the van posted the receive and UCX asked the peer for
+// the data), and the peer goes silent. Close must return; before the fix
+// UCX asserted on the receive's request when the worker went.
+TEST(UcxVan, CloseWhileAPeersRendezvousToUsIsHalfway)
+{
+    UcxTls tls("tcp");
+    for (int round = 0; round < 2; ++round) {
+        Van server;
+        ASSERT_EQ(server.Open(8), PS_OK);
+        RawPeer raw;
+        ASSERT_TRUE(raw.Open(server.Port()));
+        ASSERT_TRUE(raw.Hello(10));
+        uint32_t c = raw.cookie();
+        uint64_t s = raw.seq0();
+        const size_t kBig = 8u << 20;
+        raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s, 1), RawPeer::Frame(7, {kBig}, 1));
+        raw.Send(RawPeer::Tag(RawPeer::kData, c, s, 0), std::string(kBig, 'd'));
+        // The van asks where the segment goes right before it posts its
+        // receive; the announcement (RTS) is on the way or already there.
+        auto deadline = std::chrono::steady_clock::now() + kWait;
+        while (server.inbox.recv_buffer_calls.load() == 0 &&
+               std::chrono::steady_clock::now() < deadline) {
+            raw.Progress();
+        }
+        ASSERT_EQ(server.inbox.recv_buffer_calls.load(), 1);
+        // The peer stays silent from here on (no progress), so nothing of
+        // the data arrives. A moment for the announcement, if it was still
+        // on the way, to reach the van and start the rendezvous (without
+        // it the test still passes, it just tests less).
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        server.Close();
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        EXPECT_TRUE(server.inbox.msgs.empty());
     }
 }
