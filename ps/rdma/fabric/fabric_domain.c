@@ -264,6 +264,7 @@ ps_status_t ps__fab_setup(ps__fab_van_t *van, const char *host)
     if ((ret = fi_getname(&van->ep->fid, van->my_addr, &van->my_addr_len)) != 0)
         return fab_err("fi_getname", ret);
     van->host_id = ps__fab_host_id();
+    van->pid_ns = ps__fab_pid_ns();
 
     ps_rdma_mr_cache_params_t mp = {
         .name = "fabric",
@@ -399,6 +400,7 @@ ps_status_t ps__fab_make_blob(ps__fab_van_t *van, uint8_t *buf, size_t cap, uint
     b.pid = (uint32_t)getpid();
     b.prov_hash = van->prov_hash;
     b.host_id = van->host_id;
+    b.pid_ns = van->pid_ns;
     memcpy(buf, &b, sizeof(b));
     memcpy(buf + sizeof(b), van->my_addr, van->my_addr_len);
     *len_p = (uint32_t)need;
@@ -436,7 +438,9 @@ ps_status_t ps__fab_parse_blob(ps__fab_van_t *van, const ps_node_t *peer, const 
     }
     *addr_p = peer->endpoint_name + sizeof(b);
     *addr_len_p = b.addr_len;
-    *pid_p = (pid_t)b.pid;
+    /* Its pid is checked for liveness only where it names the same process
+     * for us as for it. */
+    *pid_p = same && b.pid_ns != 0 && b.pid_ns == van->pid_ns ? (pid_t)b.pid : 0;
     *same_host_p = same;
     return PS_OK;
 }

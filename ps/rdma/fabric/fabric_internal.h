@@ -95,6 +95,11 @@
 /* While a waiting thread drives the loop, the progress thread checks this
  * often whether it still does. */
 #define PS__FAB_PARK_MS 1
+/* close() waits this long for the progress thread to stop. It stops within
+ * a round unless a provider call never returns: libfabric 1.17's shm spins
+ * on a peer region's lock, which a process that died holding it never
+ * releases. Then the van is abandoned (not freed) rather than close hang. */
+#define PS__FAB_STOP_MS 5000
 /* A spinning progress loop reads the clock after work and every this many
  * idle rounds (a fraction of a microsecond each). */
 #define PS__FAB_CLOCK_EVERY 32u
@@ -102,7 +107,7 @@
 /* ---- wire (fabric_wire.c) ---- */
 
 #define PS__FAB_MAGIC 0x42465350u     /* "PSFB" */
-#define PS__FAB_VERSION 1
+#define PS__FAB_VERSION 2
 #define PS__FAB_RDV_MAGIC 0x56445246u /* "FRDV" */
 #define PS__FAB_EP_MAGIC 0x45465350u  /* "PSFE" */
 
@@ -149,11 +154,14 @@ typedef struct {
     uint32_t pid;
     uint32_t prov_hash;
     uint64_t host_id;
+    uint64_t pid_ns; /* its PID namespace (0: unknown): whether `pid` means
+                      * anything here */
 } ps__fab_ep_blob_t;
 
 uint64_t ps__fab_tag(int kind, uint32_t epoch, int sender, uint32_t seq);
 uint32_t ps__fab_hash(const char *s);
 uint64_t ps__fab_host_id(void);
+uint64_t ps__fab_pid_ns(void);
 
 /* ---- objects ---- */
 
@@ -275,8 +283,10 @@ struct ps__fab_peer {
     ps__fab_tx_t *inflight;
     int in_blocked;
     struct ps__fab_peer *next_blocked;
-    pid_t pid;            /* its process, for same-host liveness checks */
+    pid_t pid;            /* its process (0: not in our PID namespace) */
+    int pidfd;            /* pidfd of pid (-1: none; kill(pid, 0) then) */
     int same_host;
+    int watch_pid;        /* shm: check pid before every post (see tx_post) */
     uint64_t last_progress_ns; /* atomic: a send to it completed or a message came */
 };
 
@@ -325,6 +335,7 @@ struct ps__fab_van {
     uint8_t my_addr[PS_NODE_ENDPOINT_MAX];
     size_t my_addr_len;
     uint64_t host_id;
+    uint64_t pid_ns;
 
     ps_rdma_mr_cache_t *mrc;
     ps_rdma_buf_pool_t *pool;
@@ -356,6 +367,7 @@ struct ps__fab_van {
     /* progress thread */
     ps_thread_t thread;
     int thread_started;
+    ps_event_t thread_exited;   /* set by the progress thread as it ends */
     int stop;                   /* atomic */
     int sleeping;               /* atomic */
     /* The loop runs under prog_lock: on the progress thread, or (busy
@@ -434,6 +446,9 @@ void ps__fab_peer_fail(ps__fab_van_t *van, ps__fab_peer_t *peer, ps_status_t why
                        const char *what);
 void ps__fab_kick(ps__fab_van_t *van);
 int ps__fab_my_id(ps__fab_van_t *van);
+/* 1 if the peer's process (same host, same PID namespace) has exited,
+ * zombies included (peer->lock held; never blocks). */
+int ps__fab_peer_process_gone(const ps__fab_peer_t *peer);
 
 /* ---- fabric_send.c ---- */
 ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg);
@@ -462,7 +477,10 @@ void ps__fab_rx_free_all(ps__fab_van_t *van);
 
 /* ---- fabric_progress.c ---- */
 ps_status_t ps__fab_start_progress(ps__fab_van_t *van);
-void ps__fab_stop_progress(ps__fab_van_t *van);
+/* Stops the progress thread, waiting at most PS__FAB_STOP_MS: PS_OK, or
+ * PS_ERR_TIMED_OUT when it is stuck inside the provider (then nothing it
+ * may touch can be freed). */
+ps_status_t ps__fab_stop_progress(ps__fab_van_t *van);
 /* The van's progress op (ps/net/van/van.h): one round of the loop on the
  * calling thread (busy polling), the progress thread standing back. */
 int ps__fab_progress(ps_van_t *v, unsigned budget);

@@ -14,13 +14,11 @@
  * Errors: a failed send or data receive fails that peer's link (the
  * postoffice hears PS_ERR_LINK_FAILED), never the process. A peer on this
  * host whose process is gone while sends to it hang is found by a
- * liveness check (shm delivers into shared memory, whether anyone reads it
- * or not).
+ * liveness check (shm never fails a send to a dead process: it waits for
+ * the peer to take it, forever).
  */
-#include <errno.h>
 #include <poll.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,11 +155,12 @@ static void notify_failures(ps__fab_van_t *van)
     }
 }
 
-/* Peers whose sends hang. A peer on this host whose process is gone is
- * found within a check or two; any peer that takes none of our sends and
- * sends nothing for PS_CONNECT_TIMEOUT_MS is taken for unreachable (some
- * providers retry a refused connection, or deliver into the shared memory
- * of a dead process, without ever failing the send). */
+/* Peers whose sends hang. A peer on this host whose process is gone
+ * (exited, reaped or not) is found within a check or two; any peer that
+ * takes none of our sends and sends nothing for PS_CONNECT_TIMEOUT_MS is
+ * taken for unreachable (some providers retry a refused connection, or
+ * deliver into the shared memory of a dead process, without ever failing
+ * the send). */
 static void check_liveness(ps__fab_van_t *van, uint64_t now)
 {
     if (now - van->last_liveness_ns < PS__FAB_LIVENESS_NS)
@@ -183,12 +182,12 @@ static void check_liveness(ps__fab_van_t *van, uint64_t now)
                     oldest = t->posted_ns;
             }
         }
-        int same_host = p->same_host;
-        pid_t pid = p->pid;
+        int hung = oldest != 0 && now - oldest >= PS__FAB_LIVENESS_NS;
+        int gone = hung && ps__fab_peer_process_gone(p);
         pthread_mutex_unlock(&p->lock);
-        if (oldest == 0 || now - oldest < PS__FAB_LIVENESS_NS)
+        if (!hung)
             continue;
-        if (same_host && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+        if (gone) {
             dead = p;
             snprintf(what, sizeof(what), "its process is gone");
             continue;
@@ -363,6 +362,7 @@ static void *progress_main(void *arg)
         __atomic_store_n(&van->kicked, 0, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&van->prog_lock);
+    ps_event_set(&van->thread_exited);
     return NULL;
 }
 
@@ -422,22 +422,30 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
         }
     }
     van->last_liveness_ns = ps_time_now_ns();
-    ps_status_t st = ps_thread_create("ps-fabric", PS_THREAD_NO_CPU, progress_main, van,
-                                      &van->thread);
+    ps_status_t st = ps_event_init(&van->thread_exited, 0);
     if (st != PS_OK)
         return st;
+    st = ps_thread_create("ps-fabric", PS_THREAD_NO_CPU, progress_main, van, &van->thread);
+    if (st != PS_OK) {
+        ps_event_destroy(&van->thread_exited);
+        return st;
+    }
     __atomic_store_n(&van->thread_started, 1, __ATOMIC_RELEASE);
     return PS_OK;
 }
 
-void ps__fab_stop_progress(ps__fab_van_t *van)
+ps_status_t ps__fab_stop_progress(ps__fab_van_t *van)
 {
     if (van->thread_started) {
         __atomic_store_n(&van->stop, 1, __ATOMIC_SEQ_CST);
         uint64_t one = 1;
         ssize_t n = write(van->wakefd, &one, sizeof(one));
         (void)n;
+        ps_status_t st = ps_event_wait(&van->thread_exited, ps_deadline_from_ms(PS__FAB_STOP_MS));
+        if (st != PS_OK)
+            return st; /* stuck: it keeps the van (and its fds) */
         ps_thread_join(&van->thread, NULL);
+        ps_event_destroy(&van->thread_exited);
         van->thread_started = 0;
     }
     if (van->epfd >= 0)
@@ -446,4 +454,5 @@ void ps__fab_stop_progress(ps__fab_van_t *van)
     if (van->wakefd >= 0)
         close(van->wakefd);
     van->wakefd = -1;
+    return PS_OK;
 }

@@ -204,15 +204,25 @@ void ps__fab_tx_free_all(ps__fab_van_t *van, ps__fab_peer_t *peer)
 
 /* ---- posting ---- */
 
-enum { POST_DONE, POST_AGAIN, POST_ERROR };
+enum { POST_DONE, POST_AGAIN, POST_ERROR, POST_GONE };
 
 /* Posts tx's stages from tx->stage on (peer lock held). On POST_DONE the
- * poster's reference is still held: the caller drops it. */
+ * poster's reference is still held: the caller drops it. POST_GONE: the
+ * peer's process is gone, nothing was posted. */
 static int tx_post(ps__fab_van_t *van, ps__fab_tx_t *tx)
 {
     ps__fab_peer_t *peer = tx->peer;
     fi_addr_t dest = peer->addr;
     int sender = ps__fab_my_id(van);
+    /* shm (libfabric 1.17) takes the peer region's spinlock in every send,
+     * and a process that died holding it (killed inside its own progress)
+     * never releases it: a post to it would spin forever. So nothing is
+     * posted to a peer whose process has exited. What this cannot catch
+     * is a post racing with the peer's teardown (its threads dead, the
+     * exit not yet complete): close() then gives up on the progress thread
+     * after PS__FAB_STOP_MS rather than hang. */
+    if (peer->watch_pid && ps__fab_peer_process_gone(peer))
+        return POST_GONE;
     while (tx->stage < PS__FAB_ST_DONE) {
         int stage = tx->stage;
         ssize_t ret = 0;
@@ -326,6 +336,8 @@ void ps__fab_flush_blocked(ps__fab_van_t *van)
             mark_blocked(van, peer);
         else if (r == POST_ERROR)
             ps__fab_peer_fail(van, peer, PS_ERR_LINK_FAILED, "the provider refused a send");
+        else if (r == POST_GONE)
+            ps__fab_peer_fail(van, peer, PS_ERR_PEER_GONE, "its process is gone");
     }
 }
 
@@ -592,6 +604,10 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
     if (r == POST_ERROR) {
         ps__fab_peer_fail(van, peer, PS_ERR_LINK_FAILED, "the provider refused a send");
         return PS_ERR_LINK_FAILED;
+    }
+    if (r == POST_GONE) {
+        ps__fab_peer_fail(van, peer, PS_ERR_PEER_GONE, "its process is gone");
+        return PS_ERR_PEER_GONE;
     }
     __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
     /* Without a wait object the progress thread may be between polls: the

@@ -14,10 +14,11 @@ void ps__fabric_test_disable_rma(int disabled);
 
 struct ps_van;
 
-/* Sends of this van not yet complete (queued or in flight). Tests let two
- * vans of one process finish before closing either: libfabric's shm
- * provider shares an in-process peer's memory region, which closing that
- * peer frees. */
+/* Sends of this van to connected peers not yet complete (queued or in
+ * flight); those to a failed or disconnected peer do not count, they may
+ * never complete. Tests let two vans of one process finish before closing
+ * either: libfabric's shm provider shares an in-process peer's memory
+ * region, which closing that peer frees. */
 unsigned long ps__fabric_test_sends_in_flight(struct ps_van *van);
 
 /* Logs (warn) the van's queues and sequence state: for a test that timed

@@ -19,9 +19,12 @@
  * endpoint_name is reached over TCP.
  */
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/pidfd.h>
 #include <unistd.h>
 
 #include <rdma/fi_domain.h>
@@ -53,8 +56,12 @@ unsigned long ps__fabric_test_sends_in_flight(struct ps_van *v)
     pthread_rwlock_rdlock(&van->peers_lock);
     for (ps__fab_peer_t *p = van->all_peers; p != NULL; p = p->all_next) {
         pthread_mutex_lock(&p->lock);
-        for (ps__fab_tx_t *t = p->inflight; t != NULL; t = t->fl_next)
-            n++;
+        /* A failed or disconnected peer's posted sends may never complete
+         * (shm does not fail a send to a dead process): close frees them. */
+        if (!p->failed && !p->detached) {
+            for (ps__fab_tx_t *t = p->inflight; t != NULL; t = t->fl_next)
+                n++;
+        }
         pthread_mutex_unlock(&p->lock);
     }
     pthread_rwlock_unlock(&van->peers_lock);
@@ -111,6 +118,7 @@ static ps__fab_peer_t *peer_new_locked(ps__fab_van_t *van, int id)
     }
     p->id = id;
     p->addr = FI_ADDR_NOTAVAIL;
+    p->pidfd = -1;
     p->tx_epoch = random_epoch() & 0xFFF;
     p->all_next = van->all_peers;
     van->all_peers = p;
@@ -139,6 +147,33 @@ ps__fab_peer_t *ps__fab_peer_for_rx(ps__fab_van_t *van, int id)
         p = peer_new_locked(van, id);
     pthread_rwlock_unlock(&van->peers_lock);
     return p;
+}
+
+int ps__fab_peer_process_gone(const ps__fab_peer_t *peer)
+{
+    if (peer->pidfd >= 0) {
+        /* Readable once the process has exited, reaped or not. */
+        struct pollfd pfd = {.fd = peer->pidfd, .events = POLLIN};
+        return poll(&pfd, 1, 0) > 0;
+    }
+    /* Without a pidfd: a zombie still counts as alive here. */
+    return peer->pid > 0 && kill(peer->pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Follows a peer's process by pidfd (peer->lock held). */
+static void watch_process(ps__fab_van_t *van, ps__fab_peer_t *p, pid_t pid, int same_host)
+{
+    if (p->pidfd >= 0 && p->pid != pid) {
+        close(p->pidfd);
+        p->pidfd = -1;
+    }
+    p->pid = pid;
+    p->same_host = same_host;
+    if (pid > 0 && p->pidfd < 0)
+        p->pidfd = pidfd_open(pid, 0); /* -1 (gone already, or no pidfds): kill() */
+    /* shm spins forever on the region lock of a peer that died holding it
+     * (libfabric 1.17): nothing is posted to a peer whose process is gone. */
+    p->watch_pid = van->same_host_only && pid > 0;
 }
 
 /* Wakes the progress thread if it sleeps. Callers publish their hand-off
@@ -275,10 +310,18 @@ static void fab_close(ps_van_t *v)
     ps__fab_van_t *van = ps__fab_of(v);
     if (van == NULL)
         return;
-    ps__fab_stop_progress(van);
+    ps_status_t stopped = ps__fab_stop_progress(van);
     if (van->tcp != NULL)
         van->tcp->ops->close(van->tcp);
     van->tcp = NULL;
+    if (stopped != PS_OK) {
+        /* The progress thread is stuck inside the provider and may still
+         * touch the endpoint, the queues and the van: all of it stays. */
+        ps_error(PS_LOG_FABRIC, "close: the progress thread did not stop within %d ms (stuck "
+                 "in provider %s, on a peer that died?); leaving the endpoint open",
+                 PS__FAB_STOP_MS, van->prov_name);
+        return;
+    }
     if (van->up) {
         /* Nothing completes once the endpoint is closed: whatever is still
          * posted is released by hand. */
@@ -296,6 +339,8 @@ static void fab_close(ps_van_t *v)
     while (van->all_peers != NULL) {
         ps__fab_peer_t *p = van->all_peers;
         van->all_peers = p->all_next;
+        if (p->pidfd >= 0)
+            close(p->pidfd);
         pthread_mutex_destroy(&p->lock);
         free(p);
     }
@@ -446,8 +491,7 @@ static ps_status_t fab_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
     }
     __atomic_store_n(&p->addr, fa, __ATOMIC_RELEASE);
     __atomic_store_n(&p->last_progress_ns, ps_time_now_ns(), __ATOMIC_RELAXED);
-    p->pid = pid;
-    p->same_host = same_host;
+    watch_process(van, p, pid, same_host);
     __atomic_store_n(&p->failed, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&p->lock);
     ps_info(PS_LOG_FABRIC, "node %d reachable over %s", peer->id, van->prov_name);

@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ps/rdma/fabric/fabric_internal.h"
@@ -48,4 +49,15 @@ uint64_t ps__fab_host_id(void)
         h *= 1099511628211ull;
     }
     return h;
+}
+
+/* This process's PID namespace: a peer's pid names its process here only
+ * when both are the same (processes in containers sharing /dev/shm have
+ * the same boot id but their own pids). */
+uint64_t ps__fab_pid_ns(void)
+{
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) != 0)
+        return 0;
+    return ((uint64_t)st.st_dev << 32) ^ (uint64_t)st.st_ino;
 }
