@@ -207,34 +207,12 @@ static void cookie_remove(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
 
 ps__ucx_peer_t *ps__ucx_peer_get(ps__ucx_van_t *van, int id, int create)
 {
-    if (id <= 0 || id >= PS_NODE_EMPTY) {
-        return NULL;
-    }
-    if (id >= van->peers_cap) {
-        if (!create) {
-            return NULL;
-        }
-        int cap = van->peers_cap == 0 ? 64 : van->peers_cap;
-        while (cap <= id) {
-            cap *= 2;
-        }
-        ps__ucx_peer_t **peers = realloc(van->peers, (size_t)cap * sizeof(*peers));
-        if (peers == NULL) {
-            return NULL;
-        }
-        memset(peers + van->peers_cap, 0, (size_t)(cap - van->peers_cap) * sizeof(*peers));
-        van->peers = peers;
-        van->peers_cap = cap;
-    }
-    if (van->peers[id] == NULL && create) {
-        ps__ucx_peer_t *p = calloc(1, sizeof(*p));
-        if (p == NULL) {
-            return NULL;
-        }
+    int created;
+    ps__ucx_peer_t *p = ps_van_peer_slots_get(&van->peers, id, sizeof(*p), create, &created);
+    if (created) {
         p->id = id;
-        van->peers[id] = p;
     }
-    return van->peers[id];
+    return p;
 }
 
 /* Takes conn out of the table; returns 1 if it was there (the table's
@@ -700,10 +678,10 @@ ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id
 
     pthread_mutex_lock(&van->pending_lock);
     conn->next_pending = van->pending; /* the pending list takes our reference */
-    van->pending = conn;
+    __atomic_store_n(&van->pending, conn, __ATOMIC_RELEASE);
     if (replaced != NULL) {
         replaced->next_close = van->to_close;
-        van->to_close = replaced;
+        __atomic_store_n(&van->to_close, replaced, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&van->pending_lock);
     ps__ucx_wake(van);
@@ -736,7 +714,7 @@ void ps__ucx_disconnect(ps__ucx_van_t *van, int node_id)
     for (int i = 0; i < n; ++i) {
         /* The table's references move to the close list. */
         gone[i]->next_close = van->to_close;
-        van->to_close = gone[i];
+        __atomic_store_n(&van->to_close, gone[i], __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&van->pending_lock);
     ps__ucx_wake(van);
@@ -756,8 +734,8 @@ ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id)
     ps__ucx_conn_t **list = NULL;
     int n = 0, cap = 0;
     pthread_rwlock_rdlock(&van->peers_lock);
-    for (int id = 0; id < van->peers_cap; ++id) {
-        ps__ucx_peer_t *p = van->peers[id];
+    for (int id = 0; id < van->peers.cap; ++id) {
+        ps__ucx_peer_t *p = van->peers.slot[id];
         if (p == NULL || p->out == NULL) {
             continue;
         }
@@ -795,10 +773,18 @@ ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id)
  * van is closing. */
 static void take_pending(ps__ucx_van_t *van, int start)
 {
+    /* Every turn of the loop looks: without the lock while there is
+     * nothing (a handover seen late is seen next turn). */
+    if (__atomic_load_n(&van->pending, __ATOMIC_ACQUIRE) == NULL &&
+        __atomic_load_n(&van->to_close, __ATOMIC_ACQUIRE) == NULL) {
+        return;
+    }
+    van->timer_scan_ns = 0; /* connections change */
     pthread_mutex_lock(&van->pending_lock);
     ps__ucx_conn_t *pending = van->pending;
     ps__ucx_conn_t *to_close = van->to_close;
-    van->pending = van->to_close = NULL;
+    __atomic_store_n(&van->pending, NULL, __ATOMIC_RELAXED);
+    __atomic_store_n(&van->to_close, NULL, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&van->pending_lock);
     /* Closes first: a connection disconnect() took may still be pending. */
     while (to_close != NULL) {
@@ -857,6 +843,11 @@ static void mark_ready(ps__ucx_conn_t *conn, uint32_t remote_cookie, uint64_t se
     conn->seq = seq0 & PS__UCX_SEQ_MASK;
     conn->send_ep = conn->data_ep;
     conn->state = PS__UCX_READY;
+    if (conn->data_ep == conn->ctl_ep && !conn->ctl_data) {
+        /* Its messages arrive on the control worker: progress it every turn. */
+        conn->ctl_data = 1;
+        conn->van->ctl_data_conns++;
+    }
     ps__ucx_op_t *posted = ps__ucx_conn_post_queued(conn);
     pthread_mutex_unlock(&conn->lock);
     ps__ucx_ops_put_list(conn->van, posted);
@@ -885,7 +876,8 @@ static void open_data_ep(ps__ucx_conn_t *conn, const uint8_t *addr, size_t len)
     ep.address = (const ucp_address_t *)addr;
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     ucp_ep_h data;
-    ucs_status_t st = ucp_ep_create(van->worker, &ep, &data);
+    ucs_status_t st =
+        ucp_ep_create(van->dworker != NULL ? van->dworker : van->worker, &ep, &data);
     if (st != UCS_OK) {
         ps_debug(PS_LOG_UCX, "node %d's worker address is not usable here (%s)", conn->peer_id,
                  ucs_status_string(st));
@@ -1125,9 +1117,25 @@ void ps__ucx_handle_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
     }
 }
 
-int ps__ucx_run_timers(ps__ucx_van_t *van)
+static int ms_until(uint64_t at, uint64_t now)
 {
-    uint64_t now = ps_time_now_ns();
+    if (at == UINT64_MAX) {
+        return -1;
+    }
+    if (at <= now) {
+        return 0;
+    }
+    return (int)((at - now + PS_NSEC_PER_MSEC - 1) / PS_NSEC_PER_MSEC);
+}
+
+int ps__ucx_run_timers(ps__ucx_van_t *van, uint64_t now)
+{
+    if (now < van->timer_scan_ns) {
+        /* Every turn of the loop asks; the connections are walked at most
+         * every PS__UCX_TIMER_SCAN_NS (timers are milliseconds apart), or
+         * at once after an event or handover changed them. */
+        return ms_until(van->timer_next_ns, now);
+    }
     uint64_t next = UINT64_MAX;
     ps__ucx_conn_t *conn = van->conns;
     while (conn != NULL) {
@@ -1160,14 +1168,10 @@ int ps__ucx_run_timers(ps__ucx_van_t *van)
         }
         conn = following;
     }
-    if (next == UINT64_MAX) {
-        return -1;
-    }
     now = ps_time_now_ns();
-    if (next <= now) {
-        return 0;
-    }
-    return (int)((next - now + PS_NSEC_PER_MSEC - 1) / PS_NSEC_PER_MSEC);
+    van->timer_next_ns = next;
+    van->timer_scan_ns = now + PS__UCX_TIMER_SCAN_NS;
+    return ms_until(next, now);
 }
 
 /* ---- teardown ---- */
@@ -1183,6 +1187,10 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
         ps__ucx_conn_unref(conn); /* the table's reference */
     }
     cookie_remove(van, conn);
+    if (conn->ctl_data) {
+        conn->ctl_data = 0;
+        van->ctl_data_conns--;
+    }
     pthread_mutex_lock(&conn->lock);
     conn->state = PS__UCX_DEAD;
     conn->send_ep = NULL;
@@ -1261,8 +1269,8 @@ void ps__ucx_close_all(ps__ucx_van_t *van)
     }
     /* Connections connect() made that never reached the list. */
     pthread_rwlock_wrlock(&van->peers_lock);
-    for (int id = 0; id < van->peers_cap; ++id) {
-        ps__ucx_peer_t *p = van->peers[id];
+    for (int id = 0; id < van->peers.cap; ++id) {
+        ps__ucx_peer_t *p = van->peers.slot[id];
         if (p == NULL) {
             continue;
         }
@@ -1272,8 +1280,9 @@ void ps__ucx_close_all(ps__ucx_van_t *van)
         for (int i = 0; i < p->num_in; ++i) {
             ps__ucx_conn_unref(p->in[i]);
         }
-        free(p);
-        van->peers[id] = NULL;
+        p->out = NULL;
+        p->num_in = 0;
     }
+    ps_van_peer_slots_free(&van->peers);
     pthread_rwlock_unlock(&van->peers_lock);
 }

@@ -11,6 +11,11 @@
  * and says so once; processes on one host still move their data over
  * shared memory, through worker-address endpoints (ucx_conn.c).
  *
+ * The shared-memory transports of UCX_TLS get a context and worker of
+ * their own (the data worker, ucx_internal.h says why); the control
+ * context keeps the rest. That too only narrows what the user chose: a
+ * transport UCX_TLS leaves out stays out of both.
+ *
  * Upstream refused to start without UCX_USE_MT_MUTEX=y and
  * UCX_SOCKADDR_CM_ENABLE=y. ps needs neither: it asks for a worker in
  * UCS_THREAD_MODE_MULTI (any thread may send) and fails with a clear
@@ -114,6 +119,126 @@ static int tls_has(const char *tls, const char *const *prefixes)
 static const char *const k_net_tls[] = {"all", "tcp", "ib", "rc", "ud", "dc", NULL};
 static const char *const k_shm_tls[] = {"all", "sm", "shm", "posix", "sysv", "cma", "knem",
                                         "xpmem", "mm", NULL};
+static const char *const k_shm_only[] = {"sm", "shm", "posix", "sysv", "cma", "knem", "xpmem",
+                                         "mm", NULL};
+
+static void append_tok(char *buf, size_t cap, const char *tok)
+{
+    size_t len = strlen(buf);
+    snprintf(buf + len, cap - len, "%s%s", len != 0 ? "," : "", tok);
+}
+
+/* Splits UCX_TLS into its shared-memory transports (shm, for the data
+ * context) and the rest (ctl). 0 when there is nothing to split off, or
+ * when a "^..." list excludes some shared-memory transport (kept whole). */
+static int split_tls(const char *tls, char *shm, size_t shm_cap, char *ctl, size_t ctl_cap)
+{
+    shm[0] = ctl[0] = '\0';
+    if (tls[0] == '^') {
+        if (tls_has(tls + 1, k_shm_only)) {
+            return 0;
+        }
+        snprintf(shm, shm_cap, "sm");
+        snprintf(ctl, ctl_cap, "%s,sm", tls);
+        return 1;
+    }
+    if (tls_has(tls, (const char *const[]){"all", NULL})) {
+        snprintf(shm, shm_cap, "sm");
+        snprintf(ctl, ctl_cap, "^sm");
+        return 1;
+    }
+    char copy[512];
+    snprintf(copy, sizeof(copy), "%s", tls);
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') {
+            ++tok;
+        }
+        if (*tok == '\0') {
+            continue;
+        }
+        int is_shm = tls_has(tok, k_shm_only);
+        append_tok(is_shm ? shm : ctl, is_shm ? shm_cap : ctl_cap, tok);
+    }
+    return shm[0] != '\0';
+}
+
+/* The data context and worker: shared-memory transports only. On failure
+ * everything is left as it was (one worker). */
+static ps_status_t data_ctx_open(ps__ucx_van_t *van, const char *shm_tls)
+{
+    ucp_config_t *config = NULL;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK) {
+        return ps__ucx_status(st);
+    }
+    st = ucp_config_modify(config, "TLS", shm_tls);
+    if (st == UCS_OK) {
+        ucp_params_t params;
+        memset(&params, 0, sizeof(params));
+        params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                            UCP_PARAM_FIELD_NAME;
+        params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+        params.mt_workers_shared = 0;
+        params.name = "ps-shm";
+        st = ucp_init(&params, config, &van->dcontext);
+        if (st != UCS_OK) {
+            van->dcontext = NULL;
+        }
+    }
+    ucp_config_release(config);
+    if (st == UCS_OK) {
+        ucp_worker_params_t wp;
+        memset(&wp, 0, sizeof(wp));
+        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+        wp.thread_mode = UCS_THREAD_MODE_MULTI;
+        st = ucp_worker_create(van->dcontext, &wp, &van->dworker);
+        if (st != UCS_OK) {
+            van->dworker = NULL;
+        }
+    }
+    if (st == UCS_OK) {
+        ucp_worker_attr_t wa;
+        memset(&wa, 0, sizeof(wa));
+        wa.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
+        st = ucp_worker_query(van->dworker, &wa);
+        if (st == UCS_OK && wa.thread_mode != UCS_THREAD_MODE_MULTI) {
+            st = UCS_ERR_UNSUPPORTED;
+        }
+    }
+    if (st == UCS_OK) {
+        st = ucp_worker_get_efd(van->dworker, &van->defd);
+    }
+    if (st == UCS_OK) {
+        st = ucp_worker_get_address(van->dworker, &van->worker_addr, &van->worker_addr_len);
+        if (st != UCS_OK) {
+            van->worker_addr = NULL;
+        } else if (van->worker_addr_len > PS__UCX_MAX_ADDR) {
+            st = UCS_ERR_EXCEEDS_LIMIT;
+        }
+    }
+    if (st != UCS_OK) {
+        ps_debug(PS_LOG_UCX, "no shared-memory worker of its own (UCX_TLS=%s: %s); one worker "
+                 "for everything", shm_tls, ucs_status_string(st));
+        if (van->dworker != NULL) {
+            if (van->worker_addr != NULL) {
+                ucp_worker_release_address(van->dworker, van->worker_addr);
+                van->worker_addr = NULL;
+            }
+            ucp_worker_destroy(van->dworker);
+            van->dworker = NULL;
+        }
+        if (van->dcontext != NULL) {
+            ucp_cleanup(van->dcontext);
+            van->dcontext = NULL;
+        }
+        van->defd = -1;
+        return ps__ucx_status(st);
+    }
+    van->addr_worker = van->dworker;
+    van->use_worker_address = 1;
+    return PS_OK;
+}
 
 void ps__ucx_ep_transports(ucp_ep_h ep, char *buf, size_t cap)
 {
@@ -177,15 +302,31 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
     int negated = tls[0] == '^';
     int has_shm = negated ? !tls_has(tls + 1, (const char *const[]){"sm", "shm", NULL})
                           : tls_has(tls, k_shm_tls);
-    if (negated) {
-        if (tls_has(tls + 1, (const char *const[]){"tcp", NULL})) {
+    van->defd = -1;
+    char shm_tls[480], ctl_tls[512];
+    if (has_shm && split_tls(tls, shm_tls, sizeof(shm_tls), ctl_tls, sizeof(ctl_tls)) &&
+        data_ctx_open(van, shm_tls) == PS_OK) {
+        if (ctl_tls[0] != '\0') { /* else tcp, below */
+            st = ucp_config_modify(config, "TLS", ctl_tls);
+            if (st != UCS_OK) {
+                ps_warn(PS_LOG_UCX, "cannot set UCX_TLS=%s for the control worker (%s)",
+                        ctl_tls, ucs_status_string(st));
+            }
+        }
+        ps_debug(PS_LOG_UCX, "UCX_TLS=%s: shared memory (%s) in a worker of its own, %s in the "
+                 "control worker", tls, shm_tls, ctl_tls);
+    }
+    /* What the control context has now. */
+    const char *cur = van->dworker != NULL ? ctl_tls : tls;
+    if (cur[0] == '^') {
+        if (tls_has(cur + 1, (const char *const[]){"tcp", NULL})) {
             ps_warn(PS_LOG_UCX, "UCX_TLS=%s excludes tcp: the connection manager (listeners, "
                     "the scheduler's address) then needs an RDMA device, or connections fail",
                     tls);
         }
-    } else if (!tls_has(tls, k_net_tls)) {
-        char with_tcp[512];
-        snprintf(with_tcp, sizeof(with_tcp), "%s,tcp", tls);
+    } else if (!tls_has(cur, k_net_tls)) {
+        char with_tcp[520];
+        snprintf(with_tcp, sizeof(with_tcp), "%s%stcp", cur, cur[0] ? "," : "");
         st = ucp_config_modify(config, "TLS", with_tcp);
         if (st != UCS_OK) {
             ps_warn(PS_LOG_UCX, "cannot add tcp to UCX_TLS=%s (%s); connections may fail", tls,
@@ -240,9 +381,15 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
         return ps__ucx_status(st);
     }
 
-    /* Worker addresses let same-host peers use shared memory; offer ours
-     * (in the handshake) only when it names more than the network
-     * transports. */
+    if (van->dworker != NULL) {
+        ps_info(PS_LOG_UCX, "ucx %s, UCX_TLS=%s, shared-memory worker address %zu bytes (offered)",
+                ucp_get_version_string(), tls, van->worker_addr_len);
+        return PS_OK;
+    }
+    /* One worker: its address lets same-host peers use shared memory;
+     * offer ours (in the handshake) only when it names more than the
+     * network transports. */
+    van->addr_worker = van->worker;
     st = ucp_worker_get_address(van->worker, &van->worker_addr, &van->worker_addr_len);
     if (st != UCS_OK) {
         ps_error(PS_LOG_UCX, "cannot get the ucx worker's address: %s", ucs_status_string(st));
@@ -267,11 +414,20 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
 
 void ps__ucx_ctx_close(ps__ucx_van_t *van)
 {
+    if (van->worker_addr != NULL && van->addr_worker != NULL) {
+        ucp_worker_release_address(van->addr_worker, van->worker_addr);
+    }
+    van->worker_addr = NULL;
+    van->addr_worker = NULL;
+    if (van->dworker != NULL) {
+        ucp_worker_destroy(van->dworker);
+        van->dworker = NULL;
+    }
+    if (van->dcontext != NULL) {
+        ucp_cleanup(van->dcontext);
+        van->dcontext = NULL;
+    }
     if (van->worker != NULL) {
-        if (van->worker_addr != NULL) {
-            ucp_worker_release_address(van->worker, van->worker_addr);
-            van->worker_addr = NULL;
-        }
         ucp_worker_destroy(van->worker);
         van->worker = NULL;
     }

@@ -21,6 +21,21 @@
  * Everything is then sent on it; the control endpoint still reports the
  * peer's failure.
  *
+ * Two workers. The shared-memory transports live in a UCP context and
+ * worker of their own (the data worker, whose address is the one offered),
+ * the network transports in the control worker (listener, control
+ * endpoints, data to other hosts). Every ucp_worker_progress() polls each
+ * transport of its worker, and tcp's poll is a system call (epoll_wait):
+ * with one worker, messages between processes of one host paid for it on
+ * every turn of the loop. The loop progresses the data worker every turn
+ * and the control worker every PS__UCX_CTL_EVERY turns, or every turn
+ * while some connection moves its data over a control endpoint (a peer on
+ * another host, or no shared memory). When UCX_TLS cannot be split (a
+ * "^..." list that excludes a shared-memory transport), or the
+ * shared-memory context cannot be created, there is one worker as before
+ * (van->dworker NULL), and its address is offered when it names more than
+ * the network transports.
+ *
  * Identification. The first thing on a new control endpoint is an active
  * message HELLO (node id, nonce, a cookie) sent with a reply endpoint; the
  * acceptor learns from it which of its endpoints the peer is on, and
@@ -70,6 +85,7 @@
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
+#include "ps/net/van/peer_slots.h"
 #include "ps/net/van/van.h"
 
 /* ---- tags (ucx_wire.c) ----
@@ -181,11 +197,11 @@ typedef struct ps__ucx_rx {
     struct ps__ucx_rx *next_ready; /* van->rx_ready */
     struct ps__ucx_rx *next_all, *prev_all; /* van->rx_all (for cancel at close) */
     ps__ucx_van_t *van;
+    ucp_worker_h worker;       /* the one the META message came on; DATA follows there */
     ps__ucx_conn_t *conn;      /* referenced; NULL: unattributed or dropped, discarded */
     ucp_tag_t tag;
     ps_slice_t staging;        /* the META message */
     size_t staging_len;
-    ps_msg_t msg;
     void *reqs[1 + PS_MSG_MAX_DATA]; /* UCX requests in flight, for cancel */
     uint32_t outstanding;      /* requests not completed yet */
     int meta_done;             /* the META message has arrived */
@@ -202,6 +218,7 @@ typedef struct ps__ucx_rx {
     int posting;
     void *done_in_post;        /* such a request (never used again) */
     ps_status_t status;
+    ps_msg_t msg;              /* last: a reused record clears what is above */
 } ps__ucx_rx_t;
 
 /* An endpoint close request in flight (progress thread only). */
@@ -263,6 +280,7 @@ struct ps__ucx_conn {
     uint32_t backoff_ms;
     int attempts;
     int linked;
+    int ctl_data;              /* counted in van->ctl_data_conns */
     struct ps__ucx_conn *next, *prev;      /* van->conns */
     struct ps__ucx_conn *next_pending;     /* van->pending */
     struct ps__ucx_conn *next_close;       /* van->to_close */
@@ -292,9 +310,13 @@ struct ps__ucx_van {
 
     /* UCX (ucx_ctx.c). */
     ucp_context_h context;
-    ucp_worker_h worker;
+    ucp_worker_h worker;       /* control worker: listener, control endpoints */
     int efd;                   /* the worker's event fd */
+    ucp_context_h dcontext;    /* shared memory only, or NULL (one worker) */
+    ucp_worker_h dworker;      /* data worker: endpoints to same-host peers, or NULL */
+    int defd;                  /* its event fd, or -1 */
     int use_worker_address;    /* publish and use worker addresses (shared memory) */
+    ucp_worker_h addr_worker;  /* whose address: dworker, else worker */
     ucp_address_t *worker_addr;
     size_t worker_addr_len;
     ucp_listener_h listener;
@@ -316,8 +338,7 @@ struct ps__ucx_van {
     int stop;                  /* atomic */
 
     pthread_rwlock_t peers_lock;
-    ps__ucx_peer_t **peers;    /* indexed by node id */
-    int peers_cap;
+    ps_van_peer_slots_t peers; /* ps__ucx_peer_t by node id */
 
     /* Handed from other threads to the progress thread. */
     pthread_mutex_t pending_lock;
@@ -336,6 +357,12 @@ struct ps__ucx_van {
     uint32_t num_cookies;
     ps__ucx_rx_t *rx_ready;    /* receives with news */
     ps__ucx_rx_t *rx_all;      /* every receive in flight */
+    ps__ucx_rx_t *rx_free;     /* receive records to reuse (no heap per message) */
+    unsigned rx_free_count;
+    unsigned ctl_tick;         /* loop turns since the control worker was progressed */
+    int ctl_data_conns;        /* READY connections whose data rides on the control worker */
+    uint64_t timer_scan_ns;    /* when ps__ucx_run_timers() walks the connections again */
+    uint64_t timer_next_ns;    /* the earliest timer it found (UINT64_MAX: none) */
     struct ps__ucx_closing *closing; /* endpoint close requests in flight */
     ps_node_t *scratch_nodes;
     size_t scratch_cap;
@@ -359,6 +386,10 @@ uint64_t ps__ucx_random(ps__ucx_van_t *van);
 void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev);
 
 /* ---- ucx_ctx.c ---- */
+/* The control worker is progressed at least every this many loop turns. */
+#define PS__UCX_CTL_EVERY 32
+/* Timers are walked at most this often unless something changed. */
+#define PS__UCX_TIMER_SCAN_NS 1000000ull
 ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van);
 void ps__ucx_ctx_close(ps__ucx_van_t *van);
 /* "sysv/memory cma/memory" for an endpoint's lanes, for logs. */
@@ -373,7 +404,8 @@ ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id);
 /* Progress thread: connections handed over, events, timers. */
 void ps__ucx_start_pending(ps__ucx_van_t *van);
 void ps__ucx_handle_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev);
-int ps__ucx_run_timers(ps__ucx_van_t *van); /* ms to the next timer, -1 none */
+/* ms to the next timer, -1 none; `now` from ps_time_now_ns(). */
+int ps__ucx_run_timers(ps__ucx_van_t *van, uint64_t now);
 /* Closes a connection (idempotent); `why` != PS_OK with notify tells the
  * postoffice the peer failed (and closes its other connections). */
 void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify);
@@ -422,8 +454,8 @@ int ps__ucx_conn_sends_busy(ps__ucx_van_t *van, const ps__ucx_conn_t *conn);
 ps_status_t ps__ucx_hello_op(ps__ucx_van_t *van, int my_id, ps__ucx_op_t **op_p);
 
 /* ---- ucx_recv.c ---- */
-/* Takes every META message waiting in the worker. Returns how many. */
-int ps__ucx_probe(ps__ucx_van_t *van);
+/* Takes every META message waiting in `worker`. Returns how many. */
+int ps__ucx_probe(ps__ucx_van_t *van, ucp_worker_h worker);
 /* Finishes receives that had news, delivers in order. */
 void ps__ucx_rx_process(ps__ucx_van_t *van);
 /* A dead connection: delivers whole messages that arrived in order (with

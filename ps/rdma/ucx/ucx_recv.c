@@ -31,6 +31,10 @@
 #define RX_MAX_NODES 8192
 /* What a refused META message is received into (UCX then drops it). */
 #define RX_DISCARD_LEN 64
+/* Receive records kept for reuse: a record is larger than glibc's
+ * per-thread cache serves, and calloc() of one was a measurable part of a
+ * small message's cost. */
+#define RX_FREE_MAX 256
 
 static void rx_mark(ps__ucx_rx_t *rx)
 {
@@ -110,7 +114,33 @@ static void rx_free(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
     if (rx->conn != NULL) {
         ps__ucx_conn_unref(rx->conn);
     }
-    free(rx);
+    if (van->rx_free_count < RX_FREE_MAX) {
+        rx->next = van->rx_free;
+        van->rx_free = rx;
+        van->rx_free_count++;
+    } else {
+        free(rx);
+    }
+}
+
+/* A cleared receive record. Its message is releasable (no data, no
+ * nodes); the meta is left as it is: rx_parse decodes into it, and
+ * nothing reads it before. */
+static ps__ucx_rx_t *rx_alloc(ps__ucx_van_t *van)
+{
+    ps__ucx_rx_t *rx = van->rx_free;
+    if (rx != NULL) {
+        van->rx_free = rx->next;
+        van->rx_free_count--;
+    } else {
+        rx = malloc(sizeof(*rx));
+        if (rx == NULL) {
+            return NULL;
+        }
+    }
+    memset(rx, 0, offsetof(ps__ucx_rx_t, msg));
+    memset((uint8_t *)&rx->msg + sizeof(rx->msg.meta), 0, sizeof(rx->msg) - sizeof(rx->msg.meta));
+    return rx;
 }
 
 /* Posts the receive of the probed META message. */
@@ -138,9 +168,8 @@ static void rx_start(ps__ucx_van_t *van, ps__ucx_rx_t *rx, ucp_tag_message_h msg
     param.user_data = rx;
     rx->outstanding = 1;
     rx->posting = 1;
-    ucs_status_ptr_t r =
-        ucp_tag_msg_recv_nbx(van->worker, ps_slice_ptr(&rx->staging), cap,
-                             msg, &param);
+    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(rx->worker, ps_slice_ptr(&rx->staging), cap, msg,
+                                              &param);
     if (rx_posted(rx)) {
         rx_mark(rx); /* completed inside the call */
         return;
@@ -160,33 +189,33 @@ static void rx_start(ps__ucx_van_t *van, ps__ucx_rx_t *rx, ucp_tag_message_h msg
     rx_mark(rx);
 }
 
-int ps__ucx_probe(ps__ucx_van_t *van)
+int ps__ucx_probe(ps__ucx_van_t *van, ucp_worker_h worker)
 {
     int n = 0;
     for (;;) {
         ucp_tag_recv_info_t info;
         ucp_tag_message_h msg =
-            ucp_tag_probe_nb(van->worker, PS__UCX_META_TAG, PS__UCX_KIND_MASK, 1, &info);
+            ucp_tag_probe_nb(worker, PS__UCX_META_TAG, PS__UCX_KIND_MASK, 1, &info);
         if (msg == NULL) {
             return n;
         }
         n++;
-        ps__ucx_rx_t *rx = calloc(1, sizeof(*rx));
+        ps__ucx_rx_t *rx = rx_alloc(van);
         if (rx == NULL) {
             /* Cannot happen short of memory exhaustion; UCX still needs the
              * message taken, so take it into nothing. */
             ps_error(PS_LOG_UCX, "out of memory receiving a message; dropped");
             ucp_request_param_t param;
             param.op_attr_mask = 0;
-            ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(van->worker, NULL, 0, msg, &param);
+            ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker, NULL, 0, msg, &param);
             if (UCS_PTR_IS_PTR(r)) {
                 ucp_request_free(r);
             }
             continue;
         }
         rx->van = van;
+        rx->worker = worker;
         rx->tag = info.sender_tag;
-        ps_msg_init(&rx->msg);
         rx->next_all = van->rx_all;
         if (van->rx_all != NULL) {
             van->rx_all->prev_all = rx;
@@ -250,7 +279,7 @@ static void post_data(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i)
     param.user_data = rx;
     rx->outstanding++;
     rx->posting = 1;
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(van->worker, ps_slice_ptr(&rx->msg.data[i]),
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(rx->worker, ps_slice_ptr(&rx->msg.data[i]),
                                           rx->msg.data[i].len, tag, UINT64_MAX, &param);
     if (rx_posted(rx)) {
         return; /* completed inside the call: rx_advance(), parsing this receive, sees it */
@@ -348,30 +377,32 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
         rx->status = PS_ERR_PROTOCOL;
         return;
     }
-    ps_meta_t meta;
-    st = rx_decode_meta(van, buf + hdr.header_len, hdr.meta_len, &meta);
+    ps_msg_t *m = &rx->msg;
+    st = rx_decode_meta(van, buf + hdr.header_len, hdr.meta_len, &m->meta);
     if (st != PS_OK) {
         ps_error(PS_LOG_UCX, "undecodable meta from %s (%s); closing the connection", from,
                  ps_status_str(st));
         rx->status = st == PS_ERR_NO_MEMORY ? st : PS_ERR_PROTOCOL;
         return;
     }
-    if (ps__ucx_is_hello(&meta)) {
+    if (ps__ucx_is_hello(&m->meta)) {
         rx->hello = 1;
         if (hdr.num_data != 0) {
             rx->status = PS_ERR_PROTOCOL;
         } else if (rx->conn != NULL) {
-            rx->status = rx_hello(van, rx->conn, meta.sender);
+            rx->status = rx_hello(van, rx->conn, m->meta.sender);
         }
         return;
     }
 
-    ps_msg_t *m = &rx->msg;
-    m->meta = meta;
     /* Who sent it is who the connection proved to be, never the wire. */
     m->meta.sender = rx->conn != NULL ? rx->conn->peer_id : PS_NODE_EMPTY;
-    size_t nn = meta.control.num_nodes;
-    size_t bl = meta.body_len;
+    /* The decoded node list and body point into scratch space and the
+     * staging buffer. */
+    size_t nn = m->meta.control.num_nodes;
+    size_t bl = m->meta.body_len;
+    const ps_node_t *nodes = m->meta.control.nodes;
+    const uint8_t *body = m->meta.body;
     m->meta.control.nodes = NULL;
     m->meta.body = NULL;
     if (nn != 0 || bl != 0) {
@@ -382,11 +413,11 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
             return;
         }
         if (nn != 0) {
-            memcpy(block, meta.control.nodes, nn * sizeof(ps_node_t));
+            memcpy(block, nodes, nn * sizeof(ps_node_t));
             m->meta.control.nodes = (ps_node_t *)(void *)block;
         }
         if (bl != 0) {
-            memcpy(block + nn * sizeof(ps_node_t), meta.body, bl);
+            memcpy(block + nn * sizeof(ps_node_t), body, bl);
             m->meta.body = block + nn * sizeof(ps_node_t);
         }
         m->nodes = (ps_node_t *)(void *)block;
@@ -469,19 +500,21 @@ static void rx_deliver_ready(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
             rx_free(van, rx); /* nothing to deliver */
             continue;
         }
-        ps_msg_t msg = rx->msg;
-        ps_msg_init(&rx->msg);
-        rx_free(van, rx);
         if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
             char line[192];
-            ps_msg_describe(&msg, line, sizeof(line));
+            ps_msg_describe(&rx->msg, line, sizeof(line));
             ps_trace(PS_LOG_UCX, "received %s", line);
         }
         if (van->cb.deliver != NULL) {
-            van->cb.deliver(van->cb.arg, &msg);
-        } else {
-            ps_msg_release(&msg);
+            /* In place, no copy: the callee takes the references (and
+             * uses the message only during the call). */
+            van->cb.deliver(van->cb.arg, &rx->msg);
+            rx->msg.num_data = 0;
+            rx->msg.nodes = NULL;
+            rx->msg.num_nodes = 0;
+            rx->msg.nodes_owned = 0;
         }
+        rx_free(van, rx);
     }
 }
 
@@ -536,7 +569,7 @@ static void rx_cancel(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
 {
     for (unsigned i = 1; i < 1 + PS_MSG_MAX_DATA; ++i) {
         if (rx->reqs[i] != NULL) {
-            ucp_request_cancel(van->worker, rx->reqs[i]);
+            ucp_request_cancel(rx->worker, rx->reqs[i]);
         }
     }
 }
@@ -593,4 +626,10 @@ void ps__ucx_rx_free_all(ps__ucx_van_t *van)
         rx_free(van, van->rx_all);
     }
     van->rx_ready = NULL;
+    while (van->rx_free != NULL) {
+        ps__ucx_rx_t *rx = van->rx_free;
+        van->rx_free = rx->next;
+        free(rx);
+    }
+    van->rx_free_count = 0;
 }

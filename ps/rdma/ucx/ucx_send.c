@@ -106,7 +106,7 @@ static void on_sent(void *request, ucs_status_t status, void *user_data)
         ps__ucx_van_t *van = op->conn->van;
         pthread_mutex_lock(&van->ev_lock);
         op->next = van->done_ops;
-        van->done_ops = op;
+        __atomic_store_n(&van->done_ops, op, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&van->ev_lock);
     }
 }
@@ -256,9 +256,12 @@ ps_status_t ps__ucx_conn_submit(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
 
 void ps__ucx_process_done(ps__ucx_van_t *van)
 {
+    if (__atomic_load_n(&van->done_ops, __ATOMIC_ACQUIRE) == NULL) {
+        return; /* every turn of the loop looks: no lock while there is nothing */
+    }
     pthread_mutex_lock(&van->ev_lock);
     ps__ucx_op_t *list = van->done_ops;
-    van->done_ops = NULL;
+    __atomic_store_n(&van->done_ops, NULL, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&van->ev_lock);
     while (list != NULL) {
         ps__ucx_op_t *op = list;

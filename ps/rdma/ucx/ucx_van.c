@@ -3,10 +3,11 @@
  * registered as component "ucx" (chosen by DMLC_ENABLE_UCX=1, or
  * DMLC_ENABLE_RDMA=ucx / DMLC_PS_VAN_TYPE=ucx).
  *
- * The progress thread drives the worker: ucp_worker_progress(), then the
- * META messages waiting in the worker, then what the callbacks recorded.
- * When nothing moves it arms the worker and blocks in epoll on the
- * worker's event fd and an eventfd other threads use to hand it work, so
+ * The progress thread drives the workers (the data worker every turn, the
+ * control worker less often: ucx_internal.h): ucp_worker_progress(), then
+ * the META messages waiting in them, then what the callbacks recorded.
+ * When nothing moves it arms the workers and blocks in epoll on their
+ * event fds and an eventfd other threads use to hand it work, so
  * an idle van sleeps (after PS__UCX_IDLE_SPIN_NS without an event). With
  * busy_poll it keeps polling while traffic flows and blocks after
  * PS__UCX_SPIN_NS without an event; and a thread waiting
@@ -14,7 +15,6 @@
  * busy process has one spinning thread: the progress thread then parks.
  */
 #include <errno.h>
-#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +35,8 @@
  * blocks: an answer often comes within a round trip, and waking a sleeping
  * thread through the worker's event fd costs tens of microseconds. */
 #define PS__UCX_IDLE_SPIN_NS (50ull * 1000ull)
+/* A spinning progress thread yields its core every this many idle turns. */
+#define PS__UCX_YIELD_EVERY 16
 /* ucp_worker_progress() calls per loop before the thread looks at its
  * other work (new messages, handed-over connections). */
 #define PS__UCX_PROGRESS_BURST 64
@@ -61,11 +63,7 @@ void ps__ucx_wake(ps__ucx_van_t *van)
 
 uint64_t ps__ucx_random(ps__ucx_van_t *van)
 {
-    /* splitmix64 over an atomic counter. */
-    uint64_t z = __atomic_add_fetch(&van->rng, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ps_van_random(&van->rng);
 }
 
 void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
@@ -75,7 +73,7 @@ void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
     if (van->ev_tail != NULL) {
         van->ev_tail->next = ev;
     } else {
-        van->ev_head = ev;
+        __atomic_store_n(&van->ev_head, ev, __ATOMIC_RELEASE);
     }
     van->ev_tail = ev;
     pthread_mutex_unlock(&van->ev_lock);
@@ -115,11 +113,16 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_length, v
 
 static int process_events(ps__ucx_van_t *van)
 {
+    if (__atomic_load_n(&van->ev_head, __ATOMIC_ACQUIRE) == NULL) {
+        return 0; /* every turn of the loop looks: no lock while there is nothing */
+    }
     pthread_mutex_lock(&van->ev_lock);
     ps__ucx_ev_t *list = van->ev_head;
-    van->ev_head = van->ev_tail = NULL;
+    __atomic_store_n(&van->ev_head, NULL, __ATOMIC_RELAXED);
+    van->ev_tail = NULL;
     pthread_mutex_unlock(&van->ev_lock);
     int n = 0;
+    van->timer_scan_ns = 0; /* events change connections and their timers */
     while (list != NULL) {
         ps__ucx_ev_t *ev = list;
         list = ev->next;
@@ -145,18 +148,39 @@ static void drain_wakefd(ps__ucx_van_t *van)
     }
 }
 
-/* One round of work; returns how many things happened (0: nothing). */
-static int progress_once(ps__ucx_van_t *van, unsigned burst)
+static int progress_worker(ucp_worker_h worker, unsigned burst)
 {
     int did = 0;
     for (unsigned i = 0; i < burst; ++i) {
-        unsigned n = ucp_worker_progress(van->worker);
+        unsigned n = ucp_worker_progress(worker);
         if (n == 0) {
             break;
         }
         did += (int)n;
     }
-    did += ps__ucx_probe(van);
+    return did;
+}
+
+/* One round of work; returns how many things happened (0: nothing). The
+ * control worker's turn comes every PS__UCX_CTL_EVERY rounds, every round
+ * while data rides on it, and whenever `all`. */
+static int progress_once(ps__ucx_van_t *van, unsigned burst, int all)
+{
+    int did = 0;
+    if (van->dworker != NULL) {
+        /* Shared memory delivers only inside ucp_worker_progress(): when
+         * that found nothing, no new META message waits either. */
+        int n = progress_worker(van->dworker, burst);
+        if (n != 0) {
+            did += n + ps__ucx_probe(van, van->dworker);
+        }
+    }
+    if (van->dworker == NULL || all || van->ctl_data_conns > 0 ||
+        ++van->ctl_tick >= PS__UCX_CTL_EVERY) {
+        van->ctl_tick = 0;
+        did += progress_worker(van->worker, burst);
+        did += ps__ucx_probe(van, van->worker);
+    }
     did += van->rx_ready != NULL;
     /* Receives before events: a message that arrived just before its
      * connection ended is delivered before the end is. */
@@ -184,16 +208,18 @@ static void *progress_main(void *arg)
     ps__ucx_van_t *van = arg;
     struct epoll_event evs[4];
     uint64_t last_event = ps_time_now_ns();
+    unsigned idle = 0; /* turns without an event */
     uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&van->prog_lock);
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
         uint64_t posted = __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST);
         ps__ucx_start_pending(van);
-        int did = progress_once(van, PS__UCX_PROGRESS_BURST);
-        int timeout = ps__ucx_run_timers(van);
+        int did = progress_once(van, PS__UCX_PROGRESS_BURST, 0);
         uint64_t now = ps_time_now_ns();
+        int timeout = ps__ucx_run_timers(van, now);
         if (did) {
             last_event = now;
+            idle = 0;
         }
         if (van->params.busy_poll) {
             uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
@@ -211,17 +237,29 @@ static void *progress_main(void *arg)
         }
         if (now - last_event < (van->params.busy_poll ? PS__UCX_SPIN_NS : PS__UCX_IDLE_SPIN_NS)) {
             /* Spinning: let a thread waiting for this core run (on a small
-             * machine the application may share it with us). */
-            pthread_mutex_unlock(&van->prog_lock);
-            sched_yield();
-            pthread_mutex_lock(&van->prog_lock);
+             * machine the application may share it with us) — every few
+             * turns, not every turn: a sched_yield() is a system call, and
+             * a message arriving meanwhile waits for it. */
+            if (++idle % PS__UCX_YIELD_EVERY == 0) {
+                pthread_mutex_unlock(&van->prog_lock);
+                sched_yield();
+                pthread_mutex_lock(&van->prog_lock);
+            }
             continue;
         }
-        /* Block. `sleeping` first, then look again: a sender that posted
-         * before it sees `sleeping` is caught by the checks below, one
-         * that posts after it wakes us. */
+        /* Block. Every worker gets its turn first (ucp_worker_arm wants
+         * them drained). `sleeping` first, then look again: a sender that
+         * posted before it sees `sleeping` is caught by the checks below,
+         * one that posts after it wakes us. */
+        if (progress_once(van, PS__UCX_PROGRESS_BURST, 1)) {
+            last_event = ps_time_now_ns();
+            continue;
+        }
         __atomic_store_n(&van->sleeping, 1, __ATOMIC_SEQ_CST);
         ucs_status_t st = ucp_worker_arm(van->worker);
+        if (st == UCS_OK && van->dworker != NULL) {
+            st = ucp_worker_arm(van->dworker);
+        }
         if (st == UCS_ERR_BUSY || events_waiting(van) ||
             __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST) != posted ||
             __atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
@@ -244,6 +282,7 @@ static void *progress_main(void *arg)
                 drain_wakefd(van);
             }
         }
+        van->ctl_tick = PS__UCX_CTL_EVERY; /* whichever worker woke us: both next */
         last_event = ps_time_now_ns();
     }
     pthread_mutex_unlock(&van->prog_lock);
@@ -273,8 +312,8 @@ static int ucx_progress(ps_van_t *v, unsigned budget)
     int n = 0;
     if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE) && van->worker != NULL) {
         ps__ucx_start_pending(van);
-        n = progress_once(van, budget);
-        (void)ps__ucx_run_timers(van);
+        n = progress_once(van, budget, 0);
+        (void)ps__ucx_run_timers(van, ps_time_now_ns());
     }
     pthread_mutex_unlock(&van->prog_lock);
     return n;
@@ -306,11 +345,8 @@ static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callback
     if (cb != NULL) {
         van->cb = *cb;
     }
-    if (van->params.connect_timeout_ms <= 0) {
-        int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, PS__UCX_DEFAULT_CONNECT_MS);
-        van->params.connect_timeout_ms =
-            ms > 0 && ms < INT_MAX ? (int)ms : PS__UCX_DEFAULT_CONNECT_MS;
-    }
+    van->params.connect_timeout_ms =
+        ps_van_connect_timeout_ms(van->params.connect_timeout_ms, PS__UCX_DEFAULT_CONNECT_MS);
     van->limits = ps_frame_limits_default();
     if (params->max_meta_bytes != 0) {
         van->limits.max_meta_bytes =
@@ -332,8 +368,9 @@ static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callback
         ps_warn(PS_LOG_UCX, "DMLC_NUM_GPU_DEV is set, but this ucx van moves host memory only");
     }
     van->my_id = PS_NODE_EMPTY;
-    van->rng = ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)van;
+    van->rng = ps_van_random_seed(van);
     van->efd = -1;
+    van->defd = -1;
     van->epfd = -1;
     van->wakefd = -1;
     pthread_rwlock_init(&van->peers_lock, NULL);
@@ -383,8 +420,8 @@ static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callback
         ucx_close(&van->base);
         return PS_ERR_NO_RESOURCE;
     }
-    int fds[2] = {van->efd, van->wakefd};
-    for (int i = 0; i < 2; ++i) {
+    int fds[3] = {van->efd, van->wakefd, van->defd};
+    for (int i = 0; i < (van->defd >= 0 ? 3 : 2); ++i) {
         struct epoll_event ev;
         memset(&ev, 0, sizeof(ev));
         ev.events = EPOLLIN;
@@ -413,7 +450,7 @@ static void close_endpoints(ps__ucx_van_t *van)
     ps__ucx_rx_cancel_all(van);
     uint64_t deadline = ps_time_now_ns() + PS__UCX_CLOSE_MS * PS_NSEC_PER_MSEC;
     while ((van->closing != NULL || van->rx_all != NULL) && ps_time_now_ns() < deadline) {
-        if (!progress_once(van, PS__UCX_PROGRESS_BURST)) {
+        if (!progress_once(van, PS__UCX_PROGRESS_BURST, 1)) {
             ps_sleep_ms(1);
         }
     }
@@ -470,7 +507,8 @@ static void ucx_close(ps_van_t *v)
     ps__ucx_process_done(van);
     pthread_mutex_lock(&van->ev_lock);
     ps__ucx_ev_t *evs = van->ev_head;
-    van->ev_head = van->ev_tail = NULL;
+    __atomic_store_n(&van->ev_head, NULL, __ATOMIC_RELAXED);
+    van->ev_tail = NULL;
     pthread_mutex_unlock(&van->ev_lock);
     while (evs != NULL) {
         ps__ucx_ev_t *ev = evs;
@@ -493,7 +531,7 @@ static void ucx_close(ps_van_t *v)
     }
     ps__ucx_rx_free_all(van);
     free(van->cookies);
-    free(van->peers);
+    ps_van_peer_slots_free(&van->peers);
     free(van->scratch_nodes);
     if (van->epfd >= 0) {
         close(van->epfd);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/base/endian.h"
 #include "ps/base/log.h"
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/meta_fast.h"
@@ -86,22 +87,6 @@ ps_status_t ps__ucx_encode_frame(ps__ucx_van_t *van, const ps_meta_t *meta, cons
     return PS_OK;
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; ++i) {
-        p[i] = (uint8_t)(v >> (8 * i));
-    }
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-        v |= (uint32_t)p[i] << (8 * i);
-    }
-    return v;
-}
-
 void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint64_t nonce,
                      uint64_t seq0)
 {
@@ -109,12 +94,10 @@ void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint6
     out[4] = HS_VERSION;
     out[5] = (uint8_t)type;
     out[6] = out[7] = 0;
-    put32(out + 8, (uint32_t)node_id);
-    put32(out + 12, cookie);
-    put32(out + 16, (uint32_t)nonce);
-    put32(out + 20, (uint32_t)(nonce >> 32));
-    put32(out + 24, (uint32_t)seq0);
-    put32(out + 28, (uint32_t)(seq0 >> 32));
+    ps_put_le32(out + 8, (uint32_t)node_id);
+    ps_put_le32(out + 12, cookie);
+    ps_put_le64(out + 16, nonce);
+    ps_put_le64(out + 24, seq0);
 }
 
 int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p,
@@ -125,10 +108,10 @@ int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p,
         return 0;
     }
     *type_p = in[5];
-    *node_id_p = (int)(int32_t)get32(in + 8);
-    *cookie_p = get32(in + 12);
-    *nonce_p = (uint64_t)get32(in + 16) | ((uint64_t)get32(in + 20) << 32);
-    *seq0_p = (uint64_t)get32(in + 24) | ((uint64_t)get32(in + 28) << 32);
+    *node_id_p = (int)(int32_t)ps_get_le32(in + 8);
+    *cookie_p = ps_get_le32(in + 12);
+    *nonce_p = ps_get_le64(in + 16);
+    *seq0_p = ps_get_le64(in + 24);
     return 1;
 }
 
