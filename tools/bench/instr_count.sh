@@ -11,7 +11,9 @@
 # counts over R2 - R1 is what one round trip costs in each process, free of
 # start-up and shutdown. Spinning is part of it (a waiting progress thread
 # spins ~50 us before it sleeps), so compare a van with itself across
-# changes, not vans with each other.
+# changes to its per-message path, not vans with each other; a change that
+# makes an idle loop turn cheaper only adds turns to the same spin and does
+# not show here (look at callgrind's per-function counts for those).
 #
 # Environment: VANS ("tcp shm fabric-shm ucx-sm"), R1 (2000), R2 (6000).
 set -uo pipefail
