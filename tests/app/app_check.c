@@ -30,33 +30,12 @@
 #include "ps/base/thread.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/postoffice.h"
+#include "tests/lib/check_node.h"
 
 #define TIMEOUT_MS 120000
 #define MAX_NODES 64
 
-static const char *g_role = "?";
-static int g_rank = -1;
 static char g_summary[128] = "done";
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL %s %d: ", g_role, g_rank);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    fflush(stdout);
-    exit(1);
-}
-
-#define CHECK_OK(_call)                                                            \
-    do {                                                                           \
-        ps_status_t _st = (_call);                                                 \
-        if (_st != PS_OK)                                                          \
-            fail("%s:%d: %s: %s", __FILE__, __LINE__, #_call, ps_status_str(_st)); \
-    } while (0)
 
 static int in_group(ps_role_t role, int group)
 {
@@ -102,7 +81,7 @@ static void run_barrier(ps_postoffice_t *po, const char *dir)
         snprintf(path, sizeof(path), "%s/b%d_%d", dir, round, me);
         int fd = open(path, O_CREAT | O_WRONLY, 0644);
         if (fd < 0)
-            fail("create %s: %m", path);
+            check_fail("create %s: %m", path);
         close(fd);
 
         CHECK_OK(ps_postoffice_barrier(po, g, TIMEOUT_MS));
@@ -110,11 +89,11 @@ static void run_barrier(ps_postoffice_t *po, const char *dir)
         int ids[MAX_NODES];
         int n = ps_postoffice_group_ids(po, g, ids, MAX_NODES);
         if (n <= 0 || n > MAX_NODES)
-            fail("group %d has %d nodes", g, n);
+            check_fail("group %d has %d nodes", g, n);
         for (int i = 0; i < n; i++) {
             snprintf(path, sizeof(path), "%s/b%d_%d", dir, round, ids[i]);
             if (access(path, F_OK) != 0)
-                fail("past barrier %d (group %d) before node %d arrived", round, g, ids[i]);
+                check_fail("past barrier %d (group %d) before node %d arrived", round, g, ids[i]);
         }
         done++;
     }
@@ -200,8 +179,8 @@ static void ask(ps_postoffice_t *po, ps_simple_app_t *app, int me, int head, int
             continue;
         if (g_s.responses_from[ids[i]] != 1) {
             ps_mutex_unlock(&g_s.lock);
-            fail("request %d to group %d: %d responses from node %d", head, group,
-                 g_s.responses_from[ids[i]], ids[i]);
+            check_fail("request %d to group %d: %d responses from node %d", head, group,
+                       g_s.responses_from[ids[i]], ids[i]);
         }
         g_s.responses_from[ids[i]] = 0;
     }
@@ -216,7 +195,7 @@ static void expect_requests_from(ps_postoffice_t *po, int group, int me)
         if (ids[i] == me)
             continue;
         if (g_s.requests_from[ids[i]] != 1)
-            fail("%d requests from node %d, expected 1", g_s.requests_from[ids[i]], ids[i]);
+            check_fail("%d requests from node %d, expected 1", g_s.requests_from[ids[i]], ids[i]);
         g_s.requests_from[ids[i]] = 0;
     }
 }
@@ -232,10 +211,10 @@ static void run_simple(ps_postoffice_t *po)
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, TIMEOUT_MS));
 
     if (role == PS_ROLE_WORKER) {
-        ask(po, app, me, 100 + g_rank, PS_GROUP_SERVER);
-        ask(po, app, me, 300 + g_rank, PS_GROUP_SCHEDULER);
+        ask(po, app, me, 100 + check_rank, PS_GROUP_SERVER);
+        ask(po, app, me, 300 + check_rank, PS_GROUP_SCHEDULER);
     } else if (role == PS_ROLE_SERVER) {
-        ask(po, app, me, 200 + g_rank, PS_GROUP_WORKER);
+        ask(po, app, me, 200 + check_rank, PS_GROUP_WORKER);
     }
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, TIMEOUT_MS));
 
@@ -243,7 +222,7 @@ static void run_simple(ps_postoffice_t *po)
     int bad = g_s.bad;
     ps_mutex_unlock(&g_s.lock);
     if (bad)
-        fail("%s", g_s.why);
+        check_fail("%s", g_s.why);
     if (role == PS_ROLE_SERVER) {
         expect_requests_from(po, PS_GROUP_WORKER, me);
     } else if (role == PS_ROLE_WORKER) {
@@ -253,7 +232,7 @@ static void run_simple(ps_postoffice_t *po)
     }
     for (size_t i = 0; i < sizeof(g_s.requests_from) / sizeof(int); i++)
         if (g_s.requests_from[i] != 0)
-            fail("unexpected request from node %zu", i);
+            check_fail("unexpected request from node %zu", i);
     ps_simple_app_destroy(app);
     snprintf(g_summary, sizeof(g_summary), "simple app");
 }
@@ -268,20 +247,20 @@ int main(int argc, char **argv)
     ps_postoffice_t *po;
     ps_status_t st = ps_postoffice_start(NULL, 1, &po);
     if (st != PS_OK)
-        fail("start: %s", ps_status_str(st));
-    g_role = ps_role_str(ps_postoffice_role(po));
-    g_rank = ps_postoffice_my_rank(po);
+        check_fail("start: %s", ps_status_str(st));
+    check_role = ps_role_str(ps_postoffice_role(po));
+    check_rank = ps_postoffice_my_rank(po);
 
     if (strcmp(argv[1], "barrier") == 0)
         run_barrier(po, argv[2]);
     else if (strcmp(argv[1], "simple") == 0)
         run_simple(po);
     else
-        fail("unknown mode %s", argv[1]);
+        check_fail("unknown mode %s", argv[1]);
 
     st = ps_postoffice_finalize(po, 1);
     if (st != PS_OK)
-        fail("finalize: %s", ps_status_str(st));
-    printf("PASS %s %d: %s\n", g_role, g_rank, g_summary);
+        check_fail("finalize: %s", ps_status_str(st));
+    printf("PASS %s %d: %s\n", check_role, check_rank, g_summary);
     return 0;
 }

@@ -43,6 +43,7 @@
 #include "ps/net/caps.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/postoffice.h"
+#include "tests/lib/check_node.h"
 
 #define NUM_RANDOM_KEYS 96
 #define ROUNDS 3
@@ -50,44 +51,9 @@
 #define WAIT_TIMEOUT_MS 60000
 #define UNIFORM_FLOAT_ELEMS 33
 
-static const char *g_role = "?";
-static int g_rank = -1;
 static char g_summary[256] = "done";
 
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL %s %d: ", g_role, g_rank);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    fflush(stdout);
-    exit(1);
-}
-
-#define CHECK_OK(_call)                                                            \
-    do {                                                                           \
-        ps_status_t _st = (_call);                                                 \
-        if (_st != PS_OK)                                                          \
-            fail("%s:%d: %s: %s", __FILE__, __LINE__, #_call, ps_status_str(_st)); \
-    } while (0)
-
 /* ---- deterministic data ---- */
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static uint64_t hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
-{
-    return mix(mix(mix(mix(a) ^ b) ^ c) ^ d);
-}
 
 typedef struct {
     ps_key_t key;
@@ -128,7 +94,7 @@ static void build_table(ps_postoffice_t *po)
     g_keys = calloc((size_t)cap, sizeof(*g_keys));
     int n = 0;
     for (int i = 0; i < NUM_RANDOM_KEYS; i++)
-        g_keys[n++].key = mix(1000 + (uint64_t)i) % (UINT64_MAX - 1024);
+        g_keys[n++].key = check_mix64(1000 + (uint64_t)i) % (UINT64_MAX - 1024);
     for (int s = 0; s < g_num_servers; s++) {
         uint64_t b, e;
         CHECK_OK(ps_postoffice_server_key_range(po, s, &b, &e));
@@ -142,7 +108,7 @@ static void build_table(ps_postoffice_t *po)
             g_keys[u++] = g_keys[i];
     g_num_keys = u;
     for (int i = 0; i < g_num_keys; i++) {
-        uint64_t h = mix(g_keys[i].key);
+        uint64_t h = check_mix64(g_keys[i].key);
         key_info_t *k = &g_keys[i];
         k->type = k_types[h % NUM_TYPES];
         uint64_t r = (h >> 8) % 100;
@@ -163,14 +129,14 @@ static int pushes(int r, int round, int i)
 {
     if (g_keys[i].type == PS_DATA_CHAR)
         return r == g_keys[i].owner;
-    return hash4(7, (uint64_t)r, (uint64_t)round, g_keys[i].key) % 4 != 0;
+    return check_hash4(7, (uint64_t)r, (uint64_t)round, g_keys[i].key) % 4 != 0;
 }
 
 /* The numeric value of element e pushed by worker r in `round` for key i,
  * as a double (exact), and its raw 64-bit pattern for the integer types. */
 static uint64_t raw_value(int r, int round, int i, int32_t e)
 {
-    return hash4((uint64_t)r * 31 + (uint64_t)round, g_keys[i].key, (uint64_t)e, 99);
+    return check_hash4((uint64_t)r * 31 + (uint64_t)round, g_keys[i].key, (uint64_t)e, 99);
 }
 
 static double float_value(ps_data_type_t t, uint64_t raw)
@@ -385,9 +351,9 @@ static void verify(const batch_t *b, const unsigned char *got, int upto_round, i
             uint64_t w = 0, g = 0;
             memcpy(&w, want + e * esize(b->type), esize(b->type));
             memcpy(&g, got + off + e * esize(b->type), esize(b->type));
-            fail("%s: key %" PRIu64 " (%s, %d elements) element %zu: expected 0x%" PRIx64
-                 ", got 0x%" PRIx64,
-                 what, g_keys[i].key, ps_data_type_str(b->type), g_keys[i].elems, e, w, g);
+            check_fail("%s: key %" PRIu64 " (%s, %d elements) element %zu: expected 0x%" PRIx64
+                       ", got 0x%" PRIx64,
+                       what, g_keys[i].key, ps_data_type_str(b->type), g_keys[i].elems, e, w, g);
         }
         off += kb;
     }
@@ -441,7 +407,7 @@ static void *thread_main(void *p)
     for (int j = 0; j < nk; j++) {
         uint64_t b, e;
         ps_postoffice_server_key_range(a->po, j / 2, &b, &e);
-        keys[j] = b + 4096 + (uint64_t)g_rank * 256 + (uint64_t)a->t * 16 + (uint64_t)(j % 2);
+        keys[j] = b + 4096 + (uint64_t)check_rank * 256 + (uint64_t)a->t * 16 + (uint64_t)(j % 2);
         memset(sum[j], 0, sizeof(sum[j]));
     }
     for (int it = 0; it < THREAD_ITERS; it++) {
@@ -551,7 +517,7 @@ static int run_threads(ps_postoffice_t *po, ps_kv_worker_t *w)
     for (int t = 0; t < THREADS; t++) {
         CHECK_OK(ps_thread_join(&th[t], NULL));
         if (args[t].failed)
-            fail("%s", args[t].why);
+            check_fail("%s", args[t].why);
         issued += args[t].issued;
     }
     return issued;
@@ -566,7 +532,7 @@ static void run_worker(ps_postoffice_t *po)
     if (g_copy)
         ps_kv_worker_set_recv_in_place(w, 0);
     build_table(po);
-    int me = g_rank;
+    int me = check_rank;
     int issued = 0;
     int uncounted = 0; /* requests issued without a callback (error cases) */
     batch_t b[NUM_TYPES];
@@ -669,7 +635,7 @@ static void run_worker(ps_postoffice_t *po)
         uncounted++;
         ps_status_t st = wait_ts(w, pts);
         if (st != PS_ERR_NOT_FOUND)
-            fail("pull of an unknown key: expected not found, got %s", ps_status_str(st));
+            check_fail("pull of an unknown key: expected not found, got %s", ps_status_str(st));
         /* Wrong size: a CHAR key pulled with 8 bytes more than it has. */
         for (int i = 0; i < g_num_keys; i++) {
             if (g_keys[i].type != PS_DATA_CHAR || g_keys[i].elems == 0)
@@ -682,8 +648,8 @@ static void run_worker(ps_postoffice_t *po)
             st = wait_ts(w, pts);
             free(big);
             if (st != PS_ERR_PROTOCOL)
-                fail("pull with the wrong size: expected protocol error, got %s",
-                     ps_status_str(st));
+                check_fail("pull with the wrong size: expected protocol error, got %s",
+                           ps_status_str(st));
             break;
         }
         /* No keys: completes at once, callback included. */
@@ -691,37 +657,37 @@ static void run_worker(ps_postoffice_t *po)
         CHECK_OK(ps_kv_push(w, NULL, 0, NULL, 0, NULL, PS_DATA_FLOAT, 0, on_done, NULL, &pts));
         issued++;
         if (atomic_load(&g_callbacks) != before + 1)
-            fail("a push of no keys did not complete at once");
+            check_fail("a push of no keys did not complete at once");
         CHECK_OK(wait_ts(w, pts));
         /* Unsorted keys are refused before anything is sent. */
         ps_key_t bad[2] = {5, 3};
         float v[2] = {0, 0};
         if (ps_kv_push(w, bad, 2, v, sizeof(v), NULL, PS_DATA_FLOAT, 0, NULL, NULL, &pts) !=
             PS_ERR_INVALID_ARG)
-            fail("unsorted keys were accepted");
+            check_fail("unsorted keys were accepted");
     }
 
     if (atomic_load(&g_callbacks) != issued)
-        fail("%d callbacks for %d requests", atomic_load(&g_callbacks), issued);
+        check_fail("%d callbacks for %d requests", atomic_load(&g_callbacks), issued);
     if (atomic_load(&g_callback_errors) != 0)
-        fail("%d callbacks reported an error", atomic_load(&g_callback_errors));
+        check_fail("%d callbacks reported an error", atomic_load(&g_callback_errors));
 
     /* Where pulled values landed: straight in the destination when the van
      * says it can (PS_CAP_RECV_INTO_DEST), else copied once. */
     ps_kv_worker_stats_t stats;
     ps_kv_worker_stats(w, &stats);
     if (stats.requests != (uint64_t)(issued + uncounted))
-        fail("stats: %llu requests, issued %d", (unsigned long long)stats.requests, issued);
+        check_fail("stats: %llu requests, issued %d", (unsigned long long)stats.requests, issued);
     if (!g_copy && (ps_postoffice_capabilities(po) & PS_CAP_RECV_INTO_DEST) &&
         stats.pull_bytes_copied)
-        fail("%llu pulled bytes were copied although the van receives into the destination",
-             (unsigned long long)stats.pull_bytes_copied);
+        check_fail("%llu pulled bytes were copied although the van receives into the destination",
+                   (unsigned long long)stats.pull_bytes_copied);
     if (g_copy && stats.pull_bytes_in_place)
-        fail("%llu pulled bytes landed in place with --copy",
-             (unsigned long long)stats.pull_bytes_in_place);
+        check_fail("%llu pulled bytes landed in place with --copy",
+                   (unsigned long long)stats.pull_bytes_in_place);
     if (stats.pull_bytes_in_place + stats.pull_bytes_copied < verified_bytes)
-        fail("stats: only %llu pulled bytes accounted for",
-             (unsigned long long)(stats.pull_bytes_in_place + stats.pull_bytes_copied));
+        check_fail("stats: only %llu pulled bytes accounted for",
+                   (unsigned long long)(stats.pull_bytes_in_place + stats.pull_bytes_copied));
 
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, BARRIER_TIMEOUT_MS));
     ps_kv_worker_destroy(w);
@@ -760,10 +726,10 @@ int main(int argc, char **argv)
     ps_postoffice_t *po;
     ps_status_t st = ps_postoffice_start(NULL, 1, &po);
     if (st != PS_OK)
-        fail("start: %s", ps_status_str(st));
+        check_fail("start: %s", ps_status_str(st));
     ps_role_t role = ps_postoffice_role(po);
-    g_role = ps_role_str(role);
-    g_rank = ps_postoffice_my_rank(po);
+    check_role = ps_role_str(role);
+    check_rank = ps_postoffice_my_rank(po);
     g_num_workers = ps_postoffice_num_workers(po);
     g_num_servers = ps_postoffice_num_servers(po);
 
@@ -780,7 +746,7 @@ int main(int argc, char **argv)
     }
     st = ps_postoffice_finalize(po, 1);
     if (st != PS_OK)
-        fail("finalize: %s", ps_status_str(st));
-    printf("PASS %s %d: %s\n", g_role, g_rank, g_summary);
+        check_fail("finalize: %s", ps_status_str(st));
+    printf("PASS %s %d: %s\n", check_role, check_rank, g_summary);
     return 0;
 }

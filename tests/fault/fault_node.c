@@ -47,26 +47,12 @@
 #include "ps/base/time.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/postoffice.h"
+#include "tests/lib/check_node.h"
 
 #define MAX_SERVERS 64
 #define WAIT_MS 30000
 
-static const char *g_role = "?";
-static int g_rank = -1;
 static atomic_int g_node_failures;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL %s %d: ", g_role, g_rank);
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    exit(1);
-}
 
 static long long wall_ms(void)
 {
@@ -118,7 +104,7 @@ static ps_slice_t slice_or_die(size_t len)
 {
     ps_slice_t s;
     if (ps_slice_alloc(len, 4096, &s) != PS_OK)
-        fail("out of memory (%zu bytes)", len);
+        check_fail("out of memory (%zu bytes)", len);
     return s;
 }
 
@@ -135,19 +121,19 @@ typedef struct server_lane {
 static void fill_push(int64_t *v, size_t n, uint64_t round)
 {
     for (size_t i = 0; i < n; i++)
-        v[i] = (int64_t)(round * (uint64_t)(g_rank + 1) + i);
+        v[i] = (int64_t)(round * (uint64_t)(check_rank + 1) + i);
 }
 
 static void check_pull(const server_lane_t *lane, int server, size_t n)
 {
     const int64_t *got = ps_slice_ptr(&lane->out);
     uint64_t k = lane->applied;
-    int64_t base = (int64_t)((uint64_t)(g_rank + 1) * k * (k + 1) / 2);
+    int64_t base = (int64_t)((uint64_t)(check_rank + 1) * k * (k + 1) / 2);
     for (size_t i = 0; i < n; i++) {
         int64_t want = base + (int64_t)(k * i);
         if (got[i] != want)
-            fail("server %d key %" PRIu64 " element %zu after %" PRIu64 " rounds: %" PRId64
-                 ", the sum is %" PRId64, server, lane->key, i, k, got[i], want);
+            check_fail("server %d key %" PRIu64 " element %zu after %" PRIu64 " rounds: %" PRId64
+                       ", the sum is %" PRId64, server, lane->key, i, k, got[i], want);
     }
 }
 
@@ -161,20 +147,20 @@ static void run_worker(ps_postoffice_t *po)
     size_t n = bytes / 8;
     int num_servers = ps_postoffice_num_servers(po);
     if (num_servers > MAX_SERVERS || n == 0)
-        fail("%d servers or %zu bytes: out of this test's range", num_servers, bytes);
+        check_fail("%d servers or %zu bytes: out of this test's range", num_servers, bytes);
 
     ps_kv_worker_t *kv;
     if (ps_kv_worker_create(po, 0, 0, &kv) != PS_OK)
-        fail("cannot create the kv worker");
+        check_fail("cannot create the kv worker");
     server_lane_t lanes[MAX_SERVERS];
     for (int s = 0; s < num_servers; s++) {
         uint64_t begin, end;
         if (ps_postoffice_server_key_range(po, s, &begin, &end) != PS_OK)
-            fail("no key range for server %d", s);
+            check_fail("no key range for server %d", s);
         server_lane_t *l = &lanes[s];
         memset(l, 0, sizeof(*l));
         l->live = 1;
-        l->key = begin + 1 + (ps_key_t)g_rank;
+        l->key = begin + 1 + (ps_key_t)check_rank;
         l->keys = slice_or_die(sizeof(ps_key_t));
         memcpy(ps_slice_ptr(&l->keys), &l->key, sizeof(ps_key_t));
         l->out = slice_or_die(bytes);
@@ -191,7 +177,7 @@ static void run_worker(ps_postoffice_t *po)
         if (since_fault >= after)
             break;
         if (ps_deadline_expired(limit))
-            fail("%ld rounds and no fault seen before FAULT_LIMIT_MS", done);
+            check_fail("%ld rounds and no fault seen before FAULT_LIMIT_MS", done);
         int live = 0;
         for (int s = 0; s < num_servers; s++)
             live += lanes[s].live;
@@ -221,7 +207,7 @@ static void run_worker(ps_postoffice_t *po)
                 ps_deadline_t d = ps_deadline_from_ms(WAIT_MS + 1000);
                 l->st = ps_kv_wait(kv, l->ts, WAIT_MS);
                 if (ps_deadline_expired(d))
-                    fail("a wait for server %d outlived its %d ms deadline", s, WAIT_MS);
+                    check_fail("a wait for server %d outlived its %d ms deadline", s, WAIT_MS);
             }
             if (l->st == PS_OK) {
                 l->applied++;
@@ -243,7 +229,7 @@ static void run_worker(ps_postoffice_t *po)
         done++;
         if (done == 1 && fault_at == 0) {
             print_resources("start");
-            printf("looping %s %d\n", g_role, g_rank);
+            printf("looping %s %d\n", check_role, check_rank);
             fflush(stdout);
         }
         if (since_fault >= 0 || fault_at != 0 || atomic_load(&g_node_failures) > 0)
@@ -257,7 +243,7 @@ static void run_worker(ps_postoffice_t *po)
     printf("RETURNED %lld\n", wall_ms());
     fflush(stdout);
     if (rounds > 0 && fault_at == 0 && bar != PS_OK)
-        fail("no request failed, yet the barrier of everyone ended with %s", ps_status_name(bar));
+        check_fail("no request failed, yet the barrier of everyone ended with %s", ps_status_name(bar));
     ps_kv_worker_destroy(kv);
     for (int s = 0; s < num_servers; s++) {
         ps_slice_unref(&lanes[s].keys);
@@ -266,7 +252,7 @@ static void run_worker(ps_postoffice_t *po)
     ps_slice_unref(&push);
     ps_status_t fin = ps_postoffice_finalize(po, bar == PS_OK);
     printf("PASS worker %d: %ld rounds, %" PRIu64 " elements checked, slowest round %lld ms, "
-           "barrier %s, finalize %s\n", g_rank, done, checked, worst_round_ms,
+           "barrier %s, finalize %s\n", check_rank, done, checked, worst_round_ms,
            ps_status_name(bar), ps_status_name(fin));
 }
 
@@ -278,7 +264,7 @@ static void run_other(ps_postoffice_t *po, int is_server)
     ps_kv_server_t *server = NULL;
     if (is_server && (ps_kv_store_create(&store) != PS_OK ||
                       ps_kv_server_create(po, 0, ps_kv_store_handler, store, &server) != PS_OK))
-        fail("cannot create the kv server");
+        check_fail("cannot create the kv server");
     int limit_ms = (int)env_long("FAULT_LIMIT_MS", 120000);
     print_resources("start");
     ps_status_t bar = ps_postoffice_barrier(po, PS_GROUP_ALL, limit_ms);
@@ -287,13 +273,13 @@ static void run_other(ps_postoffice_t *po, int is_server)
     printf("RETURNED %lld\n", wall_ms());
     fflush(stdout);
     if (bar == PS_ERR_TIMED_OUT)
-        fail("the barrier of everyone waited out its whole %d ms", limit_ms);
+        check_fail("the barrier of everyone waited out its whole %d ms", limit_ms);
     ps_status_t fin = ps_postoffice_finalize(po, bar == PS_OK);
     if (server != NULL) {
         ps_kv_server_destroy(server);
         ps_kv_store_destroy(store);
     }
-    printf("PASS %s %d: barrier %s, finalize %s\n", g_role, g_rank, ps_status_name(bar),
+    printf("PASS %s %d: barrier %s, finalize %s\n", check_role, check_rank, ps_status_name(bar),
            ps_status_name(fin));
 }
 
@@ -301,14 +287,14 @@ int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *role = getenv("DMLC_ROLE");
-    g_role = role != NULL ? role : "?";
+    check_role = role != NULL ? role : "?";
     ps_postoffice_t *po;
     ps_status_t st = ps_postoffice_start(NULL, 1, &po);
     if (st != PS_OK)
-        fail("start: %s", ps_status_name(st));
-    g_rank = ps_postoffice_my_rank(po);
+        check_fail("start: %s", ps_status_name(st));
+    check_rank = ps_postoffice_my_rank(po);
     if (ps_postoffice_on_node_failed(po, on_node_failed, NULL) != PS_OK)
-        fail("cannot register the node-failed callback");
+        check_fail("cannot register the node-failed callback");
     switch (ps_postoffice_role(po)) {
     case PS_ROLE_WORKER:
         run_worker(po);

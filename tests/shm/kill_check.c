@@ -28,30 +28,15 @@
 #include "ps/base/time.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/postoffice.h"
+#include "tests/lib/check_node.h"
 
 #define VALUE_BYTES (4u << 20)
 #define WAIT_MS 20000
 #define LIMIT_MS 60000
 
-static const char *g_role = "?";
-static int g_rank = -1;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL %s %d: ", g_role, g_rank);
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    exit(1);
-}
-
 static void say(const char *what)
 {
-    printf("%s %s %d pid %d\n", what, g_role, g_rank, (int)getpid());
+    printf("%s %s %d pid %d\n", what, check_role, check_rank, (int)getpid());
     fflush(stdout);
 }
 
@@ -72,7 +57,7 @@ static ps_status_t push_pull(ps_kv_worker_t *kv, ps_key_t key, ps_slice_t *val, 
     memset(ps_slice_ptr(out), 0, VALUE_BYTES);
     ps_slice_t keys;
     if (ps_slice_alloc(sizeof(key), 8, &keys) != PS_OK) {
-        fail("out of memory");
+        check_fail("out of memory");
     }
     memcpy(ps_slice_ptr(&keys), &key, sizeof(key));
     ps_kv_pairs_t push = {.keys = keys, .vals = *val, .lens = PS_SLICE_EMPTY_INIT,
@@ -86,14 +71,14 @@ static ps_status_t push_pull(ps_kv_worker_t *kv, ps_key_t key, ps_slice_t *val, 
     }
     ps_slice_unref(&keys);
     if (st == PS_ERR_TIMED_OUT) {
-        fail("push-pull of key %llu hung for %d ms", (unsigned long long)key, WAIT_MS);
+        check_fail("push-pull of key %llu hung for %d ms", (unsigned long long)key, WAIT_MS);
     }
     if (st == PS_OK) {
         const uint8_t *q = ps_slice_ptr(out);
         for (size_t i = 0; i < VALUE_BYTES; ++i) {
             if (q[i] != pattern(seed, i)) {
-                fail("key %llu byte %zu came back as 0x%02x, pushed 0x%02x",
-                     (unsigned long long)key, i, q[i], pattern(seed, i));
+                check_fail("key %llu byte %zu came back as 0x%02x, pushed 0x%02x",
+                           (unsigned long long)key, i, q[i], pattern(seed, i));
             }
         }
     }
@@ -104,63 +89,63 @@ static void run_worker(ps_postoffice_t *po)
 {
     ps_kv_worker_t *kv;
     if (ps_kv_worker_create(po, 0, 0, &kv) != PS_OK) {
-        fail("cannot create the kv worker");
+        check_fail("cannot create the kv worker");
     }
     uint64_t b0, b1, e;
     if (ps_postoffice_server_key_range(po, 0, &b0, &e) != PS_OK ||
         ps_postoffice_server_key_range(po, 1, &b1, &e) != PS_OK) {
-        fail("no key ranges");
+        check_fail("no key ranges");
     }
-    ps_key_t live = b0 + 1 + (ps_key_t)g_rank, doomed = b1 + 1 + (ps_key_t)g_rank;
+    ps_key_t live = b0 + 1 + (ps_key_t)check_rank, doomed = b1 + 1 + (ps_key_t)check_rank;
     ps_slice_t val, out;
     if (ps_slice_alloc(VALUE_BYTES, 4096, &val) != PS_OK ||
         ps_slice_alloc(VALUE_BYTES, 4096, &out) != PS_OK) {
-        fail("out of memory");
+        check_fail("out of memory");
     }
-    uint64_t seed = (uint64_t)g_rank * 1000;
+    uint64_t seed = (uint64_t)check_rank * 1000;
     ps_status_t st = PS_OK;
     int rounds = 0;
     ps_deadline_t limit = ps_deadline_from_ms(LIMIT_MS);
     while (st == PS_OK) {
         if (push_pull(kv, live, &val, &out, ++seed) != PS_OK) {
-            fail("push-pull to the live server failed before the kill");
+            check_fail("push-pull to the live server failed before the kill");
         }
         st = push_pull(kv, doomed, &val, &out, ++seed);
         if (st == PS_OK && ++rounds == 1) {
             say("looping");
         }
         if (ps_deadline_expired(limit)) {
-            fail("server 1 still answers after %d ms: was it not killed?", LIMIT_MS);
+            check_fail("server 1 still answers after %d ms: was it not killed?", LIMIT_MS);
         }
     }
     if (rounds == 0) {
-        fail("the first push-pull to server 1 failed (%s)", ps_status_str(st));
+        check_fail("the first push-pull to server 1 failed (%s)", ps_status_str(st));
     }
     ps_status_t again = push_pull(kv, doomed, &val, &out, ++seed);
     if (again == PS_OK) {
-        fail("server 1 answered after it failed");
+        check_fail("server 1 answered after it failed");
     }
     /* The live server goes on answering. */
     for (int i = 0; i < 3; ++i) {
         ps_status_t s = push_pull(kv, live, &val, &out, ++seed);
         if (s != PS_OK) {
-            fail("the live server failed after the kill: %s", ps_status_str(s));
+            check_fail("the live server failed after the kill: %s", ps_status_str(s));
         }
     }
     ps_status_t bar = ps_postoffice_barrier(po, PS_GROUP_ALL, WAIT_MS);
     if (bar == PS_OK || bar == PS_ERR_TIMED_OUT) {
-        fail("the barrier after the kill ended with %s", ps_status_str(bar));
+        check_fail("the barrier after the kill ended with %s", ps_status_str(bar));
     }
     ps_status_t some = ps_postoffice_barrier(po, PS_GROUP_SCHEDULER | PS_GROUP_WORKER, WAIT_MS);
     if (some != PS_OK) {
-        fail("the barrier of the scheduler and the workers failed: %s", ps_status_str(some));
+        check_fail("the barrier of the scheduler and the workers failed: %s", ps_status_str(some));
     }
     ps_kv_worker_destroy(kv);
     ps_slice_unref(&val);
     ps_slice_unref(&out);
     ps_postoffice_finalize(po, 0);
     printf("PASS worker %d: %d rounds, then %s from server 1 and %s again; live server fine; barrier: %s\n",
-           g_rank, rounds, ps_status_str(st), ps_status_str(again), ps_status_str(bar));
+           check_rank, rounds, ps_status_str(st), ps_status_str(again), ps_status_str(bar));
 }
 
 static void run_other(ps_postoffice_t *po, int is_server)
@@ -170,18 +155,18 @@ static void run_other(ps_postoffice_t *po, int is_server)
     if (is_server) {
         if (ps_kv_store_create(&store) != PS_OK ||
             ps_kv_server_create(po, 0, ps_kv_store_handler, store, &server) != PS_OK) {
-            fail("cannot create the kv server");
+            check_fail("cannot create the kv server");
         }
         say("ready");
     }
     ps_status_t bar = ps_postoffice_barrier(po, PS_GROUP_ALL, LIMIT_MS);
     if (bar == PS_OK || bar == PS_ERR_TIMED_OUT) {
-        fail("the barrier after the kill ended with %s", ps_status_str(bar));
+        check_fail("the barrier after the kill ended with %s", ps_status_str(bar));
     }
     if (!is_server) {
         ps_status_t some = ps_postoffice_barrier(po, PS_GROUP_SCHEDULER | PS_GROUP_WORKER, WAIT_MS);
         if (some != PS_OK) {
-            fail("the barrier of the scheduler and the workers failed: %s", ps_status_str(some));
+            check_fail("the barrier of the scheduler and the workers failed: %s", ps_status_str(some));
         }
     }
     const char *done = getenv("KILL_CHECK_DONE");
@@ -194,19 +179,19 @@ static void run_other(ps_postoffice_t *po, int is_server)
         ps_kv_store_destroy(store);
     }
     ps_postoffice_finalize(po, 0);
-    printf("PASS %s %d: barrier after the kill: %s\n", g_role, g_rank, ps_status_str(bar));
+    printf("PASS %s %d: barrier after the kill: %s\n", check_role, check_rank, ps_status_str(bar));
 }
 
 int main(void)
 {
     const char *role = getenv("DMLC_ROLE");
-    g_role = role != NULL ? role : "?";
+    check_role = role != NULL ? role : "?";
     ps_postoffice_t *po;
     ps_status_t st = ps_postoffice_start(NULL, 1, &po);
     if (st != PS_OK) {
-        fail("start: %s", ps_status_str(st));
+        check_fail("start: %s", ps_status_str(st));
     }
-    g_rank = ps_postoffice_my_rank(po);
+    check_rank = ps_postoffice_my_rank(po);
     switch (ps_postoffice_role(po)) {
     case PS_ROLE_WORKER:
         run_worker(po);

@@ -48,49 +48,15 @@
 #include "ps/base/time.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/postoffice.h"
+#include "tests/lib/check_node.h"
 
 #define WAIT_MS 60000
 #define BARRIER_MS 120000
 #define SERVE_MS 300000
 
-static const char *g_role = "?";
-static int g_rank = -1;
 static char g_summary[512] = "done";
 
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL %s %d: ", g_role, g_rank);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    fflush(stdout);
-    exit(1);
-}
-
-#define CHECK_OK(_call)                                                            \
-    do {                                                                           \
-        ps_status_t _st = (_call);                                                 \
-        if (_st != PS_OK)                                                          \
-            fail("%s:%d: %s: %s", __FILE__, __LINE__, #_call, ps_status_str(_st)); \
-    } while (0)
-
 /* ---- deterministic values ---- */
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static uint64_t hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
-{
-    return mix(mix(mix(mix(a) ^ b) ^ c) ^ d);
-}
 
 typedef struct {
     uint32_t id;
@@ -118,7 +84,7 @@ static int is_float(ps_data_type_t t)
 /* Element i of tensor `x` as pushed by `rank` in `round`, written to out. */
 static void gen(const tensor_t *x, int rank, int round, size_t i, void *out)
 {
-    uint64_t h = hash4((uint64_t)rank + 1, (uint64_t)round + 1, x->id, i);
+    uint64_t h = check_hash4((uint64_t)rank + 1, (uint64_t)round + 1, x->id, i);
     double v = x->exact ? (double)((int)(h % 17) - 8)
                         : ((double)(h >> 11) * 0x1p-53) * 8.0 - 4.0; /* [-4, 4) */
     switch (x->type) {
@@ -186,8 +152,8 @@ static size_t verify(const tensor_t *x, int workers, int r0, int r1, const char 
             memcpy(&have, g, es);
             uint64_t mask = es == 8 ? ~0ull : (1ull << (8 * es)) - 1;
             if (have != (sum & mask))
-                fail("%s: tensor %u (%s) element %zu: got %" PRIu64 ", expected %" PRIu64, what,
-                     x->id, ps_data_type_str(x->type), i, have, sum & mask);
+                check_fail("%s: tensor %u (%s) element %zu: got %" PRIu64 ", expected %" PRIu64, what,
+                           x->id, ps_data_type_str(x->type), i, have, sum & mask);
             continue;
         }
         /* The reference in higher precision than any summed type (x87
@@ -221,10 +187,10 @@ static size_t verify(const tensor_t *x, int workers, int r0, int r1, const char 
             ok = fabsl((long double)have - exact_ld) <= tol;
         }
         if (!ok || isnan(have))
-            fail("%s: tensor %u (%s%s) element %zu: got %.17g, exact sum %.17g (%d terms, "
-                 "tolerance %.3g)",
-                 what, x->id, ps_data_type_str(x->type), x->exact ? ", exact" : "", i, have,
-                 exact, m, tol);
+            check_fail("%s: tensor %u (%s%s) element %zu: got %.17g, exact sum %.17g (%d terms, "
+                       "tolerance %.3g)",
+                       what, x->id, ps_data_type_str(x->type), x->exact ? ", exact" : "", i, have,
+                       exact, m, tol);
     }
     return x->elems * es;
 }
@@ -234,7 +200,7 @@ static void fill(tensor_t *x, int round)
     size_t es = ps_data_type_size(x->type);
     unsigned char *p = ps_slice_ptr(&x->src);
     for (size_t i = 0; i < x->elems; i++)
-        gen(x, g_rank, round, i, p + i * es);
+        gen(x, check_rank, round, i, p + i * es);
 }
 
 static void tensor_init(tensor_t *x, ps_kv_worker_t *w, ps_postoffice_t *po, uint32_t id,
@@ -274,7 +240,7 @@ static void run_worker(ps_postoffice_t *po)
     size_t n = NUM_TYPES * NUM_SIZES + 4;
     tensor_t *ts = calloc(n, sizeof(*ts));
     if (!ts)
-        fail("out of memory");
+        check_fail("out of memory");
     size_t k = 0;
     for (size_t t = 0; t < NUM_TYPES; t++)
         for (size_t s = 0; s < NUM_SIZES; s++, k++)
@@ -314,15 +280,15 @@ static void run_worker(ps_postoffice_t *po)
         /* A pull before anyone pushed waits for every worker's push. */
         tensor_t e;
         tensor_init(&e, w, po, 5000, PS_DATA_FLOAT, 777, 0, 0, 0);
-        if (g_rank == 0) {
+        if (check_rank == 0) {
             CHECK_OK(ps_sum_tensor_start(e.t, PS_SUM_OP_PULL, NULL, &e.dst));
             ps_status_t st = ps_sum_tensor_wait(e.t, 300);
             if (st != PS_ERR_TIMED_OUT)
-                fail("early pull: ended with %s before anyone pushed", ps_status_str(st));
+                check_fail("early pull: ended with %s before anyone pushed", ps_status_str(st));
         }
         CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_WORKER, BARRIER_MS));
         fill(&e, 0);
-        if (g_rank == 0) {
+        if (check_rank == 0) {
             /* Its own push goes out while its pull still waits: a push-pull
              * op needs the tensor idle, so push through the KV API. */
             ps_key_t key;
@@ -382,7 +348,7 @@ static void wait_files(int live)
         snprintf(path, sizeof(path), "%s/done.%d", g_dead_dir, r);
         while (access(path, F_OK) != 0) {
             if (ps_deadline_expired(dl))
-                fail("worker %d never finished (no %s)", r, path);
+                check_fail("worker %d never finished (no %s)", r, path);
             ps_sleep_ms(20);
         }
     }
@@ -399,10 +365,10 @@ static void run_dead_worker(ps_postoffice_t *po)
     tensor_init(&b, w, po, 2, PS_DATA_FLOAT, 100, 0, 0, 0);
     fill(&a, 0);
     fill(&b, 0);
-    if (g_rank == leaver) {
+    if (check_rank == leaver) {
         CHECK_OK(ps_sum_tensor_push(a.t, &a.src, WAIT_MS));
         CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_WORKER, BARRIER_MS));
-        printf("PASS worker %d: pushed key A, leaving without pushing B or finalizing\n", g_rank);
+        printf("PASS worker %d: pushed key A, leaving without pushing B or finalizing\n", check_rank);
         fflush(stdout);
         _exit(0);
     }
@@ -414,23 +380,23 @@ static void run_dead_worker(ps_postoffice_t *po)
     uint64_t t0 = ps_time_now_ms();
     ps_status_t st = ps_sum_tensor_pull(b.t, &b.dst, WAIT_MS);
     if (st != PS_ERR_NOT_FOUND)
-        fail("pull of key B (the leaver never pushed): %s, expected PS_ERR_NOT_FOUND",
-             ps_status_str(st));
+        check_fail("pull of key B (the leaver never pushed): %s, expected PS_ERR_NOT_FOUND",
+                   ps_status_str(st));
     uint64_t t_fail = ps_time_now_ms() - t0;
     fill(&a, 1);
     CHECK_OK(ps_sum_tensor_push(a.t, &a.src, WAIT_MS));
     st = ps_sum_tensor_pull(a.t, &a.dst, WAIT_MS);
     if (st != PS_ERR_NOT_FOUND)
-        fail("pull of key A's next round: %s, expected PS_ERR_NOT_FOUND", ps_status_str(st));
+        check_fail("pull of key A's next round: %s, expected PS_ERR_NOT_FOUND", ps_status_str(st));
     tensor_fini(&a);
     tensor_fini(&b);
     ps_kv_worker_destroy(w);
 
     char path[512];
-    snprintf(path, sizeof(path), "%s/done.%d", g_dead_dir, g_rank);
+    snprintf(path, sizeof(path), "%s/done.%d", g_dead_dir, check_rank);
     FILE *f = fopen(path, "w");
     if (!f)
-        fail("cannot create %s", path);
+        check_fail("cannot create %s", path);
     fclose(f);
     snprintf(g_summary, sizeof(g_summary),
              "key A summed, key B and A's next round failed with PS_ERR_NOT_FOUND "
@@ -449,10 +415,10 @@ static void run_dead_server(ps_postoffice_t *po)
     /* The leaver, reported by the postoffice's callback (the live workers
      * may have left too by now). */
     if (st.workers_gone < 1)
-        fail("the server never learnt that the leaver is gone");
+        check_fail("the server never learnt that the leaver is gone");
     if (st.keys_failed != 2 || st.pulls_failed != (uint64_t)(2 * live))
-        fail("expected 2 failed keys and %d failed pulls, got %" PRIu64 " and %" PRIu64,
-             2 * live, st.keys_failed, st.pulls_failed);
+        check_fail("expected 2 failed keys and %d failed pulls, got %" PRIu64 " and %" PRIu64,
+                   2 * live, st.keys_failed, st.pulls_failed);
     snprintf(g_summary, sizeof(g_summary),
              "%" PRIu64 " rounds, %" PRIu64 " keys failed, %" PRIu64 " pulls answered 'no value'",
              st.rounds, st.keys_failed, st.pulls_failed);
@@ -485,22 +451,22 @@ int main(int argc, char **argv)
     ps_start_params_t params;
     ps_status_t st = ps_start_params_from_env(&params);
     if (st != PS_OK)
-        fail("environment: %s", ps_status_str(st));
-    g_role = ps_role_str(params.role);
+        check_fail("environment: %s", ps_status_str(st));
+    check_role = ps_role_str(params.role);
 
     if (!g_dead_dir && params.role != PS_ROLE_WORKER) {
         /* Exactly what tools/sum_server runs. */
         ps_sum_run_result_t res;
         st = ps_sum_server_run(&params, NULL, SERVE_MS, &res);
-        g_rank = res.rank;
+        check_rank = res.rank;
         if (st != PS_OK)
-            fail("sum server: %s", ps_status_str(st));
+            check_fail("sum server: %s", ps_status_str(st));
         const ps_sum_stats_t *s = &res.stats;
         if (params.role == PS_ROLE_SERVER) {
             if (s->refused || s->pulls_failed || s->keys_failed || !s->pushes)
-                fail("server counters: %" PRIu64 " refused, %" PRIu64 " failed pulls, %" PRIu64
-                     " failed keys, %" PRIu64 " pushes",
-                     s->refused, s->pulls_failed, s->keys_failed, s->pushes);
+                check_fail("server counters: %" PRIu64 " refused, %" PRIu64 " failed pulls, %" PRIu64
+                           " failed keys, %" PRIu64 " pushes",
+                           s->refused, s->pulls_failed, s->keys_failed, s->pushes);
             snprintf(g_summary, sizeof(g_summary),
                      "%" PRIu64 " keys, %" PRIu64 " pushes, %" PRIu64 " pulls, %" PRIu64
                      " rounds, %" PRIu64 " pulls waited, %" PRIu64 " pushes held, %" PRIu64
@@ -508,15 +474,15 @@ int main(int argc, char **argv)
                      s->keys, s->pushes, s->pulls, s->rounds, s->pulls_waited, s->pushes_held,
                      s->stores);
         }
-        printf("PASS %s %d: %s\n", g_role, g_rank, g_summary);
+        printf("PASS %s %d: %s\n", check_role, check_rank, g_summary);
         return 0;
     }
 
     ps_postoffice_t *po;
     st = ps_postoffice_start(&params, 1, &po);
     if (st != PS_OK)
-        fail("start: %s", ps_status_str(st));
-    g_rank = ps_postoffice_my_rank(po);
+        check_fail("start: %s", ps_status_str(st));
+    check_rank = ps_postoffice_my_rank(po);
 
     int expect_gone = g_dead_dir != NULL;
     switch (params.role) {
@@ -536,7 +502,7 @@ int main(int argc, char **argv)
     /* With a worker gone the final barrier cannot complete: leave anyway. */
     st = ps_postoffice_finalize(po, params.role != PS_ROLE_SERVER || !expect_gone);
     if (st != PS_OK && !(expect_gone && st == PS_ERR_PEER_GONE))
-        fail("finalize: %s", ps_status_str(st));
-    printf("PASS %s %d: %s\n", g_role, g_rank, g_summary);
+        check_fail("finalize: %s", ps_status_str(st));
+    printf("PASS %s %d: %s\n", check_role, check_rank, g_summary);
     return 0;
 }

@@ -1,0 +1,36 @@
+/*
+ * The shared part of the check programs (check_node.h).
+ */
+#include "tests/lib/check_node.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+const char *check_role = "?";
+int check_rank = -1;
+
+void check_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL %s %d: ", check_role, check_rank);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+    exit(1);
+}
+
+uint64_t check_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+uint64_t check_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+    return check_mix64(check_mix64(check_mix64(check_mix64(a) ^ b) ^ c) ^ d);
+}
