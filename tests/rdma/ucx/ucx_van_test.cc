@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/van/van_harness.h"
 
 #include <ucp/api/ucp.h>
 
@@ -50,228 +51,16 @@ extern char **environ;
 
 namespace {
 
-constexpr auto kWait = std::chrono::seconds(60);
+using namespace ps_van_test;
 
-uint8_t Pattern(uint64_t seq, unsigned seg, size_t i)
-{
-    uint64_t x = seq * 0x9e3779b97f4a7c15ull + seg * 0x632be59bd9b4e019ull + i;
-    x ^= x >> 29;
-    return static_cast<uint8_t>(x * 0xbf58476d1ce4e5b9ull >> 56);
-}
-
-struct Received {
-    ps_meta_t meta;
-    std::vector<std::string> data;
-    std::vector<const void *> ptrs; // where each segment landed
-    std::string body;
-    std::vector<ps_node_t> nodes;
-};
-
-struct Inbox {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<Received> msgs;
-    std::vector<std::pair<int, ps_status_t>> failures;
-    std::map<std::pair<uint64_t, unsigned>, ps_slice_t> dest;
-    std::atomic<int> recv_buffer_calls{0};
-    bool gate_closed = false;
-    std::atomic<bool> in_gate{false};
-    std::function<void(const ps_msg_t *)> on_msg;
-
-    ~Inbox()
-    {
-        for (auto &kv : dest) {
-            ps_slice_unref(&kv.second);
-        }
-    }
-    bool WaitMsgs(size_t n)
-    {
-        std::unique_lock<std::mutex> lk(mu);
-        return cv.wait_for(lk, kWait, [&] { return msgs.size() >= n; });
-    }
-    bool WaitFailure(size_t n)
-    {
-        std::unique_lock<std::mutex> lk(mu);
-        return cv.wait_for(lk, kWait, [&] { return failures.size() >= n; });
-    }
-    void OpenGate()
-    {
-        std::lock_guard<std::mutex> lk(mu);
-        gate_closed = false;
-        cv.notify_all();
-    }
-};
-
-ps_status_t RecvBuffer(void *arg, const ps_meta_t *meta, unsigned index, uint64_t len,
-                       ps_slice_t *slice_p)
-{
-    Inbox *in = static_cast<Inbox *>(arg);
-    in->recv_buffer_calls++;
-    std::lock_guard<std::mutex> lk(in->mu);
-    auto it = in->dest.find({meta->key, index});
-    if (it == in->dest.end()) {
-        return PS_ERR_NOT_FOUND;
-    }
-    (void)len;
-    *slice_p = ps_slice_ref(&it->second);
-    return PS_OK;
-}
-
-void Deliver(void *arg, ps_msg_t *msg)
-{
-    Inbox *in = static_cast<Inbox *>(arg);
-    Received r;
-    r.meta = msg->meta;
-    r.meta.body = nullptr;
-    r.meta.control.nodes = nullptr;
-    for (uint32_t i = 0; i < msg->num_data; ++i) {
-        const char *p = static_cast<const char *>(ps_slice_ptr(&msg->data[i]));
-        r.data.emplace_back(p == nullptr ? std::string() : std::string(p, msg->data[i].len));
-        r.ptrs.push_back(p);
-    }
-    if (msg->meta.body_len != 0) {
-        r.body.assign(reinterpret_cast<const char *>(msg->meta.body), msg->meta.body_len);
-    }
-    for (uint32_t i = 0; i < msg->meta.control.num_nodes; ++i) {
-        r.nodes.push_back(msg->meta.control.nodes[i]);
-    }
-    {
-        std::unique_lock<std::mutex> lk(in->mu);
-        if (in->gate_closed) {
-            in->in_gate = true;
-            in->cv.notify_all();
-            in->cv.wait(lk, [&] { return !in->gate_closed; });
-        }
-        in->msgs.push_back(std::move(r));
-        in->cv.notify_all();
-    }
-    if (in->on_msg) {
-        in->on_msg(msg);
-    }
-    ps_msg_release(msg);
-}
-
-void PeerFailed(void *arg, int node_id, ps_status_t why)
-{
-    Inbox *in = static_cast<Inbox *>(arg);
-    std::lock_guard<std::mutex> lk(in->mu);
-    in->failures.emplace_back(node_id, why);
-    in->cv.notify_all();
-}
-
-const ps_van_ops_t *UcxOps()
-{
-    const ps_van_component_t *c = nullptr;
-    EXPECT_EQ(ps_van_find("ucx", &c), PS_OK);
-    return c != nullptr ? c->ops : nullptr;
-}
-
-ps_van_params_t DefaultParams()
-{
-    ps_van_params_t p;
-    memset(&p, 0, sizeof(p));
-    p.role = PS_ROLE_WORKER;
-    p.connect_timeout_ms = 20000;
-    return p;
-}
-
-struct Van {
-    Inbox inbox;
-    ps_van_t *van = nullptr;
-    ps_node_t node;
-    const ps_van_ops_t *ops = nullptr;
-
+// One UCX van with its inbox.
+struct Van : VanBase {
     ps_status_t Open(int id, ps_van_params_t params = DefaultParams(), int port = 0,
                      const char *host = "127.0.0.1")
     {
-        ops = UcxOps();
-        if (ops == nullptr) {
-            return PS_ERR_NOT_FOUND;
-        }
-        ps_van_callbacks_t cb;
-        cb.arg = &inbox;
-        cb.recv_buffer = RecvBuffer;
-        cb.deliver = Deliver;
-        cb.peer_failed = PeerFailed;
-        ps_status_t st = ops->open(&params, &cb, &van);
-        if (st != PS_OK) {
-            return st;
-        }
-        ps_node_init(&node);
-        node.id = id;
-        snprintf(node.hostname, sizeof(node.hostname), "%s", host);
-        if (port != 0) {
-            node.num_ports = 1;
-            node.ports[0] = port;
-        }
-        return ops->bind(van, &node, 40);
+        return OpenAs("ucx", id, host, params, port);
     }
-    int Port() const { return node.ports[0]; }
-    ps_status_t ConnectTo(const Van &peer, int my_id)
-    {
-        return ops->connect(van, &peer.node, my_id);
-    }
-    void Close()
-    {
-        if (van != nullptr) {
-            ops->close(van);
-            van = nullptr;
-        }
-    }
-    ~Van() { Close(); }
 };
-
-struct OutMsg {
-    ps_msg_t msg;
-    OutMsg(int recver, uint64_t seq, const std::vector<size_t> &sizes)
-    {
-        ps_msg_init(&msg);
-        msg.meta.recver = recver;
-        msg.meta.key = seq;
-        msg.meta.timestamp = static_cast<int32_t>(seq & 0x7fffffff);
-        msg.meta.request = true;
-        msg.meta.push = true;
-        for (unsigned s = 0; s < sizes.size(); ++s) {
-            ps_slice_t sl;
-            EXPECT_EQ(ps_slice_alloc(sizes[s], 0, &sl), PS_OK);
-            uint8_t *p = static_cast<uint8_t *>(ps_slice_ptr(&sl));
-            for (size_t i = 0; i < sizes[s]; ++i) {
-                p[i] = Pattern(seq, s, i);
-            }
-            EXPECT_EQ(ps_msg_add_data(&msg, &sl, PS_DATA_UINT8), PS_OK);
-            ps_slice_unref(&sl);
-        }
-    }
-    ~OutMsg() { ps_msg_release(&msg); }
-};
-
-::testing::AssertionResult CheckMsg(const Received &r, int sender, uint64_t seq,
-                                    const std::vector<size_t> &sizes)
-{
-    if (r.meta.sender != sender) {
-        return ::testing::AssertionFailure() << "sender " << r.meta.sender << " != " << sender;
-    }
-    if (r.meta.key != seq) {
-        return ::testing::AssertionFailure() << "key " << r.meta.key << " != " << seq;
-    }
-    if (r.data.size() != sizes.size()) {
-        return ::testing::AssertionFailure()
-               << "msg " << seq << ": " << r.data.size() << " segments, want " << sizes.size();
-    }
-    for (unsigned s = 0; s < sizes.size(); ++s) {
-        if (r.data[s].size() != sizes[s]) {
-            return ::testing::AssertionFailure() << "msg " << seq << " seg " << s << ": "
-                                                 << r.data[s].size() << " bytes, want " << sizes[s];
-        }
-        for (size_t i = 0; i < sizes[s]; ++i) {
-            if (static_cast<uint8_t>(r.data[s][i]) != Pattern(seq, s, i)) {
-                return ::testing::AssertionFailure()
-                       << "msg " << seq << " seg " << s << " byte " << i << " differs";
-            }
-        }
-    }
-    return ::testing::AssertionSuccess();
-}
 
 // Sets UCX_TLS for the vans a test opens (UCX reads it at every open).
 class UcxTls {
