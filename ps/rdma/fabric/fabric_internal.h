@@ -35,8 +35,9 @@
  * is empty, else (or on -FI_EAGAIN) queues, and the progress thread posts
  * the rest. The progress thread reads the completion queue, assembles and
  * delivers incoming messages, and calls every callback. Locks: peers_lock
- * (rwlock: the id -> peer table), peer->lock (a peer's send state), then
- * the registration cache's lock; never the other way round.
+ * (rwlock: changes of the id -> peer table; lookups read it without a
+ * lock), peer->lock (a peer's send state), then the registration cache's
+ * lock or tx_cache_lock; never the other way round.
  */
 #ifndef PS_RDMA_FABRIC_FABRIC_INTERNAL_H_
 #define PS_RDMA_FABRIC_FABRIC_INTERNAL_H_
@@ -70,6 +71,12 @@
 #define PS__FAB_INLINE_MAX 4096u
 /* Header + meta bytes a send keeps inside its own object. */
 #define PS__FAB_HM_INLINE 512u
+/* A small message is built on the sender's stack and injected from there
+ * (no send object) when it fits this and the provider's inject size. */
+#define PS__FAB_STACK_HM 2048u
+/* Send and receive objects kept for reuse (each is over glibc's 1 KiB
+ * tcache limit, so malloc would take its slow path every message). */
+#define PS__FAB_OBJ_CACHE 64
 /* Completions read per call. */
 #define PS__FAB_CQ_BATCH 32
 /* Pending pulls (worker; BYTEPS_ADDRESS_POOL_SIZE overrides) and
@@ -91,6 +98,9 @@
 /* How often peers with hanging sends are checked; how long a peer may take
  * none of our sends without a PS_CONNECT_TIMEOUT_MS. */
 #define PS__FAB_LIVENESS_NS (500 * 1000 * 1000ull)
+/* shm: a peer heard from (or whose process was checked) this recently is
+ * taken as alive by a post; see peer_dead() in fabric_send.c. */
+#define PS__FAB_PID_CHECK_NS (1000 * 1000ull)
 #define PS__FAB_STALL_MS_DEFAULT 10000
 /* While a waiting thread drives the loop, the progress thread checks this
  * often whether it still does. */
@@ -103,6 +113,9 @@
 /* A spinning progress loop reads the clock after work and every this many
  * idle rounds (a fraction of a microsecond each). */
 #define PS__FAB_CLOCK_EVERY 32u
+/* Busy polling: the spinning progress thread yields the CPU every this
+ * many idle rounds (a power of two). */
+#define PS__FAB_BUSY_YIELD_EVERY 256u
 
 /* ---- wire (fabric_wire.c) ---- */
 
@@ -286,7 +299,8 @@ struct ps__fab_peer {
     pid_t pid;            /* its process (0: not in our PID namespace) */
     int pidfd;            /* pidfd of pid (-1: none; kill(pid, 0) then) */
     int same_host;
-    int watch_pid;        /* shm: check pid before every post (see tx_post) */
+    int watch_pid;        /* shm: check pid before posting (see peer_dead) */
+    uint64_t alive_ns;    /* its process was last seen alive (peer->lock) */
     uint64_t last_progress_ns; /* atomic: a send to it completed or a message came */
 };
 
@@ -355,9 +369,16 @@ struct ps__fab_van {
 
     /* peers */
     pthread_rwlock_t peers_lock;
-    ps__fab_peer_t **peers;  /* by id */
-    int peers_cap;
+    /* By id, PS_NODE_EMPTY entries (only the pages of ids in use are ever
+     * touched): read with atomic loads and no lock, written under
+     * peers_lock; a peer is freed at close only. */
+    ps__fab_peer_t **peers;
     ps__fab_peer_t *all_peers;
+
+    /* send objects for reuse (any thread) */
+    pthread_mutex_t tx_cache_lock;
+    ps__fab_tx_t *tx_cache;     /* by ->next */
+    int tx_cached;
 
     /* hand-offs to the progress thread */
     pthread_mutex_t blocked_lock;
@@ -382,12 +403,17 @@ struct ps__fab_van {
     int rxs_cap;
     ps__fab_rx_t *rx_all;
     ps__fab_rx_t *rx_blocked;
+    ps__fab_rx_t *rx_cache;     /* receive objects for reuse, by ->next */
+    int rx_cached;
     int mrecv_blocked;
     ps_node_t *scratch_nodes;
     size_t scratch_cap;
     uint64_t last_liveness_ns;
-    /* run_round's clock: read after work and every PS__FAB_CLOCK_EVERY
-     * idle rounds (a spinning loop read it as often as the queue). */
+    /* run_round's clock: read after work, every PS__FAB_CLOCK_EVERY idle
+     * rounds (a spinning loop read it as often as the queue) and after a
+     * sleep; what a round handles is stamped with it (a few microseconds
+     * old at most while spinning, up to PS__FAB_PARK_MS when a driver
+     * comes back). */
     uint64_t round_now_ns;
     unsigned idle_rounds;
 
@@ -451,7 +477,7 @@ int ps__fab_my_id(ps__fab_van_t *van);
 int ps__fab_peer_process_gone(const ps__fab_peer_t *peer);
 
 /* ---- fabric_send.c ---- */
-ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg);
+ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_t *msg);
 /* A send op completed (ok = 0 on error). */
 void ps__fab_tx_op_done(ps__fab_van_t *van, ps__fab_tx_t *tx, int ok);
 /* Posts what the blocked peers queued (progress thread). */
@@ -459,6 +485,8 @@ void ps__fab_flush_blocked(ps__fab_van_t *van);
 /* Releases every send of a peer (close). */
 void ps__fab_tx_free_all(ps__fab_van_t *van, ps__fab_peer_t *peer);
 void ps__fab_tx_free_list(ps__fab_van_t *van, ps__fab_tx_t *list);
+/* Frees the send objects kept for reuse (close). */
+void ps__fab_tx_cache_free(ps__fab_van_t *van);
 void ps__fab_pull_free(ps__fab_van_t *van, ps__fab_pull_t *pull);
 /* Drop callback of van->dests (frees a ps__fab_rdv_desc_t copy). */
 void ps__fab_dest_drop(void *arg, const ps_rdma_rdv_key_t *key, void *value);

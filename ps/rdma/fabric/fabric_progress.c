@@ -132,7 +132,10 @@ static int drain_cq(ps__fab_van_t *van)
 /* Tells the postoffice about failed links (outside every lock). */
 static void notify_failures(ps__fab_van_t *van)
 {
-    if (!__atomic_exchange_n(&van->fail_pending, 0, __ATOMIC_SEQ_CST))
+    /* Every round passes here: a plain load first (an exchange writes the
+     * line every time, a locked instruction per round). */
+    if (!__atomic_load_n(&van->fail_pending, __ATOMIC_SEQ_CST) ||
+        !__atomic_exchange_n(&van->fail_pending, 0, __ATOMIC_SEQ_CST))
         return;
     for (;;) {
         ps__fab_peer_t *hit = NULL;
@@ -289,9 +292,11 @@ static void park(ps__fab_van_t *van, uint64_t *seen)
         drain_wakefd(van);
 }
 
-/* The next round reads the clock (after a sleep, the last reading is old). */
+/* After a sleep the last reading is old: read the clock now (what the
+ * next round handles is stamped with it) and at the end of the round. */
 static void fresh_clock(ps__fab_van_t *van)
 {
+    van->round_now_ns = ps_time_now_ns();
     van->idle_rounds = PS__FAB_CLOCK_EVERY;
 }
 
@@ -299,11 +304,11 @@ static void *progress_main(void *arg)
 {
     ps__fab_van_t *van = arg;
     uint64_t last_active = ps_time_now_ns();
-    van->round_now_ns = last_active;
     uint64_t pause = PS__FAB_SLEEP_MIN_NS;
     unsigned spins = 0;
     uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&van->prog_lock);
+    van->round_now_ns = last_active;
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
         uint64_t now;
         int n = run_round(van, &now);
@@ -331,8 +336,13 @@ static void *progress_main(void *arg)
         if (van->params.busy_poll || now - last_active < spin) {
             /* Spinning; but a machine with few cores often has more
              * runnable threads than cores (the app thread this thread is
-             * about to wake, the peer's progress thread): let them run. */
-            if ((++spins & 15) == 0) {
+             * about to wake, the peer's progress thread): let them run.
+             * A sched_yield() costs ~1 us here, several idle rounds: busy
+             * polling (which owns its core by choice) yields as seldom as
+             * a driving waiter does (ps/net/customer.c), every ~25 us,
+             * not every ~2 us, or a message would find the thread inside
+             * the syscall a third of the time. */
+            if ((++spins & (van->params.busy_poll ? PS__FAB_BUSY_YIELD_EVERY - 1 : 15)) == 0) {
                 pthread_mutex_unlock(&van->prog_lock);
                 sched_yield();
                 pthread_mutex_lock(&van->prog_lock);
@@ -422,6 +432,7 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
         }
     }
     van->last_liveness_ns = ps_time_now_ns();
+    van->round_now_ns = van->last_liveness_ns;
     ps_status_t st = ps_event_init(&van->thread_exited, 0);
     if (st != PS_OK)
         return st;

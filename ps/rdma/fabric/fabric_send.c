@@ -10,6 +10,7 @@
  * posted operation completes (a reference per operation plus the poster's),
  * and it keeps references on the data slices until then.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,47 @@ static void detach_pull(ps__fab_van_t *van, const ps_meta_t *m)
 
 /* ---- send objects ---- */
 
+/* A zeroed send object: a kept one, else a new one. Everything before
+ * hm_inline is cleared; hm_inline is written before it is read. */
+static ps__fab_tx_t *tx_get(ps__fab_van_t *van)
+{
+    ps__fab_tx_t *tx = NULL;
+    pthread_mutex_lock(&van->tx_cache_lock);
+    if (van->tx_cache != NULL) {
+        tx = van->tx_cache;
+        van->tx_cache = tx->next;
+        van->tx_cached--;
+    }
+    pthread_mutex_unlock(&van->tx_cache_lock);
+    if (tx == NULL)
+        return calloc(1, sizeof(*tx));
+    memset(tx, 0, offsetof(ps__fab_tx_t, hm_inline));
+    return tx;
+}
+
+static void tx_put(ps__fab_van_t *van, ps__fab_tx_t *tx)
+{
+    pthread_mutex_lock(&van->tx_cache_lock);
+    if (van->tx_cached < PS__FAB_OBJ_CACHE) {
+        tx->next = van->tx_cache;
+        van->tx_cache = tx;
+        van->tx_cached++;
+        tx = NULL;
+    }
+    pthread_mutex_unlock(&van->tx_cache_lock);
+    free(tx);
+}
+
+void ps__fab_tx_cache_free(ps__fab_van_t *van)
+{
+    while (van->tx_cache != NULL) {
+        ps__fab_tx_t *tx = van->tx_cache;
+        van->tx_cache = tx->next;
+        free(tx);
+    }
+    van->tx_cached = 0;
+}
+
 static void tx_release_resources(ps__fab_van_t *van, ps__fab_tx_t *tx)
 {
     for (int i = 0; i < PS_MSG_MAX_DATA; i++) {
@@ -120,7 +162,7 @@ static void tx_release_resources(ps__fab_van_t *van, ps__fab_tx_t *tx)
         ps_slice_unref(&tx->data[i]);
     ps_slice_unref(&tx->hm_slice);
     free(tx->hm_heap);
-    free(tx);
+    tx_put(van, tx);
 }
 
 /* Takes tx off its peer's in-flight list (peer lock held). */
@@ -165,8 +207,8 @@ static void tx_unref(ps__fab_van_t *van, ps__fab_tx_t *tx, int peer_locked)
 void ps__fab_tx_op_done(ps__fab_van_t *van, ps__fab_tx_t *tx, int ok)
 {
     __atomic_sub_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
-    if (ok)
-        __atomic_store_n(&tx->peer->last_progress_ns, ps_time_now_ns(), __ATOMIC_RELAXED);
+    if (ok) /* progress context: the round's clock */
+        __atomic_store_n(&tx->peer->last_progress_ns, van->round_now_ns, __ATOMIC_RELAXED);
     tx_unref(van, tx, 0);
 }
 
@@ -206,73 +248,118 @@ void ps__fab_tx_free_all(ps__fab_van_t *van, ps__fab_peer_t *peer)
 
 enum { POST_DONE, POST_AGAIN, POST_ERROR, POST_GONE };
 
+/* Whether a same-host peer's process is gone, asked before posting to it
+ * (peer lock held; `now`: the time, or 0 to read it).
+ *
+ * Why at all: shm (libfabric 1.17) takes the peer region's spinlock in
+ * every send, and a process that died holding it (killed inside its own
+ * progress) never releases it: a post to it would spin forever. So nothing
+ * is posted to a peer whose process has exited.
+ *
+ * Why not before every post: the check is a poll() on the pidfd, ~0.5 us,
+ * twice per small round trip, a quarter of shm's whole round trip. So a
+ * peer heard from (a message came, a send to it completed) or found alive
+ * by this check less than PS__FAB_PID_CHECK_NS (1 ms) ago is taken as
+ * alive without asking; `force` (a post that the provider refused for now,
+ * whose peer may have stopped taking messages) always asks. The trade: a
+ * peer killed in the last millisecond of a busy exchange may still get a
+ * post. That is the kind of exposure the check already had: a killed
+ * process's pidfd turns readable only once its exit is complete, its
+ * memory torn down first (0.1-4 ms measured here from SIGKILL, for 16-200
+ * MB processes on a loaded 2-vCPU machine), and what such a post cannot
+ * undo, close() bounds: it gives up on the progress thread after
+ * PS__FAB_STOP_MS rather than hang. A peer quiet for a millisecond, as a
+ * killed one soon is, is asked about before every post, as before. */
+static int peer_dead(ps__fab_peer_t *peer, uint64_t now, int force)
+{
+    if (!peer->watch_pid)
+        return 0;
+    if (now == 0)
+        now = ps_time_now_ns();
+    if (!force) {
+        uint64_t seen = __atomic_load_n(&peer->last_progress_ns, __ATOMIC_RELAXED);
+        if (peer->alive_ns > seen)
+            seen = peer->alive_ns;
+        /* Signed: another thread may have stored a time later than `now`. */
+        if ((int64_t)(now - seen) < (int64_t)PS__FAB_PID_CHECK_NS)
+            return 0;
+    }
+    if (ps__fab_peer_process_gone(peer))
+        return 1;
+    peer->alive_ns = now;
+    return 0;
+}
+
 /* Posts tx's stages from tx->stage on (peer lock held). On POST_DONE the
- * poster's reference is still held: the caller drops it. POST_GONE: the
- * peer's process is gone, nothing was posted. */
+ * poster's reference is still held: the caller drops it. The caller has
+ * asked peer_dead() first. */
 static int tx_post(ps__fab_van_t *van, ps__fab_tx_t *tx)
 {
     ps__fab_peer_t *peer = tx->peer;
     fi_addr_t dest = peer->addr;
-    int sender = ps__fab_my_id(van);
-    /* shm (libfabric 1.17) takes the peer region's spinlock in every send,
-     * and a process that died holding it (killed inside its own progress)
-     * never releases it: a post to it would spin forever. So nothing is
-     * posted to a peer whose process has exited. What this cannot catch
-     * is a post racing with the peer's teardown (its threads dead, the
-     * exit not yet complete): close() then gives up on the progress thread
-     * after PS__FAB_STOP_MS rather than hang. */
-    if (peer->watch_pid && ps__fab_peer_process_gone(peer))
-        return POST_GONE;
-    while (tx->stage < PS__FAB_ST_DONE) {
+    for (; tx->stage >= 0 && tx->stage < PS__FAB_ST_DONE; tx->stage++) {
         int stage = tx->stage;
-        ssize_t ret = 0;
         int completes = 1;
-        ps__fab_op_t *op = &tx->op[stage];
-        __atomic_add_fetch(&tx->refs, 1, __ATOMIC_ACQ_REL);
-        ps__fab_ep_lock(van);
         switch (stage) {
         case PS__FAB_ST_RMA:
-            if (tx->rma_seg >= 0) {
-                const ps_slice_t *s = &tx->data[tx->rma_seg];
-                ret = fi_write(van->ep, ps_slice_ptr(s), s->len, tx->rma_desc, dest,
-                               tx->rma_addr, tx->rma_key, op);
-            } else {
-                completes = 0;
-            }
+            if (tx->rma_seg < 0)
+                continue;
             break;
         case PS__FAB_ST_META:
-            if (tx->hm_len <= van->inject_size && !van->mr_local) {
-                ret = fi_inject(van->ep, tx->hm, tx->hm_len, dest);
-                completes = 0;
-            } else {
-                ret = fi_send(van->ep, tx->hm, tx->hm_len, tx->hm_desc, dest, op);
-            }
+            /* An inject completes nothing: no reference for it. */
+            completes = !(tx->hm_len <= van->inject_size && !van->mr_local);
             break;
         case PS__FAB_ST_EXT:
-            if (tx->flags & PS__FAB_F_EXT) {
-                uint64_t tag = ps__fab_tag(PS__FAB_KIND_EXT, peer->tx_epoch, sender, tx->seq);
-                ret = fi_tsend(van->ep, tx->hm + tx->ext_off, tx->ext_len, tx->hm_desc, dest,
-                               tag, op);
-            } else {
-                completes = 0;
-            }
+            if (!(tx->flags & PS__FAB_F_EXT))
+                continue;
             break;
         case PS__FAB_ST_DATA:
-            if (tx->niov > 0) {
-                uint64_t tag = ps__fab_tag(PS__FAB_KIND_DATA, peer->tx_epoch, sender, tx->seq);
-                ret = fi_tsendv(van->ep, tx->iov, tx->desc, (size_t)tx->niov, dest, tag, op);
-            } else {
-                completes = 0;
-            }
+            if (tx->niov <= 0)
+                continue;
             break;
         }
+        ps__fab_op_t *op = &tx->op[stage];
+        ssize_t ret = 0;
+        /* Taken before the post: the completion may come at once. */
+        if (completes)
+            __atomic_add_fetch(&tx->refs, 1, __ATOMIC_ACQ_REL);
+        ps__fab_ep_lock(van);
+        switch (stage) {
+        case PS__FAB_ST_RMA: {
+            const ps_slice_t *s = &tx->data[tx->rma_seg];
+            ret = fi_write(van->ep, ps_slice_ptr(s), s->len, tx->rma_desc, dest, tx->rma_addr,
+                           tx->rma_key, op);
+            break;
+        }
+        case PS__FAB_ST_META:
+            if (!completes)
+                ret = fi_inject(van->ep, tx->hm, tx->hm_len, dest);
+            else
+                ret = fi_send(van->ep, tx->hm, tx->hm_len, tx->hm_desc, dest, op);
+            break;
+        case PS__FAB_ST_EXT: {
+            uint64_t tag = ps__fab_tag(PS__FAB_KIND_EXT, peer->tx_epoch, ps__fab_my_id(van),
+                                       tx->seq);
+            ret = fi_tsend(van->ep, tx->hm + tx->ext_off, tx->ext_len, tx->hm_desc, dest, tag,
+                           op);
+            break;
+        }
+        case PS__FAB_ST_DATA: {
+            uint64_t tag = ps__fab_tag(PS__FAB_KIND_DATA, peer->tx_epoch, ps__fab_my_id(van),
+                                       tx->seq);
+            ret = fi_tsendv(van->ep, tx->iov, tx->desc, (size_t)tx->niov, dest, tag, op);
+            break;
+        }
+        }
         ps__fab_ep_unlock(van);
-        if (ret != 0 || !completes) {
-            __atomic_sub_fetch(&tx->refs, 1, __ATOMIC_ACQ_REL);
-        } else {
-            __atomic_add_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
-            if (stage == PS__FAB_ST_RMA)
-                __atomic_add_fetch(&ps__fab_rma_writes, 1, __ATOMIC_RELAXED);
+        if (completes) {
+            if (ret != 0) {
+                __atomic_sub_fetch(&tx->refs, 1, __ATOMIC_ACQ_REL);
+            } else {
+                __atomic_add_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
+                if (stage == PS__FAB_ST_RMA)
+                    __atomic_add_fetch(&ps__fab_rma_writes, 1, __ATOMIC_RELAXED);
+            }
         }
         if (ret == -FI_EAGAIN)
             return POST_AGAIN;
@@ -281,15 +368,19 @@ static int tx_post(ps__fab_van_t *van, ps__fab_tx_t *tx)
                      ps__fab_strerror((int)ret));
             return POST_ERROR;
         }
-        tx->stage++;
     }
     return POST_DONE;
 }
 
 /* Posts a peer's queue in order until the provider pushes back (peer lock
- * held). Returns POST_DONE (queue empty), POST_AGAIN or POST_ERROR. */
+ * held). Returns POST_DONE (queue empty), POST_AGAIN, POST_ERROR or
+ * POST_GONE. */
 static int queue_post(ps__fab_van_t *van, ps__fab_peer_t *peer)
 {
+    /* The provider refused the head before: its peer may have stopped
+     * taking messages, so its process is asked about every time. */
+    if (peer->q_head != NULL && peer_dead(peer, 0, 1))
+        return POST_GONE;
     while (peer->q_head != NULL) {
         ps__fab_tx_t *tx = peer->q_head;
         int r = tx_post(van, tx);
@@ -389,17 +480,63 @@ static ps_status_t tx_desc(ps__fab_van_t *van, ps__fab_tx_t *tx, int i, void **d
     return PS_OK;
 }
 
-ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
+/* A small message whose bytes are all in buf[0..len) (header still to
+ * fill): injected from there, no send object. PS_OK when posted;
+ * PS_INPROGRESS when it must go the queued way (sends are queued for the
+ * peer, or the provider refused it for now); else the link's error. */
+static ps_status_t post_direct(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab_hdr_t *hdr,
+                               uint8_t *buf, size_t len)
 {
-    ps__fab_peer_t *peer = ps__fab_peer_lookup(van, msg->meta.recver);
-    if (peer == NULL)
-        return PS_ERR_NOT_FOUND;
+    pthread_mutex_lock(&peer->lock);
+    if (peer->failed || __atomic_load_n(&peer->detached, __ATOMIC_ACQUIRE)) {
+        ps_status_t st = peer->failed ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE;
+        pthread_mutex_unlock(&peer->lock);
+        return st;
+    }
+    if (peer->q_head != NULL) {
+        pthread_mutex_unlock(&peer->lock);
+        return PS_INPROGRESS;
+    }
+    if (peer_dead(peer, 0, 0)) {
+        pthread_mutex_unlock(&peer->lock);
+        ps__fab_peer_fail(van, peer, PS_ERR_PEER_GONE, "its process is gone");
+        return PS_ERR_PEER_GONE;
+    }
+    hdr->seq = peer->tx_seq;
+    hdr->epoch = peer->tx_epoch;
+    memcpy(buf, hdr, sizeof(*hdr));
+    ps__fab_ep_lock(van);
+    ssize_t ret = fi_inject(van->ep, buf, len, peer->addr);
+    ps__fab_ep_unlock(van);
+    if (ret == 0)
+        peer->tx_seq++;
+    pthread_mutex_unlock(&peer->lock);
+    if (ret == 0)
+        return PS_OK;
+    if (ret == -FI_EAGAIN)
+        return PS_INPROGRESS;
+    ps_error(PS_LOG_FABRIC, "posting a send to node %d: %s", peer->id,
+             ps__fab_strerror((int)ret));
+    ps__fab_peer_fail(van, peer, PS_ERR_LINK_FAILED, "the provider refused a send");
+    return PS_ERR_LINK_FAILED;
+}
+
+ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_t *msg)
+{
     uint32_t nd = msg->num_data;
     if (nd > PS_MSG_MAX_DATA)
         return PS_ERR_INVALID_ARG;
 
-    ps_meta_t m = msg->meta;
-    m.sender = ps__fab_my_id(van);
+    /* The postoffice has set the sender already: the meta is copied (~700
+     * bytes) only when this van has to change it. */
+    int my_id = ps__fab_my_id(van);
+    const ps_meta_t *m = &msg->meta;
+    ps_meta_t copy;
+    if (m->sender != my_id) {
+        copy = *m;
+        copy.sender = my_id;
+        m = &copy;
+    }
     uint64_t lens[PS_MSG_MAX_DATA];
     uint64_t total = 0;
     for (uint32_t i = 0; i < nd; i++) {
@@ -407,51 +544,49 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
         total += lens[i];
         if (lens[i] > 0 && !is_host(&msg->data[i])) {
             ps_error(PS_LOG_FABRIC, "send to node %d: segment %u is device memory, which this "
-                     "van does not move", m.recver, i);
+                     "van does not move", m->recver, i);
             return PS_ERR_UNSUPPORTED;
         }
     }
     if (total > van->max_msg) {
         ps_error(PS_LOG_FABRIC, "send to node %d: %llu data bytes, more than provider %s "
-                 "carries in one message", m.recver, (unsigned long long)total, van->prov_name);
+                 "carries in one message", m->recver, (unsigned long long)total, van->prov_name);
         return PS_ERR_TOO_LARGE;
     }
 
     /* Worker: offer the pull's destination for an RMA write. Small values
      * come back inside the response's meta message instead (one message,
      * no registration). */
-    if (van->use_rma && m.request && m.pull && m.val_len > PS__FAB_INLINE_MAX)
-        attach_pull(van, m.recver, &m);
+    int attached = 0;
+    if (van->use_rma && m->request && m->pull && m->val_len > PS__FAB_INLINE_MAX &&
+        m->van_data_len == 0) {
+        if (m != &copy) {
+            copy = *m;
+            m = &copy;
+        }
+        attach_pull(van, m->recver, &copy);
+        attached = copy.van_data_len != 0;
+    }
 
-    ps__fab_tx_t *tx = calloc(1, sizeof(*tx));
-    if (tx == NULL) {
-        detach_pull(van, &m);
-        return PS_ERR_NO_MEMORY;
-    }
-    tx->peer = peer;
-    tx->refs = 1;
-    tx->rma_seg = -1;
-    for (int i = 0; i < PS__FAB_ST_DONE; i++) {
-        tx->op[i].kind = PS__FAB_OP_SEND;
-        tx->op[i].owner = tx;
-    }
     ps__fab_hdr_t hdr;
     memset(&hdr, 0, sizeof(hdr));
     hdr.magic = PS__FAB_MAGIC;
     hdr.version = PS__FAB_VERSION;
-    hdr.sender = m.sender;
+    hdr.sender = my_id;
+    int rma_seg = -1;
+    uint64_t rma_addr = 0, rma_key = 0;
 
     /* Server: a response to a pull whose destination the worker gave. */
-    if (van->dests != NULL && !m.request) {
-        ps_rdma_rdv_key_t key = {m.recver, m.app_id, m.customer_id, m.timestamp};
+    if (van->dests != NULL && !m->request) {
+        ps_rdma_rdv_key_t key = {m->recver, m->app_id, m->customer_id, m->timestamp};
         ps__fab_rdv_desc_t *d = ps_rdma_rdv_take(van->dests, &key);
         if (d != NULL) {
             hdr.flags |= PS__FAB_F_RDV;
             hdr.rdv_slot = d->slot;
             if (nd > 1 && lens[1] > PS__FAB_INLINE_MAX && lens[1] <= d->len) {
-                tx->rma_seg = 1;
-                tx->rma_addr = d->addr;
-                tx->rma_key = d->key;
+                rma_seg = 1;
+                rma_addr = d->addr;
+                rma_key = d->key;
                 hdr.flags |= PS__FAB_F_RMA;
                 hdr.rma_seg = 1;
             }
@@ -459,27 +594,35 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
         }
     }
 
+    /* The compact meta form (plain data messages, no protobuf) is encoded
+     * straight onto the stack, after where header and frame header go:
+     * its size comes out of the encoding (asking for it first cost a
+     * second pass over the meta). */
+    uint8_t small[PS__FAB_STACK_HM];
+    size_t fhlen = ps_frame_header_len(nd);
+    size_t moff = sizeof(hdr) + fhlen;
+    size_t mlen = 0;
+    int fast = 0, encoded = 0;
     ps_status_t st;
-    size_t mlen = ps_meta_fast_size(&m);
-    /* A plain data message takes the compact form, no protobuf. */
-    int fast = mlen != 0;
-    if (!fast && (st = ps_meta_encoded_size(&m, &mlen)) != PS_OK)
+    if (moff < sizeof(small) &&
+        ps_meta_fast_encode(m, small + moff, sizeof(small) - moff, &mlen) == PS_OK)
+        fast = encoded = 1;
+    if (!fast) {
+        mlen = ps_meta_fast_size(m);
+        fast = mlen != 0;
+    }
+    ps__fab_tx_t *tx = NULL;
+    if (!fast && (st = ps_meta_encoded_size(m, &mlen)) != PS_OK)
         goto fail;
     if (mlen > van->limits.max_meta_bytes) {
         ps_error(PS_LOG_FABRIC, "send to node %d: a %zu-byte meta is over PS_MAX_META_BYTES",
-                 m.recver, mlen);
+                 m->recver, mlen);
         st = PS_ERR_TOO_LARGE;
         goto fail;
     }
-    uint8_t fh[PS_FRAME_MAX_HEADER_LEN];
-    size_t fhlen = 0;
-    st = ps_frame_header_build(0, (uint32_t)mlen, lens, (uint16_t)nd, &van->limits, fh,
-                               sizeof(fh), &fhlen);
-    if (st != PS_OK)
-        goto fail;
 
-    uint64_t rest = total - (tx->rma_seg >= 0 ? lens[tx->rma_seg] : 0);
-    size_t base = sizeof(hdr) + fhlen + mlen;
+    uint64_t rest = total - (rma_seg >= 0 ? lens[rma_seg] : 0);
+    size_t base = moff + mlen;
     int ext = base > PS__FAB_META_BUF;
     int inl = !ext && rest > 0 && rest <= PS__FAB_INLINE_MAX && base + rest <= PS__FAB_META_BUF;
     if (ext) {
@@ -488,44 +631,113 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
     }
     if (inl)
         hdr.flags |= PS__FAB_F_INLINE;
-    if ((st = tx_alloc_hm(van, tx, base + (inl ? rest : 0))) != PS_OK)
-        goto fail;
-    size_t at = sizeof(hdr);
-    memcpy(tx->hm + at, fh, fhlen);
-    at += fhlen;
-    size_t wrote = 0;
-    st = fast ? ps_meta_fast_encode(&m, tx->hm + at, mlen, &wrote)
-              : ps_meta_encode(&m, tx->hm + at, mlen, &wrote);
-    if (st != PS_OK)
-        goto fail;
-    at += wrote;
-    tx->ext_off = sizeof(hdr);
-    tx->ext_len = fhlen + mlen;
-    tx->hm_len = ext ? sizeof(hdr) : at;
+    size_t hm_len = ext ? sizeof(hdr) : base + (inl ? rest : 0);
 
-    /* The data: copied inline, written by RMA, or one DATA message. */
+    /* One message of at most the inject size, nothing registered: built
+     * on the stack and injected, no send object (the common small case). */
+    if (encoded && rma_seg < 0 && !ext && (rest == 0 || inl) && !van->mr_local &&
+        hm_len <= van->inject_size && hm_len <= sizeof(small)) {
+        size_t at = base;
+        for (uint32_t i = 0; i < nd; i++) {
+            if (lens[i] == 0)
+                continue;
+            memcpy(small + at, ps_slice_ptr(&msg->data[i]), lens[i]);
+            at += lens[i];
+        }
+        size_t fhw = 0;
+        if ((st = ps_frame_header_build(0, (uint32_t)mlen, lens, (uint16_t)nd, &van->limits,
+                                        small + sizeof(hdr), fhlen, &fhw)) != PS_OK)
+            goto fail;
+        st = post_direct(van, peer, &hdr, small, hm_len);
+        if (st == PS_OK) {
+            __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
+            return PS_OK;
+        }
+        if (st != PS_INPROGRESS)
+            return st;
+        /* Queued behind other sends, or refused for now: a send object
+         * with these bytes takes the queued way below. */
+        if ((tx = tx_get(van)) == NULL)
+            return PS_ERR_NO_MEMORY;
+        if ((st = tx_alloc_hm(van, tx, hm_len)) != PS_OK) {
+            tx_put(van, tx);
+            return st;
+        }
+        memcpy(tx->hm, small, hm_len);
+        tx->hm_len = hm_len;
+        tx->ext_off = sizeof(hdr);
+        tx->ext_len = fhlen + mlen;
+    }
+
+    if (tx == NULL) {
+        if ((tx = tx_get(van)) == NULL) {
+            st = PS_ERR_NO_MEMORY;
+            goto fail;
+        }
+        if ((st = tx_alloc_hm(van, tx, base + (inl ? rest : 0))) != PS_OK) {
+            tx_put(van, tx);
+            tx = NULL;
+            goto fail;
+        }
+    }
+    tx->peer = peer;
+    tx->refs = 1;
+    tx->rma_seg = rma_seg;
+    tx->rma_addr = rma_addr;
+    tx->rma_key = rma_key;
+    for (int i = 0; i < PS__FAB_ST_DONE; i++) {
+        tx->op[i].kind = PS__FAB_OP_SEND;
+        tx->op[i].owner = tx;
+    }
+
+    if (tx->hm_len == 0) {
+        /* Not built on the stack: frame header, meta, inline data. */
+        size_t fhw = 0;
+        st = ps_frame_header_build(0, (uint32_t)mlen, lens, (uint16_t)nd, &van->limits,
+                                   tx->hm + sizeof(hdr), fhlen, &fhw);
+        if (st != PS_OK)
+            goto fail;
+        size_t at = moff;
+        size_t wrote = mlen;
+        if (encoded)
+            memcpy(tx->hm + at, small + moff, mlen);
+        else
+            st = fast ? ps_meta_fast_encode(m, tx->hm + at, mlen, &wrote)
+                      : ps_meta_encode(m, tx->hm + at, mlen, &wrote);
+        if (st != PS_OK)
+            goto fail;
+        at += wrote;
+        tx->ext_off = sizeof(hdr);
+        tx->ext_len = fhlen + mlen;
+        tx->hm_len = ext ? sizeof(hdr) : at;
+        for (uint32_t i = 0; inl && i < nd; i++) {
+            if (lens[i] == 0 || (int)i == rma_seg)
+                continue;
+            memcpy(tx->hm + at, ps_slice_ptr(&msg->data[i]), lens[i]);
+            at += lens[i];
+            tx->hm_len = at;
+        }
+    }
+
+    /* The data: copied inline (above), written by RMA, or one DATA
+     * message. */
     int ndata = 0;
     for (uint32_t i = 0; i < nd; i++) {
         if (lens[i] == 0)
             continue;
-        if ((int)i == tx->rma_seg) {
+        if ((int)i == rma_seg) {
             tx->data[i] = ps_slice_ref(&msg->data[i]);
             if ((st = tx_desc(van, tx, (int)i, &tx->rma_desc)) != PS_OK)
                 goto fail;
             continue;
         }
-        if (inl) {
-            memcpy(tx->hm + at, ps_slice_ptr(&msg->data[i]), lens[i]);
-            at += lens[i];
-            tx->hm_len = at;
-            continue;
-        }
-        ndata++;
+        if (!inl)
+            ndata++;
     }
     tx->num_data = nd;
     if (ndata > 0 && (size_t)ndata <= van->iov_limit) {
         for (uint32_t i = 0; i < nd; i++) {
-            if (lens[i] == 0 || (int)i == tx->rma_seg)
+            if (lens[i] == 0 || (int)i == rma_seg)
                 continue;
             tx->data[i] = ps_slice_ref(&msg->data[i]);
             tx->iov[tx->niov].iov_base = ps_slice_ptr(&tx->data[i]);
@@ -539,14 +751,14 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
          * them into one buffer (the receiver splits it the same way). */
         size_t sum = 0;
         for (uint32_t i = 0; i < nd; i++)
-            if (lens[i] > 0 && (int)i != tx->rma_seg)
+            if (lens[i] > 0 && (int)i != rma_seg)
                 sum += lens[i];
         ps_slice_t one;
         if ((st = ps_rdma_buf_pool_get(van->pool, sum, &one)) != PS_OK)
             goto fail;
         size_t off = 0;
         for (uint32_t i = 0; i < nd; i++) {
-            if (lens[i] > 0 && (int)i != tx->rma_seg) {
+            if (lens[i] > 0 && (int)i != rma_seg) {
                 memcpy((char *)ps_slice_ptr(&one) + off, ps_slice_ptr(&msg->data[i]), lens[i]);
                 off += lens[i];
             }
@@ -554,7 +766,7 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
         /* The gathered buffer takes the slot of the first data segment. */
         int slot = -1;
         for (uint32_t i = 0; i < nd && slot < 0; i++)
-            if (lens[i] > 0 && (int)i != tx->rma_seg)
+            if (lens[i] > 0 && (int)i != rma_seg)
                 slot = (int)i;
         tx->data[slot] = one;
         tx->iov[0].iov_base = ps_slice_ptr(&one);
@@ -566,7 +778,7 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
     if (tx->niov > 0)
         hdr.flags |= PS__FAB_F_DATA;
     tx->flags = hdr.flags;
-    tx->stage = tx->rma_seg >= 0 ? PS__FAB_ST_RMA : PS__FAB_ST_META;
+    tx->stage = rma_seg >= 0 ? PS__FAB_ST_RMA : PS__FAB_ST_META;
 
     /* In order, under the peer's lock: sequence number, then post or queue. */
     int r = POST_DONE;
@@ -584,7 +796,7 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
     tx->posted_ns = ps_time_now_ns();
     inflight_link(peer, tx);
     if (peer->q_head == NULL) {
-        r = tx_post(van, tx);
+        r = peer_dead(peer, tx->posted_ns, 0) ? POST_GONE : tx_post(van, tx);
         if (r == POST_AGAIN) {
             peer->q_head = peer->q_tail = tx;
             queued = 1;
@@ -617,7 +829,9 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, const ps_msg_t *msg)
     return PS_OK;
 
 fail:
-    detach_pull(van, &m);
-    tx_release_resources(van, tx);
+    if (attached)
+        detach_pull(van, m);
+    if (tx != NULL)
+        tx_release_resources(van, tx);
     return st;
 }
