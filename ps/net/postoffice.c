@@ -1214,7 +1214,9 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     memset(&vp, 0, sizeof(vp));
     vp.role = p.role;
     vp.is_scheduler = po->is_scheduler;
-    vp.busy_poll = p.busy_poll;
+    /* The scheduler carries control messages only: a spinning scheduler
+     * would take a core from the workers and servers it serves. */
+    vp.busy_poll = p.busy_poll && !po->is_scheduler;
     int ports = (int)ps_config_int_or(PS_CFG_DMLC_NUM_PORTS, 1);
     int conns = (int)ps_config_int_or(PS_CFG_PS_TCP_CONNS_PER_PEER, 1);
     vp.conns_per_peer = conns > ports ? conns : ports;
