@@ -472,11 +472,11 @@ out:
     return st;
 }
 
-/* The common path of push, pull and push-pull. `push` is the data pushed
- * (NULL for a pull); `out` the destination of a pull (NULL for a push). */
 /* Servers whose per-request scratch issue() keeps on its stack. */
 #define ISSUE_STACK_SERVERS 16
 
+/* The common path of push, pull and push-pull. `push` is the data pushed
+ * (NULL for a pull); `out` the destination of a pull (NULL for a push). */
 static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_kv_pairs_t *out,
                          int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
 {
