@@ -63,11 +63,7 @@
 
 void ps__shm_wake(ps__shm_van_t *van)
 {
-    uint64_t one = 1;
-    ssize_t r;
-    do {
-        r = write(van->wakefd, &one, sizeof(one));
-    } while (r < 0 && errno == EINTR);
+    ps_van_wake_fd(van->wakefd);
 }
 
 /* The van whose loop this thread runs now: its progress thread, or a
@@ -435,19 +431,9 @@ static void *progress_main(void *arg)
  * if no one else runs it right now. Budget 0 hands the loop back. */
 static int shm_progress(ps__shm_van_t *van, unsigned budget)
 {
-    if (budget == 0) {
-        __atomic_store_n(&van->handback, 1, __ATOMIC_RELEASE);
-        ps__shm_wake(van);
-        return 0;
-    }
-    uint64_t seq = __atomic_add_fetch(&van->drive_seq, 1, __ATOMIC_ACQ_REL);
-    if (pthread_mutex_trylock(&van->prog_lock) != 0) {
-        /* The thread has the loop. If it sleeps in epoll (idle until now),
-         * wake it once so that it sees us and stands back. */
-        if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) &&
-            !__atomic_exchange_n(&van->kicked, 1, __ATOMIC_ACQ_REL)) {
-            ps__shm_wake(van);
-        }
+    uint64_t seq;
+    if (!ps_van_drive_enter(budget, &van->prog_lock, van->wakefd, &van->drive_seq,
+                            &van->handback, &van->blocked, &van->kicked, &seq)) {
         return 0;
     }
     int work = 0;

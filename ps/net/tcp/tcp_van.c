@@ -50,12 +50,7 @@
 
 void ps__tcp_wake(ps__tcp_van_t *van)
 {
-    uint64_t one = 1;
-    ssize_t r;
-    do {
-        r = write(van->wakefd, &one, sizeof(one));
-    } while (r < 0 && errno == EINTR);
-    /* EAGAIN means the counter is already non-zero: a wake-up is pending. */
+    ps_van_wake_fd(van->wakefd);
 }
 
 uint64_t ps__tcp_random(ps__tcp_van_t *van)
@@ -342,19 +337,8 @@ static void *progress_main(void *arg)
 static int tcp_progress(ps_van_t *v, unsigned budget)
 {
     ps__tcp_van_t *van = (ps__tcp_van_t *)v;
-    if (budget == 0) {
-        __atomic_store_n(&van->handback, 1, __ATOMIC_RELEASE);
-        ps__tcp_wake(van);
-        return 0;
-    }
-    __atomic_add_fetch(&van->drive_seq, 1, __ATOMIC_ACQ_REL);
-    if (pthread_mutex_trylock(&van->prog_lock) != 0) {
-        /* The thread has the loop. If it sleeps in epoll_wait (idle until
-         * now), wake it once so that it sees us and stands back. */
-        if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) &&
-            !__atomic_exchange_n(&van->kicked, 1, __ATOMIC_ACQ_REL)) {
-            ps__tcp_wake(van);
-        }
+    if (!ps_van_drive_enter(budget, &van->prog_lock, van->wakefd, &van->drive_seq,
+                            &van->handback, &van->blocked, &van->kicked, NULL)) {
         return 0;
     }
     int n = 0;

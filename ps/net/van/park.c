@@ -1,6 +1,7 @@
 /*
  * The progress thread's side of the progress op (van.h): standing back
- * while a busy-poll waiter drives the van's loop.
+ * while a busy-poll waiter drives the van's loop (the waiter's side is
+ * drive.c).
  */
 #include <poll.h>
 

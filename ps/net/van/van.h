@@ -18,6 +18,7 @@
 #ifndef PS_NET_VAN_VAN_H_
 #define PS_NET_VAN_VAN_H_
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -177,6 +178,22 @@ uint64_t ps_van_random(uint64_t *state);
 /* The connect timeout a van uses: `requested_ms` (the params') when > 0,
  * else PS_CONNECT_TIMEOUT_MS, else `fallback_ms`. */
 int ps_van_connect_timeout_ms(int requested_ms, int fallback_ms);
+
+/* Wakes a van's progress thread through its eventfd (EAGAIN: a wake-up is
+ * pending already). */
+void ps_van_wake_fd(int wakefd);
+
+/* The waiter's side of a van's progress op, the same in every van. Budget
+ * 0 hands the loop back to the progress thread (*handback set, woken
+ * through wakefd) and returns 0. Otherwise the drive is counted in
+ * *drive_seq (the new count in *seq_p if not NULL) and prog_lock is tried:
+ * 1 means the caller holds it now, runs one round of the loop and unlocks
+ * it; 0 means the progress thread has the loop, and if it sleeps there
+ * (*sleeping) it is woken once (*kicked) so that it sees the driver and
+ * stands back (ps_van_park). */
+int ps_van_drive_enter(unsigned budget, pthread_mutex_t *prog_lock, int wakefd,
+                       uint64_t *drive_seq, int *handback, const int *sleeping, int *kicked,
+                       uint64_t *seq_p);
 
 /* For a van's progress thread while busy-poll waiters drive its loop
  * (progress op): waits, without the loop, until the driving stops — a

@@ -381,22 +381,9 @@ int ps__fab_progress(ps_van_t *v, unsigned budget)
     ps__fab_van_t *van = ps__fab_of(v);
     if (!__atomic_load_n(&van->thread_started, __ATOMIC_ACQUIRE))
         return 0; /* not bound (or the scheduler): nothing to drive */
-    if (budget == 0) {
-        __atomic_store_n(&van->handback, 1, __ATOMIC_RELEASE);
-        uint64_t one = 1;
-        ssize_t w = write(van->wakefd, &one, sizeof(one));
-        (void)w;
+    if (!ps_van_drive_enter(budget, &van->prog_lock, van->wakefd, &van->drive_seq,
+                            &van->handback, &van->sleeping, &van->kicked, NULL))
         return 0;
-    }
-    __atomic_add_fetch(&van->drive_seq, 1, __ATOMIC_ACQ_REL);
-    if (pthread_mutex_trylock(&van->prog_lock) != 0) {
-        /* The thread has the loop. If it sleeps (idle until now), wake it
-         * once so that it sees us and stands back. */
-        if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST) &&
-            !__atomic_exchange_n(&van->kicked, 1, __ATOMIC_ACQ_REL))
-            ps__fab_kick(van);
-        return 0;
-    }
     int n = 0;
     if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
         uint64_t now;

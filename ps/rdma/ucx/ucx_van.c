@@ -53,12 +53,7 @@
 
 void ps__ucx_wake(ps__ucx_van_t *van)
 {
-    uint64_t one = 1;
-    ssize_t r;
-    do {
-        r = write(van->wakefd, &one, sizeof(one));
-    } while (r < 0 && errno == EINTR);
-    /* EAGAIN: the counter is already non-zero, a wake-up is pending. */
+    ps_van_wake_fd(van->wakefd);
 }
 
 uint64_t ps__ucx_random(ps__ucx_van_t *van)
@@ -294,19 +289,8 @@ static void *progress_main(void *arg)
 static int ucx_progress(ps_van_t *v, unsigned budget)
 {
     ps__ucx_van_t *van = (ps__ucx_van_t *)v;
-    if (budget == 0) {
-        __atomic_store_n(&van->handback, 1, __ATOMIC_RELEASE);
-        ps__ucx_wake(van);
-        return 0;
-    }
-    __atomic_add_fetch(&van->drive_seq, 1, __ATOMIC_ACQ_REL);
-    if (pthread_mutex_trylock(&van->prog_lock) != 0) {
-        /* The thread has the loop. If it sleeps in epoll_wait (idle until
-         * now), wake it once so that it sees us and stands back. */
-        if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST) &&
-            !__atomic_exchange_n(&van->kicked, 1, __ATOMIC_ACQ_REL)) {
-            ps__ucx_wake(van);
-        }
+    if (!ps_van_drive_enter(budget, &van->prog_lock, van->wakefd, &van->drive_seq,
+                            &van->handback, &van->sleeping, &van->kicked, NULL)) {
         return 0;
     }
     int n = 0;
