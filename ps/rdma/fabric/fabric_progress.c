@@ -436,9 +436,7 @@ ps_status_t ps__fab_stop_progress(ps__fab_van_t *van)
 {
     if (van->thread_started) {
         __atomic_store_n(&van->stop, 1, __ATOMIC_SEQ_CST);
-        uint64_t one = 1;
-        ssize_t n = write(van->wakefd, &one, sizeof(one));
-        (void)n;
+        ps_van_wake_fd(van->wakefd);
         ps_status_t st = ps_event_wait(&van->thread_exited, ps_deadline_from_ms(PS__FAB_STOP_MS));
         if (st != PS_OK)
             return st; /* stuck: it keeps the van (and its fds) */

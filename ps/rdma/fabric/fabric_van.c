@@ -164,11 +164,8 @@ static void watch_process(ps__fab_van_t *van, ps__fab_peer_t *p, pid_t pid, int 
  * the other. */
 void ps__fab_kick(ps__fab_van_t *van)
 {
-    if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST) && van->wakefd >= 0) {
-        uint64_t one = 1;
-        ssize_t n = write(van->wakefd, &one, sizeof(one));
-        (void)n; /* EAGAIN: a wake-up is pending already */
-    }
+    if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST) && van->wakefd >= 0)
+        ps_van_wake_fd(van->wakefd);
 }
 
 /* Pending pulls of one peer (slot drain callbacks). */
