@@ -22,7 +22,7 @@
 #include "ps/base/endian.h"
 #include "ps/base/log.h"
 #include "ps/net/codec/codec.h"
-#include "ps/net/codec/meta_fast.h"
+#include "ps/net/codec/frame_encode.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
 #define HS_MAGIC "PSUX"
@@ -36,55 +36,8 @@ ps_status_t ps__ucx_encode_frame(ps__ucx_van_t *van, const ps_meta_t *meta, cons
                                  uint32_t num_data, uint8_t *buf, size_t cap, uint8_t **hm_p,
                                  size_t *len_p, uint8_t **heap_p)
 {
-    size_t hlen = ps_frame_header_len(num_data);
-    size_t mlen = 0;
-    uint8_t *out = buf;
-    uint8_t *heap = NULL;
-    ps_status_t st = PS_ERR_TOO_LARGE;
-    size_t fast = ps_meta_fast_size(meta);
-    if (fast != 0 && cap >= hlen + fast) {
-        /* A plain data message: the compact form, no protobuf (a hello
-         * carries van_data, so it never takes this path). */
-        st = ps_meta_fast_encode(meta, buf + hlen, cap - hlen, &mlen);
-    } else if (cap > hlen) {
-        st = ps_meta_encode(meta, buf + hlen, cap - hlen, &mlen);
-    }
-    if (st == PS_ERR_TOO_LARGE) {
-        /* A control message with a long node list: its own buffer. */
-        size_t need;
-        st = ps_meta_encoded_size(meta, &need);
-        if (st != PS_OK) {
-            return st;
-        }
-        if (need > van->limits.max_meta_bytes) {
-            ps_error(PS_LOG_UCX, "meta of %zu bytes exceeds the limit of %u (PS_MAX_META_BYTES)",
-                     need, van->limits.max_meta_bytes);
-            return PS_ERR_TOO_LARGE;
-        }
-        heap = malloc(hlen + need);
-        if (heap == NULL) {
-            return PS_ERR_NO_MEMORY;
-        }
-        st = ps_meta_encode(meta, heap + hlen, need, &mlen);
-        out = heap;
-    }
-    if (st != PS_OK) {
-        free(heap);
-        return st;
-    }
-    size_t written;
-    st = ps_frame_header_build(0, (uint32_t)mlen, lens, (uint16_t)num_data, &van->limits, out,
-                               hlen, &written);
-    if (st != PS_OK) {
-        ps_error(PS_LOG_UCX, "cannot frame a message of %u segments: %s", num_data,
-                 ps_status_str(st));
-        free(heap);
-        return st;
-    }
-    *hm_p = out;
-    *len_p = hlen + mlen;
-    *heap_p = heap;
-    return PS_OK;
+    return ps_frame_encode_head(meta, lens, num_data, &van->limits, PS_LOG_UCX, buf, cap, hm_p,
+                                len_p, heap_p);
 }
 
 void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint64_t nonce,
