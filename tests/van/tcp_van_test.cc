@@ -457,15 +457,24 @@ TEST(TcpVan, PeerClosingIsReported)
     Van server, worker;
     ASSERT_EQ(server.Open(8, "127.0.0.1"), PS_OK);
     ASSERT_EQ(worker.Open(9, "127.0.0.1"), PS_OK);
+    // One step after the other, so that the server knows both connections
+    // as node 9's before the worker goes: the worker's message can only
+    // travel on its own connection (which the server then has identified by
+    // its hello), the server's on the server's. Connecting both at once let
+    // the worker's hello still be unread when the server's own connection
+    // failed; its connection then failed as a second, later-identified one,
+    // a second report this test is not about.
     ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
-    ASSERT_EQ(server.ConnectTo(worker, 8), PS_OK);
     {
         OutMsg m(8, 1, {1});
         ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    ASSERT_EQ(server.ConnectTo(worker, 8), PS_OK);
+    {
         OutMsg m2(9, 2, {1});
         ASSERT_EQ(server.ops->send(server.van, &m2.msg), PS_OK);
     }
-    ASSERT_TRUE(server.inbox.WaitMsgs(1));
     ASSERT_TRUE(worker.inbox.WaitMsgs(1));
     worker.Close();
     ASSERT_TRUE(server.inbox.WaitFailure(1));

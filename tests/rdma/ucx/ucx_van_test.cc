@@ -528,15 +528,19 @@ TEST_P(UcxVanTls, PeerClosingIsReportedOnce)
     Van server, worker;
     ASSERT_EQ(server.Open(8), PS_OK);
     ASSERT_EQ(worker.Open(9), PS_OK);
+    // One step after the other, so that the server knows both connections
+    // as node 9's before the worker goes (see the tcp van's test).
     ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
-    ASSERT_EQ(server.ConnectTo(worker, 8), PS_OK);
     {
         OutMsg m(8, 1, {1});
         ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    ASSERT_EQ(server.ConnectTo(worker, 8), PS_OK);
+    {
         OutMsg m2(9, 2, {1});
         ASSERT_EQ(server.ops->send(server.van, &m2.msg), PS_OK);
     }
-    ASSERT_TRUE(server.inbox.WaitMsgs(1));
     ASSERT_TRUE(worker.inbox.WaitMsgs(1));
     worker.Close();
     ASSERT_TRUE(server.inbox.WaitFailure(1));
