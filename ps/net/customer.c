@@ -52,6 +52,7 @@ struct ps_customer {
     /* Under the registry lock. */
     ps_customer_recv_buffer_func_t recv_buffer;
     void *recv_buffer_arg;
+    uint32_t recv_buffer_segments; /* bit i: ask about segment i */
     int users;      /* postoffice threads inside this customer's functions */
     int draining;   /* the creator is replaying pending messages */
     int linked;     /* in the registry's list */
@@ -83,7 +84,25 @@ struct ps__registry {
      * once the van is about to close: no new driver may start then. */
     int drivers;
     int drive_off;
+    /* The segments some linked customer's recv_buffer hook wants (bit i:
+     * segment i), written under the lock, read without it: the van asks
+     * about every segment of every message, and most are nobody's (a
+     * server has no hook at all, a KV worker wants a pull's values only).
+     * Answering those without the lock and the customer lookup saves a few
+     * hundred instructions per segment. */
+    uint32_t steer_mask;
 };
+
+/* Recomputes reg->steer_mask (lock held). */
+static void reg_update_steer_mask(ps__registry_t *reg)
+{
+    uint32_t mask = 0;
+    for (ps_customer_t *c = reg->customers; c != NULL; c = c->next) {
+        if (c->recv_buffer != NULL)
+            mask |= c->recv_buffer_segments;
+    }
+    __atomic_store_n(&reg->steer_mask, mask, __ATOMIC_RELEASE);
+}
 
 /* The customer whose receive function this thread is running. */
 static __thread ps_customer_t *tls_in_customer;
@@ -245,6 +264,7 @@ void ps__registry_destroy(ps__registry_t *reg)
         __atomic_store_n(&c->reg, NULL, __ATOMIC_SEQ_CST);
         c->po = NULL;
     }
+    reg_update_steer_mask(reg);
     ps__pending_t *p = reg->pending_head;
     reg->pending_head = reg->pending_tail = NULL;
     reg->num_pending = 0;
@@ -292,9 +312,15 @@ void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg)
 ps_status_t ps__registry_recv_buffer(ps__registry_t *reg, const ps_meta_t *meta,
                                      unsigned index, uint64_t len, ps_slice_t *slice_p)
 {
+    /* A hook set or widened concurrently is a caller error (hooks are set
+     * before traffic can arrive), so a stale mask only ever says no to a
+     * segment that no hook wanted a moment ago. */
+    if (index >= 32 || !(__atomic_load_n(&reg->steer_mask, __ATOMIC_ACQUIRE) & (1u << index)))
+        return PS_ERR_NOT_FOUND;
     ps_mutex_lock(&reg->lock);
     ps_customer_t *c = reg_find(reg, meta->app_id, route_customer_id(reg, meta));
-    if (c == NULL || c->draining || c->recv_buffer == NULL) {
+    if (c == NULL || c->draining || c->recv_buffer == NULL ||
+        !(c->recv_buffer_segments & (1u << index))) {
         ps_mutex_unlock(&reg->lock);
         return PS_ERR_NOT_FOUND;
     }
@@ -508,6 +534,7 @@ ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
     ps_customer_t *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return PS_ERR_NO_MEMORY;
+    c->recv_buffer_segments = UINT32_MAX;
     uint64_t spin = 0;
     if (ps__postoffice_busy_poll(po)) {
         /* Set at start, before any customer can exist; closed after the
@@ -550,6 +577,7 @@ ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
     c->linked = 1;
     c->next = reg->customers;
     reg->customers = c;
+    reg_update_steer_mask(reg);
     ps_mutex_unlock(&reg->lock);
 
     /* Replay what arrived before we registered, in order; the van thread
@@ -594,6 +622,7 @@ void ps_customer_destroy(ps_customer_t *c)
             if (*pp == c)
                 *pp = c->next;
             c->linked = 0;
+            reg_update_steer_mask(reg);
         }
         while (c->users > 0)
             (void)ps_cond_wait(&reg->cond, &reg->lock, ps_deadline_infinite());
@@ -612,6 +641,20 @@ void ps_customer_set_recv_buffer_func(ps_customer_t *c, ps_customer_recv_buffer_
         ps_mutex_lock(&reg->lock);
     c->recv_buffer = fn;
     c->recv_buffer_arg = arg;
+    if (reg != NULL && c->linked)
+        reg_update_steer_mask(reg);
+    if (reg != NULL)
+        ps_mutex_unlock(&reg->lock);
+}
+
+void ps_customer_set_recv_buffer_segments(ps_customer_t *c, uint32_t segments)
+{
+    ps__registry_t *reg = __atomic_load_n(&c->reg, __ATOMIC_SEQ_CST);
+    if (reg != NULL)
+        ps_mutex_lock(&reg->lock);
+    c->recv_buffer_segments = segments;
+    if (reg != NULL && c->linked)
+        reg_update_steer_mask(reg);
     if (reg != NULL)
         ps_mutex_unlock(&reg->lock);
 }

@@ -65,6 +65,10 @@ void ps_customer_destroy(ps_customer_t *customer);
  * create). NULL fn removes the hook. */
 void ps_customer_set_recv_buffer_func(ps_customer_t *customer,
                                       ps_customer_recv_buffer_func_t fn, void *arg);
+/* Which data segments the recv_buffer hook is asked about (bit i: segment
+ * i; the default is every one). A customer that steers only some (the KV
+ * worker: a pull response's values) saves the lookup on the rest. */
+void ps_customer_set_recv_buffer_segments(ps_customer_t *customer, uint32_t segments);
 void ps_customer_set_done_func(ps_customer_t *customer, ps_customer_done_func_t fn, void *arg);
 
 ps_postoffice_t *ps_customer_postoffice(const ps_customer_t *customer);

@@ -368,6 +368,61 @@ TEST(Postoffice, PingPongThroughCustomers)
         EXPECT_EQ(PS_OK, s);
 }
 
+// The van asks the registry about every segment of every message; a hook
+// is asked only about the segments its customer chose, and with no hook
+// (or only others') nothing is looked up at all.
+ps_status_t counting_hook(void *arg, ps_customer_t *, const ps_meta_t *, unsigned, uint64_t,
+                          ps_slice_t *)
+{
+    static_cast<std::atomic<int> *>(arg)->fetch_add(1);
+    return PS_ERR_NOT_FOUND;
+}
+
+TEST(Postoffice, RecvBufferHookIsAskedOnlyAboutItsSegments)
+{
+    Job job = start_job(1, 1);
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    Client cl;
+    ps_customer_t *wc;
+    ASSERT_EQ(PS_OK, ps_customer_create(job.worker(0), 4, 2, client_recv, &cl, &wc));
+    ps__registry_t *reg = ps__postoffice_registry(job.worker(0));
+    ps_meta_t meta;
+    ps_meta_init(&meta);
+    meta.app_id = 4;
+    meta.customer_id = 2;
+    meta.sender = 8;
+    std::atomic<int> calls{0};
+    auto ask = [&](unsigned index) {
+        ps_slice_t s = PS_SLICE_EMPTY_INIT;
+        return ps__registry_recv_buffer(reg, &meta, index, 8, &s);
+    };
+
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ask(0)); // no hook yet
+    ps_customer_set_recv_buffer_func(wc, counting_hook, &calls);
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ask(0));
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ask(1));
+    EXPECT_EQ(2, calls.load()); // by default, every segment
+    ps_customer_set_recv_buffer_segments(wc, 1u << 1);
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ask(0));
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ask(2));
+    EXPECT_EQ(2, calls.load());
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ask(1));
+    EXPECT_EQ(3, calls.load());
+    meta.customer_id = 3; // another customer's message: not this hook's
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ask(1));
+    EXPECT_EQ(3, calls.load());
+    meta.customer_id = 2;
+    ps_customer_set_recv_buffer_func(wc, nullptr, nullptr);
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ask(1));
+    ps_customer_set_recv_buffer_func(wc, counting_hook, &calls);
+    ps_customer_destroy(wc); // unlinked: its segments are nobody's now
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ask(1));
+    EXPECT_EQ(3, calls.load());
+    for (ps_status_t s : finalize_all(job))
+        EXPECT_EQ(PS_OK, s);
+}
+
 TEST(Postoffice, MessagesWaitForTheirCustomer)
 {
     Job job = start_job(1, 1);
