@@ -387,7 +387,7 @@ void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev);
 
 /* ---- ucx_ctx.c ---- */
 /* The control worker is progressed at least every this many loop turns. */
-#define PS__UCX_CTL_EVERY 32
+#define PS__UCX_CTL_EVERY 256
 /* Timers are walked at most this often unless something changed. */
 #define PS__UCX_TIMER_SCAN_NS 1000000ull
 ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van);

@@ -36,7 +36,7 @@
  * thread through the worker's event fd costs tens of microseconds. */
 #define PS__UCX_IDLE_SPIN_NS (50ull * 1000ull)
 /* A spinning progress thread yields its core every this many idle turns. */
-#define PS__UCX_YIELD_EVERY 16
+#define PS__UCX_YIELD_EVERY 256
 /* ucp_worker_progress() calls per loop before the thread looks at its
  * other work (new messages, handed-over connections). */
 #define PS__UCX_PROGRESS_BURST 64
