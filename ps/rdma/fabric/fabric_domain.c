@@ -265,6 +265,12 @@ ps_status_t ps__fab_setup(ps__fab_van_t *van, const char *host)
         return fab_err("fi_getname", ret);
     van->host_id = ps__fab_host_id();
     van->pid_ns = ps__fab_pid_ns();
+    /* Peers of this process look us up there (fabric_local.c); without the
+     * entry they would take us for closed, so no entry, no van. */
+    ps_status_t listed = ps__fab_local_add(van->my_addr, van->my_addr_len);
+    if (listed != PS_OK)
+        return listed;
+    van->local_listed = 1;
 
     ps_rdma_mr_cache_params_t mp = {
         .name = "fabric",

@@ -300,6 +300,10 @@ struct ps__fab_peer {
     int pidfd;            /* pidfd of pid (-1: none; kill(pid, 0) then) */
     int same_host;
     int watch_pid;        /* shm: check pid before posting (see peer_dead) */
+    /* A peer in this process: its endpoint's address, looked up in
+     * fabric_local.c instead of following the pid (0: not ours). */
+    uint8_t local_addr[PS_NODE_ENDPOINT_MAX];
+    size_t local_addr_len;
     uint64_t alive_ns;    /* its process was last seen alive (peer->lock) */
     uint64_t last_progress_ns; /* atomic: a send to it completed or a message came */
 };
@@ -348,6 +352,7 @@ struct ps__fab_van {
     uint64_t next_key;     /* atomic: requested keys without FI_MR_PROV_KEY */
     uint8_t my_addr[PS_NODE_ENDPOINT_MAX];
     size_t my_addr_len;
+    int local_listed;      /* my_addr is in fabric_local.c's list */
     uint64_t host_id;
     uint64_t pid_ns;
 
@@ -475,6 +480,11 @@ int ps__fab_my_id(ps__fab_van_t *van);
 /* 1 if the peer's process (same host, same PID namespace) has exited,
  * zombies included (peer->lock held; never blocks). */
 int ps__fab_peer_process_gone(const ps__fab_peer_t *peer);
+
+/* ---- fabric_local.c: the endpoints this process has open ---- */
+ps_status_t ps__fab_local_add(const void *addr, size_t len);
+void ps__fab_local_remove(const void *addr, size_t len);
+int ps__fab_local_open(const void *addr, size_t len);
 
 /* ---- fabric_send.c ---- */
 ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_t *msg);

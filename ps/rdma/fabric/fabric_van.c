@@ -133,6 +133,8 @@ ps__fab_peer_t *ps__fab_peer_for_rx(ps__fab_van_t *van, int id)
 
 int ps__fab_peer_process_gone(const ps__fab_peer_t *peer)
 {
+    if (peer->local_addr_len != 0) /* our own process: is its van still open? */
+        return !ps__fab_local_open(peer->local_addr, peer->local_addr_len);
     if (peer->pidfd >= 0) {
         /* Readable once the process has exited, reaped or not. */
         struct pollfd pfd = {.fd = peer->pidfd, .events = POLLIN};
@@ -142,9 +144,19 @@ int ps__fab_peer_process_gone(const ps__fab_peer_t *peer)
     return peer->pid > 0 && kill(peer->pid, 0) != 0 && errno == ESRCH;
 }
 
-/* Follows a peer's process by pidfd (peer->lock held). */
-static void watch_process(ps__fab_van_t *van, ps__fab_peer_t *p, pid_t pid, int same_host)
+/* Follows a peer's process by pidfd, or a peer of this process by its
+ * endpoint's address (peer->lock held). */
+static void watch_process(ps__fab_van_t *van, ps__fab_peer_t *p, pid_t pid, int same_host,
+                          const uint8_t *addr, size_t addr_len)
 {
+    /* Only an address a van of ours has open now: anything else (a forged
+     * or stale address) is left to the provider to fail as unreachable. */
+    p->local_addr_len = 0;
+    if (same_host && pid > 0 && pid == getpid() && addr_len <= sizeof(p->local_addr) &&
+        ps__fab_local_open(addr, addr_len)) {
+        memcpy(p->local_addr, addr, addr_len);
+        p->local_addr_len = addr_len;
+    }
     if (p->pidfd >= 0 && p->pid != pid) {
         close(p->pidfd);
         p->pidfd = -1;
@@ -306,6 +318,11 @@ static void fab_close(ps_van_t *v)
                  PS__FAB_STOP_MS, van->prov_name);
         return;
     }
+    /* Off the list first: a van of this process stops posting to this
+     * endpoint from now on. */
+    if (van->local_listed)
+        ps__fab_local_remove(van->my_addr, van->my_addr_len);
+    van->local_listed = 0;
     if (van->up) {
         /* Nothing completes once the endpoint is closed: whatever is still
          * posted is released by hand. */
@@ -477,7 +494,7 @@ static ps_status_t fab_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
     }
     __atomic_store_n(&p->addr, fa, __ATOMIC_RELEASE);
     __atomic_store_n(&p->last_progress_ns, ps_time_now_ns(), __ATOMIC_RELAXED);
-    watch_process(van, p, pid, same_host);
+    watch_process(van, p, pid, same_host, addr, addr_len);
     __atomic_store_n(&p->failed, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&p->lock);
     ps_info(PS_LOG_FABRIC, "node %d reachable over %s", peer->id, van->prov_name);
