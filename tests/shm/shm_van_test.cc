@@ -3,7 +3,8 @@
 // driven through the registry and the ops table as the postoffice drives
 // them. Every way a value can travel (inline, read by the peer, staged,
 // shared buffer in place, streamed through the ring) is exercised by
-// turning the others off.
+// turning the others off. The tests every van passes the same way are the
+// conformance suite (tests/van/van_conformance.h), instantiated here.
 //
 // No timing thresholds: every wait has a generous deadline that only ends a
 // test that would otherwise hang.
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/van/van_conformance.h"
 
 extern "C" {
 #include "ps/base/buffer.h"
@@ -314,6 +316,12 @@ std::vector<std::string> Leaked(const std::set<std::string> &before, std::vector
         if (before.count(name) != 0) {
             continue;
         }
+        // libfabric shm's region of a fabric van ("PID:psRANDOM"): another
+        // test's (this test opens none), whose sandbox may give it our pid.
+        size_t digits = name.find_first_not_of("0123456789");
+        if (digits != 0 && digits != std::string::npos && name.compare(digits, 3, ":ps") == 0) {
+            continue;
+        }
         bool ours = name.rfind("ps", 0) == 0 || name.find("ps-shm") != std::string::npos;
         for (pid_t p : pids) {
             std::string id = std::to_string(p);
@@ -410,6 +418,33 @@ std::vector<uint64_t> Counts(ps_van_t *van)
     ps__shm_test_counters(van, c);
     return std::vector<uint64_t>(c, c + PS__SHM_TEST_KINDS);
 }
+
+// ---- the conformance suite ----
+
+using ps_van_test::VanConfig;
+using ps_van_test::VanConfigName;
+using ps_van_test::VanConformance;
+
+VanConfig ShmConfig()
+{
+    VanConfig c;
+    c.name = "shm";
+    c.van = "shm";
+    // Peers are found by job id, host and port: each test a job of its own.
+    c.unique_env_name = "PS_JOB_ID";
+    // A peer's process (here: its van) going away closes the channel.
+    c.peer_close_statuses = {PS_ERR_PEER_GONE};
+    // The hello travels on the rendezvous socket, never as a message.
+    c.inband_hello = false;
+    // connect() runs the handshake on the rendezvous socket in the call.
+    c.connect_completes_in_call = true;
+    c.not_applicable["ConnectRetriesUntilThePeerListens"] =
+        "connect() does not wait for a peer to listen: nobody listening is unreachable at once";
+    c.caps_set = PS_CAP_SAME_HOST_ONLY | PS_CAP_BUSY_POLL;
+    return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, VanConformance, ::testing::Values(ShmConfig()), VanConfigName);
 
 class ShmVanModes : public ::testing::TestWithParam<Mode> {
 protected:
@@ -654,18 +689,6 @@ protected:
     void SetUp() override { UniqueJob(); }
 };
 
-TEST_F(ShmVan, Capabilities)
-{
-    Van a;
-    ASSERT_EQ(a.Open(), PS_OK);
-    ps_van_attr_t attr;
-    ASSERT_EQ(a.ops->query(a.van, &attr), PS_OK);
-    EXPECT_TRUE(attr.cap_flags & PS_CAP_RECV_INTO_DEST);
-    EXPECT_TRUE(attr.cap_flags & PS_CAP_ZCOPY_SEND);
-    EXPECT_TRUE(attr.cap_flags & PS_CAP_SAME_HOST_ONLY);
-    EXPECT_TRUE(attr.cap_flags & PS_CAP_BUSY_POLL);
-}
-
 // A value in a shared buffer is not copied: the receiver's view is the
 // sender's memory, and the sender keeps its buffer until the view goes.
 TEST_F(ShmVan, SharedBufferTravelsWithoutCopy)
@@ -856,16 +879,15 @@ TEST_F(ShmVan, JobsAreSeparate)
     ps_msg_release(&msg);
 }
 
-// Send to nobody, bad arguments, device memory.
+// Bad arguments (a peer nobody listens for, a second bind, a taken port:
+// the conformance suite).
 TEST_F(ShmVan, Errors)
 {
     Van a;
     ASSERT_EQ(a.Open(), PS_OK);
     ASSERT_EQ(a.Bind(9), PS_OK);
     ps_msg_t msg;
-    MakeMsg(&msg, 8, 1, {});
-    EXPECT_EQ(a.Send(&msg), PS_ERR_UNREACHABLE);
-    msg.meta.recver = -1;
+    MakeMsg(&msg, -1, 1, {});
     EXPECT_EQ(a.Send(&msg), PS_ERR_INVALID_ARG);
     ps_msg_release(&msg);
     ps_node_t nobody;
@@ -873,16 +895,8 @@ TEST_F(ShmVan, Errors)
     nobody.id = 8;
     snprintf(nobody.hostname, sizeof(nobody.hostname), "127.0.0.1");
     nobody.num_ports = 1;
-    nobody.ports[0] = 9; // nothing listens there
-    EXPECT_EQ(a.ops->connect(a.van, &nobody, 9), PS_ERR_UNREACHABLE);
     nobody.ports[0] = 0;
     EXPECT_EQ(a.ops->connect(a.van, &nobody, 9), PS_ERR_INVALID_ARG);
-    // A second bind is refused; a taken fixed port too.
-    ps_node_t again = a.node;
-    EXPECT_EQ(a.ops->bind(a.van, &again, 0), PS_ERR_BAD_STATE);
-    Van b;
-    ASSERT_EQ(b.Open(), PS_OK);
-    EXPECT_EQ(b.Bind(10, "127.0.0.1", a.node.ports[0]), PS_ERR_ADDRESS_IN_USE);
 }
 
 // With a job secret, a listener that takes the channel but never answers
@@ -1173,60 +1187,10 @@ TEST_F(ShmVan, IpcRoutesByReachability)
     EXPECT_EQ(a.inbox.failures[0].first, 8);
 }
 
-// With busy polling, a thread waiting for an answer drives the van itself
-// (the progress op): the van's thread stands back, messages are delivered
-// on the driving thread, and after the hand-back (budget 0) the van's
-// thread delivers again. The composed van offers the op too.
-TEST_F(ShmVan, WaiterDrivesTheLoop)
+// The composed van offers the progress op too (a waiting thread driving
+// the shm van's loop: the conformance suite).
+TEST_F(ShmVan, ComposedVanOffersTheProgressOp)
 {
-    // Before the vans: their threads may run on_msg until they close.
-    const std::thread::id me = std::this_thread::get_id();
-    std::atomic<int> on_caller{0};
-    Van a, b;
-    ASSERT_EQ(a.Open("shm", kModes[1]), PS_OK);
-    ASSERT_EQ(b.Open("shm", kModes[1]), PS_OK);
-    ASSERT_EQ(a.Bind(9), PS_OK);
-    ASSERT_EQ(b.Bind(8), PS_OK);
-    ASSERT_EQ(a.Connect(b), PS_OK);
-    int (*progress)(ps_van_t *, unsigned) = ps_van_progress_op(b.van);
-    ASSERT_NE(progress, nullptr);
-    b.inbox.on_msg = [&](const ps_msg_t *) {
-        if (std::this_thread::get_id() == me) {
-            on_caller.fetch_add(1);
-        }
-    };
-    // The van's thread may take a message before it notices the driver;
-    // once parked it leaves the loop to us.
-    size_t sent = 0;
-    auto until = std::chrono::steady_clock::now() + kWait;
-    while (on_caller.load() == 0 && sent < 5000 && std::chrono::steady_clock::now() < until) {
-        ps_msg_t msg;
-        MakeMsg(&msg, 8, sent, {});
-        ASSERT_EQ(a.Send(&msg), PS_OK);
-        ps_msg_release(&msg);
-        ++sent;
-        for (;;) {
-            {
-                std::lock_guard<std::mutex> lk(b.inbox.mu);
-                if (b.inbox.msgs.size() >= sent) {
-                    break;
-                }
-            }
-            ASSERT_LT(std::chrono::steady_clock::now(), until) << "message " << sent << " lost";
-            (void)progress(b.van, 16);
-        }
-    }
-    EXPECT_GT(on_caller.load(), 0) << "no message delivered on the driving thread in " << sent;
-    EXPECT_EQ(progress(b.van, 0), 0);
-    // Handed back: the van's own thread delivers without us.
-    int before = on_caller.load();
-    ps_msg_t msg;
-    MakeMsg(&msg, 8, sent, {});
-    ASSERT_EQ(a.Send(&msg), PS_OK);
-    ps_msg_release(&msg);
-    ASSERT_TRUE(b.inbox.WaitMsgs(sent + 1));
-    EXPECT_EQ(on_caller.load(), before);
-
     Van c;
     ASSERT_EQ(c.Open("ipc", kModes[1]), PS_OK);
     EXPECT_NE(ps_van_progress_op(c.van), nullptr);

@@ -16,6 +16,7 @@
 #define PS_TESTS_VAN_VAN_CONFORMANCE_H_
 
 #include <cstdint>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -43,6 +44,13 @@ struct VanConfig {
     // the ucx van), restored afterwards; nullptr: none.
     const char *env_name = nullptr;
     const char *env_value = nullptr;
+    // An environment variable set to a value unique to each test (the shm
+    // van's PS_JOB_ID: its peers' names live in a job's namespace, which
+    // must meet no other test's), restored afterwards; nullptr: none.
+    const char *unique_env_name = nullptr;
+    // Called after each van of a test opened and bound (nullptr: nothing);
+    // its status is Open()'s. `id` is the node id it was bound as.
+    ps_status_t (*after_open)(VanBase &v, int id) = nullptr;
 
     // The statuses a peer that closed its van may be reported with.
     std::vector<ps_status_t> peer_close_statuses = {PS_ERR_PEER_GONE};
@@ -58,6 +66,31 @@ struct VanConfig {
     uint64_t caps_set = 0;
     uint64_t caps_clear = 0;
     uint32_t num_streams = 0;
+    // What register_mem(NULL) returns: unsupported by a van that registers
+    // nothing, an invalid argument for one that does.
+    ps_status_t register_null_status = PS_ERR_UNSUPPORTED;
+    // A node answers only nodes it connected to (it learns their addresses
+    // from connect() alone): OpenPair connects the server back too, and a
+    // reply to a node never connected to must fail as unreachable.
+    bool replies_need_connect = false;
+    // The scheduler's van is opened with is_scheduler set, as the
+    // postoffice opens it (a van whose scheduler speaks another transport).
+    bool scheduler_flagged = false;
+    // A peer that closed its van is noticed only when a send to it fails
+    // (no connection whose end says so): the test sends to it.
+    bool peer_close_seen_on_send = false;
+    // disconnect() tells the peer (which then reports this node failed).
+    bool disconnect_tells_peer = true;
+    // The van's own hello travels as a message whose van_data send() must
+    // refuse from a caller (hello_tag, hello_len).
+    bool inband_hello = true;
+    // connect() completes the handshake in the call: a peer nobody
+    // listens for is PS_ERR_UNREACHABLE from connect() itself (nothing is
+    // retried, queued or reported later).
+    bool connect_completes_in_call = false;
+    // Tests that do not apply to this van (name without the instance):
+    // the reason is the skip message.
+    std::map<std::string, std::string> not_applicable;
 };
 
 // The instance's name for INSTANTIATE_TEST_SUITE_P.
@@ -88,14 +121,21 @@ class VanConformance : public ::testing::TestWithParam<VanConfig> {
     // Sends message `seq` to node `to` with segments of `sizes` (OutMsg).
     static ps_status_t Send(VanBase &from, int to, uint64_t seq, const std::vector<size_t> &sizes);
     // Opens `worker` as node 9 and connects it to node 8 at a port a van
-    // just had and let go (nobody listens there), returned in *port_p.
+    // just had and let go (nobody listens there), returned in *port_p
+    // (connect_completes_in_call: checks that connect() refused it).
     void OpenAndDialNobody(VanBase &worker, int *port_p,
                            ps_van_params_t params = DefaultParams()) const;
 
   private:
-    bool env_set_ = false;
-    bool env_had_ = false;
-    std::string env_old_;
+    // One environment variable set for the test's duration, restored in
+    // TearDown.
+    struct EnvSetting {
+        const char *name = nullptr;
+        bool had = false;
+        std::string old;
+    };
+    void SetEnv(const char *name, const char *value);
+    std::vector<EnvSetting> env_;
 };
 
 } // namespace ps_van_test

@@ -147,6 +147,9 @@ ps_status_t VanBase::OpenAs(const char *name, int id, const char *host, ps_van_p
 void VanBase::Close()
 {
     if (van != nullptr) {
+        if (before_close) {
+            before_close(*this);
+        }
         ops->close(van);
         van = nullptr;
     }

@@ -84,6 +84,9 @@ struct VanBase {
     ps_van_t *van = nullptr;
     ps_node_t node;
     const ps_van_ops_t *ops = nullptr;
+    // Called by Close() just before the van closes (nullptr: nothing): a
+    // van whose provider needs the process's other vans quiet first.
+    std::function<void(VanBase &)> before_close;
 
     // Opens it and binds node `id` to host:port (port 0: the van picks).
     ps_status_t OpenAs(const char *name, int id, const char *host, ps_van_params_t params,
