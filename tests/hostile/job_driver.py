@@ -57,12 +57,21 @@ SECRET_CASES = [
 ]
 
 
+_handed_out = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    # A port the kernel says is free now, and never one handed out before:
+    # the shm van listens by name (host:port), not on the TCP port, so the
+    # kernel may offer a port again that a node of this job already uses.
+    while True:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def van_env(van):
