@@ -123,7 +123,9 @@ static void rx_put(ps__fab_van_t *van, ps__fab_rx_t *rx)
     van->rx_cached++;
 }
 
-static void rx_free(ps__fab_van_t *van, ps__fab_rx_t *rx)
+/* Takes rx off every list and drops what it holds besides its message
+ * (registrations, the EXT buffer). */
+static void rx_detach(ps__fab_van_t *van, ps__fab_rx_t *rx)
 {
     rx_unlink(van, rx);
     for (int i = 0; i < PS_MSG_MAX_DATA; i++) {
@@ -132,6 +134,11 @@ static void rx_free(ps__fab_van_t *van, ps__fab_rx_t *rx)
         rx->mr[i] = NULL;
     }
     ps_slice_unref(&rx->ext);
+}
+
+static void rx_free(ps__fab_van_t *van, ps__fab_rx_t *rx)
+{
+    rx_detach(van, rx);
     ps_msg_release(&rx->msg);
     rx_put(van, rx);
 }
@@ -193,13 +200,7 @@ static void try_deliver(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
         /* Off every list, the rx is this loop's alone: its message is
          * handed over in place (not copied out, ~800 bytes), and the rx
          * kept for reuse once the callee is done with it. */
-        rx_unlink(van, rx);
-        for (int i = 0; i < PS_MSG_MAX_DATA; i++) {
-            if (rx->mr[i] != NULL)
-                ps_rdma_mr_cache_put(van->mrc, rx->mr[i]);
-            rx->mr[i] = NULL;
-        }
-        ps_slice_unref(&rx->ext);
+        rx_detach(van, rx);
         ps_msg_t *msg = &rx->msg;
         /* One writer (the loop's holder): no locked add. */
         __atomic_store_n(&van->bytes_recv,
@@ -270,6 +271,32 @@ static void post_ext(ps__fab_van_t *van, ps__fab_rx_t *rx)
         rx->next_blocked = van->rx_blocked;
         van->rx_blocked = rx;
     }
+}
+
+/* Whether segment i comes with this message: not empty, and not the one
+ * an RMA write already put in place (`written`). */
+static int seg_travels(const ps__fab_rx_t *rx, unsigned i, int written)
+{
+    return rx->fh.data_len[i] != 0 && !(written && i == (unsigned)rx->rma_seg);
+}
+
+/* One pooled block of `total` bytes for the segments in `mask`, each a
+ * slice of it, in order (one pool round trip per message, not per
+ * segment). *block_p is the caller's reference to the whole block. */
+static ps_status_t carve_pooled(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned mask,
+                                uint64_t total, ps_slice_t *block_p)
+{
+    ps_status_t st = ps_rdma_buf_pool_get(van->pool, total, block_p);
+    if (st != PS_OK)
+        return st;
+    size_t off = 0;
+    for (unsigned i = 0; i < rx->fh.num_data; i++) {
+        if (!(mask & (1u << i)))
+            continue;
+        ps_slice_sub(block_p, off, rx->fh.data_len[i], &rx->msg.data[i]);
+        off += rx->fh.data_len[i];
+    }
+    return PS_OK;
 }
 
 /* A destination for segment i of len bytes: the postoffice's, else pooled
@@ -425,10 +452,12 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
     size_t tail_len = len - rx->fh.header_len - rx->fh.meta_len;
     int ndata = 0;
     uint64_t rest = 0;
+    unsigned travelling = 0;
     for (unsigned i = 0; i < rx->fh.num_data; i++) {
-        if (rx->fh.data_len[i] > 0 && !(written && i == rx->rma_seg)) {
+        if (seg_travels(rx, i, written)) {
             ndata++;
             rest += rx->fh.data_len[i];
+            travelling |= 1u << i;
         }
     }
     if (rx->flags & PS__FAB_F_INLINE) {
@@ -438,17 +467,16 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
             return PS_ERR_PROTOCOL;
         }
         /* Segments the postoffice names no buffer for share one pooled
-         * block (one pool round trip per message, not per segment). */
+         * block. */
         uint64_t pooled = 0;
         unsigned need = 0;
         for (unsigned i = 0; i < rx->fh.num_data; i++) {
-            uint64_t l = rx->fh.data_len[i];
-            if (l == 0 || (written && i == rx->rma_seg))
+            if (!(travelling & (1u << i)))
                 continue;
             void *unused;
-            st = seg_dest(van, rx, i, l, 0, &unused);
+            st = seg_dest(van, rx, i, rx->fh.data_len[i], 0, &unused);
             if (st == PS_ERR_NOT_FOUND) {
-                pooled += l;
+                pooled += rx->fh.data_len[i];
                 need |= 1u << i;
             } else if (st != PS_OK) {
                 return st;
@@ -456,23 +484,15 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
         }
         if (need != 0) {
             ps_slice_t one;
-            if ((st = ps_rdma_buf_pool_get(van->pool, pooled, &one)) != PS_OK)
+            if ((st = carve_pooled(van, rx, need, pooled, &one)) != PS_OK)
                 return st;
-            size_t off = 0;
-            for (unsigned i = 0; i < rx->fh.num_data; i++) {
-                if (!(need & (1u << i)))
-                    continue;
-                ps_slice_sub(&one, off, rx->fh.data_len[i], &msg->data[i]);
-                off += rx->fh.data_len[i];
-            }
             ps_slice_unref(&one);
         }
         for (unsigned i = 0; i < rx->fh.num_data; i++) {
-            uint64_t l = rx->fh.data_len[i];
-            if (l == 0 || (written && i == rx->rma_seg))
+            if (!(travelling & (1u << i)))
                 continue;
-            memcpy(ps_slice_ptr(&msg->data[i]), tail, l);
-            tail += l;
+            memcpy(ps_slice_ptr(&msg->data[i]), tail, rx->fh.data_len[i]);
+            tail += rx->fh.data_len[i];
         }
         return PS_OK;
     }
@@ -486,7 +506,7 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
     if ((size_t)ndata <= van->iov_limit) {
         for (unsigned i = 0; i < rx->fh.num_data; i++) {
             uint64_t l = rx->fh.data_len[i];
-            if (l == 0 || (written && i == rx->rma_seg))
+            if (!(travelling & (1u << i)))
                 continue;
             if ((st = seg_dest(van, rx, i, l, 1, &rx->desc[rx->niov])) != PS_OK)
                 return st;
@@ -498,16 +518,8 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
         /* Gathered by the sender into one message: one pooled buffer, the
          * segments are slices of it. */
         ps_slice_t one;
-        if ((st = ps_rdma_buf_pool_get(van->pool, rest, &one)) != PS_OK)
+        if ((st = carve_pooled(van, rx, travelling, rest, &one)) != PS_OK)
             return st;
-        size_t off = 0;
-        for (unsigned i = 0; i < rx->fh.num_data; i++) {
-            uint64_t l = rx->fh.data_len[i];
-            if (l == 0 || (written && i == rx->rma_seg))
-                continue;
-            ps_slice_sub(&one, off, l, &msg->data[i]);
-            off += l;
-        }
         rx->iov[0].iov_base = ps_slice_ptr(&one);
         rx->iov[0].iov_len = rest;
         rx->desc[0] = ps__fab_mr_desc(ps_rdma_buf_pool_handle(van->pool, &one));
