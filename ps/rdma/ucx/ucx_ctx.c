@@ -163,6 +163,20 @@ static int split_tls(const char *tls, char *shm, size_t shm_cap, char *ctl, size
     return shm[0] != '\0';
 }
 
+/* Destroys a worker, then its context (either may be NULL; both become
+ * NULL). */
+static void worker_and_context_destroy(ucp_worker_h *worker_p, ucp_context_h *context_p)
+{
+    if (*worker_p != NULL) {
+        ucp_worker_destroy(*worker_p);
+        *worker_p = NULL;
+    }
+    if (*context_p != NULL) {
+        ucp_cleanup(*context_p);
+        *context_p = NULL;
+    }
+}
+
 /* The data context and worker: shared-memory transports only. On failure
  * everything is left as it was (one worker). */
 static ps_status_t data_ctx_open(ps__ucx_van_t *van, const char *shm_tls)
@@ -220,18 +234,11 @@ static ps_status_t data_ctx_open(ps__ucx_van_t *van, const char *shm_tls)
     if (st != UCS_OK) {
         ps_debug(PS_LOG_UCX, "no shared-memory worker of its own (UCX_TLS=%s: %s); one worker "
                  "for everything", shm_tls, ucs_status_string(st));
-        if (van->dworker != NULL) {
-            if (van->worker_addr != NULL) {
-                ucp_worker_release_address(van->dworker, van->worker_addr);
-                van->worker_addr = NULL;
-            }
-            ucp_worker_destroy(van->dworker);
-            van->dworker = NULL;
+        if (van->dworker != NULL && van->worker_addr != NULL) {
+            ucp_worker_release_address(van->dworker, van->worker_addr);
+            van->worker_addr = NULL;
         }
-        if (van->dcontext != NULL) {
-            ucp_cleanup(van->dcontext);
-            van->dcontext = NULL;
-        }
+        worker_and_context_destroy(&van->dworker, &van->dcontext);
         van->defd = -1;
         return ps__ucx_status(st);
     }
@@ -419,20 +426,6 @@ void ps__ucx_ctx_close(ps__ucx_van_t *van)
     }
     van->worker_addr = NULL;
     van->addr_worker = NULL;
-    if (van->dworker != NULL) {
-        ucp_worker_destroy(van->dworker);
-        van->dworker = NULL;
-    }
-    if (van->dcontext != NULL) {
-        ucp_cleanup(van->dcontext);
-        van->dcontext = NULL;
-    }
-    if (van->worker != NULL) {
-        ucp_worker_destroy(van->worker);
-        van->worker = NULL;
-    }
-    if (van->context != NULL) {
-        ucp_cleanup(van->context);
-        van->context = NULL;
-    }
+    worker_and_context_destroy(&van->dworker, &van->dcontext);
+    worker_and_context_destroy(&van->worker, &van->context);
 }
