@@ -25,6 +25,7 @@
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "tests/lib/po_send.h"
 
 #define SN_MAX_SERVERS 16
 #define SN_MAX_WORKERS 64
@@ -81,19 +82,9 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
     }
     pthread_mutex_unlock(&s->lock);
 
-    ps_msg_t res;
-    ps_msg_init(&res);
-    res.meta.recver = msg->meta.sender;
-    res.meta.app_id = msg->meta.app_id;
-    res.meta.customer_id = msg->meta.customer_id;
-    res.meta.timestamp = msg->meta.timestamp;
-    res.meta.head = msg->meta.head;
-    res.meta.request = false;
-    ps_msg_add_data(&res, &out, PS_DATA_UINT64);
-    ps_status_t st = ps_postoffice_send(s->po, &res);
+    ps_status_t st = po_send_reply(s->po, msg, &out, PS_DATA_UINT64);
     if (st != PS_OK)
         printf("sum_node: server reply failed: %s\n", ps_status_name(st));
-    ps_msg_release(&res);
     ps_slice_unref(&out);
 }
 
@@ -161,18 +152,7 @@ static int run_worker(ps_postoffice_t *po, int rounds, int round_ms, size_t len)
             uint32_t *p = ps_slice_ptr(&payload);
             for (size_t i = 0; i < len; i++)
                 p[i] = (uint32_t)((w.rank + 1) * (round + 1) + (int)i + ps_id_to_rank(servers[s]));
-            ps_msg_t msg;
-            ps_msg_init(&msg);
-            msg.meta.recver = servers[s];
-            msg.meta.app_id = 0;
-            msg.meta.customer_id = 0;
-            msg.meta.timestamp = ts;
-            msg.meta.head = round;
-            msg.meta.request = true;
-            msg.meta.push = true;
-            ps_msg_add_data(&msg, &payload, PS_DATA_UINT32);
-            st = ps_postoffice_send(po, &msg);
-            ps_msg_release(&msg);
+            st = po_send_request(po, servers[s], 0, 0, ts, round, true, &payload, PS_DATA_UINT32);
             ps_slice_unref(&payload);
             if (st != PS_OK)
                 return fail("send", st);

@@ -39,6 +39,7 @@
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "tests/lib/po_send.h"
 
 #define PO_APP 0
 #define PO_CUSTOMER 0
@@ -87,19 +88,9 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
     for (size_t i = 0; i < len; i++)
         o[i] = in[i] ^ 0x5a;
 
-    ps_msg_t res;
-    ps_msg_init(&res);
-    res.meta.recver = msg->meta.sender;
-    res.meta.app_id = msg->meta.app_id;
-    res.meta.customer_id = msg->meta.customer_id;
-    res.meta.timestamp = msg->meta.timestamp;
-    res.meta.head = msg->meta.head;
-    res.meta.request = false;
-    ps_msg_add_data(&res, &out, PS_DATA_CHAR);
-    ps_status_t st = ps_postoffice_send(po, &res);
+    ps_status_t st = po_send_reply(po, msg, &out, PS_DATA_CHAR);
     if (st != PS_OK)
         printf("po_node: server reply failed: %s\n", ps_status_name(st));
-    ps_msg_release(&res);
     ps_slice_unref(&out);
 }
 
@@ -161,18 +152,8 @@ static int run_worker(ps_postoffice_t *po, int rounds)
             uint8_t *p = ps_slice_ptr(&payload);
             for (size_t i = 0; i < len; i++)
                 p[i] = pattern(w->rank, round, ps_id_to_rank(servers[s]), i);
-            ps_msg_t msg;
-            ps_msg_init(&msg);
-            msg.meta.recver = servers[s];
-            msg.meta.app_id = PO_APP;
-            msg.meta.customer_id = PO_CUSTOMER;
-            msg.meta.timestamp = ts;
-            msg.meta.head = round;
-            msg.meta.request = true;
-            msg.meta.push = true;
-            ps_msg_add_data(&msg, &payload, PS_DATA_CHAR);
-            st = ps_postoffice_send(po, &msg);
-            ps_msg_release(&msg);
+            st = po_send_request(po, servers[s], PO_APP, PO_CUSTOMER, ts, round, true, &payload,
+                                 PS_DATA_CHAR);
             ps_slice_unref(&payload);
             if (st != PS_OK)
                 return fail("send", st);
@@ -227,23 +208,12 @@ static uint64_t store_value(int worker_rank, int round, int server_rank)
 
 static void reply_u64(ps_postoffice_t *po, const ps_msg_t *req, const uint64_t *vals, int n)
 {
-    ps_msg_t res;
-    ps_msg_init(&res);
-    res.meta.recver = req->meta.sender;
-    res.meta.app_id = req->meta.app_id;
-    res.meta.customer_id = req->meta.customer_id;
-    res.meta.timestamp = req->meta.timestamp;
-    res.meta.head = req->meta.head;
-    res.meta.request = false;
     ps_slice_t out = PS_SLICE_EMPTY_INIT;
-    if (n > 0 && ps_slice_alloc((size_t)n * 8, 0, &out) == PS_OK) {
+    if (n > 0 && ps_slice_alloc((size_t)n * 8, 0, &out) == PS_OK)
         memcpy(ps_slice_ptr(&out), vals, (size_t)n * 8);
-        ps_msg_add_data(&res, &out, PS_DATA_UINT64);
-    }
-    ps_status_t st = ps_postoffice_send(po, &res);
+    ps_status_t st = po_send_reply(po, req, &out, PS_DATA_UINT64);
     if (st != PS_OK)
         printf("po_node: server reply failed: %s\n", ps_status_name(st));
-    ps_msg_release(&res);
     ps_slice_unref(&out);
 }
 
@@ -339,14 +309,6 @@ static ps_status_t store_request(ps_postoffice_t *po, ps_customer_t *c, const in
     if (st != PS_OK)
         return st;
     for (int i = 0; i < ns; i++) {
-        ps_msg_t msg;
-        ps_msg_init(&msg);
-        msg.meta.recver = servers[i];
-        msg.meta.app_id = PO_APP;
-        msg.meta.customer_id = PO_CUSTOMER;
-        msg.meta.timestamp = ts;
-        msg.meta.head = head;
-        msg.meta.request = true;
         ps_slice_t payload = PS_SLICE_EMPTY_INIT;
         if (head == HEAD_PUT) {
             uint64_t rv[2] = {(uint64_t)round,
@@ -354,10 +316,9 @@ static ps_status_t store_request(ps_postoffice_t *po, ps_customer_t *c, const in
             if ((st = ps_slice_alloc(sizeof(rv), 0, &payload)) != PS_OK)
                 return st;
             memcpy(ps_slice_ptr(&payload), rv, sizeof(rv));
-            ps_msg_add_data(&msg, &payload, PS_DATA_UINT64);
         }
-        st = ps_postoffice_send(po, &msg);
-        ps_msg_release(&msg);
+        st = po_send_request(po, servers[i], PO_APP, PO_CUSTOMER, ts, head, false, &payload,
+                             PS_DATA_UINT64);
         ps_slice_unref(&payload);
         if (st != PS_OK)
             return st;
