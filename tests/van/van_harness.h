@@ -1,4 +1,4 @@
-// The scaffolding of the van-level tests (tcp_van_test, ucx_van_test): an
+// The scaffolding of the van-level tests (tcp, ucx, fabric, verbs): an
 // inbox that records what a van delivers, a van opened through the
 // registry and driven through its ops table exactly as the postoffice
 // drives it, and messages filled with a pattern that the receiving side

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/van/van_harness.h"
 
 extern "C" {
 #include "ps/base/buffer.h"
@@ -40,93 +41,13 @@ extern "C" {
 
 namespace {
 
-constexpr auto kWait = std::chrono::seconds(60);
-
-uint8_t Pattern(uint64_t seq, unsigned seg, size_t i)
-{
-    uint64_t x = seq * 0x9e3779b97f4a7c15ull + seg * 0x632be59bd9b4e019ull + i;
-    x ^= x >> 29;
-    return static_cast<uint8_t>(x * 0xbf58476d1ce4e5b9ull >> 56);
-}
-
-struct Received {
-    ps_meta_t meta;
-    std::vector<std::string> data;
-    std::vector<const void *> ptrs;
-    std::string body;
-    std::vector<ps_node_t> nodes;
-};
-
-struct Inbox {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<Received> msgs;
-    std::vector<std::pair<int, ps_status_t>> failures;
-    std::map<std::pair<uint64_t, unsigned>, ps_slice_t> dest;
-    std::function<void(const ps_msg_t *)> on_msg;
-
-    ~Inbox()
-    {
-        for (auto &kv : dest)
-            ps_slice_unref(&kv.second);
-    }
-    bool WaitMsgs(size_t n)
-    {
-        std::unique_lock<std::mutex> lk(mu);
-        return cv.wait_for(lk, kWait, [&] { return msgs.size() >= n; });
-    }
-    bool WaitFailure(size_t n)
-    {
-        std::unique_lock<std::mutex> lk(mu);
-        return cv.wait_for(lk, kWait, [&] { return failures.size() >= n; });
-    }
-};
-
-ps_status_t RecvBuffer(void *arg, const ps_meta_t *meta, unsigned index, uint64_t len,
-                       ps_slice_t *slice_p)
-{
-    Inbox *in = static_cast<Inbox *>(arg);
-    std::lock_guard<std::mutex> lk(in->mu);
-    auto it = in->dest.find({meta->key, index});
-    if (it == in->dest.end() || it->second.len < len)
-        return PS_ERR_NOT_FOUND;
-    *slice_p = ps_slice_ref(&it->second);
-    return PS_OK;
-}
-
-void Deliver(void *arg, ps_msg_t *msg)
-{
-    Inbox *in = static_cast<Inbox *>(arg);
-    Received r;
-    r.meta = msg->meta;
-    r.meta.body = nullptr;
-    r.meta.control.nodes = nullptr;
-    for (uint32_t i = 0; i < msg->num_data; ++i) {
-        const char *p = static_cast<const char *>(ps_slice_ptr(&msg->data[i]));
-        r.data.emplace_back(p == nullptr ? std::string() : std::string(p, msg->data[i].len));
-        r.ptrs.push_back(p);
-    }
-    if (msg->meta.body_len != 0)
-        r.body.assign(reinterpret_cast<const char *>(msg->meta.body), msg->meta.body_len);
-    for (uint32_t i = 0; i < msg->meta.control.num_nodes; ++i)
-        r.nodes.push_back(msg->meta.control.nodes[i]);
-    {
-        std::lock_guard<std::mutex> lk(in->mu);
-        in->msgs.push_back(std::move(r));
-        in->cv.notify_all();
-    }
-    if (in->on_msg)
-        in->on_msg(msg);
-    ps_msg_release(msg);
-}
-
-void PeerFailed(void *arg, int node_id, ps_status_t why)
-{
-    Inbox *in = static_cast<Inbox *>(arg);
-    std::lock_guard<std::mutex> lk(in->mu);
-    in->failures.emplace_back(node_id, why);
-    in->cv.notify_all();
-}
+// The inbox, callbacks and byte pattern every van test shares.
+using ps_van_test::Deliver;
+using ps_van_test::Inbox;
+using ps_van_test::Pattern;
+using ps_van_test::PeerFailed;
+using ps_van_test::Received;
+using ps_van_test::RecvBuffer;
 
 int HasAddr(void *, const char *ifname)
 {
