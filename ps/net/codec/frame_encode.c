@@ -6,7 +6,9 @@
 #include <stdlib.h>
 
 #include "ps/net/codec/codec.h"
+#include "ps/net/codec/frame_internal.h"
 #include "ps/net/codec/meta_fast.h"
+#include "ps/net/codec/meta_fast_internal.h"
 
 ps_status_t ps_frame_encode_head(const ps_meta_t *meta, const uint64_t *lens, uint32_t num_data,
                                  const ps_frame_limits_t *limits, ps_log_component_t comp,
@@ -14,6 +16,19 @@ ps_status_t ps_frame_encode_head(const ps_meta_t *meta, const uint64_t *lens, ui
                                  uint8_t **heap_p)
 {
     size_t hlen = ps_frame_header_len(num_data);
+    /* The usual case, a plain data message whose frame is within limits and
+     * fits: header and compact meta written in one pass. Anything else takes
+     * the general path below, which also says what is wrong. */
+    size_t fast = ps__meta_fast_size(meta);
+    if (fast != 0 && cap > hlen && fast <= cap - hlen && limits != NULL &&
+        ps__frame_fits(limits, (uint32_t)fast, lens, num_data)) {
+        ps__frame_header_write(buf, 0, (uint32_t)fast, lens, (uint16_t)num_data);
+        ps__meta_fast_write(meta, buf + hlen);
+        *frame_p = buf;
+        *len_p = hlen + fast;
+        *heap_p = NULL;
+        return PS_OK;
+    }
     size_t mlen = 0;
     uint8_t *out = buf;
     uint8_t *heap = NULL;

@@ -1,95 +1,48 @@
 /*
  * The fast meta form of meta_fast.h.
+ *
+ * Every plain data message is encoded and decoded once per hop, so the
+ * code is written for few instructions: the "is it plain?" test ORs the
+ * fields a plain meta leaves at zero into one word and tests it once, and
+ * fields go between the meta and the wire one by one (ps_put_le32 and
+ * friends become single moves) with no staging arrays. The test and the
+ * writer are in meta_fast_internal.h, shared with frame_encode.c.
  */
 #include "ps/net/codec/meta_fast.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "ps/base/endian.h"
+#include "ps/net/codec/meta_fast_internal.h"
 
-#define FLAG_REQUEST 1u
-#define FLAG_PUSH 2u
-#define FLAG_PULL 4u
-#define FLAG_SIMPLE_APP 8u
-#define NUM_I32 13
-
-/* Whole words, no early exit: the compiler vectorises it, and every
- * message passes here twice (size, then encode) with ~150 bytes to check. */
-static int all_zero(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t acc = 0;
-    size_t i = 0;
-    for (; i + sizeof(acc) <= n; i += sizeof(acc)) {
-        uint64_t w;
-        memcpy(&w, b + i, sizeof(w));
-        acc |= w;
-    }
-    for (; i < n; ++i) {
-        acc |= b[i];
-    }
-    return acc == 0;
-}
+/* The decoder writes every field before `control` itself. */
+_Static_assert(offsetof(ps_meta_t, control) > offsetof(ps_meta_t, priority) &&
+                   offsetof(ps_meta_t, control) > offsetof(ps_meta_t, val_len) &&
+                   offsetof(ps_meta_t, control) > offsetof(ps_meta_t, dst_dev_id),
+               "the fast form's fields come before the control part");
+_Static_assert(sizeof(bool) == 1 && offsetof(ps_meta_t, push) == offsetof(ps_meta_t, request) + 1 &&
+                   offsetof(ps_meta_t, pull) == offsetof(ps_meta_t, request) + 2 &&
+                   offsetof(ps_meta_t, simple_app) == offsetof(ps_meta_t, request) + 3 &&
+                   PS__MF_REQUEST == 1 && PS__MF_PUSH == 2 && PS__MF_PULL == 4 &&
+                   PS__MF_SIMPLE_APP == 8,
+               "the flags' bools are four bytes in flag order");
 
 size_t ps_meta_fast_size(const ps_meta_t *m)
 {
-    if (m->control.cmd != PS_CTRL_EMPTY || m->control.num_nodes != 0 ||
-        m->control.barrier_group != 0 || m->control.msg_sig != 0 ||
-        m->num_data_types > PS_META_MAX_DATA || m->body_len > PS_META_FAST_BODY_MAX ||
-        (m->body_len != 0 && m->body == NULL) || m->is_tensor || m->dtype != 0 ||
-        m->ndim != 0 || !all_zero(m->shape, sizeof(m->shape)) ||
-        m->num_slave_qp_counters != 0 || m->slave_qp_num != 0 || m->van_data_len != 0 ||
-        !all_zero(&m->request_trace, sizeof(m->request_trace)) ||
-        !all_zero(&m->response_trace, sizeof(m->response_trace))) {
-        return 0;
-    }
-    for (uint32_t i = 0; i < m->num_data_types; ++i) {
-        if ((unsigned)m->data_types[i] >= PS_DATA_TYPE_COUNT) {
-            return 0;
-        }
-    }
-    if ((unsigned)m->src_dev_type >= PS_DEV_TYPE_COUNT ||
-        (unsigned)m->dst_dev_type >= PS_DEV_TYPE_COUNT) {
-        return 0;
-    }
-    return PS_META_FAST_FIXED_LEN + m->num_data_types + m->body_len;
+    return ps__meta_fast_size(m);
 }
 
 ps_status_t ps_meta_fast_encode(const ps_meta_t *m, uint8_t *buf, size_t cap, size_t *len_p)
 {
-    size_t len = ps_meta_fast_size(m);
+    size_t len = ps__meta_fast_size(m);
     if (len == 0) {
         return PS_ERR_UNSUPPORTED;
     }
     if (len > cap) {
         return PS_ERR_TOO_LARGE;
     }
-    buf[0] = 0;
-    buf[1] = PS_META_FAST_VERSION;
-    buf[2] = (uint8_t)((m->request ? FLAG_REQUEST : 0) | (m->push ? FLAG_PUSH : 0) |
-                       (m->pull ? FLAG_PULL : 0) | (m->simple_app ? FLAG_SIMPLE_APP : 0));
-    buf[3] = (uint8_t)m->num_data_types;
-    const int32_t i32[NUM_I32] = {
-        m->head, m->app_id, m->customer_id, m->timestamp, m->sender,
-        m->recver, (int32_t)m->src_dev_type, m->src_dev_id, (int32_t)m->dst_dev_type,
-        m->dst_dev_id, m->option, m->sid, m->priority,
-    };
-    uint8_t *p = buf + 4;
-    for (int i = 0; i < NUM_I32; ++i, p += 4) {
-        ps_put_le32(p, (uint32_t)i32[i]);
-    }
-    ps_put_le64(p, m->data_size);
-    ps_put_le64(p + 8, m->key);
-    ps_put_le64(p + 16, m->addr);
-    ps_put_le64(p + 24, m->val_len);
-    ps_put_le32(p + 32, (uint32_t)m->body_len);
-    p += 36;
-    for (uint32_t i = 0; i < m->num_data_types; ++i) {
-        *p++ = (uint8_t)m->data_types[i];
-    }
-    if (m->body_len != 0) {
-        memcpy(p, m->body, m->body_len);
-    }
+    ps__meta_fast_write(m, buf);
     *len_p = len;
     return PS_OK;
 }
@@ -97,21 +50,16 @@ ps_status_t ps_meta_fast_encode(const ps_meta_t *m, uint8_t *buf, size_t cap, si
 ps_status_t ps_meta_fast_decode(const uint8_t *buf, size_t len, ps_meta_t *meta_p)
 {
     if (len < PS_META_FAST_FIXED_LEN || buf[0] != 0 || buf[1] != PS_META_FAST_VERSION ||
-        (buf[2] & ~(FLAG_REQUEST | FLAG_PUSH | FLAG_PULL | FLAG_SIMPLE_APP)) != 0 ||
-        buf[3] > PS_META_MAX_DATA) {
+        (buf[2] & ~PS__MF_FLAGS_KNOWN) != 0 || buf[3] > PS_META_MAX_DATA) {
         return PS_ERR_PROTOCOL;
     }
     uint32_t ntypes = buf[3];
-    uint32_t body_len = ps_get_le32(buf + 88);
+    uint32_t body_len = ps_get_le32(buf + PS__MF_OFF_BODY_LEN);
+    uint32_t src_dev_type = ps_get_le32(buf + PS__MF_OFF_SRC_DEV_TYPE);
+    uint32_t dst_dev_type = ps_get_le32(buf + PS__MF_OFF_DST_DEV_TYPE);
     if (body_len > PS_META_FAST_BODY_MAX ||
-        len != PS_META_FAST_FIXED_LEN + (size_t)ntypes + body_len) {
-        return PS_ERR_PROTOCOL;
-    }
-    int32_t i32[NUM_I32];
-    for (int i = 0; i < NUM_I32; ++i) {
-        i32[i] = (int32_t)ps_get_le32(buf + 4 + 4 * i);
-    }
-    if ((uint32_t)i32[6] >= PS_DEV_TYPE_COUNT || (uint32_t)i32[8] >= PS_DEV_TYPE_COUNT) {
+        len != PS_META_FAST_FIXED_LEN + (size_t)ntypes + body_len ||
+        src_dev_type >= PS_DEV_TYPE_COUNT || dst_dev_type >= PS_DEV_TYPE_COUNT) {
         return PS_ERR_PROTOCOL;
     }
     const uint8_t *types = buf + PS_META_FAST_FIXED_LEN;
@@ -120,29 +68,51 @@ ps_status_t ps_meta_fast_decode(const uint8_t *buf, size_t len, ps_meta_t *meta_
             return PS_ERR_PROTOCOL;
         }
     }
+
+    /* What ps_meta_init() and then setting every field the form carries
+     * would give, without clearing those fields first: ps_meta_init()'s
+     * non-zero defaults are all among them, so only the data types past
+     * ntypes and everything from the control part on are left to zero. */
     ps_meta_t *m = meta_p;
-    ps_meta_init(m);
-    m->request = (buf[2] & FLAG_REQUEST) != 0;
-    m->push = (buf[2] & FLAG_PUSH) != 0;
-    m->pull = (buf[2] & FLAG_PULL) != 0;
-    m->simple_app = (buf[2] & FLAG_SIMPLE_APP) != 0;
-    m->head = i32[0];
-    m->app_id = i32[1];
-    m->customer_id = i32[2];
-    m->timestamp = i32[3];
-    m->sender = i32[4];
-    m->recver = i32[5];
-    m->src_dev_type = (ps_device_type_t)i32[6];
-    m->src_dev_id = i32[7];
-    m->dst_dev_type = (ps_device_type_t)i32[8];
-    m->dst_dev_id = i32[9];
-    m->option = i32[10];
-    m->sid = i32[11];
-    m->priority = i32[12];
-    m->data_size = ps_get_le64(buf + 56);
-    m->key = ps_get_le64(buf + 64);
-    m->addr = ps_get_le64(buf + 72);
-    m->val_len = ps_get_le64(buf + 80);
+    memset(m->data_types + ntypes, 0, sizeof(m->data_types) - ntypes * sizeof(m->data_types[0]));
+    memset(&m->control, 0, sizeof(*m) - offsetof(ps_meta_t, control));
+    uint8_t flags = buf[2];
+#if PS__MF_HOST_LE
+    /* Flag bit i to byte i (the bools request, push, pull, simple_app in
+     * that order): the four shifted copies of flags (< 16) do not overlap. */
+    uint32_t bools = ((uint32_t)flags * 0x00204081u) & 0x01010101u;
+    memcpy(PS__MF_AT(m, request), &bools, sizeof(bools));
+#else
+    m->request = (flags & PS__MF_REQUEST) != 0;
+    m->push = (flags & PS__MF_PUSH) != 0;
+    m->pull = (flags & PS__MF_PULL) != 0;
+    m->simple_app = (flags & PS__MF_SIMPLE_APP) != 0;
+#endif
+    const uint8_t *p = buf + PS__MF_OFF_HEAD;
+#if PS__MF_HOST_LE
+    memcpy(PS__MF_AT(m, head), p, PS__MF_RUN_I32A_LEN);
+    memcpy(PS__MF_AT(m, src_dev_type), buf + PS__MF_OFF_SRC_DEV_TYPE, PS__MF_RUN_I32B_LEN);
+    memcpy(PS__MF_AT(m, option), buf + PS__MF_OFF_OPTION, PS__MF_RUN_I32C_LEN);
+    memcpy(PS__MF_AT(m, data_size), buf + PS__MF_OFF_DATA_SIZE, PS__MF_RUN_U64_LEN);
+#else
+    m->head = (int32_t)ps_get_le32(p);
+    m->app_id = (int32_t)ps_get_le32(p + 4);
+    m->customer_id = (int32_t)ps_get_le32(p + 8);
+    m->timestamp = (int32_t)ps_get_le32(p + 12);
+    m->sender = (int32_t)ps_get_le32(p + 16);
+    m->recver = (int32_t)ps_get_le32(p + 20);
+    m->src_dev_type = (ps_device_type_t)src_dev_type;
+    m->src_dev_id = (int32_t)ps_get_le32(p + 28);
+    m->dst_dev_type = (ps_device_type_t)dst_dev_type;
+    m->dst_dev_id = (int32_t)ps_get_le32(p + 36);
+    m->option = (int32_t)ps_get_le32(p + 40);
+    m->sid = (int32_t)ps_get_le32(p + 44);
+    m->priority = (int32_t)ps_get_le32(p + 48);
+    m->data_size = ps_get_le64(buf + PS__MF_OFF_DATA_SIZE);
+    m->key = ps_get_le64(buf + PS__MF_OFF_DATA_SIZE + 8);
+    m->addr = ps_get_le64(buf + PS__MF_OFF_DATA_SIZE + 16);
+    m->val_len = ps_get_le64(buf + PS__MF_OFF_DATA_SIZE + 24);
+#endif
     m->num_data_types = ntypes;
     for (uint32_t i = 0; i < ntypes; ++i) {
         m->data_types[i] = (ps_data_type_t)types[i];
