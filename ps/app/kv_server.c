@@ -131,19 +131,21 @@ ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *met
     msg.meta.option = meta->option;
     msg.meta.recver = meta->sender;
 
+    /* As from this node already: the postoffice then sends it as it is. */
+    msg.meta.sender = ps_postoffice_my_id(server->po);
+
+    /* The caller holds the segments through the send: lent, not referenced,
+     * so the message owns nothing and is not released. */
     ps_status_t st = PS_OK;
-    if (res && res->keys.len > 0) {
-        if ((st = ps_msg_add_data(&msg, &res->keys, PS_DATA_UINT64)) != PS_OK ||
-            (st = ps_msg_add_data(&msg, &res->vals, res->type)) != PS_OK)
-            goto out;
-        if (res->lens.len > 0 && (st = ps_msg_add_data(&msg, &res->lens, PS_DATA_INT32)) != PS_OK)
-            goto out;
-    }
+    if (res && res->keys.len > 0 &&
+        ((st = ps_msg_lend_data(&msg, &res->keys, PS_DATA_UINT64)) != PS_OK ||
+         (st = ps_msg_lend_data(&msg, &res->vals, res->type)) != PS_OK ||
+         (res->lens.len > 0 &&
+          (st = ps_msg_lend_data(&msg, &res->lens, PS_DATA_INT32)) != PS_OK)))
+        return st;
     st = ps_postoffice_send(server->po, &msg);
     if (st != PS_OK)
         ps_debug(PS_LOG_APP, "kv server: response ts %d to node %d not sent: %s",
                  meta->timestamp, meta->sender, ps_status_str(st));
-out:
-    ps_msg_release(&msg);
     return st;
 }

@@ -33,28 +33,13 @@ static size_t lower_bound(const uint64_t *keys, size_t lo, size_t n, uint64_t bo
     return lo;
 }
 
-ps_status_t ps_kv_slice_keys(const uint64_t *keys, size_t num_keys, const int32_t *lens,
-                             size_t vals_bytes, size_t elem_size,
-                             const ps_kv_range_t *ranges, int num_ranges,
-                             ps_kv_slice_t *slices)
+/* The value checks shared by both entry points: `lens` NULL needs a
+ * uniform split (*per_key_p gets the bytes per key), else the lengths must
+ * be >= 0 and add up to vals_bytes. Logs and returns PS_ERR_INVALID_ARG. */
+static inline __attribute__((always_inline)) ps_status_t
+check_vals(size_t num_keys, const int32_t *lens, size_t vals_bytes, size_t elem_size,
+           size_t *per_key_p)
 {
-    if (num_ranges <= 0 || !ranges || !slices || (num_keys > 0 && !keys)) {
-        ps_error(PS_LOG_APP, "kv slicer: bad arguments (%d ranges, %zu keys)", num_ranges,
-                 num_keys);
-        return PS_ERR_INVALID_ARG;
-    }
-    if (elem_size == 0)
-        elem_size = 1;
-
-    for (size_t i = 1; i < num_keys; i++) {
-        if (load_key(keys, i - 1) >= load_key(keys, i)) {
-            ps_error(PS_LOG_APP, "kv: keys must be sorted and unique (index %zu: %llu after %llu)",
-                     i, (unsigned long long)load_key(keys, i),
-                     (unsigned long long)load_key(keys, i - 1));
-            return PS_ERR_INVALID_ARG;
-        }
-    }
-
     size_t per_key = 0;
     if (num_keys == 0) {
         if (vals_bytes != 0) {
@@ -91,27 +76,69 @@ ps_status_t ps_kv_slice_keys(const uint64_t *keys, size_t num_keys, const int32_
             return PS_ERR_INVALID_ARG;
         }
     }
+    *per_key_p = per_key;
+    return PS_OK;
+}
+
+/* Value ranges of the key shares slices[0 .. num_ranges-1] (sorted and
+ * disjoint, as the slicer makes them). */
+static inline __attribute__((always_inline)) void
+fill_vals(const int32_t *lens, size_t per_key, size_t elem_size, int num_ranges,
+          ps_kv_slice_t *slices)
+{
+    size_t pos = 0;      /* index of the first key not yet counted */
+    size_t val_pos = 0;  /* value offset of keys[pos] when lens are given */
+    for (int r = 0; r < num_ranges; r++) {
+        size_t b = slices[r].key_begin, e = slices[r].key_end;
+        if (!lens) {
+            slices[r].val_begin = b * per_key;
+            slices[r].val_end = e * per_key;
+            continue;
+        }
+        for (; pos < b; pos++)
+            val_pos += (size_t)load_len(lens, pos) * elem_size;
+        slices[r].val_begin = val_pos;
+        for (; pos < e; pos++)
+            val_pos += (size_t)load_len(lens, pos) * elem_size;
+        slices[r].val_end = val_pos;
+    }
+}
+
+ps_status_t ps_kv_slice_keys(const uint64_t *keys, size_t num_keys, const int32_t *lens,
+                             size_t vals_bytes, size_t elem_size,
+                             const ps_kv_range_t *ranges, int num_ranges,
+                             ps_kv_slice_t *slices)
+{
+    if (num_ranges <= 0 || !ranges || !slices || (num_keys > 0 && !keys)) {
+        ps_error(PS_LOG_APP, "kv slicer: bad arguments (%d ranges, %zu keys)", num_ranges,
+                 num_keys);
+        return PS_ERR_INVALID_ARG;
+    }
+    if (elem_size == 0)
+        elem_size = 1;
+
+    for (size_t i = 1; i < num_keys; i++) {
+        if (load_key(keys, i - 1) >= load_key(keys, i)) {
+            ps_error(PS_LOG_APP, "kv: keys must be sorted and unique (index %zu: %llu after %llu)",
+                     i, (unsigned long long)load_key(keys, i),
+                     (unsigned long long)load_key(keys, i - 1));
+            return PS_ERR_INVALID_ARG;
+        }
+    }
+
+    size_t per_key;
+    ps_status_t st = check_vals(num_keys, lens, vals_bytes, elem_size, &per_key);
+    if (st != PS_OK)
+        return st;
 
     size_t covered = 0;
-    size_t pos = 0;      /* index of the first key not yet assigned */
-    size_t val_pos = 0;  /* value offset of keys[pos] when lens are given */
+    size_t pos = 0; /* index of the first key not yet assigned */
     for (int r = 0; r < num_ranges; r++) {
         size_t b = lower_bound(keys, pos, num_keys, ranges[r].begin);
         size_t e = ranges[r].end <= ranges[r].begin ? b
                                                      : lower_bound(keys, b, num_keys, ranges[r].end);
         slices[r].key_begin = b;
         slices[r].key_end = e;
-        if (!lens) {
-            slices[r].val_begin = b * per_key;
-            slices[r].val_end = e * per_key;
-        } else {
-            for (; pos < b; pos++)
-                val_pos += (size_t)load_len(lens, pos) * elem_size;
-            slices[r].val_begin = val_pos;
-            for (; pos < e; pos++)
-                val_pos += (size_t)load_len(lens, pos) * elem_size;
-            slices[r].val_end = val_pos;
-        }
         pos = e > pos ? e : pos;
         covered += e - b;
     }
@@ -120,5 +147,29 @@ ps_status_t ps_kv_slice_keys(const uint64_t *keys, size_t num_keys, const int32_
                  num_keys - covered, num_keys);
         return PS_ERR_INVALID_ARG;
     }
+    fill_vals(lens, per_key, elem_size, num_ranges, slices);
+    return PS_OK;
+}
+
+ps_status_t ps_kv_slice_vals(size_t num_keys, const int32_t *lens, size_t vals_bytes,
+                             size_t elem_size, const ps_kv_slice_t *by_key, int num_ranges,
+                             ps_kv_slice_t *slices)
+{
+    if (num_ranges <= 0 || !by_key || !slices) {
+        ps_error(PS_LOG_APP, "kv slicer: bad arguments (%d ranges, %zu keys)", num_ranges,
+                 num_keys);
+        return PS_ERR_INVALID_ARG;
+    }
+    if (elem_size == 0)
+        elem_size = 1;
+    size_t per_key;
+    ps_status_t st = check_vals(num_keys, lens, vals_bytes, elem_size, &per_key);
+    if (st != PS_OK)
+        return st;
+    for (int r = 0; r < num_ranges; r++) {
+        slices[r].key_begin = by_key[r].key_begin;
+        slices[r].key_end = by_key[r].key_end;
+    }
+    fill_vals(lens, per_key, elem_size, num_ranges, slices);
     return PS_OK;
 }

@@ -51,6 +51,15 @@ ps_status_t ps_kv_slice_keys(const uint64_t *keys, size_t num_keys, const int32_
                              const ps_kv_range_t *ranges, int num_ranges,
                              ps_kv_slice_t *slices);
 
+/* Cuts other values by the key shares `by_key` that ps_kv_slice_keys()
+ * made of the same `num_keys` keys (a push-pull's destination, split by
+ * its own `lens` or uniform size, with the push's keys): writes
+ * slices[0 .. num_ranges-1] as ps_kv_slice_keys() would for these values,
+ * without looking at the keys again. The same value checks and errors. */
+ps_status_t ps_kv_slice_vals(size_t num_keys, const int32_t *lens, size_t vals_bytes,
+                             size_t elem_size, const ps_kv_slice_t *by_key, int num_ranges,
+                             ps_kv_slice_t *slices);
+
 #ifdef __cplusplus
 }
 #endif

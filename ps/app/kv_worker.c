@@ -51,7 +51,7 @@ typedef struct kv_req {
     int pull;
     size_t elem_size;
     size_t uniform_bytes; /* per-key value bytes of a pull without lens */
-    int remaining;        /* responses still expected (lock held) */
+    atomic_int remaining; /* responses still expected */
     ps_kv_done_func_t done;
     void *done_arg;
     int num_parts;
@@ -76,9 +76,14 @@ struct ps_kv_worker {
     /* Requests (with their num_servers parts) come from here: a pool get
      * and put cost a fifth of a calloc and free, on every request. */
     ps_mpool_t reqs;
+    /* One freed request kept aside (NULL when none), taken and given back
+     * with one atomic exchange: one request at a time (a latency loop)
+     * then never takes the pool's lock. */
+    _Atomic(kv_req_t *) spare;
 
     ps_mutex_t lock;
-    ps_cond_t idle;      /* signalled when `outstanding` drops */
+    ps_cond_t idle;      /* signalled when `outstanding` drops, while idle_waiters */
+    int idle_waiters;    /* destroy waits on idle */
     size_t outstanding;  /* requests in the table */
     kv_req_t *table[REQ_BUCKETS];
 };
@@ -124,7 +129,8 @@ static void table_remove(ps_kv_worker_t *w, kv_req_t *r)
     r->next = NULL;
     r->in_table = 0;
     w->outstanding--;
-    ps_cond_broadcast(&w->idle);
+    if (w->idle_waiters > 0)
+        ps_cond_broadcast(&w->idle);
 }
 
 static size_t req_size(int num_servers)
@@ -132,16 +138,37 @@ static size_t req_size(int num_servers)
     return sizeof(kv_req_t) + (size_t)num_servers * sizeof(kv_part_t);
 }
 
+static ps_status_t req_get(ps_kv_worker_t *w, kv_req_t **r_p)
+{
+    kv_req_t *r = atomic_exchange_explicit(&w->spare, NULL, memory_order_acquire);
+    if (r != NULL) {
+        *r_p = r;
+        return PS_OK;
+    }
+    return ps_mpool_get(&w->reqs, (void **)r_p);
+}
+
+static void req_put(ps_kv_worker_t *w, kv_req_t *r)
+{
+    kv_req_t *none = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&w->spare, &none, r, memory_order_release,
+                                                 memory_order_relaxed))
+        ps_mpool_put(&w->reqs, r);
+}
+
 static void req_unref(ps_kv_worker_t *w, kv_req_t *r)
 {
     if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
         return;
     for (int i = 0; i < r->num_parts; i++) {
-        ps_slice_unref(&r->parts[i].keys);
-        ps_slice_unref(&r->parts[i].lens);
-        ps_slice_unref(&r->parts[i].dest);
+        kv_part_t *p = &r->parts[i];
+        if (!p->server_id)
+            continue; /* never given slices: empty */
+        ps_slice_unref(&p->keys);
+        ps_slice_unref(&p->lens);
+        ps_slice_unref(&p->dest);
     }
-    ps_mpool_put(&w->reqs, r);
+    req_put(w, r);
 }
 
 static void fire_callback(kv_req_t *r, ps_status_t st)
@@ -272,9 +299,9 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
     if (st != PS_OK) {
         ps_customer_fail_request(w->customer, ts, st);
     } else {
-        ps_mutex_lock(&w->lock);
-        int last = --r->remaining == 0;
-        ps_mutex_unlock(&w->lock);
+        /* One decrement per part (p->responded was set once, under the
+         * lock): exactly one response is the last. */
+        int last = atomic_fetch_sub(&r->remaining, 1) == 1;
         if (last)
             fire_callback(r, PS_OK);
         ps_customer_add_response(w->customer, ts, 1);
@@ -386,10 +413,12 @@ void ps_kv_worker_destroy(ps_kv_worker_t *w)
         return;
     ps_deadline_t dl = ps_deadline_from_ms(w->request_timeout_ms);
     ps_mutex_lock(&w->lock);
+    w->idle_waiters++;
     while (w->outstanding > 0) {
         if (ps_cond_wait(&w->idle, &w->lock, dl) == PS_ERR_TIMED_OUT)
             break;
     }
+    w->idle_waiters--;
     size_t left = w->outstanding;
     ps_mutex_unlock(&w->lock);
     if (left)
@@ -401,6 +430,9 @@ void ps_kv_worker_destroy(ps_kv_worker_t *w)
     ps_customer_destroy(w->customer);
     ps_cond_destroy(&w->idle);
     ps_mutex_destroy(&w->lock);
+    kv_req_t *spare = atomic_exchange(&w->spare, NULL);
+    if (spare != NULL)
+        ps_mpool_put(&w->reqs, spare);
     ps_mpool_cleanup(&w->reqs);
     free(w->server_ids);
     free(w->ranges);
@@ -457,21 +489,24 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, const kv_part
     msg.meta.recver = p->server_id;
     memcpy(&msg.meta.key, ps_slice_ptr(&p->keys), sizeof(msg.meta.key));
 
+    /* Windows on the caller's slices, lent to the message below. */
     ps_slice_t vals = PS_SLICE_EMPTY_INIT;
     ps_slice_t lens = PS_SLICE_EMPTY_INIT;
     ps_status_t st = PS_OK;
     if (push) {
-        st = ps_slice_sub(&push->vals, push_slice->val_begin,
-                          push_slice->val_end - push_slice->val_begin, &vals);
-        if (st == PS_OK && push->lens.len)
-            st = ps_slice_sub(&push->lens, push_slice->key_begin * sizeof(int32_t),
-                              (push_slice->key_end - push_slice->key_begin) * sizeof(int32_t),
-                              &lens);
+        vals = push->vals;
+        st = ps_slice_narrow(&vals, push_slice->val_begin,
+                             push_slice->val_end - push_slice->val_begin);
+        if (st == PS_OK && push->lens.len) {
+            lens = push->lens;
+            st = ps_slice_narrow(&lens, push_slice->key_begin * sizeof(int32_t),
+                                 (push_slice->key_end - push_slice->key_begin) * sizeof(int32_t));
+        }
     } else if (p->lens.len) {
-        lens = ps_slice_ref(&p->lens);
+        lens = p->lens;
     }
     if (st != PS_OK)
-        goto out;
+        return st;
 
     /* addr/val_len name the buffer the answer goes to (a pull), else the
      * pushed values, as upstream. */
@@ -479,17 +514,15 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, const kv_part
     msg.meta.addr = (uint64_t)(uintptr_t)ps_slice_ptr(named);
     msg.meta.val_len = named->len;
 
-    if ((st = ps_msg_add_data(&msg, &p->keys, PS_DATA_UINT64)) != PS_OK ||
-        (st = ps_msg_add_data(&msg, &vals, type)) != PS_OK)
-        goto out;
-    if (lens.len && (st = ps_msg_add_data(&msg, &lens, PS_DATA_INT32)) != PS_OK)
-        goto out;
-    st = ps_postoffice_send(w->po, &msg);
-out:
-    ps_slice_unref(&vals);
-    ps_slice_unref(&lens);
-    ps_msg_release(&msg);
-    return st;
+    /* As from this node already: the postoffice then sends it as it is. */
+    msg.meta.sender = ps_postoffice_my_id(w->po);
+    /* The request and the caller hold every segment through the send: lent,
+     * not referenced, so the message owns nothing and is not released. */
+    if ((st = ps_msg_lend_data(&msg, &p->keys, PS_DATA_UINT64)) != PS_OK ||
+        (st = ps_msg_lend_data(&msg, &vals, type)) != PS_OK ||
+        (lens.len && (st = ps_msg_lend_data(&msg, &lens, PS_DATA_INT32)) != PS_OK))
+        return st;
+    return ps_postoffice_send(w->po, &msg);
 }
 
 /* Servers whose per-request scratch issue() keeps on its stack. */
@@ -507,9 +540,11 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
     if ((push && (st = check_pairs(push, "push")) != PS_OK) ||
         (out && (st = check_pairs(out, "pull")) != PS_OK))
         return st;
+    /* (The same window, as a push-pull usually passes, is equal at once.) */
     if (push && out && out->keys.len &&
         (out->keys.len != push->keys.len ||
-         memcmp(ps_slice_ptr(&out->keys), ps_slice_ptr(&push->keys), out->keys.len) != 0)) {
+         (ps_slice_ptr(&out->keys) != ps_slice_ptr(&push->keys) &&
+          memcmp(ps_slice_ptr(&out->keys), ps_slice_ptr(&push->keys), out->keys.len) != 0))) {
         ps_error(PS_LOG_APP, "kv push-pull: the pull keys differ from the push keys");
         return PS_ERR_INVALID_ARG;
     }
@@ -524,7 +559,7 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
     ps_kv_slice_t *push_slices = NULL, *out_slices = NULL;
     int *peers = NULL;
     kv_req_t *r;
-    if ((st = ps_mpool_get(&w->reqs, (void **)&r)) != PS_OK)
+    if ((st = req_get(w, &r)) != PS_OK)
         return st;
     memset(r, 0, req_size(ns));
     atomic_init(&r->refs, 1);
@@ -548,12 +583,17 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
         goto fail;
     if (out) {
         /* The destination is cut by the request's keys and the pull's own
-         * lengths (or a uniform size). */
-        ps_kv_pairs_t dst = *out;
-        dst.keys = req->keys;
-        if ((st = slice_pairs(w, &dst, out_slices)) != PS_OK)
-            goto fail;
+         * lengths (or a uniform size). A push-pull's keys were just cut
+         * (and checked): only the destination's values are left to cut. */
         r->elem_size = elem_size_of(out->type);
+        if (push) {
+            st = ps_kv_slice_vals(nk, out->lens.len ? ps_slice_ptr(&out->lens) : NULL,
+                                  out->vals.len, r->elem_size, push_slices, ns, out_slices);
+        } else {
+            st = slice_pairs(w, out, out_slices);
+        }
+        if (st != PS_OK)
+            goto fail;
         r->uniform_bytes = nk ? out->vals.len / nk : 0;
     }
 
@@ -579,7 +619,7 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
         if (st != PS_OK)
             goto fail;
     }
-    r->remaining = num_peers;
+    atomic_init(&r->remaining, num_peers);
 
     /* The table lock is held from the request's creation until it is in
      * the table, so worker_done (which may run on another thread as soon

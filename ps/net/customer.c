@@ -69,6 +69,7 @@ typedef struct ps__pending {
 struct ps__registry {
     ps_mutex_t lock;
     ps_cond_t cond; /* a pin was dropped */
+    int pin_waiters; /* destroys waiting on cond: the last unpin signals only then */
     ps_role_t role;
     ps__kick_func_t kick;
     void *kick_arg;
@@ -126,7 +127,7 @@ static ps_customer_t *reg_find(const ps__registry_t *reg, int app_id, int custom
 static void reg_unpin(ps__registry_t *reg, ps_customer_t *c)
 {
     ps_mutex_lock(&reg->lock);
-    if (--c->users == 0)
+    if (--c->users == 0 && reg->pin_waiters > 0)
         ps_cond_broadcast(&reg->cond);
     ps_mutex_unlock(&reg->lock);
 }
@@ -624,8 +625,10 @@ void ps_customer_destroy(ps_customer_t *c)
             c->linked = 0;
             reg_update_steer_mask(reg);
         }
+        reg->pin_waiters++;
         while (c->users > 0)
             (void)ps_cond_wait(&reg->cond, &reg->lock, ps_deadline_infinite());
+        reg->pin_waiters--;
         ps_mutex_unlock(&reg->lock);
     }
     ps__tracker_close(c->tracker, PS_ERR_SHUTDOWN);
@@ -721,11 +724,14 @@ int ps_customer_num_responses(ps_customer_t *c, int ts)
 static ps_status_t customer_drive(ps_customer_t *c, int ts, uint64_t spin_until)
 {
     int handled = 1;
+    uint64_t seen = PS__TRACKER_POLL_START;
     for (unsigned i = 1;; i++) {
         /* The request completes in a round this thread ran, or (rarely)
-         * on another thread: check after work, and now and then. */
+         * on another thread: check after work, and now and then. (Most
+         * work is not this request's end: the poll answers those from the
+         * tracker's completion count, without its lock or a clock read.) */
         if (handled > 0 || (i & 15) == 0) {
-            ps_status_t st = ps__tracker_wait(c->tracker, ts, 0);
+            ps_status_t st = ps__tracker_poll(c->tracker, ts, &seen);
             if (st != PS_ERR_TIMED_OUT)
                 return st;
             if ((i & 15) == 0 && ps_time_now_ns() >= spin_until)

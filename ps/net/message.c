@@ -21,7 +21,8 @@ void ps_msg_init(ps_msg_t *msg)
     memset((uint8_t *)msg + sizeof(msg->meta), 0, sizeof(*msg) - sizeof(msg->meta));
 }
 
-ps_status_t ps_msg_add_data(ps_msg_t *msg, const ps_slice_t *slice, ps_data_type_t type)
+static ps_status_t add_data(ps_msg_t *msg, const ps_slice_t *slice, ps_data_type_t type,
+                            int take_ref)
 {
     if (msg == NULL || slice == NULL) {
         return PS_ERR_INVALID_ARG;
@@ -30,13 +31,23 @@ ps_status_t ps_msg_add_data(ps_msg_t *msg, const ps_slice_t *slice, ps_data_type
         return PS_ERR_TOO_LARGE;
     }
     uint32_t i = msg->num_data;
-    msg->data[i] = ps_slice_ref(slice);
+    msg->data[i] = take_ref ? ps_slice_ref(slice) : *slice;
     msg->num_data = i + 1;
     msg->meta.data_size += slice->len;
     /* Types are kept index-aligned with the segments, as upstream. */
     msg->meta.data_types[i] = type;
     msg->meta.num_data_types = i + 1;
     return PS_OK;
+}
+
+ps_status_t ps_msg_add_data(ps_msg_t *msg, const ps_slice_t *slice, ps_data_type_t type)
+{
+    return add_data(msg, slice, type, 1);
+}
+
+ps_status_t ps_msg_lend_data(ps_msg_t *msg, const ps_slice_t *slice, ps_data_type_t type)
+{
+    return add_data(msg, slice, type, 0);
 }
 
 void ps_msg_release(ps_msg_t *msg)

@@ -44,6 +44,14 @@ void ps_msg_init(ps_msg_t *msg);
  * meta.data_size and its type in meta.data_type. */
 ps_status_t ps_msg_add_data(ps_msg_t *msg, const ps_slice_t *slice, ps_data_type_t type);
 
+/* Appends a slice without taking a reference, for a message that is only
+ * handed to ps_postoffice_send() and then dropped without
+ * ps_msg_release() (which would drop a reference the message never took):
+ * the postoffice and the vans take their own references on what they keep
+ * after the call, so the caller need only keep the slice alive until it
+ * returns. Saves a reference and its release per segment on hot paths. */
+ps_status_t ps_msg_lend_data(ps_msg_t *msg, const ps_slice_t *slice, ps_data_type_t type);
+
 /* Drops the references the message holds and its owned node list. */
 void ps_msg_release(ps_msg_t *msg);
 

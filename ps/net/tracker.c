@@ -359,8 +359,9 @@ static ps_status_t tracker_set_peers(ps__req_t *r, const int *peers, int num_pee
         r->peers = p;
         r->peers_cap = num_peers;
     }
-    if (num_peers > 0)
-        memcpy(r->peers, peers, (size_t)num_peers * sizeof(*peers));
+    /* Usually one or two peers: a loop is cheaper than a memcpy call. */
+    for (int i = 0; i < num_peers; i++)
+        r->peers[i] = peers[i];
     r->num_peers = num_peers;
     return PS_OK;
 }
@@ -404,12 +405,15 @@ ps_status_t ps__tracker_new(ps__tracker_t *t, int expected, const int *peers, in
     }
     /* After a wrap, skip timestamps still held (an old outstanding request
      * or a remembered failure). The table is at most half full, so this
-     * ends. */
-    int ts;
-    do {
+     * ends. Before the first wrap every record's ts is below `issued`, so
+     * the next one is free without a look. */
+    int ts = (int)(t->issued & PS__TS_MASK);
+    int wrapped = t->issued > PS__TS_MASK;
+    t->issued++;
+    while (wrapped && tracker_find(t, ts, NULL) != NULL) {
         ts = (int)(t->issued & PS__TS_MASK);
         t->issued++;
-    } while (tracker_find(t, ts, NULL) != NULL);
+    }
     r->ts = ts;
     r->expected = expected;
     r->received = 0;
@@ -628,6 +632,42 @@ ps_status_t ps__tracker_wait(ps__tracker_t *t, int ts, int timeout_ms)
     }
     ps_mutex_unlock(&t->lock);
     return st;
+}
+
+/* The locked half of ps__tracker_poll(), out of line so that the answer
+ * from the count alone costs no frame set-up. */
+static __attribute__((noinline)) ps_status_t tracker_poll_check(ps__tracker_t *t, int ts,
+                                                               uint64_t now, uint64_t *seen_p)
+{
+    ps_status_t st;
+    ps_mutex_lock(&t->lock);
+    if (!tracker_issued(t, ts)) {
+        st = PS_ERR_INVALID_ARG;
+    } else {
+        ps__req_t *r = tracker_find(t, ts, NULL);
+        if (r == NULL)
+            st = PS_OK; /* completed successfully (or a forgotten failure) */
+        else if (r->status != PS_INPROGRESS)
+            st = r->status;
+        else
+            st = PS_ERR_TIMED_OUT;
+    }
+    ps_mutex_unlock(&t->lock);
+    if (st == PS_ERR_TIMED_OUT)
+        *seen_p = now;
+    return st;
+}
+
+ps_status_t ps__tracker_poll(ps__tracker_t *t, int ts, uint64_t *seen_p)
+{
+    /* Read before the check: a completion published after the check
+     * (under the lock) bumps the count past this value, so an unchanged
+     * count proves `ts` is still outstanding. The count never reaches
+     * PS__TRACKER_POLL_START. */
+    uint64_t now = __atomic_load_n(&t->completions, __ATOMIC_ACQUIRE);
+    if (now == *seen_p)
+        return PS_ERR_TIMED_OUT;
+    return tracker_poll_check(t, ts, now, seen_p);
 }
 
 size_t ps__tracker_num_records(ps__tracker_t *t)

@@ -91,6 +91,15 @@ ps_status_t ps__tracker_ctx(ps__tracker_t *tracker, int ts, void **ctx_p);
  * outstanding), or PS_ERR_INVALID_ARG for a ts never issued. */
 ps_status_t ps__tracker_wait(ps__tracker_t *tracker, int ts, int timeout_ms);
 
+/* What ps__tracker_wait(tracker, ts, 0) returns, for a caller that checks
+ * one request again and again (a busy-poll waiter between rounds of the
+ * van's loop). *seen_p carries state between the calls of one waiter:
+ * start it at PS__TRACKER_POLL_START. While no request of the tracker has
+ * completed since a check found `ts` outstanding, the answer
+ * (PS_ERR_TIMED_OUT) comes from one atomic load, without the lock. */
+#define PS__TRACKER_POLL_START UINT64_MAX
+ps_status_t ps__tracker_poll(ps__tracker_t *tracker, int ts, uint64_t *seen_p);
+
 /* Records held (outstanding + remembered failures), for tests. */
 size_t ps__tracker_num_records(ps__tracker_t *tracker);
 size_t ps__tracker_num_outstanding(ps__tracker_t *tracker);

@@ -200,4 +200,52 @@ TEST(KvSlicer, UnalignedKeys)
     EXPECT_EQ(8u, s[1].val_begin);
 }
 
+// A push-pull cuts its destination by the push's key shares: the same
+// answer as slicing the destination with the keys again, and the same
+// refusals of sizes that do not fit.
+TEST(KvSlicer, ValuesByKeySharesMatchSlicingAgain)
+{
+    std::mt19937_64 rng(3);
+    for (int n = 1; n <= 8; n++) {
+        auto ranges = UpstreamRanges(n);
+        std::vector<uint64_t> keys = RandomSortedKeys(rng, 1 + rng() % 40);
+        size_t nk = keys.size();
+        std::vector<ps_kv_slice_t> by_key(n), want(n), got(n);
+        ASSERT_EQ(PS_OK, ps_kv_slice_keys(keys.data(), nk, nullptr, nk * 4, 4, ranges.data(), n,
+                                          by_key.data()));
+        for (int with_lens = 0; with_lens < 2; with_lens++) {
+            SCOPED_TRACE(std::to_string(n) + " servers, lens " + std::to_string(with_lens));
+            std::vector<int32_t> lens;
+            size_t bytes = nk * 2 * 8;
+            if (with_lens) {
+                bytes = 0;
+                for (size_t i = 0; i < nk; i++) {
+                    lens.push_back((int32_t)(rng() % 5));
+                    bytes += (size_t)lens.back() * 2;
+                }
+            }
+            const int32_t *lp = with_lens ? lens.data() : nullptr;
+            ASSERT_EQ(PS_OK, ps_kv_slice_keys(keys.data(), nk, lp, bytes, 2, ranges.data(), n,
+                                              want.data()));
+            ASSERT_EQ(PS_OK, ps_kv_slice_vals(nk, lp, bytes, 2, by_key.data(), n, got.data()));
+            for (int r = 0; r < n; r++) {
+                EXPECT_EQ(want[r].key_begin, got[r].key_begin);
+                EXPECT_EQ(want[r].key_end, got[r].key_end);
+                EXPECT_EQ(want[r].val_begin, got[r].val_begin);
+                EXPECT_EQ(want[r].val_end, got[r].val_end);
+            }
+            // One byte more fits neither way.
+            EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_keys(keys.data(), nk, lp, bytes + 1, 2,
+                                                           ranges.data(), n, want.data()));
+            EXPECT_EQ(PS_ERR_INVALID_ARG,
+                      ps_kv_slice_vals(nk, lp, bytes + 1, 2, by_key.data(), n, got.data()));
+        }
+    }
+    std::vector<ps_kv_slice_t> s(1);
+    int32_t neg[] = {-1, 4};
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_vals(2, neg, 6, 2, s.data(), 1, s.data()));
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_vals(0, nullptr, 8, 1, s.data(), 1, s.data()));
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_vals(1, nullptr, 8, 1, nullptr, 1, s.data()));
+}
+
 }  // namespace

@@ -98,6 +98,62 @@ TEST_F(TrackerTest, NeverIssuedIsInvalid)
     EXPECT_EQ(-1, ps__tracker_num_responses(t_, ts + 1));
 }
 
+// The busy-poll check answers as wait(ts, 0) does, whatever completed
+// between two calls (this request, another one, a failure, an eviction).
+TEST_F(TrackerTest, PollAnswersAsAZeroWait)
+{
+    uint64_t seen = PS__TRACKER_POLL_START;
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps__tracker_poll(t_, 0, &seen));
+    int a, b, c;
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 2, nullptr, 0, nullptr, &a));
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 1, nullptr, 0, nullptr, &b));
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 1, nullptr, 0, nullptr, &c));
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps__tracker_poll(t_, c + 1, &seen));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_poll(t_, a, &seen));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_poll(t_, a, &seen));
+    // A response that does not complete it, then another request's end.
+    EXPECT_EQ(0, ps__tracker_add_response(t_, a, 1));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_poll(t_, a, &seen));
+    EXPECT_EQ(1, ps__tracker_add_response(t_, b, 1));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_poll(t_, a, &seen));
+    EXPECT_EQ(1, ps__tracker_add_response(t_, a, 1));
+    EXPECT_EQ(PS_OK, ps__tracker_poll(t_, a, &seen));
+    EXPECT_EQ(PS_OK, ps__tracker_poll(t_, a, &seen));
+
+    // A failure is seen by a waiter that last found the request open.
+    uint64_t seen_c = PS__TRACKER_POLL_START;
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_poll(t_, c, &seen_c));
+    EXPECT_EQ(1, ps__tracker_fail(t_, c, PS_ERR_PROTOCOL));
+    EXPECT_EQ(PS_ERR_PROTOCOL, ps__tracker_poll(t_, c, &seen_c));
+    EXPECT_EQ(ps__tracker_wait(t_, c, 0), ps__tracker_poll(t_, c, &seen_c));
+
+    // Close fails what is open; the poll sees it like wait.
+    int d;
+    uint64_t seen_d = PS__TRACKER_POLL_START;
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 1, nullptr, 0, nullptr, &d));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_poll(t_, d, &seen_d));
+    EXPECT_EQ(1, ps__tracker_close(t_, PS_ERR_SHUTDOWN));
+    EXPECT_EQ(PS_ERR_SHUTDOWN, ps__tracker_poll(t_, d, &seen_d));
+}
+
+// A waiter polling from another thread sees the completion.
+TEST_F(TrackerTest, PollSeesACompletionOnAnotherThread)
+{
+    int ts;
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 1, nullptr, 0, nullptr, &ts));
+    std::atomic<int> result{PS_INPROGRESS};
+    std::thread waiter([&] {
+        uint64_t seen = PS__TRACKER_POLL_START;
+        ps_status_t st;
+        while ((st = ps__tracker_poll(t_, ts, &seen)) == PS_ERR_TIMED_OUT)
+            std::this_thread::yield();
+        result = st;
+    });
+    EXPECT_EQ(1, ps__tracker_add_response(t_, ts, 1));
+    waiter.join();
+    EXPECT_EQ(PS_OK, result.load());
+}
+
 TEST_F(TrackerTest, RejectsBadArguments)
 {
     int ts;

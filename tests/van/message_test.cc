@@ -60,6 +60,31 @@ TEST(Message, AddDataTakesReferencesAndRecordsSizesAndTypes)
     ps_slice_unref(&b);
 }
 
+TEST(Message, LendDataRecordsTheSegmentWithoutAReference)
+{
+    ps_slice_t a;
+    ASSERT_EQ(ps_slice_alloc(64, 0, &a), PS_OK);
+    ps_msg_t m;
+    ps_msg_init(&m);
+    ASSERT_EQ(ps_msg_lend_data(&m, &a, PS_DATA_INT32), PS_OK);
+    EXPECT_EQ(ps_buf_refcount(a.buf), 1u); // lent: the caller's reference only
+    EXPECT_EQ(m.num_data, 1u);
+    EXPECT_EQ(m.meta.data_size, 64u);
+    EXPECT_EQ(m.meta.num_data_types, 1u);
+    EXPECT_EQ(m.meta.data_types[0], PS_DATA_INT32);
+    EXPECT_EQ(ps_slice_ptr(&m.data[0]), ps_slice_ptr(&a));
+    // Mixed with referenced segments, up to the same limit.
+    ASSERT_EQ(ps_msg_add_data(&m, &a, PS_DATA_CHAR), PS_OK);
+    EXPECT_EQ(ps_buf_refcount(a.buf), 2u);
+    ASSERT_EQ(ps_msg_lend_data(&m, &a, PS_DATA_CHAR), PS_OK);
+    ASSERT_EQ(ps_msg_lend_data(&m, &a, PS_DATA_CHAR), PS_OK);
+    EXPECT_EQ(ps_msg_lend_data(&m, &a, PS_DATA_CHAR), PS_ERR_TOO_LARGE);
+    EXPECT_EQ(ps_msg_lend_data(nullptr, &a, PS_DATA_CHAR), PS_ERR_INVALID_ARG);
+    EXPECT_EQ(ps_msg_lend_data(&m, nullptr, PS_DATA_CHAR), PS_ERR_INVALID_ARG);
+    ps_slice_unref(&m.data[1]); // the one reference the message took
+    ps_slice_unref(&a);
+}
+
 TEST(Message, ReleaseFreesAnOwnedNodeListAndBody)
 {
     ps_msg_t m;
