@@ -67,6 +67,11 @@
 #define PS__FAB_META_BUF 8192u
 /* Meta receives kept posted. */
 #define PS__FAB_META_DEPTH 64
+/* A meta receive read and delivered is posted again at the loop's next
+ * idle round (off the path of the answer: on a busy-polling worker the
+ * delivery returns straight to the application, which sends the next
+ * request), or at once when this many wait. */
+#define PS__FAB_MRECV_BATCH 16
 /* Data bytes carried inside the meta message at most. */
 #define PS__FAB_INLINE_MAX 4096u
 /* Header + meta bytes a send keeps inside its own object. */
@@ -77,6 +82,12 @@
 /* Send and receive objects kept for reuse (each is over glibc's 1 KiB
  * tcache limit, so malloc would take its slow path every message). */
 #define PS__FAB_OBJ_CACHE 64
+/* Inline data segments without a postoffice buffer are carved out of
+ * pooled blocks of this size, message after message (see carve_arena() in
+ * fabric_recv.c; at most PS__FAB_INLINE_MAX bytes a message), each
+ * message's part starting on a PS__FAB_ARENA_ALIGN boundary. */
+#define PS__FAB_ARENA_BYTES 4096u
+#define PS__FAB_ARENA_ALIGN 64u
 /* Completions read per call. */
 #define PS__FAB_CQ_BATCH 32
 /* Pending pulls (worker; BYTEPS_ADDRESS_POOL_SIZE overrides) and
@@ -360,6 +371,9 @@ struct ps__fab_van {
     ps_rdma_buf_pool_t *pool;
     ps_rdma_slot_pool_t *pulls;   /* worker: pending pulls */
     ps_rdma_rdv_table_t *dests;   /* server: where responses may be written */
+    int dests_used;               /* atomic: something was put in dests (never
+                                   * cleared): until then a response looks
+                                   * nothing up there */
 
     ps__fab_mrecv_t mrecv[PS__FAB_META_DEPTH];
 
@@ -410,7 +424,11 @@ struct ps__fab_van {
     ps__fab_rx_t *rx_blocked;
     ps__fab_rx_t *rx_cache;     /* receive objects for reuse, by ->next */
     int rx_cached;
+    ps_slice_t arena;           /* the block inline segments are carved from */
+    size_t arena_off;           /* its first free byte */
     int mrecv_blocked;
+    ps__fab_mrecv_t *mrecv_defer[PS__FAB_MRECV_BATCH]; /* to post again */
+    int mrecv_ndefer;
     ps_node_t *scratch_nodes;
     size_t scratch_cap;
     uint64_t last_liveness_ns;
@@ -506,6 +524,8 @@ ps_status_t ps__fab_post_meta_recvs(ps__fab_van_t *van);
 void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr_t src);
 void ps__fab_on_rx_part(ps__fab_van_t *van, ps__fab_op_t *op, int ok);
 void ps__fab_meta_recv_error(ps__fab_van_t *van, ps__fab_mrecv_t *m, int err);
+/* Posts the meta receives whose posting was deferred (mrecv_defer). */
+void ps__fab_flush_mrecvs(ps__fab_van_t *van);
 /* Retries receives that got -FI_EAGAIN. */
 void ps__fab_retry_recvs(ps__fab_van_t *van);
 /* Forgets a sender's half-assembled messages (its sequence restarts). */

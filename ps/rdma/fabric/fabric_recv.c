@@ -52,6 +52,28 @@ static int post_mrecv(ps__fab_van_t *van, ps__fab_mrecv_t *m)
     return (int)ret;
 }
 
+void ps__fab_flush_mrecvs(ps__fab_van_t *van)
+{
+    int n = van->mrecv_ndefer;
+    van->mrecv_ndefer = 0;
+    /* One that a retry posted meanwhile is skipped; after a refusal the
+     * rest wait for the retry (post_mrecv set mrecv_blocked), which posts
+     * every meta receive not posted. */
+    for (int i = 0; i < n; i++) {
+        ps__fab_mrecv_t *m = van->mrecv_defer[i];
+        if (!m->posted && post_mrecv(van, m) != 0)
+            break;
+    }
+}
+
+/* A meta receive that was read: posted again later (PS__FAB_MRECV_BATCH). */
+static void defer_mrecv(ps__fab_van_t *van, ps__fab_mrecv_t *m)
+{
+    van->mrecv_defer[van->mrecv_ndefer++] = m;
+    if (van->mrecv_ndefer == PS__FAB_MRECV_BATCH)
+        ps__fab_flush_mrecvs(van);
+}
+
 ps_status_t ps__fab_post_meta_recvs(ps__fab_van_t *van)
 {
     for (int i = 0; i < PS__FAB_META_DEPTH; i++) {
@@ -93,9 +115,15 @@ static void rx_unlink(ps__fab_van_t *van, ps__fab_rx_t *rx)
     rx->all_prev = rx->all_next = NULL;
 }
 
-/* A receive object: a kept one, else a new one. Zeroed but for the meta,
- * which the decoder writes whole before anything reads it (ps_msg_release
- * reads no meta field unless msg.nodes_owned, which is cleared here). */
+/* A receive object: a kept one, else a new one. A kept one is cleared
+ * only where it may hold something (~500 of its ~1700 bytes were cleared
+ * per message before): not the op contexts (the provider's scratch space;
+ * kind and owner are set by the caller), not the meta (the decoder writes
+ * it whole before anything reads it, and ps_msg_release reads no meta
+ * field unless msg.nodes_owned, which is cleared here), not the frame
+ * header (parsed before anything reads it), not iov/desc (written up to
+ * niov before they are posted); ext and mr[] are empty already (rx_put
+ * takes only what rx_detach emptied). */
 static ps__fab_rx_t *rx_get(ps__fab_van_t *van)
 {
     ps__fab_rx_t *rx = van->rx_cache;
@@ -103,10 +131,9 @@ static ps__fab_rx_t *rx_get(ps__fab_van_t *van)
         return calloc(1, sizeof(*rx));
     van->rx_cache = rx->next;
     van->rx_cached--;
-    memset(rx, 0, offsetof(ps__fab_rx_t, msg));
+    memset(&rx->peer, 0, offsetof(ps__fab_rx_t, msg) - offsetof(ps__fab_rx_t, peer));
     memset(&rx->msg.nodes, 0, sizeof(rx->msg) - offsetof(ps_msg_t, nodes));
-    memset((uint8_t *)rx + offsetof(ps__fab_rx_t, ext), 0,
-           sizeof(*rx) - offsetof(ps__fab_rx_t, ext));
+    rx->niov = 0;
     return rx;
 }
 
@@ -123,17 +150,27 @@ static void rx_put(ps__fab_van_t *van, ps__fab_rx_t *rx)
     van->rx_cached++;
 }
 
-/* Takes rx off every list and drops what it holds besides its message
- * (registrations, the EXT buffer). */
-static void rx_detach(ps__fab_van_t *van, ps__fab_rx_t *rx)
+/* Drops the registrations of rx's receive destinations (only providers
+ * that need local registrations make any: seg_dest). */
+static void rx_put_mrs(ps__fab_van_t *van, ps__fab_rx_t *rx)
 {
-    rx_unlink(van, rx);
+    if (!van->mr_local)
+        return;
     for (int i = 0; i < PS_MSG_MAX_DATA; i++) {
         if (rx->mr[i] != NULL)
             ps_rdma_mr_cache_put(van->mrc, rx->mr[i]);
         rx->mr[i] = NULL;
     }
-    ps_slice_unref(&rx->ext);
+}
+
+/* Takes rx off every list and drops what it holds besides its message
+ * (registrations, the EXT buffer). */
+static void rx_detach(ps__fab_van_t *van, ps__fab_rx_t *rx)
+{
+    rx_unlink(van, rx);
+    rx_put_mrs(van, rx);
+    if (rx->ext.buf != NULL)
+        ps_slice_unref(&rx->ext);
 }
 
 static void rx_free(ps__fab_van_t *van, ps__fab_rx_t *rx)
@@ -161,6 +198,9 @@ void ps__fab_rx_free_all(ps__fab_van_t *van)
     van->rxs_cap = 0;
     for (int i = 0; i < PS__FAB_META_DEPTH; i++)
         ps_slice_unref(&van->mrecv[i].buf);
+    ps_slice_unref(&van->arena);
+    van->arena_off = 0;
+    van->mrecv_ndefer = 0;
 }
 
 /* Inserts rx in its sender's pending list, by sequence (modulo 2^32). */
@@ -299,6 +339,43 @@ static ps_status_t carve_pooled(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned m
     return PS_OK;
 }
 
+/* Inline segments the postoffice names no buffer for (`mask`, `total`
+ * bytes): carved, message after message, out of one pooled block the loop
+ * keeps (van->arena), a slice each: a pool round trip per block of
+ * PS__FAB_ARENA_BYTES, not per message. A block goes back to the pool once
+ * the loop has moved on to the next and every message carved from it is
+ * released; what one kept message pins is at most one such block, as its
+ * own pooled block (PS_RDMA_BUF_POOL_MIN_BLOCK at least) did before. */
+static ps_status_t carve_arena(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned mask,
+                               uint64_t total)
+{
+    ps_status_t st;
+    if (total > PS__FAB_ARENA_BYTES) {
+        ps_slice_t one;
+        if ((st = carve_pooled(van, rx, mask, total, &one)) == PS_OK)
+            ps_slice_unref(&one);
+        return st;
+    }
+    if (van->arena.buf == NULL || total > van->arena.len - van->arena_off) {
+        ps_slice_t fresh;
+        if ((st = ps_rdma_buf_pool_get(van->pool, PS__FAB_ARENA_BYTES, &fresh)) != PS_OK)
+            return st;
+        ps_slice_unref(&van->arena);
+        van->arena = fresh;
+        van->arena_off = 0;
+    }
+    size_t off = van->arena_off;
+    for (unsigned i = 0; i < rx->fh.num_data; i++) {
+        if (!(mask & (1u << i)))
+            continue;
+        ps_slice_sub(&van->arena, off, rx->fh.data_len[i], &rx->msg.data[i]);
+        off += rx->fh.data_len[i];
+    }
+    off = (off + PS__FAB_ARENA_ALIGN - 1) & ~(size_t)(PS__FAB_ARENA_ALIGN - 1);
+    van->arena_off = off < van->arena.len ? off : van->arena.len;
+    return PS_OK;
+}
+
 /* A destination for segment i of len bytes: the postoffice's, else pooled
  * (with want_desc; without, PS_ERR_NOT_FOUND says the caller finds one). */
 static ps_status_t seg_dest(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned i, uint64_t len,
@@ -431,6 +508,9 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
                                      msg->meta.timestamp};
             if (copy != NULL) {
                 *copy = d;
+                /* Before the put: whoever answers this request (after its
+                 * delivery) sees it set. */
+                __atomic_store_n(&van->dests_used, 1, __ATOMIC_RELEASE);
                 if (ps_rdma_rdv_put(van->dests, &key, copy) != PS_OK)
                     free(copy);
             }
@@ -466,8 +546,8 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
                      rx->peer->id, tail_len, rest);
             return PS_ERR_PROTOCOL;
         }
-        /* Segments the postoffice names no buffer for share one pooled
-         * block. */
+        /* Segments the postoffice names no buffer for are carved out of
+         * the van's current block. */
         uint64_t pooled = 0;
         unsigned need = 0;
         for (unsigned i = 0; i < rx->fh.num_data; i++) {
@@ -482,12 +562,8 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
                 return st;
             }
         }
-        if (need != 0) {
-            ps_slice_t one;
-            if ((st = carve_pooled(van, rx, need, pooled, &one)) != PS_OK)
-                return st;
-            ps_slice_unref(&one);
-        }
+        if (need != 0 && (st = carve_arena(van, rx, need, pooled)) != PS_OK)
+            return st;
         for (unsigned i = 0; i < rx->fh.num_data; i++) {
             if (!(travelling & (1u << i)))
                 continue;
@@ -689,10 +765,12 @@ void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr
         return;
     }
     /* Nothing points into the buffer any more; it is posted again after
-     * the delivery, off the path of the answer (a post is ~300
-     * instructions, and 63 others stay posted meanwhile). */
+     * the delivery, at the loop's next idle round: off the path of the
+     * answer (a post is ~300 instructions, and at least
+     * PS__FAB_META_DEPTH - PS__FAB_MRECV_BATCH others stay posted
+     * meanwhile). */
     rx_settle(van, rx);
-    post_mrecv(van, m);
+    defer_mrecv(van, m);
 }
 
 void ps__fab_on_rx_part(ps__fab_van_t *van, ps__fab_op_t *op, int ok)
@@ -700,13 +778,8 @@ void ps__fab_on_rx_part(ps__fab_van_t *van, ps__fab_op_t *op, int ok)
     ps__fab_rx_t *rx = op->owner;
     rx->waiting--;
     __atomic_sub_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
-    if (op == &rx->op_data) {
-        for (int i = 0; i < PS_MSG_MAX_DATA; i++) {
-            if (rx->mr[i] != NULL)
-                ps_rdma_mr_cache_put(van->mrc, rx->mr[i]);
-            rx->mr[i] = NULL;
-        }
-    }
+    if (op == &rx->op_data)
+        rx_put_mrs(van, rx);
     if (!ok || rx->orphan) {
         if (!rx->orphan)
             rx_broken(van, rx, PS_ERR_LINK_FAILED);

@@ -576,8 +576,9 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
     int rma_seg = -1;
     uint64_t rma_addr = 0, rma_key = 0;
 
-    /* Server: a response to a pull whose destination the worker gave. */
-    if (van->dests != NULL && !m->request) {
+    /* Server: a response to a pull whose destination the worker gave (none
+     * can have been given while dests_used is 0: no lookup then). */
+    if (van->dests != NULL && !m->request && __atomic_load_n(&van->dests_used, __ATOMIC_ACQUIRE)) {
         ps_rdma_rdv_key_t key = {m->recver, m->app_id, m->customer_id, m->timestamp};
         ps__fab_rdv_desc_t *d = ps_rdma_rdv_take(van->dests, &key);
         if (d != NULL) {
