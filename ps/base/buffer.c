@@ -142,7 +142,7 @@ void ps_buf_unref(ps_buf_t *buf)
 
 uint32_t ps_buf_refcount(const ps_buf_t *buf)
 {
-    return __atomic_load_n(&buf->refcount, __ATOMIC_RELAXED);
+    return __atomic_load_n(&buf->refcount, __ATOMIC_ACQUIRE);
 }
 
 ps_status_t ps_buf_reg_attach(ps_buf_t *buf, unsigned slot, void *reg,

@@ -92,7 +92,9 @@ ps_buf_t *ps_buf_ref(ps_buf_t *buf);
 /* Drops one reference; the last one releases registrations, memory and
  * header. NULL is a no-op. */
 void ps_buf_unref(ps_buf_t *buf);
-/* Current count (a snapshot, for tests and assertions). */
+/* Current count (a snapshot). Read with acquire: when it is 1 and the
+ * caller holds that reference, every other holder's use of the memory
+ * happened before, so the caller may reuse it. */
 uint32_t ps_buf_refcount(const ps_buf_t *buf);
 
 /* Hangs a registration on `slot`: PS_ERR_EXISTS if the slot is taken (another

@@ -755,12 +755,13 @@ ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id)
         ps__ucx_op_t *op = NULL;
         ps_status_t st = ps__ucx_hello_op(van, node_id, &op);
         if (st == PS_OK) {
-            st = ps__ucx_conn_submit(list[i], op);
+            st = ps__ucx_conn_submit(list[i], op); /* takes our reference */
+        } else {
+            ps__ucx_conn_unref(list[i]);
         }
         if (st != PS_OK && st != PS_ERR_PEER_GONE && result == PS_OK) {
             result = st;
         }
-        ps__ucx_conn_unref(list[i]);
     }
     free(list);
     ps_info(PS_LOG_UCX, "node id is now %d (announced on %d connections)", node_id, n);
@@ -773,10 +774,7 @@ ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id)
  * van is closing. */
 static void take_pending(ps__ucx_van_t *van, int start)
 {
-    /* Every turn of the loop looks: without the lock while there is
-     * nothing (a handover seen late is seen next turn). */
-    if (__atomic_load_n(&van->pending, __ATOMIC_ACQUIRE) == NULL &&
-        __atomic_load_n(&van->to_close, __ATOMIC_ACQUIRE) == NULL) {
+    if (!ps__ucx_handover_waiting(van)) {
         return;
     }
     van->timer_scan_ns = 0; /* connections change */

@@ -171,23 +171,28 @@ typedef enum {
 } ps__ucx_state_t;
 
 /* A message being sent: the encoded header+meta, references on the
- * segments, and the iovecs UCX reads (which must outlive the requests). */
+ * segments UCX reads, and the iovecs it reads them through (which must
+ * outlive the requests). op_new() sets the fields marked "set by op_new"
+ * (release reads them); everything else is written before it is read. */
 typedef struct ps__ucx_op {
     struct ps__ucx_op *next;   /* the connection's queue, or the done list */
     struct ps__ucx_op *next_fl, *prev_fl; /* van->inflight (ops_lock) */
-    int on_inflight;
-    ps__ucx_conn_t *conn;      /* referenced */
+    int on_inflight;           /* set by op_new */
+    ps__ucx_conn_t *conn;      /* referenced; set by op_new (NULL) */
     uint32_t pending;          /* atomic: requests in flight + 1 while posting */
-    int failed;                /* atomic: a request completed with an error */
-    unsigned sep_mask;         /* segments sent as DATA messages */
-    uint32_t num_data;
-    ps_slice_t data[PS_MSG_MAX_DATA];
-    ucp_dt_iov_t iov[1 + PS_MSG_MAX_DATA];
-    uint32_t iovcnt;
-    uint8_t *hm;               /* hm_inline or malloc'd */
+    int failed;                /* atomic: a request completed with an error; set by op_new */
+    unsigned sep_mask;         /* segments sent as DATA messages; set by op_new */
+    unsigned ref_mask;         /* data[i] holds a reference; set by op_new */
+    uint32_t num_data;         /* set by op_new */
+    uint8_t *hm;               /* hm_inline or malloc'd; set by op_new (NULL) */
     size_t hm_len;
     uint64_t bytes;
     int folded;                /* the inline segments were copied behind the frame */
+    uint32_t iovcnt;
+    /* Referenced only where UCX reads them: DATA segments, and inline
+     * ones unless they were copied behind the frame (ref_mask). */
+    ps_slice_t data[PS_MSG_MAX_DATA];
+    ucp_dt_iov_t iov[1 + PS_MSG_MAX_DATA];
     uint8_t hm_inline[PS__UCX_HM_INLINE];
 } ps__ucx_op_t;
 
@@ -359,9 +364,16 @@ struct ps__ucx_van {
     ps__ucx_rx_t *rx_all;      /* every receive in flight */
     ps__ucx_rx_t *rx_free;     /* receive records to reuse (no heap per message) */
     unsigned rx_free_count;
+    /* A staging block nobody else references any more, for the next META
+     * message that fits (ucx_recv.c): a small message then takes no pool
+     * lock on either side of its life. Empty or whole (off 0, len =
+     * the block's length). */
+    ps_slice_t rx_spare;
     unsigned ctl_tick;         /* loop turns since the control worker was progressed */
     int ctl_data_conns;        /* READY connections whose data rides on the control worker */
-    uint64_t timer_scan_ns;    /* when ps__ucx_run_timers() walks the connections again */
+    unsigned clock_tick;       /* loop turns since the clock was read for the timers */
+    uint64_t timer_scan_ns;    /* when ps__ucx_run_timers() walks the connections again
+                                * (0: now, something changed) */
     uint64_t timer_next_ns;    /* the earliest timer it found (UINT64_MAX: none) */
     struct ps__ucx_closing *closing; /* endpoint close requests in flight */
     ps_node_t *scratch_nodes;
@@ -376,6 +388,9 @@ struct ps__ucx_van {
     uint64_t rng;              /* atomic */
 
     ps_mpool_t ops;
+    /* One released op kept aside (atomic exchange, any thread): a small
+     * round trip has one send in flight, which then takes no pool lock. */
+    ps__ucx_op_t *op_spare;
     struct ps_rdma_buf_pool *pool; /* what data lands in when nobody names a place */
 };
 
@@ -390,6 +405,11 @@ void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev);
 #define PS__UCX_CTL_EVERY 256
 /* Timers are walked at most this often unless something changed. */
 #define PS__UCX_TIMER_SCAN_NS 1000000ull
+/* A spinning loop reads the clock (for the timers and its spin limit)
+ * every this many turns, or at once when connections changed: a
+ * clock_gettime() every turn was a fifth of an idle turn's cost, and
+ * timers are milliseconds apart while a turn is well under one. */
+#define PS__UCX_CLOCK_EVERY 32
 ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van);
 void ps__ucx_ctx_close(ps__ucx_van_t *van);
 /* "sysv/memory cma/memory" for an endpoint's lanes, for logs. */
@@ -403,6 +423,13 @@ void ps__ucx_disconnect(ps__ucx_van_t *van, int node_id);
 ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id);
 /* Progress thread: connections handed over, events, timers. */
 void ps__ucx_start_pending(ps__ucx_van_t *van);
+/* Whether other threads handed something over (checked every turn,
+ * without a lock: a handover seen late is seen next turn). */
+static inline int ps__ucx_handover_waiting(ps__ucx_van_t *van)
+{
+    return __atomic_load_n(&van->pending, __ATOMIC_ACQUIRE) != NULL ||
+           __atomic_load_n(&van->to_close, __ATOMIC_ACQUIRE) != NULL;
+}
 void ps__ucx_handle_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev);
 /* ms to the next timer, -1 none; `now` from ps_time_now_ns(). */
 int ps__ucx_run_timers(ps__ucx_van_t *van, uint64_t now);
@@ -437,7 +464,8 @@ int ps__ucx_may_claim(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, uint64_t
 
 /* ---- ucx_send.c ---- */
 ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg);
-/* Queues or posts an op on conn (takes the op). */
+/* Queues or posts an op on conn (takes the op, and a reference on conn
+ * the caller holds: the op keeps it). */
 ps_status_t ps__ucx_conn_submit(ps__ucx_conn_t *conn, ps__ucx_op_t *op);
 /* Posts what waited for READY (conn->lock held); returns the posted ops,
  * which the caller hands to ps__ucx_ops_put_list() after unlocking. */
@@ -448,6 +476,8 @@ void ps__ucx_process_done(ps__ucx_van_t *van);
 /* Releases queued ops of a dead connection (lock not held). */
 void ps__ucx_ops_free_list(ps__ucx_van_t *van, ps__ucx_op_t *list);
 void ps__ucx_op_release(ps__ucx_van_t *van, ps__ucx_op_t *op);
+/* close(): the spare op back to the pool (no op in use any more). */
+void ps__ucx_op_spare_free(ps__ucx_van_t *van);
 /* How many ops posted on conn UCX has not finished (any thread). */
 int ps__ucx_conn_sends_busy(ps__ucx_van_t *van, const ps__ucx_conn_t *conn);
 /* A tagged hello announcing `my_id` as an op. */

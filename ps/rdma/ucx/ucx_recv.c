@@ -2,8 +2,9 @@
  * The receive side of the UCX van (progress thread only).
  *
  * The progress thread probes the worker for META messages (any sender),
- * receives each into a staging buffer of its exact size, and decodes the
- * frame. The tag's cookie names the connection, hence the sender, when its
+ * receives each into a staging buffer (a pooled block; the last one
+ * nobody else holds is kept for the next message), and decodes the frame.
+ * The tag's cookie names the connection, hence the sender, when its
  * sequence number is the one expected next on that connection (else the
  * message is not the connection's peer's: ucx_internal.h). Small
  * segments are in the staging buffer: they are handed on as slices of it,
@@ -31,6 +32,8 @@
 #define RX_MAX_NODES 8192
 /* What a refused META message is received into (UCX then drops it). */
 #define RX_DISCARD_LEN 64
+/* Largest staging block kept as the spare (van->rx_spare). */
+#define RX_SPARE_MAX (64u * 1024u)
 /* Receive records kept for reuse: a record is larger than glibc's
  * per-thread cache serves, and calloc() of one was a measurable part of a
  * small message's cost. */
@@ -99,6 +102,39 @@ static int rx_posted(ps__ucx_rx_t *rx)
     return ran;
 }
 
+/* The staging block of a receive that is done with it: kept as the spare
+ * when nobody else holds it (the postoffice let go of every slice of it
+ * or never took one; ps_buf_refcount()'s acquire pairs with their
+ * releasing unref, so their reads of it are over before it is written
+ * again), else unreferenced. */
+static void staging_put(ps__ucx_van_t *van, ps_slice_t *staging)
+{
+    ps_buf_t *buf = staging->buf;
+    if (buf != NULL && van->rx_spare.buf == NULL && buf->length <= RX_SPARE_MAX &&
+        ps_buf_refcount(buf) == 1) {
+        van->rx_spare.buf = buf;
+        van->rx_spare.off = 0;
+        van->rx_spare.len = buf->length;
+        staging->buf = NULL;
+        staging->off = staging->len = 0;
+        return;
+    }
+    ps_slice_unref(staging);
+}
+
+/* A staging block of at least `len` (> 0) bytes: the spare, else the pool's. */
+static ps_status_t staging_get(ps__ucx_van_t *van, size_t len, ps_slice_t *slice_p)
+{
+    if (van->rx_spare.buf != NULL && len <= van->rx_spare.len) {
+        *slice_p = van->rx_spare;
+        slice_p->len = len;
+        van->rx_spare.buf = NULL;
+        van->rx_spare.len = 0;
+        return PS_OK;
+    }
+    return ps_rdma_buf_pool_get(van->pool, len, slice_p);
+}
+
 static void rx_free(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
 {
     if (rx->prev_all != NULL) {
@@ -110,7 +146,7 @@ static void rx_free(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
         rx->next_all->prev_all = rx->prev_all;
     }
     ps_msg_release(&rx->msg);
-    ps_slice_unref(&rx->staging);
+    staging_put(van, &rx->staging);
     if (rx->conn != NULL) {
         ps__ucx_conn_unref(rx->conn);
     }
@@ -155,7 +191,7 @@ static void rx_start(ps__ucx_van_t *van, ps__ucx_rx_t *rx, ucp_tag_message_h msg
         rx->status = PS_ERR_TOO_LARGE;
         cap = RX_DISCARD_LEN; /* UCX reports the truncation and drops the rest */
     }
-    if (ps_rdma_buf_pool_get(van->pool, cap != 0 ? cap : 1, &rx->staging) != PS_OK) {
+    if (staging_get(van, cap != 0 ? cap : 1, &rx->staging) != PS_OK) {
         ps_slice_t empty = PS_SLICE_EMPTY_INIT;
         rx->staging = empty;
         rx->status = PS_ERR_NO_MEMORY;
@@ -626,6 +662,7 @@ void ps__ucx_rx_free_all(ps__ucx_van_t *van)
         rx_free(van, van->rx_all);
     }
     van->rx_ready = NULL;
+    ps_slice_unref(&van->rx_spare);
     while (van->rx_free != NULL) {
         ps__ucx_rx_t *rx = van->rx_free;
         van->rx_free = rx->next;

@@ -24,15 +24,42 @@
 
 static ps_status_t op_new(ps__ucx_van_t *van, ps__ucx_op_t **op_p)
 {
-    ps__ucx_op_t *op;
-    ps_status_t st = ps_mpool_get(&van->ops, (void **)&op);
-    if (st != PS_OK) {
-        return st;
+    ps__ucx_op_t *op = __atomic_exchange_n(&van->op_spare, NULL, __ATOMIC_ACQUIRE);
+    if (op == NULL) {
+        ps_status_t st = ps_mpool_get(&van->ops, (void **)&op);
+        if (st != PS_OK) {
+            return st;
+        }
     }
-    memset(op, 0, offsetof(ps__ucx_op_t, hm_inline));
+    /* What release reads; the rest is written before it is read. */
+    op->on_inflight = 0;
+    op->conn = NULL;
+    op->failed = 0;
+    op->sep_mask = 0;
+    op->ref_mask = 0;
+    op->num_data = 0;
+    op->hm = NULL;
     __atomic_add_fetch(&van->inflight_ops, 1, __ATOMIC_RELAXED);
     *op_p = op;
     return PS_OK;
+}
+
+/* An op back to the spare slot, else to the pool. */
+static void op_free(ps__ucx_van_t *van, ps__ucx_op_t *op)
+{
+    ps__ucx_op_t *none = NULL;
+    if (!__atomic_compare_exchange_n(&van->op_spare, &none, op, 0, __ATOMIC_RELEASE,
+                                     __ATOMIC_RELAXED)) {
+        ps_mpool_put(&van->ops, op);
+    }
+}
+
+void ps__ucx_op_spare_free(ps__ucx_van_t *van)
+{
+    ps__ucx_op_t *op = __atomic_exchange_n(&van->op_spare, NULL, __ATOMIC_ACQUIRE);
+    if (op != NULL) {
+        ps_mpool_put(&van->ops, op);
+    }
 }
 
 void ps__ucx_op_release(ps__ucx_van_t *van, ps__ucx_op_t *op)
@@ -49,8 +76,8 @@ void ps__ucx_op_release(ps__ucx_van_t *van, ps__ucx_op_t *op)
         }
         pthread_mutex_unlock(&van->ops_lock);
     }
-    for (uint32_t i = 0; i < op->num_data; ++i) {
-        ps_slice_unref(&op->data[i]);
+    for (unsigned m = op->ref_mask; m != 0; m &= m - 1) {
+        ps_slice_unref(&op->data[__builtin_ctz(m)]);
     }
     if (op->hm != NULL && op->hm != op->hm_inline) {
         free(op->hm);
@@ -58,7 +85,7 @@ void ps__ucx_op_release(ps__ucx_van_t *van, ps__ucx_op_t *op)
     if (op->conn != NULL) {
         ps__ucx_conn_unref(op->conn);
     }
-    ps_mpool_put(&van->ops, op);
+    op_free(van, op);
     __atomic_sub_fetch(&van->inflight_ops, 1, __ATOMIC_RELEASE);
 }
 
@@ -229,8 +256,7 @@ void ps__ucx_ops_put_list(ps__ucx_van_t *van, ps__ucx_op_t *list)
 ps_status_t ps__ucx_conn_submit(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
 {
     ps__ucx_van_t *van = conn->van;
-    __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
-    op->conn = conn;
+    op->conn = conn; /* the caller's reference */
     pthread_mutex_lock(&conn->lock);
     if (conn->state == PS__UCX_DEAD) {
         pthread_mutex_unlock(&conn->lock);
@@ -278,13 +304,23 @@ void ps__ucx_process_done(ps__ucx_van_t *van)
     }
 }
 
-/* Fills an op with the frame of `meta` and references on the segments. */
+/* Fills an op with the frame of `meta` and references on the segments UCX
+ * will read. */
 static ps_status_t op_fill(ps__ucx_van_t *van, ps__ucx_op_t *op, const ps_meta_t *meta,
                            const ps_slice_t *data, uint32_t num_data)
 {
     uint64_t lens[PS_MSG_MAX_DATA] = {0};
+    uint64_t bytes = 0;
+    size_t fold = 0;          /* bytes of the inline segments */
+    unsigned sep = 0;
     for (uint32_t i = 0; i < num_data; ++i) {
         lens[i] = data[i].len;
+        bytes += data[i].len;
+        if (data[i].len > van->inline_max) {
+            sep |= 1u << i;
+        } else {
+            fold += data[i].len;
+        }
     }
     uint8_t *hm, *heap = NULL;
     size_t hm_len;
@@ -294,36 +330,31 @@ static ps_status_t op_fill(ps__ucx_van_t *van, ps__ucx_op_t *op, const ps_meta_t
         return st;
     }
     op->hm = hm;
-    op->hm_len = hm_len;
-    op->bytes = hm_len;
-    for (uint32_t i = 0; i < num_data; ++i) {
-        op->data[i] = ps_slice_ref(&data[i]);
-        op->bytes += data[i].len;
-        if (data[i].len > van->inline_max) {
-            op->sep_mask |= 1u << i;
-        }
-    }
+    op->bytes = hm_len + bytes;
+    op->sep_mask = sep;
     op->num_data = num_data;
     /* Small inline segments are copied behind the frame, so the META
      * message is one contiguous buffer: UCX then sends it eagerly, most
      * often at once and without a request, where an iovec would take
-     * its slower generic path. */
-    size_t fold = 0;
-    for (uint32_t i = 0; i < num_data; ++i) {
-        if (!(op->sep_mask & (1u << i))) {
-            fold += data[i].len;
-        }
-    }
-    if (op->hm == op->hm_inline && fold != 0 && fold <= PS__UCX_FOLD_MAX &&
-        op->hm_len + fold <= sizeof(op->hm_inline)) {
+     * its slower generic path. Copied, they need no reference. */
+    op->folded = hm == op->hm_inline && fold != 0 && fold <= PS__UCX_FOLD_MAX &&
+                 hm_len + fold <= sizeof(op->hm_inline);
+    unsigned refs = (1u << num_data) - 1;
+    if (op->folded) {
         for (uint32_t i = 0; i < num_data; ++i) {
-            if (!(op->sep_mask & (1u << i)) && data[i].len != 0) {
-                memcpy(op->hm_inline + op->hm_len, ps_slice_ptr(&data[i]), data[i].len);
-                op->hm_len += data[i].len;
+            if (!(sep & (1u << i)) && data[i].len != 0) {
+                memcpy(op->hm_inline + hm_len, ps_slice_ptr(&data[i]), data[i].len);
+                hm_len += data[i].len;
             }
         }
-        op->folded = 1;
+        refs = sep;
     }
+    op->hm_len = hm_len;
+    for (unsigned m = refs; m != 0; m &= m - 1) {
+        unsigned i = (unsigned)__builtin_ctz(m);
+        op->data[i] = ps_slice_ref(&data[i]);
+    }
+    op->ref_mask = refs;
     return PS_OK;
 }
 
@@ -393,8 +424,7 @@ ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
         ps_warn_ratelimited(PS_LOG_UCX, "send to node %d: not connected", recver);
         return PS_ERR_UNREACHABLE;
     }
-    st = ps__ucx_conn_submit(conn, op);
-    ps__ucx_conn_unref(conn);
+    st = ps__ucx_conn_submit(conn, op); /* takes our reference on conn */
     if (ps_unlikely(PS_LOG_TRACE <= ps__log_level) && st == PS_OK) {
         char line[192];
         ps_msg_describe(msg, line, sizeof(line));

@@ -37,8 +37,8 @@
 #define PS__UCX_IDLE_SPIN_NS (50ull * 1000ull)
 /* A spinning progress thread yields its core every this many idle turns. */
 #define PS__UCX_YIELD_EVERY 256
-/* ucp_worker_progress() calls per loop before the thread looks at its
- * other work (new messages, handed-over connections). */
+/* ucp_worker_progress() calls at most per worker when draining it (before
+ * blocking, at close). */
 #define PS__UCX_PROGRESS_BURST 64
 /* While a waiting thread drives the loop, the progress thread checks this
  * often whether it still does. */
@@ -158,10 +158,15 @@ static int progress_worker(ucp_worker_h worker, unsigned burst)
 
 /* One round of work; returns how many things happened (0: nothing). The
  * control worker's turn comes every PS__UCX_CTL_EVERY rounds, every round
- * while data rides on it, and whenever `all`. */
+ * while data rides on it, and whenever `all`. A worker is progressed once
+ * per round, and up to `burst` times (until it has nothing) when `all`
+ * (draining, before the workers are armed): a message's round goes on to
+ * take it at once, where another ucp_worker_progress() that finds nothing
+ * more would come first — its cost was on every message's path. */
 static int progress_once(ps__ucx_van_t *van, unsigned burst, int all)
 {
     int did = 0;
+    burst = all ? burst : 1;
     if (van->dworker != NULL) {
         /* Shared memory delivers only inside ucp_worker_progress(): when
          * that found nothing, no new META message waits either. */
@@ -176,12 +181,19 @@ static int progress_once(ps__ucx_van_t *van, unsigned burst, int all)
         did += progress_worker(van->worker, burst);
         did += ps__ucx_probe(van, van->worker);
     }
-    did += van->rx_ready != NULL;
     /* Receives before events: a message that arrived just before its
-     * connection ended is delivered before the end is. */
-    ps__ucx_rx_process(van);
-    ps__ucx_process_done(van);
-    did += process_events(van);
+     * connection ended is delivered before the end is. (The checks are
+     * here so that an idle turn makes no calls.) */
+    if (van->rx_ready != NULL) {
+        did++;
+        ps__ucx_rx_process(van);
+    }
+    if (__atomic_load_n(&van->done_ops, __ATOMIC_ACQUIRE) != NULL) {
+        ps__ucx_process_done(van);
+    }
+    if (__atomic_load_n(&van->ev_head, __ATOMIC_ACQUIRE) != NULL) {
+        did += process_events(van);
+    }
     return did;
 }
 
@@ -198,23 +210,46 @@ static void park(ps__ucx_van_t *van, uint64_t *seen)
     }
 }
 
+/* The loop's clock, read every PS__UCX_CLOCK_EVERY turns (or at once
+ * when connections changed); runs the timers when it is read. Returns 1
+ * when it read the clock. */
+static int loop_clock(ps__ucx_van_t *van, uint64_t *now_p)
+{
+    if (++van->clock_tick < PS__UCX_CLOCK_EVERY && van->timer_scan_ns != 0) {
+        return 0;
+    }
+    van->clock_tick = 0;
+    *now_p = ps_time_now_ns();
+    (void)ps__ucx_run_timers(van, *now_p);
+    return 1;
+}
+
 static void *progress_main(void *arg)
 {
     ps__ucx_van_t *van = arg;
     struct epoll_event evs[4];
-    uint64_t last_event = ps_time_now_ns();
+    uint64_t now = ps_time_now_ns();
+    uint64_t last_event = now;
+    int event_since = 0; /* an event since `now` was read: last_event is due */
     unsigned idle = 0; /* turns without an event */
     uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&van->prog_lock);
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
         uint64_t posted = __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST);
-        ps__ucx_start_pending(van);
+        if (ps__ucx_handover_waiting(van)) {
+            ps__ucx_start_pending(van);
+        }
         int did = progress_once(van, PS__UCX_PROGRESS_BURST, 0);
-        uint64_t now = ps_time_now_ns();
-        int timeout = ps__ucx_run_timers(van, now);
         if (did) {
-            last_event = now;
+            event_since = 1;
             idle = 0;
+        }
+        /* `now` lags the truth by fewer than PS__UCX_CLOCK_EVERY turns, and
+         * last_event is the first reading after an event: the spin below
+         * ends that many turns late at most, never early. */
+        if (loop_clock(van, &now) && event_since) {
+            last_event = now;
+            event_since = 0;
         }
         if (van->params.busy_poll) {
             uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
@@ -223,11 +258,12 @@ static void *progress_main(void *arg)
                 pthread_mutex_unlock(&van->prog_lock);
                 park(van, &seen);
                 pthread_mutex_lock(&van->prog_lock);
-                last_event = ps_time_now_ns();
+                last_event = now = ps_time_now_ns();
+                event_since = 0;
                 continue;
             }
         }
-        if (did) {
+        if (did || event_since) {
             continue;
         }
         if (now - last_event < (van->params.busy_poll ? PS__UCX_SPIN_NS : PS__UCX_IDLE_SPIN_NS)) {
@@ -239,15 +275,19 @@ static void *progress_main(void *arg)
                 pthread_mutex_unlock(&van->prog_lock);
                 sched_yield();
                 pthread_mutex_lock(&van->prog_lock);
+                van->clock_tick = PS__UCX_CLOCK_EVERY; /* the yield may have taken long */
             }
             continue;
         }
-        /* Block. Every worker gets its turn first (ucp_worker_arm wants
+        /* Block. The timers first, with a fresh clock (the wait ends at
+         * the next one); every worker gets its turn (ucp_worker_arm wants
          * them drained). `sleeping` first, then look again: a sender that
          * posted before it sees `sleeping` is caught by the checks below,
          * one that posts after it wakes us. */
+        now = ps_time_now_ns();
+        int timeout = ps__ucx_run_timers(van, now);
         if (progress_once(van, PS__UCX_PROGRESS_BURST, 1)) {
-            last_event = ps_time_now_ns();
+            last_event = now = ps_time_now_ns();
             continue;
         }
         __atomic_store_n(&van->sleeping, 1, __ATOMIC_SEQ_CST);
@@ -278,7 +318,7 @@ static void *progress_main(void *arg)
             }
         }
         van->ctl_tick = PS__UCX_CTL_EVERY; /* whichever worker woke us: both next */
-        last_event = ps_time_now_ns();
+        last_event = now = ps_time_now_ns();
     }
     pthread_mutex_unlock(&van->prog_lock);
     return NULL;
@@ -295,9 +335,12 @@ static int ucx_progress(ps_van_t *v, unsigned budget)
     }
     int n = 0;
     if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE) && van->worker != NULL) {
-        ps__ucx_start_pending(van);
+        if (ps__ucx_handover_waiting(van)) {
+            ps__ucx_start_pending(van);
+        }
         n = progress_once(van, budget, 0);
-        (void)ps__ucx_run_timers(van, ps_time_now_ns());
+        uint64_t now;
+        (void)loop_clock(van, &now);
     }
     pthread_mutex_unlock(&van->prog_lock);
     return n;
@@ -530,6 +573,7 @@ static void ucx_close(ps_van_t *v)
                  (unsigned long long)ps.gets, (unsigned long long)ps.reuses);
         ps_rdma_buf_pool_destroy(van->pool);
     }
+    ps__ucx_op_spare_free(van);
     ps_mpool_cleanup(&van->ops);
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->pending_lock);
