@@ -636,30 +636,40 @@ void ps_customer_destroy(ps_customer_t *c)
     free(c);
 }
 
-void ps_customer_set_recv_buffer_func(ps_customer_t *c, ps_customer_recv_buffer_func_t fn,
-                                      void *arg)
+/* A change of what steers deliveries to the customer (its recv_buffer hook
+ * or the segments it asks about) happens under the registry's lock, and
+ * the registry's steer mask follows; a detached customer needs neither. */
+static ps__registry_t *steer_change_begin(ps_customer_t *c)
 {
     ps__registry_t *reg = __atomic_load_n(&c->reg, __ATOMIC_SEQ_CST);
     if (reg != NULL)
         ps_mutex_lock(&reg->lock);
+    return reg;
+}
+
+static void steer_change_end(ps__registry_t *reg, const ps_customer_t *c)
+{
+    if (reg == NULL)
+        return;
+    if (c->linked)
+        reg_update_steer_mask(reg);
+    ps_mutex_unlock(&reg->lock);
+}
+
+void ps_customer_set_recv_buffer_func(ps_customer_t *c, ps_customer_recv_buffer_func_t fn,
+                                      void *arg)
+{
+    ps__registry_t *reg = steer_change_begin(c);
     c->recv_buffer = fn;
     c->recv_buffer_arg = arg;
-    if (reg != NULL && c->linked)
-        reg_update_steer_mask(reg);
-    if (reg != NULL)
-        ps_mutex_unlock(&reg->lock);
+    steer_change_end(reg, c);
 }
 
 void ps_customer_set_recv_buffer_segments(ps_customer_t *c, uint32_t segments)
 {
-    ps__registry_t *reg = __atomic_load_n(&c->reg, __ATOMIC_SEQ_CST);
-    if (reg != NULL)
-        ps_mutex_lock(&reg->lock);
+    ps__registry_t *reg = steer_change_begin(c);
     c->recv_buffer_segments = segments;
-    if (reg != NULL && c->linked)
-        reg_update_steer_mask(reg);
-    if (reg != NULL)
-        ps_mutex_unlock(&reg->lock);
+    steer_change_end(reg, c);
 }
 
 void ps_customer_set_done_func(ps_customer_t *c, ps_customer_done_func_t fn, void *arg)

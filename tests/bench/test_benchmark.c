@@ -539,19 +539,63 @@ static void run_push_then_pull(worker_ctx_t *w)
     }
 }
 
+/* The timed rounds of modes 1-4: a "window" line every LOG_DURATION rounds,
+ * a "summary" line at the end. */
+typedef struct {
+    long long rounds, window_rounds;
+    uint64_t start, win_start;
+    double cpu0, win_cpu0;
+    uint64_t moved0, win_moved0;
+} rounds_clock_t;
+
+static void rounds_begin(worker_ctx_t *w, rounds_clock_t *rc)
+{
+    bench_hist_reset(&w->window);
+    bench_hist_reset(&w->total);
+    rc->rounds = rc->window_rounds = 0;
+    rc->start = rc->win_start = bench_now_ns();
+    rc->cpu0 = rc->win_cpu0 = bench_cpu_seconds();
+    rc->moved0 = rc->win_moved0 = traffic_bytes();
+}
+
+/* After each round: counts it, and reports the window when it is full. */
+static void rounds_count(worker_ctx_t *w, rounds_clock_t *rc)
+{
+    rc->rounds++;
+    rc->window_rounds++;
+    if (rc->rounds % g_cfg.log_duration != 0)
+        return;
+    uint64_t end = bench_now_ns();
+    double cpu = bench_cpu_seconds();
+    uint64_t moved = traffic_bytes();
+    report(w, "window", NULL, w->nkeys, rc->window_rounds, end - rc->win_start, &w->window,
+           cpu - rc->win_cpu0, moved - rc->win_moved0);
+    bench_hist_merge(&w->total, &w->window);
+    bench_hist_reset(&w->window);
+    rc->window_rounds = 0;
+    rc->win_start = end;
+    rc->win_cpu0 = cpu;
+    rc->win_moved0 = moved;
+}
+
+static void rounds_end(worker_ctx_t *w, const rounds_clock_t *rc)
+{
+    if (w->failed || rc->rounds == 0)
+        return;
+    bench_hist_merge(&w->total, &w->window);
+    report(w, "summary", NULL, w->nkeys, rc->rounds, bench_now_ns() - rc->start, &w->total,
+           bench_cpu_seconds() - rc->cpu0, traffic_bytes() - rc->moved0);
+}
+
 /* Modes 1-3: all keys in flight each round. */
 static void run_rounds(worker_ctx_t *w)
 {
     int do_push = g_cfg.mode != MODE_PULL_ONLY;
     int do_pull = g_cfg.mode != MODE_PUSH_ONLY;
-    long long cnt = 0, window_rounds = 0;
-    bench_hist_reset(&w->window);
-    bench_hist_reset(&w->total);
-    uint64_t start = bench_now_ns(), win_start = start;
-    double cpu0 = bench_cpu_seconds(), win_cpu0 = cpu0;
-    uint64_t moved0 = traffic_bytes(), win_moved0 = moved0;
+    rounds_clock_t rc;
+    rounds_begin(w, &rc);
 
-    while (cnt < g_cfg.total_duration && !w->failed) {
+    while (rc.rounds < g_cfg.total_duration && !w->failed) {
         uint64_t now = bench_now_ns();
         for (size_t i = 0; i < w->nkeys && !w->failed; i++) {
             if (do_push) {
@@ -578,40 +622,18 @@ static void run_rounds(worker_ctx_t *w)
         }
         if (w->failed)
             break;
-        cnt++;
-        window_rounds++;
-        if (cnt % g_cfg.log_duration != 0)
-            continue;
-        uint64_t end = bench_now_ns();
-        double cpu = bench_cpu_seconds();
-        uint64_t moved = traffic_bytes();
-        report(w, "window", NULL, w->nkeys, window_rounds, end - win_start, &w->window,
-               cpu - win_cpu0, moved - win_moved0);
-        bench_hist_merge(&w->total, &w->window);
-        bench_hist_reset(&w->window);
-        window_rounds = 0;
-        win_start = end;
-        win_cpu0 = cpu;
-        win_moved0 = moved;
+        rounds_count(w, &rc);
     }
-    if (w->failed || cnt == 0)
-        return;
-    bench_hist_merge(&w->total, &w->window);
-    report(w, "summary", NULL, w->nkeys, cnt, bench_now_ns() - start, &w->total,
-           bench_cpu_seconds() - cpu0, traffic_bytes() - moved0);
+    rounds_end(w, &rc);
 }
 
 /* Mode 4: one push-pull round trip at a time (small-message latency). */
 static void run_latency(worker_ctx_t *w)
 {
-    long long cnt = 0, window_rounds = 0;
-    bench_hist_reset(&w->window);
-    bench_hist_reset(&w->total);
-    uint64_t start = bench_now_ns(), win_start = start;
-    double cpu0 = bench_cpu_seconds(), win_cpu0 = cpu0;
-    uint64_t moved0 = traffic_bytes(), win_moved0 = moved0;
+    rounds_clock_t rc;
+    rounds_begin(w, &rc);
 
-    while (cnt < g_cfg.total_duration && !w->failed) {
+    while (rc.rounds < g_cfg.total_duration && !w->failed) {
         for (size_t i = 0; i < w->nkeys && !w->failed; i++) {
             req_slot_t *slot = &w->slots[i];
             ps_kv_pairs_t push = pairs_of(w, i, &w->vals[i]);
@@ -629,27 +651,9 @@ static void run_latency(worker_ctx_t *w)
         }
         if (w->failed)
             break;
-        cnt++;
-        window_rounds++;
-        if (cnt % g_cfg.log_duration != 0)
-            continue;
-        uint64_t end = bench_now_ns();
-        double cpu = bench_cpu_seconds();
-        uint64_t moved = traffic_bytes();
-        report(w, "window", NULL, w->nkeys, window_rounds, end - win_start, &w->window,
-               cpu - win_cpu0, moved - win_moved0);
-        bench_hist_merge(&w->total, &w->window);
-        bench_hist_reset(&w->window);
-        window_rounds = 0;
-        win_start = end;
-        win_cpu0 = cpu;
-        win_moved0 = moved;
+        rounds_count(w, &rc);
     }
-    if (w->failed || cnt == 0)
-        return;
-    bench_hist_merge(&w->total, &w->window);
-    report(w, "summary", NULL, w->nkeys, cnt, bench_now_ns() - start, &w->total,
-           bench_cpu_seconds() - cpu0, traffic_bytes() - moved0);
+    rounds_end(w, &rc);
 }
 
 static void *worker_thread(void *arg)
