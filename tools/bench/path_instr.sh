@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Instructions on the critical path of one small round trip, per van:
+# what ps itself spends between "the worker asks" and "the worker has the
+# answer", free of spinning and of the machine's load.
+#
+#   tools/bench/path_instr.sh [TEST_BENCHMARK] [LAUNCHER]
+#
+# A 1 worker x 1 server job of test_benchmark mode 4 (one 8-byte push-pull
+# at a time, busy polling) runs ROUNDS rounds with worker and server under
+# valgrind's callgrind. Per round trip it prints the inclusive counts of
+# the worker's ps_kv_zpushpull (request: KV, customer, postoffice, codec,
+# the van's send) and of each process's receive entry points (receive,
+# delivery, and on the server the handler and its reply), summed as
+# "path". The transport's own polling that finds the message is not in
+# it (the same for every version of ps); compare a van with itself across
+# changes. tools/bench/instr_count.sh counts whole processes instead.
+#
+# Environment: VANS ("ucx-sm fabric-shm tcp"; also ucx-tcp, fabric-tcp),
+# ROUNDS (6000).
+set -uo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+if [ $# -ge 1 ]; then
+  bench=$1
+else
+  out=$(cd "$here" && bazel ${OUTPUT_BASE:+--output_base=$OUTPUT_BASE} info --config=opt \
+        output_path 2>/dev/null)
+  bench=$out/k8-opt/bin/tests/test_benchmark
+fi
+launch=${2:-$here/tools/launch/ps_launch.py}
+[ -x "$bench" ] || { echo "no test_benchmark at $bench" >&2; exit 2; }
+command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
+vans=${VANS:-"ucx-sm fabric-shm tcp"}
+rounds=${ROUNDS:-6000}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+cat >"$dir/wrap.sh" <<EOF2
+#!/bin/sh
+[ "\$DMLC_ROLE" = scheduler ] && exec "$bench" "\$@"
+exec valgrind --tool=callgrind --callgrind-out-file="$dir/cg.\$DMLC_ROLE" "$bench" "\$@" 2>/dev/null
+EOF2
+chmod +x "$dir/wrap.sh"
+
+# Sets the van's environment and `entries`, its receive entry points.
+setup() {
+  unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX PS_FABRIC_PROVIDER UCX_TLS
+  case $1 in
+  ucx-sm) export DMLC_ENABLE_UCX=1 UCX_TLS=posix,sysv,cma UCX_NET_DEVICES=lo
+          entries="ps__ucx_probe ps__ucx_rx_process" ;;
+  ucx-tcp) export DMLC_ENABLE_UCX=1 UCX_TLS=tcp UCX_NET_DEVICES=lo
+           entries="ps__ucx_probe ps__ucx_rx_process" ;;
+  fabric-shm) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER=shm; entries="ps__fab_on_meta" ;;
+  fabric-tcp) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER="tcp;ofi_rxm"
+              entries="ps__fab_on_meta" ;;
+  tcp) entries="ps__tcp_on_readable" ;;
+  *) echo "unknown van $1" >&2; return 1 ;;
+  esac
+}
+
+# Inclusive instructions of function $2 in callgrind file $1 (0 if absent).
+incl() {
+  callgrind_annotate --inclusive=yes "$1" 2>/dev/null |
+    awk -v f=":$2 " 'index($0, f) { gsub(",", "", $1); print $1; found = 1; exit }
+                     END { if (!found) print 0 }'
+}
+
+echo "# $(date -u +%FT%TZ) $bench, $rounds rounds; instructions per round trip"
+for v in $vans; do
+  ( setup "$v" || exit 1
+    rm -f "$dir"/cg.*
+    PS_BUSY_POLL=1 TOTAL_DURATION=$rounds LOG_DURATION=$rounds NUM_KEY_PER_SERVER=1 \
+      timeout 900 python3 "$launch" -q -s 1 -w 1 --timeout 880 -- "$dir/wrap.sh" 8 10 4 \
+      >/dev/null 2>&1
+    [ -s "$dir/cg.worker" ] && [ -s "$dir/cg.server" ] || { echo "$v: the job failed"; exit 1; }
+    req=$(incl "$dir/cg.worker" ps_kv_zpushpull)
+    path=$req line=""
+    for e in $entries; do
+      w=$(incl "$dir/cg.worker" "$e") s=$(incl "$dir/cg.server" "$e")
+      path=$((path + w + s))
+      line="$line worker.$e $((w / rounds)) server.$e $((s / rounds))"
+    done
+    echo "$v path $((path / rounds)): request $((req / rounds))$line"
+  )
+done
