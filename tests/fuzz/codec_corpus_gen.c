@@ -37,9 +37,10 @@ static void write_file(const char *name, const uint8_t *bytes, size_t len)
     written++;
 }
 
-/* Encodes m (protobuf, or with fast the fast form of meta_fast.h) and
- * writes it framed with the given segments as frame_<name>, and with bare
- * also unframed as meta_<name>. */
+/* Encodes m (fast 0: protobuf; 1: the fast form of meta_fast.h; 2: its
+ * compact form, in a compact frame header) and writes it framed with the
+ * given segments as frame_<name>, and with bare also unframed as
+ * meta_<name>. */
 static void emit_as(const char *name, const ps_meta_t *m, const char *const *segs,
                     uint16_t num_segs, int bare, int fast)
 {
@@ -50,18 +51,21 @@ static void emit_as(const char *name, const ps_meta_t *m, const char *const *seg
 
     for (uint16_t i = 0; i < num_segs; i++)
         lens[i] = strlen(segs[i]);
-    if ((fast ? ps_meta_fast_encode(m, buf + PS_FRAME_MAX_HEADER_LEN,
-                                    sizeof(buf) - PS_FRAME_MAX_HEADER_LEN, &meta_len)
-              : ps_meta_encode(m, buf + PS_FRAME_MAX_HEADER_LEN,
-                               sizeof(buf) - PS_FRAME_MAX_HEADER_LEN, &meta_len)) != PS_OK)
+    uint8_t *mp = buf + PS_FRAME_MAX_HEADER_LEN;
+    size_t mcap = sizeof(buf) - PS_FRAME_MAX_HEADER_LEN;
+    if ((fast == 2   ? ps_meta_compact_encode(m, mp, mcap, &meta_len)
+         : fast == 1 ? ps_meta_fast_encode(m, mp, mcap, &meta_len)
+                     : ps_meta_encode(m, mp, mcap, &meta_len)) != PS_OK)
         die("encode");
     if (bare) {
         snprintf(file, sizeof(file), "meta_%s", name);
         write_file(file, buf + PS_FRAME_MAX_HEADER_LEN, meta_len);
     }
 
-    if (ps_frame_header_build(0, (uint32_t)meta_len, lens, num_segs, NULL, buf,
-                              PS_FRAME_MAX_HEADER_LEN, &hdr_len) != PS_OK)
+    if ((fast == 2 ? ps_frame_header_build_compact((uint32_t)meta_len, lens, num_segs, NULL, buf,
+                                                   PS_FRAME_MAX_HEADER_LEN, &hdr_len)
+                   : ps_frame_header_build(0, (uint32_t)meta_len, lens, num_segs, NULL, buf,
+                                           PS_FRAME_MAX_HEADER_LEN, &hdr_len)) != PS_OK)
         die("frame header");
     memmove(buf + hdr_len, buf + PS_FRAME_MAX_HEADER_LEN, meta_len);
     off = hdr_len + meta_len;
@@ -89,6 +93,10 @@ static void emit_fast(const char *name, const ps_meta_t *m, const char *const *s
     char fast_name[128];
     snprintf(fast_name, sizeof(fast_name), "fast_%s", name);
     emit_as(fast_name, m, segs, num_segs, bare, 1);
+    /* And in the compact forms, as ps_frame_encode_head() sends it:
+     * compact_<name>. */
+    snprintf(fast_name, sizeof(fast_name), "compact_%s", name);
+    emit_as(fast_name, m, segs, num_segs, bare, 2);
 }
 
 static void kv_meta(ps_meta_t *m, int push, int request)
@@ -153,6 +161,7 @@ int main(int argc, char **argv)
     m.data_types[0] = PS_DATA_UINT64;
     m.data_size = 8;
     emit("kv_pull", &m, kv2, 1, 0);
+    emit_fast("kv_pull", &m, kv2, 1, 0);
     kv_meta(&m, 0, 0);
     m.num_data_types = 2;
     m.data_types[0] = PS_DATA_UINT64;
@@ -267,6 +276,19 @@ int main(int argc, char **argv)
         write_file("bad_version", bad_version, sizeof(bad_version));
         write_file("short_header", short_header, sizeof(short_header));
         write_file("huge_segment", huge_segment, sizeof(huge_segment));
+        /* The compact header's: magic, version, a meta length varint that
+         * is overlong and one that never ends, a segment past 64 bits. */
+        static const uint8_t c_bad_magic[] = {'p', 'S', 1, 0, 0};
+        static const uint8_t c_bad_version[] = {'p', 's', 2, 0, 0};
+        static const uint8_t c_overlong[] = {'p', 's', 1, 0, 0x80, 0x00};
+        static const uint8_t c_endless[] = {'p', 's', 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+        static const uint8_t c_huge_segment[] = {'p', 's', 1, 1, 0, 0xff, 0xff, 0xff, 0xff,
+                                                 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+        write_file("compact_bad_magic", c_bad_magic, sizeof(c_bad_magic));
+        write_file("compact_bad_version", c_bad_version, sizeof(c_bad_version));
+        write_file("compact_overlong", c_overlong, sizeof(c_overlong));
+        write_file("compact_endless", c_endless, sizeof(c_endless));
+        write_file("compact_huge_segment", c_huge_segment, sizeof(c_huge_segment));
     }
 
     printf("codec_corpus_gen: wrote %d files to %s\n", written, out_dir);

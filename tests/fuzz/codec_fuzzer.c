@@ -3,7 +3,9 @@
  * (header parse, then the meta it carries) and as a bare meta. Whatever the
  * bytes, the codec must answer with a status; whenever it accepts a meta,
  * that meta must survive encode -> decode unchanged, its encoding must be
- * stable, and an accepted header must rebuild to the same bytes.
+ * stable, and an accepted header (either form) must rebuild to the same
+ * bytes. An accepted compact (version-2) fast meta must decode to exactly
+ * what its version-1 form decodes to.
  *
  * A broken invariant aborts, which libFuzzer reports as a crash; ASan and
  * UBSan (--config=fuzz) catch memory and undefined-behaviour errors.
@@ -68,6 +70,40 @@ static void check_round_trip(const ps_meta_t *m)
     free(buf2);
 }
 
+/* The compact fast form (version 2): an accepted one re-encodes to exactly
+ * its bytes, and decodes to exactly what its version-1 encoding decodes to
+ * (every byte of the meta, from the same starting garbage). */
+static void fuzz_meta_compact(const uint8_t *data, size_t size, const ps_meta_t *m)
+{
+    size_t len = 0, v1_len = 0;
+    size_t cap = PS_META_COMPACT_MAX_FIXED + m->num_data_types + m->body_len;
+    check(size <= cap, "a compact meta longer than its bound");
+    uint8_t *buf = malloc(cap);
+    uint8_t *v1 = malloc(PS_META_FAST_FIXED_LEN + m->num_data_types + m->body_len);
+    check(buf != NULL && v1 != NULL, "out of memory");
+    check(ps_meta_compact_encode(m, buf, cap, &len) == PS_OK && len == size &&
+              memcmp(buf, data, size) == 0,
+          "a compact meta does not re-encode to its bytes");
+    check(ps_meta_compact_encode(m, buf, size - 1, &len) == PS_ERR_TOO_LARGE,
+          "compact encoding fits a buffer one byte short");
+    check(ps_meta_fast_encode(m, v1, PS_META_FAST_FIXED_LEN + m->num_data_types + m->body_len,
+                              &v1_len) == PS_OK,
+          "a compact meta has no version-1 form");
+    ps_meta_t a, b;
+    memset(&a, 0xa5, sizeof(a));
+    memset(&b, 0xa5, sizeof(b));
+    check(ps_meta_fast_decode(data, size, &a) == PS_OK &&
+              ps_meta_fast_decode(v1, v1_len, &b) == PS_OK,
+          "a compact meta does not decode twice");
+    check(a.body_len == b.body_len &&
+              (a.body_len == 0 || memcmp(a.body, b.body, a.body_len) == 0),
+          "the two versions' bodies differ");
+    a.body = b.body = NULL;
+    check(memcmp(&a, &b, sizeof(a)) == 0, "the two versions decode differently");
+    free(buf);
+    free(v1);
+}
+
 /* The fast form (meta_fast.h): what it accepts re-encodes to exactly its
  * bytes, and also survives the protobuf codec. */
 static void fuzz_meta_fast(const uint8_t *data, size_t size)
@@ -82,6 +118,11 @@ static void fuzz_meta_fast(const uint8_t *data, size_t size)
     if (m.body_len != 0)
         check(m.body >= data && m.body_len <= size && m.body <= data + size - m.body_len,
               "the fast body does not point into the input");
+    if (data[1] == PS_META_COMPACT_VERSION) {
+        fuzz_meta_compact(data, size, &m);
+        check_round_trip(&m);
+        return;
+    }
     size_t len = 0, want = ps_meta_fast_size(&m);
     check(want == size, "an accepted fast meta has another size");
     uint8_t *buf = malloc(want);
@@ -135,10 +176,18 @@ static void fuzz_frame(const uint8_t *data, size_t size)
         return;
     }
     check(view.hdr.frame_len <= size, "the frame is longer than the input");
-    check(ps_frame_header_build(view.hdr.flags, view.hdr.meta_len, view.hdr.data_len,
-                                view.hdr.num_data, NULL, rebuilt, sizeof(rebuilt),
-                                &len) == PS_OK,
-          "an accepted header cannot be rebuilt");
+    if (data[0] == PS_FRAME_COMPACT_MAGIC0) {
+        /* A compact header is at most 4 + 5 + 10 * 16 bytes here. */
+        check(ps_frame_header_build_compact(view.hdr.meta_len, view.hdr.data_len,
+                                            view.hdr.num_data, NULL, rebuilt, sizeof(rebuilt),
+                                            &len) == PS_OK,
+              "an accepted compact header cannot be rebuilt");
+    } else {
+        check(ps_frame_header_build(view.hdr.flags, view.hdr.meta_len, view.hdr.data_len,
+                                    view.hdr.num_data, NULL, rebuilt, sizeof(rebuilt),
+                                    &len) == PS_OK,
+              "an accepted header cannot be rebuilt");
+    }
     check(len == view.hdr.header_len && memcmp(rebuilt, data, len) == 0,
           "an accepted header rebuilds to other bytes");
     check(ps_frame_header_parse(data, len - 1, NULL, &hdr, &need) == PS_INPROGRESS &&

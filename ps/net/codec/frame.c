@@ -97,6 +97,41 @@ too_large:
     return PS_ERR_TOO_LARGE;
 }
 
+ps_status_t ps_frame_header_build_compact(uint32_t meta_len, const uint64_t *data_len,
+                                          uint16_t num_data, const ps_frame_limits_t *limits,
+                                          void *buf, size_t cap, size_t *len_p)
+{
+    ps_frame_limits_t storage;
+    const ps_frame_limits_t *lim = resolve_limits(limits, &storage);
+
+    if (lim == NULL)
+        return PS_ERR_INVALID_ARG;
+    if ((num_data != 0 && data_len == NULL) || (buf == NULL && cap != 0)) {
+        ps_error(PS_LOG_CODEC, "cannot build compact frame header: %u segments", num_data);
+        return PS_ERR_INVALID_ARG;
+    }
+    if (meta_len > lim->max_meta_bytes || num_data > lim->max_segments) {
+        ps_error(PS_LOG_CODEC,
+                 "cannot build frame: meta %u bytes (max %u), %u segments (max %u)",
+                 meta_len, lim->max_meta_bytes, num_data, lim->max_segments);
+        return PS_ERR_TOO_LARGE;
+    }
+    size_t header_len = ps__frame_compact_len(meta_len, data_len, num_data);
+    if (!ps__frame_fits_len(lim, header_len, meta_len, data_len, num_data)) {
+        ps_error(PS_LOG_CODEC, "cannot build frame: more than %llu bytes",
+                 (unsigned long long)lim->max_message_bytes);
+        return PS_ERR_TOO_LARGE;
+    }
+    if (cap < header_len) {
+        ps_error(PS_LOG_CODEC, "cannot build frame header: needs %zu bytes, buffer has %zu",
+                 header_len, cap);
+        return PS_ERR_TOO_LARGE;
+    }
+    ps__frame_compact_write(buf, meta_len, data_len, num_data);
+    *len_p = header_len;
+    return PS_OK;
+}
+
 /* Out of line, so that the parser's common path does not carry it. */
 __attribute__((noinline, cold)) static ps_status_t refuse_too_large(uint64_t max)
 {
@@ -145,6 +180,93 @@ check_fixed_prefix(const uint8_t *p, size_t len, const ps_frame_limits_t *lim)
     return PS_OK;
 }
 
+/* The compact header (frame.h) at p[0..len), len >= 1, p[0] its first
+ * magic byte: each field judged as soon as it is there, as for "PSF1". */
+static ps_status_t parse_compact(const uint8_t *p, size_t len, const ps_frame_limits_t *lim,
+                                 ps_frame_header_t *hdr_p, size_t *need_p)
+{
+    if (len < PS_FRAME_COMPACT_FIXED_LEN || p[1] != PS_FRAME_COMPACT_MAGIC1 ||
+        p[2] != PS_FRAME_COMPACT_VERSION || p[3] > lim->max_segments) {
+        if (len >= 2 && p[1] != PS_FRAME_COMPACT_MAGIC1) {
+            ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: bad magic 0x%02x%02x", p[0],
+                                p[1]);
+            return PS_ERR_PROTOCOL;
+        }
+        if (len >= 3 && p[2] != PS_FRAME_COMPACT_VERSION) {
+            ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: compact version %u, expected %u",
+                                p[2], PS_FRAME_COMPACT_VERSION);
+            return PS_ERR_PROTOCOL;
+        }
+        if (len >= 4 && p[3] > lim->max_segments) {
+            ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: %u data segments, limit %u",
+                                p[3], lim->max_segments);
+            return PS_ERR_TOO_LARGE;
+        }
+        *need_p = PS_FRAME_COMPACT_MIN_LEN;
+        return PS_INPROGRESS;
+    }
+    uint32_t num_data = p[3];
+    size_t off = PS_FRAME_COMPACT_FIXED_LEN;
+    uint64_t v = 0;
+    int n = ps__varint_get(p + off, len - off, &v);
+    if (n < 0 || (n == 0 && len - off >= 5) || v > UINT32_MAX) {
+        ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: bad meta length");
+        return PS_ERR_PROTOCOL;
+    }
+    if (n == 0) {
+        /* The varint's next byte, and a byte per segment length at least. */
+        *need_p = len + 1 + num_data;
+        return PS_INPROGRESS;
+    }
+    if (v > lim->max_meta_bytes) {
+        ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: meta of %llu bytes, limit %u",
+                            (unsigned long long)v, lim->max_meta_bytes);
+        return PS_ERR_TOO_LARGE;
+    }
+    uint32_t meta_len = (uint32_t)v;
+    off += (size_t)n;
+    uint64_t max = lim->max_message_bytes;
+    /* The frame so far: what the header has said and its own bytes. */
+    uint64_t total = off;
+    uint64_t lens[PS_FRAME_MAX_SEGMENTS];
+    if (!add_within(&total, meta_len, max))
+        return refuse_too_large(max);
+    /* The lengths go straight to *hdr_p when they are all there whatever
+     * their size (no PS_INPROGRESS, which must leave it untouched). */
+    uint64_t *dst = len - off >= (size_t)PS__VARINT_MAX_LEN * num_data ? hdr_p->data_len : lens;
+    for (uint32_t i = 0; i < num_data; i++) {
+        n = ps__varint_get(p + off, len - off, &v);
+        if (n < 0) {
+            ps_warn_ratelimited(PS_LOG_CODEC, "rejecting frame: bad length of segment %u", i);
+            return PS_ERR_PROTOCOL;
+        }
+        if (n == 0) {
+            *need_p = len + 1 + (num_data - i - 1);
+            return PS_INPROGRESS;
+        }
+        off += (size_t)n;
+        dst[i] = v;
+        if (__builtin_add_overflow(total, v + (uint64_t)n, &total) || v > UINT64_MAX - 10 ||
+            total > max)
+            return refuse_too_large(max);
+    }
+#if SIZE_MAX < UINT64_MAX
+    if (total > SIZE_MAX)
+        return refuse_too_large(max);
+#endif
+    hdr_p->flags = 0;
+    hdr_p->num_data = (uint16_t)num_data;
+    hdr_p->meta_len = meta_len;
+    if (dst == lens) {
+        for (uint32_t i = 0; i < num_data; i++)
+            hdr_p->data_len[i] = lens[i];
+    }
+    hdr_p->header_len = (uint32_t)off;
+    hdr_p->data_total = total - off - meta_len;
+    hdr_p->frame_len = total;
+    return PS_OK;
+}
+
 ps_status_t ps_frame_header_parse(const void *buf, size_t len,
                                   const ps_frame_limits_t *limits,
                                   ps_frame_header_t *hdr_p, size_t *need_p)
@@ -163,6 +285,13 @@ ps_status_t ps_frame_header_parse(const void *buf, size_t len,
         ps_error(PS_LOG_CODEC, "cannot parse frame header: NULL buffer with a length");
         return PS_ERR_INVALID_ARG;
     }
+    if (len == 0) {
+        /* Either form: a compact frame may be this short. */
+        *need_p = PS_FRAME_COMPACT_MIN_LEN;
+        return PS_INPROGRESS;
+    }
+    if (p[0] == PS_FRAME_COMPACT_MAGIC0)
+        return parse_compact(p, len, lim, hdr_p, need_p);
 
     /* A whole fixed part that is valid, the usual case, is judged as two
      * words; anything else goes field by field (check_fixed_prefix), which

@@ -4,6 +4,7 @@
 #include "ps/net/codec/frame_encode.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/frame_internal.h"
@@ -15,19 +16,53 @@ ps_status_t ps_frame_encode_head(const ps_meta_t *meta, const uint64_t *lens, ui
                                  uint8_t *buf, size_t cap, uint8_t **frame_p, size_t *len_p,
                                  uint8_t **heap_p)
 {
+    ps_frame_limits_t defaults;
+    if (limits == NULL) {
+        defaults = ps_frame_limits_default();
+        limits = &defaults;
+    }
     size_t hlen = ps_frame_header_len(num_data);
     /* The usual case, a plain data message whose frame is within limits and
-     * fits: header and compact meta written in one pass. Anything else takes
-     * the general path below, which also says what is wrong. */
+     * fits: the compact header and the compact meta (frame.h, meta_fast.h)
+     * written in one pass, a small message in a few dozen bytes. Anything
+     * else takes the general path below, which also says what is wrong. */
     size_t fast = ps__meta_fast_size(meta);
-    if (fast != 0 && cap > hlen && fast <= cap - hlen && limits != NULL &&
-        ps__frame_fits(limits, (uint32_t)fast, lens, num_data)) {
-        ps__frame_header_write(buf, 0, (uint32_t)fast, lens, (uint16_t)num_data);
-        ps__meta_fast_write(meta, buf + hlen);
-        *frame_p = buf;
-        *len_p = hlen + fast;
-        *heap_p = NULL;
-        return PS_OK;
+    if (fast != 0 && num_data <= limits->max_segments &&
+        limits->max_segments <= PS_FRAME_MAX_SEGMENTS && (num_data == 0 || lens != NULL)) {
+        /* The segment lengths' varints and their sum (no overflow). */
+        size_t lens_len = 0;
+        uint64_t data_total = 0;
+        int wrapped = 0;
+        for (uint32_t i = 0; i < num_data; i++) {
+            lens_len += ps__varint_len(lens[i]);
+            wrapped |= __builtin_add_overflow(data_total, lens[i], &data_total);
+        }
+        /* The meta goes after a header with a 1-byte meta_len (< 128), moved
+         * up a byte when it is longer (< 2^14 always: a 2-byte varint). The
+         * writer's 8-byte stores need 8 bytes of room past the longest meta. */
+        size_t chl = PS_FRAME_COMPACT_FIXED_LEN + 1 + lens_len;
+        size_t most = fast - PS_META_FAST_FIXED_LEN + PS_META_COMPACT_MAX_FIXED + 8;
+        _Static_assert(PS_META_COMPACT_MAX_FIXED + PS_META_MAX_DATA + PS_META_FAST_BODY_MAX <
+                           (1u << 14),
+                       "a compact meta's length is a varint of at most 2 bytes");
+        if (!wrapped && chl < hlen && cap > chl && most < cap - chl) {
+            uint8_t *mp = buf + chl;
+            size_t mlen = (size_t)(ps__meta_compact_write(meta, mp) - mp);
+            if (mlen >= 0x80) {
+                memmove(mp + 1, mp, mlen);
+                chl++;
+            }
+            /* ps__frame_fits_len(), with the sum above. */
+            uint64_t max = limits->max_message_bytes;
+            if (mlen <= limits->max_meta_bytes && chl + mlen <= max &&
+                data_total <= max - chl - mlen) {
+                ps__frame_compact_write(buf, (uint32_t)mlen, lens, (uint16_t)num_data);
+                *frame_p = buf;
+                *len_p = chl + mlen;
+                *heap_p = NULL;
+                return PS_OK;
+            }
+        }
     }
     size_t mlen = 0;
     uint8_t *out = buf;

@@ -1,6 +1,7 @@
 // ps_frame_encode_head: the bytes it produces are what the frame header and
 // the meta encoders give separately, on its fast path for plain data metas
-// as on its general path, and it refuses what ps_frame_header_build refuses.
+// (compact header + compact meta) as on its general path, and it refuses
+// what the header builders refuse.
 #include "ps/net/codec/frame_encode.h"
 
 #include <gtest/gtest.h>
@@ -35,12 +36,34 @@ ps_meta_t DataMeta()
     return m;
 }
 
-// What the function gives, built from the public pieces: the compact meta
-// when it fits after the header, else the protobuf meta when that fits, else
-// the protobuf meta in a heap buffer; then the header.
+// What the function gives, built from the public pieces: for a plain meta,
+// the compact header and meta when the longest compact meta and 8 bytes
+// would fit in cap after a header with a 1-byte meta length, and the frame
+// is within limits;
+// otherwise the fast (version 1) meta when it fits after a "PSF1" header,
+// else the protobuf meta when that fits, else the protobuf meta in a heap
+// buffer; then the "PSF1" header.
 std::vector<uint8_t> Reference(const ps_meta_t &m, const uint64_t *lens, uint32_t n, size_t cap,
                                const ps_frame_limits_t &lim, ps_status_t *st)
 {
+    size_t fast = ps_meta_fast_size(&m);
+    if (fast != 0) {
+        std::vector<uint8_t> meta(PS_META_COMPACT_MAX_FIXED + PS_META_MAX_DATA +
+                                  PS_META_FAST_BODY_MAX);
+        size_t mlen = 0;
+        uint8_t hdr[PS_FRAME_MAX_HEADER_LEN];
+        size_t hl = 0;
+        EXPECT_EQ(ps_meta_compact_encode(&m, meta.data(), meta.size(), &mlen), PS_OK);
+        size_t most = fast - PS_META_FAST_FIXED_LEN + PS_META_COMPACT_MAX_FIXED + 8;
+        if (ps_frame_header_build_compact((uint32_t)mlen, lens, (uint16_t)n, &lim, hdr,
+                                          sizeof(hdr), &hl) == PS_OK &&
+            cap > hl - (mlen >= 0x80) + most) {
+            std::vector<uint8_t> out(hdr, hdr + hl);
+            out.insert(out.end(), meta.begin(), meta.begin() + mlen);
+            *st = PS_OK;
+            return out;
+        }
+    }
     size_t hlen = ps_frame_header_len(n);
     std::vector<uint8_t> out(hlen + (1u << 16));
     size_t mlen = 0;
@@ -96,7 +119,10 @@ TEST(FrameEncode, PlainMetaMatchesThePiecesAtEveryCapacity)
     const uint64_t lens[3] = {8, 8, 4};
     const ps_frame_limits_t lim = ps_frame_limits_default();
     size_t want_fast = ps_frame_header_len(3) + ps_meta_fast_size(&m);
-    for (size_t cap = 0; cap <= want_fast + 8; ++cap) {
+    // Past this capacity the compact form is always taken.
+    size_t want_compact_cap =
+        PS_FRAME_COMPACT_FIXED_LEN + 2 + 3 + PS_META_COMPACT_MAX_FIXED + m.num_data_types + 8;
+    for (size_t cap = 0; cap <= want_compact_cap + 8; ++cap) {
         ps_status_t ref_st;
         std::vector<uint8_t> ref = Reference(m, lens, 3, cap, lim, &ref_st);
         Encoded e = Encode(m, lens, 3, cap, &lim);
@@ -104,6 +130,14 @@ TEST(FrameEncode, PlainMetaMatchesThePiecesAtEveryCapacity)
         EXPECT_EQ(e.bytes, ref) << cap;
         if (cap >= want_fast) {
             EXPECT_TRUE(e.in_buf) << cap;
+        }
+        if (cap >= want_compact_cap) {
+            // 'p' 's' 1 3, meta_len, 8 8 4, then a version-2 meta.
+            ASSERT_LT(e.bytes.size(), 32u) << cap;
+            EXPECT_EQ(e.bytes[0], 'p');
+            EXPECT_EQ(e.bytes[4], e.bytes.size() - 8);
+            EXPECT_EQ(e.bytes[9], PS_META_COMPACT_VERSION);
+        } else if (cap >= want_fast) {
             ASSERT_EQ(e.bytes.size(), want_fast);
             EXPECT_TRUE(ps_meta_is_fast(e.bytes.data() + ps_frame_header_len(3),
                                         e.bytes.size() - ps_frame_header_len(3)));
@@ -149,7 +183,7 @@ TEST(FrameEncode, NonPlainAndLimitsTakeTheGeneralPath)
 
     m = DataMeta();
     // The whole frame one byte over the limit, then exactly at it.
-    size_t frame = ps_frame_header_len(3) + ps_meta_fast_size(&m) + 20;
+    size_t frame = Encode(m, lens, 3, 512, &lim).bytes.size() + 20;
     lim.max_message_bytes = frame - 1;
     EXPECT_EQ(Encode(m, lens, 3, 512, &lim).st, PS_ERR_TOO_LARGE);
     lim.max_message_bytes = frame;
@@ -170,6 +204,12 @@ TEST(FrameEncode, NonPlainAndLimitsTakeTheGeneralPath)
     ps_status_t small_ref;
     Reference(m, lens, 3, 512, lim, &small_ref);
     EXPECT_EQ(small.st, small_ref);
+    // ... and one below the compact meta's length: nothing fits.
+    size_t compact_meta = Encode(m, lens, 3, 512, nullptr).bytes.size() - 8;
+    lim.max_meta_bytes = (uint32_t)compact_meta - 1;
+    EXPECT_EQ(Encode(m, lens, 3, 512, &lim).st, PS_ERR_TOO_LARGE);
+    lim.max_meta_bytes = (uint32_t)compact_meta;
+    EXPECT_EQ(Encode(m, lens, 3, 512, &lim).st, PS_OK);
     // Segments without their lengths.
     lim = ps_frame_limits_default();
     EXPECT_EQ(Encode(m, nullptr, 3, 512, &lim).st, PS_ERR_INVALID_ARG);

@@ -14,6 +14,7 @@
 #include "ps/base/endian.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/codec/meta_fast.h"
+#include "ps/net/codec/varint_internal.h"
 
 #define PS__MF_REQUEST 1u
 #define PS__MF_PUSH 2u
@@ -105,6 +106,88 @@ static inline size_t ps__meta_fast_size(const ps_meta_t *m)
     return PS_META_FAST_FIXED_LEN + ntypes + body_len;
 }
 
+/* The flags byte of both versions. */
+static inline uint8_t ps__meta_fast_flags(const ps_meta_t *m)
+{
+    return (uint8_t)((m->request ? PS__MF_REQUEST : 0) | (m->push ? PS__MF_PUSH : 0) |
+                     (m->pull ? PS__MF_PULL : 0) | (m->simple_app ? PS__MF_SIMPLE_APP : 0));
+}
+
+/* The compact form's bitmap (meta_fast.h). */
+#define PS__MC_OFF_BITMAP 3
+#define PS__MC_OFF_FIELDS 5
+#define PS__MC_RARE 0x0800u
+#define PS__MC_BITMAP_KNOWN 0x0fffu
+
+/* A device id on the compact wire: -1 (the default) is 0. */
+static inline uint32_t ps__mc_dev_id(int32_t id)
+{
+    return ps__zigzag32((int32_t)((uint32_t)id + 1u));
+}
+
+/* Writes the compact form of m, which must be plain (ps__meta_fast_size()
+ * not 0), into buf, which must hold PS_META_COMPACT_MAX_FIXED +
+ * num_data_types + body_len + 8 bytes (the varints are written with 8-byte
+ * stores); returns the byte after it. One pass:
+ * each field is written when not at its default, and its bit set. */
+static inline uint8_t *ps__meta_compact_write(const ps_meta_t *m, uint8_t *buf)
+{
+    uint32_t bitmap = 0;
+    uint8_t *p = buf + PS__MC_OFF_FIELDS;
+#define PS__MC_PUT(bit, value)                     \
+    do {                                           \
+        uint64_t x_ = (value);                     \
+        if (x_ != 0) {                             \
+            bitmap |= 1u << (bit);                 \
+            p = ps__varint_put_fast(p, x_);        \
+        }                                          \
+    } while (0)
+    PS__MC_PUT(0, (uint32_t)m->timestamp);
+    PS__MC_PUT(1, (uint32_t)m->sender);
+    PS__MC_PUT(2, (uint32_t)m->recver);
+    PS__MC_PUT(3, ps__zigzag32(m->head));
+    PS__MC_PUT(4, (uint32_t)m->app_id);
+    PS__MC_PUT(5, (uint32_t)m->customer_id);
+    PS__MC_PUT(6, m->data_size);
+    PS__MC_PUT(7, m->key);
+    PS__MC_PUT(8, m->addr);
+    PS__MC_PUT(9, m->val_len);
+    PS__MC_PUT(10, m->num_data_types);
+    /* The rare fields, tested at once (device ids -1 is their default). */
+    if ((m->body_len | (uint32_t)m->option | (uint32_t)m->sid | (uint32_t)m->priority |
+         (uint32_t)m->src_dev_type | (uint32_t)m->dst_dev_type |
+         ((uint32_t)m->src_dev_id + 1u) | ((uint32_t)m->dst_dev_id + 1u)) != 0) {
+        uint8_t *rare = p++;
+        uint32_t outer = bitmap;
+        bitmap = 0;
+        PS__MC_PUT(0, m->body_len);
+        PS__MC_PUT(1, ps__zigzag32(m->option));
+        PS__MC_PUT(2, ps__zigzag32(m->sid));
+        PS__MC_PUT(3, ps__zigzag32(m->priority));
+        PS__MC_PUT(4, (uint32_t)m->src_dev_type);
+        PS__MC_PUT(5, ps__mc_dev_id(m->src_dev_id));
+        PS__MC_PUT(6, (uint32_t)m->dst_dev_type);
+        PS__MC_PUT(7, ps__mc_dev_id(m->dst_dev_id));
+        *rare = (uint8_t)bitmap;
+        bitmap = outer | PS__MC_RARE;
+    }
+#undef PS__MC_PUT
+    buf[0] = 0;
+    buf[1] = PS_META_COMPACT_VERSION;
+    buf[2] = ps__meta_fast_flags(m);
+    ps_put_le16(buf + PS__MC_OFF_BITMAP, (uint16_t)bitmap);
+    uint32_t ntypes = m->num_data_types;
+    for (uint32_t i = 0; i < ntypes; ++i) {
+        p[i] = (uint8_t)m->data_types[i];
+    }
+    p += ntypes;
+    if (m->body_len != 0) {
+        memcpy(p, m->body, m->body_len);
+        p += m->body_len;
+    }
+    return p;
+}
+
 /* Writes the fast form of m, which must be plain (ps__meta_fast_size() not
  * 0), into buf, which must hold ps__meta_fast_size() bytes. */
 static inline void ps__meta_fast_write(const ps_meta_t *m, uint8_t *buf)
@@ -112,8 +195,7 @@ static inline void ps__meta_fast_write(const ps_meta_t *m, uint8_t *buf)
     uint32_t ntypes = m->num_data_types;
     buf[0] = 0;
     buf[1] = PS_META_FAST_VERSION;
-    buf[2] = (uint8_t)((m->request ? PS__MF_REQUEST : 0) | (m->push ? PS__MF_PUSH : 0) |
-                       (m->pull ? PS__MF_PULL : 0) | (m->simple_app ? PS__MF_SIMPLE_APP : 0));
+    buf[2] = ps__meta_fast_flags(m);
     buf[3] = (uint8_t)ntypes;
     uint8_t *p = buf + PS__MF_OFF_HEAD;
 #if PS__MF_HOST_LE
