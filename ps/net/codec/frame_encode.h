@@ -1,8 +1,10 @@
 /*
- * A message's frame header and meta in one buffer, as the tcp, ucx and
- * fabric vans send them ahead of the data segments: the compact meta for
- * a plain data message, nanopb for everything else, and a buffer of its
- * own for a meta too large for the caller's.
+ * A message's frame header and meta in one buffer, as the tcp and ucx vans
+ * send them ahead of the data segments: the compact meta for a plain data
+ * message, nanopb for everything else, and a buffer of its own for a meta
+ * too large for the caller's. (The fabric van writes "PSF1" and the
+ * version-1 fast meta itself: on its shared-memory provider the compact
+ * forms' extra decoding cost more time than their fewer bytes saved.)
  */
 #ifndef PS_NET_CODEC_FRAME_ENCODE_H_
 #define PS_NET_CODEC_FRAME_ENCODE_H_

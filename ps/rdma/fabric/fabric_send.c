@@ -21,7 +21,8 @@
 
 #include "ps/base/log.h"
 #include "ps/base/time.h"
-#include "ps/net/codec/frame_encode.h"
+#include "ps/net/codec/codec.h"
+#include "ps/net/codec/meta_fast.h"
 #include "ps/rdma/fabric/fabric_internal.h"
 
 /* ---- pending pulls (worker) ---- */
@@ -594,27 +595,40 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
         }
     }
 
-    /* Frame header and meta, encoded once, onto the stack after where our
-     * header goes (the compact forms for a plain data message; a meta too
-     * large for the stack gets a heap buffer of its own). */
+    /* The compact meta form (plain data messages, no protobuf) is encoded
+     * straight onto the stack, after where header and frame header go:
+     * its size comes out of the encoding (asking for it first cost a
+     * second pass over the meta). */
     uint8_t small[PS__FAB_STACK_HM];
-    uint8_t *frame = NULL, *heap = NULL;
-    size_t flen = 0; /* frame header + meta bytes at `frame` */
+    size_t fhlen = ps_frame_header_len(nd);
+    size_t moff = sizeof(hdr) + fhlen;
+    size_t mlen = 0;
+    int fast = 0, encoded = 0;
+    ps_status_t st;
+    if (moff < sizeof(small) &&
+        ps_meta_fast_encode(m, small + moff, sizeof(small) - moff, &mlen) == PS_OK)
+        fast = encoded = 1;
+    if (!fast) {
+        mlen = ps_meta_fast_size(m);
+        fast = mlen != 0;
+    }
     ps__fab_tx_t *tx = NULL;
-    ps_status_t st = ps_frame_encode_head(m, lens, nd, &van->limits, PS_LOG_FABRIC,
-                                          small + sizeof(hdr), sizeof(small) - sizeof(hdr),
-                                          &frame, &flen, &heap);
-    if (st != PS_OK)
+    if (!fast && (st = ps_meta_encoded_size(m, &mlen)) != PS_OK)
         goto fail;
-    int encoded = heap == NULL; /* in `small`, behind room for our header */
+    if (mlen > van->limits.max_meta_bytes) {
+        ps_error(PS_LOG_FABRIC, "send to node %d: a %zu-byte meta is over PS_MAX_META_BYTES",
+                 m->recver, mlen);
+        st = PS_ERR_TOO_LARGE;
+        goto fail;
+    }
 
     uint64_t rest = total - (rma_seg >= 0 ? lens[rma_seg] : 0);
-    size_t base = sizeof(hdr) + flen;
+    size_t base = moff + mlen;
     int ext = base > PS__FAB_META_BUF;
     int inl = !ext && rest > 0 && rest <= PS__FAB_INLINE_MAX && base + rest <= PS__FAB_META_BUF;
     if (ext) {
         hdr.flags |= PS__FAB_F_EXT;
-        hdr.ext_len = (uint32_t)flen;
+        hdr.ext_len = (uint32_t)(fhlen + mlen);
     }
     if (inl)
         hdr.flags |= PS__FAB_F_INLINE;
@@ -631,6 +645,10 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
             memcpy(small + at, ps_slice_ptr(&msg->data[i]), lens[i]);
             at += lens[i];
         }
+        size_t fhw = 0;
+        if ((st = ps_frame_header_build(0, (uint32_t)mlen, lens, (uint16_t)nd, &van->limits,
+                                        small + sizeof(hdr), fhlen, &fhw)) != PS_OK)
+            goto fail;
         st = post_direct(van, peer, &hdr, small, hm_len);
         if (st == PS_OK) {
             __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
@@ -649,7 +667,7 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
         memcpy(tx->hm, small, hm_len);
         tx->hm_len = hm_len;
         tx->ext_off = sizeof(hdr);
-        tx->ext_len = flen;
+        tx->ext_len = fhlen + mlen;
     }
 
     if (tx == NULL) {
@@ -674,13 +692,24 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
     }
 
     if (tx->hm_len == 0) {
-        /* Not sent from the stack: frame header and meta, inline data. */
-        memcpy(tx->hm + sizeof(hdr), frame, flen);
-        free(heap);
-        heap = NULL;
-        size_t at = base;
+        /* Not built on the stack: frame header, meta, inline data. */
+        size_t fhw = 0;
+        st = ps_frame_header_build(0, (uint32_t)mlen, lens, (uint16_t)nd, &van->limits,
+                                   tx->hm + sizeof(hdr), fhlen, &fhw);
+        if (st != PS_OK)
+            goto fail;
+        size_t at = moff;
+        size_t wrote = mlen;
+        if (encoded)
+            memcpy(tx->hm + at, small + moff, mlen);
+        else
+            st = fast ? ps_meta_fast_encode(m, tx->hm + at, mlen, &wrote)
+                      : ps_meta_encode(m, tx->hm + at, mlen, &wrote);
+        if (st != PS_OK)
+            goto fail;
+        at += wrote;
         tx->ext_off = sizeof(hdr);
-        tx->ext_len = flen;
+        tx->ext_len = fhlen + mlen;
         tx->hm_len = ext ? sizeof(hdr) : at;
         for (uint32_t i = 0; inl && i < nd; i++) {
             if (lens[i] == 0 || (int)i == rma_seg)
@@ -801,7 +830,6 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
     return PS_OK;
 
 fail:
-    free(heap);
     if (attached)
         detach_pull(van, m);
     if (tx != NULL)
