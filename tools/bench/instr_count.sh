@@ -17,16 +17,7 @@
 #
 # Environment: VANS ("tcp shm fabric-shm ucx-sm"), R1 (2000), R2 (6000).
 set -uo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-if [ $# -ge 1 ]; then
-  bench=$1
-else
-  out=$(cd "$here" && bazel ${OUTPUT_BASE:+--output_base=$OUTPUT_BASE} info --config=opt \
-        output_path 2>/dev/null)
-  bench=$out/k8-opt/bin/tests/test_benchmark
-fi
-launch=${2:-$here/tools/launch/ps_launch.py}
-[ -x "$bench" ] || { echo "no test_benchmark at $bench" >&2; exit 2; }
+source "$(dirname "$0")/bench_args.sh"
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
 vans=${VANS:-"tcp shm fabric-shm ucx-sm"}
 r1=${R1:-2000} r2=${R2:-6000}

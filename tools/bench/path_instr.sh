@@ -18,16 +18,7 @@
 # Environment: VANS ("ucx-sm fabric-shm tcp"; also ucx-tcp, fabric-tcp),
 # ROUNDS (6000).
 set -uo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-if [ $# -ge 1 ]; then
-  bench=$1
-else
-  out=$(cd "$here" && bazel ${OUTPUT_BASE:+--output_base=$OUTPUT_BASE} info --config=opt \
-        output_path 2>/dev/null)
-  bench=$out/k8-opt/bin/tests/test_benchmark
-fi
-launch=${2:-$here/tools/launch/ps_launch.py}
-[ -x "$bench" ] || { echo "no test_benchmark at $bench" >&2; exit 2; }
+source "$(dirname "$0")/bench_args.sh"
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
 vans=${VANS:-"ucx-sm fabric-shm tcp"}
 rounds=${ROUNDS:-6000}

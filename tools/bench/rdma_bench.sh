@@ -34,16 +34,7 @@
 # remove veth pairs, whose lanes then fail to wire up), RAW=1 also prints
 # each summary line.
 set -uo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-if [ $# -ge 1 ]; then
-  bench=$1
-else
-  out=$(cd "$here" && bazel ${OUTPUT_BASE:+--output_base=$OUTPUT_BASE} info --config=opt \
-        output_path 2>/dev/null)
-  bench=$out/k8-opt/bin/tests/test_benchmark
-fi
-launch=${2:-$here/tools/launch/ps_launch.py}
-[ -x "$bench" ] || { echo "no test_benchmark at $bench" >&2; exit 2; }
+source "$(dirname "$0")/bench_args.sh"
 rounds=${ROUNDS:-3}
 transports=${TRANSPORTS:-"fabric-tcp fabric-shm ucx-tcp ucx-sm"}
 keys=${KEYS:-40}
