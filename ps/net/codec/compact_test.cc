@@ -45,22 +45,27 @@ ps_meta_t PushPullRequest()
     return m;
 }
 
-Bytes Compact(const ps_meta_t &m)
+// m encoded by `encode` into a buffer of `cap` bytes, cut to its length.
+Bytes Encoded(ps_status_t (*encode)(const ps_meta_t *, uint8_t *, size_t, size_t *), size_t cap,
+              const ps_meta_t &m)
 {
-    Bytes b(PS_META_COMPACT_MAX_FIXED + PS_META_MAX_DATA + PS_META_FAST_BODY_MAX);
+    Bytes b(cap);
     size_t len = 0;
-    EXPECT_EQ(ps_meta_compact_encode(&m, b.data(), b.size(), &len), PS_OK);
+    EXPECT_EQ(encode(&m, b.data(), b.size(), &len), PS_OK);
     b.resize(len);
     return b;
 }
 
+Bytes Compact(const ps_meta_t &m)
+{
+    return Encoded(ps_meta_compact_encode,
+                   PS_META_COMPACT_MAX_FIXED + PS_META_MAX_DATA + PS_META_FAST_BODY_MAX, m);
+}
+
 Bytes V1(const ps_meta_t &m)
 {
-    Bytes b(PS_META_FAST_FIXED_LEN + PS_META_MAX_DATA + PS_META_FAST_BODY_MAX);
-    size_t len = 0;
-    EXPECT_EQ(ps_meta_fast_encode(&m, b.data(), b.size(), &len), PS_OK);
-    b.resize(len);
-    return b;
+    return Encoded(ps_meta_fast_encode,
+                   PS_META_FAST_FIXED_LEN + PS_META_MAX_DATA + PS_META_FAST_BODY_MAX, m);
 }
 
 ps_status_t Decode(const Bytes &b, ps_meta_t *m)

@@ -48,15 +48,38 @@ static inline bool add_within(uint64_t *total, uint64_t n, uint64_t max)
     return true;
 }
 
+/* What both header forms check before they are written, each refusal
+ * logged: the meta and segment limits, the whole frame (a header of
+ * header_len bytes, the meta, the segments) against the message limit,
+ * and room for the header in buf. */
+static ps_status_t check_build(const ps_frame_limits_t *lim, size_t header_len, uint32_t meta_len,
+                               const uint64_t *data_len, uint16_t num_data, size_t cap)
+{
+    if (meta_len > lim->max_meta_bytes || num_data > lim->max_segments) {
+        ps_error(PS_LOG_CODEC,
+                 "cannot build frame: meta %u bytes (max %u), %u segments (max %u)",
+                 meta_len, lim->max_meta_bytes, num_data, lim->max_segments);
+        return PS_ERR_TOO_LARGE;
+    }
+    if (!ps__frame_fits_len(lim, header_len, meta_len, data_len, num_data)) {
+        ps_error(PS_LOG_CODEC, "cannot build frame: more than %llu bytes",
+                 (unsigned long long)lim->max_message_bytes);
+        return PS_ERR_TOO_LARGE;
+    }
+    if (cap < header_len) {
+        ps_error(PS_LOG_CODEC, "cannot build frame header: needs %zu bytes, buffer has %zu",
+                 header_len, cap);
+        return PS_ERR_TOO_LARGE;
+    }
+    return PS_OK;
+}
+
 ps_status_t ps_frame_header_build(uint16_t flags, uint32_t meta_len,
                                   const uint64_t *data_len, uint16_t num_data,
                                   const ps_frame_limits_t *limits, void *buf,
                                   size_t cap, size_t *len_p)
 {
     ps_frame_limits_t storage;
-    size_t header_len = ps_frame_header_len(num_data);
-    uint64_t total;
-    uint8_t *p = buf;
     const ps_frame_limits_t *lim = resolve_limits(limits, &storage);
 
     if (lim == NULL)
@@ -67,34 +90,13 @@ ps_status_t ps_frame_header_build(uint16_t flags, uint32_t meta_len,
                  flags, num_data);
         return PS_ERR_INVALID_ARG;
     }
-    if (meta_len > lim->max_meta_bytes || num_data > lim->max_segments) {
-        ps_error(PS_LOG_CODEC,
-                 "cannot build frame: meta %u bytes (max %u), %u segments (max %u)",
-                 meta_len, lim->max_meta_bytes, num_data, lim->max_segments);
-        return PS_ERR_TOO_LARGE;
-    }
-    uint64_t max = lim->max_message_bytes;
-    total = header_len;
-    if (!add_within(&total, meta_len, max))
-        goto too_large;
-    for (uint16_t i = 0; i < num_data; i++) {
-        if (!add_within(&total, data_len[i], max))
-            goto too_large;
-    }
-    if (cap < header_len) {
-        ps_error(PS_LOG_CODEC, "cannot build frame header: needs %zu bytes, buffer has %zu",
-                 header_len, cap);
-        return PS_ERR_TOO_LARGE;
-    }
-
-    ps__frame_header_write(p, flags, meta_len, data_len, num_data);
+    size_t header_len = ps_frame_header_len(num_data);
+    ps_status_t status = check_build(lim, header_len, meta_len, data_len, num_data, cap);
+    if (status != PS_OK)
+        return status;
+    ps__frame_header_write(buf, flags, meta_len, data_len, num_data);
     *len_p = header_len;
     return PS_OK;
-
-too_large:
-    ps_error(PS_LOG_CODEC, "cannot build frame: more than %llu bytes",
-             (unsigned long long)max);
-    return PS_ERR_TOO_LARGE;
 }
 
 ps_status_t ps_frame_header_build_compact(uint32_t meta_len, const uint64_t *data_len,
@@ -110,23 +112,10 @@ ps_status_t ps_frame_header_build_compact(uint32_t meta_len, const uint64_t *dat
         ps_error(PS_LOG_CODEC, "cannot build compact frame header: %u segments", num_data);
         return PS_ERR_INVALID_ARG;
     }
-    if (meta_len > lim->max_meta_bytes || num_data > lim->max_segments) {
-        ps_error(PS_LOG_CODEC,
-                 "cannot build frame: meta %u bytes (max %u), %u segments (max %u)",
-                 meta_len, lim->max_meta_bytes, num_data, lim->max_segments);
-        return PS_ERR_TOO_LARGE;
-    }
     size_t header_len = ps__frame_compact_len(meta_len, data_len, num_data);
-    if (!ps__frame_fits_len(lim, header_len, meta_len, data_len, num_data)) {
-        ps_error(PS_LOG_CODEC, "cannot build frame: more than %llu bytes",
-                 (unsigned long long)lim->max_message_bytes);
-        return PS_ERR_TOO_LARGE;
-    }
-    if (cap < header_len) {
-        ps_error(PS_LOG_CODEC, "cannot build frame header: needs %zu bytes, buffer has %zu",
-                 header_len, cap);
-        return PS_ERR_TOO_LARGE;
-    }
+    ps_status_t status = check_build(lim, header_len, meta_len, data_len, num_data, cap);
+    if (status != PS_OK)
+        return status;
     ps__frame_compact_write(buf, meta_len, data_len, num_data);
     *len_p = header_len;
     return PS_OK;

@@ -95,6 +95,29 @@ static inline void set_flags(ps_meta_t *m, uint8_t flags)
 #endif
 }
 
+/* 1 when each of the n data types at `types` (a byte each) is known. */
+static inline int types_valid(const uint8_t *types, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; ++i) {
+        if (types[i] >= PS_DATA_TYPE_COUNT) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The data types (checked) and the body behind them, as both forms end. */
+static inline void set_tail(ps_meta_t *m, const uint8_t *types, uint32_t ntypes,
+                            uint32_t body_len)
+{
+    m->num_data_types = ntypes;
+    for (uint32_t i = 0; i < ntypes; ++i) {
+        m->data_types[i] = (ps_data_type_t)types[i];
+    }
+    m->body_len = body_len;
+    m->body = body_len != 0 ? types + ntypes : NULL;
+}
+
 /* Reads the varint of a field whose bit is set into var, which must be in
  * 1..max (0 is left out, never sent); returns PS_ERR_PROTOCOL from the
  * caller for anything else. One byte, the usual case, inline (max is at
@@ -158,13 +181,8 @@ static ps_status_t decode_compact(const uint8_t *buf, size_t len, ps_meta_t *m)
         if (rare & 64u) MC_GET(dst_type, PS_DEV_TYPE_COUNT - 1);
         if (rare & 128u) MC_GET(dst_id, UINT32_MAX);
     }
-    if ((size_t)(end - p) != ntypes + body_len) {
+    if ((size_t)(end - p) != ntypes + body_len || !types_valid(p, (uint32_t)ntypes)) {
         return PS_ERR_PROTOCOL;
-    }
-    for (uint32_t i = 0; i < ntypes; ++i) {
-        if (p[i] >= PS_DATA_TYPE_COUNT) {
-            return PS_ERR_PROTOCOL;
-        }
     }
 
     clear_rest(m, (uint32_t)ntypes);
@@ -186,12 +204,7 @@ static ps_status_t decode_compact(const uint8_t *buf, size_t len, ps_meta_t *m)
     m->key = key;
     m->addr = addr;
     m->val_len = val_len;
-    m->num_data_types = (uint32_t)ntypes;
-    for (uint32_t i = 0; i < ntypes; ++i) {
-        m->data_types[i] = (ps_data_type_t)p[i];
-    }
-    m->body_len = body_len;
-    m->body = body_len != 0 ? p + ntypes : NULL;
+    set_tail(m, p, (uint32_t)ntypes, (uint32_t)body_len);
     return PS_OK;
 }
 #undef MC_FIELD
@@ -217,10 +230,8 @@ ps_status_t ps_meta_fast_decode(const uint8_t *buf, size_t len, ps_meta_t *meta_
         return PS_ERR_PROTOCOL;
     }
     const uint8_t *types = buf + PS_META_FAST_FIXED_LEN;
-    for (uint32_t i = 0; i < ntypes; ++i) {
-        if (types[i] >= PS_DATA_TYPE_COUNT) {
-            return PS_ERR_PROTOCOL;
-        }
+    if (!types_valid(types, ntypes)) {
+        return PS_ERR_PROTOCOL;
     }
 
     /* What ps_meta_init() and then setting every field the form carries
@@ -253,11 +264,6 @@ ps_status_t ps_meta_fast_decode(const uint8_t *buf, size_t len, ps_meta_t *meta_
     m->addr = ps_get_le64(buf + PS__MF_OFF_DATA_SIZE + 16);
     m->val_len = ps_get_le64(buf + PS__MF_OFF_DATA_SIZE + 24);
 #endif
-    m->num_data_types = ntypes;
-    for (uint32_t i = 0; i < ntypes; ++i) {
-        m->data_types[i] = (ps_data_type_t)types[i];
-    }
-    m->body_len = body_len;
-    m->body = body_len != 0 ? types + ntypes : NULL;
+    set_tail(m, types, ntypes, body_len);
     return PS_OK;
 }

@@ -119,6 +119,22 @@ static inline uint8_t ps__meta_fast_flags(const ps_meta_t *m)
 #define PS__MC_RARE 0x0800u
 #define PS__MC_BITMAP_KNOWN 0x0fffu
 
+/* Both forms end the same way: the data types, a byte each, then the
+ * body. Writes them at p; returns the byte after. */
+static inline uint8_t *ps__meta_tail_write(const ps_meta_t *m, uint8_t *p)
+{
+    uint32_t ntypes = m->num_data_types;
+    for (uint32_t i = 0; i < ntypes; ++i) {
+        p[i] = (uint8_t)m->data_types[i];
+    }
+    p += ntypes;
+    if (m->body_len != 0) {
+        memcpy(p, m->body, m->body_len);
+        p += m->body_len;
+    }
+    return p;
+}
+
 /* A device id on the compact wire: -1 (the default) is 0. */
 static inline uint32_t ps__mc_dev_id(int32_t id)
 {
@@ -176,16 +192,7 @@ static inline uint8_t *ps__meta_compact_write(const ps_meta_t *m, uint8_t *buf)
     buf[1] = PS_META_COMPACT_VERSION;
     buf[2] = ps__meta_fast_flags(m);
     ps_put_le16(buf + PS__MC_OFF_BITMAP, (uint16_t)bitmap);
-    uint32_t ntypes = m->num_data_types;
-    for (uint32_t i = 0; i < ntypes; ++i) {
-        p[i] = (uint8_t)m->data_types[i];
-    }
-    p += ntypes;
-    if (m->body_len != 0) {
-        memcpy(p, m->body, m->body_len);
-        p += m->body_len;
-    }
-    return p;
+    return ps__meta_tail_write(m, p);
 }
 
 /* Writes the fast form of m, which must be plain (ps__meta_fast_size() not
@@ -223,13 +230,7 @@ static inline void ps__meta_fast_write(const ps_meta_t *m, uint8_t *buf)
     ps_put_le64(buf + PS__MF_OFF_DATA_SIZE + 24, m->val_len);
 #endif
     ps_put_le32(buf + PS__MF_OFF_BODY_LEN, (uint32_t)m->body_len);
-    p = buf + PS_META_FAST_FIXED_LEN;
-    for (uint32_t i = 0; i < ntypes; ++i) {
-        p[i] = (uint8_t)m->data_types[i];
-    }
-    if (m->body_len != 0) {
-        memcpy(p + ntypes, m->body, m->body_len);
-    }
+    (void)ps__meta_tail_write(m, buf + PS_META_FAST_FIXED_LEN);
 }
 
 #endif /* PS_NET_CODEC_META_FAST_INTERNAL_H_ */
