@@ -18,6 +18,7 @@
 # Environment: VANS ("tcp shm fabric-shm ucx-sm"), R1 (2000), R2 (6000).
 set -uo pipefail
 source "$(dirname "$0")/bench_args.sh"
+source "$(dirname "$0")/transport_env.sh"
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
 vans=${VANS:-"tcp shm fabric-shm ucx-sm"}
 r1=${R1:-2000} r2=${R2:-6000}
@@ -31,19 +32,6 @@ cat >"$dir/wrap.sh" <<EOF
 exec valgrind --tool=callgrind --callgrind-out-file="$dir/cg.\$DMLC_ROLE" "$bench" "\$@" 2>/dev/null
 EOF
 chmod +x "$dir/wrap.sh"
-
-setup() {
-  unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX DMLC_PS_VAN_TYPE PS_FABRIC_PROVIDER UCX_TLS
-  case $1 in
-  tcp) ;;
-  shm) export DMLC_PS_VAN_TYPE=shm PS_JOB_ID="instr-$$" ;;
-  fabric-shm) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER=shm ;;
-  fabric-tcp) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER="tcp;ofi_rxm" ;;
-  ucx-sm) export DMLC_ENABLE_UCX=1 UCX_TLS=posix,sysv,cma UCX_NET_DEVICES=lo ;;
-  ucx-tcp) export DMLC_ENABLE_UCX=1 UCX_TLS=tcp UCX_NET_DEVICES=lo ;;
-  *) echo "unknown van $1" >&2; return 1 ;;
-  esac
-}
 
 # run ROUNDS -> "worker_instr server_instr"
 run() {
@@ -59,7 +47,7 @@ run() {
 echo "# $(date -u +%FT%TZ) $(git -C "$here" rev-parse --short HEAD 2>/dev/null) rounds $r1 and $r2"
 printf '%-11s %14s %14s\n' van worker/rtt server/rtt
 for v in $vans; do
-  ( setup "$v" || exit 1
+  ( transport_env "$v" || exit 1
     read -r w1 s1 < <(run "$r1")
     read -r w2 s2 < <(run "$r2")
     if [ "$w1" = 0 ] || [ "$w2" = 0 ]; then

@@ -16,14 +16,11 @@ a=$1 b=$2 t=$3 rounds=${4:-5}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 launch=${5:-$here/tools/launch/ps_launch.py}
 lat_rounds=${LAT_ROUNDS:-20000}
-export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 port=$((30000 + RANDOM % 20000))
+source "$here/tools/bench/transport_env.sh"
 case $t in
-ucx-sm) export DMLC_ENABLE_UCX=1 UCX_TLS=posix,sysv,cma ;;
-ucx-tcp) export DMLC_ENABLE_UCX=1 UCX_TLS=tcp ;;
-fabric-shm) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER=shm ;;
-fabric-tcp) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER="tcp;ofi_rxm" ;;
-*) echo "unknown transport $t" >&2; exit 2 ;;
+ucx-* | fabric-*) transport_env "$t" ;;
+*) echo "no tool to compare $t with (ucx-sm, ucx-tcp, fabric-shm, fabric-tcp)" >&2; exit 2 ;;
 esac
 
 # The tool's round trip in us (2 x its one-way latency).

@@ -19,6 +19,7 @@
 # ROUNDS (6000).
 set -uo pipefail
 source "$(dirname "$0")/bench_args.sh"
+source "$(dirname "$0")/transport_env.sh"
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
 vans=${VANS:-"ucx-sm fabric-shm tcp"}
 rounds=${ROUNDS:-6000}
@@ -34,17 +35,12 @@ chmod +x "$dir/wrap.sh"
 
 # Sets the van's environment and `entries`, its receive entry points.
 setup() {
-  unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX PS_FABRIC_PROVIDER UCX_TLS
+  transport_env "$1" || return 1
   case $1 in
-  ucx-sm) export DMLC_ENABLE_UCX=1 UCX_TLS=posix,sysv,cma UCX_NET_DEVICES=lo
-          entries="ps__ucx_probe ps__ucx_rx_process" ;;
-  ucx-tcp) export DMLC_ENABLE_UCX=1 UCX_TLS=tcp UCX_NET_DEVICES=lo
-           entries="ps__ucx_probe ps__ucx_rx_process" ;;
-  fabric-shm) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER=shm; entries="ps__fab_on_meta" ;;
-  fabric-tcp) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER="tcp;ofi_rxm"
-              entries="ps__fab_on_meta" ;;
+  ucx-*) entries="ps__ucx_probe ps__ucx_rx_process" ;;
+  fabric-*) entries="ps__fab_on_meta" ;;
   tcp) entries="ps__tcp_on_readable" ;;
-  *) echo "unknown van $1" >&2; return 1 ;;
+  *) echo "no receive entry points known for $1" >&2; return 1 ;;
   esac
 }
 

@@ -35,12 +35,12 @@
 # each summary line.
 set -uo pipefail
 source "$(dirname "$0")/bench_args.sh"
+source "$(dirname "$0")/transport_env.sh"
 rounds=${ROUNDS:-3}
 transports=${TRANSPORTS:-"fabric-tcp fabric-shm ucx-tcp ucx-sm"}
 keys=${KEYS:-40}
 bw_rounds=${BW_ROUNDS:-30}
 lat_rounds=${LAT_ROUNDS:-20000}
-export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 port=$((30000 + RANDOM % 20000))
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
@@ -84,25 +84,13 @@ ps_run() {
 }
 field() { grep -o "\"$2\":[0-9.e+-]*" <<<"$1" | head -1 | cut -d: -f2; }
 
-# Sets the environment of one transport (in this shell).
-setup() {
-  unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX PS_FABRIC_PROVIDER FI_PROVIDER UCX_TLS
-  case $1 in
-  fabric-tcp) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER="tcp;ofi_rxm" ;;
-  fabric-shm) export DMLC_ENABLE_RDMA=fabric PS_FABRIC_PROVIDER=shm ;;
-  ucx-tcp) export DMLC_ENABLE_UCX=1 UCX_TLS=tcp ;;
-  ucx-sm) export DMLC_ENABLE_UCX=1 UCX_TLS=posix,sysv,cma ;;
-  *) echo "unknown transport $1" >&2; return 1 ;;
-  esac
-}
-
 echo "# $(date -u +%FT%TZ) $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg), $bench"
 printf '%-10s %2s %5s | %9s %8s %6s %8s %6s %8s | %8s %8s %8s %6s %9s\n' transport r load \
   "tool_MB/s" "ps1_MB/s" "ps1/bw" "psK_MB/s" "psK/bw" "ps1_blk" "tool_rtt" "ps_busy" "ps_p99" \
   "ratio" "ps_block"
 for r in $(seq "$rounds"); do
   for t in $transports; do
-    ( setup "$t" || exit 1
+    ( transport_env "$t" || exit 1
       load=$(cut -d' ' -f1 /proc/loadavg)
       case $t in
       fabric-*) read -r tbw _ < <(fi_tool "$PS_FABRIC_PROVIDER" 4194304 200) ;;
