@@ -51,19 +51,21 @@ static inline bool add_within(uint64_t *total, uint64_t n, uint64_t max)
 /* What both header forms check before they are written, each refusal
  * logged: the meta and segment limits, the whole frame (a header of
  * header_len bytes, the meta, the segments) against the message limit,
- * and room for the header in buf. */
-static ps_status_t check_build(const ps_frame_limits_t *lim, size_t header_len, uint32_t meta_len,
-                               const uint64_t *data_len, uint16_t num_data, size_t cap)
+ * and room for the header in buf. Inlined: the fabric van builds a header
+ * per message with ps_frame_header_build(). */
+static inline __attribute__((always_inline)) ps_status_t
+check_build(const ps_frame_limits_t *lim, size_t header_len, uint32_t meta_len,
+            const uint64_t *data_len, uint16_t num_data, size_t cap)
 {
-    if (meta_len > lim->max_meta_bytes || num_data > lim->max_segments) {
-        ps_error(PS_LOG_CODEC,
-                 "cannot build frame: meta %u bytes (max %u), %u segments (max %u)",
-                 meta_len, lim->max_meta_bytes, num_data, lim->max_segments);
-        return PS_ERR_TOO_LARGE;
-    }
     if (!ps__frame_fits_len(lim, header_len, meta_len, data_len, num_data)) {
-        ps_error(PS_LOG_CODEC, "cannot build frame: more than %llu bytes",
-                 (unsigned long long)lim->max_message_bytes);
+        /* Which limit: the one test above, told apart only on refusal. */
+        if (meta_len > lim->max_meta_bytes || num_data > lim->max_segments)
+            ps_error(PS_LOG_CODEC,
+                     "cannot build frame: meta %u bytes (max %u), %u segments (max %u)",
+                     meta_len, lim->max_meta_bytes, num_data, lim->max_segments);
+        else
+            ps_error(PS_LOG_CODEC, "cannot build frame: more than %llu bytes",
+                     (unsigned long long)lim->max_message_bytes);
         return PS_ERR_TOO_LARGE;
     }
     if (cap < header_len) {
