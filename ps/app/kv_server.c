@@ -9,6 +9,7 @@
 #include "ps/app/kv.h"
 #include "ps/base/buffer.h"
 #include "ps/base/log.h"
+#include "ps/base/stage_trace.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
@@ -32,6 +33,7 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         return;
     }
 
+    ps_stage_handle();
     ps_kv_pairs_t req = {PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT,
                          PS_DATA_CHAR};
     if (msg->num_data > 0)

@@ -24,6 +24,7 @@
 #include "ps/base/buffer.h"
 #include "ps/base/log.h"
 #include "ps/base/mpool.h"
+#include "ps/base/stage_trace.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
 #include "ps/net/caps.h"
@@ -535,6 +536,7 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
 {
     const ps_kv_pairs_t *req = push ? push : out;
     ps_status_t st;
+    ps_stage_begin();
     if (!w || !req || !ts_p)
         return PS_ERR_INVALID_ARG;
     if ((push && (st = check_pairs(push, "push")) != PS_OK) ||
@@ -773,7 +775,9 @@ ps_status_t ps_kv_wait(ps_kv_worker_t *worker, int ts, int timeout_ms)
 {
     if (!worker)
         return PS_ERR_INVALID_ARG;
-    return ps_customer_wait(worker->customer, ts, timeout_ms);
+    ps_status_t st = ps_customer_wait(worker->customer, ts, timeout_ms);
+    ps_stage_waited();
+    return st;
 }
 
 void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p)

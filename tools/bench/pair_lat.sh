@@ -18,29 +18,11 @@ launch=${5:-$here/tools/launch/ps_launch.py}
 lat_rounds=${LAT_ROUNDS:-20000}
 port=$((30000 + RANDOM % 20000))
 source "$here/tools/bench/transport_env.sh"
+source "$here/tools/bench/tool_rtt.sh"
 case $t in
 ucx-* | fabric-*) transport_env "$t" ;;
 *) echo "no tool to compare $t with (ucx-sm, ucx-tcp, fabric-shm, fabric-tcp)" >&2; exit 2 ;;
 esac
-
-# The tool's round trip in us (2 x its one-way latency).
-tool_rtt() {
-  port=$((port + 1))
-  case $t in
-  ucx-*)
-    timeout 60 ucx_perftest -p "$port" >/dev/null 2>&1 &
-    sleep 0.5
-    timeout 60 ucx_perftest 127.0.0.1 -p "$port" -t tag_lat -s 8 -n 100000 2>&1 |
-      awk '/^Final:/ {print 2 * $3}' ;;
-  fabric-*)
-    timeout 60 fi_pingpong -p "$PS_FABRIC_PROVIDER" -e rdm -S 8 -I 20000 -B "$port" \
-      >/dev/null 2>&1 &
-    sleep 0.3
-    timeout 60 fi_pingpong -p "$PS_FABRIC_PROVIDER" -e rdm -S 8 -I 20000 -P "$port" \
-      127.0.0.1 2>&1 | tail -1 | awk '{print 2 * $7}' ;;
-  esac
-  wait 2>/dev/null
-}
 
 # ps busy-poll p50 in us.
 ps_p50() {
@@ -59,7 +41,8 @@ for r in $(seq "$rounds"); do
   for w in $order; do
     bin=$a
     [ "$w" = B ] && bin=$b
-    tl=$(tool_rtt)
+    port=$((port + 1))
+    tl=$(tool_rtt "$t" "$port")
     p=$(ps_p50 "$bin")
     echo "round $r $w tool_rtt ${tl:-?} ps_p50 ${p:-?}" | tee -a "$results"
   done

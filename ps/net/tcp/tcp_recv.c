@@ -21,6 +21,7 @@
 #include <sys/uio.h>
 
 #include "ps/base/log.h"
+#include "ps/base/stage_trace.h"
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/meta_fast.h"
 #include "ps/net/tcp/tcp_internal.h"
@@ -641,6 +642,8 @@ void ps__tcp_on_readable(ps__tcp_conn_t *conn)
             requested += iov[i].iov_len;
         }
         ssize_t n = readv(conn->fd, iov, cnt);
+        if (n > 0)
+            ps_stage_found();
         if (n < 0) {
             if (errno == EINTR) {
                 continue;

@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 
 #include "ps/base/log.h"
+#include "ps/base/stage_trace.h"
 #include "ps/net/tcp/tcp_internal.h"
 
 static ssize_t send_iov(int fd, struct iovec *iov, int cnt)
@@ -33,6 +34,8 @@ static ssize_t send_iov(int fd, struct iovec *iov, int cnt)
     do {
         n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
+    if (n > 0)
+        ps_stage_posted();
     return n;
 }
 

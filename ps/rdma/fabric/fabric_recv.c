@@ -25,6 +25,7 @@
 #include <rdma/fi_tagged.h>
 
 #include "ps/base/log.h"
+#include "ps/base/stage_trace.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/meta_fast.h"
@@ -650,6 +651,7 @@ static ps__fab_rxs_t *rxs_get(ps__fab_van_t *van, int id)
 
 void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr_t src)
 {
+    ps_stage_found();
     m->posted = 0;
     const uint8_t *p = ps_slice_ptr(&m->buf);
     ps__fab_hdr_t hdr;

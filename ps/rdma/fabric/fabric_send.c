@@ -20,6 +20,7 @@
 #include <rdma/fi_tagged.h>
 
 #include "ps/base/log.h"
+#include "ps/base/stage_trace.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/meta_fast.h"
@@ -352,6 +353,8 @@ static int tx_post(ps__fab_van_t *van, ps__fab_tx_t *tx)
         }
         }
         ps__fab_ep_unlock(van);
+        if (ret == 0 && stage == PS__FAB_ST_META)
+            ps_stage_posted();
         if (completes) {
             if (ret != 0) {
                 __atomic_sub_fetch(&tx->refs, 1, __ATOMIC_ACQ_REL);
@@ -508,8 +511,10 @@ static ps_status_t post_direct(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab
     ps__fab_ep_lock(van);
     ssize_t ret = fi_inject(van->ep, buf, len, peer->addr);
     ps__fab_ep_unlock(van);
-    if (ret == 0)
+    if (ret == 0) {
+        ps_stage_posted();
         peer->tx_seq++;
+    }
     pthread_mutex_unlock(&peer->lock);
     if (ret == 0)
         return PS_OK;

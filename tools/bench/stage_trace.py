@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Where one small round trip's time goes, from the stage marks of a
+--define=ps_stage_trace=1 build (ps/base/stage_trace.h).
+
+    stage_trace.py WORKER_FILE SERVER_FILE [TOOL_RTT_US]
+
+The files are what the worker and the server of a 1 x 1 latency run wrote
+at exit. Their k-th marks belong to the k-th request (one at a time), so
+the arrays are matched from their ends (the first requests' marks may be
+missing on one side: warm-up, connection set-up). Prints the median, p10
+and p90 of each stage in ns and the share of the median round trip.
+"""
+import sys
+
+
+def load(path):
+    stages, per_ns = {}, None
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if fields[0] == "ticks_per_ns":
+                per_ns = float(fields[1])
+            else:
+                stages[fields[0]] = [int(x) for x in fields[2:]]
+    return per_ns, stages
+
+
+def pct(sorted_vals, q):
+    return sorted_vals[min(len(sorted_vals) - 1, int(len(sorted_vals) * q))]
+
+
+def main():
+    per_ns, w = load(sys.argv[1])
+    _, s = load(sys.argv[2])
+    tool = float(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else None
+    seqs = [w["issue"], w["posted"], s["handle"], s["posted"], w["found"], w["waited"]]
+    n = min(len(x) for x in seqs)
+    if n < 100:
+        sys.exit("too few traced round trips (%d): was the binary built with "
+                 "--define=ps_stage_trace=1?" % n)
+    issue, wposted, handle, sposted, found, waited = (x[len(x) - n:] for x in seqs)
+    rows = [
+        ("worker: request to transport", lambda i: wposted[i] - issue[i]),
+        ("transport + server polling", lambda i: handle[i] - wposted[i]),
+        ("server: request to response", lambda i: sposted[i] - handle[i]),
+        ("transport + worker polling", lambda i: found[i] - sposted[i]),
+        ("worker: response to caller", lambda i: waited[i] - found[i]),
+        ("caller: to the next request", lambda i: issue[i + 1] - waited[i]),
+        ("round trip (issue to issue)", lambda i: issue[i + 1] - issue[i]),
+    ]
+    first = n // 10  # the first tenth: caches and branch predictors warming
+    span = range(first, n - 1)
+    dist = {name: sorted(fn(i) / per_ns for i in span) for name, fn in rows}
+    total = pct(dist[rows[-1][0]], 0.5)
+    print("%-32s %8s %8s %8s %6s" % ("stage (%d round trips)" % len(span), "p50_ns",
+                                     "p10_ns", "p90_ns", "share"))
+    for name, _ in rows:
+        vals = dist[name]
+        print("%-32s %8.0f %8.0f %8.0f %5.0f%%" % (name, pct(vals, 0.5), pct(vals, 0.1),
+                                                  pct(vals, 0.9), 100.0 * pct(vals, 0.5) / total))
+    if tool:
+        print("tool round trip %.0f ns; ps round trip / tool = %.2f" % (tool * 1000,
+                                                                       total / (tool * 1000)))
+
+
+if __name__ == "__main__":
+    main()
