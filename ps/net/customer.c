@@ -124,12 +124,25 @@ static ps_customer_t *reg_find(const ps__registry_t *reg, int app_id, int custom
     return NULL;
 }
 
+/* Pins c, found under the registry's lock (held). */
+static void reg_pin(ps_customer_t *c)
+{
+    __atomic_add_fetch(&c->users, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Without the lock (every delivery ends here): only a destroy waiting for
+ * the pins needs waking, and it raises pin_waiters before it reads users.
+ * Both sides write, then read the other's counter, sequentially
+ * consistent: at least one sees the other, so either the destroy sees no
+ * pin or the last unpin sees the waiter and wakes it under the lock. */
 static void reg_unpin(ps__registry_t *reg, ps_customer_t *c)
 {
-    ps_mutex_lock(&reg->lock);
-    if (--c->users == 0 && reg->pin_waiters > 0)
+    if (__atomic_sub_fetch(&c->users, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&reg->pin_waiters, __ATOMIC_SEQ_CST) > 0) {
+        ps_mutex_lock(&reg->lock);
         ps_cond_broadcast(&reg->cond);
-    ps_mutex_unlock(&reg->lock);
+        ps_mutex_unlock(&reg->lock);
+    }
 }
 
 static void pending_free(ps__pending_t *p)
@@ -302,7 +315,7 @@ void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg)
             reg->kick(reg->kick_arg);
         return;
     }
-    c->users++;
+    reg_pin(c);
     ps_mutex_unlock(&reg->lock);
 
     customer_call_recv(c, msg);
@@ -327,7 +340,7 @@ ps_status_t ps__registry_recv_buffer(ps__registry_t *reg, const ps_meta_t *meta,
     }
     ps_customer_recv_buffer_func_t fn = c->recv_buffer;
     void *arg = c->recv_buffer_arg;
-    c->users++;
+    reg_pin(c);
     ps_mutex_unlock(&reg->lock);
 
     ps_status_t st = fn(arg, c, meta, index, len, slice_p);
@@ -349,7 +362,7 @@ static void reg_for_each(ps__registry_t *reg, void (*fn)(ps_customer_t *c, int p
         for (ps_customer_t *c = reg->customers; c != NULL && n < PS__PIN_BATCH; c = c->next) {
             if (idx++ < skip)
                 continue;
-            c->users++;
+            reg_pin(c);
             batch[n++] = c;
         }
         ps_mutex_unlock(&reg->lock);
@@ -438,7 +451,7 @@ int ps__registry_fail_request(ps__registry_t *reg, const ps_meta_t *meta, ps_sta
         ps_mutex_unlock(&reg->lock);
         return 0;
     }
-    c->users++;
+    reg_pin(c);
     ps_mutex_unlock(&reg->lock);
     ps_customer_t *outer = tls_in_customer;
     tls_in_customer = c;
@@ -591,7 +604,7 @@ ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
             ps_mutex_unlock(&reg->lock);
             break;
         }
-        c->users++;
+        reg_pin(c);
         ps_mutex_unlock(&reg->lock);
         customer_call_recv(c, &p->msg);
         pending_free(p);
@@ -625,10 +638,10 @@ void ps_customer_destroy(ps_customer_t *c)
             c->linked = 0;
             reg_update_steer_mask(reg);
         }
-        reg->pin_waiters++;
-        while (c->users > 0)
+        __atomic_add_fetch(&reg->pin_waiters, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&c->users, __ATOMIC_SEQ_CST) > 0)
             (void)ps_cond_wait(&reg->cond, &reg->lock, ps_deadline_infinite());
-        reg->pin_waiters--;
+        __atomic_sub_fetch(&reg->pin_waiters, 1, __ATOMIC_SEQ_CST);
         ps_mutex_unlock(&reg->lock);
     }
     ps__tracker_close(c->tracker, PS_ERR_SHUTDOWN);
