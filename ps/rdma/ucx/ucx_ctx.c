@@ -192,7 +192,7 @@ static ps_status_t data_ctx_open(ps__ucx_van_t *van, const char *shm_tls)
         memset(&params, 0, sizeof(params));
         params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                             UCP_PARAM_FIELD_NAME;
-        params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+        params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
         params.mt_workers_shared = 0;
         params.name = "ps-shm";
         st = ucp_init(&params, config, &van->dcontext);

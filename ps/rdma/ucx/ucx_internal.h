@@ -36,25 +36,58 @@
  * (van->dworker NULL), and its address is offered when it names more than
  * the network transports.
  *
+ * Messages. A message is one META message (frame, meta, the segments up
+ * to BYTEPS_UCX_SHORT_THRESH bytes) and one DATA message per larger
+ * segment. META messages are UCX active messages (id PS__UCX_AM_META_ID,
+ * on every worker that carries data) whose 8-byte header is the receiver's
+ * cookie, the sequence number and the segment bitmap (the "META tag"
+ * below); DATA messages are tagged, under a tag the receiver knows from
+ * the META message, so that each lands straight in its destination. An
+ * active message reaches its handler without a probe, an unexpected-queue
+ * descriptor or a receive request (ucx_recv.c).
+ *
  * Identification. The first thing on a new control endpoint is an active
  * message HELLO (node id, nonce, a cookie) sent with a reply endpoint; the
  * acceptor learns from it which of its endpoints the peer is on, and
  * answers ACK with its own cookie on that endpoint. A cookie is a number
- * the receiver of a direction hands out per connection: every tagged
- * message carries the receiver's cookie, which maps it to the connection
- * and hence to the node that proved itself on it (never the wire's claim
- * alone). UCX does not tell which endpoint a tagged message came from, so
- * any connected peer could put another connection's cookie in its tags:
- * cookies are random, and with its cookie the receiver hands out a random
- * first sequence number (seq0) that only the two ends know. A META message
- * counts as the connection's only with exactly the next sequence number
- * expected on it (UCX keeps one endpoint's tagged messages in order);
- * anything else is dropped unattributed, and DATA messages are only ever
- * received under the exact tag of an attributed META message. A HELLO may
- * not claim a node id that another live connection (another connect(), its
- * own nonce) already speaks for. Until the ACK arrives, sends queue on the connection. A node id
- * learnt later (set_node_id) is re-announced by a tagged hello in line with
- * the data.
+ * the receiver of a direction hands out per connection: every META header
+ * and DATA tag carries the receiver's cookie, which maps the message to
+ * the connection and hence to the node that proved itself on it (never
+ * the wire's claim alone). UCX does not tell which endpoint a message came
+ * from (without a reply endpoint), so any connected peer could put another
+ * connection's cookie in its messages: cookies are random, and with its
+ * cookie the receiver hands out a random first sequence number (seq0) that
+ * only the two ends know. A META message counts as the connection's only
+ * with exactly the next sequence number expected on it; anything else is
+ * dropped unattributed, and DATA messages are only ever received under the
+ * exact tag of an attributed META message. A HELLO may not claim a node id
+ * that another live connection (another connect(), its own nonce) already
+ * speaks for. Until the ACK arrives, sends queue on the connection. A node
+ * id learnt later (set_node_id) is re-announced by a hello META message in
+ * line with the data.
+ *
+ * Order. UCX documents that one endpoint's tagged messages match in the
+ * order they were sent, not that its active messages reach the handler in
+ * that order. In UCX 1.13 they do, for the transports and protocols used
+ * here, for the same reason as tagged ones (which, without tag offload,
+ * travel as active messages of UCX's own on the same lane): an endpoint
+ * sends every eager fragment and every rendezvous announcement (RTS) of
+ * its active messages on one lane (its AM lane), in posting order (a send
+ * that finds the lane busy waits in the lane's pending queue, and the
+ * transport refuses later sends while that queue is not empty); tcp,
+ * posix/sysv (a FIFO per receiver) and cma (data only, its RTS rides on
+ * the AM lane) keep a lane's order; a multi-fragment eager message is
+ * handed over when its last fragment arrives, and fragments of one lane
+ * arrive in order; a rendezvous message reaches the handler when its RTS
+ * arrives, before its data is fetched. ps does not rely on it blindly: a
+ * META message whose sequence number is ahead of the expected one by at
+ * most PS__UCX_ORDER_WINDOW (what a reordering would look like) fails the
+ * connection with PS_ERR_PROTOCOL and one log line, after the messages
+ * before it are delivered — never a silent loss or misdelivery. One
+ * further ahead or behind is a stranger's guess, dropped as before. (A
+ * stranger that knows the cookie lands in the window with a chance of
+ * 2^-27 per message, and only ends the connection.) No reorder buffer:
+ * held messages would be attributed before the gap is filled.
  *
  * Threads and locks. One progress thread runs every UCX callback (inside
  * ucp_worker_progress, with UCX's worker lock held) and owns endpoint
@@ -67,7 +100,10 @@
  * ops_lock are leaves. UCX callbacks therefore never take a ps lock other
  * than ev_lock, and never call back into the postoffice: they record what
  * happened, and the progress thread acts on it after ucp_worker_progress()
- * returns.
+ * returns. UCX runs receive callbacks and active-message handlers only
+ * inside ucp_worker_progress(), i.e. on the thread that runs the loop:
+ * they may read and write state marked "progress thread only" (the META
+ * handler looks up the cookie and takes the sequence number there).
  */
 #ifndef PS_RDMA_UCX_UCX_INTERNAL_H_
 #define PS_RDMA_UCX_UCX_INTERNAL_H_
@@ -88,7 +124,7 @@
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/van.h"
 
-/* ---- tags (ucx_wire.c) ----
+/* ---- tags (ucx_wire.c): DATA tags, and META headers (little-endian) ----
  *   bits 63..62  kind: META (meta, maybe small segments inline) or DATA
  *   bits 61..40  the receiver's cookie for the connection
  *   bits 39..4   sequence number of the message on the connection
@@ -130,6 +166,13 @@ static inline unsigned ps__ucx_tag_low(ucp_tag_t tag)
 
 /* The active-message id of HELLO / ACK. */
 #define PS__UCX_AM_ID 23
+/* The active-message id of META messages (header: the META tag, 8 bytes). */
+#define PS__UCX_AM_META_ID 24
+#define PS__UCX_AM_META_HDR 8
+/* How far ahead of the expected sequence number a META message is taken
+ * for a reordering (the connection fails) rather than a stranger's guess
+ * (dropped). */
+#define PS__UCX_ORDER_WINDOW 512
 /* HELLO/ACK record: "PSUX" ver type 0 0 | id i32 | cookie u32 | nonce u64 |
  * seq0 u64. */
 #define PS__UCX_HS_LEN 32
@@ -189,6 +232,7 @@ typedef struct ps__ucx_op {
     uint64_t bytes;
     int folded;                /* the inline segments were copied behind the frame */
     uint32_t iovcnt;
+    uint8_t am_hdr[PS__UCX_AM_META_HDR]; /* the META header while UCX sends it */
     /* Referenced only where UCX reads them: DATA segments, and inline
      * ones unless they were copied behind the frame (ref_mask). */
     ps_slice_t data[PS_MSG_MAX_DATA];
@@ -204,7 +248,13 @@ typedef struct ps__ucx_rx {
     ps__ucx_van_t *van;
     ucp_worker_h worker;       /* the one the META message came on; DATA follows there */
     ps__ucx_conn_t *conn;      /* referenced; NULL: unattributed or dropped, discarded */
-    ucp_tag_t tag;
+    ucp_tag_t tag;             /* the META header */
+    /* The META message's data as its handler got it, until ps__ucx_am_take
+     * copies it (eager; UCX's descriptor, released then) or receives it
+     * (rendezvous). */
+    struct ps__ucx_rx *next_am; /* van->am_head */
+    void *am_data;
+    int am_rndv;
     ps_slice_t staging;        /* the META message */
     size_t staging_len;
     void *reqs[1 + PS_MSG_MAX_DATA]; /* UCX requests in flight, for cancel */
@@ -277,6 +327,7 @@ struct ps__ucx_conn {
     ucp_ep_h data_ep;          /* ctl_ep, or a worker-address endpoint */
     uint32_t local_cookie;     /* ours: the peer tags its messages with it */
     uint64_t rx_seq;           /* the sequence number of the next META from the peer */
+    int rx_broken;             /* a META arrived out of order: the rest is dropped */
     uint64_t nonce;
     int hello_id;              /* the id connect() was given (PS_NODE_EMPTY: ours now) */
     uint8_t hs_out[PS__UCX_HS_LEN]; /* our HELLO / ACK while UCX sends it */
@@ -355,8 +406,18 @@ struct ps__ucx_van {
     ps__ucx_ev_t *ev_head, *ev_tail;
     ps__ucx_op_t *done_ops;
 
+    /* The META handler's argument per worker (it must know whose
+     * descriptor it holds). */
+    struct ps__ucx_am_arg {
+        ps__ucx_van_t *van;
+        ucp_worker_h worker;
+    } am_arg[2];
+
     /* Progress thread only. */
     ps__ucx_conn_t *conns;     /* every live connection */
+    /* META messages the handler took during the last ucp_worker_progress(),
+     * in arrival order, for ps__ucx_am_take(). */
+    ps__ucx_rx_t *am_head, *am_tail;
     ps__ucx_conn_t **cookies;  /* cookie -> connection (open addressing by value) */
     uint32_t cookies_cap;
     uint32_t num_cookies;
@@ -484,8 +545,15 @@ int ps__ucx_conn_sends_busy(ps__ucx_van_t *van, const ps__ucx_conn_t *conn);
 ps_status_t ps__ucx_hello_op(ps__ucx_van_t *van, int my_id, ps__ucx_op_t **op_p);
 
 /* ---- ucx_recv.c ---- */
-/* Takes every META message waiting in `worker`. Returns how many. */
-int ps__ucx_probe(ps__ucx_van_t *van, ucp_worker_h worker);
+/* The META handler (arg: van->am_arg[i]); inside ucp_worker_progress() on
+ * the thread that runs the loop. It attributes the message and keeps
+ * UCX's descriptor for ps__ucx_am_take(); no ps lock, no postoffice. */
+ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length, void *data,
+                             size_t length, const ucp_am_recv_param_t *param);
+/* After ucp_worker_progress(): takes the META messages its handler kept
+ * (copies or receives them, gives UCX its descriptors back). Returns
+ * how many. */
+int ps__ucx_am_take(ps__ucx_van_t *van);
 /* Finishes receives that had news, delivers in order. */
 void ps__ucx_rx_process(ps__ucx_van_t *van);
 /* A dead connection: delivers whole messages that arrived in order (with

@@ -1,12 +1,18 @@
 /*
  * The receive side of the UCX van (progress thread only).
  *
- * The progress thread probes the worker for META messages (any sender),
- * receives each into a staging buffer (a pooled block; the last one
- * nobody else holds is kept for the next message), and decodes the frame.
- * The tag's cookie names the connection, hence the sender, when its
- * sequence number is the one expected next on that connection (else the
- * message is not the connection's peer's: ucx_internal.h). Small
+ * META messages are active messages. Their handler (inside
+ * ucp_worker_progress) reads the header: its cookie names the connection,
+ * hence the sender, when its sequence number is the one expected next on
+ * that connection (else the message is not the connection's peer's:
+ * ucx_internal.h). It queues the connection's receive record and keeps
+ * UCX's descriptor (returns UCS_INPROGRESS). Right after
+ * ucp_worker_progress() returns, the progress thread copies each eager
+ * message into a staging buffer (a pooled block; the last one nobody else
+ * holds is kept for the next message) and gives the descriptor back, or
+ * receives a rendezvous one into it, and decodes the frame. (The copy
+ * happens outside the handler so that the handler takes no ps lock: a
+ * staging block may come from the buffer pool.) Small
  * segments are in the staging buffer: they are handed on as slices of it,
  * or copied where the postoffice wants them. Every larger segment follows
  * as a DATA message whose tag the receiver knows (cookie, sequence number,
@@ -22,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/base/endian.h"
 #include "ps/base/log.h"
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/meta_fast.h"
@@ -30,8 +37,6 @@
 
 /* Most nodes one control message may list. */
 #define RX_MAX_NODES 8192
-/* What a refused META message is received into (UCX then drops it). */
-#define RX_DISCARD_LEN 64
 /* Largest staging block kept as the spare (van->rx_spare). */
 #define RX_SPARE_MAX (64u * 1024u)
 /* Receive records kept for reuse: a record is larger than glibc's
@@ -179,32 +184,47 @@ static ps__ucx_rx_t *rx_alloc(ps__ucx_van_t *van)
     return rx;
 }
 
-/* Posts the receive of the probed META message. */
-static void rx_start(ps__ucx_van_t *van, ps__ucx_rx_t *rx, ucp_tag_message_h msg, size_t len)
+static void on_meta_am(void *request, ucs_status_t status, size_t length, void *user_data)
 {
-    size_t cap = len;
-    if (len > van->limits.max_message_bytes) {
-        ps_error(PS_LOG_UCX, "a %zu-byte message from %s exceeds the limit of %llu bytes "
-                 "(PS_MAX_MESSAGE_BYTES); closing the connection", len,
-                 rx->conn != NULL ? rx->conn->addr_str : "an unknown sender",
-                 (unsigned long long)van->limits.max_message_bytes);
-        rx->status = PS_ERR_TOO_LARGE;
-        cap = RX_DISCARD_LEN; /* UCX reports the truncation and drops the rest */
+    (void)length;
+    on_meta(request, status, NULL, user_data);
+}
+
+/* Takes the META message's data the handler kept: an eager one is copied
+ * into a staging block and UCX's descriptor given back; a rendezvous one
+ * is received into the block. Moves the receive on (rx_mark) unless a
+ * receive request is in flight. */
+static void am_take_one(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
+{
+    void *data = rx->am_data;
+    size_t len = rx->staging_len;
+    rx->am_data = NULL;
+    if (data == NULL) {
+        rx_mark(rx); /* refused in the handler (status set), or copied there */
+        return;
     }
-    if (staging_get(van, cap != 0 ? cap : 1, &rx->staging) != PS_OK) {
+    if (staging_get(van, len != 0 ? len : 1, &rx->staging) != PS_OK) {
         ps_slice_t empty = PS_SLICE_EMPTY_INIT;
         rx->staging = empty;
         rx->status = PS_ERR_NO_MEMORY;
-        cap = 0;
+        ucp_am_data_release(rx->worker, data); /* a rendezvous one: UCX tells the sender */
+        rx_mark(rx);
+        return;
     }
-    rx->staging_len = len;
+    if (!rx->am_rndv) {
+        memcpy(ps_slice_ptr(&rx->staging), data, len);
+        ucp_am_data_release(rx->worker, data);
+        rx->meta_done = 1;
+        rx_mark(rx);
+        return;
+    }
     ucp_request_param_t param;
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.recv = on_meta;
+    param.cb.recv_am = on_meta_am;
     param.user_data = rx;
     rx->outstanding = 1;
     rx->posting = 1;
-    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(rx->worker, ps_slice_ptr(&rx->staging), cap, msg,
+    ucs_status_ptr_t r = ucp_am_recv_data_nbx(rx->worker, data, ps_slice_ptr(&rx->staging), len,
                                               &param);
     if (rx_posted(rx)) {
         rx_mark(rx); /* completed inside the call */
@@ -225,62 +245,120 @@ static void rx_start(ps__ucx_van_t *van, ps__ucx_rx_t *rx, ucp_tag_message_h msg
     rx_mark(rx);
 }
 
-int ps__ucx_probe(ps__ucx_van_t *van, ucp_worker_h worker)
+int ps__ucx_am_take(ps__ucx_van_t *van)
 {
     int n = 0;
-    for (;;) {
-        ucp_tag_recv_info_t info;
-        ucp_tag_message_h msg =
-            ucp_tag_probe_nb(worker, PS__UCX_META_TAG, PS__UCX_KIND_MASK, 1, &info);
-        if (msg == NULL) {
-            return n;
-        }
+    while (van->am_head != NULL) {
+        ps__ucx_rx_t *rx = van->am_head;
+        van->am_head = rx->next_am;
+        rx->next_am = NULL;
+        am_take_one(van, rx);
         n++;
-        ps__ucx_rx_t *rx = rx_alloc(van);
-        if (rx == NULL) {
-            /* Cannot happen short of memory exhaustion; UCX still needs the
-             * message taken, so take it into nothing. */
-            ps_error(PS_LOG_UCX, "out of memory receiving a message; dropped");
-            ucp_request_param_t param;
-            param.op_attr_mask = 0;
-            ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker, NULL, 0, msg, &param);
-            if (UCS_PTR_IS_PTR(r)) {
-                ucp_request_free(r);
-            }
-            continue;
-        }
-        rx->van = van;
-        rx->worker = worker;
-        rx->tag = info.sender_tag;
-        rx->next_all = van->rx_all;
-        if (van->rx_all != NULL) {
-            van->rx_all->prev_all = rx;
-        }
-        van->rx_all = rx;
-        uint32_t cookie = ps__ucx_tag_cookie(info.sender_tag);
-        uint64_t seq = ps__ucx_tag_seq(info.sender_tag);
-        ps__ucx_conn_t *conn = ps__ucx_conn_lookup(van, cookie);
-        if (conn == NULL || conn->state == PS__UCX_DEAD) {
-            ps_warn_ratelimited(PS_LOG_UCX, "message for an unknown connection (cookie %u); "
-                                "dropped", cookie);
-        } else if (seq != conn->rx_seq) {
+    }
+    van->am_tail = NULL;
+    return n;
+}
+
+ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length, void *data,
+                             size_t length, const ucp_am_recv_param_t *param)
+{
+    const struct ps__ucx_am_arg *a = arg;
+    ps__ucx_van_t *van = a->van;
+    if (header_length != PS__UCX_AM_META_HDR) {
+        ps_warn_ratelimited(PS_LOG_UCX, "message with a %zu-byte header; dropped", header_length);
+        return UCS_OK;
+    }
+    ucp_tag_t tag = ps_get_le64(header);
+    uint32_t cookie = ps__ucx_tag_cookie(tag);
+    uint64_t seq = ps__ucx_tag_seq(tag);
+    ps__ucx_conn_t *conn = ps__ucx_conn_lookup(van, cookie);
+    if (conn == NULL || conn->state == PS__UCX_DEAD) {
+        ps_warn_ratelimited(PS_LOG_UCX, "message for an unknown connection (cookie %u); "
+                            "dropped", cookie);
+        return UCS_OK; /* a rendezvous one: UCX completes the sender's send */
+    }
+    if (conn->rx_broken) {
+        return UCS_OK; /* out of order before: the connection is failing */
+    }
+    ps_status_t why = PS_OK;
+    if (seq != conn->rx_seq) {
+        uint64_t ahead = (seq - conn->rx_seq) & PS__UCX_SEQ_MASK;
+        if (ahead == 0 || ahead > PS__UCX_ORDER_WINDOW) {
             /* Not the connection's peer (it sends in order): not to be
              * attributed, and no reason to close the connection it names. */
             ps_warn_ratelimited(PS_LOG_UCX, "message naming the connection from %s out of "
                                 "sequence; dropped", conn->addr_str);
-        } else {
-            conn->rx_seq = (conn->rx_seq + 1) & PS__UCX_SEQ_MASK;
-            __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
-            rx->conn = conn;
-            if (conn->rx_tail != NULL) {
-                conn->rx_tail->next = rx;
-            } else {
-                conn->rx_head = rx;
-            }
-            conn->rx_tail = rx;
+            return UCS_OK;
         }
-        rx_start(van, rx, msg, info.length);
+        /* Just ahead: what UCX overtaking one of the peer's messages would
+         * look like (ucx_internal.h, "Order"). Never delivered out of
+         * order, never lost silently: the connection fails once the
+         * messages before this one are delivered. */
+        ps_error(PS_LOG_UCX, "message from %s arrived out of order (%llu ahead of the one "
+                 "expected); closing the connection", conn->addr_str, (unsigned long long)ahead);
+        conn->rx_broken = 1;
+        why = PS_ERR_PROTOCOL;
+    } else {
+        conn->rx_seq = (conn->rx_seq + 1) & PS__UCX_SEQ_MASK;
     }
+    ps__ucx_rx_t *rx = rx_alloc(van);
+    if (rx == NULL) {
+        /* Cannot happen short of memory exhaustion; the connection cannot
+         * go on without this message. */
+        ps_error(PS_LOG_UCX, "out of memory receiving a message from %s; its later messages "
+                 "are dropped", conn->addr_str);
+        conn->rx_broken = 1;
+        return UCS_OK;
+    }
+    rx->van = van;
+    rx->worker = a->worker;
+    rx->tag = tag;
+    rx->staging_len = length;
+    rx->status = why;
+    rx->next_all = van->rx_all;
+    if (van->rx_all != NULL) {
+        van->rx_all->prev_all = rx;
+    }
+    van->rx_all = rx;
+    __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+    rx->conn = conn;
+    if (conn->rx_tail != NULL) {
+        conn->rx_tail->next = rx;
+    } else {
+        conn->rx_head = rx;
+    }
+    conn->rx_tail = rx;
+    if (van->am_tail != NULL) {
+        van->am_tail->next_am = rx;
+    } else {
+        van->am_head = rx;
+    }
+    van->am_tail = rx;
+    if (why == PS_OK && length > van->limits.max_message_bytes) {
+        ps_error(PS_LOG_UCX, "a %zu-byte message from %s exceeds the limit of %llu bytes "
+                 "(PS_MAX_MESSAGE_BYTES); closing the connection", length, conn->addr_str,
+                 (unsigned long long)van->limits.max_message_bytes);
+        rx->status = PS_ERR_TOO_LARGE;
+        conn->rx_broken = 1;
+    }
+    if (rx->status != PS_OK) {
+        return UCS_OK; /* UCX drops the data */
+    }
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    if (!rndv && !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
+        /* UCX keeps no descriptor of it (UCP_AM_FLAG_PERSISTENT_DATA asks
+         * it to, so this is not expected): copied now. */
+        if (staging_get(van, length != 0 ? length : 1, &rx->staging) != PS_OK) {
+            rx->status = PS_ERR_NO_MEMORY;
+        } else {
+            memcpy(ps_slice_ptr(&rx->staging), data, length);
+            rx->meta_done = 1;
+        }
+        return UCS_OK;
+    }
+    rx->am_data = data;
+    rx->am_rndv = rndv;
+    return UCS_INPROGRESS;
 }
 
 /* Where segment `i` lands: the postoffice's buffer, else a new one. */

@@ -2,8 +2,8 @@
  * The send path of the UCX van.
  *
  * send() encodes header + meta into an op and posts it on the connection
- * with tagged sends that read the user's slices directly (zero copy): one
- * META message carrying the frame and the segments up to
+ * with sends that read the user's slices directly (zero copy): one
+ * META message (an active message) carrying the frame and the segments up to
  * BYTEPS_UCX_SHORT_THRESH bytes (gathered by an iovec datatype, or copied
  * behind the frame when they are tiny: one contiguous eager send), then one
  * DATA message per larger segment, which the receiver lands straight in
@@ -11,14 +11,15 @@
  * until UCX has finished every request (a completion callback, or at once
  * when the sends completed inline).
  *
- * Order: ops are posted under the connection's lock, so tags (sequence
- * numbers) and UCX's order agree. Until the handshake completes, ops wait
+ * Order: ops are posted under the connection's lock, so sequence numbers
+ * and UCX's order agree. Until the handshake completes, ops wait
  * in the connection's queue and the progress thread posts them when the
  * ACK arrives. send() never blocks on the network.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/base/endian.h"
 #include "ps/base/log.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
@@ -138,10 +139,11 @@ static void on_sent(void *request, ucs_status_t status, void *user_data)
     }
 }
 
-/* One tagged send of the op; the op's hold is taken before UCX can call
- * back. Returns 0 on an immediate error. */
+/* One send of the op: the META message as an active message whose
+ * header is its tag (meta != 0), a DATA message tagged. The op's hold is
+ * taken before UCX can call back. Returns 0 on an immediate error. */
 static int post_one(ps__ucx_op_t *op, ucp_ep_h ep, const void *buf, size_t count,
-                    ucp_datatype_t dt, ucp_tag_t tag)
+                    ucp_datatype_t dt, ucp_tag_t tag, int meta)
 {
     ucp_request_param_t param;
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -150,7 +152,16 @@ static int post_one(ps__ucx_op_t *op, ucp_ep_h ep, const void *buf, size_t count
     param.user_data = op;
     param.datatype = dt;
     __atomic_add_fetch(&op->pending, 1, __ATOMIC_RELAXED);
-    ucs_status_ptr_t r = ucp_tag_send_nbx(ep, buf, count, tag, &param);
+    ucs_status_ptr_t r;
+    if (meta) {
+        /* The header must stay valid until the send completes: the op
+         * lives until then. */
+        ps_put_le64(op->am_hdr, tag);
+        r = ucp_am_send_nbx(ep, PS__UCX_AM_META_ID, op->am_hdr, sizeof(op->am_hdr), buf, count,
+                            &param);
+    } else {
+        r = ucp_tag_send_nbx(ep, buf, count, tag, &param);
+    }
     if (UCS_PTR_IS_PTR(r)) {
         return 1;
     }
@@ -185,15 +196,15 @@ static void post(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
     int ok;
     ucp_tag_t tag = ps__ucx_tag(PS__UCX_KIND_META, cookie, seq, op->sep_mask);
     if (op->iovcnt == 1) {
-        ok = post_one(op, ep, op->hm, op->hm_len, ucp_dt_make_contig(1), tag);
+        ok = post_one(op, ep, op->hm, op->hm_len, ucp_dt_make_contig(1), tag, 1);
     } else {
-        ok = post_one(op, ep, op->iov, op->iovcnt, ucp_dt_make_iov(), tag);
+        ok = post_one(op, ep, op->iov, op->iovcnt, ucp_dt_make_iov(), tag, 1);
     }
     for (uint32_t i = 0; ok && i < op->num_data; ++i) {
         if (op->sep_mask & (1u << i)) {
             tag = ps__ucx_tag(PS__UCX_KIND_DATA, cookie, seq, i);
             ok = post_one(op, ep, ps_slice_ptr(&op->data[i]), op->data[i].len,
-                          ucp_dt_make_contig(1), tag);
+                          ucp_dt_make_contig(1), tag, 0);
         }
     }
     __atomic_add_fetch(&van->bytes_sent, op->bytes, __ATOMIC_RELAXED);

@@ -5,7 +5,7 @@
  *
  * The progress thread drives the workers (the data worker every turn, the
  * control worker less often: ucx_internal.h): ucp_worker_progress(), then
- * the META messages waiting in them, then what the callbacks recorded.
+ * the META messages its handler took, then what the callbacks recorded.
  * When nothing moves it arms the workers and blocks in epoll on their
  * event fds and an eventfd other threads use to hand it work, so
  * an idle van sleeps (after PS__UCX_IDLE_SPIN_NS without an event). With
@@ -168,18 +168,20 @@ static int progress_once(ps__ucx_van_t *van, unsigned burst, int all)
     int did = 0;
     burst = all ? burst : 1;
     if (van->dworker != NULL) {
-        /* Shared memory delivers only inside ucp_worker_progress(): when
-         * that found nothing, no new META message waits either. */
-        int n = progress_worker(van->dworker, burst);
-        if (n != 0) {
-            did += n + ps__ucx_probe(van, van->dworker);
+        /* META messages reach their handler inside ucp_worker_progress();
+         * the handler leaves them on van->am_head. */
+        did += progress_worker(van->dworker, burst);
+        if (van->am_head != NULL) {
+            did += ps__ucx_am_take(van);
         }
     }
     if (van->dworker == NULL || all || van->ctl_data_conns > 0 ||
         ++van->ctl_tick >= PS__UCX_CTL_EVERY) {
         van->ctl_tick = 0;
         did += progress_worker(van->worker, burst);
-        did += ps__ucx_probe(van, van->worker);
+        if (van->am_head != NULL) {
+            did += ps__ucx_am_take(van);
+        }
     }
     /* Receives before events: a message that arrived just before its
      * connection ended is delivered before the end is. (The checks are
@@ -439,6 +441,27 @@ static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callback
         ps_error(PS_LOG_UCX, "cannot set the handshake handler: %s", ucs_status_string(ust));
         ucx_close(&van->base);
         return ps__ucx_status(ust);
+    }
+    /* META messages, on every worker that carries data. Their data stays
+     * UCX's until ps__ucx_am_take() copies it (persistent: UCX keeps the
+     * descriptor rather than copying it for us). */
+    ucp_worker_h data_workers[2] = {van->worker, van->dworker};
+    for (int i = 0; i < 2 && data_workers[i] != NULL; ++i) {
+        van->am_arg[i].van = van;
+        van->am_arg[i].worker = data_workers[i];
+        memset(&am, 0, sizeof(am));
+        am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+        am.id = PS__UCX_AM_META_ID;
+        am.cb = ps__ucx_am_meta;
+        am.arg = &van->am_arg[i];
+        am.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+        ust = ucp_worker_set_am_recv_handler(data_workers[i], &am);
+        if (ust != UCS_OK) {
+            ps_error(PS_LOG_UCX, "cannot set the message handler: %s", ucs_status_string(ust));
+            ucx_close(&van->base);
+            return ps__ucx_status(ust);
+        }
     }
     van->epfd = epoll_create1(EPOLL_CLOEXEC);
     van->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -646,14 +647,25 @@ class RawPeer {
         return out;
     }
     // Sends without waiting for completion (the bytes must outlive it:
-    // they are kept until the peer goes).
+    // they are kept until the peer goes). A META message is an active
+    // message whose 8-byte header is its tag (little-endian), a DATA
+    // message a tagged one.
     void Send(uint64_t tag, std::string bytes)
     {
         keep_.push_back(std::move(bytes));
         const std::string &b = keep_.back();
         ucp_request_param_t p;
         memset(&p, 0, sizeof(p));
-        ucs_status_ptr_t r = ucp_tag_send_nbx(ep_, b.data(), b.size(), tag, &p);
+        ucs_status_ptr_t r;
+        if ((tag >> 62) == kMeta) {
+            std::string h(8, '\0');
+            Put(reinterpret_cast<uint8_t *>(&h[0]), tag, 8);
+            keep_.push_back(std::move(h));
+            const std::string &hk = keep_.back();
+            r = ucp_am_send_nbx(ep_, 24, hk.data(), hk.size(), b.data(), b.size(), &p);
+        } else {
+            r = ucp_tag_send_nbx(ep_, b.data(), b.size(), tag, &p);
+        }
         if (UCS_PTR_IS_PTR(r)) {
             pending_.push_back(r);
         }
@@ -730,7 +742,7 @@ class RawPeer {
     bool acked_ = false, failed_ = false;
     uint32_t cookie_ = 0;
     uint64_t seq0_ = 0;
-    std::vector<std::string> keep_;
+    std::deque<std::string> keep_; // a deque: what UCX reads never moves
     std::vector<void *> pending_;
 };
 
@@ -759,14 +771,16 @@ TEST(UcxVan, PeersCannotSpeakForOtherNodes)
 
     // A peer with an id of its own gets no further than that id: a message
     // out of its connection's sequence (as a guess at another connection's
-    // cookie would be) is dropped, the next in sequence is its own.
+    // cookie would be) is dropped, the next in sequence is its own. (Just
+    // ahead of the expected number is a reordering instead, which fails
+    // the connection: OutOfOrderMessageFailsTheConnection.)
     RawPeer raw;
     ASSERT_TRUE(raw.Open(server.Port()));
     ASSERT_TRUE(raw.Hello(10));
     uint32_t c = raw.cookie();
     uint64_t s = raw.seq0();
-    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s + 1, 0), RawPeer::Frame(100, {8}, 0));
-    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s + 7, 0), RawPeer::Frame(101, {8}, 0));
+    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s + 100000, 0), RawPeer::Frame(100, {8}, 0));
+    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s - 1, 0), RawPeer::Frame(101, {8}, 0));
     raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s, 0), RawPeer::Frame(102, {8}, 0));
     raw.Flush();
     {
@@ -799,6 +813,40 @@ TEST(UcxVan, PeersCannotSpeakForOtherNodes)
     std::string text = log.Text();
     EXPECT_NE(text.find("claims node id 9"), std::string::npos) << text;
     EXPECT_NE(text.find("out of sequence"), std::string::npos) << text;
+}
+
+// META messages are active messages, which UCX does not promise to hand
+// over in order: one that arrives just ahead of the expected sequence
+// number (as an overtaking message would) fails its connection with
+// PS_ERR_PROTOCOL after the messages before it are delivered; neither it
+// nor the later ones are delivered.
+TEST(UcxVan, OutOfOrderMessageFailsTheConnection)
+{
+    UcxTls tls("tcp");
+    LogCapture log;
+    Van server;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    RawPeer raw;
+    ASSERT_TRUE(raw.Open(server.Port()));
+    ASSERT_TRUE(raw.Hello(10));
+    uint32_t c = raw.cookie();
+    uint64_t s = raw.seq0();
+    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s, 0), RawPeer::Frame(1, {8}, 0));
+    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s + 2, 0), RawPeer::Frame(3, {8}, 0));
+    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s + 1, 0), RawPeer::Frame(2, {8}, 0));
+    raw.Flush();
+    ASSERT_TRUE(server.inbox.WaitFailure(1));
+    {
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        EXPECT_EQ(server.inbox.failures[0].first, 10);
+        EXPECT_EQ(server.inbox.failures[0].second, PS_ERR_PROTOCOL);
+        ASSERT_EQ(server.inbox.msgs.size(), 1u);
+        EXPECT_EQ(server.inbox.msgs[0].meta.key, 1u);
+        EXPECT_EQ(server.inbox.msgs[0].meta.sender, 10);
+    }
+    server.Close();
+    std::string text = log.Text();
+    EXPECT_NE(text.find("arrived out of order"), std::string::npos) << text;
 }
 
 // A connection that breaks (a bad frame) while the next message on it has
