@@ -39,9 +39,11 @@
  * Messages. A message is one META message (frame, meta, the segments up
  * to BYTEPS_UCX_SHORT_THRESH bytes) and one DATA message per larger
  * segment. META messages are UCX active messages (id PS__UCX_AM_META_ID,
- * on every worker that carries data) whose 8-byte header is the receiver's
- * cookie, the sequence number and the segment bitmap (the "META tag"
- * below); DATA messages are tagged, under a tag the receiver knows from
+ * on every worker that carries data) carrying the receiver's cookie, the
+ * sequence number and the segment bitmap (the "META tag" below, 8 bytes
+ * little-endian) as their header, or, in a small message sent eagerly, as
+ * the first 8 bytes of their data (ucx_send.c); DATA messages are tagged,
+ * under a tag the receiver knows from
  * the META message, so that each lands straight in its destination. An
  * active message reaches its handler without a probe, an unexpected-queue
  * descriptor or a receive request (ucx_recv.c).
@@ -109,6 +111,7 @@
 #define PS_RDMA_UCX_UCX_INTERNAL_H_
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <ucp/api/ucp.h>
@@ -232,13 +235,18 @@ typedef struct ps__ucx_op {
     uint64_t bytes;
     int folded;                /* the inline segments were copied behind the frame */
     uint32_t iovcnt;
-    uint8_t am_hdr[PS__UCX_AM_META_HDR]; /* the META header while UCX sends it */
     /* Referenced only where UCX reads them: DATA segments, and inline
      * ones unless they were copied behind the frame (ref_mask). */
     ps_slice_t data[PS_MSG_MAX_DATA];
     ucp_dt_iov_t iov[1 + PS_MSG_MAX_DATA];
+    /* The META tag while UCX sends it: the active message's header, or,
+     * right in front of hm_inline, the first bytes of its data. */
+    uint8_t am_hdr[PS__UCX_AM_META_HDR];
     uint8_t hm_inline[PS__UCX_HM_INLINE];
 } ps__ucx_op_t;
+_Static_assert(offsetof(ps__ucx_op_t, hm_inline) ==
+                   offsetof(ps__ucx_op_t, am_hdr) + PS__UCX_AM_META_HDR,
+               "the META tag sits right in front of the inline frame");
 
 /* A message being received (progress thread only). */
 typedef struct ps__ucx_rx {
@@ -254,6 +262,7 @@ typedef struct ps__ucx_rx {
      * (rendezvous). */
     struct ps__ucx_rx *next_am; /* van->am_head */
     void *am_data;
+    uint32_t am_skip;          /* bytes of am_data before the frame (the tag) */
     int am_rndv;
     ps_slice_t staging;        /* the META message */
     size_t staging_len;
@@ -546,8 +555,9 @@ ps_status_t ps__ucx_hello_op(ps__ucx_van_t *van, int my_id, ps__ucx_op_t **op_p)
 
 /* ---- ucx_recv.c ---- */
 /* The META handler (arg: van->am_arg[i]); inside ucp_worker_progress() on
- * the thread that runs the loop. It attributes the message and keeps
- * UCX's descriptor for ps__ucx_am_take(); no ps lock, no postoffice. */
+ * the thread that runs the loop. It attributes the message and copies it
+ * into the spare staging block, else keeps it for ps__ucx_am_take(); no
+ * ps lock, no postoffice. */
 ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length, void *data,
                              size_t length, const ucp_am_recv_param_t *param);
 /* After ucp_worker_progress(): takes the META messages its handler kept

@@ -442,9 +442,10 @@ static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callback
         ucx_close(&van->base);
         return ps__ucx_status(ust);
     }
-    /* META messages, on every worker that carries data. Their data stays
-     * UCX's until ps__ucx_am_take() copies it (persistent: UCX keeps the
-     * descriptor rather than copying it for us). */
+    /* META messages, on every worker that carries data (ucx_recv.c). Not
+     * UCP_AM_FLAG_PERSISTENT_DATA: UCX would then copy a short message
+     * into a descriptor of its own, which the handler's copy makes
+     * unnecessary. */
     ucp_worker_h data_workers[2] = {van->worker, van->dworker};
     for (int i = 0; i < 2 && data_workers[i] != NULL; ++i) {
         van->am_arg[i].van = van;
@@ -455,7 +456,7 @@ static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callback
         am.id = PS__UCX_AM_META_ID;
         am.cb = ps__ucx_am_meta;
         am.arg = &van->am_arg[i];
-        am.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+        am.flags = UCP_AM_FLAG_WHOLE_MSG;
         ust = ucp_worker_set_am_recv_handler(data_workers[i], &am);
         if (ust != UCS_OK) {
             ps_error(PS_LOG_UCX, "cannot set the message handler: %s", ucs_status_string(ust));

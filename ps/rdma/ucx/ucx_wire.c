@@ -2,7 +2,9 @@
  * What the UCX van puts on the wire besides the user's bytes.
  *
  * A META message is an active message (PS__UCX_AM_META_ID) whose 8-byte
- * header is its tag (ucx_internal.h) little-endian, and whose data is a
+ * header is its tag (ucx_internal.h) little-endian — or, with no header,
+ * whose data starts with the tag (a small one, always eager) — and whose
+ * data (after that) is a
  * ps frame (ps/net/codec/frame.h: header with every segment's length, then
  * the encoded meta) followed by the segments small enough to ride along
  * (the tag says which did not; each of those follows as its own tagged

@@ -1012,6 +1012,51 @@ TEST_P(UcxStaging, HeldSlicesKeepTheirBytesAndReleasedBlocksAreReused)
     }
 }
 
+// META messages too large for UCX's eager protocol come by rendezvous:
+// the van receives them into a staging block after their handler
+// (ucp_am_recv_data_nbx), and they keep their place among the eager ones
+// around them. A low UCX_RNDV_THRESH makes every larger META message one.
+class UcxRendezvousMeta : public UcxVanTls {};
+
+TEST_P(UcxRendezvousMeta, LargeMetaMessagesKeepTheirBytesAndTheirPlace)
+{
+    const char *old = getenv("UCX_RNDV_THRESH");
+    std::string saved = old != nullptr ? old : "";
+    setenv("UCX_RNDV_THRESH", "1024", 1); // read when the vans open
+    Van server, worker;
+    ps_status_t st_server = server.Open(8);
+    ps_status_t st_worker = worker.Open(9);
+    if (old != nullptr) {
+        setenv("UCX_RNDV_THRESH", saved.c_str(), 1);
+    } else {
+        unsetenv("UCX_RNDV_THRESH");
+    }
+    ASSERT_EQ(st_server, PS_OK);
+    ASSERT_EQ(st_worker, PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    // Inline segments (up to BYTEPS_UCX_SHORT_THRESH each) of 3 x 3000
+    // bytes: one META message of ~9 KB, between small ones.
+    const std::vector<size_t> big = {3000, 3000, 3000}, small = {8};
+    const int kMsgs = 30;
+    for (int i = 0; i < kMsgs; ++i) {
+        OutMsg m(8, 100 + i, i % 2 == 0 ? big : small);
+        ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(server.inbox.WaitMsgs(kMsgs));
+    std::lock_guard<std::mutex> lk(server.inbox.mu);
+    ASSERT_EQ(server.inbox.msgs.size(), static_cast<size_t>(kMsgs));
+    for (int i = 0; i < kMsgs; ++i) {
+        EXPECT_TRUE(CheckMsg(server.inbox.msgs[i], 9, 100 + i, i % 2 == 0 ? big : small))
+            << "message " << i;
+    }
+    EXPECT_TRUE(server.inbox.failures.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, UcxRendezvousMeta, ::testing::Values("tcp", "sm"),
+                         [](const ::testing::TestParamInfo<const char *> &info) {
+                             return std::string(info.param);
+                         });
+
 INSTANTIATE_TEST_SUITE_P(Transports, UcxStaging, ::testing::Values("tcp", "sm"),
                          [](const ::testing::TestParamInfo<const char *> &info) {
                              return std::string(info.param);
