@@ -1015,14 +1015,17 @@ TEST_P(UcxStaging, HeldSlicesKeepTheirBytesAndReleasedBlocksAreReused)
 // META messages too large for UCX's eager protocol come by rendezvous:
 // the van receives them into a staging block after their handler
 // (ucp_am_recv_data_nbx), and they keep their place among the eager ones
-// around them. A low UCX_RNDV_THRESH makes every larger META message one.
+// around them. A low UCX_RNDV_THRESH makes every larger META message one;
+// with rendezvous off they are eager in several fragments instead, which
+// UCX reassembles before the handler sees them (the order must hold too).
 class UcxRendezvousMeta : public UcxVanTls {};
 
-TEST_P(UcxRendezvousMeta, LargeMetaMessagesKeepTheirBytesAndTheirPlace)
+static void LargeMetaMessagesInOrder(const char *rndv_thresh)
 {
+    SCOPED_TRACE(std::string("UCX_RNDV_THRESH=") + rndv_thresh);
     const char *old = getenv("UCX_RNDV_THRESH");
     std::string saved = old != nullptr ? old : "";
-    setenv("UCX_RNDV_THRESH", "1024", 1); // read when the vans open
+    setenv("UCX_RNDV_THRESH", rndv_thresh, 1); // read when the vans open
     Van server, worker;
     ps_status_t st_server = server.Open(8);
     ps_status_t st_worker = worker.Open(9);
@@ -1034,9 +1037,10 @@ TEST_P(UcxRendezvousMeta, LargeMetaMessagesKeepTheirBytesAndTheirPlace)
     ASSERT_EQ(st_server, PS_OK);
     ASSERT_EQ(st_worker, PS_OK);
     ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
-    // Inline segments (up to BYTEPS_UCX_SHORT_THRESH each) of 3 x 3000
-    // bytes: one META message of ~9 KB, between small ones.
-    const std::vector<size_t> big = {3000, 3000, 3000}, small = {8};
+    // Inline segments (up to BYTEPS_UCX_SHORT_THRESH each) of 3 x 4000
+    // bytes: one META message of ~12 KB (more than one 8 KB fragment),
+    // between small ones.
+    const std::vector<size_t> big = {4000, 4000, 4000}, small = {8};
     const int kMsgs = 30;
     for (int i = 0; i < kMsgs; ++i) {
         OutMsg m(8, 100 + i, i % 2 == 0 ? big : small);
@@ -1050,6 +1054,12 @@ TEST_P(UcxRendezvousMeta, LargeMetaMessagesKeepTheirBytesAndTheirPlace)
             << "message " << i;
     }
     EXPECT_TRUE(server.inbox.failures.empty());
+}
+
+TEST_P(UcxRendezvousMeta, LargeMetaMessagesKeepTheirBytesAndTheirPlace)
+{
+    LargeMetaMessagesInOrder("1024");
+    LargeMetaMessagesInOrder("inf");
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxRendezvousMeta, ::testing::Values("tcp", "sm"),
