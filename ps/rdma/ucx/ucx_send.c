@@ -147,10 +147,12 @@ enum {
 };
 
 /* Largest frame sent with the tag in front of it rather than as the
- * active message's header: UCX 1.13's eager path costs ~180 instructions
- * more per send with a user header than without (callgrind); with the tag
- * in the data, the message must stay eager (the handler of a rendezvous
- * one does not see its data), which is what a message this small is. */
+ * active message's header: UCX 1.13's ucp_am_send_nbx costs ~340
+ * instructions per small message over shared memory without a user
+ * header, ~390 with one (callgrind; a tagged send ~210: UCP's AM short
+ * path always gathers an iovec). With the tag in the data the message
+ * must stay eager (the handler of a rendezvous one does not see its
+ * data), which is what a message this small is anyway. */
 #define SELF_MAX PS__UCX_HM_INLINE
 
 /* One send of the op. The op's hold is taken before UCX can call back.
