@@ -37,7 +37,7 @@ chmod +x "$dir/wrap.sh"
 setup() {
   transport_env "$1" || return 1
   case $1 in
-  ucx-*) entries="ps__ucx_probe ps__ucx_rx_process" ;;
+  ucx-*) entries="ps__ucx_am_meta ps__ucx_am_take ps__ucx_rx_process" ;;
   fabric-*) entries="ps__fab_on_meta" ;;
   tcp) entries="ps__tcp_on_readable" ;;
   *) echo "no receive entry points known for $1" >&2; return 1 ;;
@@ -46,7 +46,7 @@ setup() {
 
 # Inclusive instructions of function $2 in callgrind file $1 (0 if absent).
 incl() {
-  callgrind_annotate --inclusive=yes "$1" 2>/dev/null |
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
     awk -v f=":$2 " 'index($0, f) { gsub(",", "", $1); print $1; found = 1; exit }
                      END { if (!found) print 0 }'
 }

@@ -36,6 +36,7 @@
 
 #include "ps/base/endian.h"
 #include "ps/base/log.h"
+#include "ps/base/stage_trace.h"
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/meta_fast.h"
 #include "ps/rdma/common/buf_pool.h"
@@ -283,6 +284,7 @@ ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length
 {
     const struct ps__ucx_am_arg *a = arg;
     ps__ucx_van_t *van = a->van;
+    ps_stage_found();
     /* The tag is the header, or, in a small eager message, its first
      * bytes (ucx_send.c says why). */
     ucp_tag_t tag;

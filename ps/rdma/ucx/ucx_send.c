@@ -21,6 +21,7 @@
 
 #include "ps/base/endian.h"
 #include "ps/base/log.h"
+#include "ps/base/stage_trace.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
 static ps_status_t op_new(ps__ucx_van_t *van, ps__ucx_op_t **op_p)
@@ -182,6 +183,9 @@ static int post_one(ps__ucx_op_t *op, ucp_ep_h ep, const void *buf, size_t count
         }
     } else {
         r = ucp_tag_send_nbx(ep, buf, count, tag, &param);
+    }
+    if (how != SEND_DATA && !UCS_PTR_IS_ERR(r)) {
+        ps_stage_posted();
     }
     if (UCS_PTR_IS_PTR(r)) {
         return 1;
