@@ -121,8 +121,8 @@
  * on a peer region's lock, which a process that died holding it never
  * releases. Then the van is abandoned (not freed) rather than close hang. */
 #define PS__FAB_STOP_MS 5000
-/* A spinning progress loop reads the clock after work and every this many
- * idle rounds (a fraction of a microsecond each). */
+/* A spinning progress loop reads the clock every this many rounds (a
+ * fraction of a microsecond each). */
 #define PS__FAB_CLOCK_EVERY 32u
 /* Busy polling: the spinning progress thread yields the CPU every this
  * many idle rounds (a power of two). */
@@ -432,13 +432,15 @@ struct ps__fab_van {
     ps_node_t *scratch_nodes;
     size_t scratch_cap;
     uint64_t last_liveness_ns;
-    /* run_round's clock: read after work, every PS__FAB_CLOCK_EVERY idle
-     * rounds (a spinning loop read it as often as the queue) and after a
-     * sleep; what a round handles is stamped with it (a few microseconds
-     * old at most while spinning, up to PS__FAB_PARK_MS when a driver
-     * comes back). */
+    /* run_round's clock: read every PS__FAB_CLOCK_EVERY rounds, busy or
+     * idle (a spinning loop read it as often as the queue, and a read after
+     * a round that delivered an answer delayed the answer: clock_gettime
+     * costs ~24 ns in a VM), and after a sleep; what a round handles is
+     * stamped with it (a few microseconds old at most while spinning, up
+     * to PS__FAB_PARK_MS when a driver comes back). Written by the loop's
+     * holder, read by busy-polling senders too: ps__fab_round_now(). */
     uint64_t round_now_ns;
-    unsigned idle_rounds;
+    unsigned clock_rounds;
 
     int64_t ops_in_flight;      /* atomic: posted sends, data/ext receives */
     int my_id;                  /* atomic */
@@ -449,6 +451,17 @@ struct ps__fab_van {
 static inline ps__fab_van_t *ps__fab_of(ps_van_t *v)
 {
     return (ps__fab_van_t *)v;
+}
+
+/* The loop's clock (round_now_ns), from any thread. */
+static inline uint64_t ps__fab_round_now(ps__fab_van_t *van)
+{
+    return __atomic_load_n(&van->round_now_ns, __ATOMIC_RELAXED);
+}
+
+static inline void ps__fab_set_round_now(ps__fab_van_t *van, uint64_t now)
+{
+    __atomic_store_n(&van->round_now_ns, now, __ATOMIC_RELAXED);
 }
 
 /* Serialises endpoint calls for providers that are not thread-safe. */

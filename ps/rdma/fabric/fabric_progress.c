@@ -277,14 +277,15 @@ static inline __attribute__((always_inline)) int run_round(ps__fab_van_t *van, u
     if (van->rx_blocked != NULL || van->mrecv_blocked)
         ps__fab_retry_recvs(van);
     notify_failures(van);
-    /* Idle rounds of a spinning loop need no fresh time: the liveness
-     * check and the spin windows are milliseconds. */
-    if (n > 0 || ++van->idle_rounds >= PS__FAB_CLOCK_EVERY) {
-        van->idle_rounds = 0;
-        van->round_now_ns = ps_time_now_ns();
-        check_liveness(van, van->round_now_ns);
+    /* The rounds of a spinning loop need no fresh time: the liveness check
+     * and the spin windows are milliseconds (round_now_ns says more). */
+    if (++van->clock_rounds >= PS__FAB_CLOCK_EVERY) {
+        van->clock_rounds = 0;
+        uint64_t now = ps_time_now_ns();
+        ps__fab_set_round_now(van, now);
+        check_liveness(van, now);
     }
-    *now_p = van->round_now_ns;
+    *now_p = ps__fab_round_now(van);
     return n;
 }
 
@@ -305,8 +306,8 @@ static void park(ps__fab_van_t *van, uint64_t *seen)
  * next round handles is stamped with it) and at the end of the round. */
 static void fresh_clock(ps__fab_van_t *van)
 {
-    van->round_now_ns = ps_time_now_ns();
-    van->idle_rounds = PS__FAB_CLOCK_EVERY;
+    ps__fab_set_round_now(van, ps_time_now_ns());
+    van->clock_rounds = PS__FAB_CLOCK_EVERY;
 }
 
 static void *progress_main(void *arg)
@@ -317,7 +318,7 @@ static void *progress_main(void *arg)
     unsigned spins = 0;
     uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
     pthread_mutex_lock(&van->prog_lock);
-    van->round_now_ns = last_active;
+    ps__fab_set_round_now(van, last_active);
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
         uint64_t now;
         int n = run_round(van, &now);
@@ -333,7 +334,7 @@ static void *progress_main(void *arg)
                 park(van, &seen);
                 pthread_mutex_lock(&van->prog_lock);
                 last_active = ps_time_now_ns();
-                van->round_now_ns = last_active;
+                ps__fab_set_round_now(van, last_active);
                 continue;
             }
         }
@@ -428,7 +429,7 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
         }
     }
     van->last_liveness_ns = ps_time_now_ns();
-    van->round_now_ns = van->last_liveness_ns;
+    ps__fab_set_round_now(van, van->last_liveness_ns);
     ps_status_t st = ps_event_init(&van->thread_exited, 0);
     if (st != PS_OK)
         return st;

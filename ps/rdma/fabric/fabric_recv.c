@@ -676,7 +676,7 @@ void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr
         post_mrecv(van, m);
         return;
     }
-    __atomic_store_n(&peer->last_progress_ns, van->round_now_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&peer->last_progress_ns, ps__fab_round_now(van), __ATOMIC_RELAXED);
     fi_addr_t known = __atomic_load_n(&peer->addr, __ATOMIC_ACQUIRE);
     /* Job secret (PS_JOB_SECRET): an RDM endpoint has no connection to run
      * a challenge-response on. The scheduler's traffic goes over the TCP

@@ -209,7 +209,7 @@ void ps__fab_tx_op_done(ps__fab_van_t *van, ps__fab_tx_t *tx, int ok)
 {
     __atomic_sub_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
     if (ok) /* progress context: the round's clock */
-        __atomic_store_n(&tx->peer->last_progress_ns, van->round_now_ns, __ATOMIC_RELAXED);
+        __atomic_store_n(&tx->peer->last_progress_ns, ps__fab_round_now(van), __ATOMIC_RELAXED);
     tx_unref(van, tx, 0);
 }
 
@@ -500,7 +500,10 @@ static ps_status_t post_direct(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab
         pthread_mutex_unlock(&peer->lock);
         return PS_INPROGRESS;
     }
-    if (peer_dead(peer, 0, 0)) {
+    /* Busy polling keeps the loop's clock current (a driver or the
+     * progress thread runs it; parked, a few ms old at most): no clock
+     * read on the request's path. */
+    if (peer_dead(peer, van->params.busy_poll ? ps__fab_round_now(van) : 0, 0)) {
         pthread_mutex_unlock(&peer->lock);
         ps__fab_peer_fail(van, peer, PS_ERR_PEER_GONE, "its process is gone");
         return PS_ERR_PEER_GONE;
