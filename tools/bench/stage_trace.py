@@ -5,11 +5,14 @@
     stage_trace.py WORKER_FILE SERVER_FILE [TOOL_RTT_US]
 
 The files are what the worker and the server of a 1 x 1 latency run wrote
-at exit. Their k-th marks belong to the k-th request (one at a time), so
-the arrays are matched from their ends (the first requests' marks may be
-missing on one side: warm-up, connection set-up). Prints the median, p10
-and p90 of each stage in ns and the share of the median round trip.
+at exit (one request at a time). Marks are times of the CPU's time-stamp
+counter, one clock for both processes: each request's chain is followed
+by time (the first "posted" after its "issue", the first server "handle"
+after that, and so on), so a mark of another message (a heartbeat, a
+second write) does not shift the rest. Prints the median, p10 and p90 of
+each stage in ns and the share of the median round trip.
 """
+import bisect
 import sys
 
 
@@ -33,20 +36,35 @@ def main():
     per_ns, w = load(sys.argv[1])
     _, s = load(sys.argv[2])
     tool = float(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else None
-    seqs = [w["issue"], w["posted"], s["handle"], s["posted"], w["found"], w["waited"]]
-    n = min(len(x) for x in seqs)
+    issue, wposted, found, waited = (sorted(w[k]) for k in ("issue", "posted", "found", "waited"))
+    handle, sposted = sorted(s["handle"]), sorted(s["posted"])
+
+    def after(marks, t):
+        i = bisect.bisect_left(marks, t)
+        return marks[i] if i < len(marks) else None
+
+    chains = []
+    for t0 in issue:
+        chain = [t0]
+        for marks in (wposted, handle, sposted, found, waited):
+            t = after(marks, chain[-1])
+            if t is None:
+                break
+            chain.append(t)
+        if len(chain) == 6:
+            chains.append(chain)
+    n = len(chains)
     if n < 100:
         sys.exit("too few traced round trips (%d): was the binary built with "
                  "--define=ps_stage_trace=1?" % n)
-    issue, wposted, handle, sposted, found, waited = (x[len(x) - n:] for x in seqs)
     rows = [
-        ("worker: request to transport", lambda i: wposted[i] - issue[i]),
-        ("transport + server polling", lambda i: handle[i] - wposted[i]),
-        ("server: request to response", lambda i: sposted[i] - handle[i]),
-        ("transport + worker polling", lambda i: found[i] - sposted[i]),
-        ("worker: response to caller", lambda i: waited[i] - found[i]),
-        ("caller: to the next request", lambda i: issue[i + 1] - waited[i]),
-        ("round trip (issue to issue)", lambda i: issue[i + 1] - issue[i]),
+        ("worker: request to transport", lambda i: chains[i][1] - chains[i][0]),
+        ("transport + server polling", lambda i: chains[i][2] - chains[i][1]),
+        ("server: request to response", lambda i: chains[i][3] - chains[i][2]),
+        ("transport + worker polling", lambda i: chains[i][4] - chains[i][3]),
+        ("worker: response to caller", lambda i: chains[i][5] - chains[i][4]),
+        ("caller: to the next request", lambda i: chains[i + 1][0] - chains[i][5]),
+        ("round trip (issue to issue)", lambda i: chains[i + 1][0] - chains[i][0]),
     ]
     first = n // 10  # the first tenth: caches and branch predictors warming
     span = range(first, n - 1)
