@@ -2,7 +2,7 @@
 """Where one small round trip's time goes, from the stage marks of a
 --define=ps_stage_trace=1 build (ps/base/stage_trace.h).
 
-    stage_trace.py WORKER_FILE SERVER_FILE [TOOL_RTT_US]
+    stage_trace.py WORKER_FILE SERVER_FILE [TOOL_RTT_US [TOOL_RTT_US_AFTER]]
 
 The files are what the worker and the server of a 1 x 1 latency run wrote
 at exit (one request at a time). Marks are times of the CPU's time-stamp
@@ -35,7 +35,7 @@ def pct(sorted_vals, q):
 def main():
     per_ns, w = load(sys.argv[1])
     _, s = load(sys.argv[2])
-    tool = float(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else None
+    tools = [float(a) * 1000 for a in sys.argv[3:5] if a]
     issue, wposted, found, waited = (sorted(w[k]) for k in ("issue", "posted", "found", "waited"))
     handle, sposted = sorted(s["handle"]), sorted(s["posted"])
 
@@ -76,9 +76,14 @@ def main():
         vals = dist[name]
         print("%-32s %8.0f %8.0f %8.0f %5.0f%%" % (name, pct(vals, 0.5), pct(vals, 0.1),
                                                   pct(vals, 0.9), 100.0 * pct(vals, 0.5) / total))
-    if tool:
-        print("tool round trip %.0f ns; ps round trip / tool = %.2f" % (tool * 1000,
-                                                                       total / (tool * 1000)))
+    if tools:
+        print("tool round trip %s ns; ps round trip / tool = %s" % (
+            " / ".join("%.0f" % t for t in tools), " / ".join("%.2f" % (total / t) for t in tools)))
+        # The host switches between a fast and a slow state (docs/PERF.md):
+        # a ratio means something only when the tool stayed in one.
+        if len(tools) == 2 and max(tools) > 1.5 * min(tools):
+            print("the tool changed state during the run (%.0f -> %.0f ns): the ratio is not "
+                  "like for like" % (tools[0], tools[1]))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@
 # (`--config=opt --define=ps_stage_trace=1`, ps/base/stage_trace.h; set
 # OUTPUT_BASE for a non-default bazel output base) and uses a copy. Per
 # transport: the tool's 8-byte round trip (ucx_perftest tag_lat,
-# fi_pingpong; none for tcp), then a 1 worker x 1 server busy-polling run
+# fi_pingpong; none for tcp) before and after a 1 worker x 1 server
+# busy-polling run
 # of test_benchmark mode 4 (8 bytes, 1 key, LAT_ROUNDS round trips), whose
 # marks tools/bench/stage_trace.py splits into worker, transport and server
 # stages. The marks cost ~20 ns a round trip; compare stages, not totals,
@@ -48,8 +49,10 @@ for t in ${TRANSPORTS:-ucx-sm fabric-shm ucx-tcp fabric-tcp tcp}; do
       LOG_DURATION=$lat_rounds NUM_KEY_PER_SERVER=1 timeout 120 \
       python3 "$launch" -q -s 1 -w 1 --timeout 100 -- "$bench" 8 10 4 >"$dir/run.log" 2>&1 ||
       { echo "## $t: the run failed"; tail -5 "$dir/run.log"; exit 1; }
+    port=$((port + 1))
+    tool_after=$(tool_rtt "$t" "$port")
     echo "## $t"
     python3 "$here/tools/bench/stage_trace.py" "$(ls "$dir"/stage.worker.* | head -1)" \
-      "$(ls "$dir"/stage.server.* | head -1)" "$tool" )
+      "$(ls "$dir"/stage.server.* | head -1)" "$tool" "$tool_after" )
   port=$((port + 10))
 done
