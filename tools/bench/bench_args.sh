@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the benchmark scripts here: sets `here` (the repository),
 # `bench` (test_benchmark: the first argument, else where a plain
 # `bazel build --config=opt //tests:test_benchmark` leaves it; OUTPUT_BASE

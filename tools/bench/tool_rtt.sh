@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the benchmark scripts here. tool_rtt TRANSPORT PORT prints the
 # transport's own tool's 8-byte round trip in us (2x the one-way latency
 # that ucx_perftest tag_lat and fi_pingpong report), with the environment

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the benchmark scripts here. transport_env NAME sets, in the
 # calling shell, the environment that makes ps (and the transport's own
 # tool) use transport NAME, after clearing what another one set:
