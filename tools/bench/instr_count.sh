@@ -19,19 +19,13 @@
 set -uo pipefail
 source "$(dirname "$0")/bench_args.sh"
 source "$(dirname "$0")/transport_env.sh"
-command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
+source "$(dirname "$0")/callgrind_wrap.sh"
 vans=${VANS:-"tcp shm fabric-shm ucx-sm"}
 r1=${R1:-2000} r2=${R2:-6000}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-# The launcher starts this for every role: callgrind for worker and server.
-cat >"$dir/wrap.sh" <<EOF
-#!/bin/sh
-[ "\$DMLC_ROLE" = scheduler ] && exec "$bench" "\$@"
-exec valgrind --tool=callgrind --callgrind-out-file="$dir/cg.\$DMLC_ROLE" "$bench" "\$@" 2>/dev/null
-EOF
-chmod +x "$dir/wrap.sh"
+callgrind_wrapper "$dir" "$bench"
 
 # run ROUNDS -> "worker_instr server_instr"
 run() {

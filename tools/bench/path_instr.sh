@@ -20,18 +20,13 @@
 set -uo pipefail
 source "$(dirname "$0")/bench_args.sh"
 source "$(dirname "$0")/transport_env.sh"
-command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
+source "$(dirname "$0")/callgrind_wrap.sh"
 vans=${VANS:-"ucx-sm fabric-shm tcp"}
 rounds=${ROUNDS:-6000}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-cat >"$dir/wrap.sh" <<EOF2
-#!/bin/sh
-[ "\$DMLC_ROLE" = scheduler ] && exec "$bench" "\$@"
-exec valgrind --tool=callgrind --callgrind-out-file="$dir/cg.\$DMLC_ROLE" "$bench" "\$@" 2>/dev/null
-EOF2
-chmod +x "$dir/wrap.sh"
+callgrind_wrapper "$dir" "$bench"
 
 # Sets the van's environment and `entries`, its receive entry points.
 setup() {
