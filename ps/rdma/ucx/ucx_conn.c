@@ -50,12 +50,6 @@ static ps__ucx_conn_t *conn_new(ps__ucx_van_t *van, int outgoing)
     return conn;
 }
 
-static ps__ucx_conn_t *conn_ref(ps__ucx_conn_t *conn)
-{
-    __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
-    return conn;
-}
-
 void ps__ucx_conn_unref(ps__ucx_conn_t *conn)
 {
     if (conn != NULL && __atomic_sub_fetch(&conn->refs, 1, __ATOMIC_ACQ_REL) == 0) {
@@ -252,7 +246,7 @@ static ps_status_t peer_add_in(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
     /* More incoming connections than we index still deliver; they are
      * just not used for replies. */
     if (p->num_in < PS__UCX_MAX_STREAMS) {
-        p->in[p->num_in++] = conn_ref(conn);
+        p->in[p->num_in++] = ps__ucx_conn_ref(conn);
     }
     pthread_rwlock_unlock(&van->peers_lock);
     return PS_OK;
@@ -275,18 +269,23 @@ int ps__ucx_may_claim(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, uint64_t
     return !taken;
 }
 
+ps__ucx_conn_t *ps__ucx_peer_send_conn_locked(ps__ucx_van_t *van, int id)
+{
+    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
+    if (p == NULL) {
+        return NULL;
+    }
+    /* Our own connection first; else the peer's connection to us. One
+     * fixed choice per peer keeps its messages in order. */
+    return p->out != NULL ? p->out : (p->num_in > 0 ? p->in[0] : NULL);
+}
+
 ps__ucx_conn_t *ps__ucx_peer_send_conn(ps__ucx_van_t *van, int id)
 {
-    ps__ucx_conn_t *conn = NULL;
     pthread_rwlock_rdlock(&van->peers_lock);
-    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
-    if (p != NULL) {
-        /* Our own connection first; else the peer's connection to us. One
-         * fixed choice per peer keeps its messages in order. */
-        conn = p->out != NULL ? p->out : (p->num_in > 0 ? p->in[0] : NULL);
-        if (conn != NULL) {
-            conn_ref(conn);
-        }
+    ps__ucx_conn_t *conn = ps__ucx_peer_send_conn_locked(van, id);
+    if (conn != NULL) {
+        ps__ucx_conn_ref(conn);
     }
     pthread_rwlock_unlock(&van->peers_lock);
     return conn;
@@ -303,7 +302,7 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     }
     (void)ep;
     ev->kind = PS__UCX_EV_EP_ERROR;
-    ev->conn = conn_ref(conn);
+    ev->conn = ps__ucx_conn_ref(conn);
     ev->status = status;
     ps__ucx_post_event(conn->van, ev);
 }
@@ -372,7 +371,7 @@ static void ep_close(ps__ucx_conn_t *conn, ucp_ep_h ep, int force)
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     if (c != NULL) {
-        c->conn = conn_ref(conn);
+        c->conn = ps__ucx_conn_ref(conn);
         c->next = van->closing;
         if (van->closing != NULL) {
             van->closing->prev = c;
@@ -673,7 +672,7 @@ ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id
          * connection goes, with the table's reference. */
         replaced = p->out;
     }
-    p->out = conn_ref(conn); /* the table's reference */
+    p->out = ps__ucx_conn_ref(conn); /* the table's reference */
     pthread_rwlock_unlock(&van->peers_lock);
 
     pthread_mutex_lock(&van->pending_lock);
@@ -747,7 +746,7 @@ ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id)
             }
             list = grown;
         }
-        list[n++] = conn_ref(p->out);
+        list[n++] = ps__ucx_conn_ref(p->out);
     }
     pthread_rwlock_unlock(&van->peers_lock);
     ps_status_t result = PS_OK;
@@ -1228,10 +1227,10 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
         ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
         if (p != NULL) {
             if (p->out != NULL) {
-                others[n++] = conn_ref(p->out);
+                others[n++] = ps__ucx_conn_ref(p->out);
             }
             for (int i = 0; i < p->num_in; ++i) {
-                others[n++] = conn_ref(p->in[i]);
+                others[n++] = ps__ucx_conn_ref(p->in[i]);
             }
         }
         pthread_rwlock_unlock(&van->peers_lock);

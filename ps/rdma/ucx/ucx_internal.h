@@ -517,10 +517,18 @@ void ps__ucx_auth_on_hs(ps__ucx_van_t *van, ucp_ep_h ep, int type, const uint8_t
                         size_t len);
 int ps__ucx_auth_hello_ok(ps__ucx_conn_t *conn, int id); /* 0: refused (logged) */
 int ps__ucx_auth_ack_ok(ps__ucx_conn_t *conn);           /* 0: failed (logged, closed) */
+static inline ps__ucx_conn_t *ps__ucx_conn_ref(ps__ucx_conn_t *conn)
+{
+    __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
+    return conn;
+}
 void ps__ucx_conn_unref(ps__ucx_conn_t *conn);
 ps__ucx_conn_t *ps__ucx_conn_lookup(ps__ucx_van_t *van, uint32_t cookie);
 /* The connection send() uses for a node: referenced, or NULL. */
 ps__ucx_conn_t *ps__ucx_peer_send_conn(ps__ucx_van_t *van, int id);
+/* The same with peers_lock held (read) by the caller, not referenced:
+ * valid until the caller unlocks. */
+ps__ucx_conn_t *ps__ucx_peer_send_conn_locked(ps__ucx_van_t *van, int id);
 /* close(): every connection down, endpoints closed (bounded). */
 void ps__ucx_close_all(ps__ucx_van_t *van);
 /* close(), before the worker goes: gives back the close requests that did
