@@ -741,13 +741,16 @@ int ps_customer_num_responses(ps_customer_t *c, int ts)
 }
 
 /* Busy polling: the waiter runs the van's event loop itself until the
- * request completes or PS__CUSTOMER_SPIN_NS pass, so the process has one
- * spinning thread (the van's own stands back meanwhile). PS_INPROGRESS
- * when the spin ended without a result. */
-static ps_status_t customer_drive(ps_customer_t *c, int ts, uint64_t spin_until)
+ * request completes or spin_ns pass, so the process has one spinning
+ * thread (the van's own stands back meanwhile). PS_INPROGRESS when the
+ * spin ended without a result. The spin's start, *start_p, is the first
+ * clock read, 16 turns in: at ~24 ns a read (docs/PERF.md), a request
+ * answered sooner reads no clock, and the spin lasts those turns longer. */
+static ps_status_t customer_drive(ps_customer_t *c, int ts, uint64_t spin_ns, uint64_t *start_p)
 {
     int handled = 1;
     uint64_t seen = PS__TRACKER_POLL_START;
+    uint64_t spin_until = 0;
     for (unsigned i = 1;; i++) {
         /* The request completes in a round this thread ran, or (rarely)
          * on another thread: check after work, and now and then. (Most
@@ -757,8 +760,15 @@ static ps_status_t customer_drive(ps_customer_t *c, int ts, uint64_t spin_until)
             ps_status_t st = ps__tracker_poll(c->tracker, ts, &seen);
             if (st != PS_ERR_TIMED_OUT)
                 return st;
-            if ((i & 15) == 0 && ps_time_now_ns() >= spin_until)
-                break;
+            if ((i & 15) == 0) {
+                uint64_t now = ps_time_now_ns();
+                if (spin_until == 0) {
+                    *start_p = now;
+                    spin_until = now + spin_ns;
+                }
+                if (now >= spin_until)
+                    break;
+            }
         }
         handled = c->progress(c->van, PS__DRIVE_BUDGET);
         /* Several waiters spin while one drives: now and then let the
@@ -816,11 +826,11 @@ ps_status_t ps_customer_wait(ps_customer_t *c, int ts, int timeout_ms)
      * below us on this thread. */
     ps__registry_t *driving = NULL;
     if (c->progress != NULL && tls_in_customer == NULL && (driving = drive_enter(c)) != NULL) {
-        uint64_t start = ps_time_now_ns();
+        uint64_t start = 0;
         uint64_t spin = PS__CUSTOMER_SPIN_NS;
         if (timeout_ms >= 0 && (uint64_t)timeout_ms * 1000000ull < spin)
             spin = (uint64_t)timeout_ms * 1000000ull;
-        ps_status_t st = customer_drive(c, ts, start + spin);
+        ps_status_t st = customer_drive(c, ts, spin, &start);
         drive_exit(driving);
         if (st != PS_INPROGRESS)
             return st;
