@@ -1211,9 +1211,10 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
      * do after a kill -9 while the others still push and pull. A forced
      * close completes every such request with UCS_ERR_CANCELED instead.
      * Sends whose requests UCX still holds, receives it could not cancel
-     * (matched ones), and any unattributed receive in progress (the
-     * endpoint it came on is unknown) make the close forced. */
-    busy += ps__ucx_conn_sends_busy(van, conn) + ps__ucx_rx_unattributed_busy(van);
+     * (matched ones), and receives of connections dropped earlier that
+     * UCX still holds requests of (the endpoint they came on may be this
+     * one) make the close forced. */
+    busy += ps__ucx_conn_sends_busy(van, conn) + ps__ucx_rx_dropped_busy(van);
     conn_close_eps(conn, why != PS_OK || busy != 0);
     int linked = conn->linked;
     conn_unlink(van, conn);

@@ -255,7 +255,7 @@ typedef struct ps__ucx_rx {
     struct ps__ucx_rx *next_all, *prev_all; /* van->rx_all (for cancel at close) */
     ps__ucx_van_t *van;
     ucp_worker_h worker;       /* the one the META message came on; DATA follows there */
-    ps__ucx_conn_t *conn;      /* referenced; NULL: unattributed or dropped, discarded */
+    ps__ucx_conn_t *conn;      /* referenced; NULL: its connection was dropped, discarded */
     ucp_tag_t tag;             /* the META header */
     /* The META message's data as its handler got it, until ps__ucx_am_take
      * copies it (eager; UCX's descriptor, released then) or receives it
@@ -579,9 +579,9 @@ void ps__ucx_rx_process(ps__ucx_van_t *van);
  * receives UCX still holds requests of (matched ones cannot be
  * cancelled). */
 int ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver);
-/* How many receives not attributed to a connection UCX still holds
- * requests of. */
-int ps__ucx_rx_unattributed_busy(ps__ucx_van_t *van);
+/* How many receives of connections already dropped (ps__ucx_rx_drop_conn)
+ * UCX still holds requests of. */
+int ps__ucx_rx_dropped_busy(ps__ucx_van_t *van);
 /* close(): cancels every receive (after the thread stopped), and frees
  * them once the worker is gone. */
 void ps__ucx_rx_cancel_all(ps__ucx_van_t *van);

@@ -684,10 +684,10 @@ static void rx_deliver_ready(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
 static void rx_advance(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
 {
     if (rx->conn == NULL) {
-        /* Unattributed, or its connection was dropped: nothing more is
-         * posted for it (its segments stay unreceived), and it goes once
-         * UCX holds no request of it — never before, since UCX would call
-         * back into the freed receive. */
+        /* Its connection was dropped: nothing more is posted for it (its
+         * segments stay unreceived), and it goes once UCX holds no request
+         * of it — never before, since UCX would call back into the freed
+         * receive. */
         if (rx->outstanding == 0) {
             rx_free(van, rx);
         }
@@ -764,7 +764,7 @@ int ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver)
     return busy;
 }
 
-int ps__ucx_rx_unattributed_busy(ps__ucx_van_t *van)
+int ps__ucx_rx_dropped_busy(ps__ucx_van_t *van)
 {
     int busy = 0;
     for (ps__ucx_rx_t *rx = van->rx_all; rx != NULL; rx = rx->next_all) {
