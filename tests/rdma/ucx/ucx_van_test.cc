@@ -507,13 +507,16 @@ TEST(UcxVan, Ipv6IsRefusedWithAReasonOnOldUcx)
 // peer could send.
 class RawPeer {
   public:
-    // Tag layout of ucx_internal.h.
-    static uint64_t Tag(uint64_t kind, uint32_t cookie, uint64_t seq, unsigned low)
+    // The tags of this connection's META and DATA messages `ahead` places
+    // after the first sequence number the van handed out (after Hello).
+    uint64_t MetaTag(int64_t ahead, unsigned low = 0) const
     {
-        return (kind << 62) | (static_cast<uint64_t>(cookie & 0x3fffff) << 40) |
-               ((seq & ((1ull << 36) - 1)) << 4) | (low & 0xf);
+        return Tag(kMeta, cookie_, seq0_ + static_cast<uint64_t>(ahead), low);
     }
-    static constexpr uint64_t kMeta = 1, kData = 2;
+    uint64_t DataTag(int64_t ahead, unsigned index) const
+    {
+        return Tag(kData, cookie_, seq0_ + static_cast<uint64_t>(ahead), index);
+    }
 
     ~RawPeer()
     {
@@ -531,6 +534,8 @@ class RawPeer {
             ucp_cleanup(ctx_);
         }
     }
+    // Open, then Hello as node `id`.
+    bool Join(int port, int id) { return Open(port) && Hello(id); }
     bool Open(int port)
     {
         ucp_params_t params;
@@ -608,8 +613,6 @@ class RawPeer {
         }
         return failed_;
     }
-    uint32_t cookie() const { return cookie_; }
-    uint64_t seq0() const { return seq0_; }
     // A META message: frame + meta (key `key`) + inline segments; segments
     // whose bit is in `sep` are left to DATA messages.
     static std::string Frame(uint64_t key, const std::vector<size_t> &sizes, unsigned sep)
@@ -692,6 +695,13 @@ class RawPeer {
     }
 
   private:
+    // Tag layout of ucx_internal.h.
+    static constexpr uint64_t kMeta = 1, kData = 2;
+    static uint64_t Tag(uint64_t kind, uint32_t cookie, uint64_t seq, unsigned low)
+    {
+        return (kind << 62) | (static_cast<uint64_t>(cookie & 0x3fffff) << 40) |
+               ((seq & ((1ull << 36) - 1)) << 4) | (low & 0xf);
+    }
     static void Put(uint8_t *p, uint64_t v, int n)
     {
         for (int i = 0; i < n; ++i) {
@@ -775,13 +785,10 @@ TEST(UcxVan, PeersCannotSpeakForOtherNodes)
     // ahead of the expected number is a reordering instead, which fails
     // the connection: OutOfOrderMessageFailsTheConnection.)
     RawPeer raw;
-    ASSERT_TRUE(raw.Open(server.Port()));
-    ASSERT_TRUE(raw.Hello(10));
-    uint32_t c = raw.cookie();
-    uint64_t s = raw.seq0();
-    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s + 100000, 0), RawPeer::Frame(100, {8}, 0));
-    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s - 1, 0), RawPeer::Frame(101, {8}, 0));
-    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s, 0), RawPeer::Frame(102, {8}, 0));
+    ASSERT_TRUE(raw.Join(server.Port(), 10));
+    raw.Send(raw.MetaTag(100000), RawPeer::Frame(100, {8}, 0));
+    raw.Send(raw.MetaTag(-1), RawPeer::Frame(101, {8}, 0));
+    raw.Send(raw.MetaTag(0), RawPeer::Frame(102, {8}, 0));
     raw.Flush();
     {
         OutMsg m(8, 2, {16});
@@ -827,13 +834,10 @@ TEST(UcxVan, OutOfOrderMessageFailsTheConnection)
     Van server;
     ASSERT_EQ(server.Open(8), PS_OK);
     RawPeer raw;
-    ASSERT_TRUE(raw.Open(server.Port()));
-    ASSERT_TRUE(raw.Hello(10));
-    uint32_t c = raw.cookie();
-    uint64_t s = raw.seq0();
-    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s, 0), RawPeer::Frame(1, {8}, 0));
-    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s + 2, 0), RawPeer::Frame(3, {8}, 0));
-    raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s + 1, 0), RawPeer::Frame(2, {8}, 0));
+    ASSERT_TRUE(raw.Join(server.Port(), 10));
+    raw.Send(raw.MetaTag(0), RawPeer::Frame(1, {8}, 0));
+    raw.Send(raw.MetaTag(2), RawPeer::Frame(3, {8}, 0));
+    raw.Send(raw.MetaTag(1), RawPeer::Frame(2, {8}, 0));
     raw.Flush();
     ASSERT_TRUE(server.inbox.WaitFailure(1));
     {
@@ -862,15 +866,12 @@ TEST(UcxVan, MessageHalfReceivedWhenItsConnectionBreaks)
         Van server;
         ASSERT_EQ(server.Open(8), PS_OK);
         RawPeer raw;
-        ASSERT_TRUE(raw.Open(server.Port()));
-        ASSERT_TRUE(raw.Hello(10));
-        uint32_t c = raw.cookie();
-        uint64_t s = raw.seq0();
+        ASSERT_TRUE(raw.Join(server.Port(), 10));
         {
             std::lock_guard<std::mutex> lk(server.inbox.mu);
             server.inbox.gate_closed = true;
         }
-        raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s, 0), RawPeer::Frame(6, {8}, 0));
+        raw.Send(raw.MetaTag(0), RawPeer::Frame(6, {8}, 0));
         raw.Flush();
         {
             std::unique_lock<std::mutex> lk(server.inbox.mu);
@@ -878,10 +879,10 @@ TEST(UcxVan, MessageHalfReceivedWhenItsConnectionBreaks)
                 server.inbox.cv.wait_for(lk, kWait, [&] { return server.inbox.in_gate.load(); }));
         }
         const size_t kBig = 1u << 20;
-        raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s + 1, 0), std::string(40, 'x')); // not a frame
-        raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s + 2, 1), RawPeer::Frame(7, {kBig}, 1));
+        raw.Send(raw.MetaTag(1), std::string(40, 'x')); // not a frame
+        raw.Send(raw.MetaTag(2, 1), RawPeer::Frame(7, {kBig}, 1));
         raw.Flush();
-        raw.Send(RawPeer::Tag(RawPeer::kData, c, s + 2, 0), std::string(kBig, 'd'));
+        raw.Send(raw.DataTag(2, 0), std::string(kBig, 'd'));
         raw.Progress(); // its announcement leaves
         server.inbox.OpenGate();
         ASSERT_TRUE(server.inbox.WaitFailure(1));
@@ -908,13 +909,10 @@ TEST(UcxVan, CloseWhileAPeersRendezvousToUsIsHalfway)
         Van server;
         ASSERT_EQ(server.Open(8), PS_OK);
         RawPeer raw;
-        ASSERT_TRUE(raw.Open(server.Port()));
-        ASSERT_TRUE(raw.Hello(10));
-        uint32_t c = raw.cookie();
-        uint64_t s = raw.seq0();
+        ASSERT_TRUE(raw.Join(server.Port(), 10));
         const size_t kBig = 8u << 20;
-        raw.Send(RawPeer::Tag(RawPeer::kMeta, c, s, 1), RawPeer::Frame(7, {kBig}, 1));
-        raw.Send(RawPeer::Tag(RawPeer::kData, c, s, 0), std::string(kBig, 'd'));
+        raw.Send(raw.MetaTag(0, 1), RawPeer::Frame(7, {kBig}, 1));
+        raw.Send(raw.DataTag(0, 0), std::string(kBig, 'd'));
         // The van asks where the segment goes right before it posts its
         // receive; the announcement (RTS) is on the way or already there.
         auto deadline = std::chrono::steady_clock::now() + kWait;
