@@ -163,7 +163,35 @@ static int addr_is_sockaddr(uint32_t fmt)
 static ps_status_t fab_err(const char *what, int ret)
 {
     ps_error(PS_LOG_FABRIC, "%s failed: %s", what, ps__fab_strerror(ret));
-    return ret == -FI_ENOMEM ? PS_ERR_NO_MEMORY : PS_ERR_DEVICE;
+    return ret == -FI_ENOMEM       ? PS_ERR_NO_MEMORY
+           : ret == -FI_EADDRINUSE ? PS_ERR_ADDRESS_IN_USE
+                                   : PS_ERR_DEVICE;
+}
+
+/* Makes and enables the endpoint. The socket providers bind the address
+ * they picked (port 0: the kernel's choice) only when the endpoint is
+ * enabled, and that bind has failed with EADDRINUSE once under a parallel
+ * test run: a new endpoint picks again, PS__FAB_ENABLE_TRIES times. */
+static ps_status_t open_ep(ps__fab_van_t *van)
+{
+    int ret;
+    for (int tries = 1;; tries++) {
+        if ((ret = fi_endpoint(van->domain, van->info, &van->ep, NULL)) != 0)
+            return fab_err("fi_endpoint", ret);
+        if ((ret = fi_ep_bind(van->ep, &van->av->fid, 0)) != 0)
+            return fab_err("binding the address vector", ret);
+        if ((ret = fi_ep_bind(van->ep, &van->cq->fid, FI_TRANSMIT | FI_RECV)) != 0)
+            return fab_err("binding the completion queue", ret);
+        int injected = __atomic_load_n(&ps__fab_enable_failures, __ATOMIC_RELAXED) > 0 &&
+                       __atomic_sub_fetch(&ps__fab_enable_failures, 1, __ATOMIC_RELAXED) >= 0;
+        ret = injected ? -FI_EADDRINUSE : fi_enable(van->ep);
+        if (ret != -FI_EADDRINUSE || tries == PS__FAB_ENABLE_TRIES)
+            break;
+        ps_warn(PS_LOG_FABRIC, "enabling the endpoint: %s; making it again (%d of %d)",
+                ps__fab_strerror(ret), tries + 1, PS__FAB_ENABLE_TRIES);
+        ps__fab_close_ep(van);
+    }
+    return ret == 0 ? PS_OK : fab_err("fi_enable", ret);
 }
 
 /* shm names its shared-memory region after the process id by default
@@ -252,14 +280,9 @@ ps_status_t ps__fab_setup(ps__fab_van_t *van, const char *host)
             return fab_err("fi_cq_open", ret);
     }
 
-    if ((ret = fi_endpoint(van->domain, info, &van->ep, NULL)) != 0)
-        return fab_err("fi_endpoint", ret);
-    if ((ret = fi_ep_bind(van->ep, &van->av->fid, 0)) != 0)
-        return fab_err("binding the address vector", ret);
-    if ((ret = fi_ep_bind(van->ep, &van->cq->fid, FI_TRANSMIT | FI_RECV)) != 0)
-        return fab_err("binding the completion queue", ret);
-    if ((ret = fi_enable(van->ep)) != 0)
-        return fab_err("fi_enable", ret);
+    ps_status_t st = open_ep(van);
+    if (st != PS_OK)
+        return st;
     van->my_addr_len = sizeof(van->my_addr) - sizeof(ps__fab_ep_blob_t);
     if ((ret = fi_getname(&van->ep->fid, van->my_addr, &van->my_addr_len)) != 0)
         return fab_err("fi_getname", ret);
@@ -277,7 +300,7 @@ ps_status_t ps__fab_setup(ps__fab_van_t *van, const char *host)
         .log = PS_LOG_FABRIC,
         .max_bytes = ps_rdma_mr_cache_default_limit(van->mr_pins),
     };
-    ps_status_t st = ps_rdma_mr_cache_create(&mp, &ps__fab_reg_ops, van, &van->mrc);
+    st = ps_rdma_mr_cache_create(&mp, &ps__fab_reg_ops, van, &van->mrc);
     if (st != PS_OK)
         return st;
     st = ps_rdma_buf_pool_create("fabric", van->mr_local ? &ps__fab_reg_ops : NULL, van, 0, 0,

@@ -90,6 +90,9 @@
 #define PS__FAB_ARENA_ALIGN 64u
 /* Completions read per call. */
 #define PS__FAB_CQ_BATCH 32
+/* Endpoints made before an address the provider picked, taken meanwhile,
+ * fails the van's bind (ps__fab_setup). */
+#define PS__FAB_ENABLE_TRIES 5
 /* Pending pulls (worker; BYTEPS_ADDRESS_POOL_SIZE overrides) and
  * remembered destinations (server). */
 #define PS__FAB_RDV_SLOTS 10240u
@@ -559,5 +562,6 @@ int ps__fab_progress(ps_van_t *v, unsigned budget);
 /* ---- testing (fabric_testing.h) ---- */
 extern int ps__fab_rma_disabled;
 extern unsigned long ps__fab_rma_writes;
+extern int ps__fab_enable_failures; /* atomic: enables still to fail as EADDRINUSE */
 
 #endif /* PS_RDMA_FABRIC_FABRIC_INTERNAL_H_ */

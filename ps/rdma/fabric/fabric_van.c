@@ -38,6 +38,12 @@
 
 int ps__fab_rma_disabled;
 unsigned long ps__fab_rma_writes;
+int ps__fab_enable_failures;
+
+void ps__fabric_test_fail_enable(int times)
+{
+    __atomic_store_n(&ps__fab_enable_failures, times, __ATOMIC_RELAXED);
+}
 
 unsigned long ps__fabric_test_rma_writes(void)
 {

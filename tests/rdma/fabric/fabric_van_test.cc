@@ -376,6 +376,7 @@ protected:
     {
         ps_config_clear_overrides();
         ps__fabric_test_disable_rma(0);
+        ps__fabric_test_fail_enable(0);
     }
     // Opens a (worker 9) and b (server 8), connected both ways.
     void Pair(Van &a, Van &b, bool busy = false)
@@ -467,6 +468,32 @@ TEST_P(FabricVanTest, ManyMessagesInOrderBothWays)
     a.ops->stats(a.van, &sent, &recv);
     EXPECT_GT(sent, 0u);
     EXPECT_GT(recv, 0u);
+}
+
+// The socket providers bind the address they picked when the endpoint is
+// enabled; one taken meanwhile (EADDRINUSE, seen once in a parallel test
+// run) makes the van make its endpoint again, which then works, and after
+// PS__FAB_ENABLE_TRIES (5) such failures bind says why it gave up.
+TEST_P(FabricVanTest, EndpointWhoseAddressWasTakenIsMadeAgain)
+{
+    ps__fabric_test_fail_enable(4);
+    Van a, b;
+    Pair(a, b);
+    ASSERT_EQ(SendData(a, 8, 1, {8, 5000}), PS_OK);
+    ASSERT_EQ(SendData(b, 9, 2, {8, 16}), PS_OK);
+    ASSERT_TRUE(WaitMsgs(b, 1));
+    ASSERT_TRUE(WaitMsgs(a, 1));
+    {
+        std::lock_guard<std::mutex> lk(b.inbox.mu);
+        EXPECT_TRUE(Matches(b.inbox.msgs[0].data[1], 1, 1, 5000));
+    }
+    {
+        std::lock_guard<std::mutex> lk(a.inbox.mu);
+        EXPECT_TRUE(Matches(a.inbox.msgs[0].data[1], 2, 1, 16));
+    }
+    ps__fabric_test_fail_enable(5);
+    Van c;
+    EXPECT_EQ(c.Open(10), PS_ERR_ADDRESS_IN_USE);
 }
 
 // A burst of mixed sizes from another process: most messages arrive before
