@@ -168,10 +168,11 @@ static ps_status_t fab_err(const char *what, int ret)
                                    : PS_ERR_DEVICE;
 }
 
-/* Makes and enables the endpoint. The socket providers bind the address
- * they picked (port 0: the kernel's choice) only when the endpoint is
- * enabled, and that bind has failed with EADDRINUSE once under a parallel
- * test run: a new endpoint picks again, PS__FAB_ENABLE_TRIES times. */
+/* Makes and enables the endpoint. The socket providers bind their address
+ * only when the endpoint is enabled, and that has failed with EADDRINUSE
+ * once under a parallel test run (a port taken between the provider's
+ * pick and its bind): a new endpoint picks again, PS__FAB_ENABLE_TRIES
+ * times. */
 static ps_status_t open_ep(ps__fab_van_t *van)
 {
     int ret;
