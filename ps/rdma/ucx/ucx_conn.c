@@ -43,6 +43,7 @@ static ps__ucx_conn_t *conn_new(ps__ucx_van_t *van, int outgoing)
     conn->van = van;
     conn->refs = 1;
     conn->outgoing = outgoing;
+    conn->now_max = PS__UCX_AM_META_HDR + PS__UCX_HM_INLINE;
     conn->peer_id = PS_NODE_EMPTY;
     conn->hello_id = PS_NODE_EMPTY;
     conn->state = outgoing ? PS__UCX_NEW : PS__UCX_WAIT;
@@ -754,7 +755,7 @@ ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id)
         ps__ucx_op_t *op = NULL;
         ps_status_t st = ps__ucx_hello_op(van, node_id, &op);
         if (st == PS_OK) {
-            st = ps__ucx_conn_submit(list[i], op); /* takes our reference */
+            st = ps__ucx_conn_submit(list[i], op, NULL); /* takes our reference */
         } else {
             ps__ucx_conn_unref(list[i]);
         }

@@ -329,6 +329,11 @@ struct ps__ucx_conn {
     uint32_t remote_cookie;    /* the peer's cookie for our messages */
     uint64_t seq;              /* next message sequence number */
     ps__ucx_op_t *q_head, *q_tail; /* sends waiting for READY */
+    /* Atomic (read without the lock): the longest META, tag included,
+     * send_small() asks UCX to send at once; lowered below a length UCX
+     * refused and then sent without queueing (above the transport's
+     * short-message limit). */
+    uint32_t now_max;
 
     /* Progress thread only. */
     ps_sockaddr_t addr;        /* outgoing: the peer's listener */
@@ -543,8 +548,9 @@ int ps__ucx_may_claim(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, uint64_t
 /* ---- ucx_send.c ---- */
 ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg);
 /* Queues or posts an op on conn (takes the op, and a reference on conn
- * the caller holds: the op keeps it). */
-ps_status_t ps__ucx_conn_submit(ps__ucx_conn_t *conn, ps__ucx_op_t *op);
+ * the caller holds: the op keeps it). *sent_p (if not NULL): 1 when UCX
+ * took all of it at once (posted, and no request left in flight). */
+ps_status_t ps__ucx_conn_submit(ps__ucx_conn_t *conn, ps__ucx_op_t *op, int *sent_p);
 /* Posts what waited for READY (conn->lock held); returns the posted ops,
  * which the caller hands to ps__ucx_ops_put_list() after unlocking. */
 ps__ucx_op_t *ps__ucx_conn_post_queued(ps__ucx_conn_t *conn);

@@ -205,8 +205,9 @@ static int post_one(ps__ucx_op_t *op, ucp_ep_h ep, const void *buf, size_t count
 }
 
 /* Posts the op on a READY connection (conn->lock held). The caller drops
- * the poster's hold (op_put) after unlocking. */
-static void post(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
+ * the poster's hold (op_put) after unlocking. Returns 1 when UCX took all
+ * of it at once (no request left in flight). */
+static int post(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
 {
     ps__ucx_van_t *van = conn->van;
     uint64_t seq = conn->seq++;
@@ -253,7 +254,8 @@ static void post(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
             ps__ucx_post_event(van, ev);
         }
     }
-    if (__atomic_load_n(&op->pending, __ATOMIC_ACQUIRE) > 1) {
+    int in_flight = __atomic_load_n(&op->pending, __ATOMIC_ACQUIRE) > 1;
+    if (in_flight) {
         /* UCX still works on it: reachable at close(), and the progress
          * thread must be awake to move it. */
         pthread_mutex_lock(&van->ops_lock);
@@ -271,6 +273,7 @@ static void post(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
             ps__ucx_wake(van);
         }
     }
+    return ok && !in_flight;
 }
 
 ps__ucx_op_t *ps__ucx_conn_post_queued(ps__ucx_conn_t *conn)
@@ -281,7 +284,7 @@ ps__ucx_op_t *ps__ucx_conn_post_queued(ps__ucx_conn_t *conn)
         conn->q_head = op->next;
         op->next = posted;
         posted = op;
-        post(conn, op);
+        (void)post(conn, op);
     }
     conn->q_tail = NULL;
     return posted;
@@ -297,10 +300,13 @@ void ps__ucx_ops_put_list(ps__ucx_van_t *van, ps__ucx_op_t *list)
     }
 }
 
-ps_status_t ps__ucx_conn_submit(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
+ps_status_t ps__ucx_conn_submit(ps__ucx_conn_t *conn, ps__ucx_op_t *op, int *sent_p)
 {
     ps__ucx_van_t *van = conn->van;
     op->conn = conn; /* the caller's reference */
+    if (sent_p != NULL) {
+        *sent_p = 0;
+    }
     pthread_mutex_lock(&conn->lock);
     if (conn->state == PS__UCX_DEAD) {
         pthread_mutex_unlock(&conn->lock);
@@ -318,9 +324,12 @@ ps_status_t ps__ucx_conn_submit(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
         pthread_mutex_unlock(&conn->lock);
         return PS_OK;
     }
-    post(conn, op);
+    int sent = post(conn, op);
     pthread_mutex_unlock(&conn->lock);
     op_put(van, op);
+    if (sent_p != NULL) {
+        *sent_p = sent;
+    }
     return PS_OK;
 }
 
@@ -441,7 +450,7 @@ static ps_status_t send_op(ps__ucx_van_t *van, int recver, const ps_meta_t *meta
         ps_warn_ratelimited(PS_LOG_UCX, "send to node %d: not connected", recver);
         return PS_ERR_UNREACHABLE;
     }
-    return ps__ucx_conn_submit(conn, op); /* takes our reference on conn */
+    return ps__ucx_conn_submit(conn, op, NULL); /* takes our reference on conn */
 }
 
 /* ---- small messages: sent at once, or made an op ---- */
@@ -491,24 +500,35 @@ static ps_status_t frame_small(ps__ucx_van_t *van, const ps_meta_t *meta, const 
     return PS_OK;
 }
 
+/* Below this length (tag included) send_small() never stops asking UCX to
+ * send a META at once: every UCX transport's short messages are longer
+ * (`ucx_info -d`: am_short up to 100 bytes for posix and sysv, 8 KiB for
+ * tcp), so a refusal there is a full FIFO, not the length. */
+#define SEND_NOW_FLOOR 64
+
 /* Sends a framed small message to node `recver`. On a READY connection
  * with nothing queued, UCX is asked to send it at once or not at all
- * (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: an eager short message is copied into
- * the transport, the shared-memory FIFO or the socket, before
- * ucp_am_send_nbx returns; anything else is UCS_ERR_NO_RESOURCE with
- * nothing sent). Sent so, it needs no op, no reference on the connection
- * and no completion: ~270 instructions and 9 atomic read-modify-writes
- * fewer per message than an op (tools/bench/path_instr.sh). What UCX
- * refuses (its FIFO is full, the connection is not ready or broken)
- * becomes an op and goes the usual way, which queues it or reports the
- * error. UCX keeps the order of an endpoint's short sends and its queued
- * ones (a short send is refused while anything waits before it). */
+ * (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: a short message is copied into the
+ * transport, the shared-memory FIFO or the socket, before ucp_am_send_nbx
+ * returns; anything else is UCS_ERR_NO_RESOURCE with nothing sent). Sent
+ * so, it needs no op, no reference on the connection and no completion:
+ * ~270 instructions and 9 atomic read-modify-writes fewer per message than
+ * an op (tools/bench/path_instr.sh). What UCX refuses (its FIFO is full,
+ * the connection is not ready or broken, the message is above the
+ * transport's short-message limit) becomes an op and goes the usual way,
+ * which queues it or reports the error. When UCX then sends that op at
+ * once, the refusal was the length: the connection stops asking for that
+ * length and above (conn->now_max), so a message just too long for a short
+ * send pays for one refusal, not one per message. UCX keeps the order of
+ * an endpoint's short sends and its queued ones (a short send is refused
+ * while anything waits before it). */
 static ps_status_t send_small(ps__ucx_van_t *van, int recver, small_msg_t *sm)
 {
-    int sent = 0;
+    size_t wire = PS__UCX_AM_META_HDR + sm->frame_len;
+    int asked = 0, sent = 0;
     pthread_rwlock_rdlock(&van->peers_lock);
     ps__ucx_conn_t *conn = ps__ucx_peer_send_conn_locked(van, recver);
-    if (conn != NULL) {
+    if (conn != NULL && wire <= __atomic_load_n(&conn->now_max, __ATOMIC_RELAXED)) {
         pthread_mutex_lock(&conn->lock);
         if (conn->state == PS__UCX_READY && conn->q_head == NULL) {
             ps_put_le64(sm->bytes, ps__ucx_tag(PS__UCX_KIND_META, conn->remote_cookie, conn->seq, 0));
@@ -516,16 +536,16 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, small_msg_t *sm)
             param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
             param.flags = UCP_AM_SEND_FLAG_EAGER;
             ucs_status_ptr_t r = ucp_am_send_nbx(conn->send_ep, PS__UCX_AM_META_ID, NULL, 0,
-                                                 sm->bytes, PS__UCX_AM_META_HDR + sm->frame_len,
-                                                 &param);
+                                                 sm->bytes, wire, &param);
             /* (Never a request with FORCE_IMM_CMPL: UCS_OK or an error.) */
+            asked = 1;
             sent = r == NULL;
             conn->seq += (uint64_t)sent;
         }
         pthread_mutex_unlock(&conn->lock);
-        if (!sent) {
-            ps__ucx_conn_ref(conn); /* the op's */
-        }
+    }
+    if (conn != NULL && !sent) {
+        ps__ucx_conn_ref(conn); /* the op's */
     }
     pthread_rwlock_unlock(&van->peers_lock);
     if (sent) {
@@ -549,7 +569,22 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, small_msg_t *sm)
     op->hm_len = sm->frame_len;
     op->bytes = sm->frame_len;
     op->folded = 1; /* the segments are in hm_inline: num_data 0, nothing referenced */
-    return ps__ucx_conn_submit(conn, op); /* takes our reference on conn */
+    if (!asked) {
+        return ps__ucx_conn_submit(conn, op, NULL); /* takes our reference on conn */
+    }
+    int sent_later = 0;
+    ps__ucx_conn_ref(conn); /* across the submit, which may release the op's */
+    st = ps__ucx_conn_submit(conn, op, &sent_later);
+    if (sent_later && wire >= SEND_NOW_FLOOR) {
+        /* Only ever lowered (a lower value a racing sender set stays). */
+        uint32_t cur = __atomic_load_n(&conn->now_max, __ATOMIC_RELAXED);
+        while (wire <= cur && !__atomic_compare_exchange_n(&conn->now_max, &cur,
+                                                           (uint32_t)wire - 1, 0,
+                                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        }
+    }
+    ps__ucx_conn_unref(conn);
+    return st;
 }
 
 ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
