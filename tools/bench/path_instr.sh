@@ -5,7 +5,7 @@
 #
 #   tools/bench/path_instr.sh [TEST_BENCHMARK] [LAUNCHER]
 #
-# A 1 worker x 1 server job of test_benchmark mode 4 (one 8-byte push-pull
+# A 1 worker x 1 server job of test_benchmark mode 4 (one LEN-byte push-pull
 # at a time, busy polling) runs ROUNDS rounds with worker and server under
 # valgrind's callgrind. Per round trip it prints the inclusive counts of
 # the worker's ps_kv_zpushpull (request: KV, customer, postoffice, codec,
@@ -16,13 +16,14 @@
 # changes. tools/bench/instr_count.sh counts whole processes instead.
 #
 # Environment: VANS ("ucx-sm fabric-shm tcp"; also ucx-tcp, fabric-tcp),
-# ROUNDS (6000).
+# ROUNDS (6000), LEN (8: the value's bytes).
 set -uo pipefail
 source "$(dirname "$0")/bench_args.sh"
 source "$(dirname "$0")/transport_env.sh"
 source "$(dirname "$0")/callgrind_wrap.sh"
 vans=${VANS:-"ucx-sm fabric-shm tcp"}
 rounds=${ROUNDS:-6000}
+len=${LEN:-8}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
@@ -46,12 +47,12 @@ incl() {
                      END { if (!found) print 0 }'
 }
 
-echo "# $(date -u +%FT%TZ) $bench, $rounds rounds; instructions per round trip"
+echo "# $(date -u +%FT%TZ) $bench, $rounds rounds of $len bytes; instructions per round trip"
 for v in $vans; do
   ( setup "$v" || exit 1
     rm -f "$dir"/cg.*
     PS_BUSY_POLL=1 TOTAL_DURATION=$rounds LOG_DURATION=$rounds NUM_KEY_PER_SERVER=1 \
-      timeout 900 python3 "$launch" -q -s 1 -w 1 --timeout 880 -- "$dir/wrap.sh" 8 10 4 \
+      timeout 900 python3 "$launch" -q -s 1 -w 1 --timeout 880 -- "$dir/wrap.sh" "$len" 10 4 \
       >/dev/null 2>&1
     [ -s "$dir/cg.worker" ] && [ -s "$dir/cg.server" ] || { echo "$v: the job failed"; exit 1; }
     req=$(incl "$dir/cg.worker" ps_kv_zpushpull)
