@@ -352,8 +352,7 @@ ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length
         van->rx_all->prev_all = rx;
     }
     van->rx_all = rx;
-    __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
-    rx->conn = conn;
+    rx->conn = ps__ucx_conn_ref(conn);
     if (conn->rx_tail != NULL) {
         conn->rx_tail->next = rx;
     } else {
@@ -498,8 +497,7 @@ static ps_status_t rx_hello(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
     }
     conn->peer_id = id;
     if (p->num_in < PS__UCX_MAX_STREAMS) {
-        __atomic_add_fetch(&conn->refs, 1, __ATOMIC_RELAXED);
-        p->in[p->num_in++] = conn;
+        p->in[p->num_in++] = ps__ucx_conn_ref(conn);
     }
     pthread_rwlock_unlock(&van->peers_lock);
     ps_info(PS_LOG_UCX, "connection from %s is node %d", conn->addr_str, id);
