@@ -263,7 +263,7 @@ typedef struct ps__ucx_rx {
     struct ps__ucx_rx *next_am; /* van->am_head */
     void *am_data;
     uint32_t am_skip;          /* bytes of am_data before the frame (the tag) */
-    int am_rndv;
+    int am_kind;               /* what am_data is (ucx_recv.c: AM_DESC, AM_RNDV, AM_HEAP) */
     ps_slice_t staging;        /* the META message */
     size_t staging_len;
     void *reqs[1 + PS_MSG_MAX_DATA]; /* UCX requests in flight, for cancel */

@@ -50,8 +50,8 @@
  * per-thread cache serves, and calloc() of one was a measurable part of a
  * small message's cost. */
 #define RX_FREE_MAX 256
-/* What rx->am_data is: UCX's eager descriptor, a rendezvous one, or a
- * copy of our own (malloc). */
+/* What rx->am_data is (rx->am_kind): UCX's eager descriptor, a rendezvous
+ * one, or a copy of our own (malloc). */
 #define AM_DESC 0
 #define AM_RNDV 1
 #define AM_HEAP 2
@@ -202,6 +202,17 @@ static void on_meta_am(void *request, ucs_status_t status, size_t length, void *
     on_meta(request, status, NULL, user_data);
 }
 
+/* Gives back the META message's data the handler kept: to UCX (for a
+ * rendezvous one, UCX then tells the sender), or to the heap. */
+static void am_data_release(ps__ucx_rx_t *rx, void *data)
+{
+    if (rx->am_kind == AM_HEAP) {
+        free(data);
+    } else {
+        ucp_am_data_release(rx->worker, data);
+    }
+}
+
 /* Takes the META message's data the handler kept: an eager one is copied
  * into a staging block and UCX's descriptor given back; a rendezvous one
  * is received into the block. Moves the receive on (rx_mark) unless a
@@ -219,21 +230,13 @@ static void am_take_one(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
         ps_slice_t empty = PS_SLICE_EMPTY_INIT;
         rx->staging = empty;
         rx->status = PS_ERR_NO_MEMORY;
-        if (rx->am_rndv == AM_HEAP) {
-            free(data);
-        } else {
-            ucp_am_data_release(rx->worker, data); /* a rendezvous one: UCX tells the sender */
-        }
+        am_data_release(rx, data);
         rx_mark(rx);
         return;
     }
-    if (rx->am_rndv != AM_RNDV) {
+    if (rx->am_kind != AM_RNDV) {
         memcpy(ps_slice_ptr(&rx->staging), (const uint8_t *)data + rx->am_skip, len);
-        if (rx->am_rndv == AM_HEAP) {
-            free(data);
-        } else {
-            ucp_am_data_release(rx->worker, data);
-        }
+        am_data_release(rx, data);
         rx->meta_done = 1;
         rx_mark(rx);
         return;
@@ -377,7 +380,7 @@ ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length
     }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         rx->am_data = data; /* received by ps__ucx_am_take() */
-        rx->am_rndv = AM_RNDV;
+        rx->am_kind = AM_RNDV;
         return UCS_INPROGRESS;
     }
     if (van->rx_spare.buf != NULL && length != 0 && length <= van->rx_spare.len) {
@@ -393,6 +396,7 @@ ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length
     }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
         rx->am_data = data; /* UCX's descriptor: copied by ps__ucx_am_take() */
+        rx->am_kind = AM_DESC;
         rx->am_skip = skip;
         return UCS_INPROGRESS;
     }
@@ -404,7 +408,7 @@ ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length
         return UCS_OK;
     }
     memcpy(rx->am_data, payload, length);
-    rx->am_rndv = AM_HEAP;
+    rx->am_kind = AM_HEAP;
     return UCS_OK;
 }
 

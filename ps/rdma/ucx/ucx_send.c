@@ -162,6 +162,18 @@ enum {
  * data), which is what a message this small is anyway. */
 #define SELF_MAX PS__UCX_HM_INLINE
 
+/* Sends a META whose data starts with its tag (SEND_META_SELF): buf holds
+ * PS__UCX_AM_META_HDR bytes of room for the tag, then the frame; len
+ * counts both. Eager, as such a message must be. */
+static ucs_status_ptr_t send_meta_self(ucp_ep_h ep, uint8_t *buf, size_t len, ucp_tag_t tag,
+                                       ucp_request_param_t *param)
+{
+    ps_put_le64(buf, tag);
+    param->op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param->flags = UCP_AM_SEND_FLAG_EAGER;
+    return ucp_am_send_nbx(ep, PS__UCX_AM_META_ID, NULL, 0, buf, len, param);
+}
+
 /* One send of the op. The op's hold is taken before UCX can call back.
  * Returns 0 on an immediate error. */
 static int post_one(ps__ucx_op_t *op, ucp_ep_h ep, const void *buf, size_t count,
@@ -175,18 +187,14 @@ static int post_one(ps__ucx_op_t *op, ucp_ep_h ep, const void *buf, size_t count
     param.datatype = dt;
     __atomic_add_fetch(&op->pending, 1, __ATOMIC_RELAXED);
     ucs_status_ptr_t r;
-    if (how != SEND_DATA) {
-        /* The tag must stay valid until the send completes: the op lives
-         * until then. */
+    /* The tag must stay valid until the send completes: it is in the op,
+     * which lives until then. */
+    if (how == SEND_META_SELF) {
+        r = send_meta_self(ep, op->am_hdr, count, tag, &param);
+    } else if (how == SEND_META) {
         ps_put_le64(op->am_hdr, tag);
-        if (how == SEND_META_SELF) {
-            param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-            param.flags = UCP_AM_SEND_FLAG_EAGER;
-            r = ucp_am_send_nbx(ep, PS__UCX_AM_META_ID, NULL, 0, buf, count, &param);
-        } else {
-            r = ucp_am_send_nbx(ep, PS__UCX_AM_META_ID, op->am_hdr, sizeof(op->am_hdr), buf,
-                                count, &param);
-        }
+        r = ucp_am_send_nbx(ep, PS__UCX_AM_META_ID, op->am_hdr, sizeof(op->am_hdr), buf, count,
+                            &param);
     } else {
         r = ucp_tag_send_nbx(ep, buf, count, tag, &param);
     }
@@ -531,12 +539,11 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, small_msg_t *sm)
     if (conn != NULL && wire <= __atomic_load_n(&conn->now_max, __ATOMIC_RELAXED)) {
         pthread_mutex_lock(&conn->lock);
         if (conn->state == PS__UCX_READY && conn->q_head == NULL) {
-            ps_put_le64(sm->bytes, ps__ucx_tag(PS__UCX_KIND_META, conn->remote_cookie, conn->seq, 0));
             ucp_request_param_t param;
-            param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-            param.flags = UCP_AM_SEND_FLAG_EAGER;
-            ucs_status_ptr_t r = ucp_am_send_nbx(conn->send_ep, PS__UCX_AM_META_ID, NULL, 0,
-                                                 sm->bytes, wire, &param);
+            param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+            ucs_status_ptr_t r = send_meta_self(
+                conn->send_ep, sm->bytes, wire,
+                ps__ucx_tag(PS__UCX_KIND_META, conn->remote_cookie, conn->seq, 0), &param);
             /* (Never a request with FORCE_IMM_CMPL: UCS_OK or an error.) */
             asked = 1;
             sent = r == NULL;
