@@ -90,8 +90,9 @@
 #define PS__FAB_ARENA_ALIGN 64u
 /* Completions read per call. */
 #define PS__FAB_CQ_BATCH 32
-/* Endpoints made before an address the provider picked, taken meanwhile,
- * fails the van's bind (ps__fab_setup). */
+/* Endpoints ps__fab_setup makes while enabling one fails with EADDRINUSE
+ * (an address taken between the provider's pick and its bind) before the
+ * van's bind fails. */
 #define PS__FAB_ENABLE_TRIES 5
 /* Pending pulls (worker; BYTEPS_ADDRESS_POOL_SIZE overrides) and
  * remembered destinations (server). */

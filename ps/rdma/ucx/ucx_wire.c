@@ -4,11 +4,11 @@
  * A META message is an active message (PS__UCX_AM_META_ID) whose 8-byte
  * header is its tag (ucx_internal.h) little-endian — or, with no header,
  * whose data starts with the tag (a small one, always eager) — and whose
- * data (after that) is a
- * ps frame (ps/net/codec/frame.h: header with every segment's length, then
- * the encoded meta) followed by the segments small enough to ride along
- * (the tag says which did not; each of those follows as its own tagged
- * DATA message, received straight into its destination).
+ * data (after that) is a ps frame (ps/net/codec/frame.h: header with every
+ * segment's length, then the encoded meta) followed by the segments small
+ * enough to ride along (the tag says which did not; each of those follows
+ * as its own tagged DATA message, received straight into its
+ * destination).
  *
  * HELLO / ACK are active messages of PS__UCX_HS_LEN bytes:
  *   "PSUX" | version u8 | type u8 | 0 u16 | node id i32 | cookie u32 |
