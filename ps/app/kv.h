@@ -116,6 +116,9 @@ typedef struct ps_kv_worker_stats {
     uint64_t messages;            /* request messages sent (one per server share) */
     uint64_t pull_bytes_in_place; /* pulled value bytes the van wrote into the destination */
     uint64_t pull_bytes_copied;   /* pulled value bytes copied once on arrival */
+    uint64_t pull_bytes_small;    /* pulled value bytes that came inline in a small-lane
+                                   * response (PS_SMALL_LANE), copied once by design */
+    uint64_t lane_messages;       /* of `messages`, those sent on the small lane */
 } ps_kv_worker_stats_t;
 void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p);
 

@@ -2,11 +2,18 @@
  * The KV server: a customer (app_id, app_id) that turns each request into a
  * ps_kv_meta_t and a ps_kv_pairs_t of slices into the received message (no
  * copy) and runs the handler inline on the van's progress thread.
+ *
+ * Small requests may come on the postoffice's small lane (kv_lane.h): their
+ * keys and values are copied into a block of the server's, which the next
+ * one reuses unless the handler kept a reference to it. A response goes on
+ * the lane when it fits, whichever way its request came.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ps/app/kv.h"
+#include "ps/app/kv_lane.h"
 #include "ps/base/buffer.h"
 #include "ps/base/log.h"
 #include "ps/base/stage_trace.h"
@@ -20,6 +27,9 @@ struct ps_kv_server {
     int app_id;
     ps_kv_handler_func_t handler;
     void *handler_arg;
+    /* The block a lane request's data is copied into, between requests
+     * (NULL: none, or one is in use). */
+    _Atomic(ps_buf_t *) lane_spare;
 };
 
 static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
@@ -75,6 +85,60 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
     s->handler(s->handler_arg, &meta, &req, s);
 }
 
+/* A request on the small lane: as server_recv, from the payload. */
+static void server_lane_recv(void *arg, ps_customer_t *customer, int sender, int customer_id,
+                             const uint8_t *payload, size_t len)
+{
+    ps_kv_server_t *s = arg;
+    (void)customer;
+    ps__kv_lane_msg_t m;
+    if (ps__kv_lane_read(payload, len, &m) != PS_OK || !m.request) {
+        ps_warn_ratelimited(PS_LOG_APP, "kv server app %d: dropped a malformed lane message "
+                            "(%zu bytes) from node %d", s->app_id, len, sender);
+        return;
+    }
+    ps_stage_handle();
+    /* The handler gets slices, which it may keep: the data goes into a
+     * block of ours (a few dozen bytes copied). */
+    ps_buf_t *blk = atomic_exchange_explicit(&s->lane_spare, NULL, memory_order_acquire);
+    if (blk == NULL && ps_buf_alloc(PS_LANE_MAX_PAYLOAD, 8, &blk) != PS_OK) {
+        ps_warn_ratelimited(PS_LOG_APP, "kv server app %d: out of memory for request ts %d "
+                            "from node %d; not answered", s->app_id, m.timestamp, sender);
+        return;
+    }
+    size_t kb = m.num_keys * sizeof(ps_key_t), lb = m.lens ? m.num_keys * sizeof(int32_t) : 0;
+    memcpy(blk->data, payload + PS__KV_LANE_FIXED, len - PS__KV_LANE_FIXED);
+    ps_kv_pairs_t req = {PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT, m.type};
+    /* Windows on the block, lent as a message's segments are (no reference
+     * of their own: a handler that keeps one takes it). */
+    if (kb != 0)
+        req.keys = (ps_slice_t){blk, 0, kb};
+    if (m.vals_len != 0)
+        req.vals = (ps_slice_t){blk, kb, m.vals_len};
+    if (lb != 0)
+        req.lens = (ps_slice_t){blk, kb + m.vals_len, lb};
+    ps_kv_meta_t meta = {
+        .cmd = m.cmd,
+        .push = m.push,
+        .pull = m.pull || !m.push,
+        .sender = sender,
+        .timestamp = m.timestamp,
+        .customer_id = customer_id,
+        .app_id = s->app_id,
+        .key = m.key,
+        .type = m.type,
+        .val_len = m.val_len,
+        .addr = m.addr,
+        .option = m.option,
+    };
+    s->handler(s->handler_arg, &meta, &req, s);
+    ps_buf_t *none = NULL;
+    if (ps_buf_refcount(blk) != 1 ||
+        !atomic_compare_exchange_strong_explicit(&s->lane_spare, &none, blk,
+                                                 memory_order_release, memory_order_relaxed))
+        ps_buf_unref(blk); /* kept by the handler (or another spare came back first) */
+}
+
 ps_status_t ps_kv_server_create(ps_postoffice_t *po, int app_id,
                                 ps_kv_handler_func_t handler, void *arg,
                                 ps_kv_server_t **server_p)
@@ -88,7 +152,8 @@ ps_status_t ps_kv_server_create(ps_postoffice_t *po, int app_id,
     s->app_id = app_id;
     s->handler = handler;
     s->handler_arg = arg;
-    ps_status_t st = ps_customer_create(po, app_id, app_id, server_recv, s, &s->customer);
+    ps_status_t st = ps_customer_create_lane(po, app_id, app_id, server_recv, server_lane_recv,
+                                             s, &s->customer);
     if (st != PS_OK) {
         free(s);
         return st;
@@ -102,7 +167,58 @@ void ps_kv_server_destroy(ps_kv_server_t *server)
     if (!server)
         return;
     ps_customer_destroy(server->customer);
+    ps_buf_unref(atomic_exchange(&server->lane_spare, NULL));
     free(server);
+}
+
+static int host_slice(const ps_slice_t *s)
+{
+    ps_buf_mem_t kind = ps_slice_mem_kind(s);
+    return s->len == 0 || kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM;
+}
+
+/* Sends the response on the small lane when it fits there;
+ * PS_ERR_UNSUPPORTED when it does not (nothing sent). */
+static ps_status_t respond_lane(ps_kv_server_t *server, const ps_kv_meta_t *meta,
+                                const ps_kv_pairs_t *res)
+{
+    size_t lane_max = ps_postoffice_lane_max(server->po);
+    if (lane_max == 0 || meta->customer_id < 0 || meta->customer_id > PS_LANE_MAX_ID ||
+        server->app_id > PS_LANE_MAX_ID)
+        return PS_ERR_UNSUPPORTED;
+    ps__kv_lane_msg_t m = {
+        .timestamp = meta->timestamp,
+        .cmd = meta->cmd,
+        .option = meta->option,
+        .key = meta->key,
+        .addr = meta->addr,
+        .val_len = meta->val_len,
+        .push = meta->push,
+        .pull = meta->pull,
+        .type = PS_DATA_CHAR,
+    };
+    if (res && res->keys.len > 0) {
+        if (!host_slice(&res->keys) || !host_slice(&res->vals) || !host_slice(&res->lens))
+            return PS_ERR_UNSUPPORTED;
+        m.type = res->type;
+        m.num_keys = ps_kv_pairs_num_keys(res);
+        m.keys = ps_slice_ptr(&res->keys);
+        m.vals = ps_slice_ptr(&res->vals);
+        m.vals_len = res->vals.len;
+        m.lens = res->lens.len ? ps_slice_ptr(&res->lens) : NULL;
+    }
+    size_t len = ps__kv_lane_size(m.num_keys, m.vals_len, m.lens != NULL);
+    if (len == 0 || len > lane_max)
+        return PS_ERR_UNSUPPORTED;
+    uint8_t buf[PS_POSTOFFICE_LANE_HEADROOM + PS_LANE_MAX_PAYLOAD] __attribute__((aligned(8)));
+    uint8_t *payload = buf + PS_POSTOFFICE_LANE_HEADROOM;
+    ps__kv_lane_write(payload, &m);
+    ps_status_t st = ps_postoffice_send_lane(server->po, meta->sender, server->app_id,
+                                             meta->customer_id, payload, len);
+    if (st != PS_OK)
+        ps_debug(PS_LOG_APP, "kv server: response ts %d to node %d not sent: %s",
+                 meta->timestamp, meta->sender, ps_status_str(st));
+    return st;
 }
 
 ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *meta,
@@ -118,6 +234,9 @@ ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *met
         return PS_ERR_INVALID_ARG;
     }
 
+    ps_status_t st = respond_lane(server, meta, res);
+    if (st != PS_ERR_UNSUPPORTED)
+        return st;
     ps_msg_t msg;
     ps_msg_init(&msg);
     msg.meta.app_id = server->app_id;
@@ -138,7 +257,6 @@ ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *met
 
     /* The caller holds the segments through the send: lent, not referenced,
      * so the message owns nothing and is not released. */
-    ps_status_t st = PS_OK;
     if (res && res->keys.len > 0 &&
         ((st = ps_msg_lend_data(&msg, &res->keys, PS_DATA_UINT64)) != PS_OK ||
          (st = ps_msg_lend_data(&msg, &res->vals, res->type)) != PS_OK ||

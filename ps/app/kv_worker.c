@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ps/app/kv.h"
+#include "ps/app/kv_lane.h"
 #include "ps/app/kv_slicer.h"
 #include "ps/base/buffer.h"
 #include "ps/base/log.h"
@@ -73,6 +74,8 @@ struct ps_kv_worker {
     atomic_uint_least64_t n_messages;
     atomic_uint_least64_t n_in_place;
     atomic_uint_least64_t n_copied;
+    atomic_uint_least64_t n_small;
+    atomic_uint_least64_t n_lane;
 
     /* Requests (with their num_servers parts) come from here: a pool get
      * and put cost a fifth of a calloc and free, on every request. */
@@ -203,32 +206,42 @@ static int32_t load_i32(const void *base, size_t i)
     return v;
 }
 
+/* A response as it came, a message or a lane payload. */
+typedef struct {
+    int sender;
+    int ts;
+    const void *keys;
+    size_t keys_len;
+    const void *vals;
+    size_t vals_len;
+    const void *lens;
+    size_t lens_len;
+    int lane; /* the values came inline in a lane message: copied, by design */
+} kv_resp_t;
+
 /* Checks a pull response from one server against what was asked, and puts
  * its values in place. */
 static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, const kv_part_t *p,
-                                      const ps_msg_t *msg)
+                                      const kv_resp_t *rp)
 {
-    const ps_slice_t *keys = msg->num_data > 0 ? &msg->data[0] : NULL;
-    const ps_slice_t *vals = msg->num_data > 1 ? &msg->data[1] : NULL;
-    const ps_slice_t *lens = msg->num_data > 2 ? &msg->data[2] : NULL;
     size_t nk = p->keys.len / sizeof(ps_key_t);
-    int sender = msg->meta.sender;
+    int sender = rp->sender;
 
-    if (!keys || keys->len != p->keys.len ||
-        (keys->len && memcmp(ps_slice_ptr(keys), ps_slice_ptr(&p->keys), keys->len) != 0)) {
+    if (rp->keys_len != p->keys.len ||
+        (rp->keys_len && memcmp(rp->keys, ps_slice_ptr(&p->keys), rp->keys_len) != 0)) {
         ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d has other keys than asked",
                 r->ts, sender);
         return PS_ERR_PROTOCOL;
     }
 
     /* Per-key lengths, when the server sent them, say which key is off. */
-    if (lens && lens->len > 0) {
-        if (lens->len != nk * sizeof(int32_t)) {
+    if (rp->lens_len > 0) {
+        if (rp->lens_len != nk * sizeof(int32_t)) {
             ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d: %zu length bytes for %zu keys",
-                    r->ts, sender, lens->len, nk);
+                    r->ts, sender, rp->lens_len, nk);
             return PS_ERR_PROTOCOL;
         }
-        const void *got = ps_slice_ptr(lens);
+        const void *got = rp->lens;
         const void *want = p->lens.len ? ps_slice_ptr(&p->lens) : NULL;
         for (size_t i = 0; i < nk; i++) {
             uint64_t g = (uint64_t)(int64_t)load_i32(got, i) * r->elem_size;
@@ -250,7 +263,7 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
         }
     }
 
-    size_t got_bytes = vals ? vals->len : 0;
+    size_t got_bytes = rp->vals_len;
     if (got_bytes != p->dest.len) {
         ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d has %zu value bytes, expected %zu",
                 r->ts, sender, got_bytes, p->dest.len);
@@ -259,30 +272,24 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
     /* Landed in place (the van asked recv_buffer): nothing to copy. */
     if (got_bytes == 0)
         return PS_OK;
-    if (ps_slice_ptr(vals) == ps_slice_ptr(&p->dest)) {
+    if (rp->vals == ps_slice_ptr(&p->dest)) {
         atomic_fetch_add_explicit(&w->n_in_place, got_bytes, memory_order_relaxed);
         return PS_OK;
     }
-    atomic_fetch_add_explicit(&w->n_copied, got_bytes, memory_order_relaxed);
-    return ps_slice_copy_in(&p->dest, 0, ps_slice_ptr(vals), got_bytes);
+    atomic_fetch_add_explicit(rp->lane ? &w->n_small : &w->n_copied, got_bytes,
+                              memory_order_relaxed);
+    return ps_slice_copy_in(&p->dest, 0, rp->vals, got_bytes);
 }
 
-static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
+/* One server's answer to request rp->ts. */
+static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
 {
-    ps_kv_worker_t *w = arg;
-    (void)customer;
-    if (msg->meta.request || msg->meta.simple_app) {
-        ps_warn_ratelimited(PS_LOG_APP, "kv worker app %d: dropped a request from node %d",
-                            w->app_id, msg->meta.sender);
-        return;
-    }
-
-    int ts = msg->meta.timestamp;
-    int rank = ps_id_to_rank(msg->meta.sender);
+    int ts = rp->ts;
+    int rank = ps_id_to_rank(rp->sender);
     ps_mutex_lock(&w->lock);
     kv_req_t *r = table_find(w, ts);
     kv_part_t *p = NULL;
-    if (r && rank < r->num_parts && r->parts[rank].server_id == msg->meta.sender &&
+    if (r && rank < r->num_parts && r->parts[rank].server_id == rp->sender &&
         !r->parts[rank].responded) {
         p = &r->parts[rank];
         p->responded = 1;
@@ -292,11 +299,11 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
     if (!p) {
         /* Late (its request failed or timed out) or not ours. */
         ps_debug(PS_LOG_APP, "kv worker app %d: ignored a response ts %d from node %d",
-                 w->app_id, ts, msg->meta.sender);
+                 w->app_id, ts, rp->sender);
         return;
     }
 
-    ps_status_t st = r->pull ? take_pull_response(w, r, p, msg) : PS_OK;
+    ps_status_t st = r->pull ? take_pull_response(w, r, p, rp) : PS_OK;
     if (st != PS_OK) {
         ps_customer_fail_request(w->customer, ts, st);
     } else {
@@ -308,6 +315,58 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         ps_customer_add_response(w->customer, ts, 1);
     }
     req_unref(w, r);
+}
+
+static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
+{
+    ps_kv_worker_t *w = arg;
+    (void)customer;
+    if (msg->meta.request || msg->meta.simple_app) {
+        ps_warn_ratelimited(PS_LOG_APP, "kv worker app %d: dropped a request from node %d",
+                            w->app_id, msg->meta.sender);
+        return;
+    }
+    kv_resp_t rp = {.sender = msg->meta.sender, .ts = msg->meta.timestamp};
+    if (msg->num_data > 0) {
+        rp.keys = ps_slice_ptr(&msg->data[0]);
+        rp.keys_len = msg->data[0].len;
+    }
+    if (msg->num_data > 1) {
+        rp.vals = ps_slice_ptr(&msg->data[1]);
+        rp.vals_len = msg->data[1].len;
+    }
+    if (msg->num_data > 2) {
+        rp.lens = ps_slice_ptr(&msg->data[2]);
+        rp.lens_len = msg->data[2].len;
+    }
+    take_response(w, &rp);
+}
+
+/* A response on the small lane (kv_lane.h). */
+static void worker_lane_recv(void *arg, ps_customer_t *customer, int sender, int customer_id,
+                             const uint8_t *payload, size_t len)
+{
+    ps_kv_worker_t *w = arg;
+    (void)customer;
+    (void)customer_id;
+    ps__kv_lane_msg_t m = {0};
+    if (ps__kv_lane_read(payload, len, &m) != PS_OK || m.request) {
+        ps_warn_ratelimited(PS_LOG_APP, "kv worker app %d: dropped a %s lane message from "
+                            "node %d", w->app_id, m.request ? "request" : "malformed", sender);
+        return;
+    }
+    kv_resp_t rp = {
+        .sender = sender,
+        .ts = m.timestamp,
+        .keys = m.keys,
+        .keys_len = m.num_keys * sizeof(ps_key_t),
+        .vals = m.vals,
+        .vals_len = m.vals_len,
+        .lens = m.lens,
+        .lens_len = m.lens != NULL ? m.num_keys * sizeof(int32_t) : 0,
+        .lane = 1,
+    };
+    take_response(w, &rp);
 }
 
 /* Where a pull response's values should land: straight in the caller's
@@ -375,7 +434,8 @@ ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id
         goto fail_pool;
     if ((st = ps_cond_init(&w->idle)) != PS_OK)
         goto fail_lock;
-    st = ps_customer_create(po, app_id, customer_id, worker_recv, w, &w->customer);
+    st = ps_customer_create_lane(po, app_id, customer_id, worker_recv, worker_lane_recv, w,
+                                 &w->customer);
     if (st != PS_OK)
         goto fail_cond;
     ps_customer_set_done_func(w->customer, worker_done, w);
@@ -473,23 +533,59 @@ static ps_status_t slice_pairs(ps_kv_worker_t *w, const ps_kv_pairs_t *kvs, ps_k
                             elem_size_of(kvs->type), w->ranges, w->num_servers, slices);
 }
 
+static int host_slice(const ps_slice_t *s)
+{
+    ps_buf_mem_t kind = ps_slice_mem_kind(s);
+    return s->len == 0 || kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM;
+}
+
+/* Sends one server's share of request `r` on the small lane (kv_lane.h)
+ * when it fits there: its keys, the values pushed (vals, of a push), the
+ * lengths (lens), all in host memory. PS_ERR_UNSUPPORTED when it does not fit
+ * (nothing sent). */
+static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, const kv_part_t *p,
+                                  int push, const ps_slice_t *vals, const ps_slice_t *lens,
+                                  ps_data_type_t type, int cmd)
+{
+    size_t lane_max = ps_postoffice_lane_max(w->po);
+    size_t nk = p->keys.len / sizeof(ps_key_t);
+    size_t len = ps__kv_lane_size(nk, vals->len, lens->len != 0);
+    if (lane_max == 0 || len == 0 || len > lane_max || w->app_id > PS_LANE_MAX_ID ||
+        w->customer_id > PS_LANE_MAX_ID || !host_slice(vals) || !host_slice(lens) ||
+        !host_slice(&p->keys) || !host_slice(&p->dest))
+        return PS_ERR_UNSUPPORTED;
+    const ps_slice_t *named = r->pull ? &p->dest : vals;
+    ps__kv_lane_msg_t m = {
+        .timestamp = r->ts,
+        .cmd = cmd,
+        .addr = (uint64_t)(uintptr_t)ps_slice_ptr(named),
+        .val_len = named->len,
+        .request = 1,
+        .push = push,
+        .pull = r->pull,
+        .type = type,
+        .num_keys = nk,
+        .keys = ps_slice_ptr(&p->keys),
+        .vals = ps_slice_ptr(vals),
+        .vals_len = vals->len,
+        .lens = lens->len ? ps_slice_ptr(lens) : NULL,
+    };
+    memcpy(&m.key, ps_slice_ptr(&p->keys), sizeof(m.key));
+    uint8_t buf[PS_POSTOFFICE_LANE_HEADROOM + PS_LANE_MAX_PAYLOAD] __attribute__((aligned(8)));
+    uint8_t *payload = buf + PS_POSTOFFICE_LANE_HEADROOM;
+    ps__kv_lane_write(payload, &m);
+    ps_status_t st = ps_postoffice_send_lane(w->po, p->server_id, w->app_id, w->customer_id,
+                                             payload, len);
+    if (st == PS_OK)
+        atomic_fetch_add_explicit(&w->n_lane, 1, memory_order_relaxed);
+    return st;
+}
+
 /* Sends one server's message of request `r`. */
 static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, const kv_part_t *p,
                              const ps_kv_pairs_t *push, const ps_kv_slice_t *push_slice,
                              ps_data_type_t type, int cmd)
 {
-    ps_msg_t msg;
-    ps_msg_init(&msg);
-    msg.meta.app_id = w->app_id;
-    msg.meta.customer_id = w->customer_id;
-    msg.meta.timestamp = r->ts;
-    msg.meta.request = true;
-    msg.meta.push = push != NULL;
-    msg.meta.pull = r->pull != 0;
-    msg.meta.head = cmd;
-    msg.meta.recver = p->server_id;
-    memcpy(&msg.meta.key, ps_slice_ptr(&p->keys), sizeof(msg.meta.key));
-
     /* Windows on the caller's slices, lent to the message below. */
     ps_slice_t vals = PS_SLICE_EMPTY_INIT;
     ps_slice_t lens = PS_SLICE_EMPTY_INIT;
@@ -508,6 +604,21 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, const kv_part
     }
     if (st != PS_OK)
         return st;
+    st = send_part_lane(w, r, p, push != NULL, &vals, &lens, type, cmd);
+    if (st != PS_ERR_UNSUPPORTED)
+        return st;
+
+    ps_msg_t msg;
+    ps_msg_init(&msg);
+    msg.meta.app_id = w->app_id;
+    msg.meta.customer_id = w->customer_id;
+    msg.meta.timestamp = r->ts;
+    msg.meta.request = true;
+    msg.meta.push = push != NULL;
+    msg.meta.pull = r->pull != 0;
+    msg.meta.head = cmd;
+    msg.meta.recver = p->server_id;
+    memcpy(&msg.meta.key, ps_slice_ptr(&p->keys), sizeof(msg.meta.key));
 
     /* addr/val_len name the buffer the answer goes to (a pull), else the
      * pushed values, as upstream. */
@@ -788,4 +899,6 @@ void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p)
     stats_p->messages = atomic_load_explicit(&worker->n_messages, memory_order_relaxed);
     stats_p->pull_bytes_in_place = atomic_load_explicit(&worker->n_in_place, memory_order_relaxed);
     stats_p->pull_bytes_copied = atomic_load_explicit(&worker->n_copied, memory_order_relaxed);
+    stats_p->pull_bytes_small = atomic_load_explicit(&worker->n_small, memory_order_relaxed);
+    stats_p->lane_messages = atomic_load_explicit(&worker->n_lane, memory_order_relaxed);
 }

@@ -80,6 +80,8 @@ PS_CONFIG_VAR(DMLC_POLLING_IN_NANOSECOND, INT, "1000", "van", NULL,
               "Sleep between polls of a lock-free queue, in nanoseconds.")
 PS_CONFIG_VAR(PS_BUSY_POLL, BOOL, "0", "van", NULL,
               "1 makes the receive threads of workers and servers spin instead of sleeping in epoll or futex waits (lower latency, one busy core each); the scheduler never spins.")
+PS_CONFIG_VAR(PS_SMALL_LANE, BOOL, "1", "van", NULL,
+              "1 sends small KV requests and responses (one server, values within a few hundred bytes) on the small lane, without meta or frame, where the van has one (ucx); 0 sends every message the generic way. Off by itself with PS_RESEND or PS_DROP_MSG.")
 PS_CONFIG_VAR(PS_BIND_RETRIES, INT, "40", "van", NULL,
               "Number of random ports a node tries before giving up on binding, a count.")
 PS_CONFIG_VAR(PS_MAX_META_BYTES, SIZE, "1m", "van", NULL,

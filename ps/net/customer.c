@@ -41,7 +41,8 @@ struct ps_customer {
     int customer_id;
     int request_timeout_ms;
     ps_customer_recv_func_t recv;
-    void *recv_arg;
+    ps_customer_lane_func_t lane; /* NULL: lane messages for it are dropped */
+    void *recv_arg;               /* recv's and lane's */
     ps_customer_done_func_t done;
     void *done_arg;
     ps__tracker_t *tracker;
@@ -62,6 +63,7 @@ struct ps_customer {
 typedef struct ps__pending {
     ps_msg_t msg;
     uint8_t *body; /* a copy: the van's decode buffer does not outlive deliver */
+    int lane;      /* a lane message: its payload is body[0..msg.meta.body_len) */
     uint64_t arrived_ns;
     struct ps__pending *next;
 } ps__pending_t;
@@ -152,8 +154,9 @@ static void pending_free(ps__pending_t *p)
     free(p);
 }
 
-/* Takes msg over into the pending queue; returns 1 if the queue was empty. */
-static int reg_queue_pending(ps__registry_t *reg, ps_msg_t *msg)
+/* Takes msg over into the pending queue; returns 1 if the queue was empty.
+ * `lane`: msg stands for a lane message, whose payload is its body. */
+static int reg_queue_pending(ps__registry_t *reg, ps_msg_t *msg, int lane)
 {
     if (reg->num_pending >= PS__PENDING_MAX) {
         ps_warn_ratelimited(PS_LOG_CORE,
@@ -185,6 +188,7 @@ static int reg_queue_pending(ps__registry_t *reg, ps_msg_t *msg)
         p->msg.meta.body = body;
     }
     p->body = body;
+    p->lane = lane;
     p->arrived_ns = ps_time_now_ns();
     int was_empty = reg->pending_head == NULL;
     if (reg->pending_tail != NULL)
@@ -235,6 +239,30 @@ static void customer_call_recv(ps_customer_t *c, const ps_msg_t *msg)
     tls_in_customer = c;
     c->recv(c->recv_arg, c, msg);
     tls_in_customer = outer;
+}
+
+static void customer_call_lane(ps_customer_t *c, int sender, int customer_id,
+                               const uint8_t *payload, size_t len)
+{
+    if (c->lane == NULL) {
+        ps_warn_ratelimited(PS_LOG_CORE, "app %d customer %d takes no lane messages; dropped "
+                            "one from node %d", c->app_id, c->customer_id, sender);
+        return;
+    }
+    ps_customer_t *outer = tls_in_customer;
+    tls_in_customer = c;
+    c->lane(c->recv_arg, c, sender, customer_id, payload, len);
+    tls_in_customer = outer;
+}
+
+/* Replays a pending message to c (pinned). */
+static void customer_call_pending(ps_customer_t *c, const ps__pending_t *p)
+{
+    if (p->lane)
+        customer_call_lane(c, p->msg.meta.sender, p->msg.meta.customer_id, p->body,
+                           p->msg.meta.body_len);
+    else
+        customer_call_recv(c, &p->msg);
 }
 
 /* ---- registry API ---- */
@@ -309,7 +337,7 @@ void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg)
             ps_msg_release(msg);
             return;
         }
-        kick = reg_queue_pending(reg, msg);
+        kick = reg_queue_pending(reg, msg, 0);
         ps_mutex_unlock(&reg->lock);
         if (kick && reg->kick != NULL)
             reg->kick(reg->kick_arg);
@@ -320,6 +348,39 @@ void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg)
 
     customer_call_recv(c, msg);
     ps_msg_release(msg);
+    reg_unpin(reg, c);
+}
+
+void ps__registry_deliver_lane(ps__registry_t *reg, int sender, int app_id, int customer_id,
+                               const uint8_t *payload, size_t len)
+{
+    int cust_id = reg->role == PS_ROLE_WORKER ? customer_id : app_id;
+    ps_mutex_lock(&reg->lock);
+    ps_customer_t *c = reg_find(reg, app_id, cust_id);
+    if (c == NULL || c->draining) {
+        if (reg->closed != PS_OK && c == NULL) {
+            ps_mutex_unlock(&reg->lock);
+            ps_debug(PS_LOG_CORE, "dropping a lane message for app %d customer %d: shutting "
+                     "down", app_id, cust_id);
+            return;
+        }
+        /* As a message: queued (a copy) until the customer registers. */
+        ps_msg_t msg;
+        ps_msg_init(&msg);
+        msg.meta.sender = sender;
+        msg.meta.app_id = app_id;
+        msg.meta.customer_id = customer_id;
+        msg.meta.body = payload;
+        msg.meta.body_len = (uint32_t)len;
+        int kick = reg_queue_pending(reg, &msg, 1);
+        ps_mutex_unlock(&reg->lock);
+        if (kick && reg->kick != NULL)
+            reg->kick(reg->kick_arg);
+        return;
+    }
+    reg_pin(c);
+    ps_mutex_unlock(&reg->lock);
+    customer_call_lane(c, sender, customer_id, payload, len);
     reg_unpin(reg, c);
 }
 
@@ -539,6 +600,13 @@ ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
                                ps_customer_recv_func_t recv, void *arg,
                                ps_customer_t **customer_p)
 {
+    return ps_customer_create_lane(po, app_id, customer_id, recv, NULL, arg, customer_p);
+}
+
+ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int customer_id,
+                                    ps_customer_recv_func_t recv, ps_customer_lane_func_t lane,
+                                    void *arg, ps_customer_t **customer_p)
+{
     if (po == NULL || recv == NULL || customer_p == NULL)
         return PS_ERR_INVALID_ARG;
     ps__registry_t *reg = ps__postoffice_registry(po);
@@ -570,6 +638,7 @@ ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
     c->customer_id = customer_id;
     c->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
     c->recv = recv;
+    c->lane = lane;
     c->recv_arg = arg;
     ps__tracker_set_done_func(c->tracker, customer_done_trampoline, c);
 
@@ -606,7 +675,7 @@ ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
         }
         reg_pin(c);
         ps_mutex_unlock(&reg->lock);
-        customer_call_recv(c, &p->msg);
+        customer_call_pending(c, p);
         pending_free(p);
         reg_unpin(reg, c);
     }

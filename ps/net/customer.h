@@ -29,6 +29,14 @@ typedef struct ps_customer ps_customer_t;
  * references) belongs to the caller; take a ps_slice_ref() of what you keep. */
 typedef void (*ps_customer_recv_func_t)(void *arg, ps_customer_t *customer, const ps_msg_t *msg);
 
+/* Called for every lane message to this customer (ps_postoffice_send_lane):
+ * its payload, valid only during the call, from node `sender`, whose header
+ * named customer `customer_id` (on a server: the worker's customer that
+ * sent it, to answer). On the same threads and in the same order as the
+ * receive function. */
+typedef void (*ps_customer_lane_func_t)(void *arg, ps_customer_t *customer, int sender,
+                                        int customer_id, const uint8_t *payload, size_t len);
+
 /* Where data segment `index` (of `len` bytes) of an incoming message for
  * this customer should land, asked by the van on its thread as soon as the
  * meta is decoded (before ps_customer_recv_func_t sees the message). Fill
@@ -54,6 +62,12 @@ typedef void (*ps_customer_done_func_t)(void *arg, ps_customer_t *customer, int 
 ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
                                ps_customer_recv_func_t recv, void *arg,
                                ps_customer_t **customer_p);
+/* The same for a customer that also takes lane messages (`lane`, called
+ * with `arg`): set at creation, since lane messages that arrived before it
+ * are replayed by the create call. */
+ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int customer_id,
+                                    ps_customer_recv_func_t recv, ps_customer_lane_func_t lane,
+                                    void *arg, ps_customer_t **customer_p);
 /* Unregisters; waits for a receive call in progress to return, then fails
  * requests still outstanding with PS_ERR_SHUTDOWN (done functions run) and
  * frees. Not from the customer's own receive or done function, nor while

@@ -830,6 +830,25 @@ static void po_cb_deliver(void *arg, ps_msg_t *msg)
     }
 }
 
+static void po_cb_deliver_lane(void *arg, int sender, const uint8_t *bytes, size_t len)
+{
+    ps_postoffice_t *po = arg;
+    int app_id, customer_id;
+    if (ps__po_closing(po))
+        return;
+    if (sender < 8 || !ps_lane_hdr_read(bytes, len, &app_id, &customer_id)) {
+        ps_warn_ratelimited(PS_LOG_CORE, "dropped a lane message of %zu bytes from node %d: "
+                            "%s", len, sender, sender < 8 ? "not from a server or worker"
+                                                          : "unknown header");
+        return;
+    }
+    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level))
+        ps_trace(PS_LOG_CORE, "recv: lane message of %zu bytes from node %d (app %d customer %d)",
+                 len, sender, app_id, customer_id);
+    ps__registry_deliver_lane(po->reg, sender, app_id, customer_id, bytes + PS_LANE_HDR_LEN,
+                              len - PS_LANE_HDR_LEN);
+}
+
 static void po_cb_peer_failed(void *arg, int node_id, ps_status_t why)
 {
     ps_postoffice_t *po = arg;
@@ -1070,6 +1089,23 @@ void ps__po_linger(ps_postoffice_t *po, size_t expected, ps_deadline_t deadline)
 
 /* ---- public API ---- */
 
+/* PS_SMALL_LANE: on where the van has a send_lane op, unless every data
+ * message must pass the resender or the dropper (which see messages). */
+static ps_status_t po_setup_lane(ps_postoffice_t *po)
+{
+    int on = 1;
+    ps_status_t st = ps_config_get_bool(PS_CFG_PS_SMALL_LANE, &on);
+    if (st != PS_OK && st != PS_ERR_NOT_FOUND)
+        return PS_ERR_CONFIG;
+    po->send_lane = ps_van_send_lane_op(po->van);
+    po->lane_max = 0;
+    if (on && po->send_lane != NULL && po->res == NULL && po->drop_pct == 0 &&
+        !po->is_scheduler)
+        po->lane_max = PS_LANE_MAX_PAYLOAD;
+    ps_debug(PS_LOG_CORE, "small lane %s", po->lane_max ? "on" : "off");
+    return PS_OK;
+}
+
 /* PS_RESEND, PS_RESEND_TIMEOUT and PS_DROP_MSG. */
 static ps_status_t po_setup_resend(ps_postoffice_t *po)
 {
@@ -1250,12 +1286,15 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
         .recv_buffer = po_cb_recv_buffer,
         .deliver = po_cb_deliver,
         .peer_failed = po_cb_peer_failed,
+        .deliver_lane = po_cb_deliver_lane,
     };
     st = comp->ops->open(&vp, &cb, &po->van);
     ps_auth_key_wipe(&vp.auth_key);
     if (st != PS_OK)
         goto err;
     if ((st = po->van->ops->query(po->van, &po->attr)) != PS_OK)
+        goto err;
+    if ((st = po_setup_lane(po)) != PS_OK)
         goto err;
     if (po->is_scheduler && (st = po->van->ops->set_node_id(po->van, PS_SCHEDULER_ID)) != PS_OK)
         goto err;
@@ -1449,6 +1488,21 @@ const char *ps_postoffice_van_name(const ps_postoffice_t *po)
     return po->van_comp->name;
 }
 
+/* A van's send status as the postoffice reports it: no connection to the
+ * peer (it failed, and the scheduler has not declared it dead yet) says
+ * what the requests waiting for it were told. */
+static ps_status_t po_send_status(ps_postoffice_t *po, int recver, ps_status_t st)
+{
+    if (st != PS_ERR_UNREACHABLE)
+        return st;
+    ps_mutex_lock(&po->lock);
+    st = po_is_dead_locked(po, recver) || (recver == PS_SCHEDULER_ID && po->sched_gone)
+             ? PS_ERR_PEER_GONE
+             : po_get_lost_locked(po, recver);
+    ps_mutex_unlock(&po->lock);
+    return st == PS_OK ? PS_ERR_LINK_FAILED : st;
+}
+
 ps_status_t ps_postoffice_send(ps_postoffice_t *po, const ps_msg_t *msg)
 {
     if (po == NULL || msg == NULL)
@@ -1497,20 +1551,40 @@ ps_status_t ps_postoffice_send(ps_postoffice_t *po, const ps_msg_t *msg)
     ps_status_t st = po->van->ops->send(po->van, out);
     if (st != PS_OK && tracked)
         ps__resender_untrack(po->res, out);
-    /* No connection to the peer (it failed, and the scheduler has not
-     * declared the peer dead yet): say what requests waiting for it were
-     * told. */
-    if (st == PS_ERR_UNREACHABLE) {
-        ps_mutex_lock(&po->lock);
-        st = po_is_dead_locked(po, recver) ||
-                     (recver == PS_SCHEDULER_ID && po->sched_gone)
-                 ? PS_ERR_PEER_GONE
-                 : po_get_lost_locked(po, recver);
-        ps_mutex_unlock(&po->lock);
-        if (st == PS_OK)
-            st = PS_ERR_LINK_FAILED;
+    return po_send_status(po, recver, st);
+}
+
+size_t ps_postoffice_lane_max(const ps_postoffice_t *po)
+{
+    return po != NULL ? po->lane_max : 0;
+}
+
+ps_status_t ps_postoffice_send_lane(ps_postoffice_t *po, int recver, int app_id, int customer_id,
+                                    uint8_t *payload, size_t len)
+{
+    if (po == NULL || payload == NULL || len > po->lane_max || app_id < 0 ||
+        app_id > PS_LANE_MAX_ID || customer_id < 0 || customer_id > PS_LANE_MAX_ID)
+        return PS_ERR_INVALID_ARG;
+    if (ps__po_closing(po))
+        return PS_ERR_SHUTDOWN;
+    if (recver < 8) {
+        ps_error(PS_LOG_CORE, "send_lane: %d is not the id of a server or worker", recver);
+        return PS_ERR_INVALID_ARG;
     }
-    return st;
+    if (__atomic_load_n(&po->num_dead, __ATOMIC_RELAXED) > 0) {
+        ps_mutex_lock(&po->lock);
+        int dead = po_is_dead_locked(po, recver);
+        ps_mutex_unlock(&po->lock);
+        if (dead)
+            return PS_ERR_PEER_GONE;
+    }
+    uint8_t *bytes = payload - PS_LANE_HDR_LEN;
+    ps_lane_hdr_write(bytes, app_id, customer_id);
+    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level))
+        ps_trace(PS_LOG_CORE, "send: lane message of %zu bytes to node %d (app %d customer %d)",
+                 len, recver, app_id, customer_id);
+    return po_send_status(po, recver, po->send_lane(po->van, recver, bytes,
+                                                    PS_LANE_HDR_LEN + len));
 }
 
 void ps_postoffice_traffic(const ps_postoffice_t *po, uint64_t *sent_p, uint64_t *recv_p)

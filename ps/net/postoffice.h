@@ -70,6 +70,7 @@
 
 #include "ps/base/status.h"
 #include "ps/net/caps.h"
+#include "ps/net/codec/lane.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 
@@ -171,6 +172,25 @@ const char *ps_postoffice_van_name(const ps_postoffice_t *po);
  * PS_ERR_LINK_FAILED (no working connection to it otherwise),
  * PS_ERR_SHUTDOWN (finalizing). */
 ps_status_t ps_postoffice_send(ps_postoffice_t *po, const ps_msg_t *msg);
+
+/* The small lane (ps/net/codec/lane.h): a message of an app's own compact
+ * form, without meta or frame, for the small requests and responses whose
+ * generic path costs more than their transport. The payload bytes a lane
+ * message may carry, or 0 when there is no lane: the van has none,
+ * PS_SMALL_LANE=0, or PS_RESEND / PS_DROP_MSG must see every message. */
+size_t ps_postoffice_lane_max(const ps_postoffice_t *po);
+
+/* Room a lane sender leaves in front of its payload, for the headers. */
+#define PS_POSTOFFICE_LANE_HEADROOM PS_LANE_HEADROOM
+
+/* Sends payload[0..len) (len <= ps_postoffice_lane_max()) to the customer
+ * (app_id, customer_id) of node `recver`, a server or worker, whose lane
+ * function (ps_customer_set_lane_func) receives it, in order with this
+ * node's other messages to `recver`. The PS_POSTOFFICE_LANE_HEADROOM bytes
+ * before payload must be writable. Statuses as ps_postoffice_send();
+ * PS_ERR_INVALID_ARG also for ids above 65535 or a payload too long. */
+ps_status_t ps_postoffice_send_lane(ps_postoffice_t *po, int recver, int app_id, int customer_id,
+                                    uint8_t *payload, size_t len);
 
 /* Bytes sent/received by the van so far. */
 void ps_postoffice_traffic(const ps_postoffice_t *po, uint64_t *sent_p, uint64_t *recv_p);

@@ -51,6 +51,13 @@ void ps__registry_destroy(ps__registry_t *reg);
  * the customer is unknown. */
 void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg);
 
+/* A lane message's payload from the van (valid during the call), for the
+ * customer (app_id, customer_id) as a worker routes, (app_id, app_id)
+ * otherwise: its lane function on this thread, or a copy queued while the
+ * customer is unknown. */
+void ps__registry_deliver_lane(ps__registry_t *reg, int sender, int app_id, int customer_id,
+                               const uint8_t *payload, size_t len);
+
 /* The van's recv_buffer callback, routed to the customer's hook. */
 ps_status_t ps__registry_recv_buffer(ps__registry_t *reg, const ps_meta_t *meta,
                                      unsigned index, uint64_t len, ps_slice_t *slice_p);

@@ -156,6 +156,10 @@ struct ps_postoffice {
     /* PS_RESEND / PS_DROP_MSG (set at start, then read-only). */
     ps__resender_t *res;       /* NULL: off */
     int drop_pct;
+    /* The small lane (ps_postoffice_send_lane): the van's op, and the
+     * payload bytes a lane message may carry (0: no lane). Set at start. */
+    ps_status_t (*send_lane)(ps_van_t *van, int recver, uint8_t *bytes, size_t len);
+    size_t lane_max;
     uint64_t drop_rng;         /* atomic */
     uint64_t num_dropped;      /* atomic */
 };

@@ -20,6 +20,8 @@
  *            sum of all rounds
  *   threads  three threads of each worker push (many requests in flight),
  *            push-pull and pull keys of their own, concurrently
+ *   small    requests of a few bytes to one server (the small lane where
+ *            the van has one: the stats must show they took it)
  *   errors   unknown key, wrong size, no keys, unsorted keys
  *
  * --copy: the worker lets the van receive pull responses into its own
@@ -51,7 +53,7 @@
 #define WAIT_TIMEOUT_MS 60000
 #define UNIFORM_FLOAT_ELEMS 33
 
-static char g_summary[256] = "done";
+static char g_summary[320] = "done";
 
 /* ---- deterministic data ---- */
 
@@ -525,6 +527,77 @@ static int run_threads(ps_postoffice_t *po, ps_kv_worker_t *w)
 
 static int g_copy; /* --copy: pull responses copied, not received in place */
 
+/* Small requests, each to one server and within a lane message: a
+ * push-pull of one key again and again (each answer the exact running sum
+ * of this worker's pushes, on keys only it touches), a push of three keys
+ * with lengths, then pulls of both. With a lane (ps_postoffice_lane_max),
+ * they take it; the caller checks the stats say so. Returns the requests
+ * issued. */
+#define SMALL_ROUNDS 24
+static int run_small(ps_postoffice_t *po, ps_kv_worker_t *w, int me)
+{
+    uint64_t b, e;
+    CHECK_OK(ps_postoffice_server_key_range(po, me % g_num_servers, &b, &e));
+    /* Clear of the table's keys and of run_threads' (b + 4096 + ...). */
+    ps_key_t k0 = b + (1u << 20) + (ps_key_t)me * 16;
+    int issued = 0, ts;
+
+    ps_kv_pairs_t push = {alloc_slice(sizeof(ps_key_t)), alloc_slice(2 * sizeof(int32_t)),
+                          PS_SLICE_EMPTY_INIT, PS_DATA_INT32};
+    ps_kv_pairs_t out = {ps_slice_ref(&push.keys), alloc_slice(2 * sizeof(int32_t)),
+                         PS_SLICE_EMPTY_INIT, PS_DATA_INT32};
+    memcpy(ps_slice_ptr(&push.keys), &k0, sizeof(k0));
+    int32_t want[2] = {0, 0};
+    for (int r = 1; r <= SMALL_ROUNDS; r++) {
+        int32_t v[2] = {me * 1000 + r, -r};
+        memcpy(ps_slice_ptr(&push.vals), v, sizeof(v));
+        want[0] += v[0];
+        want[1] += v[1];
+        CHECK_OK(ps_kv_zpushpull(w, &push, &out, 0, on_done, NULL, &ts));
+        issued++;
+        CHECK_OK(wait_ts(w, ts));
+        if (memcmp(ps_slice_ptr(&out.vals), want, sizeof(want)) != 0) {
+            const int32_t *got = ps_slice_ptr(&out.vals);
+            check_fail("small push-pull %d of key %llu: got {%d, %d}, expected {%d, %d}", r,
+                       (unsigned long long)k0, got[0], got[1], want[0], want[1]);
+        }
+    }
+
+    /* Three keys of 1, 2 and 3 int64 elements, pushed twice. */
+    ps_key_t keys[3] = {k0 + 1, k0 + 2, k0 + 3};
+    int32_t lens[3] = {1, 2, 3};
+    int64_t vals[6], sum[6], got[6];
+    for (int i = 0; i < 6; i++) {
+        vals[i] = ((int64_t)me << 40) + i * 7 - 3;
+        sum[i] = 2 * vals[i];
+    }
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(ps_kv_push(w, keys, 3, vals, sizeof(vals), lens, PS_DATA_INT64, 0, on_done,
+                            NULL, &ts));
+        issued++;
+        CHECK_OK(wait_ts(w, ts));
+    }
+    memset(got, 0x5A, sizeof(got));
+    CHECK_OK(ps_kv_pull(w, keys, 3, got, sizeof(got), lens, PS_DATA_INT64, 0, on_done, NULL,
+                        &ts));
+    issued++;
+    CHECK_OK(wait_ts(w, ts));
+    if (memcmp(got, sum, sizeof(sum)) != 0)
+        check_fail("small pull of three keys with lengths: wrong values");
+    int32_t last[2];
+    CHECK_OK(ps_kv_pull(w, &k0, 1, last, sizeof(last), NULL, PS_DATA_INT32, 0, on_done, NULL,
+                        &ts));
+    issued++;
+    CHECK_OK(wait_ts(w, ts));
+    if (memcmp(last, want, sizeof(want)) != 0)
+        check_fail("small pull of key %llu: wrong values", (unsigned long long)k0);
+    for (ps_kv_pairs_t *x = &push; x; x = x == &push ? &out : NULL) {
+        ps_slice_unref(&x->keys);
+        ps_slice_unref(&x->vals);
+    }
+    return issued;
+}
+
 static void run_worker(ps_postoffice_t *po)
 {
     ps_kv_worker_t *w;
@@ -622,6 +695,11 @@ static void run_worker(ps_postoffice_t *po)
     /* Several threads issuing at once on this worker. */
     issued += run_threads(po, w);
 
+    /* Small requests (the small lane, where the postoffice has one). */
+    ps_kv_worker_stats_t before;
+    ps_kv_worker_stats(w, &before);
+    issued += run_small(po, w, me);
+
     /* Error cases, from one worker. */
     if (me == 0) {
         /* A key nobody pushed: not in the table. */
@@ -685,17 +763,33 @@ static void run_worker(ps_postoffice_t *po)
     if (g_copy && stats.pull_bytes_in_place)
         check_fail("%llu pulled bytes landed in place with --copy",
                    (unsigned long long)stats.pull_bytes_in_place);
-    if (stats.pull_bytes_in_place + stats.pull_bytes_copied < verified_bytes)
+    if (stats.pull_bytes_in_place + stats.pull_bytes_copied + stats.pull_bytes_small <
+        verified_bytes)
         check_fail("stats: only %llu pulled bytes accounted for",
-                   (unsigned long long)(stats.pull_bytes_in_place + stats.pull_bytes_copied));
+                   (unsigned long long)(stats.pull_bytes_in_place + stats.pull_bytes_copied +
+                                        stats.pull_bytes_small));
+    /* Every small request of run_small went on the lane, if there is one;
+     * none went there without one. */
+    uint64_t small_msgs = stats.lane_messages - before.lane_messages;
+    uint64_t small_bytes = stats.pull_bytes_small - before.pull_bytes_small;
+    if (ps_postoffice_lane_max(po) > 0) {
+        if (small_msgs < SMALL_ROUNDS + 4 || small_bytes < (SMALL_ROUNDS + 1) * 8 + 48)
+            check_fail("small lane: %llu lane messages and %llu small pulled bytes for %d "
+                       "small requests", (unsigned long long)small_msgs,
+                       (unsigned long long)small_bytes, SMALL_ROUNDS + 4);
+    } else if (stats.lane_messages != 0 || stats.pull_bytes_small != 0) {
+        check_fail("no small lane, yet %llu lane messages", (unsigned long long)stats.lane_messages);
+    }
 
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, BARRIER_TIMEOUT_MS));
     ps_kv_worker_destroy(w);
     snprintf(g_summary, sizeof(g_summary),
-             "%d keys, %zu bytes verified, %d requests, %llu bytes pulled in place, %llu copied",
-             verified_keys, verified_bytes, issued,
+             "%d keys, %zu bytes verified, %d requests (%llu on the small lane), %llu bytes "
+             "pulled in place, %llu copied, %llu small",
+             verified_keys, verified_bytes, issued, (unsigned long long)stats.lane_messages,
              (unsigned long long)stats.pull_bytes_in_place,
-             (unsigned long long)stats.pull_bytes_copied);
+             (unsigned long long)stats.pull_bytes_copied,
+             (unsigned long long)stats.pull_bytes_small);
     free(g_keys);
 }
 

@@ -33,7 +33,7 @@ callgrind_wrapper "$dir" "$bench"
 setup() {
   transport_env "$1" || return 1
   case $1 in
-  ucx-*) entries="ps__ucx_am_meta ps__ucx_am_take ps__ucx_rx_process" ;;
+  ucx-*) entries="ps__ucx_am_meta ps__ucx_am_take ps__ucx_rx_process ps__ucx_lane_deliver" ;;
   fabric-*) entries="ps__fab_on_meta" ;;
   tcp) entries="ps__tcp_on_readable" ;;
   *) echo "no receive entry points known for $1" >&2; return 1 ;;

@@ -58,6 +58,12 @@ typedef struct ps_van_callbacks {
     /* The connection to `node_id` failed or closed: `why` says how
      * (PS_ERR_PEER_GONE, PS_ERR_LINK_FAILED, PS_ERR_PROTOCOL, ...). */
     void (*peer_failed)(void *arg, int node_id, ps_status_t why);
+    /* A small-lane message (send_lane below): `len` bytes from node
+     * `sender` (proved by the connection, as for deliver), starting with
+     * the lane header of ps/net/codec/lane.h, valid only during the call.
+     * Called in order with the connection's deliver() calls. A van without
+     * send_lane never calls it. */
+    void (*deliver_lane)(void *arg, int sender, const uint8_t *bytes, size_t len);
 } ps_van_callbacks_t;
 
 typedef struct ps_van_params {
@@ -119,6 +125,15 @@ typedef struct ps_van_ops {
      * budget 0 ("I stop driving"). Never from a van callback; the van must
      * stay open for the duration of the call. */
     int (*progress)(ps_van_t *van, unsigned budget);
+
+    /* Optional (see ps_van_send_lane_op): sends `len` bytes, a lane header
+     * and its payload (ps/net/codec/lane.h; at most PS_LANE_MAX_BYTES), to
+     * node `recver` as one message, in order with send()'s messages to that
+     * node. The van may write its own framing into the PS_LANE_VAN_HEADROOM
+     * bytes before `bytes`, which the caller provides. The receiving van
+     * hands them to deliver_lane() untouched: no meta, no segments, no
+     * frame to decode. */
+    ps_status_t (*send_lane)(ps_van_t *van, int recver, uint8_t *bytes, size_t len);
 } ps_van_ops_t;
 
 /* Every van object starts with this. */
@@ -214,6 +229,17 @@ static inline int (*ps_van_progress_op(const ps_van_t *van))(ps_van_t *, unsigne
         return NULL;
     }
     return ops->progress;
+}
+
+/* The van's send_lane op, or NULL when it has none. */
+static inline ps_status_t (*ps_van_send_lane_op(const ps_van_t *van))(ps_van_t *, int, uint8_t *,
+                                                                     size_t)
+{
+    const ps_van_ops_t *ops = van->ops;
+    if (ops->size < offsetof(ps_van_ops_t, send_lane) + sizeof(ops->send_lane)) {
+        return NULL;
+    }
+    return ops->send_lane;
 }
 
 #ifdef __cplusplus

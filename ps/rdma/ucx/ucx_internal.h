@@ -122,6 +122,7 @@
 #include "ps/base/status.h"
 #include "ps/base/thread.h"
 #include "ps/net/codec/frame.h"
+#include "ps/net/codec/lane.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/van/peer_slots.h"
@@ -204,6 +205,9 @@ enum {
 /* Inline segments up to this many bytes in all are copied behind the
  * frame (one contiguous META message) rather than gathered. */
 #define PS__UCX_FOLD_MAX 256
+/* Lane messages one ucp_worker_progress() call may leave for delivery
+ * without a receive record (ps__ucx_van_t.lane). */
+#define PS__UCX_LANE_SLOTS 16
 #define PS__UCX_MAX_STREAMS 8 /* incoming connections indexed per peer */
 
 typedef struct ps__ucx_van ps__ucx_van_t;
@@ -272,6 +276,7 @@ typedef struct ps__ucx_rx {
     int parsed;                /* segments set up */
     int complete;              /* everything arrived (or failed) */
     int hello;                 /* a re-announcement: nothing to deliver */
+    int lane;                  /* a lane message: staging goes to deliver_lane */
     int ready_queued;          /* on van->rx_ready */
     /* Inside a ucp_tag_*recv_nbx() call of this receive. UCX may complete
      * the request, callback included, before that call returns it (seen:
@@ -432,6 +437,18 @@ struct ps__ucx_van {
     /* META messages the handler took during the last ucp_worker_progress(),
      * in arrival order, for ps__ucx_am_take(). */
     ps__ucx_rx_t *am_head, *am_tail;
+    /* Lane messages (ps/net/codec/lane.h) the handler copied during the
+     * last ucp_worker_progress(), for ps__ucx_lane_deliver(): those of
+     * connections with no receive ahead of them, the usual case. (Others,
+     * and more than PS__UCX_LANE_SLOTS in one turn, take a receive record
+     * like any META, which keeps each connection's order.) */
+    unsigned lane_n;
+    struct ps__ucx_lane_slot {
+        int sender;
+        uint32_t len;
+        /* 8-byte aligned (a payload's keys behind the 8-byte header). */
+        uint8_t bytes[PS_LANE_MAX_BYTES] __attribute__((aligned(8)));
+    } lane[PS__UCX_LANE_SLOTS];
     ps__ucx_conn_t **cookies;  /* cookie -> connection (open addressing by value) */
     uint32_t cookies_cap;
     uint32_t num_cookies;
@@ -547,6 +564,13 @@ int ps__ucx_may_claim(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, uint64_t
 
 /* ---- ucx_send.c ---- */
 ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg);
+/* Hands the lane messages the handler copied to deliver_lane, in arrival
+ * order; returns how many. Before ps__ucx_rx_process() in a turn: they
+ * arrived before anything its receives hold of their connections. */
+int ps__ucx_lane_deliver(ps__ucx_van_t *van);
+/* The van's send_lane op (ps/net/van/van.h): the lane message goes as a
+ * small META, sent at once when UCX takes it, in sequence with the others. */
+ps_status_t ps__ucx_send_lane(ps__ucx_van_t *van, int recver, uint8_t *bytes, size_t len);
 /* Queues or posts an op on conn (takes the op, and a reference on conn
  * the caller holds: the op keeps it). *sent_p (if not NULL): 1 when UCX
  * took all of it at once (posted, and no request left in flight). */

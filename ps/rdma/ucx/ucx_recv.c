@@ -336,6 +336,17 @@ ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length
     } else {
         conn->rx_seq = (conn->rx_seq + 1) & PS__UCX_SEQ_MASK;
     }
+    if (why == PS_OK && !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) && length != 0 &&
+        payload[0] == PS_LANE_MAGIC && length <= PS_LANE_MAX_BYTES && conn->rx_head == NULL &&
+        van->lane_n < PS__UCX_LANE_SLOTS) {
+        /* A lane message with nothing of its connection ahead of it: no
+         * receive record, delivered after this progress call. */
+        struct ps__ucx_lane_slot *slot = &van->lane[van->lane_n++];
+        slot->sender = conn->peer_id;
+        slot->len = (uint32_t)length;
+        memcpy(slot->bytes, payload, length);
+        return UCS_OK;
+    }
     ps__ucx_rx_t *rx = rx_alloc(van);
     if (rx == NULL) {
         /* Cannot happen short of memory exhaustion; the connection cannot
@@ -515,6 +526,16 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
     const uint8_t *buf = ps_slice_ptr(&rx->staging);
     size_t len = rx->staging_len;
     const char *from = rx->conn != NULL ? rx->conn->addr_str : "an unknown sender";
+    if (len != 0 && buf[0] == PS_LANE_MAGIC) {
+        /* A lane message behind a receive of its connection: as it is. */
+        if (len > PS_LANE_MAX_BYTES || ps__ucx_tag_low(rx->tag) != 0) {
+            ps_error(PS_LOG_UCX, "bad lane message from %s (%zu bytes); closing the connection",
+                     from, len);
+            rx->status = PS_ERR_PROTOCOL;
+        }
+        rx->lane = 1;
+        return;
+    }
     ps_frame_header_t hdr;
     size_t need = 0;
     ps_status_t st = ps_frame_header_parse(buf, len, &van->limits, &hdr, &need);
@@ -631,6 +652,34 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
     }
 }
 
+static void lane_deliver_one(ps__ucx_van_t *van, int sender, const uint8_t *bytes, size_t len)
+{
+    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
+        ps_trace(PS_LOG_UCX, "received a %zu-byte lane message from node %d", len, sender);
+    }
+    if (van->cb.deliver_lane == NULL) {
+        ps_warn_ratelimited(PS_LOG_UCX, "a lane message from node %d, and nobody to take "
+                            "it; dropped", sender);
+        return;
+    }
+    van->cb.deliver_lane(van->cb.arg, sender, bytes, len);
+}
+
+int ps__ucx_lane_deliver(ps__ucx_van_t *van)
+{
+    unsigned n = van->lane_n;
+    uint64_t bytes = 0;
+    /* A delivery never re-enters the progress loop (van.h), so no slot is
+     * added while these are handed over. */
+    for (unsigned i = 0; i < n; ++i) {
+        bytes += van->lane[i].len;
+        lane_deliver_one(van, van->lane[i].sender, van->lane[i].bytes, van->lane[i].len);
+    }
+    van->lane_n = 0;
+    __atomic_add_fetch(&van->bytes_recv, bytes, __ATOMIC_RELAXED);
+    return (int)n;
+}
+
 static void rx_deliver_ready(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
 {
     while (conn->rx_head != NULL && conn->rx_head->complete) {
@@ -662,6 +711,12 @@ static void rx_deliver_ready(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
         __atomic_add_fetch(&van->bytes_recv, bytes, __ATOMIC_RELAXED);
         if (rx->hello) {
             rx_free(van, rx); /* nothing to deliver */
+            continue;
+        }
+        if (rx->lane) {
+            lane_deliver_one(van, conn->peer_id, ps_slice_ptr(&rx->staging),
+                             rx->staging_len);
+            rx_free(van, rx);
             continue;
         }
         if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
@@ -742,6 +797,9 @@ int ps__ucx_rx_drop_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int deliver)
 {
     int busy = 0;
     if (deliver) {
+        if (van->lane_n != 0) {
+            ps__ucx_lane_deliver(van); /* they came before what the receives hold */
+        }
         ps__ucx_rx_process(van);
         rx_deliver_ready(van, conn);
     }

@@ -15,7 +15,8 @@
  * with the frame within PS__UCX_HM_INLINE bytes: the usual push, pull or
  * response of a few values) takes a shorter way, send_small(): framed on
  * the caller's stack and handed to UCX to be sent at once or not at all;
- * only what UCX refuses becomes an op.
+ * only what UCX refuses becomes an op. A lane message (send_lane,
+ * ps/net/codec/lane.h) is such a message whose frame the postoffice made.
  *
  * Order: messages are posted under the connection's lock, so sequence
  * numbers and UCX's order agree. Until the handshake completes, ops wait
@@ -28,6 +29,7 @@
 #include "ps/base/endian.h"
 #include "ps/base/log.h"
 #include "ps/base/stage_trace.h"
+#include "ps/net/codec/lane.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
 static ps_status_t op_new(ps__ucx_van_t *van, ps__ucx_op_t **op_p)
@@ -514,7 +516,9 @@ static ps_status_t frame_small(ps__ucx_van_t *van, const ps_meta_t *meta, const 
  * tcp), so a refusal there is a full FIFO, not the length. */
 #define SEND_NOW_FLOOR 64
 
-/* Sends a framed small message to node `recver`. On a READY connection
+/* Sends a framed small message to node `recver`: bytes holds
+ * PS__UCX_AM_META_HDR bytes of room for the tag, then frame_len bytes of
+ * frame (at most PS__UCX_HM_INLINE). On a READY connection
  * with nothing queued, UCX is asked to send it at once or not at all
  * (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: a short message is copied into the
  * transport, the shared-memory FIFO or the socket, before ucp_am_send_nbx
@@ -530,9 +534,9 @@ static ps_status_t frame_small(ps__ucx_van_t *van, const ps_meta_t *meta, const 
  * send pays for one refusal, not one per message. UCX keeps the order of
  * an endpoint's short sends and its queued ones (a short send is refused
  * while anything waits before it). */
-static ps_status_t send_small(ps__ucx_van_t *van, int recver, small_msg_t *sm)
+static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, size_t frame_len)
 {
-    size_t wire = PS__UCX_AM_META_HDR + sm->frame_len;
+    size_t wire = PS__UCX_AM_META_HDR + frame_len;
     int asked = 0, sent = 0;
     pthread_rwlock_rdlock(&van->peers_lock);
     ps__ucx_conn_t *conn = ps__ucx_peer_send_conn_locked(van, recver);
@@ -542,7 +546,7 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, small_msg_t *sm)
             ucp_request_param_t param;
             param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
             ucs_status_ptr_t r = send_meta_self(
-                conn->send_ep, sm->bytes, wire,
+                conn->send_ep, bytes, wire,
                 ps__ucx_tag(PS__UCX_KIND_META, conn->remote_cookie, conn->seq, 0), &param);
             /* (Never a request with FORCE_IMM_CMPL: UCS_OK or an error.) */
             asked = 1;
@@ -557,7 +561,7 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, small_msg_t *sm)
     pthread_rwlock_unlock(&van->peers_lock);
     if (sent) {
         ps_stage_posted();
-        __atomic_add_fetch(&van->bytes_sent, sm->frame_len, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&van->bytes_sent, frame_len, __ATOMIC_RELAXED);
         return PS_OK;
     }
     if (conn == NULL) {
@@ -571,10 +575,10 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, small_msg_t *sm)
         ps_warn_ratelimited(PS_LOG_UCX, "send to node %d: %s", recver, ps_status_str(st));
         return st;
     }
-    memcpy(op->hm_inline, sm->bytes + PS__UCX_AM_META_HDR, sm->frame_len);
+    memcpy(op->hm_inline, bytes + PS__UCX_AM_META_HDR, frame_len);
     op->hm = op->hm_inline;
-    op->hm_len = sm->frame_len;
-    op->bytes = sm->frame_len;
+    op->hm_len = frame_len;
+    op->bytes = frame_len;
     op->folded = 1; /* the segments are in hm_inline: num_data 0, nothing referenced */
     if (!asked) {
         return ps__ucx_conn_submit(conn, op, NULL); /* takes our reference on conn */
@@ -631,7 +635,7 @@ ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
         return st;
     }
     if (sm.frame_len != 0) {
-        st = send_small(van, recver, &sm);
+        st = send_small(van, recver, sm.bytes, sm.frame_len);
     } else {
         st = send_op(van, recver, meta, msg->data, msg->num_data);
     }
@@ -639,6 +643,25 @@ ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
         char line[192];
         ps_msg_describe(msg, line, sizeof(line));
         ps_trace(PS_LOG_UCX, "sent %s", line);
+    }
+    return st;
+}
+
+ps_status_t ps__ucx_send_lane(ps__ucx_van_t *van, int recver, uint8_t *bytes, size_t len)
+{
+    _Static_assert(PS_LANE_VAN_HEADROOM >= PS__UCX_AM_META_HDR, "room for the tag");
+    _Static_assert(PS_LANE_MAX_BYTES <= PS__UCX_HM_INLINE, "a lane message is a small META");
+    if (bytes == NULL || len < PS_LANE_HDR_LEN || len > PS_LANE_MAX_BYTES ||
+        bytes[0] != PS_LANE_MAGIC) {
+        return PS_ERR_INVALID_ARG;
+    }
+    if (recver < 0 || recver == PS_NODE_EMPTY) {
+        ps_error(PS_LOG_UCX, "send_lane: message without a receiver (recver %d)", recver);
+        return PS_ERR_INVALID_ARG;
+    }
+    ps_status_t st = send_small(van, recver, bytes - PS__UCX_AM_META_HDR, len);
+    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level) && st == PS_OK) {
+        ps_trace(PS_LOG_UCX, "sent a %zu-byte lane message to node %d", len, recver);
     }
     return st;
 }

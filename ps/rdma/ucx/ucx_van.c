@@ -185,7 +185,11 @@ static int progress_once(ps__ucx_van_t *van, unsigned burst, int all)
     }
     /* Receives before events: a message that arrived just before its
      * connection ended is delivered before the end is. (The checks are
-     * here so that an idle turn makes no calls.) */
+     * here so that an idle turn makes no calls.) Lane messages first: each
+     * arrived before anything of its connection a receive holds. */
+    if (van->lane_n != 0) {
+        did += ps__ucx_lane_deliver(van);
+    }
     if (van->rx_ready != NULL) {
         did++;
         ps__ucx_rx_process(van);
@@ -651,6 +655,11 @@ static ps_status_t ucx_send(ps_van_t *v, const ps_msg_t *msg)
     return ps__ucx_send(ucx_of(v), msg);
 }
 
+static ps_status_t ucx_send_lane(ps_van_t *v, int recver, uint8_t *bytes, size_t len)
+{
+    return ps__ucx_send_lane(ucx_of(v), recver, bytes, len);
+}
+
 static void ucx_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
 {
     ps__ucx_van_t *van = ucx_of(v);
@@ -676,6 +685,7 @@ static const ps_van_ops_t ucx_ops = {
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = ucx_stats,
     .progress = ucx_progress,
+    .send_lane = ucx_send_lane,
 };
 
 static int ucx_unavailable(char *why, size_t cap)
