@@ -250,7 +250,7 @@ struct Van {
                 return kst;
             }
         }
-        ps_van_callbacks_t cb;
+        ps_van_callbacks_t cb{};
         cb.arg = &inbox;
         cb.recv_buffer = RecvBuffer;
         cb.deliver = Deliver;

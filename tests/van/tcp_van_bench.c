@@ -301,7 +301,7 @@ static int vside_open(vside_t *s, int id, int busy, int receiver, int ack_every)
     p.role = receiver ? PS_ROLE_SERVER : PS_ROLE_WORKER;
     p.busy_poll = busy;
     p.connect_timeout_ms = 10000;
-    ps_van_callbacks_t cb;
+    ps_van_callbacks_t cb = {0};
     memset(&cb, 0, sizeof(cb));
     cb.arg = s;
     cb.deliver = receiver ? recv_deliver : send_deliver;

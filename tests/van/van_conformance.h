@@ -120,6 +120,9 @@ class VanConformance : public ::testing::TestWithParam<VanConfig> {
     void OpenPair(VanBase &server, VanBase &worker, ps_van_params_t params = DefaultParams()) const;
     // Sends message `seq` to node `to` with segments of `sizes` (OutMsg).
     static ps_status_t Send(VanBase &from, int to, uint64_t seq, const std::vector<size_t> &sizes);
+    // Sends lane message `seq` of `len` bytes (LaneBytes) with the van's
+    // send_lane op, which it must have.
+    static ps_status_t SendLane(VanBase &from, int to, uint64_t seq, size_t len);
     // Opens `worker` as node 9 and connects it to node 8 at a port a van
     // just had and let go (nobody listens there), returned in *port_p
     // (connect_completes_in_call: checks that connect() refused it).

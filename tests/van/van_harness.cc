@@ -60,6 +60,30 @@ ps_status_t RecvBuffer(void *arg, const ps_meta_t *meta, unsigned index, uint64_
     return PS_OK;
 }
 
+// Records r, first waiting while the gate is closed.
+static void Record(Inbox *in, Received &&r)
+{
+    std::unique_lock<std::mutex> lk(in->mu);
+    if (in->gate_closed) {
+        in->in_gate = true;
+        in->cv.notify_all();
+        in->cv.wait(lk, [&] { return !in->gate_closed; });
+    }
+    in->msgs.push_back(std::move(r));
+    in->cv.notify_all();
+}
+
+void DeliverLane(void *arg, int sender, const uint8_t *bytes, size_t len)
+{
+    Received r;
+    r.lane = true;
+    memset(&r.meta, 0, sizeof(r.meta));
+    r.meta.sender = sender;
+    r.data.emplace_back(reinterpret_cast<const char *>(bytes), len);
+    r.ptrs.push_back(bytes);
+    Record(static_cast<Inbox *>(arg), std::move(r));
+}
+
 void Deliver(void *arg, ps_msg_t *msg)
 {
     Inbox *in = static_cast<Inbox *>(arg);
@@ -78,16 +102,7 @@ void Deliver(void *arg, ps_msg_t *msg)
     for (uint32_t i = 0; i < msg->meta.control.num_nodes; ++i) {
         r.nodes.push_back(msg->meta.control.nodes[i]);
     }
-    {
-        std::unique_lock<std::mutex> lk(in->mu);
-        if (in->gate_closed) {
-            in->in_gate = true;
-            in->cv.notify_all();
-            in->cv.wait(lk, [&] { return !in->gate_closed; });
-        }
-        in->msgs.push_back(std::move(r));
-        in->cv.notify_all();
-    }
+    Record(in, std::move(r));
     if (in->on_msg) {
         in->on_msg(msg);
     }
@@ -125,11 +140,12 @@ ps_status_t VanBase::OpenAs(const char *name, int id, const char *host, ps_van_p
     if (ops == nullptr) {
         return PS_ERR_NOT_FOUND;
     }
-    ps_van_callbacks_t cb;
+    ps_van_callbacks_t cb{};
     cb.arg = &inbox;
     cb.recv_buffer = RecvBuffer;
     cb.deliver = Deliver;
     cb.peer_failed = PeerFailed;
+    cb.deliver_lane = DeliverLane;
     ps_status_t st = ops->open(&params, &cb, &van);
     if (st != PS_OK) {
         return st;

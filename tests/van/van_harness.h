@@ -37,6 +37,9 @@ constexpr auto kWait = std::chrono::seconds(60);
 uint8_t Pattern(uint64_t seq, unsigned seg, size_t i);
 
 struct Received {
+    // A lane message (deliver_lane): meta is zero but for sender, and
+    // data[0] holds its bytes, header included.
+    bool lane = false;
     ps_meta_t meta;
     std::vector<std::string> data;
     std::vector<const void *> ptrs; // where each segment landed
@@ -71,6 +74,7 @@ ps_status_t RecvBuffer(void *arg, const ps_meta_t *meta, unsigned index, uint64_
                        ps_slice_t *slice_p);
 void Deliver(void *arg, ps_msg_t *msg);
 void PeerFailed(void *arg, int node_id, ps_status_t why);
+void DeliverLane(void *arg, int sender, const uint8_t *bytes, size_t len);
 
 // The ops of the van registered as `name` (a test failure when missing).
 const ps_van_ops_t *VanOps(const char *name);

@@ -887,7 +887,7 @@ TEST(FabricVanConfig, UnknownProviderIsAClearError)
     ps_van_params_t p;
     memset(&p, 0, sizeof(p));
     p.role = PS_ROLE_WORKER;
-    ps_van_callbacks_t cb;
+    ps_van_callbacks_t cb{};
     memset(&cb, 0, sizeof(cb));
     ps_van_t *van = nullptr;
     EXPECT_EQ(ops->open(&p, &cb, &van), PS_ERR_UNSUPPORTED);

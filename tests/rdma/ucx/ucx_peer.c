@@ -47,7 +47,7 @@ int main(int argc, char **argv)
     memset(&p, 0, sizeof(p));
     p.role = PS_ROLE_WORKER;
     p.connect_timeout_ms = 20000;
-    ps_van_callbacks_t cb;
+    ps_van_callbacks_t cb = {0};
     memset(&cb, 0, sizeof(cb));
     cb.deliver = on_deliver;
     ps_van_t *van;

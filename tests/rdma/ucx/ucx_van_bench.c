@@ -120,7 +120,7 @@ static ps_status_t open_side(side_t *s, int id, int busy, ps_node_t *node)
     p.role = id == SERVER_ID ? PS_ROLE_SERVER : PS_ROLE_WORKER;
     p.busy_poll = busy;
     p.connect_timeout_ms = 20000;
-    ps_van_callbacks_t cb;
+    ps_van_callbacks_t cb = {0};
     memset(&cb, 0, sizeof(cb));
     cb.arg = s;
     cb.deliver = on_deliver;

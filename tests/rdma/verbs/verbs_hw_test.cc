@@ -119,7 +119,7 @@ struct Van {
             if ((st = ps_auth_key_from_secret(secret, strlen(secret), &p.auth_key)) != PS_OK)
                 return st;
         }
-        ps_van_callbacks_t cb;
+        ps_van_callbacks_t cb{};
         cb.arg = &inbox;
         cb.recv_buffer = RecvBuffer;
         cb.deliver = Deliver;
