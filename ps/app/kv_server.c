@@ -125,12 +125,12 @@ static void server_lane_recv(void *arg, ps_customer_t *customer, int sender, int
         .timestamp = m.timestamp,
         .customer_id = customer_id,
         .app_id = s->app_id,
-        .key = m.key,
         .type = m.type,
         .val_len = m.val_len,
-        .addr = m.addr,
-        .option = m.option,
+        /* addr and option stay 0: no transport destination (kv_lane.h). */
     };
+    if (kb != 0)
+        memcpy(&meta.key, blk->data, sizeof(meta.key));
     s->handler(s->handler_arg, &meta, &req, s);
     ps_buf_t *none = NULL;
     if (ps_buf_refcount(blk) != 1 ||
@@ -186,13 +186,11 @@ static ps_status_t respond_lane(ps_kv_server_t *server, const ps_kv_meta_t *meta
     if (lane_max == 0 || meta->customer_id < 0 || meta->customer_id > PS_LANE_MAX_ID ||
         server->app_id > PS_LANE_MAX_ID)
         return PS_ERR_UNSUPPORTED;
+    /* The worker reads none of the meta's key, addr, option and val_len in
+     * an answer (kv_lane.h): they are not sent. */
     ps__kv_lane_msg_t m = {
         .timestamp = meta->timestamp,
         .cmd = meta->cmd,
-        .option = meta->option,
-        .key = meta->key,
-        .addr = meta->addr,
-        .val_len = meta->val_len,
         .push = meta->push,
         .pull = meta->pull,
         .type = PS_DATA_CHAR,

@@ -555,11 +555,12 @@ static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, const kv
         !host_slice(&p->keys) || !host_slice(&p->dest))
         return PS_ERR_UNSUPPORTED;
     const ps_slice_t *named = r->pull ? &p->dest : vals;
+    if (named->len > UINT32_MAX)
+        return PS_ERR_UNSUPPORTED;
     ps__kv_lane_msg_t m = {
         .timestamp = r->ts,
         .cmd = cmd,
-        .addr = (uint64_t)(uintptr_t)ps_slice_ptr(named),
-        .val_len = named->len,
+        .val_len = (uint32_t)named->len,
         .request = 1,
         .push = push,
         .pull = r->pull,
@@ -570,7 +571,6 @@ static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, const kv
         .vals_len = vals->len,
         .lens = lens->len ? ps_slice_ptr(lens) : NULL,
     };
-    memcpy(&m.key, ps_slice_ptr(&p->keys), sizeof(m.key));
     uint8_t buf[PS_POSTOFFICE_LANE_HEADROOM + PS_LANE_MAX_PAYLOAD] __attribute__((aligned(8)));
     uint8_t *payload = buf + PS_POSTOFFICE_LANE_HEADROOM;
     ps__kv_lane_write(payload, &m);

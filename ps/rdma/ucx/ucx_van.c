@@ -40,6 +40,8 @@
 /* ucp_worker_progress() calls at most per worker when draining it (before
  * blocking, at close). */
 #define PS__UCX_PROGRESS_BURST 64
+/* Rounds of the loop one progress-op call runs at most while idle. */
+#define PS__UCX_DRIVE_ROUNDS 8
 /* While a waiting thread drives the loop, the progress thread checks this
  * often whether it still does. */
 #define PS__UCX_PARK_MS 1
@@ -344,9 +346,14 @@ static int ucx_progress(ps_van_t *v, unsigned budget)
         if (ps__ucx_handover_waiting(van)) {
             ps__ucx_start_pending(van);
         }
-        n = progress_once(van, budget, 0);
-        uint64_t now;
-        (void)loop_clock(van, &now);
+        /* While nothing comes, a few rounds per call: a waiter's turn
+         * around the loop (taking it, the tracker's poll) costs about as
+         * much as a round, and a message is found only in a round. */
+        for (unsigned i = 0; i < PS__UCX_DRIVE_ROUNDS && n == 0; ++i) {
+            n = progress_once(van, budget, 0);
+            uint64_t now;
+            (void)loop_clock(van, &now);
+        }
     }
     pthread_mutex_unlock(&van->prog_lock);
     return n;
