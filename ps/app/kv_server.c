@@ -171,12 +171,6 @@ void ps_kv_server_destroy(ps_kv_server_t *server)
     free(server);
 }
 
-static int host_slice(const ps_slice_t *s)
-{
-    ps_buf_mem_t kind = ps_slice_mem_kind(s);
-    return s->len == 0 || kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM;
-}
-
 /* Sends the response on the small lane when it fits there;
  * PS_ERR_UNSUPPORTED when it does not (nothing sent). */
 static ps_status_t respond_lane(ps_kv_server_t *server, const ps_kv_meta_t *meta,
@@ -196,7 +190,8 @@ static ps_status_t respond_lane(ps_kv_server_t *server, const ps_kv_meta_t *meta
         .type = PS_DATA_CHAR,
     };
     if (res && res->keys.len > 0) {
-        if (!host_slice(&res->keys) || !host_slice(&res->vals) || !host_slice(&res->lens))
+        if (!ps_slice_in_host_mem(&res->keys) || !ps_slice_in_host_mem(&res->vals) ||
+            !ps_slice_in_host_mem(&res->lens))
             return PS_ERR_UNSUPPORTED;
         m.type = res->type;
         m.num_keys = ps_kv_pairs_num_keys(res);

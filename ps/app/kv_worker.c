@@ -533,12 +533,6 @@ static ps_status_t slice_pairs(ps_kv_worker_t *w, const ps_kv_pairs_t *kvs, ps_k
                             elem_size_of(kvs->type), w->ranges, w->num_servers, slices);
 }
 
-static int host_slice(const ps_slice_t *s)
-{
-    ps_buf_mem_t kind = ps_slice_mem_kind(s);
-    return s->len == 0 || kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM;
-}
-
 /* Sends one server's share of request `r` on the small lane (kv_lane.h)
  * when it fits there: its keys, the values pushed (vals, of a push), the
  * lengths (lens), all in host memory. PS_ERR_UNSUPPORTED when it does not fit
@@ -551,8 +545,9 @@ static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, const kv
     size_t nk = p->keys.len / sizeof(ps_key_t);
     size_t len = ps__kv_lane_size(nk, vals->len, lens->len != 0);
     if (lane_max == 0 || len == 0 || len > lane_max || w->app_id > PS_LANE_MAX_ID ||
-        w->customer_id > PS_LANE_MAX_ID || !host_slice(vals) || !host_slice(lens) ||
-        !host_slice(&p->keys) || !host_slice(&p->dest))
+        w->customer_id > PS_LANE_MAX_ID || !ps_slice_in_host_mem(vals) ||
+        !ps_slice_in_host_mem(lens) || !ps_slice_in_host_mem(&p->keys) ||
+        !ps_slice_in_host_mem(&p->dest))
         return PS_ERR_UNSUPPORTED;
     const ps_slice_t *named = r->pull ? &p->dest : vals;
     if (named->len > UINT32_MAX)

@@ -160,6 +160,14 @@ static inline ps_buf_mem_t ps_slice_mem_kind(const ps_slice_t *slice)
     return slice->buf != NULL ? (ps_buf_mem_t)slice->buf->mem_kind : PS_BUF_MEM_HOST;
 }
 
+/* 1 when the CPU can read and write the slice's bytes (host memory, or a
+ * shared segment's): every empty slice; never device memory. */
+static inline int ps_slice_in_host_mem(const ps_slice_t *slice)
+{
+    ps_buf_mem_t kind = ps_slice_mem_kind(slice);
+    return slice->len == 0 || kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM;
+}
+
 /* Bounds-checked copies between host memory and a host (or shm) slice;
  * PS_ERR_UNSUPPORTED for device memory (use the GPU layer). */
 ps_status_t ps_slice_copy_out(const ps_slice_t *slice, size_t off, void *dst, size_t len);

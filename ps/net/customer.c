@@ -322,30 +322,60 @@ void ps__registry_destroy(ps__registry_t *reg)
     free(reg);
 }
 
+/* A lane message's payload, from sender, for ps__registry_deliver_lane. */
+typedef struct {
+    int sender;
+    int customer_id; /* the header's */
+    const uint8_t *payload;
+    size_t len;
+} reg_lane_t;
+
+/* The customer (app_id, cust_id) pinned for a delivery, or NULL when there
+ * is none to deliver to now: then the message (msg, or the lane message
+ * `lane` as one) was queued until the customer registers or replays what
+ * waits for it, or dropped while shutting down; msg is taken over either
+ * way. */
+static ps_customer_t *reg_deliver_to(ps__registry_t *reg, int app_id, int cust_id, ps_msg_t *msg,
+                                     const reg_lane_t *lane)
+{
+    ps_mutex_lock(&reg->lock);
+    ps_customer_t *c = reg_find(reg, app_id, cust_id);
+    if (c != NULL && !c->draining) {
+        reg_pin(c);
+        ps_mutex_unlock(&reg->lock);
+        return c;
+    }
+    ps_msg_t as_msg;
+    if (lane != NULL) {
+        /* The pending queue keeps messages: this one's payload as a body. */
+        ps_msg_init(&as_msg);
+        as_msg.meta.sender = lane->sender;
+        as_msg.meta.app_id = app_id;
+        as_msg.meta.customer_id = lane->customer_id;
+        as_msg.meta.body = lane->payload;
+        as_msg.meta.body_len = (uint32_t)lane->len;
+        msg = &as_msg;
+    }
+    if (reg->closed != PS_OK && c == NULL) {
+        ps_mutex_unlock(&reg->lock);
+        ps_debug(PS_LOG_CORE, "dropping a message for app %d customer %d: shutting down", app_id,
+                 cust_id);
+        ps_msg_release(msg);
+        return NULL;
+    }
+    int kick = reg_queue_pending(reg, msg, lane != NULL);
+    ps_mutex_unlock(&reg->lock);
+    if (kick && reg->kick != NULL)
+        reg->kick(reg->kick_arg);
+    return NULL;
+}
+
 void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg)
 {
-    int cust_id = route_customer_id(reg, &msg->meta);
-    int kick = 0;
-
-    ps_mutex_lock(&reg->lock);
-    ps_customer_t *c = reg_find(reg, msg->meta.app_id, cust_id);
-    if (c == NULL || c->draining) {
-        if (reg->closed != PS_OK && c == NULL) {
-            ps_mutex_unlock(&reg->lock);
-            ps_debug(PS_LOG_CORE, "dropping a message for app %d customer %d: shutting down",
-                     msg->meta.app_id, cust_id);
-            ps_msg_release(msg);
-            return;
-        }
-        kick = reg_queue_pending(reg, msg, 0);
-        ps_mutex_unlock(&reg->lock);
-        if (kick && reg->kick != NULL)
-            reg->kick(reg->kick_arg);
+    ps_customer_t *c = reg_deliver_to(reg, msg->meta.app_id, route_customer_id(reg, &msg->meta),
+                                      msg, NULL);
+    if (c == NULL)
         return;
-    }
-    reg_pin(c);
-    ps_mutex_unlock(&reg->lock);
-
     customer_call_recv(c, msg);
     ps_msg_release(msg);
     reg_unpin(reg, c);
@@ -354,32 +384,11 @@ void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg)
 void ps__registry_deliver_lane(ps__registry_t *reg, int sender, int app_id, int customer_id,
                                const uint8_t *payload, size_t len)
 {
+    reg_lane_t lane = {sender, customer_id, payload, len};
     int cust_id = reg->role == PS_ROLE_WORKER ? customer_id : app_id;
-    ps_mutex_lock(&reg->lock);
-    ps_customer_t *c = reg_find(reg, app_id, cust_id);
-    if (c == NULL || c->draining) {
-        if (reg->closed != PS_OK && c == NULL) {
-            ps_mutex_unlock(&reg->lock);
-            ps_debug(PS_LOG_CORE, "dropping a lane message for app %d customer %d: shutting "
-                     "down", app_id, cust_id);
-            return;
-        }
-        /* As a message: queued (a copy) until the customer registers. */
-        ps_msg_t msg;
-        ps_msg_init(&msg);
-        msg.meta.sender = sender;
-        msg.meta.app_id = app_id;
-        msg.meta.customer_id = customer_id;
-        msg.meta.body = payload;
-        msg.meta.body_len = (uint32_t)len;
-        int kick = reg_queue_pending(reg, &msg, 1);
-        ps_mutex_unlock(&reg->lock);
-        if (kick && reg->kick != NULL)
-            reg->kick(reg->kick_arg);
+    ps_customer_t *c = reg_deliver_to(reg, app_id, cust_id, NULL, &lane);
+    if (c == NULL)
         return;
-    }
-    reg_pin(c);
-    ps_mutex_unlock(&reg->lock);
     customer_call_lane(c, sender, customer_id, payload, len);
     reg_unpin(reg, c);
 }

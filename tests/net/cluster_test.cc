@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/lib/free_port.h"
+
 namespace {
 
 std::string g_po_node;
@@ -50,38 +52,10 @@ std::string tmp_dir()
     return d != nullptr ? d : "/tmp";
 }
 
-// A port that was free a moment ago (the kernel picks it).
-int free_port(bool v6)
-{
-    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    sockaddr_storage ss{};
-    socklen_t len;
-    if (v6) {
-        auto *a = reinterpret_cast<sockaddr_in6 *>(&ss);
-        a->sin6_family = AF_INET6;
-        a->sin6_addr = in6addr_loopback;
-        len = sizeof(*a);
-    } else {
-        auto *a = reinterpret_cast<sockaddr_in *>(&ss);
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        len = sizeof(*a);
-    }
-    int port = -1;
-    if (bind(fd, reinterpret_cast<sockaddr *>(&ss), len) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &len) == 0) {
-        port = v6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_port)
-                  : ntohs(reinterpret_cast<sockaddr_in *>(&ss)->sin_port);
-    }
-    close(fd);
-    return port;
-}
 
 bool have_ipv6_loopback()
 {
-    return free_port(true) > 0;
+    return test_free_port(true) > 0;
 }
 
 Proc spawn(const std::string &name, const Env &env)
@@ -213,7 +187,7 @@ Env role_env(const Job &job, const Env &base, const std::string &name, const cha
 std::vector<Proc> run_job(const Job &job, std::chrono::seconds limit, double *secs = nullptr)
 {
     bool v6 = job.host.find(':') != std::string::npos;
-    int port = free_port(v6);
+    int port = test_free_port(v6);
     EXPECT_GT(port, 0);
     Env base = {
         {"DMLC_PS_ROOT_URI", job.host},
@@ -454,7 +428,7 @@ struct Running {
 Running start_job(const Job &job)
 {
     Running r(job);
-    r.base = job_env(job, free_port(job.host.find(':') != std::string::npos));
+    r.base = job_env(job, test_free_port(job.host.find(':') != std::string::npos));
     auto add = [&](const std::string &name, const char *role) {
         r.procs.push_back(spawn(name, role_env(job, r.base, name, role)));
     };

@@ -24,6 +24,7 @@
 #include <vector>
 
 extern "C" {
+#include "tests/lib/free_port.h"
 #include "ps/base/buffer.h"
 #include "ps/base/config.h"
 #include "ps/net/customer.h"
@@ -36,20 +37,6 @@ extern "C" {
 
 namespace {
 
-int free_port()
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    int port = -1;
-    if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
 
 ps_start_params_t make_params(ps_role_t role, int port, int servers, int workers)
 {
@@ -90,7 +77,7 @@ Job start_job(int servers, int workers, Tweak tweak = nullptr, int do_barrier = 
     int n = 1 + servers + workers;
     job.po.assign(n, nullptr);
     job.status.assign(n, PS_INPROGRESS);
-    int port = free_port();
+    int port = test_free_port(0);
     job.port = port;
     std::vector<std::thread> threads;
     for (int i = 0; i < n; i++) {
@@ -916,7 +903,7 @@ TEST(Postoffice, ResendBudgetFailsTheRequestWithTimedOut)
 TEST(Postoffice, BadResendSettingsAreAConfigError)
 {
     ps_postoffice_t *po = nullptr;
-    ps_start_params_t p = make_params(PS_ROLE_SCHEDULER, free_port(), 1, 1);
+    ps_start_params_t p = make_params(PS_ROLE_SCHEDULER, test_free_port(0), 1, 1);
     ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_DROP_MSG, "101"));
     EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start(&p, 1, &po));
     ps_config_clear_overrides();
@@ -1012,7 +999,7 @@ TEST(Postoffice, CustomerOutlivesItsPostoffice)
 
 TEST(Postoffice, NoSchedulerTimesOut)
 {
-    ps_start_params_t p = make_params(PS_ROLE_WORKER, free_port(), 1, 1);
+    ps_start_params_t p = make_params(PS_ROLE_WORKER, test_free_port(0), 1, 1);
     p.start_timeout_ms = 400;
     ps_postoffice_t *po = nullptr;
     auto t0 = std::chrono::steady_clock::now();

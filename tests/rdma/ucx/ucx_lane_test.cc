@@ -9,11 +9,6 @@
 // over a van without the op (tcp); a payload too long is refused.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -23,6 +18,7 @@
 #include <vector>
 
 extern "C" {
+#include "tests/lib/free_port.h"
 #include "ps/base/config.h"
 #include "ps/net/customer.h"
 #include "ps/net/postoffice.h"
@@ -30,20 +26,6 @@ extern "C" {
 
 namespace {
 
-int free_port()
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    int port = -1;
-    if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
 
 // A scheduler, one server (node 8) and one worker (node 9) over `van`.
 struct Job {
@@ -52,7 +34,7 @@ struct Job {
 
     explicit Job(const char *van)
     {
-        int port = free_port();
+        int port = test_free_port(0);
         std::vector<std::thread> threads;
         for (int i = 0; i < 3; i++) {
             ps_start_params_t p;
