@@ -37,8 +37,9 @@ extern "C" {
 /* The longest lane message, header included. */
 #define PS_LANE_MAX_BYTES 512u
 #define PS_LANE_MAX_PAYLOAD (PS_LANE_MAX_BYTES - PS_LANE_HDR_LEN)
-/* What a van may write in front of the header (ps_van_ops_t.send_lane). */
-#define PS_LANE_VAN_HEADROOM 16u
+/* What a van may write in front of the header (ps_van_ops_t.send_lane):
+ * the UCX van's 8-byte tag, the fabric van's 32-byte header. */
+#define PS_LANE_VAN_HEADROOM 32u
 /* What a sender leaves free in front of its payload: the header's and the
  * van's room. */
 #define PS_LANE_HEADROOM (PS_LANE_VAN_HEADROOM + PS_LANE_HDR_LEN)

@@ -132,7 +132,9 @@ typedef struct ps_van_ops {
      * node. The van may write its own framing into the PS_LANE_VAN_HEADROOM
      * bytes before `bytes`, which the caller provides. The receiving van
      * hands them to deliver_lane() untouched: no meta, no segments, no
-     * frame to decode. */
+     * frame to decode. PS_ERR_UNSUPPORTED: not to this peer, now (say, one
+     * the van reaches through another transport); nothing was sent, and the
+     * caller sends the message the generic way. */
     ps_status_t (*send_lane)(ps_van_t *van, int recver, uint8_t *bytes, size_t len);
 } ps_van_ops_t;
 

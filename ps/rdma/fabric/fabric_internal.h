@@ -145,6 +145,7 @@ enum {
     PS__FAB_F_EXT = 1u << 2,    /* frame + meta follow as an EXT message */
     PS__FAB_F_RMA = 1u << 3,    /* segment rma_seg was written by RMA */
     PS__FAB_F_RDV = 1u << 4,    /* answers the pending pull rdv_slot */
+    PS__FAB_F_LANE = 1u << 5,   /* a lane message follows (ps/net/codec/lane.h) */
 };
 
 enum {
@@ -539,6 +540,11 @@ void ps__fab_dest_drop(void *arg, const ps_rdma_rdv_key_t *key, void *value);
 /* ---- fabric_recv.c ---- */
 ps_status_t ps__fab_post_meta_recvs(ps__fab_van_t *van);
 void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr_t src);
+/* The van's send_lane op to a peer with a fabric address: injected like a
+ * small message (or a send object where it cannot be), in sequence with
+ * the peer's other messages. */
+ps_status_t ps__fab_send_lane(ps__fab_van_t *van, ps__fab_peer_t *peer, uint8_t *bytes,
+                              size_t len);
 void ps__fab_on_rx_part(ps__fab_van_t *van, ps__fab_op_t *op, int ok);
 void ps__fab_meta_recv_error(ps__fab_van_t *van, ps__fab_mrecv_t *m, int err);
 /* Posts the meta receives whose posting was deferred (mrecv_defer). */

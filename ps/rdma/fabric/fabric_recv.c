@@ -28,6 +28,7 @@
 #include "ps/base/stage_trace.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/codec.h"
+#include "ps/net/codec/lane.h"
 #include "ps/net/codec/meta_fast.h"
 #include "ps/rdma/fabric/fabric_internal.h"
 
@@ -229,6 +230,21 @@ void ps__fab_rx_reset(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
     }
 }
 
+/* Hands a lane message from node `sender` to deliver_lane. */
+static void lane_deliver(ps__fab_van_t *van, int sender, const uint8_t *bytes, size_t len)
+{
+    /* One writer (the loop's holder): no locked add. */
+    __atomic_store_n(&van->bytes_recv, __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED) + len,
+                     __ATOMIC_RELAXED);
+    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level))
+        ps_trace(PS_LOG_FABRIC, "received a %zu-byte lane message from node %d", len, sender);
+    if (van->cb.deliver_lane != NULL)
+        van->cb.deliver_lane(van->cb.arg, sender, bytes, len);
+    else
+        ps_warn_ratelimited(PS_LOG_FABRIC, "a lane message from node %d, and nobody to take "
+                            "it; dropped", sender);
+}
+
 /* Delivers what is next in the sender's sequence and complete. */
 static void try_deliver(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
 {
@@ -238,6 +254,16 @@ static void try_deliver(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
             return;
         rxs->pending = rx->next;
         rxs->next++;
+        if (rx->flags & PS__FAB_F_LANE) {
+            /* A lane message that had to wait for its turn (on_lane). */
+            ps_slice_t bytes = rx->ext;
+            rx->ext = (ps_slice_t)PS_SLICE_EMPTY_INIT;
+            rx_detach(van, rx);
+            lane_deliver(van, rx->peer->id, ps_slice_ptr(&bytes), bytes.len);
+            ps_slice_unref(&bytes);
+            rx_put(van, rx);
+            continue;
+        }
         /* Off every list, the rx is this loop's alone: its message is
          * handed over in place (not copied out, ~800 bytes), and the rx
          * kept for reuse once the callee is done with it. */
@@ -649,6 +675,51 @@ static ps__fab_rxs_t *rxs_get(ps__fab_van_t *van, int id)
     return van->rxs[id];
 }
 
+/* A lane message (hdr, then len bytes): handed over at once when it is
+ * the next of its sender's sequence with nothing waiting (the usual case);
+ * else a copy waits in the sender's pending list like any message. */
+static void on_lane(ps__fab_van_t *van, ps__fab_mrecv_t *m, ps__fab_peer_t *peer,
+                    ps__fab_rxs_t *rxs, const ps__fab_hdr_t *hdr, const uint8_t *bytes,
+                    size_t len)
+{
+    if (len < PS_LANE_HDR_LEN || len > PS_LANE_MAX_BYTES ||
+        (hdr->flags & ~PS__FAB_F_LANE) != 0) {
+        post_mrecv(van, m);
+        ps_error(PS_LOG_FABRIC, "node %d sent a bad lane message (%zu bytes, flags 0x%x)",
+                 hdr->sender, len, hdr->flags);
+        ps__fab_peer_fail(van, peer, PS_ERR_PROTOCOL, "bad lane message");
+        ps__fab_rx_reset(van, rxs);
+        return;
+    }
+    if (hdr->seq == rxs->next && rxs->pending == NULL) {
+        rxs->next++;
+        lane_deliver(van, hdr->sender, bytes, len);
+        defer_mrecv(van, m);
+        return;
+    }
+    ps__fab_rx_t *rx = rx_get(van);
+    if (rx == NULL || ps_rdma_buf_pool_get(van->pool, len, &rx->ext) != PS_OK) {
+        free(rx);
+        post_mrecv(van, m);
+        ps__fab_peer_fail(van, peer, PS_ERR_LINK_FAILED, "out of memory receiving a message");
+        return;
+    }
+    memcpy(ps_slice_ptr(&rx->ext), bytes, len);
+    post_mrecv(van, m);
+    rx->op_ext.kind = PS__FAB_OP_RXPART;
+    rx->op_ext.owner = rx;
+    rx->op_data.kind = PS__FAB_OP_RXPART;
+    rx->op_data.owner = rx;
+    rx->peer = peer;
+    rx->rxs = rxs;
+    rx->seq = hdr->seq;
+    rx->epoch = hdr->epoch;
+    rx->flags = hdr->flags;
+    rx_link(van, rx);
+    pending_insert(rxs, rx);
+    rx_settle(van, rx);
+}
+
 void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr_t src)
 {
     ps_stage_found();
@@ -726,6 +797,10 @@ void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr
         rxs->next = 0;
     }
 
+    if (hdr.flags & PS__FAB_F_LANE) {
+        on_lane(van, m, peer, rxs, &hdr, p + sizeof(hdr), len - sizeof(hdr));
+        return;
+    }
     ps__fab_rx_t *rx = rx_get(van);
     if (rx == NULL) {
         post_mrecv(van, m);

@@ -23,6 +23,7 @@
 #include "ps/base/stage_trace.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/codec.h"
+#include "ps/net/codec/lane.h"
 #include "ps/net/codec/meta_fast.h"
 #include "ps/rdma/fabric/fabric_internal.h"
 
@@ -529,6 +530,66 @@ static ps_status_t post_direct(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab
     return PS_ERR_LINK_FAILED;
 }
 
+/* Sends tx, built (its stage, flags and bytes set), to peer: its sequence
+ * number, then posted, or queued behind the peer's other sends, under the
+ * peer's lock. hdr is copied to the front of tx->hm with the sequence
+ * number filled in. *refused_p is set when the peer's link is down
+ * already: tx is then still the caller's (to release); otherwise it is
+ * taken over, whatever the status. */
+static ps_status_t tx_submit(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab_tx_t *tx,
+                             ps__fab_hdr_t *hdr, uint64_t total, int *refused_p)
+{
+    /* In order, under the peer's lock: sequence number, then post or queue. */
+    ps_status_t st;
+    int r = POST_DONE;
+    int queued = 0;
+    pthread_mutex_lock(&peer->lock);
+    if (peer->failed || __atomic_load_n(&peer->detached, __ATOMIC_ACQUIRE)) {
+        st = peer->failed ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE;
+        pthread_mutex_unlock(&peer->lock);
+        *refused_p = 1;
+        return st;
+    }
+    tx->seq = peer->tx_seq++;
+    hdr->seq = tx->seq;
+    hdr->epoch = peer->tx_epoch;
+    memcpy(tx->hm, hdr, sizeof(*hdr));
+    tx->posted_ns = ps_time_now_ns();
+    inflight_link(peer, tx);
+    if (peer->q_head == NULL) {
+        r = peer_dead(peer, tx->posted_ns, 0) ? POST_GONE : tx_post(van, tx);
+        if (r == POST_AGAIN) {
+            peer->q_head = peer->q_tail = tx;
+            queued = 1;
+        } else if (r == POST_DONE) {
+            tx_unref(van, tx, 1);
+        } else {
+            tx->stage = PS__FAB_ST_DONE;
+            tx_unref(van, tx, 1);
+        }
+    } else {
+        peer->q_tail->next = tx;
+        peer->q_tail = tx;
+    }
+    pthread_mutex_unlock(&peer->lock);
+    if (queued)
+        mark_blocked(van, peer);
+    if (r == POST_ERROR) {
+        ps__fab_peer_fail(van, peer, PS_ERR_LINK_FAILED, "the provider refused a send");
+        return PS_ERR_LINK_FAILED;
+    }
+    if (r == POST_GONE) {
+        ps__fab_peer_fail(van, peer, PS_ERR_PEER_GONE, "its process is gone");
+        return PS_ERR_PEER_GONE;
+    }
+    __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
+    /* Without a wait object the progress thread may be between polls: the
+     * rest of a large message needs it. */
+    if (van->cq_fd < 0 && !queued && (total > van->inject_size))
+        ps__fab_kick(van);
+    return PS_OK;
+}
+
 ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_t *msg)
 {
     uint32_t nd = msg->num_data;
@@ -788,59 +849,66 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
         hdr.flags |= PS__FAB_F_DATA;
     tx->flags = hdr.flags;
     tx->stage = rma_seg >= 0 ? PS__FAB_ST_RMA : PS__FAB_ST_META;
-
-    /* In order, under the peer's lock: sequence number, then post or queue. */
-    int r = POST_DONE;
-    int queued = 0;
-    pthread_mutex_lock(&peer->lock);
-    if (peer->failed || __atomic_load_n(&peer->detached, __ATOMIC_ACQUIRE)) {
-        st = peer->failed ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE;
-        pthread_mutex_unlock(&peer->lock);
-        goto fail;
-    }
-    tx->seq = peer->tx_seq++;
-    hdr.seq = tx->seq;
-    hdr.epoch = peer->tx_epoch;
-    memcpy(tx->hm, &hdr, sizeof(hdr));
-    tx->posted_ns = ps_time_now_ns();
-    inflight_link(peer, tx);
-    if (peer->q_head == NULL) {
-        r = peer_dead(peer, tx->posted_ns, 0) ? POST_GONE : tx_post(van, tx);
-        if (r == POST_AGAIN) {
-            peer->q_head = peer->q_tail = tx;
-            queued = 1;
-        } else if (r == POST_DONE) {
-            tx_unref(van, tx, 1);
-        } else {
-            tx->stage = PS__FAB_ST_DONE;
-            tx_unref(van, tx, 1);
-        }
-    } else {
-        peer->q_tail->next = tx;
-        peer->q_tail = tx;
-    }
-    pthread_mutex_unlock(&peer->lock);
-    if (queued)
-        mark_blocked(van, peer);
-    if (r == POST_ERROR) {
-        ps__fab_peer_fail(van, peer, PS_ERR_LINK_FAILED, "the provider refused a send");
-        return PS_ERR_LINK_FAILED;
-    }
-    if (r == POST_GONE) {
-        ps__fab_peer_fail(van, peer, PS_ERR_PEER_GONE, "its process is gone");
-        return PS_ERR_PEER_GONE;
-    }
-    __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
-    /* Without a wait object the progress thread may be between polls: the
-     * rest of a large message needs it. */
-    if (van->cq_fd < 0 && !queued && (total > van->inject_size))
-        ps__fab_kick(van);
-    return PS_OK;
+    int refused = 0;
+    st = tx_submit(van, peer, tx, &hdr, total, &refused);
+    if (!refused)
+        return st;
 
 fail:
     if (attached)
         detach_pull(van, m);
     if (tx != NULL)
+        tx_release_resources(van, tx);
+    return st;
+}
+
+ps_status_t ps__fab_send_lane(ps__fab_van_t *van, ps__fab_peer_t *peer, uint8_t *bytes,
+                              size_t len)
+{
+    _Static_assert(sizeof(ps__fab_hdr_t) <= PS_LANE_VAN_HEADROOM, "room for the header");
+    _Static_assert(sizeof(ps__fab_hdr_t) + PS_LANE_MAX_BYTES <= PS__FAB_META_BUF,
+                   "a lane message fits a posted meta receive");
+    ps__fab_hdr_t hdr;
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.magic = PS__FAB_MAGIC;
+    hdr.version = PS__FAB_VERSION;
+    hdr.flags = PS__FAB_F_LANE;
+    hdr.sender = ps__fab_my_id(van);
+    uint8_t *buf = bytes - sizeof(hdr);
+    size_t wire = sizeof(hdr) + len;
+    if (!van->mr_local && wire <= van->inject_size) {
+        ps_status_t st = post_direct(van, peer, &hdr, buf, wire);
+        if (st == PS_OK) {
+            __atomic_add_fetch(&van->bytes_sent, len, __ATOMIC_RELAXED);
+            return PS_OK;
+        }
+        if (st != PS_INPROGRESS)
+            return st;
+    }
+    /* Behind other sends, refused for now, or for a provider that injects
+     * less or wants registered memory: a send object, queued in order. */
+    ps__fab_tx_t *tx = tx_get(van);
+    if (tx == NULL)
+        return PS_ERR_NO_MEMORY;
+    ps_status_t st = tx_alloc_hm(van, tx, wire);
+    if (st != PS_OK) {
+        tx_put(van, tx);
+        return st;
+    }
+    memcpy(tx->hm + sizeof(hdr), bytes, len);
+    tx->hm_len = wire;
+    tx->peer = peer;
+    tx->refs = 1;
+    tx->rma_seg = -1;
+    for (int i = 0; i < PS__FAB_ST_DONE; i++) {
+        tx->op[i].kind = PS__FAB_OP_SEND;
+        tx->op[i].owner = tx;
+    }
+    tx->flags = hdr.flags;
+    tx->stage = PS__FAB_ST_META;
+    int refused = 0;
+    st = tx_submit(van, peer, tx, &hdr, len, &refused);
+    if (refused)
         tx_release_resources(van, tx);
     return st;
 }

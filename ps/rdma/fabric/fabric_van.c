@@ -33,6 +33,7 @@
 #include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/base/time.h"
+#include "ps/net/codec/lane.h"
 #include "ps/rdma/fabric/fabric_internal.h"
 #include "ps/rdma/fabric/fabric_testing.h"
 
@@ -553,6 +554,22 @@ static ps_status_t fab_send(ps_van_t *v, const ps_msg_t *msg)
     return van->tcp->ops->send(van->tcp, msg);
 }
 
+/* To a peer reached over the fabric; PS_ERR_UNSUPPORTED for one reached
+ * through the TCP van (the scheduler, or before the fabric is up): the
+ * caller sends that message the generic way. */
+static ps_status_t fab_send_lane(ps_van_t *v, int recver, uint8_t *bytes, size_t len)
+{
+    ps__fab_van_t *van = ps__fab_of(v);
+    if (bytes == NULL || len < PS_LANE_HDR_LEN || len > PS_LANE_MAX_BYTES)
+        return PS_ERR_INVALID_ARG;
+    if (van->up) {
+        ps__fab_peer_t *p = ps__fab_peer_lookup(van, recver);
+        if (p != NULL && __atomic_load_n(&p->addr, __ATOMIC_ACQUIRE) != FI_ADDR_NOTAVAIL)
+            return ps__fab_send_lane(van, p, bytes, len);
+    }
+    return PS_ERR_UNSUPPORTED;
+}
+
 static ps_status_t fab_register_mem(ps_van_t *v, ps_buf_t *buf)
 {
     ps__fab_van_t *van = ps__fab_of(v);
@@ -596,6 +613,7 @@ static const ps_van_ops_t ps__fab_ops = {
     .deregister_mem = fab_deregister_mem,
     .stats = fab_stats,
     .progress = ps__fab_progress,
+    .send_lane = fab_send_lane,
 };
 
 static const ps_van_component_t ps__fab_component = {
