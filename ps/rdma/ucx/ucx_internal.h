@@ -46,7 +46,12 @@
  * under a tag the receiver knows from
  * the META message, so that each lands straight in its destination. An
  * active message reaches its handler without a probe, an unexpected-queue
- * descriptor or a receive request (ucx_recv.c).
+ * descriptor or a receive request (ucx_recv.c). A lane message (send_lane,
+ * ps/net/codec/lane.h) is a small META whose data after the tag is the lane
+ * message instead of a frame (told apart by its first byte); the handler
+ * copies it into a slot and it is handed to deliver_lane after the
+ * progress call, or, with a receive of its connection ahead of it, it takes
+ * a receive record and its turn.
  *
  * Identification. The first thing on a new control endpoint is an active
  * message HELLO (node id, nonce, a cookie) sent with a reply endpoint; the
