@@ -208,7 +208,7 @@ static ps_status_t respond_lane(ps_kv_server_t *server, const ps_kv_meta_t *meta
     ps__kv_lane_write(payload, &m);
     ps_status_t st = ps_postoffice_send_lane(server->po, meta->sender, server->app_id,
                                              meta->customer_id, payload, len);
-    if (st != PS_OK)
+    if (st != PS_OK && st != PS_ERR_UNSUPPORTED)
         ps_debug(PS_LOG_APP, "kv server: response ts %d to node %d not sent: %s",
                  meta->timestamp, meta->sender, ps_status_str(st));
     return st;
