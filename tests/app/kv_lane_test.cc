@@ -90,10 +90,8 @@ TEST(KvLane, MalformedPayloadsAreRefused)
     Sample s(true);
     const std::vector<uint8_t> good = s.Write();
     ps__kv_lane_msg_t r;
-    // Every length but the right one.
-    for (size_t len = 0; len < good.size() + 8; len++) {
-        if (len == good.size())
-            continue;
+    // Shorter than its keys and lengths (and than the fixed part).
+    for (size_t len = 0; len < PS__KV_LANE_FIXED + 3 * 12; len++) {
         std::vector<uint8_t> b(good);
         b.resize(len);
         EXPECT_EQ(PS_ERR_PROTOCOL, ps__kv_lane_read(b.data(), b.size(), &r)) << len;
@@ -104,14 +102,18 @@ TEST(KvLane, MalformedPayloadsAreRefused)
         return ps__kv_lane_read(b.data(), b.size(), &r) == PS_ERR_PROTOCOL;
     };
     EXPECT_TRUE(refused(0, 0x10));                    // an unknown flag
-    EXPECT_TRUE(refused(0, 0x07));                    // lens dropped: the length no longer adds up
     EXPECT_TRUE(refused(1, PS_DATA_TYPE_COUNT));      // an unknown type
-    EXPECT_TRUE(refused(20, 1));                      // reserved bytes not 0
-    EXPECT_TRUE(refused(2, 4));                       // one key more than there is room for
-    EXPECT_TRUE(refused(12, 13));                     // one value byte more
+    EXPECT_TRUE(refused(2, 8));                       // more keys than there is room for
+    // The values are what the keys and lengths leave: fewer keys or no
+    // lengths read as more value bytes, a consistent (other) message.
+    ps__kv_lane_msg_t r2;
+    std::vector<uint8_t> b(good);
+    b[0] = 0x07; // lens flag cleared
+    ASSERT_EQ(PS_OK, ps__kv_lane_read(b.data(), b.size(), &r2));
+    EXPECT_EQ(nullptr, r2.lens);
+    EXPECT_EQ(12u + 12u, r2.vals_len);
     // Counts the form cannot carry.
     EXPECT_EQ(0u, ps__kv_lane_size(65536, 0, 0));
-    EXPECT_EQ(0u, ps__kv_lane_size(1, 1ull << 32, 0));
 }
 
 } // namespace
