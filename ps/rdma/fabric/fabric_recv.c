@@ -675,6 +675,24 @@ static ps__fab_rxs_t *rxs_get(ps__fab_van_t *van, int id)
     return van->rxs[id];
 }
 
+/* Sets up rx for the message hdr announces from peer and files it in the
+ * sender's pending list (by sequence) and the van's list of receives. */
+static void rx_start(ps__fab_van_t *van, ps__fab_rx_t *rx, ps__fab_peer_t *peer,
+                     ps__fab_rxs_t *rxs, const ps__fab_hdr_t *hdr)
+{
+    rx->op_ext.kind = PS__FAB_OP_RXPART;
+    rx->op_ext.owner = rx;
+    rx->op_data.kind = PS__FAB_OP_RXPART;
+    rx->op_data.owner = rx;
+    rx->peer = peer;
+    rx->rxs = rxs;
+    rx->seq = hdr->seq;
+    rx->epoch = hdr->epoch;
+    rx->flags = hdr->flags;
+    rx_link(van, rx);
+    pending_insert(rxs, rx);
+}
+
 /* A lane message (hdr, then len bytes): handed over at once when it is
  * the next of its sender's sequence with nothing waiting (the usual case);
  * else a copy waits in the sender's pending list like any message. */
@@ -706,17 +724,7 @@ static void on_lane(ps__fab_van_t *van, ps__fab_mrecv_t *m, ps__fab_peer_t *peer
     }
     memcpy(ps_slice_ptr(&rx->ext), bytes, len);
     post_mrecv(van, m);
-    rx->op_ext.kind = PS__FAB_OP_RXPART;
-    rx->op_ext.owner = rx;
-    rx->op_data.kind = PS__FAB_OP_RXPART;
-    rx->op_data.owner = rx;
-    rx->peer = peer;
-    rx->rxs = rxs;
-    rx->seq = hdr->seq;
-    rx->epoch = hdr->epoch;
-    rx->flags = hdr->flags;
-    rx_link(van, rx);
-    pending_insert(rxs, rx);
+    rx_start(van, rx, peer, rxs, hdr);
     rx_settle(van, rx);
 }
 
@@ -807,19 +815,9 @@ void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr
         ps__fab_peer_fail(van, peer, PS_ERR_LINK_FAILED, "out of memory receiving a message");
         return;
     }
-    rx->op_ext.kind = PS__FAB_OP_RXPART;
-    rx->op_ext.owner = rx;
-    rx->op_data.kind = PS__FAB_OP_RXPART;
-    rx->op_data.owner = rx;
-    rx->peer = peer;
-    rx->rxs = rxs;
-    rx->seq = hdr.seq;
-    rx->epoch = hdr.epoch;
-    rx->flags = hdr.flags;
+    rx_start(van, rx, peer, rxs, &hdr);
     rx->rdv_slot = hdr.rdv_slot;
     rx->rma_seg = hdr.rma_seg;
-    rx_link(van, rx);
-    pending_insert(rxs, rx);
 
     if (hdr.flags & PS__FAB_F_EXT) {
         post_mrecv(van, m);
