@@ -8,7 +8,7 @@
 #                                              BYTES per value, 65536)
 #
 # With small values (BYTES 16) the requests and answers of a van with a
-# small lane (ucx) take it.
+# small lane (ucx, fabric) take it.
 set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 prog=$1 van=$2 bytes=${3:-65536}
