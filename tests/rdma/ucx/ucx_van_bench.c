@@ -7,10 +7,14 @@
  *             from its progress thread; the client's application thread
  *             sends and waits (as a KV worker does), or with --inline the
  *             client answers from its progress thread too (no hand-off).
+ *             With --lane, every message of --size bytes or less (up to
+ *             PS_LANE_MAX_PAYLOAD - 8) goes through the small lane
+ *             (send_lane / deliver_lane: no meta, no frame) instead.
  *   push      the client streams --size-byte messages (4 MiB) with a
  *             window of 16 in flight; the server acks every one; MB/s.
  *
  *   ucx_van_bench [--mode pingpong|push] [--size N] [--iters N] [--busy] [--inline]
+ *                 [--lane]
  *
  * UCX_TLS and the other UCX_* variables apply as usual.
  */
@@ -23,7 +27,9 @@
 #include <unistd.h>
 
 #include "ps/base/buffer.h"
+#include "ps/base/endian.h"
 #include "ps/base/time.h"
+#include "ps/net/codec/lane.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/van/van.h"
@@ -38,6 +44,7 @@ typedef struct {
     int peer;
     size_t size;
     int inline_reply;
+    int lane;           /* small messages through send_lane */
     uint64_t received;  /* atomic */
     uint64_t remaining; /* inline mode: round trips still to send */
     uint64_t *stamps;   /* inline mode: send times */
@@ -53,8 +60,23 @@ static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
  * pushes the same tensor buffer every round). */
 static ps_slice_t g_payload[2];
 
+/* A lane message: the lane header, the key, then size bytes. */
+static int send_lane_msg(side_t *s, uint64_t key, size_t size)
+{
+    uint8_t buf[PS_LANE_VAN_HEADROOM + PS_LANE_MAX_BYTES] __attribute__((aligned(8)));
+    uint8_t *bytes = buf + PS_LANE_VAN_HEADROOM;
+    ps_lane_hdr_write(bytes, 0, 0);
+    ps_put_le64(bytes + PS_LANE_HDR_LEN, key);
+    memset(bytes + PS_LANE_HDR_LEN + 8, 0x5a, size);
+    return s->ops->send_lane(s->van, s->peer, bytes, PS_LANE_HDR_LEN + 8 + size) == PS_OK ? 0
+                                                                                        : -1;
+}
+
 static int send_msg(side_t *s, uint64_t key, size_t size)
 {
+    if (s->lane && size + PS_LANE_HDR_LEN + 8 <= PS_LANE_MAX_BYTES) {
+        return send_lane_msg(s, key, size);
+    }
     ps_msg_t msg;
     ps_msg_init(&msg);
     msg.meta.recver = s->peer;
@@ -73,12 +95,9 @@ static int send_msg(side_t *s, uint64_t key, size_t size)
     return rc;
 }
 
-static void on_deliver(void *arg, ps_msg_t *msg)
+/* Message `key` of `len` bytes arrived (either way). */
+static void on_message(side_t *s, uint64_t key, size_t len)
 {
-    side_t *s = arg;
-    uint64_t key = msg->meta.key;
-    size_t len = msg->num_data > 0 ? msg->data[0].len : 0;
-    ps_msg_release(msg);
     if (s->peer == CLIENT_ID) {
         /* Server: answer at once; a zero-length key ends the run. */
         send_msg(s, key, len > 64 ? 8 : len);
@@ -99,6 +118,23 @@ static void on_deliver(void *arg, ps_msg_t *msg)
     __atomic_add_fetch(&s->received, 1, __ATOMIC_RELEASE);
     pthread_cond_signal(&g_cond);
     pthread_mutex_unlock(&g_lock);
+}
+
+static void on_deliver(void *arg, ps_msg_t *msg)
+{
+    uint64_t key = msg->meta.key;
+    size_t len = msg->num_data > 0 ? msg->data[0].len : 0;
+    ps_msg_release(msg);
+    on_message(arg, key, len);
+}
+
+static void on_deliver_lane(void *arg, int sender, const uint8_t *bytes, size_t len)
+{
+    (void)sender;
+    if (len < PS_LANE_HDR_LEN + 8) {
+        return;
+    }
+    on_message(arg, ps_get_le64(bytes + PS_LANE_HDR_LEN), len - PS_LANE_HDR_LEN - 8);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -124,6 +160,7 @@ static ps_status_t open_side(side_t *s, int id, int busy, ps_node_t *node)
     memset(&cb, 0, sizeof(cb));
     cb.arg = s;
     cb.deliver = on_deliver;
+    cb.deliver_lane = on_deliver_lane;
     st = s->ops->open(&p, &cb, &s->van);
     if (st != PS_OK) {
         return st;
@@ -156,7 +193,7 @@ int main(int argc, char **argv)
     const char *mode = "pingpong";
     size_t size = 0;
     uint64_t iters = 20000;
-    int busy = 0, inl = 0;
+    int busy = 0, inl = 0, lane = 0;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) {
             mode = argv[++i];
@@ -168,9 +205,11 @@ int main(int argc, char **argv)
             busy = 1;
         } else if (strcmp(argv[i], "--inline") == 0) {
             inl = 1;
+        } else if (strcmp(argv[i], "--lane") == 0) {
+            lane = 1;
         } else {
             fprintf(stderr, "usage: %s [--mode pingpong|push] [--size N] [--iters N] [--busy] "
-                    "[--inline]\n", argv[0]);
+                    "[--inline] [--lane]\n", argv[0]);
             return 2;
         }
     }
@@ -187,6 +226,7 @@ int main(int argc, char **argv)
         /* The server: answers everything from its progress thread. */
         ps_node_t node;
         g.peer = CLIENT_ID;
+        g.lane = lane;
         if (open_side(&g, SERVER_ID, busy, &node) != PS_OK) {
             _exit(3);
         }
@@ -208,6 +248,7 @@ int main(int argc, char **argv)
     ps_node_t node, server;
     g.peer = SERVER_ID;
     g.size = size;
+    g.lane = lane;
     if (open_side(&g, CLIENT_ID, busy, &node) != PS_OK) {
         return 1;
     }
@@ -263,8 +304,8 @@ int main(int argc, char **argv)
             }
         }
         qsort(rtt, iters, sizeof(*rtt), cmp_u64);
-        printf("ucx van ping-pong %zu bytes, %s%s: median %.2f us, p99 %.2f us (%llu round "
-               "trips)\n", size, busy ? "busy-poll" : "blocking",
+        printf("ucx van ping-pong %zu bytes%s, %s%s: median %.2f us, p99 %.2f us (%llu round "
+               "trips)\n", size, lane ? " on the small lane" : "", busy ? "busy-poll" : "blocking",
                g.inline_reply ? ", answered inline" : ", application thread",
                rtt[iters / 2] / 1e3, rtt[iters * 99 / 100] / 1e3, (unsigned long long)iters);
         free(rtt);
