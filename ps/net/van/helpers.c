@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "ps/base/config.h"
+#include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/van/van.h"
 
@@ -31,4 +32,17 @@ int ps_van_connect_timeout_ms(int requested_ms, int fallback_ms)
     }
     int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, fallback_ms);
     return ms > 0 && ms < INT_MAX ? (int)ms : fallback_ms;
+}
+
+void ps_van_deliver_lane(const ps_van_callbacks_t *cb, ps_log_component_t comp, int sender,
+                         const uint8_t *bytes, size_t len)
+{
+    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level))
+        ps_trace(comp, "received a %zu-byte lane message from node %d", len, sender);
+    if (cb->deliver_lane == NULL) {
+        ps_warn_ratelimited(comp, "a lane message from node %d, and nobody to take it; dropped",
+                            sender);
+        return;
+    }
+    cb->deliver_lane(cb->arg, sender, bytes, len);
 }

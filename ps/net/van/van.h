@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "ps/base/buffer.h"
+#include "ps/base/log.h"
 #include "ps/base/status.h"
 #include "ps/net/auth.h"
 #include "ps/net/caps.h"
@@ -232,6 +233,12 @@ static inline int (*ps_van_progress_op(const ps_van_t *van))(ps_van_t *, unsigne
     }
     return ops->progress;
 }
+
+/* Hands a lane message from node `sender` to cb->deliver_lane (a line at
+ * trace level first), or drops it with a warning when the van was opened
+ * without that callback. For vans' receive paths. */
+void ps_van_deliver_lane(const ps_van_callbacks_t *cb, ps_log_component_t comp, int sender,
+                         const uint8_t *bytes, size_t len);
 
 /* The van's send_lane op, or NULL when it has none. */
 static inline ps_status_t (*ps_van_send_lane_op(const ps_van_t *van))(ps_van_t *, int, uint8_t *,

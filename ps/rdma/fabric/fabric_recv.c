@@ -230,19 +230,13 @@ void ps__fab_rx_reset(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
     }
 }
 
-/* Hands a lane message from node `sender` to deliver_lane. */
+/* Counts a lane message from node `sender` and hands it over. */
 static void lane_deliver(ps__fab_van_t *van, int sender, const uint8_t *bytes, size_t len)
 {
     /* One writer (the loop's holder): no locked add. */
     __atomic_store_n(&van->bytes_recv, __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED) + len,
                      __ATOMIC_RELAXED);
-    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level))
-        ps_trace(PS_LOG_FABRIC, "received a %zu-byte lane message from node %d", len, sender);
-    if (van->cb.deliver_lane != NULL)
-        van->cb.deliver_lane(van->cb.arg, sender, bytes, len);
-    else
-        ps_warn_ratelimited(PS_LOG_FABRIC, "a lane message from node %d, and nobody to take "
-                            "it; dropped", sender);
+    ps_van_deliver_lane(&van->cb, PS_LOG_FABRIC, sender, bytes, len);
 }
 
 /* Delivers what is next in the sender's sequence and complete. */

@@ -652,19 +652,6 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
     }
 }
 
-static void lane_deliver_one(ps__ucx_van_t *van, int sender, const uint8_t *bytes, size_t len)
-{
-    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
-        ps_trace(PS_LOG_UCX, "received a %zu-byte lane message from node %d", len, sender);
-    }
-    if (van->cb.deliver_lane == NULL) {
-        ps_warn_ratelimited(PS_LOG_UCX, "a lane message from node %d, and nobody to take "
-                            "it; dropped", sender);
-        return;
-    }
-    van->cb.deliver_lane(van->cb.arg, sender, bytes, len);
-}
-
 int ps__ucx_lane_deliver(ps__ucx_van_t *van)
 {
     unsigned n = van->lane_n;
@@ -673,7 +660,8 @@ int ps__ucx_lane_deliver(ps__ucx_van_t *van)
      * added while these are handed over. */
     for (unsigned i = 0; i < n; ++i) {
         bytes += van->lane[i].len;
-        lane_deliver_one(van, van->lane[i].sender, van->lane[i].bytes, van->lane[i].len);
+        ps_van_deliver_lane(&van->cb, PS_LOG_UCX, van->lane[i].sender, van->lane[i].bytes,
+                            van->lane[i].len);
     }
     van->lane_n = 0;
     __atomic_add_fetch(&van->bytes_recv, bytes, __ATOMIC_RELAXED);
@@ -714,8 +702,8 @@ static void rx_deliver_ready(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
             continue;
         }
         if (rx->lane) {
-            lane_deliver_one(van, conn->peer_id, ps_slice_ptr(&rx->staging),
-                             rx->staging_len);
+            ps_van_deliver_lane(&van->cb, PS_LOG_UCX, conn->peer_id,
+                                ps_slice_ptr(&rx->staging), rx->staging_len);
             rx_free(van, rx);
             continue;
         }
