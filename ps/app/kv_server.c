@@ -177,8 +177,7 @@ static ps_status_t respond_lane(ps_kv_server_t *server, const ps_kv_meta_t *meta
                                 const ps_kv_pairs_t *res)
 {
     size_t lane_max = ps_postoffice_lane_max(server->po);
-    if (lane_max == 0 || meta->customer_id < 0 || meta->customer_id > PS_LANE_MAX_ID ||
-        server->app_id > PS_LANE_MAX_ID)
+    if (lane_max == 0)
         return PS_ERR_UNSUPPORTED;
     /* The worker reads none of the meta's key, addr, option and val_len in
      * an answer (kv_lane.h): they are not sent. */

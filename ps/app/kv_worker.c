@@ -546,8 +546,7 @@ static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, const kv
         return PS_ERR_UNSUPPORTED; /* no lane: nothing more to look at */
     size_t nk = p->keys.len / sizeof(ps_key_t);
     size_t len = ps__kv_lane_size(nk, vals->len, lens->len != 0);
-    if (len == 0 || len > lane_max || w->app_id > PS_LANE_MAX_ID ||
-        w->customer_id > PS_LANE_MAX_ID || !ps_slice_in_host_mem(vals) ||
+    if (len == 0 || len > lane_max || !ps_slice_in_host_mem(vals) ||
         !ps_slice_in_host_mem(lens) || !ps_slice_in_host_mem(&p->keys) ||
         !ps_slice_in_host_mem(&p->dest))
         return PS_ERR_UNSUPPORTED;

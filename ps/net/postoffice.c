@@ -1562,9 +1562,10 @@ size_t ps_postoffice_lane_max(const ps_postoffice_t *po)
 ps_status_t ps_postoffice_send_lane(ps_postoffice_t *po, int recver, int app_id, int customer_id,
                                     uint8_t *payload, size_t len)
 {
-    if (po == NULL || payload == NULL || len > po->lane_max || app_id < 0 ||
-        app_id > PS_LANE_MAX_ID || customer_id < 0 || customer_id > PS_LANE_MAX_ID)
+    if (po == NULL || payload == NULL || len > po->lane_max)
         return PS_ERR_INVALID_ARG;
+    if (app_id < 0 || app_id > PS_LANE_MAX_ID || customer_id < 0 || customer_id > PS_LANE_MAX_ID)
+        return PS_ERR_UNSUPPORTED; /* ids the lane header cannot carry */
     if (ps__po_closing(po))
         return PS_ERR_SHUTDOWN;
     if (recver < 8) {

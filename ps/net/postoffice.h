@@ -188,9 +188,10 @@ size_t ps_postoffice_lane_max(const ps_postoffice_t *po);
  * function (ps_customer_set_lane_func) receives it, in order with this
  * node's other messages to `recver`. The PS_POSTOFFICE_LANE_HEADROOM bytes
  * before payload must be writable. Statuses as ps_postoffice_send();
- * PS_ERR_INVALID_ARG also for ids above 65535 or a payload too long;
- * PS_ERR_UNSUPPORTED when the van cannot take a lane message to that node
- * (nothing sent: send it the generic way). */
+ * PS_ERR_INVALID_ARG also for a payload too long; PS_ERR_UNSUPPORTED when
+ * the lane cannot carry it (app or customer id outside 0..65535) or the
+ * van cannot take a lane message to that node: nothing was sent, send it
+ * the generic way. */
 ps_status_t ps_postoffice_send_lane(ps_postoffice_t *po, int recver, int app_id, int customer_id,
                                     uint8_t *payload, size_t len);
 

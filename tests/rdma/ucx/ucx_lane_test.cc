@@ -168,9 +168,12 @@ TEST_F(UcxLane, MessagesWaitForTheirCustomerAndAreReplayedInOrder)
         EXPECT_EQ(8, wbox.got[i].sender) << i;
         EXPECT_EQ(std::string(want.rbegin(), want.rend()), wbox.got[i].payload) << i;
     }
-    // One byte too many is refused, nothing sent.
+    // One byte too many is refused, nothing sent; ids the header cannot
+    // carry are for the generic way.
     EXPECT_EQ(PS_ERR_INVALID_ARG,
               send_lane(job.worker(), 8, 5, 3, std::string(PS_LANE_MAX_PAYLOAD + 1, 'x')));
+    EXPECT_EQ(PS_ERR_UNSUPPORTED, send_lane(job.worker(), 8, 70000, 3, "12345678"));
+    EXPECT_EQ(PS_ERR_UNSUPPORTED, send_lane(job.worker(), 8, 5, -1, "12345678"));
     ps_customer_destroy(sc);
     ps_customer_destroy(wc);
 }
