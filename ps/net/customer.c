@@ -112,9 +112,15 @@ static __thread ps_customer_t *tls_in_customer;
 
 /* ---- registry internals (under reg->lock) ---- */
 
+/* The customer a message for (app_id, customer_id) goes to. */
+static int route_ids(const ps__registry_t *reg, int app_id, int customer_id)
+{
+    return reg->role == PS_ROLE_WORKER ? customer_id : app_id;
+}
+
 static int route_customer_id(const ps__registry_t *reg, const ps_meta_t *meta)
 {
-    return reg->role == PS_ROLE_WORKER ? meta->customer_id : meta->app_id;
+    return route_ids(reg, meta->app_id, meta->customer_id);
 }
 
 static ps_customer_t *reg_find(const ps__registry_t *reg, int app_id, int customer_id)
@@ -325,19 +331,19 @@ void ps__registry_destroy(ps__registry_t *reg)
 /* A lane message's payload, from sender, for ps__registry_deliver_lane. */
 typedef struct {
     int sender;
-    int customer_id; /* the header's */
     const uint8_t *payload;
     size_t len;
 } reg_lane_t;
 
-/* The customer (app_id, cust_id) pinned for a delivery, or NULL when there
- * is none to deliver to now: then the message (msg, or the lane message
- * `lane` as one) was queued until the customer registers or replays what
- * waits for it, or dropped while shutting down; msg is taken over either
- * way. */
-static ps_customer_t *reg_deliver_to(ps__registry_t *reg, int app_id, int cust_id, ps_msg_t *msg,
-                                     const reg_lane_t *lane)
+/* The customer a message for (app_id, customer_id) routes to, pinned for a
+ * delivery, or NULL when there is none to deliver to now: then the message
+ * (msg, or the lane message `lane` as one) was queued until the customer
+ * registers or replays what waits for it, or dropped while shutting down;
+ * msg is taken over either way. */
+static ps_customer_t *reg_deliver_to(ps__registry_t *reg, int app_id, int customer_id,
+                                     ps_msg_t *msg, const reg_lane_t *lane)
 {
+    int cust_id = route_ids(reg, app_id, customer_id);
     ps_mutex_lock(&reg->lock);
     ps_customer_t *c = reg_find(reg, app_id, cust_id);
     if (c != NULL && !c->draining) {
@@ -351,7 +357,7 @@ static ps_customer_t *reg_deliver_to(ps__registry_t *reg, int app_id, int cust_i
         ps_msg_init(&as_msg);
         as_msg.meta.sender = lane->sender;
         as_msg.meta.app_id = app_id;
-        as_msg.meta.customer_id = lane->customer_id;
+        as_msg.meta.customer_id = customer_id;
         as_msg.meta.body = lane->payload;
         as_msg.meta.body_len = (uint32_t)lane->len;
         msg = &as_msg;
@@ -372,8 +378,7 @@ static ps_customer_t *reg_deliver_to(ps__registry_t *reg, int app_id, int cust_i
 
 void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg)
 {
-    ps_customer_t *c = reg_deliver_to(reg, msg->meta.app_id, route_customer_id(reg, &msg->meta),
-                                      msg, NULL);
+    ps_customer_t *c = reg_deliver_to(reg, msg->meta.app_id, msg->meta.customer_id, msg, NULL);
     if (c == NULL)
         return;
     customer_call_recv(c, msg);
@@ -384,9 +389,8 @@ void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg)
 void ps__registry_deliver_lane(ps__registry_t *reg, int sender, int app_id, int customer_id,
                                const uint8_t *payload, size_t len)
 {
-    reg_lane_t lane = {sender, customer_id, payload, len};
-    int cust_id = reg->role == PS_ROLE_WORKER ? customer_id : app_id;
-    ps_customer_t *c = reg_deliver_to(reg, app_id, cust_id, NULL, &lane);
+    reg_lane_t lane = {sender, payload, len};
+    ps_customer_t *c = reg_deliver_to(reg, app_id, customer_id, NULL, &lane);
     if (c == NULL)
         return;
     customer_call_lane(c, sender, customer_id, payload, len);
