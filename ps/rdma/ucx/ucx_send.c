@@ -598,14 +598,23 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
     return st;
 }
 
+/* 1 when `recver` names a node; else says so for `what`. */
+static int recver_ok(int recver, const char *what)
+{
+    if (recver < 0 || recver == PS_NODE_EMPTY) {
+        ps_error(PS_LOG_UCX, "%s: message without a receiver (recver %d)", what, recver);
+        return 0;
+    }
+    return 1;
+}
+
 ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
 {
     if (msg == NULL || msg->num_data > PS_MSG_MAX_DATA) {
         return PS_ERR_INVALID_ARG;
     }
     int recver = msg->meta.recver;
-    if (recver < 0 || recver == PS_NODE_EMPTY) {
-        ps_error(PS_LOG_UCX, "send: message without a receiver (recver %d)", recver);
+    if (!recver_ok(recver, "send")) {
         return PS_ERR_INVALID_ARG;
     }
     if (ps__ucx_looks_like_hello(&msg->meta)) {
@@ -655,8 +664,7 @@ ps_status_t ps__ucx_send_lane(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
         bytes[0] != PS_LANE_MAGIC) {
         return PS_ERR_INVALID_ARG;
     }
-    if (recver < 0 || recver == PS_NODE_EMPTY) {
-        ps_error(PS_LOG_UCX, "send_lane: message without a receiver (recver %d)", recver);
+    if (!recver_ok(recver, "send_lane")) {
         return PS_ERR_INVALID_ARG;
     }
     ps_status_t st = send_small(van, recver, bytes - PS__UCX_AM_META_HDR, len);
