@@ -807,6 +807,14 @@ ps_status_t ps_customer_request_ctx(ps_customer_t *c, int ts, void **ctx_p)
     return ps__tracker_ctx(c->tracker, ts, ctx_p);
 }
 
+ps_status_t ps_customer_claim_request(ps_customer_t *c, int ts, ps_customer_claim_func_t fn,
+                                     void *arg)
+{
+    if (c == NULL || fn == NULL)
+        return PS_ERR_INVALID_ARG;
+    return ps__tracker_claim(c->tracker, ts, fn, arg);
+}
+
 int ps_customer_add_response(ps_customer_t *c, int ts, int n)
 {
     return ps__tracker_add_response(c->tracker, ts, n);

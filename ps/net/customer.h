@@ -104,6 +104,14 @@ ps_status_t ps_customer_new_request_ctx(ps_customer_t *customer, int expected,
 /* The ctx of an outstanding request (e.g. a pull's destination, for the
  * recv_buffer hook); PS_ERR_NOT_FOUND once it completed. */
 ps_status_t ps_customer_request_ctx(ps_customer_t *customer, int ts, void **ctx_p);
+/* Runs fn(ctx, arg) with request ts's ctx while the request is outstanding
+ * and cannot complete (under its tracker's lock), and returns fn's status;
+ * PS_ERR_NOT_FOUND, without calling fn, once it completed or was never
+ * issued. fn may take a reference on ctx (say, for a response being
+ * handled); it must be short and must not block or call the customer. */
+typedef ps_status_t (*ps_customer_claim_func_t)(void *ctx, void *arg);
+ps_status_t ps_customer_claim_request(ps_customer_t *customer, int ts,
+                                     ps_customer_claim_func_t fn, void *arg);
 
 /* Counts `n` responses to request `ts`; returns 1 when this completed it. */
 int ps_customer_add_response(ps_customer_t *customer, int ts, int n);

@@ -52,6 +52,10 @@ struct ps__tracker {
     int sleepers;
     uint64_t spin_ns;
     uint64_t completions; /* atomic: bumped on every completion, for spinners */
+    /* atomic: the request that completed successfully last (-1: none, or
+     * its timestamp was issued again), so that a busy-poll waiter learns
+     * of the usual end without the lock. */
+    int last_ok;
 
     ps__tracker_done_func_t done;
     void *done_arg;
@@ -254,6 +258,7 @@ static void tracker_publish(ps__tracker_t *t, ps__req_t *r)
     if (r->status == PS_OK) {
         if (found == r)
             tracker_remove_at(t, pos);
+        __atomic_store_n(&t->last_ok, r->ts, __ATOMIC_RELEASE);
         tracker_free_req(t, r);
     } else {
         tracker_remember_failure(t, r);
@@ -294,6 +299,7 @@ ps_status_t ps__tracker_create(uint64_t spin_ns, ps__tracker_t **tracker_p)
         goto err_mutex;
     t->spin_ns = spin_ns;
     t->closed = PS_OK;
+    t->last_ok = -1;
     *tracker_p = t;
     return PS_OK;
 
@@ -414,6 +420,8 @@ ps_status_t ps__tracker_new(ps__tracker_t *t, int expected, const int *peers, in
         ts = (int)(t->issued & PS__TS_MASK);
         t->issued++;
     }
+    if (ts == __atomic_load_n(&t->last_ok, __ATOMIC_RELAXED))
+        __atomic_store_n(&t->last_ok, -1, __ATOMIC_RELAXED); /* no longer "done" */
     r->ts = ts;
     r->expected = expected;
     r->received = 0;
@@ -576,6 +584,17 @@ ps_status_t ps__tracker_ctx(ps__tracker_t *t, int ts, void **ctx_p)
     return st;
 }
 
+ps_status_t ps__tracker_claim(ps__tracker_t *t, int ts, ps__tracker_claim_func_t fn, void *arg)
+{
+    ps_status_t st = PS_ERR_NOT_FOUND;
+    ps_mutex_lock(&t->lock);
+    ps__req_t *r = tracker_find(t, ts, NULL);
+    if (r != NULL && req_open(r))
+        st = fn(r->ctx, arg);
+    ps_mutex_unlock(&t->lock);
+    return st;
+}
+
 /* Spins (without the lock) until another request completes or the budget
  * is spent. Pauses first, then yields: on two cores the thread that will
  * complete the request may need this one's CPU. */
@@ -667,7 +686,18 @@ ps_status_t ps__tracker_poll(ps__tracker_t *t, int ts, uint64_t *seen_p)
     uint64_t now = __atomic_load_n(&t->completions, __ATOMIC_ACQUIRE);
     if (now == *seen_p)
         return PS_ERR_TIMED_OUT;
+    /* Set when ts was published PS_OK, cleared under the lock before ts
+     * could be issued again: equal means done. */
+    if (__atomic_load_n(&t->last_ok, __ATOMIC_ACQUIRE) == ts && ts >= 0)
+        return PS_OK;
     return tracker_poll_check(t, ts, now, seen_p);
+}
+
+void ps__tracker_skip_to(ps__tracker_t *t, uint64_t issued)
+{
+    ps_mutex_lock(&t->lock);
+    t->issued = issued;
+    ps_mutex_unlock(&t->lock);
 }
 
 size_t ps__tracker_num_records(ps__tracker_t *t)

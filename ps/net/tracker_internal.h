@@ -86,6 +86,16 @@ int ps__tracker_num_responses(ps__tracker_t *tracker, int ts);
  * has not completed. PS_ERR_NOT_FOUND otherwise. */
 ps_status_t ps__tracker_ctx(ps__tracker_t *tracker, int ts, void **ctx_p);
 
+/* Runs fn(ctx, arg) under the tracker's lock while request ts is
+ * outstanding and open (no completion decided), and returns what fn
+ * returns; PS_ERR_NOT_FOUND without calling it otherwise. The request
+ * cannot complete while fn runs, so fn may take a reference on ctx that
+ * then outlives the request's done function. fn must be short: it may
+ * neither block nor call into the tracker. */
+typedef ps_status_t (*ps__tracker_claim_func_t)(void *ctx, void *arg);
+ps_status_t ps__tracker_claim(ps__tracker_t *tracker, int ts, ps__tracker_claim_func_t fn,
+                              void *arg);
+
 /* Blocks until request ts completed, with timeout_ms (< 0: forever).
  * PS_OK, the status it failed with, PS_ERR_TIMED_OUT (the request stays
  * outstanding), or PS_ERR_INVALID_ARG for a ts never issued. */
@@ -96,9 +106,14 @@ ps_status_t ps__tracker_wait(ps__tracker_t *tracker, int ts, int timeout_ms);
  * van's loop). *seen_p carries state between the calls of one waiter:
  * start it at PS__TRACKER_POLL_START. While no request of the tracker has
  * completed since a check found `ts` outstanding, the answer
- * (PS_ERR_TIMED_OUT) comes from one atomic load, without the lock. */
+ * (PS_ERR_TIMED_OUT) comes from one atomic load, without the lock; so
+ * does PS_OK when `ts` is the request that completed last. */
 #define PS__TRACKER_POLL_START UINT64_MAX
 ps_status_t ps__tracker_poll(ps__tracker_t *tracker, int ts, uint64_t *seen_p);
+
+/* For tests: the next timestamps are drawn as if `issued` had been issued
+ * before (issued > 2^31 - 1: wrapped), to reach the wrap quickly. */
+void ps__tracker_skip_to(ps__tracker_t *tracker, uint64_t issued);
 
 /* Records held (outstanding + remembered failures), for tests. */
 size_t ps__tracker_num_records(ps__tracker_t *tracker);

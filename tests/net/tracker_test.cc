@@ -154,6 +154,93 @@ TEST_F(TrackerTest, PollSeesACompletionOnAnotherThread)
     EXPECT_EQ(PS_OK, result.load());
 }
 
+// The request that completed last is answered without the lock; its
+// timestamp, issued again after the wrap, is not "done" any more.
+TEST_F(TrackerTest, PollKnowsTheLastSuccessUntilItsTimestampComesBack)
+{
+    int a, b;
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 1, nullptr, 0, nullptr, &a));
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 1, nullptr, 0, nullptr, &b));
+    uint64_t seen = PS__TRACKER_POLL_START;
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_poll(t_, a, &seen));
+    EXPECT_EQ(1, ps__tracker_add_response(t_, a, 1));
+    EXPECT_EQ(PS_OK, ps__tracker_poll(t_, a, &seen));
+    uint64_t seen_b = PS__TRACKER_POLL_START;
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_poll(t_, b, &seen_b));
+
+    // Past the wrap, a's timestamp is the first free one again.
+    ps__tracker_skip_to(t_, 0x80000000ull);
+    int again;
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 1, nullptr, 0, nullptr, &again));
+    ASSERT_EQ(a, again);
+    uint64_t seen_again = PS__TRACKER_POLL_START;
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_poll(t_, again, &seen_again));
+    // (b, still open, was skipped over.)
+    int next;
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 1, nullptr, 0, nullptr, &next));
+    EXPECT_NE(b, next);
+    EXPECT_EQ(1, ps__tracker_add_response(t_, next, 1));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_poll(t_, again, &seen_again));
+    EXPECT_EQ(1, ps__tracker_add_response(t_, again, 1));
+    EXPECT_EQ(PS_OK, ps__tracker_poll(t_, again, &seen_again));
+}
+
+ps_status_t count_claim(void *ctx, void *arg)
+{
+    static_cast<std::atomic<int> *>(arg)->fetch_add(1);
+    return ctx == nullptr ? PS_ERR_PROTOCOL : PS_OK;
+}
+
+// Claims reach an open request's ctx and return what the function said;
+// nothing is called once the request ended.
+TEST_F(TrackerTest, ClaimOnlyWhileOpen)
+{
+    std::atomic<int> calls{0};
+    int ts, bare;
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 2, nullptr, 0, &log_, &ts));
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 1, nullptr, 0, nullptr, &bare));
+    EXPECT_EQ(PS_OK, ps__tracker_claim(t_, ts, count_claim, &calls));
+    EXPECT_EQ(PS_ERR_PROTOCOL, ps__tracker_claim(t_, bare, count_claim, &calls));
+    EXPECT_EQ(2, calls.load());
+    EXPECT_EQ(0, ps__tracker_add_response(t_, ts, 1));
+    EXPECT_EQ(PS_OK, ps__tracker_claim(t_, ts, count_claim, &calls));
+    EXPECT_EQ(1, ps__tracker_add_response(t_, ts, 1));
+    EXPECT_EQ(1, ps__tracker_fail(t_, bare, PS_ERR_PEER_GONE));
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ps__tracker_claim(t_, ts, count_claim, &calls));
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ps__tracker_claim(t_, bare, count_claim, &calls));
+    EXPECT_EQ(PS_ERR_NOT_FOUND, ps__tracker_claim(t_, bare + 1, count_claim, &calls));
+    EXPECT_EQ(3, calls.load());
+}
+
+struct ClaimInDone {
+    ps__tracker_t *t;
+    std::atomic<int> calls{0};
+    std::atomic<int> seen{PS_INPROGRESS};
+};
+
+// From the done function (completion decided, not yet published) a claim
+// finds the request closed: no response can take a reference any more.
+TEST(TrackerClaim, ClosedOnceTheCompletionIsDecided)
+{
+    ps__tracker_t *t;
+    ASSERT_EQ(PS_OK, ps__tracker_create(0, &t));
+    ClaimInDone d;
+    d.t = t;
+    ps__tracker_set_done_func(
+        t,
+        [](void *arg, int ts, void *, ps_status_t) {
+            auto *d = static_cast<ClaimInDone *>(arg);
+            d->seen = ps__tracker_claim(d->t, ts, count_claim, &d->calls);
+        },
+        &d);
+    int ts;
+    ASSERT_EQ(PS_OK, ps__tracker_new(t, 1, nullptr, 0, &d, &ts));
+    EXPECT_EQ(1, ps__tracker_add_response(t, ts, 1));
+    EXPECT_EQ(PS_ERR_NOT_FOUND, d.seen.load());
+    EXPECT_EQ(0, d.calls.load());
+    ps__tracker_destroy(t);
+}
+
 TEST_F(TrackerTest, RejectsBadArguments)
 {
     int ts;
