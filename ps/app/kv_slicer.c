@@ -47,8 +47,12 @@ check_vals(size_t num_keys, const int32_t *lens, size_t vals_bytes, size_t elem_
             return PS_ERR_INVALID_ARG;
         }
     } else if (!lens) {
-        per_key = vals_bytes / num_keys;
-        if (per_key * num_keys != vals_bytes || per_key % elem_size != 0) {
+        /* (A 64-bit division costs tens of cycles: the usual one key and
+         * power-of-two element sizes go without.) */
+        per_key = num_keys == 1 ? vals_bytes : vals_bytes / num_keys;
+        size_t odd = (elem_size & (elem_size - 1)) == 0 ? per_key & (elem_size - 1)
+                                                        : per_key % elem_size;
+        if (per_key * num_keys != vals_bytes || odd != 0) {
             ps_error(PS_LOG_APP,
                      "kv: %zu value bytes do not split evenly over %zu keys of %zu-byte elements",
                      vals_bytes, num_keys, elem_size);

@@ -6,10 +6,12 @@
  * Threads: application threads issue requests and wait; the van's progress
  * thread delivers responses (and, for pulls, asks where their values should
  * land). The customer tracks each request (count of responses, peers, how
- * it ended) and calls worker_done exactly once per request; the worker's
- * own table (ts -> request, under one lock, with references) is what the
- * van thread looks requests up in, so a request completed by another thread
- * (a peer declared dead, destroy) is never freed under a response.
+ * it ended; its ctx is the kv_req_t) and calls worker_done exactly once per
+ * request. A response finds its request through the customer's claim,
+ * which takes a reference while the request cannot complete, so a request
+ * completed by another thread (a peer declared dead, destroy) is never
+ * freed under a response: no table of the worker's own, no lock of its own
+ * on the way of a request or a response.
  *
  * The completion callback runs once: before the last response is counted
  * on success (so ps_kv_wait returns after it, as upstream), or from
@@ -33,8 +35,6 @@
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
 
-#define REQ_BUCKETS 1024 /* timestamps are dense, so ts % REQ_BUCKETS spreads them */
-
 /* One server's share of a request. */
 typedef struct {
     int server_id;    /* 0: this server owns none of the keys */
@@ -45,11 +45,8 @@ typedef struct {
 } kv_part_t;
 
 typedef struct kv_req {
-    struct kv_req *next;
     atomic_int refs;
     atomic_int fired;     /* the completion callback ran */
-    int ts;
-    int in_table;
     int pull;
     size_t elem_size;
     size_t uniform_bytes; /* per-key value bytes of a pull without lens */
@@ -85,11 +82,12 @@ struct ps_kv_worker {
      * then never takes the pool's lock. */
     _Atomic(kv_req_t *) spare;
 
+    /* Requests issued and not yet ended (worker_done), for destroy, which
+     * waits on `idle` (with `lock`) while idle_waiters > 0. */
+    atomic_size_t outstanding;
+    atomic_int idle_waiters;
     ps_mutex_t lock;
-    ps_cond_t idle;      /* signalled when `outstanding` drops, while idle_waiters */
-    int idle_waiters;    /* destroy waits on idle */
-    size_t outstanding;  /* requests in the table */
-    kv_req_t *table[REQ_BUCKETS];
+    ps_cond_t idle;
 };
 
 size_t ps_kv_pairs_num_keys(const ps_kv_pairs_t *kvs)
@@ -97,45 +95,7 @@ size_t ps_kv_pairs_num_keys(const ps_kv_pairs_t *kvs)
     return kvs ? kvs->keys.len / sizeof(ps_key_t) : 0;
 }
 
-/* ---- the request table ---- */
-
-static kv_req_t **bucket_of(ps_kv_worker_t *w, int ts)
-{
-    return &w->table[(unsigned)ts % REQ_BUCKETS];
-}
-
-static kv_req_t *table_find(ps_kv_worker_t *w, int ts)
-{
-    for (kv_req_t *r = *bucket_of(w, ts); r; r = r->next)
-        if (r->ts == ts)
-            return r;
-    return NULL;
-}
-
-static void table_insert(ps_kv_worker_t *w, kv_req_t *r)
-{
-    kv_req_t **b = bucket_of(w, r->ts);
-    r->next = *b;
-    *b = r;
-    r->in_table = 1;
-    w->outstanding++;
-}
-
-/* Takes `r` out (lock held); only worker_done does, once per request. */
-static void table_remove(ps_kv_worker_t *w, kv_req_t *r)
-{
-    for (kv_req_t **p = bucket_of(w, r->ts); *p; p = &(*p)->next) {
-        if (*p == r) {
-            *p = r->next;
-            break;
-        }
-    }
-    r->next = NULL;
-    r->in_table = 0;
-    w->outstanding--;
-    if (w->idle_waiters > 0)
-        ps_cond_broadcast(&w->idle);
-}
+/* ---- requests ---- */
 
 static size_t req_size(int num_servers)
 {
@@ -175,10 +135,22 @@ static void req_unref(ps_kv_worker_t *w, kv_req_t *r)
     req_put(w, r);
 }
 
-static void fire_callback(kv_req_t *r, ps_status_t st)
+static void fire_callback(kv_req_t *r, int ts, ps_status_t st)
 {
     if (r->done && atomic_exchange(&r->fired, 1) == 0)
-        r->done(r->done_arg, r->ts, st);
+        r->done(r->done_arg, ts, st);
+}
+
+/* A request ended: wakes destroy when it waits for the last one. Both
+ * sides write their counter, then read the other's (sequentially
+ * consistent), so destroy either sees no request left or is woken. */
+static void outstanding_drop(ps_kv_worker_t *w)
+{
+    if (atomic_fetch_sub(&w->outstanding, 1) == 1 && atomic_load(&w->idle_waiters) > 0) {
+        ps_mutex_lock(&w->lock);
+        ps_cond_broadcast(&w->idle);
+        ps_mutex_unlock(&w->lock);
+    }
 }
 
 /* The customer's done hook: the request ended (all responses, or failed). */
@@ -188,13 +160,9 @@ static void worker_done(void *arg, ps_customer_t *customer, int ts, void *ctx,
     ps_kv_worker_t *w = arg;
     kv_req_t *r = ctx;
     (void)customer;
-    (void)ts;
-    ps_mutex_lock(&w->lock);
-    if (r->in_table)
-        table_remove(w, r);
-    ps_mutex_unlock(&w->lock);
-    fire_callback(r, status);
+    fire_callback(r, ts, status);
     req_unref(w, r); /* the tracker's reference */
+    outstanding_drop(w);
 }
 
 /* ---- responses ---- */
@@ -226,11 +194,12 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
 {
     size_t nk = p->keys.len / sizeof(ps_key_t);
     int sender = rp->sender;
+    int ts = rp->ts;
 
     if (rp->keys_len != p->keys.len ||
         (rp->keys_len && memcmp(rp->keys, ps_slice_ptr(&p->keys), rp->keys_len) != 0)) {
         ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d has other keys than asked",
-                r->ts, sender);
+                ts, sender);
         return PS_ERR_PROTOCOL;
     }
 
@@ -238,7 +207,7 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
     if (rp->lens_len > 0) {
         if (rp->lens_len != nk * sizeof(int32_t)) {
             ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d: %zu length bytes for %zu keys",
-                    r->ts, sender, rp->lens_len, nk);
+                    ts, sender, rp->lens_len, nk);
             return PS_ERR_PROTOCOL;
         }
         const void *got = rp->lens;
@@ -253,11 +222,11 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
             memcpy(&key, (const char *)ps_slice_ptr(&p->keys) + i * sizeof(key), sizeof(key));
             if (g == 0) {
                 ps_warn(PS_LOG_APP, "kv: pull ts %d: node %d has no value for key %llu",
-                        r->ts, sender, (unsigned long long)key);
+                        ts, sender, (unsigned long long)key);
                 return PS_ERR_NOT_FOUND;
             }
             ps_warn(PS_LOG_APP, "kv: pull ts %d: node %d returned %llu bytes for key %llu, "
-                    "expected %llu", r->ts, sender, (unsigned long long)g,
+                    "expected %llu", ts, sender, (unsigned long long)g,
                     (unsigned long long)key, (unsigned long long)e);
             return PS_ERR_PROTOCOL;
         }
@@ -266,7 +235,7 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
     size_t got_bytes = rp->vals_len;
     if (got_bytes != p->dest.len) {
         ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d has %zu value bytes, expected %zu",
-                r->ts, sender, got_bytes, p->dest.len);
+                ts, sender, got_bytes, p->dest.len);
         return PS_ERR_PROTOCOL;
     }
     /* Landed in place (the van asked recv_buffer): nothing to copy. */
@@ -281,37 +250,54 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
     return ps_slice_copy_in(&p->dest, 0, rp->vals, got_bytes);
 }
 
+/* Which request and part a response answers (see claim_part). */
+typedef struct {
+    int sender;
+    kv_req_t *r;
+    kv_part_t *p;
+} kv_claim_t;
+
+/* Under the customer's claim (the request cannot end meanwhile): the part
+ * of `sender`, if it has not answered yet, now answered and referenced. */
+static ps_status_t claim_part(void *ctx, void *arg)
+{
+    kv_req_t *r = ctx;
+    kv_claim_t *c = arg;
+    int rank = ps_id_to_rank(c->sender);
+    if (rank < 0 || rank >= r->num_parts)
+        return PS_ERR_NOT_FOUND;
+    kv_part_t *p = &r->parts[rank];
+    if (p->server_id != c->sender || p->responded)
+        return PS_ERR_NOT_FOUND;
+    p->responded = 1;
+    atomic_fetch_add(&r->refs, 1);
+    c->r = r;
+    c->p = p;
+    return PS_OK;
+}
+
 /* One server's answer to request rp->ts. */
 static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
 {
     int ts = rp->ts;
-    int rank = ps_id_to_rank(rp->sender);
-    ps_mutex_lock(&w->lock);
-    kv_req_t *r = table_find(w, ts);
-    kv_part_t *p = NULL;
-    if (r && rank < r->num_parts && r->parts[rank].server_id == rp->sender &&
-        !r->parts[rank].responded) {
-        p = &r->parts[rank];
-        p->responded = 1;
-        atomic_fetch_add(&r->refs, 1);
-    }
-    ps_mutex_unlock(&w->lock);
-    if (!p) {
+    kv_claim_t claim = {.sender = rp->sender};
+    if (ps_customer_claim_request(w->customer, ts, claim_part, &claim) != PS_OK) {
         /* Late (its request failed or timed out) or not ours. */
         ps_debug(PS_LOG_APP, "kv worker app %d: ignored a response ts %d from node %d",
                  w->app_id, ts, rp->sender);
         return;
     }
 
-    ps_status_t st = r->pull ? take_pull_response(w, r, p, rp) : PS_OK;
+    kv_req_t *r = claim.r;
+    ps_status_t st = r->pull ? take_pull_response(w, r, claim.p, rp) : PS_OK;
     if (st != PS_OK) {
         ps_customer_fail_request(w->customer, ts, st);
     } else {
         /* One decrement per part (p->responded was set once, under the
-         * lock): exactly one response is the last. */
+         * claim): exactly one response is the last. */
         int last = atomic_fetch_sub(&r->remaining, 1) == 1;
         if (last)
-            fire_callback(r, PS_OK);
+            fire_callback(r, ts, PS_OK);
         ps_customer_add_response(w->customer, ts, 1);
     }
     req_unref(w, r);
@@ -369,6 +355,29 @@ static void worker_lane_recv(void *arg, ps_customer_t *customer, int sender, int
     take_response(w, &rp);
 }
 
+/* What worker_recv_buffer asks of a request (see claim_dest). */
+typedef struct {
+    int sender;
+    uint64_t len;
+    ps_slice_t *slice_p;
+} kv_dest_claim_t;
+
+/* Under the customer's claim: a reference on the destination of
+ * `sender`'s part of a pull, when it still waits for exactly len bytes. */
+static ps_status_t claim_dest(void *ctx, void *arg)
+{
+    const kv_req_t *r = ctx;
+    kv_dest_claim_t *c = arg;
+    int rank = ps_id_to_rank(c->sender);
+    if (!r->pull || rank < 0 || rank >= r->num_parts)
+        return PS_ERR_NOT_FOUND;
+    const kv_part_t *p = &r->parts[rank];
+    if (p->server_id != c->sender || p->responded || p->dest.len != c->len || c->len == 0)
+        return PS_ERR_NOT_FOUND;
+    *c->slice_p = ps_slice_ref(&p->dest);
+    return PS_OK;
+}
+
 /* Where a pull response's values should land: straight in the caller's
  * buffer, when the van can put them there. */
 static ps_status_t worker_recv_buffer(void *arg, ps_customer_t *customer, const ps_meta_t *meta,
@@ -378,19 +387,8 @@ static ps_status_t worker_recv_buffer(void *arg, ps_customer_t *customer, const 
     (void)customer;
     if (index != 1 || meta->request)
         return PS_ERR_NOT_FOUND;
-    ps_status_t st = PS_ERR_NOT_FOUND;
-    int rank = ps_id_to_rank(meta->sender);
-    ps_mutex_lock(&w->lock);
-    kv_req_t *r = table_find(w, meta->timestamp);
-    if (r && r->pull && rank < r->num_parts) {
-        kv_part_t *p = &r->parts[rank];
-        if (p->server_id == meta->sender && !p->responded && p->dest.len == len && len > 0) {
-            *slice_p = ps_slice_ref(&p->dest);
-            st = PS_OK;
-        }
-    }
-    ps_mutex_unlock(&w->lock);
-    return st;
+    kv_dest_claim_t claim = {.sender = meta->sender, .len = len, .slice_p = slice_p};
+    return ps_customer_claim_request(w->customer, meta->timestamp, claim_dest, &claim);
 }
 
 /* ---- lifecycle ---- */
@@ -474,20 +472,20 @@ void ps_kv_worker_destroy(ps_kv_worker_t *w)
         return;
     ps_deadline_t dl = ps_deadline_from_ms(w->request_timeout_ms);
     ps_mutex_lock(&w->lock);
-    w->idle_waiters++;
-    while (w->outstanding > 0) {
+    atomic_fetch_add(&w->idle_waiters, 1);
+    while (atomic_load(&w->outstanding) > 0) {
         if (ps_cond_wait(&w->idle, &w->lock, dl) == PS_ERR_TIMED_OUT)
             break;
     }
-    w->idle_waiters--;
-    size_t left = w->outstanding;
+    atomic_fetch_sub(&w->idle_waiters, 1);
+    size_t left = atomic_load(&w->outstanding);
     ps_mutex_unlock(&w->lock);
     if (left)
         ps_warn(PS_LOG_APP, "kv worker app %d: %zu requests still outstanding at destroy",
                 w->app_id, left);
 
     /* Fails what is still outstanding with PS_ERR_SHUTDOWN: worker_done
-     * runs for each and empties the table. */
+     * runs for each and drops its reference. */
     ps_customer_destroy(w->customer);
     ps_cond_destroy(&w->idle);
     ps_mutex_destroy(&w->lock);
@@ -533,12 +531,12 @@ static ps_status_t slice_pairs(ps_kv_worker_t *w, const ps_kv_pairs_t *kvs, ps_k
                             elem_size_of(kvs->type), w->ranges, w->num_servers, slices);
 }
 
-/* Sends one server's share of request `r` on the small lane (kv_lane.h)
+/* Sends one server's share of request `r` (timestamp ts) on the small lane (kv_lane.h)
  * when it fits there: its keys, the values pushed (vals, of a push), the
  * lengths (lens), all in host memory. PS_ERR_UNSUPPORTED when it does not fit
  * (nothing sent). */
-static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, const kv_part_t *p,
-                                  int push, const ps_slice_t *vals, const ps_slice_t *lens,
+static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, int ts,
+                                  const kv_part_t *p, int push, const ps_slice_t *vals, const ps_slice_t *lens,
                                   ps_data_type_t type, int cmd)
 {
     size_t lane_max = ps_postoffice_lane_max(w->po);
@@ -554,7 +552,7 @@ static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, const kv
     if (named->len > UINT32_MAX)
         return PS_ERR_UNSUPPORTED;
     ps__kv_lane_msg_t m = {
-        .timestamp = r->ts,
+        .timestamp = ts,
         .cmd = cmd,
         .val_len = (uint32_t)named->len,
         .request = 1,
@@ -578,7 +576,7 @@ static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, const kv
 }
 
 /* Sends one server's message of request `r`. */
-static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, const kv_part_t *p,
+static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const kv_part_t *p,
                              const ps_kv_pairs_t *push, const ps_kv_slice_t *push_slice,
                              ps_data_type_t type, int cmd)
 {
@@ -600,7 +598,7 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, const kv_part
     }
     if (st != PS_OK)
         return st;
-    st = send_part_lane(w, r, p, push != NULL, &vals, &lens, type, cmd);
+    st = send_part_lane(w, r, ts, p, push != NULL, &vals, &lens, type, cmd);
     if (st != PS_ERR_UNSUPPORTED)
         return st;
 
@@ -608,7 +606,7 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, const kv_part
     ps_msg_init(&msg);
     msg.meta.app_id = w->app_id;
     msg.meta.customer_id = w->customer_id;
-    msg.meta.timestamp = r->ts;
+    msg.meta.timestamp = ts;
     msg.meta.request = true;
     msg.meta.push = push != NULL;
     msg.meta.pull = r->pull != 0;
@@ -671,7 +669,7 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
     if ((st = req_get(w, &r)) != PS_OK)
         return st;
     memset(r, 0, req_size(ns));
-    atomic_init(&r->refs, 1);
+    atomic_init(&r->refs, 1); /* issue's own, for the sends below */
     r->done = done;
     r->done_arg = arg;
     r->num_parts = ns;
@@ -703,7 +701,7 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
         }
         if (st != PS_OK)
             goto fail;
-        r->uniform_bytes = nk ? out->vals.len / nk : 0;
+        r->uniform_bytes = nk > 1 ? out->vals.len / nk : out->vals.len; /* (no keys: no bytes) */
     }
 
     const ps_kv_slice_t *slices = push ? push_slices : out_slices;
@@ -730,20 +728,19 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
     }
     atomic_init(&r->remaining, num_peers);
 
-    /* The table lock is held from the request's creation until it is in
-     * the table, so worker_done (which may run on another thread as soon
-     * as the request exists, e.g. for a peer declared dead) finds it. */
+    /* The tracker's reference (dropped by worker_done, which may run on
+     * another thread as soon as the request exists, e.g. for a peer
+     * declared dead) and the count destroy waits on, both before it
+     * exists. */
     int ts;
-    ps_mutex_lock(&w->lock);
+    atomic_store_explicit(&r->refs, 2, memory_order_relaxed); /* no other thread has r yet */
+    atomic_fetch_add(&w->outstanding, 1);
     st = ps_customer_new_request_ctx(w->customer, num_peers > 0 ? num_peers : 1, peers,
                                      num_peers, r, &ts);
-    if (st == PS_OK) {
-        r->ts = ts;
-        table_insert(w, r);
-        /* Ours for the sends below; the tracker's is dropped by worker_done. */
-        atomic_fetch_add(&r->refs, 1);
+    if (st != PS_OK) {
+        atomic_fetch_sub(&r->refs, 1); /* never the last: issue's own stays */
+        outstanding_drop(w);
     }
-    ps_mutex_unlock(&w->lock);
     if (on_heap)
         free(peers);
     peers = NULL;
@@ -753,23 +750,23 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
     /* From here on a failure is the request's result, reported through the
      * callback and ps_kv_wait like any other. */
     *ts_p = ts;
-    atomic_fetch_add_explicit(&w->n_requests, 1, memory_order_relaxed);
     if (num_peers == 0) {
         /* No keys, so no server to ask: done at once. */
-        fire_callback(r, PS_OK);
+        fire_callback(r, ts, PS_OK);
         ps_customer_add_response(w->customer, ts, 1);
     }
     for (int i = 0; i < ns; i++) {
         kv_part_t *p = &r->parts[i];
         if (!p->server_id)
             continue;
-        st = send_part(w, r, p, push, push ? &push_slices[i] : NULL, req->type, cmd);
+        st = send_part(w, r, ts, p, push, push ? &push_slices[i] : NULL, req->type, cmd);
         atomic_fetch_add_explicit(&w->n_messages, 1, memory_order_relaxed);
         if (st != PS_OK) {
             ps_customer_fail_request(w->customer, ts, st);
             break;
         }
     }
+    atomic_fetch_add_explicit(&w->n_requests, 1, memory_order_relaxed);
     if (on_heap) {
         free(push_slices);
         free(out_slices);
