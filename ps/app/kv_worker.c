@@ -153,16 +153,22 @@ static void outstanding_drop(ps_kv_worker_t *w)
     }
 }
 
-/* The customer's done hook: the request ended (all responses, or failed). */
+/* The request's end, past its callback: the tracker's reference goes. */
+static void request_ended(ps_kv_worker_t *w, kv_req_t *r)
+{
+    req_unref(w, r);
+    outstanding_drop(w);
+}
+
+/* The customer's done hook: the request ended (failed, or all responses
+ * counted other than by take_response). */
 static void worker_done(void *arg, ps_customer_t *customer, int ts, void *ctx,
                         ps_status_t status)
 {
     ps_kv_worker_t *w = arg;
-    kv_req_t *r = ctx;
     (void)customer;
-    fire_callback(r, ts, status);
-    req_unref(w, r); /* the tracker's reference */
-    outstanding_drop(w);
+    fire_callback(ctx, ts, status);
+    request_ended(w, ctx);
 }
 
 /* ---- responses ---- */
@@ -294,11 +300,14 @@ static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
         ps_customer_fail_request(w->customer, ts, st);
     } else {
         /* One decrement per part (p->responded was set once, under the
-         * claim): exactly one response is the last. */
+         * claim): exactly one response is the last, and its callback runs
+         * before the count below lets a waiter go. That count, when it
+         * completes the request, leaves the rest of worker_done to us. */
         int last = atomic_fetch_sub(&r->remaining, 1) == 1;
         if (last)
             fire_callback(r, ts, PS_OK);
-        ps_customer_add_response(w->customer, ts, 1);
+        if (ps_customer_add_response_quiet(w->customer, ts, 1))
+            request_ended(w, r);
     }
     req_unref(w, r);
 }

@@ -820,6 +820,11 @@ int ps_customer_add_response(ps_customer_t *c, int ts, int n)
     return ps__tracker_add_response(c->tracker, ts, n);
 }
 
+int ps_customer_add_response_quiet(ps_customer_t *c, int ts, int n)
+{
+    return ps__tracker_add_response_quiet(c->tracker, ts, n);
+}
+
 void ps_customer_fail_request(ps_customer_t *c, int ts, ps_status_t why)
 {
     (void)ps__tracker_fail(c->tracker, ts, why);

@@ -115,6 +115,12 @@ ps_status_t ps_customer_claim_request(ps_customer_t *customer, int ts,
 
 /* Counts `n` responses to request `ts`; returns 1 when this completed it. */
 int ps_customer_add_response(ps_customer_t *customer, int ts, int n);
+/* The same, except that when this completes the request (returns 1) the
+ * done function is not called: the caller does its work instead, for a
+ * success whose every effect a waiter may see (say, a completion
+ * callback) it made before this call. Failures still go through the done
+ * function. */
+int ps_customer_add_response_quiet(ps_customer_t *customer, int ts, int n);
 
 /* Completes request `ts` with an error (peer gone, protocol, ...). */
 void ps_customer_fail_request(ps_customer_t *customer, int ts, ps_status_t why);

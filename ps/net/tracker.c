@@ -438,7 +438,9 @@ out:
     return st;
 }
 
-int ps__tracker_add_response(ps__tracker_t *t, int ts, int n)
+/* Counts n responses; on the last one, the completion is decided, and
+ * finished through the done function (call_done) or published at once. */
+static int tracker_count(ps__tracker_t *t, int ts, int n, int call_done)
 {
     ps__done_t done;
 
@@ -454,9 +456,22 @@ int ps__tracker_add_response(ps__tracker_t *t, int ts, int n)
         return 0;
     }
     tracker_decide(r, PS_OK, &done);
-    tracker_finish_locked(t, &done, 1);
+    if (call_done)
+        tracker_finish_locked(t, &done, 1);
+    else
+        tracker_publish(t, r);
     ps_mutex_unlock(&t->lock);
     return 1;
+}
+
+int ps__tracker_add_response(ps__tracker_t *t, int ts, int n)
+{
+    return tracker_count(t, ts, n, 1);
+}
+
+int ps__tracker_add_response_quiet(ps__tracker_t *t, int ts, int n)
+{
+    return tracker_count(t, ts, n, 0);
 }
 
 int ps__tracker_fail(ps__tracker_t *t, int ts, ps_status_t why)

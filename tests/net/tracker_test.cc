@@ -185,6 +185,30 @@ TEST_F(TrackerTest, PollKnowsTheLastSuccessUntilItsTimestampComesBack)
     EXPECT_EQ(PS_OK, ps__tracker_poll(t_, again, &seen_again));
 }
 
+// A quiet count publishes the completion itself: waiters see it, the done
+// function is left to the caller (it still runs for failures).
+TEST_F(TrackerTest, QuietCountCompletesWithoutTheDoneFunction)
+{
+    int ts, failed;
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 2, nullptr, 0, nullptr, &ts));
+    ASSERT_EQ(PS_OK, ps__tracker_new(t_, 2, nullptr, 0, nullptr, &failed));
+    EXPECT_EQ(0, ps__tracker_add_response_quiet(t_, ts, 1));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps__tracker_wait(t_, ts, 0));
+    EXPECT_EQ(1, ps__tracker_add_response_quiet(t_, ts, 1));
+    EXPECT_EQ(0, ps__tracker_add_response_quiet(t_, ts, 1));
+    EXPECT_EQ(0, log_.calls.load());
+    EXPECT_EQ(PS_OK, ps__tracker_wait(t_, ts, 0));
+    uint64_t seen = PS__TRACKER_POLL_START;
+    EXPECT_EQ(PS_OK, ps__tracker_poll(t_, ts, &seen));
+    EXPECT_EQ(1u, ps__tracker_num_outstanding(t_)); // `failed`
+    EXPECT_EQ(0, ps__tracker_add_response_quiet(t_, failed, 1));
+    EXPECT_EQ(1, ps__tracker_fail(t_, failed, PS_ERR_PROTOCOL));
+    EXPECT_EQ(1, log_.calls.load());
+    EXPECT_EQ(failed, log_.last_ts.load());
+    EXPECT_EQ(0, ps__tracker_add_response_quiet(t_, failed, 1));
+    EXPECT_EQ(PS_ERR_PROTOCOL, ps__tracker_wait(t_, failed, 0));
+}
+
 ps_status_t count_claim(void *ctx, void *arg)
 {
     static_cast<std::atomic<int> *>(arg)->fetch_add(1);
