@@ -9,7 +9,9 @@
  * thread drops what waited longer than PS__PENDING_TIMEOUT_NS.
  *
  * A customer is pinned (users > 0) while a postoffice thread runs one of
- * its functions; destroy waits for the pins to go.
+ * its functions; destroy waits for the pins to go. Deliveries usually find
+ * their customer without the registry's lock, in one of a few fast slots
+ * whose own count of users stands for the pin (reg_fast_t).
  */
 #include "ps/net/customer.h"
 
@@ -33,6 +35,8 @@
 #define PS__DRIVE_YIELD_EVERY 256
 /* Customers failed per round of fail_peer()/close() without allocating. */
 #define PS__PIN_BATCH 32
+/* Customers a delivery can find without the registry's lock. */
+#define PS__REG_FAST_SLOTS 8
 
 struct ps_customer {
     ps_postoffice_t *po;  /* NULL once the postoffice is gone */
@@ -57,6 +61,7 @@ struct ps_customer {
     int users;      /* postoffice threads inside this customer's functions */
     int draining;   /* the creator is replaying pending messages */
     int linked;     /* in the registry's list */
+    int fast_slot;  /* its index in the registry's fast slots, or -1 */
     struct ps_customer *next;
 };
 
@@ -67,6 +72,22 @@ typedef struct ps__pending {
     uint64_t arrived_ns;
     struct ps__pending *next;
 } ps__pending_t;
+
+/*
+ * A fast slot names one linked customer that is not draining, by its route
+ * key (reg_route_key). A delivery counts itself in `users` first, then
+ * reads the customer and checks the key again; the registry (under its
+ * lock) empties a slot, customer then key, before the customer may go,
+ * and waits until the slot's users are gone. Every access sequentially
+ * consistent: a delivery either reads no customer or is waited for.
+ */
+typedef struct {
+    uint64_t key;     /* atomic; 0: empty */
+    ps_customer_t *c; /* atomic */
+    int users;        /* atomic: deliveries that may hold c */
+    int destroying;   /* (under the lock) destroys waiting for its users:
+                       * no other customer gets the slot meanwhile */
+} reg_fast_t;
 
 struct ps__registry {
     ps_mutex_t lock;
@@ -94,6 +115,7 @@ struct ps__registry {
      * Answering those without the lock and the customer lookup saves a few
      * hundred instructions per segment. */
     uint32_t steer_mask;
+    reg_fast_t fast[PS__REG_FAST_SLOTS];
 };
 
 /* Recomputes reg->steer_mask (lock held). */
@@ -121,6 +143,15 @@ static int route_ids(const ps__registry_t *reg, int app_id, int customer_id)
 static int route_customer_id(const ps__registry_t *reg, const ps_meta_t *meta)
 {
     return route_ids(reg, meta->app_id, meta->customer_id);
+}
+
+/* The fast slots' key of (app_id, routed customer id); 0 (no slot) for
+ * ids outside 0 .. INT32_MAX. */
+static uint64_t reg_route_key(int app_id, int customer_id)
+{
+    if (app_id < 0 || customer_id < 0)
+        return 0;
+    return (1ull << 63) | ((uint64_t)app_id << 31) | (uint64_t)customer_id;
 }
 
 static ps_customer_t *reg_find(const ps__registry_t *reg, int app_id, int customer_id)
@@ -151,6 +182,90 @@ static void reg_unpin(ps__registry_t *reg, ps_customer_t *c)
         ps_cond_broadcast(&reg->cond);
         ps_mutex_unlock(&reg->lock);
     }
+}
+
+/* Gives c (linked, done draining) a fast slot if one is free (lock held). */
+static void reg_fast_publish(ps__registry_t *reg, ps_customer_t *c)
+{
+    uint64_t key = reg_route_key(c->app_id, c->customer_id);
+    if (key == 0 || c->fast_slot >= 0)
+        return;
+    for (int i = 0; i < PS__REG_FAST_SLOTS; i++) {
+        reg_fast_t *f = &reg->fast[i];
+        if (__atomic_load_n(&f->c, __ATOMIC_SEQ_CST) != NULL || f->destroying > 0)
+            continue;
+        /* Key first: a delivery that reads c then checks the key sees it. */
+        __atomic_store_n(&f->key, key, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&f->c, c, __ATOMIC_SEQ_CST);
+        c->fast_slot = i;
+        return;
+    }
+}
+
+/* Empties c's fast slot (lock held); the caller then waits, as for pins,
+ * until reg_fast_users(reg, c) is 0. */
+static void reg_fast_withdraw(ps__registry_t *reg, ps_customer_t *c)
+{
+    if (c->fast_slot < 0)
+        return;
+    reg_fast_t *f = &reg->fast[c->fast_slot];
+    __atomic_store_n(&f->c, NULL, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&f->key, 0, __ATOMIC_SEQ_CST);
+}
+
+/* Deliveries that may still hold c through its (withdrawn) fast slot. */
+static int reg_fast_users(const ps__registry_t *reg, const ps_customer_t *c)
+{
+    return c->fast_slot < 0 ? 0 : __atomic_load_n(&reg->fast[c->fast_slot].users, __ATOMIC_SEQ_CST);
+}
+
+/* A delivery's hold on its customer: a pin, or a fast slot's count. */
+typedef struct {
+    ps_customer_t *c;
+    reg_fast_t *slot; /* NULL: c is pinned */
+} reg_hold_t;
+
+static void reg_fast_leave(ps__registry_t *reg, reg_fast_t *f)
+{
+    /* As reg_unpin: a destroy waiting for this slot raised pin_waiters
+     * before it read users. */
+    if (__atomic_sub_fetch(&f->users, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&reg->pin_waiters, __ATOMIC_SEQ_CST) > 0) {
+        ps_mutex_lock(&reg->lock);
+        ps_cond_broadcast(&reg->cond);
+        ps_mutex_unlock(&reg->lock);
+    }
+}
+
+/* Finds the customer of `key` in a fast slot and holds it; 0 when no slot
+ * has it (the locked lookup decides then). */
+static int reg_fast_hold(ps__registry_t *reg, uint64_t key, reg_hold_t *hold)
+{
+    if (key == 0)
+        return 0;
+    for (int i = 0; i < PS__REG_FAST_SLOTS; i++) {
+        reg_fast_t *f = &reg->fast[i];
+        if (__atomic_load_n(&f->key, __ATOMIC_RELAXED) != key)
+            continue;
+        __atomic_add_fetch(&f->users, 1, __ATOMIC_SEQ_CST);
+        ps_customer_t *c = __atomic_load_n(&f->c, __ATOMIC_SEQ_CST);
+        if (c != NULL && __atomic_load_n(&f->key, __ATOMIC_SEQ_CST) == key) {
+            hold->c = c;
+            hold->slot = f;
+            return 1;
+        }
+        reg_fast_leave(reg, f);
+        return 0;
+    }
+    return 0;
+}
+
+static void reg_let_go(ps__registry_t *reg, const reg_hold_t *hold)
+{
+    if (hold->slot != NULL)
+        reg_fast_leave(reg, hold->slot);
+    else
+        reg_unpin(reg, hold->c);
 }
 
 static void pending_free(ps__pending_t *p)
@@ -309,6 +424,8 @@ void ps__registry_destroy(ps__registry_t *reg)
         reg->customers = c->next;
         c->next = NULL;
         c->linked = 0;
+        reg_fast_withdraw(reg, c);
+        c->fast_slot = -1;
         __atomic_store_n(&c->reg, NULL, __ATOMIC_SEQ_CST);
         c->po = NULL;
     }
@@ -335,21 +452,25 @@ typedef struct {
     size_t len;
 } reg_lane_t;
 
-/* The customer a message for (app_id, customer_id) routes to, pinned for a
- * delivery, or NULL when there is none to deliver to now: then the message
- * (msg, or the lane message `lane` as one) was queued until the customer
- * registers or replays what waits for it, or dropped while shutting down;
- * msg is taken over either way. */
-static ps_customer_t *reg_deliver_to(ps__registry_t *reg, int app_id, int customer_id,
-                                     ps_msg_t *msg, const reg_lane_t *lane)
+/* Holds the customer a message for (app_id, customer_id) routes to, for a
+ * delivery (1), or returns 0 when there is none to deliver to now: then
+ * the message (msg, or the lane message `lane` as one) was queued until
+ * the customer registers or replays what waits for it, or dropped while
+ * shutting down; msg is taken over either way. */
+static int reg_deliver_to(ps__registry_t *reg, int app_id, int customer_id, ps_msg_t *msg,
+                          const reg_lane_t *lane, reg_hold_t *hold)
 {
     int cust_id = route_ids(reg, app_id, customer_id);
+    if (reg_fast_hold(reg, reg_route_key(app_id, cust_id), hold))
+        return 1;
     ps_mutex_lock(&reg->lock);
     ps_customer_t *c = reg_find(reg, app_id, cust_id);
     if (c != NULL && !c->draining) {
         reg_pin(c);
         ps_mutex_unlock(&reg->lock);
-        return c;
+        hold->c = c;
+        hold->slot = NULL;
+        return 1;
     }
     ps_msg_t as_msg;
     if (lane != NULL) {
@@ -367,34 +488,34 @@ static ps_customer_t *reg_deliver_to(ps__registry_t *reg, int app_id, int custom
         ps_debug(PS_LOG_CORE, "dropping a message for app %d customer %d: shutting down", app_id,
                  cust_id);
         ps_msg_release(msg);
-        return NULL;
+        return 0;
     }
     int kick = reg_queue_pending(reg, msg, lane != NULL);
     ps_mutex_unlock(&reg->lock);
     if (kick && reg->kick != NULL)
         reg->kick(reg->kick_arg);
-    return NULL;
+    return 0;
 }
 
 void ps__registry_deliver(ps__registry_t *reg, ps_msg_t *msg)
 {
-    ps_customer_t *c = reg_deliver_to(reg, msg->meta.app_id, msg->meta.customer_id, msg, NULL);
-    if (c == NULL)
+    reg_hold_t hold;
+    if (!reg_deliver_to(reg, msg->meta.app_id, msg->meta.customer_id, msg, NULL, &hold))
         return;
-    customer_call_recv(c, msg);
+    customer_call_recv(hold.c, msg);
     ps_msg_release(msg);
-    reg_unpin(reg, c);
+    reg_let_go(reg, &hold);
 }
 
 void ps__registry_deliver_lane(ps__registry_t *reg, int sender, int app_id, int customer_id,
                                const uint8_t *payload, size_t len)
 {
     reg_lane_t lane = {sender, payload, len};
-    ps_customer_t *c = reg_deliver_to(reg, app_id, customer_id, NULL, &lane);
-    if (c == NULL)
+    reg_hold_t hold;
+    if (!reg_deliver_to(reg, app_id, customer_id, NULL, &lane, &hold))
         return;
-    customer_call_lane(c, sender, customer_id, payload, len);
-    reg_unpin(reg, c);
+    customer_call_lane(hold.c, sender, customer_id, payload, len);
+    reg_let_go(reg, &hold);
 }
 
 ps_status_t ps__registry_recv_buffer(ps__registry_t *reg, const ps_meta_t *meta,
@@ -630,6 +751,7 @@ ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int custome
     if (c == NULL)
         return PS_ERR_NO_MEMORY;
     c->recv_buffer_segments = UINT32_MAX;
+    c->fast_slot = -1;
     uint64_t spin = 0;
     if (ps__postoffice_busy_poll(po)) {
         /* Set at start, before any customer can exist; closed after the
@@ -683,6 +805,8 @@ ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int custome
         ps__pending_t *p = c->draining ? reg_take_pending(reg, c) : NULL;
         if (p == NULL) {
             c->draining = 0;
+            /* (Still linked: a destroy cannot overlap its own create.) */
+            reg_fast_publish(reg, c);
             ps_mutex_unlock(&reg->lock);
             break;
         }
@@ -720,9 +844,14 @@ void ps_customer_destroy(ps_customer_t *c)
             c->linked = 0;
             reg_update_steer_mask(reg);
         }
+        reg_fast_withdraw(reg, c);
+        if (c->fast_slot >= 0)
+            reg->fast[c->fast_slot].destroying++;
         __atomic_add_fetch(&reg->pin_waiters, 1, __ATOMIC_SEQ_CST);
-        while (__atomic_load_n(&c->users, __ATOMIC_SEQ_CST) > 0)
+        while (__atomic_load_n(&c->users, __ATOMIC_SEQ_CST) > 0 || reg_fast_users(reg, c) > 0)
             (void)ps_cond_wait(&reg->cond, &reg->lock, ps_deadline_infinite());
+        if (c->fast_slot >= 0)
+            reg->fast[c->fast_slot].destroying--;
         __atomic_sub_fetch(&reg->pin_waiters, 1, __ATOMIC_SEQ_CST);
         ps_mutex_unlock(&reg->lock);
     }

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -438,6 +439,123 @@ TEST(Postoffice, MessagesWaitForTheirCustomer)
         ASSERT_EQ(3u, cl.answers.size());
         for (int i = 0; i < 3; i++)
             EXPECT_EQ(std::vector<uint8_t>{uint8_t(i)}, cl.answers[i]);
+    }
+    ps_customer_destroy(sc);
+    ps_customer_destroy(wc);
+    for (ps_status_t s : finalize_all(job))
+        EXPECT_EQ(PS_OK, s);
+}
+
+// More apps than the registry has fast slots: every customer gets its
+// answers, whether its deliveries found it with the lock or without.
+TEST(Postoffice, MoreCustomersThanFastSlots)
+{
+    Job job = start_job(1, 1);
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    const int kApps = 12, kRounds = 3;
+    std::vector<std::unique_ptr<Echo>> echoes;
+    std::vector<std::unique_ptr<Client>> clients;
+    std::vector<ps_customer_t *> sc(kApps), wc(kApps);
+    for (int a = 0; a < kApps; a++) {
+        echoes.emplace_back(new Echo);
+        echoes.back()->po = job.server(0);
+        clients.emplace_back(new Client);
+        ASSERT_EQ(PS_OK, ps_customer_create(job.server(0), 20 + a, 20 + a, echo_recv,
+                                            echoes.back().get(), &sc[a]));
+        ASSERT_EQ(PS_OK, ps_customer_create(job.worker(0), 20 + a, a, client_recv,
+                                            clients.back().get(), &wc[a]));
+    }
+    int servers[] = {8};
+    for (int r = 0; r < kRounds; r++) {
+        std::vector<int> ts(kApps);
+        for (int a = 0; a < kApps; a++) {
+            ASSERT_EQ(PS_OK, ps_customer_new_request(wc[a], 1, servers, 1, &ts[a]));
+            ASSERT_EQ(PS_OK, send_bytes(job.worker(0), 8, 20 + a, a, ts[a], true,
+                                        {uint8_t(a), uint8_t(r)}));
+        }
+        for (int a = 0; a < kApps; a++)
+            ASSERT_EQ(PS_OK, ps_customer_wait(wc[a], ts[a], 10000));
+    }
+    for (int a = 0; a < kApps; a++) {
+        EXPECT_EQ(kRounds, echoes[a]->requests.load());
+        std::lock_guard<std::mutex> g(clients[a]->mu);
+        ASSERT_EQ(size_t(kRounds), clients[a]->answers.size());
+        for (int r = 0; r < kRounds; r++)
+            EXPECT_EQ((std::vector<uint8_t>{uint8_t(r), uint8_t(a)}), clients[a]->answers[r]);
+    }
+    for (int a = 0; a < kApps; a++) {
+        ps_customer_destroy(sc[a]);
+        ps_customer_destroy(wc[a]);
+    }
+    for (ps_status_t s : finalize_all(job))
+        EXPECT_EQ(PS_OK, s);
+}
+
+// A server customer whose receive function waits until told to go on.
+struct Blocker {
+    std::atomic<bool> entered{false};
+    std::atomic<bool> release{false};
+    std::atomic<bool> left{false};
+};
+
+void blocker_recv(void *arg, ps_customer_t *, const ps_msg_t *msg)
+{
+    auto *b = static_cast<Blocker *>(arg);
+    if (!msg->meta.request)
+        return;
+    b->entered = true;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!b->release && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    b->left = true;
+}
+
+// Destroy waits for a delivery running in the customer, and the customer
+// created next for the same app (taking over its routing) gets what comes
+// after.
+TEST(Postoffice, DestroyWaitsForARunningDelivery)
+{
+    Job job = start_job(1, 1);
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    Blocker b;
+    ps_customer_t *sc, *wc;
+    Client cl;
+    ASSERT_EQ(PS_OK, ps_customer_create(job.server(0), 6, 6, blocker_recv, &b, &sc));
+    ASSERT_EQ(PS_OK, ps_customer_create(job.worker(0), 6, 0, client_recv, &cl, &wc));
+    int servers[] = {8};
+    int ts;
+    ASSERT_EQ(PS_OK, ps_customer_new_request(wc, 1, servers, 1, &ts));
+    ASSERT_EQ(PS_OK, send_bytes(job.worker(0), 8, 6, 0, ts, true, {1}));
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!b.entered && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(b.entered.load());
+
+    std::atomic<bool> destroyed{false}, left_first{false};
+    std::thread d([&] {
+        ps_customer_destroy(sc);
+        left_first = b.left.load();
+        destroyed = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(destroyed.load());
+    b.release = true;
+    d.join();
+    EXPECT_TRUE(left_first.load());
+
+    Echo echo;
+    echo.po = job.server(0);
+    ASSERT_EQ(PS_OK, ps_customer_create(job.server(0), 6, 6, echo_recv, &echo, &sc));
+    ps_customer_fail_request(wc, ts, PS_ERR_PROTOCOL); // the first was never answered
+    ASSERT_EQ(PS_OK, ps_customer_new_request(wc, 1, servers, 1, &ts));
+    ASSERT_EQ(PS_OK, send_bytes(job.worker(0), 8, 6, 0, ts, true, {2, 3}));
+    ASSERT_EQ(PS_OK, ps_customer_wait(wc, ts, 10000));
+    {
+        std::lock_guard<std::mutex> g(cl.mu);
+        ASSERT_EQ(1u, cl.answers.size());
+        EXPECT_EQ((std::vector<uint8_t>{3, 2}), cl.answers[0]);
     }
     ps_customer_destroy(sc);
     ps_customer_destroy(wc);
