@@ -27,6 +27,14 @@ typedef struct ps_van_peer_slots {
 void *ps_van_peer_slots_get(ps_van_peer_slots_t *t, int id, size_t elem_size, int create,
                             int *created_p);
 
+/* The element of `id`, or NULL when there is none: the lookup of
+ * ps_van_peer_slots_get() without `create`, inline for the send path.
+ * (Slots beyond the ids ever created are NULL.) */
+static inline void *ps_van_peer_slots_find(const ps_van_peer_slots_t *t, int id)
+{
+    return id > 0 && id < t->cap ? t->slot[id] : NULL;
+}
+
 /* Frees every element (plain free()) and the array; the table is empty after. */
 void ps_van_peer_slots_free(ps_van_peer_slots_t *t);
 

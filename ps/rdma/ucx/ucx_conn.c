@@ -272,7 +272,7 @@ int ps__ucx_may_claim(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, uint64_t
 
 ps__ucx_conn_t *ps__ucx_peer_send_conn_locked(ps__ucx_van_t *van, int id)
 {
-    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
+    const ps__ucx_peer_t *p = ps_van_peer_slots_find(&van->peers, id);
     if (p == NULL) {
         return NULL;
     }
