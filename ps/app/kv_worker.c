@@ -81,6 +81,12 @@ struct ps_kv_worker {
      * with one atomic exchange: one request at a time (a latency loop)
      * then never takes the pool's lock. */
     _Atomic(kv_req_t *) spare;
+    /* A request whose last reference a response dropped, released by the
+     * next issue() once its message is out, or by destroy: a latency
+     * loop then does that clean-up (three slice references, the pool)
+     * while its next request travels, not between a response and the
+     * waiter it lets go. */
+    _Atomic(kv_req_t *) retired;
 
     /* Requests issued and not yet ended (worker_done), for destroy, which
      * waits on `idle` (with `lock`) while idle_waiters > 0. */
@@ -120,10 +126,8 @@ static void req_put(ps_kv_worker_t *w, kv_req_t *r)
         ps_mpool_put(&w->reqs, r);
 }
 
-static void req_unref(ps_kv_worker_t *w, kv_req_t *r)
+static void req_release(ps_kv_worker_t *w, kv_req_t *r)
 {
-    if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
-        return;
     for (int i = 0; i < r->num_parts; i++) {
         kv_part_t *p = &r->parts[i];
         if (!p->server_id)
@@ -133,6 +137,29 @@ static void req_unref(ps_kv_worker_t *w, kv_req_t *r)
         ps_slice_unref(&p->dest);
     }
     req_put(w, r);
+}
+
+static void req_unref(ps_kv_worker_t *w, kv_req_t *r)
+{
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1)
+        req_release(w, r);
+}
+
+/* Drops n references; the last one retires r (see ps_kv_worker::retired). */
+static void req_unref_later(ps_kv_worker_t *w, kv_req_t *r, int n)
+{
+    if (atomic_fetch_sub(&r->refs, n) != n)
+        return;
+    kv_req_t *older = atomic_exchange_explicit(&w->retired, r, memory_order_acq_rel);
+    if (older != NULL)
+        req_release(w, older);
+}
+
+static void release_retired(ps_kv_worker_t *w)
+{
+    kv_req_t *r = atomic_exchange_explicit(&w->retired, NULL, memory_order_acq_rel);
+    if (r != NULL)
+        req_release(w, r);
 }
 
 static void fire_callback(kv_req_t *r, int ts, ps_status_t st)
@@ -153,13 +180,6 @@ static void outstanding_drop(ps_kv_worker_t *w)
     }
 }
 
-/* The request's end, past its callback: the tracker's reference goes. */
-static void request_ended(ps_kv_worker_t *w, kv_req_t *r)
-{
-    req_unref(w, r);
-    outstanding_drop(w);
-}
-
 /* The customer's done hook: the request ended (failed, or all responses
  * counted other than by take_response). */
 static void worker_done(void *arg, ps_customer_t *customer, int ts, void *ctx,
@@ -168,7 +188,8 @@ static void worker_done(void *arg, ps_customer_t *customer, int ts, void *ctx,
     ps_kv_worker_t *w = arg;
     (void)customer;
     fire_callback(ctx, ts, status);
-    request_ended(w, ctx);
+    req_unref(w, ctx); /* the tracker's reference */
+    outstanding_drop(w);
 }
 
 /* ---- responses ---- */
@@ -306,10 +327,13 @@ static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
         int last = atomic_fetch_sub(&r->remaining, 1) == 1;
         if (last)
             fire_callback(r, ts, PS_OK);
-        if (ps_customer_add_response_quiet(w->customer, ts, 1))
-            request_ended(w, r);
+        if (ps_customer_add_response_quiet(w->customer, ts, 1)) {
+            outstanding_drop(w);
+            req_unref_later(w, r, 2); /* the tracker's and the claim's */
+            return;
+        }
     }
-    req_unref(w, r);
+    req_unref_later(w, r, 1);
 }
 
 static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
@@ -496,6 +520,7 @@ void ps_kv_worker_destroy(ps_kv_worker_t *w)
     /* Fails what is still outstanding with PS_ERR_SHUTDOWN: worker_done
      * runs for each and drops its reference. */
     ps_customer_destroy(w->customer);
+    release_retired(w); /* no response is running any more */
     ps_cond_destroy(&w->idle);
     ps_mutex_destroy(&w->lock);
     kv_req_t *spare = atomic_exchange(&w->spare, NULL);
@@ -775,6 +800,7 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
             break;
         }
     }
+    release_retired(w); /* while the messages travel */
     atomic_fetch_add_explicit(&w->n_requests, 1, memory_order_relaxed);
     if (on_heap) {
         free(push_slices);
