@@ -156,6 +156,63 @@ TEST(KvSlicer, NoKeys)
               ps_kv_slice_keys(nullptr, 0, nullptr, 8, 4, ranges.data(), 2, s.data()));
 }
 
+// One key (cut without the general searches) lands where the reference
+// says, at every range's edges, with lengths, an element size that is not
+// a power of two, and empty ranges in between; what does not fit is
+// refused as with more keys.
+TEST(KvSlicer, OneKey)
+{
+    for (int n = 1; n <= 5; n++) {
+        auto ranges = UpstreamRanges(n);
+        for (int r = 0; r < n; r++) {
+            for (uint64_t k : {ranges[r].begin, ranges[r].begin + 1, ranges[r].end - 1}) {
+                SCOPED_TRACE(std::to_string(n) + " servers, key " + std::to_string(k));
+                Case c;
+                c.keys = {k};
+                c.per_key = 24;
+                c.elem = 4;
+                CheckAgainstReference(c, ranges);
+                c.elem = 3; // 24 bytes are 8 three-byte elements
+                CheckAgainstReference(c, ranges);
+                c.lens = {5};
+                c.elem = 4;
+                CheckAgainstReference(c, ranges);
+                c.lens = {0};
+                CheckAgainstReference(c, ranges);
+            }
+        }
+    }
+    // Empty ranges around the owner: [0,10) [10,10) [10,20) [20,20).
+    std::vector<ps_kv_range_t> gaps = {{0, 10}, {10, 10}, {10, 20}, {20, 20}};
+    for (uint64_t k : {0u, 9u, 10u, 19u}) {
+        Case c;
+        c.keys = {k};
+        c.per_key = 8;
+        CheckAgainstReference(c, gaps);
+    }
+    std::vector<ps_kv_slice_t> s(4);
+    uint64_t outside[] = {20};
+    EXPECT_EQ(PS_ERR_INVALID_ARG,
+              ps_kv_slice_keys(outside, 1, nullptr, 8, 1, gaps.data(), 4, s.data()));
+    uint64_t key[] = {3};
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_keys(key, 1, nullptr, 6, 4, gaps.data(), 4, s.data()));
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_keys(key, 1, nullptr, 7, 3, gaps.data(), 4, s.data()));
+    int32_t two[] = {2}, neg[] = {-1};
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_keys(key, 1, two, 12, 4, gaps.data(), 4, s.data()));
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_keys(key, 1, neg, 0, 4, gaps.data(), 4, s.data()));
+    ASSERT_EQ(PS_OK, ps_kv_slice_keys(key, 1, two, 8, 4, gaps.data(), 4, s.data()));
+    // A destination cut by those shares, and one that does not fit them.
+    std::vector<ps_kv_slice_t> d(4);
+    ASSERT_EQ(PS_OK, ps_kv_slice_vals(1, nullptr, 16, 8, s.data(), 4, d.data()));
+    for (int r = 0; r < 4; r++) {
+        EXPECT_EQ(s[r].key_begin, d[r].key_begin);
+        EXPECT_EQ(s[r].key_end, d[r].key_end);
+        EXPECT_EQ(r == 0 ? 16u : 0u, d[r].val_end - d[r].val_begin);
+    }
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_vals(1, nullptr, 12, 8, s.data(), 4, d.data()));
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_vals(1, neg, 0, 8, s.data(), 4, d.data()));
+}
+
 TEST(KvSlicer, RejectsBadInput)
 {
     auto ranges = UpstreamRanges(2);
