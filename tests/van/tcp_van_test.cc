@@ -99,6 +99,25 @@ TEST(VanRegistry, FindsTcpByNameAndAliases)
     EXPECT_TRUE(found);
 }
 
+// Listed in name order, whatever order they registered in (constructors
+// run in link order, which link-time optimisation changes).
+TEST(VanRegistry, ListedInNameOrder)
+{
+    static const ps_van_ops_t none = {};
+    static const ps_van_component_t late = {"zz-test", nullptr, &none, nullptr};
+    static const ps_van_component_t early = {"aa-test", nullptr, &none, nullptr};
+    ps_van_register(&late);
+    ps_van_register(&early);
+    const ps_van_component_t *list[16];
+    size_t n = ps_van_list(list, 16);
+    ASSERT_GE(n, 3u); // tcp and the two
+    EXPECT_EQ(&early, list[0]);
+    EXPECT_EQ(&late, list[n - 1]);
+    for (size_t i = 1; i < n && i < 16; ++i)
+        EXPECT_LT(strcmp(list[i - 1]->name, list[i]->name), 0)
+            << list[i - 1]->name << " before " << list[i]->name;
+}
+
 TEST(VanRegistry, UnknownVanIsNotFound)
 {
     const ps_van_component_t *c = nullptr;

@@ -17,6 +17,10 @@
 #
 # Environment: VANS ("ucx-sm fabric-shm tcp"; also ucx-tcp, fabric-tcp),
 # ROUNDS (6000), LEN (8: the value's bytes).
+#
+# The functions counted must exist: build TEST_BENCHMARK without link-time
+# optimisation, which inlines them into their callers
+# (`bazel build --config=opt --features=-lto //tests:test_benchmark`).
 set -uo pipefail
 source "$(dirname "$0")/bench_args.sh"
 source "$(dirname "$0")/transport_env.sh"
@@ -28,6 +32,11 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
 callgrind_wrapper "$dir" "$bench"
+nm "$bench" 2>/dev/null | grep -q ' ps_kv_zpushpull$' || {
+  echo "$bench has no ps_kv_zpushpull (link-time optimised?): build it with" \
+       "bazel build --config=opt --features=-lto //tests:test_benchmark" >&2
+  exit 2
+}
 
 # Sets the van's environment and `entries`, its receive entry points.
 setup() {

@@ -78,6 +78,21 @@ def _impl(ctx):
                 _flags(_ALL_COMPILE, ["-g1", "-O1"], ["fastbuild"]),
             ],
         ),
+        # Link-time optimisation in optimised gcc builds: a small message
+        # crosses many small functions in several layers (KV app, customer,
+        # postoffice, van), and GCC inlines across them only at link time
+        # (docs/PERF.md, session 9: -7% on a small round trip). Debian's gcc
+        # package installs the plugin /usr/bin/ar needs for such objects.
+        # Off with --features=-lto (tools/bench/path_instr.sh counts
+        # instructions per function, which inlining would merge).
+        feature(
+            name = "lto",
+            enabled = ctx.attr.compiler == "gcc",
+            flag_sets = [
+                _flags(_ALL_COMPILE, ["-flto=auto"], ["opt"]),
+                _flags(_ALL_LINK, ["-flto=auto"], ["opt"]),
+            ],
+        ),
         feature(
             name = "warnings_as_errors",
             enabled = True,

@@ -35,7 +35,13 @@ void ps_van_register(const ps_van_component_t *component)
         }
     }
     if (g_num_components < PS_VAN_MAX_COMPONENTS) {
-        g_components[g_num_components++] = component;
+        /* Kept in name order: listings do not depend on the order the
+         * linker ran the constructors in (link-time optimisation changes it). */
+        size_t at = g_num_components++;
+        for (; at > 0 && strcmp(g_components[at - 1]->name, component->name) > 0; --at) {
+            g_components[at] = g_components[at - 1];
+        }
+        g_components[at] = component;
     } else {
         /* Cannot happen with the vans ps has; say so rather than drop it quietly. */
         ps_error(PS_LOG_VAN, "van registry full: van '%s' not registered", component->name);
