@@ -570,8 +570,8 @@ static ps_status_t slice_pairs(ps_kv_worker_t *w, const ps_kv_pairs_t *kvs, ps_k
  * lengths (lens), all in host memory. PS_ERR_UNSUPPORTED when it does not fit
  * (nothing sent). */
 static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, int ts,
-                                  const kv_part_t *p, int push, const ps_slice_t *vals, const ps_slice_t *lens,
-                                  ps_data_type_t type, int cmd)
+                                  const kv_part_t *p, int push, const ps_slice_t *vals,
+                                  const ps_slice_t *lens, ps_data_type_t type, int cmd)
 {
     size_t lane_max = ps_postoffice_lane_max(w->po);
     if (lane_max == 0)

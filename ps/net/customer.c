@@ -169,19 +169,25 @@ static void reg_pin(ps_customer_t *c)
     __atomic_add_fetch(&c->users, 1, __ATOMIC_SEQ_CST);
 }
 
-/* Without the lock (every delivery ends here): only a destroy waiting for
- * the pins needs waking, and it raises pin_waiters before it reads users.
- * Both sides write, then read the other's counter, sequentially
+/* Drops one of a count of users (a customer's pins, a fast slot's
+ * deliveries) without the lock (every delivery ends here): only a destroy
+ * waiting for them needs waking, and it raises pin_waiters before it reads
+ * the count. Both sides write, then read the other's counter, sequentially
  * consistent: at least one sees the other, so either the destroy sees no
- * pin or the last unpin sees the waiter and wakes it under the lock. */
-static void reg_unpin(ps__registry_t *reg, ps_customer_t *c)
+ * user or the last one sees the waiter and wakes it under the lock. */
+static void reg_drop_user(ps__registry_t *reg, int *users)
 {
-    if (__atomic_sub_fetch(&c->users, 1, __ATOMIC_SEQ_CST) == 0 &&
+    if (__atomic_sub_fetch(users, 1, __ATOMIC_SEQ_CST) == 0 &&
         __atomic_load_n(&reg->pin_waiters, __ATOMIC_SEQ_CST) > 0) {
         ps_mutex_lock(&reg->lock);
         ps_cond_broadcast(&reg->cond);
         ps_mutex_unlock(&reg->lock);
     }
+}
+
+static void reg_unpin(ps__registry_t *reg, ps_customer_t *c)
+{
+    reg_drop_user(reg, &c->users);
 }
 
 /* Gives c (linked, done draining) a fast slot if one is free (lock held). */
@@ -216,7 +222,9 @@ static void reg_fast_withdraw(ps__registry_t *reg, ps_customer_t *c)
 /* Deliveries that may still hold c through its (withdrawn) fast slot. */
 static int reg_fast_users(const ps__registry_t *reg, const ps_customer_t *c)
 {
-    return c->fast_slot < 0 ? 0 : __atomic_load_n(&reg->fast[c->fast_slot].users, __ATOMIC_SEQ_CST);
+    if (c->fast_slot < 0)
+        return 0;
+    return __atomic_load_n(&reg->fast[c->fast_slot].users, __ATOMIC_SEQ_CST);
 }
 
 /* A delivery's hold on its customer: a pin, or a fast slot's count. */
@@ -225,17 +233,6 @@ typedef struct {
     reg_fast_t *slot; /* NULL: c is pinned */
 } reg_hold_t;
 
-static void reg_fast_leave(ps__registry_t *reg, reg_fast_t *f)
-{
-    /* As reg_unpin: a destroy waiting for this slot raised pin_waiters
-     * before it read users. */
-    if (__atomic_sub_fetch(&f->users, 1, __ATOMIC_SEQ_CST) == 0 &&
-        __atomic_load_n(&reg->pin_waiters, __ATOMIC_SEQ_CST) > 0) {
-        ps_mutex_lock(&reg->lock);
-        ps_cond_broadcast(&reg->cond);
-        ps_mutex_unlock(&reg->lock);
-    }
-}
 
 /* Finds the customer of `key` in a fast slot and holds it; 0 when no slot
  * has it (the locked lookup decides then). */
@@ -254,7 +251,7 @@ static int reg_fast_hold(ps__registry_t *reg, uint64_t key, reg_hold_t *hold)
             hold->slot = f;
             return 1;
         }
-        reg_fast_leave(reg, f);
+        reg_drop_user(reg, &f->users);
         return 0;
     }
     return 0;
@@ -263,7 +260,7 @@ static int reg_fast_hold(ps__registry_t *reg, uint64_t key, reg_hold_t *hold)
 static void reg_let_go(ps__registry_t *reg, const reg_hold_t *hold)
 {
     if (hold->slot != NULL)
-        reg_fast_leave(reg, hold->slot);
+        reg_drop_user(reg, &hold->slot->users);
     else
         reg_unpin(reg, hold->c);
 }

@@ -195,8 +195,11 @@ TEST(KvSlicer, OneKey)
     EXPECT_EQ(PS_ERR_INVALID_ARG,
               ps_kv_slice_keys(outside, 1, nullptr, 8, 1, gaps.data(), 4, s.data()));
     uint64_t key[] = {3};
-    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_keys(key, 1, nullptr, 6, 4, gaps.data(), 4, s.data()));
-    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_keys(key, 1, nullptr, 7, 3, gaps.data(), 4, s.data()));
+    // 6 bytes are no whole 4-byte elements, 7 no whole 3-byte ones.
+    EXPECT_EQ(PS_ERR_INVALID_ARG,
+              ps_kv_slice_keys(key, 1, nullptr, 6, 4, gaps.data(), 4, s.data()));
+    EXPECT_EQ(PS_ERR_INVALID_ARG,
+              ps_kv_slice_keys(key, 1, nullptr, 7, 3, gaps.data(), 4, s.data()));
     int32_t two[] = {2}, neg[] = {-1};
     EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_keys(key, 1, two, 12, 4, gaps.data(), 4, s.data()));
     EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_slice_keys(key, 1, neg, 0, 4, gaps.data(), 4, s.data()));
