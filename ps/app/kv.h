@@ -92,7 +92,9 @@ ps_status_t ps_kv_pull(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_
                        int *ts_p);
 
 /* Zero-copy variants: the slices are referenced, not copied, until the
- * request completed. */
+ * request completed (the worker may drop the references a little later,
+ * when it sends its next request or is destroyed; the data is not touched
+ * after completion). */
 ps_status_t ps_kv_zpush(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cmd,
                         ps_kv_done_func_t done, void *arg, int *ts_p);
 /* kvs->vals names the destination: its length must equal the total pulled. */

@@ -233,7 +233,6 @@ typedef struct {
     reg_fast_t *slot; /* NULL: c is pinned */
 } reg_hold_t;
 
-
 /* Finds the customer of `key` in a fast slot and holds it; 0 when no slot
  * has it (the locked lookup decides then). */
 static int reg_fast_hold(ps__registry_t *reg, uint64_t key, reg_hold_t *hold)
@@ -802,8 +801,8 @@ ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int custome
         ps__pending_t *p = c->draining ? reg_take_pending(reg, c) : NULL;
         if (p == NULL) {
             c->draining = 0;
-            /* (Still linked: a destroy cannot overlap its own create.) */
-            reg_fast_publish(reg, c);
+            if (c->linked)
+                reg_fast_publish(reg, c);
             ps_mutex_unlock(&reg->lock);
             break;
         }

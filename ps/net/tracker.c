@@ -703,7 +703,7 @@ ps_status_t ps__tracker_poll(ps__tracker_t *t, int ts, uint64_t *seen_p)
         return PS_ERR_TIMED_OUT;
     /* Set when ts was published PS_OK, cleared under the lock before ts
      * could be issued again: equal means done. */
-    if (__atomic_load_n(&t->last_ok, __ATOMIC_ACQUIRE) == ts && ts >= 0)
+    if (ts >= 0 && __atomic_load_n(&t->last_ok, __ATOMIC_ACQUIRE) == ts)
         return PS_OK;
     return tracker_poll_check(t, ts, now, seen_p);
 }

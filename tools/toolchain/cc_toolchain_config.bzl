@@ -75,7 +75,7 @@ def _impl(ctx):
                 _flags(_CXX_COMPILE, ["-std=c++17"]),
                 _flags(_ALL_COMPILE, ["-g", "-O0"], ["dbg"]),
                 # -O3: ~6% off a small round trip against -O2 in paired runs
-                # (docs/PERF.md, session 9), as UCX builds itself.
+                # (docs/PERF.md, session 9).
                 _flags(_ALL_COMPILE, ["-g1", "-O3", "-DNDEBUG", "-ffunction-sections", "-fdata-sections"], ["opt"]),
                 _flags(_ALL_COMPILE, ["-g1", "-O1"], ["fastbuild"]),
             ],
