@@ -47,7 +47,9 @@ static int valid_name(const char *name)
 
 static void add(found_t *f, const char *ibdev, const char *netdev, int active)
 {
-    if (!valid_name(netdev))
+    size_t ib_len = strlen(ibdev), net_len = strlen(netdev);
+    /* (A device name too long for the table is no device ps can use.) */
+    if (!valid_name(netdev) || ib_len >= PS__VB_IBDEV_NAME_MAX)
         return;
     for (size_t i = 0; i < f->n; i++) {
         if (strcmp(f->items[i].netdev, netdev) == 0) {
@@ -60,8 +62,8 @@ static void add(found_t *f, const char *ibdev, const char *netdev, int active)
         return;
     ps__vb_rdma_netdev_t *it = &f->items[f->n++];
     memset(it, 0, sizeof(*it));
-    snprintf(it->ibdev, sizeof(it->ibdev), "%s", ibdev);
-    snprintf(it->netdev, sizeof(it->netdev), "%s", netdev);
+    memcpy(it->ibdev, ibdev, ib_len + 1);
+    memcpy(it->netdev, netdev, net_len + 1);
     it->active = active;
 }
 

@@ -487,7 +487,11 @@ TEST_P(VerbsHw, UnassignedNodeAnnouncesItsIdLater)
     ps_van_params_t p;
     memset(&p, 0, sizeof(p));
     p.role = PS_ROLE_WORKER;
-    ps_van_callbacks_t cb = {&node.inbox, RecvBuffer, Deliver, PeerFailed};
+    ps_van_callbacks_t cb{};
+    cb.arg = &node.inbox;
+    cb.recv_buffer = RecvBuffer;
+    cb.deliver = Deliver;
+    cb.peer_failed = PeerFailed;
     ASSERT_EQ(node.ops->open(&p, &cb, &node.van), PS_OK);
     ps_node_init(&node.node);
     snprintf(node.node.hostname, sizeof(node.node.hostname), "%s", host_.c_str());
