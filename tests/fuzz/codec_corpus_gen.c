@@ -15,6 +15,7 @@
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/codec/meta_fast.h"
+#include "tests/fuzz/corpus_file.h"
 
 static const char *out_dir;
 static int written;
@@ -27,13 +28,8 @@ static void die(const char *what)
 
 static void write_file(const char *name, const uint8_t *bytes, size_t len)
 {
-    char path[4096];
-    FILE *f;
-
-    snprintf(path, sizeof(path), "%s/%s", out_dir, name);
-    f = fopen(path, "wb");
-    if (f == NULL || fwrite(bytes, 1, len, f) != len || fclose(f) != 0)
-        die(path);
+    if (fuzz_corpus_write(out_dir, name, NULL, 0, bytes, len) != 0)
+        exit(1);
     written++;
 }
 

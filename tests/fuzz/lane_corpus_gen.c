@@ -10,19 +10,7 @@
 
 #include "ps/app/kv_lane.h"
 #include "ps/net/codec/lane.h"
-
-static int put(const char *dir, const char *name, const uint8_t *buf, size_t len)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (f == NULL) {
-        perror(path);
-        return 1;
-    }
-    int bad = fwrite(buf, 1, len, f) != len;
-    return fclose(f) != 0 || bad;
-}
+#include "tests/fuzz/corpus_file.h"
 
 /* m as a lane message (with_hdr) or a payload alone, written to DIR/name. */
 static int put_msg(const char *dir, const char *name, const ps__kv_lane_msg_t *m, int with_hdr)
@@ -35,7 +23,7 @@ static int put_msg(const char *dir, const char *name, const ps__kv_lane_msg_t *m
     if (with_hdr)
         ps_lane_hdr_write(buf, 3, 7);
     ps__kv_lane_write(buf + off, m);
-    return put(dir, name, buf, off + n);
+    return fuzz_corpus_write(dir, name, NULL, 0, buf, off + n);
 }
 
 int main(int argc, char **argv)

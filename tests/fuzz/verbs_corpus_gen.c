@@ -13,18 +13,12 @@
 #include "ps/net/codec/message.h"
 #include "ps/rdma/verbs/verbs_auth.h"
 #include "ps/rdma/verbs/verbs_wire.h"
+#include "tests/fuzz/corpus_file.h"
 
+/* buf behind the byte that selects its decoder. */
 static int put(const char *dir, const char *name, uint8_t selector, const void *buf, size_t len)
 {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (f == NULL) {
-        perror(path);
-        return 1;
-    }
-    int bad = fwrite(&selector, 1, 1, f) != 1 || fwrite(buf, 1, len, f) != len;
-    return fclose(f) != 0 || bad;
+    return fuzz_corpus_write(dir, name, &selector, 1, buf, len);
 }
 
 int main(int argc, char **argv)
