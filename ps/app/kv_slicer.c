@@ -108,17 +108,6 @@ fill_vals(const int32_t *lens, size_t per_key, size_t elem_size, int num_ranges,
     }
 }
 
-/* One key's values check out (check_vals' rules for a single key). */
-static inline int one_key_vals_ok(const int32_t *lens, size_t vals_bytes, size_t elem_size)
-{
-    if (lens != NULL) {
-        int32_t l = load_len(lens, 0);
-        return l >= 0 && (uint64_t)l * elem_size == (uint64_t)vals_bytes;
-    }
-    return ((elem_size & (elem_size - 1)) == 0 ? vals_bytes & (elem_size - 1)
-                                                 : vals_bytes % elem_size) == 0;
-}
-
 /* The shares of one key that range `owner` has: its key and all values
  * there, empty shares before (at 0) and after (at the end). */
 static void one_key_shares(int owner, size_t vals_bytes, int num_ranges, ps_kv_slice_t *slices)
@@ -159,9 +148,14 @@ ps_status_t ps_kv_slice_keys(const uint64_t *keys, size_t num_keys, const int32_
     }
     if (elem_size == 0)
         elem_size = 1;
-    /* One key, the usual small request: one search, no cutting. Anything
-     * wrong with it goes the general way, which says what. */
-    if (num_keys == 1 && one_key_vals_ok(lens, vals_bytes, elem_size)) {
+    /* One key, the usual small request: its values checked, then one
+     * search, no cutting. A key in no range goes the general way, which
+     * says so. */
+    if (num_keys == 1) {
+        size_t per_key;
+        ps_status_t st = check_vals(1, lens, vals_bytes, elem_size, &per_key);
+        if (st != PS_OK)
+            return st;
         int owner = owner_of(load_key(keys, 0), ranges, num_ranges);
         if (owner >= 0) {
             one_key_shares(owner, vals_bytes, num_ranges, slices);
@@ -214,15 +208,6 @@ ps_status_t ps_kv_slice_vals(size_t num_keys, const int32_t *lens, size_t vals_b
     }
     if (elem_size == 0)
         elem_size = 1;
-    if (num_keys == 1 && one_key_vals_ok(lens, vals_bytes, elem_size)) {
-        for (int r = 0; r < num_ranges; r++) {
-            slices[r].key_begin = by_key[r].key_begin;
-            slices[r].key_end = by_key[r].key_end;
-            slices[r].val_begin = by_key[r].key_begin ? vals_bytes : 0;
-            slices[r].val_end = by_key[r].key_end ? vals_bytes : 0;
-        }
-        return PS_OK;
-    }
     size_t per_key;
     ps_status_t st = check_vals(num_keys, lens, vals_bytes, elem_size, &per_key);
     if (st != PS_OK)
