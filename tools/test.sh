@@ -2,7 +2,13 @@
 # The README's test command: installs what is missing, builds //ps:all, runs
 # the default test suite (hardware tests filtered out by .bazelrc), builds and
 # tests the consumer workspace, checks that Bazel rejects a layering
-# violation, and ends with the line `bazel: N passed, N failed`.
+# violation, and ends with the line `bazel: N passed, N failed, N skipped`.
+#
+# A test whose precondition is missing (no GPU, no RDMA device, not root)
+# ends as skipped (tools/test_skips.py says how that is seen); it counts as
+# skipped, not passed. With --ci, a skipped test that .ci/may_skip does not
+# name fails the run: CI runs as root with every package installed, so only
+# hardware may be missing there.
 #
 #   tools/test.sh [--ci] [extra bazel test flags...]
 set -uo pipefail
@@ -26,6 +32,7 @@ fi
 
 passed=0
 failed=0
+skipped=0
 LOG=$(mktemp -d)/test.log
 trap 'rm -rf "$(dirname "$LOG")"' EXIT
 
@@ -58,6 +65,21 @@ step "bazel test //..."
 bazel test "${CI_FLAGS[@]}" "${NO_LINKS[@]}" "$@" //... 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
 count_results "$LOG"
+
+# Skipped tests are counted as such, not as passed.
+TESTLOGS=$(bazel info "${CI_FLAGS[@]}" "${NO_LINKS[@]}" bazel-testlogs 2>/dev/null)
+python3 tools/test_skips.py "$LOG" "$TESTLOGS" >"$LOG.skips"
+while IFS=$'\t' read -r label why; do
+  [ -n "$label" ] || continue
+  skipped=$((skipped + 1))
+  passed=$((passed - 1))
+  if [ ${#CI_FLAGS[@]} -gt 0 ] && ! grep -qxF "$label" <(grep -v '^#' .ci/may_skip | awk '{print $1}'); then
+    echo "FAILED: $label skipped in CI ($why); only the targets in .ci/may_skip may"
+    failed=$((failed + 1))
+  else
+    echo "SKIPPED: $label: $why"
+  fi
+done <"$LOG.skips"
 # 1 = tests failed (counted above), 4 = no tests; anything else is a build or infrastructure failure.
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && [ "$rc" -ne 4 ] && ! grep -Eq 'FAILED|TIMEOUT' "$LOG"; then
   echo "FAILED: bazel test exited $rc"
@@ -87,5 +109,5 @@ fi
 (cd tests/consumer && bazel shutdown) >/dev/null 2>&1
 
 bazel shutdown >/dev/null 2>&1
-echo "bazel: ${passed} passed, ${failed} failed"
+echo "bazel: ${passed} passed, ${failed} failed, ${skipped} skipped"
 [ "$failed" -eq 0 ]

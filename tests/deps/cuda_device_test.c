@@ -8,6 +8,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "tests/lib/skip.h"
+
 #define LEN (1u << 20)
 
 int main(void)
@@ -25,10 +27,10 @@ int main(void)
     }
     err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-        printf("SKIPPED: no cuda device: %s\n",
-               err != cudaSuccess ? cudaGetErrorString(err) : "the driver reports 0 devices");
-        rc = 0;
-        goto out;
+        free(src);
+        free(back);
+        ps_test_skip("no cuda device: %s",
+                     err != cudaSuccess ? cudaGetErrorString(err) : "the driver reports 0 devices");
     }
     for (unsigned i = 0; i < LEN; ++i) {
         src[i] = (unsigned char)(i * 17 + 5);

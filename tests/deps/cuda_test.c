@@ -8,6 +8,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "tests/lib/skip.h"
+
 int main(void)
 {
     int runtime = 0;
@@ -39,12 +41,10 @@ int main(void)
             printf("FAIL: error %d without a description\n", (int)err);
             return 1;
         }
-        printf("SKIPPED: no cuda device: %s (%s)\n", reason, cudaGetErrorName(err));
-        return 0;
+        ps_test_skip("no cuda device: %s (%s)", reason, cudaGetErrorName(err));
     }
     if (count == 0) {
-        printf("SKIPPED: no cuda device: the driver reports 0 devices\n");
-        return 0;
+        ps_test_skip("no cuda device: the driver reports 0 devices");
     }
     for (int i = 0; i < count; ++i) {
         struct cudaDeviceProp prop;

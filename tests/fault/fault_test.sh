@@ -39,7 +39,6 @@ netns=0
 case $scenario in cut-short | cut-long | loss) netns=1 ;; esac
 pids=()
 
-skip() { echo "SKIPPED: $*"; exit 0; }
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   [ $netns -eq 1 ] && job_netns_remove "$tag"
@@ -63,7 +62,7 @@ esac
 
 if [ $netns -eq 1 ]; then
   why=$(job_netns_pair "$tag" 10.231.9.1 10.231.9.2)
-  case $? in 0) ;; 1) skip "$why" ;; *) echo "FAILED: setting up the namespaces: $why"; exit 1 ;; esac
+  case $? in 0) ;; 1) job_skip "$why" ;; *) echo "FAILED: setting up the namespaces: $why"; exit 1 ;; esac
   export DMLC_PS_ROOT_URI=10.231.9.1 DMLC_PS_ROOT_PORT=9373
   host_of() { case $1 in worker*) echo "$nsb 10.231.9.2" ;; *) echo "$nsa 10.231.9.1" ;; esac; }
 else

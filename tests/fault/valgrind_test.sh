@@ -12,12 +12,11 @@
 set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 prog=$1 van=$2 bytes=${3:-65536}
-command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed"; exit 0; }
+command -v valgrind >/dev/null || job_skip "valgrind is not installed"
 # Valgrind cannot run ASan or TSan binaries (their shadow memory); under
 # those configs the sanitizer is the check.
 if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
-  echo "SKIPPED: sanitizer build (valgrind runs on plain builds)"
-  exit 0
+  job_skip "sanitizer build (valgrind runs on plain builds)"
 fi
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/vg.XXXXXX")
 pids=()

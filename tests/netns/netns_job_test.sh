@@ -22,7 +22,7 @@ trap cleanup EXIT
 why=$(job_netns_pair "$tag" 10.231.7.1 10.231.7.2)
 case $? in
   0) ;;
-  1) echo "SKIPPED: $why"; exit 0 ;;
+  1) job_skip "$why" ;;
   *) echo "FAILED: setting up the namespaces: $why"; exit 1 ;;
 esac
 

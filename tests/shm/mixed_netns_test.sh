@@ -13,7 +13,6 @@ set -uo pipefail
 prog=$1 limit=${2:-120}
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 
-skip() { echo "SKIPPED: $*"; exit 0; }
 tag="pm$$"
 nsa="${tag}a" nsb="${tag}b"
 net="10.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1))"
@@ -28,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 
 why=$(job_netns_pair "$tag" "$here" "$there")
-case $? in 0) ;; 1) skip "$why" ;; *) echo "FAILED: setting up the namespaces: $why"; exit 1 ;; esac
+case $? in 0) ;; 1) job_skip "$why" ;; *) echo "FAILED: setting up the namespaces: $why"; exit 1 ;; esac
 port=9375 # the namespaces are new: every port is free there
 job_shm_snapshot "$dir/shm.before"
 export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_URI=$here DMLC_PS_ROOT_PORT=$port

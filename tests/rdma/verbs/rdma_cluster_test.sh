@@ -2,16 +2,17 @@
 # The KV job of //tests/app over the ibverbs van: finds the RDMA interface
 # (rdma_test_env), then runs tests/app/cluster_test.sh with a launcher that
 # puts the job on that interface with DMLC_ENABLE_RDMA=ibverbs. Without an
-# RDMA device it prints why and passes (SKIPPED), as hardware tests do.
+# RDMA device it says why and ends as skipped (job_skip), as hardware tests do.
 #
 #   rdma_cluster_test.sh TEST_ENV CLUSTER_TEST LAUNCH_SHIM LAUNCHER W S LIMIT PROGRAM
 set -uo pipefail
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 test_env=$1 cluster_test=$2 shim=$3 launcher=$4 workers=$5 servers=$6 limit=$7 program=$8
 
 verdict=$("$test_env")
 case "$verdict" in
   HOST\ *) host=${verdict#HOST } ;;
-  SKIP\ *) echo "SKIPPED: ${verdict#SKIP }"; exit 0 ;;
+  SKIP\ *) job_skip "${verdict#SKIP }" ;;
   *) echo "FAILED: rdma_test_env said: $verdict"; exit 1 ;;
 esac
 echo "== RDMA interface address $host"
