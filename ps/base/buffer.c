@@ -5,6 +5,8 @@
 
 #include "ps/base/log.h"
 
+_Static_assert((int)PS_BUF_MEM_SHM >= (int)PS_MEM_KIND_COUNT, "PS_BUF_MEM_SHM must not be a memory kind");
+
 /* Header and data share one allocation (ps_buf_alloc): free the header's
  * block only. */
 #define PS_BUF_F_INLINE 0x1u

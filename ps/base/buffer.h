@@ -19,19 +19,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ps/base/mem_kind.h"
 #include "ps/base/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Where a buffer's bytes live. Values are shared with the memory-kind ops
- * table of the GPU layer (host 0, cuda 1). */
+/* Where a buffer's bytes live: a memory kind (ps/base/mem_kind.h, the
+ * index of ps_mem_ops()), or PS_BUF_MEM_SHM, host memory in a shared
+ * segment that other processes map — a host sub-kind whose value lies
+ * outside the kinds' range, so the two can never be mistaken. */
 typedef enum {
-    PS_BUF_MEM_HOST = 0,
-    PS_BUF_MEM_CUDA = 1,
-    PS_BUF_MEM_SHM = 2, /* host memory in a shared segment (other processes map it) */
+    PS_BUF_MEM_HOST = PS_MEM_HOST,
+    PS_BUF_MEM_CUDA = PS_MEM_CUDA,
+    PS_BUF_MEM_EMU = PS_MEM_EMU,
+    PS_BUF_MEM_SHM = 0x10,
 } ps_buf_mem_t;
+
+/* The memory kind whose ops table handles a buffer of kind `kind`. */
+static inline ps_mem_kind_t ps_buf_mem_ops_kind(ps_buf_mem_t kind)
+{
+    return kind == PS_BUF_MEM_SHM ? PS_MEM_HOST : (ps_mem_kind_t)kind;
+}
 
 /* Registration slots a transport may hang its handle (an MR, a memory key)
  * on; slot numbers are handed out by the layer above. */

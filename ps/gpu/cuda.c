@@ -501,6 +501,99 @@ static ps_status_t cuda_event_destroy(ps_mem_event_h event)
     return err == cudaSuccess ? PS_OK : cuda_failed(err, "cudaEventDestroy");
 }
 
+/* Non-blocking streams: their work does not wait for the legacy default
+ * stream, which other libraries in the process (PyTorch) may keep busy. */
+static ps_status_t cuda_stream_create(int device, void **stream_p)
+{
+    cudaStream_t stream = NULL;
+    cudaError_t err;
+    int prev = 0;
+    ps_status_t status;
+
+    if (stream_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_enter(device, &prev, "cuda stream create");
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    cuda_leave(device, prev);
+    if (err != cudaSuccess) {
+        return cuda_failed(err, "cudaStreamCreateWithFlags");
+    }
+    *stream_p = stream;
+    return PS_OK;
+}
+
+static ps_status_t cuda_stream_destroy(void *stream)
+{
+    cudaError_t err;
+
+    if (stream == NULL) {
+        return PS_OK; /* the default stream is not ours to destroy */
+    }
+    err = cudaStreamDestroy((cudaStream_t)stream);
+    return err == cudaSuccess ? PS_OK : cuda_failed(err, "cudaStreamDestroy");
+}
+
+/* cudaMemcpyDefault: unified addressing tells the direction from the
+ * pointers, so one slot serves host-to-device, device-to-host and
+ * device-to-device. */
+static ps_status_t cuda_copy_async(void *dst, const void *src, size_t len, void *stream)
+{
+    ps_status_t status;
+    cudaError_t err;
+
+    if (len == 0) {
+        return PS_OK;
+    }
+    if (dst == NULL || src == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, (cudaStream_t)stream);
+    return err == cudaSuccess ? PS_OK : cuda_failed_len(err, "cudaMemcpyAsync", len);
+}
+
+static ps_status_t cuda_memset_async(void *ptr, int value, size_t len, void *stream)
+{
+    ps_status_t status;
+    cudaError_t err;
+
+    if (len == 0) {
+        return PS_OK;
+    }
+    if (ptr == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaMemsetAsync(ptr, value, len, (cudaStream_t)stream);
+    return err == cudaSuccess ? PS_OK : cuda_failed_len(err, "cudaMemsetAsync", len);
+}
+
+static ps_status_t cuda_launch_host_func(void *stream, void (*fn)(void *arg), void *arg)
+{
+    ps_status_t status;
+    cudaError_t err;
+
+    if (fn == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    status = cuda_ready();
+    if (status != PS_OK) {
+        return status;
+    }
+    err = cudaLaunchHostFunc((cudaStream_t)stream, fn, arg);
+    return err == cudaSuccess ? PS_OK : cuda_failed(err, "cudaLaunchHostFunc");
+}
+
 static const ps_mem_ops_t cuda_ops = {
     .size = sizeof(ps_mem_ops_t),
     .name = "cuda",
@@ -524,6 +617,11 @@ static const ps_mem_ops_t cuda_ops = {
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,
     .event_destroy = cuda_event_destroy,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .copy_async = cuda_copy_async,
+    .memset_async = cuda_memset_async,
+    .launch_host_func = cuda_launch_host_func,
 };
 
 ps_status_t ps_mem_cuda_register(void)

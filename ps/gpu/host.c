@@ -165,6 +165,42 @@ static ps_status_t host_event_destroy(ps_mem_event_h event)
     return PS_OK;
 }
 
+/* Host work runs in the call, so one stand-in serves as every stream. */
+static char host_stream;
+
+static ps_status_t host_stream_create(int device, void **stream_p)
+{
+    if (device != 0 || stream_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    *stream_p = &host_stream;
+    return PS_OK;
+}
+
+static ps_status_t host_stream_destroy(void *stream)
+{
+    return stream == NULL || stream == &host_stream ? PS_OK : PS_ERR_INVALID_ARG;
+}
+
+static ps_status_t host_copy_async(void *dst, const void *src, size_t len, void *stream)
+{
+    return host_copy(dst, src, len);
+}
+
+static ps_status_t host_memset_async(void *ptr, int value, size_t len, void *stream)
+{
+    return host_memset(ptr, value, len);
+}
+
+static ps_status_t host_launch_host_func(void *stream, void (*fn)(void *arg), void *arg)
+{
+    if (fn == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    fn(arg);
+    return PS_OK;
+}
+
 const ps_mem_ops_t ps__mem_host_ops = {
     .size = sizeof(ps_mem_ops_t),
     .name = "host",
@@ -189,4 +225,9 @@ const ps_mem_ops_t ps__mem_host_ops = {
     .event_record = host_event_record,
     .event_query = host_event_query,
     .event_destroy = host_event_destroy,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .copy_async = host_copy_async,
+    .memset_async = host_memset_async,
+    .launch_host_func = host_launch_host_func,
 };

@@ -1,11 +1,14 @@
 /* The registry of memory kinds and the stubs for slots a kind cannot do. */
 #include "ps/gpu/mem.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "ps/base/log.h"
+#include "ps/base/time.h"
 #include "ps/gpu/mem_internal.h"
 
 /* Device kinds register from constructors, possibly from several shared
@@ -17,6 +20,7 @@ static _Atomic(const ps_mem_ops_t *) ps_mem_table[PS_MEM_KIND_COUNT] = {
 static const char *const ps_mem_kind_names[PS_MEM_KIND_COUNT] = {
     [PS_MEM_HOST] = "host",
     [PS_MEM_CUDA] = "cuda",
+    [PS_MEM_EMU] = "emu",
 };
 
 ps_status_t ps__mem_unsup_init(void)
@@ -109,6 +113,31 @@ ps_status_t ps__mem_unsup_event_destroy(ps_mem_event_h event)
     return PS_ERR_UNSUPPORTED;
 }
 
+ps_status_t ps__mem_unsup_stream_create(int device, void **stream_p)
+{
+    return PS_ERR_UNSUPPORTED;
+}
+
+ps_status_t ps__mem_unsup_stream_destroy(void *stream)
+{
+    return PS_ERR_UNSUPPORTED;
+}
+
+ps_status_t ps__mem_unsup_copy_async(void *dst, const void *src, size_t len, void *stream)
+{
+    return PS_ERR_UNSUPPORTED;
+}
+
+ps_status_t ps__mem_unsup_memset_async(void *ptr, int value, size_t len, void *stream)
+{
+    return PS_ERR_UNSUPPORTED;
+}
+
+ps_status_t ps__mem_unsup_launch_host_func(void *stream, void (*fn)(void *arg), void *arg)
+{
+    return PS_ERR_UNSUPPORTED;
+}
+
 /* What ps_mem_ops() hands out for a kind that is not linked. */
 static const ps_mem_ops_t ps_mem_unsup_ops = {
     .size = sizeof(ps_mem_ops_t),
@@ -133,6 +162,11 @@ static const ps_mem_ops_t ps_mem_unsup_ops = {
     .event_record = ps__mem_unsup_event_record,
     .event_query = ps__mem_unsup_event_query,
     .event_destroy = ps__mem_unsup_event_destroy,
+    .stream_create = ps__mem_unsup_stream_create,
+    .stream_destroy = ps__mem_unsup_stream_destroy,
+    .copy_async = ps__mem_unsup_copy_async,
+    .memset_async = ps__mem_unsup_memset_async,
+    .launch_host_func = ps__mem_unsup_launch_host_func,
 };
 
 bool ps__mem_ops_complete(const ps_mem_ops_t *ops)
@@ -146,7 +180,9 @@ bool ps__mem_ops_complete(const ps_mem_ops_t *ops)
            ops->copy && ops->memset && ops->is_addr && ops->register_host &&
            ops->unregister_host && ops->ipc_get_handle && ops->ipc_open_handle &&
            ops->ipc_close && ops->event_create && ops->event_record &&
-           ops->event_query && ops->event_destroy;
+           ops->event_query && ops->event_destroy && ops->stream_create &&
+           ops->stream_destroy && ops->copy_async && ops->memset_async &&
+           ops->launch_host_func;
 }
 
 ps_status_t ps__mem_register(ps_mem_kind_t kind, const ps_mem_ops_t *ops)
@@ -245,4 +281,28 @@ ps_status_t ps_mem_event_destroy(ps_mem_event_h event)
         return PS_OK;
     }
     return ps_mem_ops(event->kind)->event_destroy(event);
+}
+
+ps_status_t ps_mem_event_wait(ps_mem_event_h event, int timeout_ms)
+{
+    uint64_t deadline = timeout_ms >= 0 ? ps_time_now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+    unsigned spins = 0;
+
+    for (;;) {
+        ps_status_t st = ps_mem_event_query(event);
+        if (st != PS_INPROGRESS) {
+            return st;
+        }
+        if (timeout_ms >= 0 && ps_time_now_ns() >= deadline) {
+            return PS_ERR_TIMED_OUT;
+        }
+        /* A short copy is done within microseconds: spin a little first,
+         * then sleep so a long wait costs no core. */
+        if (++spins < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 50 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
 }

@@ -4,7 +4,8 @@
  * writes `#ifdef CUDA`: it asks ps_mem_ops(kind) and calls through the table.
  *
  * The host kind is always present. The CUDA kind is present when the binary
- * links //ps/gpu:cuda, which registers itself before main(); without it, and
+ * links //ps/gpu:cuda, which registers itself before main(), and the emulated
+ * device kind (tests) when it links //ps/gpu:emu; without them, and
  * for any kind out of range, ps_mem_ops() returns a table whose every slot
  * returns PS_ERR_UNSUPPORTED, so callers never check for NULL.
  *
@@ -18,17 +19,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "ps/base/mem_kind.h"
 #include "ps/base/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum {
-    PS_MEM_HOST = 0,
-    PS_MEM_CUDA = 1,
-    PS_MEM_KIND_COUNT
-} ps_mem_kind_t;
 
 /* An IPC handle travels to another process on the same host (inside a
  * message) and is opened there. Same size as cudaIpcMemHandle_t. */
@@ -47,7 +44,7 @@ typedef struct ps_mem_event *ps_mem_event_h;
 /* What a kind offers on this machine, for ps_info and for log lines. */
 typedef struct {
     ps_mem_kind_t kind;
-    const char *name;           /* "host", "cuda" */
+    const char *name;           /* "host", "cuda", "emu" */
     bool linked;                /* the kind's code is in this binary */
     bool available;             /* linked, and at least one usable device */
     int device_count;           /* usable devices; 0 when not available */
@@ -102,6 +99,23 @@ typedef struct {
     ps_status_t (*event_record)(ps_mem_event_h event, void *stream);
     ps_status_t (*event_query)(ps_mem_event_h event);
     ps_status_t (*event_destroy)(ps_mem_event_h event);
+
+    /* Streams: work queued on one stream runs in queue order, after the
+     * call returns; an event recorded on the stream says when the work
+     * queued before it is done. NULL is the device's default stream. A
+     * kind without asynchronous work (host) does the work in the call.
+     * stream_destroy returns at once; work already queued still runs. */
+    ps_status_t (*stream_create)(int device, void **stream_p);
+    ps_status_t (*stream_destroy)(void *stream);
+    /* Each side is memory of this kind or host memory (page-locked host
+     * memory for full speed). The bytes must stay valid until the work is
+     * done. */
+    ps_status_t (*copy_async)(void *dst, const void *src, size_t len, void *stream);
+    ps_status_t (*memset_async)(void *ptr, int value, size_t len, void *stream);
+    /* Runs fn(arg) in stream order (cudaLaunchHostFunc): after the work
+     * queued before, and before the work queued after it. fn must not call
+     * the kind's ops. */
+    ps_status_t (*launch_host_func)(void *stream, void (*fn)(void *arg), void *arg);
 } ps_mem_ops_t;
 
 /* The table of a kind; never NULL (see the top of this file). */
@@ -110,7 +124,7 @@ const ps_mem_ops_t *ps_mem_ops(ps_mem_kind_t kind);
 /* True when the kind's code is linked into this binary. */
 bool ps_mem_kind_linked(ps_mem_kind_t kind);
 
-/* "host", "cuda", or "unknown". */
+/* "host", "cuda", "emu", or "unknown". */
 const char *ps_mem_kind_name(ps_mem_kind_t kind);
 
 /* Fills *info_p for any kind, linked or not (then linked is false and reason
@@ -125,6 +139,11 @@ ps_status_t ps_mem_kind_of(const void *ptr, ps_mem_kind_t *kind_p, int *device_p
 ps_status_t ps_mem_event_record(ps_mem_event_h event, void *stream);
 ps_status_t ps_mem_event_query(ps_mem_event_h event);
 ps_status_t ps_mem_event_destroy(ps_mem_event_h event);
+
+/* Polls the event until its work is done (PS_OK) or timeout_ms passed
+ * (PS_ERR_TIMED_OUT); another status is the kind's error. A negative
+ * timeout waits without a deadline, for callers that have their own. */
+ps_status_t ps_mem_event_wait(ps_mem_event_h event, int timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,11 @@ ps_status_t ps__mem_unsup_event_create(int device, ps_mem_event_h *event_p);
 ps_status_t ps__mem_unsup_event_record(ps_mem_event_h event, void *stream);
 ps_status_t ps__mem_unsup_event_query(ps_mem_event_h event);
 ps_status_t ps__mem_unsup_event_destroy(ps_mem_event_h event);
+ps_status_t ps__mem_unsup_stream_create(int device, void **stream_p);
+ps_status_t ps__mem_unsup_stream_destroy(void *stream);
+ps_status_t ps__mem_unsup_copy_async(void *dst, const void *src, size_t len, void *stream);
+ps_status_t ps__mem_unsup_memset_async(void *ptr, int value, size_t len, void *stream);
+ps_status_t ps__mem_unsup_launch_host_func(void *stream, void (*fn)(void *arg), void *arg);
 
 /* The host kind's table (host.c). */
 extern const ps_mem_ops_t ps__mem_host_ops;

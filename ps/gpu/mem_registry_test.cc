@@ -61,6 +61,11 @@ ps_mem_ops_t fake_ops() {
   o.event_record = ps__mem_unsup_event_record;
   o.event_query = fake_event_query;
   o.event_destroy = ps__mem_unsup_event_destroy;
+  o.stream_create = ps__mem_unsup_stream_create;
+  o.stream_destroy = ps__mem_unsup_stream_destroy;
+  o.copy_async = ps__mem_unsup_copy_async;
+  o.memset_async = ps__mem_unsup_memset_async;
+  o.launch_host_func = ps__mem_unsup_launch_host_func;
   return o;
 }
 
@@ -72,6 +77,9 @@ TEST(MemRegistry, RejectsIncompleteTables) {
   hole.ipc_close = nullptr;
   EXPECT_FALSE(ps__mem_ops_complete(&hole));
   EXPECT_EQ(ps__mem_register(PS_MEM_CUDA, &hole), PS_ERR_INVALID_ARG);
+  hole = o;
+  hole.launch_host_func = nullptr;
+  EXPECT_FALSE(ps__mem_ops_complete(&hole));
 
   ps_mem_ops_t small = o;
   small.size = offsetof(ps_mem_ops_t, event_destroy);  // built against an older header

@@ -52,6 +52,9 @@ static void print_mem_kinds(void)
     for (int k = 0; k < PS_MEM_KIND_COUNT; ++k) {
         ps_mem_info_t info;
         if (ps_mem_describe((ps_mem_kind_t)k, &info) != PS_OK || !info.linked) {
+            if (k == PS_MEM_EMU) {
+                continue; /* a test-only kind: listed only where linked */
+            }
             printf("  %-8s not compiled in\n", ps_mem_kind_name((ps_mem_kind_t)k));
         } else if (info.available) {
             printf("  %-8s available, %d device(s)\n", info.name, info.device_count);
