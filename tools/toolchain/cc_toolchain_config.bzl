@@ -75,7 +75,7 @@ def _impl(ctx):
                 _flags(_CXX_COMPILE, ["-std=c++17"]),
                 _flags(_ALL_COMPILE, ["-g", "-O0"], ["dbg"]),
                 # -O3: ~6% off a small round trip against -O2 in paired runs
-                # (docs/PERF.md, session 9).
+                # (docs/PERF.md, "The request's bookkeeping").
                 _flags(_ALL_COMPILE, ["-g1", "-O3", "-DNDEBUG", "-ffunction-sections", "-fdata-sections"], ["opt"]),
                 _flags(_ALL_COMPILE, ["-g1", "-O1"], ["fastbuild"]),
             ],
@@ -83,7 +83,7 @@ def _impl(ctx):
         # Link-time optimisation in optimised gcc builds: a small message
         # crosses many small functions in several layers (KV app, customer,
         # postoffice, van), and GCC inlines across them only at link time
-        # (docs/PERF.md, session 9: -7% on a small round trip). Debian's gcc
+        # (docs/PERF.md, "The request's bookkeeping": -7% on a small round trip). Debian's gcc
         # package installs the plugin /usr/bin/ar needs for such objects.
         # Off with --features=-lto (tools/bench/path_instr.sh counts
         # instructions per function, which inlining would merge).

@@ -6,7 +6,7 @@
  * has a send_lane op (ps/net/van/van.h) sends the bytes as one message,
  * and the receiving postoffice hands the payload to the customer the
  * header names. What it saves is the generic path's cost per message
- * (docs/PERF.md, "Session 8"): building and encoding a 672-byte meta,
+ * (docs/PERF.md, "The small lane"): building and encoding a 672-byte meta,
  * decoding it, steering segments, and a message object at every layer.
  *
  * Layout (little-endian, 8 bytes, so that a payload behind it starts

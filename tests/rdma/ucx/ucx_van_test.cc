@@ -398,8 +398,8 @@ TEST_P(UcxPeerDeath, KilledPeerIsReportedAndCloseStaysBounded)
 // only after close. UCX keeps such a request on the endpoint and asserts
 // (aborting the process) when it destroys an endpoint that still has one;
 // close must close that endpoint so that UCX cancels the request instead
-// (issue 5: survivors of a kill -9 closing while the others still pushed
-// and pulled).
+// (survivors of a kill -9 closing while the others still pushed and
+// pulled).
 TEST_P(UcxPeerDeath, CloseWithARendezvousToAHungPeerOutstanding)
 {
     LogCapture log;
