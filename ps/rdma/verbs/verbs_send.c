@@ -707,7 +707,9 @@ static post_result_t pump(ps__vb_conn_t *conn)
         uint64_t eager_len = ps__vb_hdr_len(&(ps__vb_hdr_t){.nqp = (uint8_t)conn->nqp}) +
                              tx->fm_len + tx->in_len;
         post_result_t r;
-        if (eager_len <= PS__VB_RX_BLOCK) {
+        /* Device memory never goes eagerly: the CPU would read it. */
+        if (eager_len <= PS__VB_RX_BLOCK &&
+            ps__vb_eager_data_ok(tx->data, tx->num_data, tx->rma_seg)) {
             r = post_eager(conn, tx);
         } else {
             if (tx->state == PS__VB_TX_QUEUED) {

@@ -301,3 +301,12 @@ ps_status_t ps__vb_pull_desc_decode(const uint8_t *van_data, size_t len,
     *d_p = d;
     return PS_OK;
 }
+
+int ps__vb_eager_data_ok(const ps_slice_t *data, uint32_t num_data, int skip_seg)
+{
+    for (uint32_t i = 0; i < num_data; i++) {
+        if ((int)i != skip_seg && !ps_slice_in_host_mem(&data[i]))
+            return 0;
+    }
+    return 1;
+}

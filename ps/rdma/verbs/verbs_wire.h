@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ps/base/buffer.h"
 #include "ps/base/status.h"
 
 #ifdef __cplusplus
@@ -158,6 +159,13 @@ ps_status_t ps__vb_pull_desc_encode(const ps__vb_pull_desc_t *d, uint8_t *van_da
  * van's data); PS_ERR_PROTOCOL for a damaged one. */
 ps_status_t ps__vb_pull_desc_decode(const uint8_t *van_data, size_t len,
                                     ps__vb_pull_desc_t *d_p);
+
+/* 1 when a message's data may go eagerly, in one SEND that the CPU fills
+ * (inline in the work request, or copied into a bounce block): every
+ * segment but skip_seg (the pull response's remote-write segment, or -1)
+ * is memory the CPU can read. A device segment goes by rendezvous, where
+ * the NIC reads it through its registration (GPUDirect). */
+int ps__vb_eager_data_ok(const ps_slice_t *data, uint32_t num_data, int skip_seg);
 
 #ifdef __cplusplus
 }

@@ -290,4 +290,29 @@ TEST(PullDesc, AbsentOrDamaged)
     EXPECT_EQ(ps__vb_pull_desc_encode(&d, vd, sizeof(vd), &len), PS_ERR_INVALID_ARG);
 }
 
+// A segment in device memory keeps a message off the eager path (the CPU
+// would read it); the remote-write segment does not count, empty ones do not.
+TEST(VerbsWire, EagerOnlyForMemoryTheCpuReads)
+{
+    static char host[64], dev[64], shm[64];
+    ps_buf_t *hb = nullptr, *db = nullptr, *sb = nullptr;
+    ASSERT_EQ(ps_buf_wrap(host, sizeof(host), nullptr, nullptr, &hb), PS_OK);
+    ASSERT_EQ(ps_buf_wrap_mem(dev, sizeof(dev), PS_BUF_MEM_CUDA, 0, nullptr, nullptr, &db), PS_OK);
+    ASSERT_EQ(ps_buf_wrap_mem(shm, sizeof(shm), PS_BUF_MEM_SHM, 0, nullptr, nullptr, &sb), PS_OK);
+    ps_slice_t s[3];
+    ASSERT_EQ(ps_slice_of(hb, 0, sizeof(host), &s[0]), PS_OK);
+    ASSERT_EQ(ps_slice_of(sb, 0, sizeof(shm), &s[1]), PS_OK);
+    ASSERT_EQ(ps_slice_of(db, 0, sizeof(dev), &s[2]), PS_OK);
+    EXPECT_EQ(ps__vb_eager_data_ok(s, 2, -1), 1);
+    EXPECT_EQ(ps__vb_eager_data_ok(s, 3, -1), 0);
+    EXPECT_EQ(ps__vb_eager_data_ok(s, 3, 2), 1) << "the remote-write segment is not copied";
+    ASSERT_EQ(ps_slice_narrow(&s[2], 0, 0), PS_OK);
+    EXPECT_EQ(ps__vb_eager_data_ok(s, 3, -1), 1) << "an empty segment has nothing to read";
+    for (auto &x : s)
+        ps_slice_unref(&x);
+    ps_buf_unref(hb);
+    ps_buf_unref(db);
+    ps_buf_unref(sb);
+}
+
 } // namespace
