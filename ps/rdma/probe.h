@@ -138,6 +138,28 @@ ps_status_t ps_probe_ucx(ps_probe_ucx_t *info_p);
 const ps_probe_ucx_resource_t *ps_probe_ucx_find(const ps_probe_ucx_t *info,
                                                  const char *transport);
 
+/* ---- the vans' libraries ------------------------------------------------ */
+
+/* The RDMA-family vans are not linked against their libraries: each
+ * dlopens them when it is selected (its open or unavailable()). */
+#define PS_PROBE_LIBS_MAX 4
+
+typedef struct {
+    char name[32];                    /* the soname: "libfabric.so.1" */
+    bool loaded;                      /* it loaded (it is mapped now) */
+    char reason[PS_PROBE_REASON_MAX]; /* why not, when !loaded */
+} ps_probe_lib_t;
+
+typedef struct {
+    int lib_count;                    /* 0: the van needs none of its own */
+    ps_probe_lib_t libs[PS_PROBE_LIBS_MAX];
+} ps_probe_van_libs_t;
+
+/* The libraries van ("fabric", "ucx", "ibverbs"; any other name needs
+ * none) loads, in load order, after trying to load them (this maps them
+ * into the calling process, as selecting that van would). */
+ps_status_t ps_probe_van_libs(const char *van, ps_probe_van_libs_t *info_p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,10 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_errno.h>
-
 #include "ps/base/log.h"
+#include "ps/rdma/fabric/fabric_dl.h"
 #include "ps/rdma/probe.h"
 
 /* The API this code was written against; older libraries refuse it. */
@@ -41,6 +39,12 @@ ps_status_t ps_probe_fabric(ps_probe_fabric_t *info_p)
         return PS_ERR_INVALID_ARG;
     }
     memset(info_p, 0, sizeof(*info_p));
+    char why[sizeof(info_p->reason)];
+    if (ps__fab_dl_load(why, sizeof(why)) != PS_OK) {
+        snprintf(info_p->reason, sizeof(info_p->reason), "%s", why);
+        ps_debug(PS_LOG_FABRIC, "no libfabric: %s", why);
+        return PS_OK;
+    }
     info_p->version = fi_version();
     /* No hints: every provider reports everything it can do. */
     rc = fi_getinfo(PS_PROBE_FI_API, NULL, NULL, 0, NULL, &list);

@@ -7,11 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <ucp/api/ucp.h>
-#include <uct/api/uct.h>
-
 #include "ps/base/log.h"
 #include "ps/rdma/probe.h"
+#include "ps/rdma/ucx/ucx_dl.h"
 
 static const char *probe_ucx_device_type(uct_device_type_t type)
 {
@@ -124,6 +122,12 @@ ps_status_t ps_probe_ucx(ps_probe_ucx_t *info_p)
         return PS_ERR_INVALID_ARG;
     }
     memset(info_p, 0, sizeof(*info_p));
+    char why[sizeof(info_p->reason)];
+    if (ps__ucx_dl_load(why, sizeof(why)) != PS_OK) {
+        snprintf(info_p->reason, sizeof(info_p->reason), "%s", why);
+        ps_debug(PS_LOG_UCX, "no ucx: %s", why);
+        return PS_OK;
+    }
     ucp_get_version(&info_p->major, &info_p->minor, &info_p->release);
     snprintf(info_p->version, sizeof(info_p->version), "%s", ucp_get_version_string());
 

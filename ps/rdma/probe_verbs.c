@@ -3,11 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
-
 #include "ps/base/log.h"
 #include "ps/rdma/probe.h"
+#include "ps/rdma/verbs/verbs_dl.h"
 
 /* Querying a few hundred GIDs per port is enough to tell "has addresses". */
 #define PS_PROBE_GID_SCAN_MAX 256
@@ -116,6 +114,12 @@ ps_status_t ps_probe_ibverbs(ps_probe_ibverbs_t *info_p)
         return PS_ERR_INVALID_ARG;
     }
     memset(info_p, 0, sizeof(*info_p));
+    char why[sizeof(info_p->reason)];
+    if (ps__ibv_dl_load(why, sizeof(why)) != PS_OK) {
+        snprintf(info_p->reason, sizeof(info_p->reason), "%s", why);
+        ps_debug(PS_LOG_RDMA, "no ibverbs: %s", why);
+        return PS_OK;
+    }
     errno = 0;
     list = ibv_get_device_list(&n);
     if (list == NULL) {
@@ -153,6 +157,12 @@ ps_status_t ps_probe_rdmacm(ps_probe_rdmacm_t *info_p)
         return PS_ERR_INVALID_ARG;
     }
     memset(info_p, 0, sizeof(*info_p));
+    char why[sizeof(info_p->reason)];
+    if (ps__rdmacm_dl_load(why, sizeof(why)) != PS_OK) {
+        snprintf(info_p->reason, sizeof(info_p->reason), "%s", why);
+        ps_debug(PS_LOG_RDMA, "rdma_cm unavailable: %s", why);
+        return PS_OK;
+    }
     errno = 0;
     channel = rdma_create_event_channel();
     if (channel == NULL) {

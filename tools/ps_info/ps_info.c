@@ -35,6 +35,14 @@ static void print_vans(void)
         printf("  %-8s aliases %-10s %s%s\n", vans[i]->name,
                vans[i]->aliases && *vans[i]->aliases ? vans[i]->aliases : "-",
                unavailable ? "unavailable: " : "available", unavailable ? why : "");
+        ps_probe_van_libs_t libs;
+        if (ps_probe_van_libs(vans[i]->name, &libs) == PS_OK && libs.lib_count > 0) {
+            printf("    loads at open:");
+            for (int l = 0; l < libs.lib_count; ++l)
+                printf(" %s (%s)", libs.libs[l].name,
+                       libs.libs[l].loaded ? "loads" : libs.libs[l].reason);
+            printf("\n");
+        }
     }
     if (n == 0) {
         printf("  none\n");

@@ -13,6 +13,10 @@ expect host-mem '^  host +available' "$out"
 expect ibverbs '^ibverbs devices' "$out"
 expect fabric '^libfabric [0-9]+\.[0-9]+ providers:|^libfabric providers: none' "$out"
 expect ucx '^ucx ' "$out"
+# Each RDMA-family van names the libraries it loads at open, and whether they load.
+expect fabric-libs '^    loads at open: libfabric\.so\.1 \((loads|libfabric\.so\.1 not found)' "$out"
+expect ucx-libs '^    loads at open: libucs\.so\.0 \(.*\) libuct\.so\.0 \(.*\) libucp\.so\.0 \(' "$out"
+expect verbs-libs '^    loads at open: libibverbs\.so\.1 \(.*\) librdmacm\.so\.1 \(' "$out"
 expect config '^DMLC_ROLE=' "$out"
 
 out=$(DMLC_NUM_WORKER=3 "$bin" -s)

@@ -51,6 +51,8 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 
+#include "ps/rdma/fabric/fabric_dl.h" /* after the <rdma/...> headers */
+
 #include "ps/base/buffer.h"
 #include "ps/base/status.h"
 #include "ps/base/thread.h"

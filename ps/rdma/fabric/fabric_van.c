@@ -32,6 +32,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
+#include "ps/base/sigkeep.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/lane.h"
 #include "ps/rdma/fabric/fabric_internal.h"
@@ -243,8 +244,8 @@ void ps__fab_peer_fail(ps__fab_van_t *van, ps__fab_peer_t *peer, ps_status_t why
 static void fab_close(ps_van_t *v);
 static const ps_van_ops_t ps__fab_ops;
 
-static ps_status_t fab_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
-                            ps_van_t **van_p)
+static ps_status_t fab_open_body(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                                 ps_van_t **van_p)
 {
     if (params == NULL || cb == NULL || van_p == NULL)
         return PS_ERR_INVALID_ARG;
@@ -362,6 +363,29 @@ static void fab_close(ps_van_t *v)
     pthread_mutex_destroy(&van->prog_lock);
     pthread_mutex_destroy(&van->tx_cache_lock);
     free(van);
+}
+
+/* libfabric is loaded here, not linked: a job of another van never maps it.
+ * Its providers' init (psm's libinfinipath) may take over fatal signals;
+ * the process keeps its own dispositions. */
+static ps_status_t fab_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                            ps_van_t **van_p)
+{
+    char why[256];
+    if (ps__fab_dl_load(why, sizeof(why)) != PS_OK) {
+        ps_error(PS_LOG_FABRIC, "fabric van unavailable: %s", why);
+        return PS_ERR_UNSUPPORTED;
+    }
+    ps_sigkeep_t keep;
+    ps__sigkeep_save(&keep);
+    ps_status_t st = fab_open_body(params, cb, van_p);
+    ps__sigkeep_restore(&keep, "fabric");
+    return st;
+}
+
+static int fab_unavailable(char *why, size_t cap)
+{
+    return ps__fab_dl_load(why, cap) != PS_OK;
 }
 
 static ps_status_t fab_query(ps_van_t *v, ps_van_attr_t *attr_p)
@@ -620,7 +644,7 @@ static const ps_van_component_t ps__fab_component = {
     .name = "fabric",
     .aliases = "libfabric,efa",
     .ops = &ps__fab_ops,
-    .unavailable = NULL,
+    .unavailable = fab_unavailable,
 };
 
 PS_VAN_REGISTER(ps__fab_component)

@@ -121,6 +121,8 @@
 
 #include <ucp/api/ucp.h>
 
+#include "ps/rdma/ucx/ucx_dl.h" /* after <ucp/api/ucp.h> */
+
 #include "ps/base/buffer.h"
 #include "ps/base/mpool.h"
 #include "ps/base/sockaddr.h"

@@ -24,6 +24,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
+#include "ps/base/sigkeep.h"
 #include "ps/base/time.h"
 #include "ps/rdma/common/buf_pool.h"
 #include "ps/rdma/probe.h"
@@ -369,8 +370,29 @@ static ps__ucx_van_t *ucx_of(ps_van_t *van)
 static void ucx_close(ps_van_t *v);
 static const ps_van_ops_t ucx_ops;
 
+static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                                 ps_van_t **van_p);
+
+/* UCX is loaded here, not linked: a job of another van never maps it. The
+ * process keeps its own dispositions of fatal signals whatever UCX's init
+ * does to them. */
 static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
                             ps_van_t **van_p)
+{
+    char why[256];
+    if (ps__ucx_dl_load(why, sizeof(why)) != PS_OK) {
+        ps_error(PS_LOG_UCX, "ucx van unavailable: %s", why);
+        return PS_ERR_UNSUPPORTED;
+    }
+    ps_sigkeep_t keep;
+    ps__sigkeep_save(&keep);
+    ps_status_t st = ucx_open_body(params, cb, van_p);
+    ps__sigkeep_restore(&keep, "ucx");
+    return st;
+}
+
+static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                                 ps_van_t **van_p)
 {
     if (params == NULL || van_p == NULL) {
         return PS_ERR_INVALID_ARG;

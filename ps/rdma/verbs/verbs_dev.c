@@ -43,6 +43,11 @@ static void say(const char *fmt, ...)
 
 static void probe_once(void)
 {
+    char why[200];
+    if (ps__rdmacm_dl_load(why, sizeof(why)) != PS_OK) {
+        say("van unavailable: %s", why);
+        return;
+    }
     ps_probe_ibverbs_t *ib = calloc(1, sizeof(*ib));
     ps_probe_rdmacm_t cm;
     if (ib == NULL) {

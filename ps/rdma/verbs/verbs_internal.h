@@ -49,6 +49,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "ps/rdma/verbs/verbs_dl.h" /* after the library headers */
+
 #include "ps/base/buffer.h"
 #include "ps/base/sockaddr.h"
 #include "ps/base/status.h"

@@ -7,6 +7,7 @@
 
 #include "ps/base/log.h"
 #include "ps/rdma/verbs/verbs_diag.h"
+#include "ps/rdma/verbs/verbs_dl.h"
 
 /* Remote writes land in registered memory (grants, pull destinations);
  * reads are allowed for symmetry with the other vans. */

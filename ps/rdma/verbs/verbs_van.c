@@ -17,6 +17,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
+#include "ps/base/sigkeep.h"
 #include "ps/base/time.h"
 #include "ps/rdma/verbs/verbs_diag.h"
 #include "ps/rdma/verbs/verbs_internal.h"
@@ -398,8 +399,24 @@ static void dest_drop(void *arg, const ps_rdma_rdv_key_t *key, void *value)
     free(value);
 }
 
+static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                                ps_van_t **van_p);
+
+/* libibverbs and librdmacm are loaded (by ps__vb_unavailable), not linked;
+ * the process keeps its own dispositions of fatal signals whatever their
+ * providers' init does. */
 static ps_status_t vb_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
                            ps_van_t **van_p)
+{
+    ps_sigkeep_t keep;
+    ps__sigkeep_save(&keep);
+    ps_status_t st = vb_open_body(params, cb, van_p);
+    ps__sigkeep_restore(&keep, "ibverbs");
+    return st;
+}
+
+static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
+                                ps_van_t **van_p)
 {
     if (params == NULL || van_p == NULL)
         return PS_ERR_INVALID_ARG;

@@ -1,0 +1,32 @@
+/* dlopen of a van's library into a table of function pointers. */
+#include "ps/rdma/common/dl.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+ps_status_t ps__dl_load(const char *soname, void *table, const ps__dl_sym_t *syms, size_t n,
+                        char *why, size_t cap)
+{
+    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        const char *e = dlerror();
+        snprintf(why, cap, "%s not found (%s)", soname, e ? e : "no reason given");
+        return PS_ERR_UNSUPPORTED;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dlerror();
+        void *p = dlsym(h, syms[i].name);
+        if (p == NULL) {
+            const char *e = dlerror();
+            snprintf(why, cap, "%s lacks %s (%s)", soname, syms[i].name,
+                     e ? e : "null symbol");
+            dlclose(h);
+            return PS_ERR_UNSUPPORTED;
+        }
+        /* POSIX guarantees a function's address survives the trip through
+         * void *; memcpy says so without a cast the compiler frowns on. */
+        memcpy((char *)table + syms[i].offset, &p, sizeof(p));
+    }
+    return PS_OK;
+}

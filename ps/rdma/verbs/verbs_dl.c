@@ -1,0 +1,117 @@
+/* libibverbs and librdmacm into ps__ibv_api and ps__rdmacm_api, once. */
+#define PS__VERBS_DL_NO_MACROS
+#include "ps/rdma/verbs/verbs_dl.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+#include "ps/base/sigkeep.h"
+#include "ps/rdma/common/dl.h"
+
+ps__ibv_api_t ps__ibv_api;
+ps__rdmacm_api_t ps__rdmacm_api;
+
+#define IBV(_name) {"ibv_" #_name, offsetof(ps__ibv_api_t, _name)}
+#define CM(_name) {"rdma_" #_name, offsetof(ps__rdmacm_api_t, _name)}
+
+static const ps__dl_sym_t ibv_syms[] = {
+    IBV(ack_async_event),
+    IBV(ack_cq_events),
+    IBV(alloc_pd),
+    IBV(close_device),
+    IBV(create_comp_channel),
+    IBV(create_cq),
+    IBV(create_srq),
+    IBV(dealloc_pd),
+    IBV(dereg_mr),
+    IBV(destroy_comp_channel),
+    IBV(destroy_cq),
+    IBV(destroy_srq),
+    IBV(event_type_str),
+    IBV(free_device_list),
+    IBV(get_async_event),
+    IBV(get_cq_event),
+    IBV(get_device_list),
+    IBV(get_device_name),
+    IBV(modify_qp),
+    IBV(node_type_str),
+    IBV(open_device),
+    IBV(port_state_str),
+    IBV(query_device),
+    IBV(query_gid),
+    IBV(query_port),
+    IBV(reg_mr_iova2),
+    IBV(wc_status_str),
+};
+
+static const ps__dl_sym_t cm_syms[] = {
+    CM(accept),
+    CM(ack_cm_event),
+    CM(bind_addr),
+    CM(connect),
+    CM(create_event_channel),
+    CM(create_id),
+    CM(create_qp),
+    CM(destroy_event_channel),
+    CM(destroy_id),
+    CM(destroy_qp),
+    CM(disconnect),
+    CM(event_str),
+    CM(get_cm_event),
+    CM(listen),
+    CM(reject),
+    CM(resolve_addr),
+    CM(resolve_route),
+};
+
+typedef struct {
+    pthread_once_t once;
+    ps_status_t status;
+    char why[256];
+} lib_state_t;
+
+static lib_state_t ibv_state = {.once = PTHREAD_ONCE_INIT};
+static lib_state_t cm_state = {.once = PTHREAD_ONCE_INIT};
+
+static void ibv_load_once(void)
+{
+    ps_sigkeep_t keep;
+    ps__sigkeep_save(&keep);
+    ibv_state.status = ps__dl_load(PS_IBV_SONAME, &ps__ibv_api, ibv_syms,
+                                   sizeof(ibv_syms) / sizeof(ibv_syms[0]), ibv_state.why,
+                                   sizeof(ibv_state.why));
+    ps__sigkeep_restore(&keep, "ibverbs");
+}
+
+static void cm_load_once(void)
+{
+    if (ps__ibv_dl_load(cm_state.why, sizeof(cm_state.why)) != PS_OK) {
+        cm_state.status = PS_ERR_UNSUPPORTED;
+        return;
+    }
+    ps_sigkeep_t keep;
+    ps__sigkeep_save(&keep);
+    cm_state.status = ps__dl_load(PS_RDMACM_SONAME, &ps__rdmacm_api, cm_syms,
+                                  sizeof(cm_syms) / sizeof(cm_syms[0]), cm_state.why,
+                                  sizeof(cm_state.why));
+    ps__sigkeep_restore(&keep, "ibverbs");
+}
+
+static ps_status_t result(const lib_state_t *s, char *why, size_t cap)
+{
+    if (s->status != PS_OK && why != NULL && cap > 0)
+        snprintf(why, cap, "%s", s->why);
+    return s->status;
+}
+
+ps_status_t ps__ibv_dl_load(char *why, size_t cap)
+{
+    pthread_once(&ibv_state.once, ibv_load_once);
+    return result(&ibv_state, why, cap);
+}
+
+ps_status_t ps__rdmacm_dl_load(char *why, size_t cap)
+{
+    pthread_once(&cm_state.once, cm_load_once);
+    return result(&cm_state, why, cap);
+}
