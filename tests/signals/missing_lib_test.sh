@@ -8,10 +8,10 @@
 #
 #   missing_lib_test.sh PS_INFO SIGNAL_NODE
 set -uo pipefail
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 info=$1 node=$2
 if ! unshare -rm true 2>/dev/null; then
-  echo "SKIPPED: cannot create a user and mount namespace here (unshare -rm)"
-  exit 0
+  job_skip "cannot create a user and mount namespace here (unshare -rm)"
 fi
 fail=0
 check() { # NAME PATTERN TEXT

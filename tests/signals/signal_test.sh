@@ -34,8 +34,7 @@ ulimit -c 0   # a SIGSEGV'd process would write a core; not here
 # A sanitizer's runtime handles SIGSEGV, SIGBUS and SIGFPE itself (a report,
 # then exit 1), before and whatever ps does.
 if grep -qaE '__(asan|tsan)_init|__ubsan_handle_' "$prog"; then
-  echo "SKIPPED: signal_node is built with a sanitizer, whose runtime handles fatal signals"
-  exit 0
+  job_skip "signal_node is built with a sanitizer, whose runtime handles fatal signals"
 fi
 
 unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX DMLC_PS_VAN_TYPE BYTEPS_ENABLE_IPC DMLC_INTERFACE
