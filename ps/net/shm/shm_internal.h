@@ -264,7 +264,6 @@ struct ps__shm_van {
     uint64_t sent_by_kind[PS__SHM_SEG_KINDS]; /* atomic: by PS__SHM_SEG_* (staged: 0) */
     uint64_t bytes_sent;      /* atomic */
     uint64_t bytes_recv;      /* atomic */
-    uint64_t rng;             /* atomic */
     ps__shm_pool_t *pool;
     ps__shm_stage_t *stage;
     uint8_t cookie[PS__SHM_COOKIE_LEN];

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -52,12 +51,13 @@ static void map_unref_cb(void *val)
 
 ps_status_t ps__shm_rx_add_segment(ps__shm_chan_t *ch, uint64_t id, uint64_t size, int fd)
 {
-    struct stat sb;
-    if (id == 0 || size == 0 || size > RX_MAX_SEGMENT || fstat(fd, &sb) != 0 ||
-        (uint64_t)sb.st_size < size) {
+    const char *bad = "out of range";
+    if (id == 0 || size == 0 || size > RX_MAX_SEGMENT ||
+        ps__shm_memfd_check(fd, size, &bad) != PS_OK) {
         close(fd);
-        ps_error(PS_LOG_SHM, "node %d announced a bad segment (id %llu, %llu bytes); closing",
-                 ch->peer_id, (unsigned long long)id, (unsigned long long)size);
+        ps_error(PS_LOG_SHM, "node %d (pid %d) announced a bad segment (id %llu, %llu bytes: %s); closing",
+                 ch->peer_id, (int)ch->peer_pid, (unsigned long long)id,
+                 (unsigned long long)size, bad);
         return PS_ERR_PROTOCOL;
     }
     if (ps__shm_idmap_get(&ch->maps, id) != NULL) {
