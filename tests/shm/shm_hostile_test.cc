@@ -295,6 +295,27 @@ int WaitClosed(int sock)
     }
 }
 
+// Waits until the van has consumed the ring up to `pos` (1), or closed the
+// channel or let the deadline pass (0).
+int WaitConsumed(int sock, ps__shm_ring_ctl_t *ctl, uint64_t pos)
+{
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(kChildDeadlineMs);
+    while (std::chrono::steady_clock::now() < end) {
+        if (__atomic_load_n(&ctl->head, __ATOMIC_ACQUIRE) >= pos) {
+            return 1;
+        }
+        struct pollfd pfd = {sock, POLLIN, 0};
+        if (poll(&pfd, 1, 1) > 0) {
+            uint8_t buf[512];
+            ssize_t n = recv(sock, buf, sizeof(buf), MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                return 0;
+            }
+        }
+    }
+    return 0;
+}
+
 // A MSG record: header, descriptors, a meta that decodes, inline bytes.
 std::vector<uint8_t> MsgRecord(const std::vector<ps__shm_seg_desc_t> &descs, size_t inline_len,
                                uint16_t num_seg_override = 0, bool garbage_meta = false)
@@ -443,11 +464,19 @@ void RunAttack(const std::string &job, int port, Attack attack, bool as_nobody, 
             publish(MsgRecord({Desc(PS__SHM_SEG_INLINE, 300)}, 300));
             break;
         case Attack::kSegUnsealed: {
+            // A first record makes the van map the segment (a van that
+            // takes it); once the van has read that record, the segment
+            // shrinks under its mapping and a second record uses it.
             int fd = announce_seg(false, 1u << 16);
-            if (ftruncate(fd, 0) != 0) { // the attack: the van would fault on it
+            publish(MsgRecord({Desc(PS__SHM_SEG_SEG, 8192, 7, 0)}, 0));
+            if (!WaitConsumed(sock, static_cast<ps__shm_ring_ctl_t *>(mem), tx.pos)) {
+                r.closed = 1; // refused
+                break;
+            }
+            if (ftruncate(fd, 0) != 0) {
                 _exit(8);
             }
-            publish(MsgRecord({Desc(PS__SHM_SEG_SEG, 8192, 7, 0)}, 0));
+            publish(MsgRecord({Desc(PS__SHM_SEG_SEG, 8192, 7, 4096)}, 0));
             break;
         }
         case Attack::kSegShort:
