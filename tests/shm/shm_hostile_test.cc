@@ -7,7 +7,8 @@
 //     and go on serving others;
 //   - hands over sealed memory and tries to shrink it: the kernel refuses;
 //   - writes corrupted records (framing, lengths, offsets, segment ids,
-//     tokens): only that channel closes;
+//     tokens) or shares more (sparse) memory than a channel maps: only
+//     that channel closes;
 //   - runs as another user (root only: setuid to nobody): refused without
 //     a job secret, left to the handshake with one.
 // After each attack a well-behaved peer's message must arrive with every
@@ -218,6 +219,7 @@ enum class Attack {
     kChunkAlone,      // a CHUNK with no message
     kBogusAck,        // an ACK of a token never lent
     kMetaGarbage,     // a MSG whose meta does not decode
+    kSegsTooBig,      // sealed sparse segments of 1 TiB, more than a channel maps
 };
 
 struct Result {
@@ -542,6 +544,20 @@ void RunAttack(const std::string &job, int port, Attack attack, bool as_nobody, 
         case Attack::kMetaGarbage:
             publish(MsgRecord({Desc(PS__SHM_SEG_INLINE, 8)}, 8, 0, true));
             break;
+        case Attack::kSegsTooBig:
+            for (uint64_t id = 1; id <= 17; ++id) {
+                int fd = MakeMemfd(static_cast<size_t>(1ull << 40), true);
+                ps__shm_pkt_seg_t seg;
+                memset(&seg, 0, sizeof(seg));
+                seg.type = PS__SHM_PKT_SEG;
+                seg.seg_id = id;
+                seg.size = 1ull << 40;
+                if (fd < 0 || !SendWithFd(sock, &seg, sizeof(seg), fd)) {
+                    break;
+                }
+                close(fd);
+            }
+            break;
         }
     }
     if (attack == Attack::kHelloUnsealed) {
@@ -656,7 +672,7 @@ TEST_F(ShmHostile, CorruptedRecordsCloseOnlyTheirChannel)
         Attack::kSegShort,      Attack::kTailPastRing,   Attack::kRecordTooLong,
         Attack::kUnknownRecord, Attack::kTooManySegments, Attack::kInlineOutside,
         Attack::kSegOutside,    Attack::kSegUnknown,     Attack::kChunkAlone,
-        Attack::kBogusAck,      Attack::kMetaGarbage,
+        Attack::kBogusAck,      Attack::kMetaGarbage,    Attack::kSegsTooBig,
     };
     uint64_t seed = 10;
     for (Attack a : attacks) {

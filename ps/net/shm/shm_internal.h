@@ -63,8 +63,11 @@
 /* Staging: bytes out (sent, not yet released by the peer) and kept free. */
 #define PS__SHM_STAGE_OUT (256u << 20)
 #define PS__SHM_STAGE_CACHE (256u << 20)
-/* Most segments one channel keeps mapped from its peer. */
+/* Most segments one channel keeps mapped from its peer, and most bytes:
+ * a peer's segments may be sparse, so that only the address space they
+ * take here bounds them. */
 #define PS__SHM_MAX_PEER_SEGS 65536
+#define PS__SHM_MAX_PEER_BYTES (1ull << 44)
 /* Slots of the table of pull destinations peers named (a power of two). */
 #define PS__SHM_HINTS 1024
 
@@ -186,6 +189,7 @@ struct ps__shm_chan {
     uint8_t *scratch;        /* a MSG record's head, copied out of the ring */
     size_t scratch_cap;
     ps__shm_idmap_t maps;    /* peer segment id -> ps__shm_map_t */
+    uint64_t maps_bytes;     /* their sizes, summed */
     ps__shm_chan_t *next_pending, *next_close;
 
     /* Job-secret handshake (shm_auth.c): the connector's thread in
