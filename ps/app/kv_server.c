@@ -92,7 +92,9 @@ static void server_lane_recv(void *arg, ps_customer_t *customer, int sender, int
     ps_kv_server_t *s = arg;
     (void)customer;
     ps__kv_lane_msg_t m;
-    if (ps__kv_lane_read(payload, len, &m) != PS_OK || !m.request) {
+    /* The postoffice bounds len (ps_lane_len_ok); the block below holds no
+     * more, so the bound is checked here too. */
+    if (len > PS_LANE_MAX_PAYLOAD || ps__kv_lane_read(payload, len, &m) != PS_OK || !m.request) {
         ps_warn_ratelimited(PS_LOG_APP, "kv server app %d: dropped a malformed lane message "
                             "(%zu bytes) from node %d", s->app_id, len, sender);
         return;

@@ -746,7 +746,8 @@ static void po_send_ack(ps_postoffice_t *po, const ps_meta_t *meta)
     (void)po_van_send(po, &ack); /* a lost ACK only costs a resend */
 }
 
-/* PS_DROP_MSG: 1 if this received data message is to be dropped. */
+/* PS_DROP_MSG: 1 if this received data message is to be dropped (splitmix64:
+ * a test knob, nothing a peer gains by predicting). */
 static int po_drop_on_purpose(ps_postoffice_t *po)
 {
     uint64_t z = __atomic_add_fetch(&po->drop_rng, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
@@ -836,10 +837,12 @@ static void po_cb_deliver_lane(void *arg, int sender, const uint8_t *bytes, size
     int app_id, customer_id;
     if (ps__po_closing(po))
         return;
-    if (sender < 8 || !ps_lane_hdr_read(bytes, len, &app_id, &customer_id)) {
+    if (sender < 8 || !ps_lane_len_ok(len) ||
+        !ps_lane_hdr_read(bytes, len, &app_id, &customer_id)) {
         ps_warn_ratelimited(PS_LOG_CORE, "dropped a lane message of %zu bytes from node %d: "
                             "%s", len, sender, sender < 8 ? "not from a server or worker"
-                                                          : "unknown header");
+                                               : !ps_lane_len_ok(len) ? "outside the lane's size"
+                                                                      : "unknown header");
         return;
     }
     if (ps_unlikely(PS_LOG_TRACE <= ps__log_level))

@@ -55,6 +55,15 @@ static inline void ps_lane_hdr_write(uint8_t *p, int app_id, int customer_id)
     ps_put_le16(p + 6, 0);
 }
 
+/* 1 when a lane message of len bytes (header included) is one a receiver
+ * takes: a header, and no more than PS_LANE_MAX_BYTES. The postoffice
+ * drops any other before a customer sees its payload, so that a lane
+ * function may count on len - PS_LANE_HDR_LEN <= PS_LANE_MAX_PAYLOAD. */
+static inline int ps_lane_len_ok(size_t len)
+{
+    return len >= PS_LANE_HDR_LEN && len <= PS_LANE_MAX_BYTES;
+}
+
 /* 1 when bytes[0..len) start with a lane header this version reads (its
  * ids then in *app_id_p and *customer_id_p), else 0. */
 static inline int ps_lane_hdr_read(const uint8_t *p, size_t len, int *app_id_p,

@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ps/base/log.h"
@@ -24,6 +26,46 @@
 #include "ps/net/shm/shm_seg.h"
 
 static uint64_t g_next_seg_id = 1;
+
+ps_status_t ps__shm_memfd_new(const char *label, size_t size, int *fd_p)
+{
+    int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        ps_error(PS_LOG_SHM, "%s (%zu bytes): memfd_create: %m", label, size);
+        return PS_ERR_NO_RESOURCE;
+    }
+    if (ftruncate(fd, (off_t)size) != 0) {
+        ps_error(PS_LOG_SHM, "%s (%zu bytes): ftruncate: %m", label, size);
+        close(fd);
+        return PS_ERR_NO_MEMORY;
+    }
+    if (fcntl(fd, F_ADD_SEALS, PS__SHM_SEALS) != 0) {
+        ps_error(PS_LOG_SHM, "%s (%zu bytes): sealing its size: %m", label, size);
+        close(fd);
+        return PS_ERR_NO_RESOURCE;
+    }
+    *fd_p = fd;
+    return PS_OK;
+}
+
+ps_status_t ps__shm_memfd_check(int fd, uint64_t size, const char **why_p)
+{
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0) {
+        *why_p = "not a memfd that can be sealed";
+        return PS_ERR_PROTOCOL;
+    }
+    if ((seals & PS__SHM_SEALS) != PS__SHM_SEALS) {
+        *why_p = "a memfd not sealed against resizing (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL)";
+        return PS_ERR_PROTOCOL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_size < 0 || (uint64_t)sb.st_size < size) {
+        *why_p = "a memfd shorter than it says";
+        return PS_ERR_PROTOCOL;
+    }
+    return PS_OK;
+}
 
 ps_status_t ps__shm_seg_create(size_t size, const char *what, ps__shm_seg_t **seg_p)
 {
@@ -41,17 +83,10 @@ ps_status_t ps__shm_seg_create(size_t size, const char *what, ps__shm_seg_t **se
     ps__shm_job_id(job, sizeof(job));
     char label[96];
     snprintf(label, sizeof(label), "ps-shm:%s:%s", job, what);
-    seg->fd = memfd_create(label, MFD_CLOEXEC);
-    if (seg->fd < 0) {
-        ps_error(PS_LOG_SHM, "shared segment of %zu bytes: memfd_create: %m", size);
+    ps_status_t st = ps__shm_memfd_new(label, size, &seg->fd);
+    if (st != PS_OK) {
         free(seg);
-        return PS_ERR_NO_RESOURCE;
-    }
-    if (ftruncate(seg->fd, (off_t)size) != 0) {
-        ps_error(PS_LOG_SHM, "shared segment of %zu bytes: ftruncate: %m", size);
-        close(seg->fd);
-        free(seg);
-        return PS_ERR_NO_MEMORY;
+        return st;
     }
     seg->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
     if (seg->base == MAP_FAILED) {

@@ -39,6 +39,7 @@
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/shm/shm_internal.h"
+#include "ps/net/shm/shm_seg.h"
 
 #define LISTEN_BACKLOG 1024
 /* Random ports as the TCP van: 10000-49999. */
@@ -261,6 +262,29 @@ static pid_t peer_pid_of(int fd)
     return cred.pid;
 }
 
+/* Whether the process at the other end of fd may speak to us: without a
+ * job secret, only one of our own user (abstract unix sockets have no
+ * permissions: any local user can connect, or listen under a job's names);
+ * with one, the handshake decides. Refusals are logged. */
+static int peer_uid_ok(const ps__shm_van_t *van, int fd, const char *what)
+{
+    if (van->params.auth_enabled) {
+        return 1;
+    }
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        ps_warn_ratelimited(PS_LOG_SHM, "%s: SO_PEERCRED: %m; refused", what);
+        return 0;
+    }
+    if (cred.uid != geteuid()) {
+        ps_warn_ratelimited(PS_LOG_SHM, "%s: pid %d runs as uid %u, this process as uid %u; refused (PS_JOB_SECRET admits other users)",
+                            what, (int)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
+        return 0;
+    }
+    return 1;
+}
+
 /* Reads the acceptor's answer during connect (flags: 0 to wait up to
  * SO_RCVTIMEO, MSG_DONTWAIT). An acceptor that refuses us sends its WELCOME
  * and closes; if our later packets (the proof, the HELLO) are still unread
@@ -291,15 +315,10 @@ static ps_status_t make_chan_mem(ps__shm_van_t *van, ps__shm_chan_t *ch, int *fd
     snprintf(label, sizeof(label), "ps-shm:%s:chan", van->job);
     size_t one = ps__shm_ring_bytes(van->ring_bytes);
     size_t len = 2 * one;
-    int fd = memfd_create(label, MFD_CLOEXEC);
-    if (fd < 0) {
-        ps_error(PS_LOG_SHM, "memfd_create for a channel: %m");
-        return PS_ERR_NO_RESOURCE;
-    }
-    if (ftruncate(fd, (off_t)len) != 0) {
-        ps_error(PS_LOG_SHM, "ftruncate of a channel's memory (%zu bytes): %m", len);
-        close(fd);
-        return PS_ERR_NO_MEMORY;
+    int fd;
+    ps_status_t st = ps__shm_memfd_new(label, len, &fd);
+    if (st != PS_OK) {
+        return st;
     }
     void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (mem == MAP_FAILED) {
@@ -373,6 +392,10 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
         ps_error(PS_LOG_SHM, "cannot connect to node %d as %s:%d: %s", peer->id, host, port,
                  strerror(err));
         return err == EAGAIN || err == ETIMEDOUT ? PS_ERR_TIMED_OUT : PS_ERR_UNREACHABLE;
+    }
+    if (!peer_uid_ok(van, fd, "connect")) {
+        close(fd);
+        return PS_ERR_AUTH;
     }
     ps__shm_chan_t *ch = ps__shm_chan_new(van, 1);
     if (ch == NULL) {
@@ -604,6 +627,17 @@ void ps__shm_accept_all(ps__shm_van_t *van)
             }
             return;
         }
+        if (!peer_uid_ok(van, fd, "accept")) {
+            /* Best effort: a ps connector reports why. */
+            ps__shm_pkt_welcome_t w;
+            memset(&w, 0, sizeof(w));
+            w.type = PS__SHM_PKT_WELCOME;
+            w.magic = PS__SHM_MAGIC;
+            snprintf(w.reason, sizeof(w.reason), "it runs as another user (no PS_JOB_SECRET)");
+            (void)send(fd, &w, sizeof(w), MSG_DONTWAIT | MSG_NOSIGNAL);
+            close(fd);
+            continue;
+        }
         ps__shm_chan_t *ch = ps__shm_chan_new(van, 0);
         if (ch == NULL) {
             ps_warn_ratelimited(PS_LOG_SHM, "out of memory accepting a channel");
@@ -698,9 +732,10 @@ static ps_status_t on_hello(ps__shm_chan_t *ch, const uint8_t *buf, size_t len, 
         return ps__shm_auth_refuse(ch, "it announced another node id than it proved the job secret as");
     }
     size_t one = ps__shm_ring_bytes(h.ring_bytes);
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < 2 * one) {
-        ps_error(PS_LOG_SHM, "the memory pid %d sent is too small; closing", (int)ch->peer_pid);
+    const char *bad;
+    if (ps__shm_memfd_check(fd, 2 * one, &bad) != PS_OK) {
+        ps_error(PS_LOG_SHM, "the channel memory pid %d sent is %s; closing", (int)ch->peer_pid,
+                 bad);
         return PS_ERR_PROTOCOL;
     }
     void *mem = mmap(NULL, 2 * one, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -63,8 +63,11 @@
 /* Staging: bytes out (sent, not yet released by the peer) and kept free. */
 #define PS__SHM_STAGE_OUT (256u << 20)
 #define PS__SHM_STAGE_CACHE (256u << 20)
-/* Most segments one channel keeps mapped from its peer. */
+/* Most segments one channel keeps mapped from its peer, and most bytes:
+ * a peer's segments may be sparse, so that only the address space they
+ * take here bounds them. */
 #define PS__SHM_MAX_PEER_SEGS 65536
+#define PS__SHM_MAX_PEER_BYTES (1ull << 44)
 /* Slots of the table of pull destinations peers named (a power of two). */
 #define PS__SHM_HINTS 1024
 
@@ -186,6 +189,7 @@ struct ps__shm_chan {
     uint8_t *scratch;        /* a MSG record's head, copied out of the ring */
     size_t scratch_cap;
     ps__shm_idmap_t maps;    /* peer segment id -> ps__shm_map_t */
+    uint64_t maps_bytes;     /* their sizes, summed */
     ps__shm_chan_t *next_pending, *next_close;
 
     /* Job-secret handshake (shm_auth.c): the connector's thread in
@@ -264,7 +268,6 @@ struct ps__shm_van {
     uint64_t sent_by_kind[PS__SHM_SEG_KINDS]; /* atomic: by PS__SHM_SEG_* (staged: 0) */
     uint64_t bytes_sent;      /* atomic */
     uint64_t bytes_recv;      /* atomic */
-    uint64_t rng;             /* atomic */
     ps__shm_pool_t *pool;
     ps__shm_stage_t *stage;
     uint8_t cookie[PS__SHM_COOKIE_LEN];

@@ -12,15 +12,17 @@
  * message carries a view of the sender's bytes (memory kind
  * PS_BUF_MEM_SHM) and the sender hears when the last reference to it goes.
  *
- * Everything read from shared memory is checked before use, and the fixed
- * part of a record is copied out first: a broken or hostile peer can only
- * get its channel closed.
+ * Everything read from shared memory is checked before use (lengths,
+ * offsets into records and segments, segment ids, tokens), and the fixed
+ * part of a record is copied out first; memory a peer hands over is mapped
+ * only when sealed against resizing (shm_seg.h), so that it cannot vanish
+ * under us (SIGBUS), and only so much of it. A broken or hostile peer can
+ * only get its channel closed (tests/shm/shm_hostile_test.cc).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -52,22 +54,24 @@ static void map_unref_cb(void *val)
 
 ps_status_t ps__shm_rx_add_segment(ps__shm_chan_t *ch, uint64_t id, uint64_t size, int fd)
 {
-    struct stat sb;
-    if (id == 0 || size == 0 || size > RX_MAX_SEGMENT || fstat(fd, &sb) != 0 ||
-        (uint64_t)sb.st_size < size) {
+    const char *bad = "out of range";
+    if (id == 0 || size == 0 || size > RX_MAX_SEGMENT ||
+        ps__shm_memfd_check(fd, size, &bad) != PS_OK) {
         close(fd);
-        ps_error(PS_LOG_SHM, "node %d announced a bad segment (id %llu, %llu bytes); closing",
-                 ch->peer_id, (unsigned long long)id, (unsigned long long)size);
+        ps_error(PS_LOG_SHM, "node %d (pid %d) announced a bad segment (id %llu, %llu bytes: %s); closing",
+                 ch->peer_id, (int)ch->peer_pid, (unsigned long long)id,
+                 (unsigned long long)size, bad);
         return PS_ERR_PROTOCOL;
     }
     if (ps__shm_idmap_get(&ch->maps, id) != NULL) {
         close(fd); /* already mapped: harmless */
         return PS_OK;
     }
-    if (ch->maps.count >= PS__SHM_MAX_PEER_SEGS) {
+    if (ch->maps.count >= PS__SHM_MAX_PEER_SEGS ||
+        size > PS__SHM_MAX_PEER_BYTES - ch->maps_bytes) {
         close(fd);
-        ps_error(PS_LOG_SHM, "node %d shares more than %d segments; closing", ch->peer_id,
-                 PS__SHM_MAX_PEER_SEGS);
+        ps_error(PS_LOG_SHM, "node %d shares more than %d segments or %llu bytes; closing",
+                 ch->peer_id, PS__SHM_MAX_PEER_SEGS, (unsigned long long)PS__SHM_MAX_PEER_BYTES);
         return PS_ERR_TOO_LARGE;
     }
     /* Writable: a handler may work on a value in place, as with any other
@@ -89,6 +93,7 @@ ps_status_t ps__shm_rx_add_segment(ps__shm_chan_t *ch, uint64_t id, uint64_t siz
     m->ptr = p;
     m->size = (size_t)size;
     m->refs = 1; /* the channel's */
+    ch->maps_bytes += size;
     return PS_OK;
 }
 
@@ -122,6 +127,7 @@ void ps__shm_rx_reset(ps__shm_chan_t *ch)
     ch->rnum_parts = ch->rcur = 0;
     ch->roff = 0;
     ps__shm_idmap_clear(&ch->maps, map_unref_cb);
+    ch->maps_bytes = 0;
 }
 
 static ps_status_t get_dest(ps__shm_chan_t *ch, unsigned i, uint64_t len, int pool_ok,

@@ -6,6 +6,7 @@
 #ifndef PS_NET_SHM_SHM_SEG_H_
 #define PS_NET_SHM_SHM_SEG_H_
 
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,23 @@ typedef struct {
     void *base;   /* where it is mapped here */
     size_t size;  /* bytes mapped (page-rounded) */
 } ps__shm_seg_t;
+
+/* ---- memfds shared with peers ----
+ * Every memfd ps hands to a peer is sealed against resizing once sized
+ * (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL), and a memfd a peer hands to ps
+ * is mapped only if it carries those seals: a holder of the descriptor who
+ * shrank it would make the next access to the mapping a SIGBUS in every
+ * process that maps it. */
+#define PS__SHM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+/* A new memfd of exactly `size` bytes (zero-filled), sealed; errors are
+ * logged (`label` names it there and in /proc/PID/fd). */
+ps_status_t ps__shm_memfd_new(const char *label, size_t size, int *fd_p);
+
+/* Whether a peer's memfd may be mapped for `size` bytes: it carries
+ * PS__SHM_SEALS and is at least that long. PS_ERR_PROTOCOL with *why_p
+ * saying why (for the caller's log line) when not. */
+ps_status_t ps__shm_memfd_check(int fd, uint64_t size, const char **why_p);
 
 /* A new zero-filled segment of at least `size` bytes, labelled `what` (in
  * /proc/PID/fd, with the job id). Errors are logged. */

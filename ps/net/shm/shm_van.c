@@ -18,6 +18,7 @@
  * for it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
@@ -78,7 +79,8 @@ int ps__shm_on_progress(const ps__shm_van_t *van)
 
 uint64_t ps__shm_random(ps__shm_van_t *van)
 {
-    return ps_van_random(&van->rng);
+    (void)van;
+    return ps_van_random();
 }
 
 /* ---- peer table ---- */
@@ -497,11 +499,7 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     van->epfd = -1;
     van->wakefd = -1;
     van->my_id = PS_NODE_EMPTY;
-    van->rng = ps_van_random_seed(van);
-    for (size_t i = 0; i < sizeof(van->cookie); i += 8) {
-        uint64_t r = ps__shm_random(van);
-        memcpy(van->cookie + i, &r, 8);
-    }
+    ps_van_random_bytes(van->cookie, sizeof(van->cookie));
     van->wake_handle.kind = PS__SHM_H_WAKE;
     van->listen_handle.kind = PS__SHM_H_LISTEN;
     pthread_rwlock_init(&van->peers_lock, NULL);
@@ -779,12 +777,17 @@ static const ps_van_ops_t sv_ops = {
     .progress = sv_progress,
 };
 
-/* memfd_create and SCM_RIGHTS are all the van needs from the kernel. */
+/* Sealed memfds and SCM_RIGHTS are all the van needs from the kernel. */
 static int sv_unavailable(char *why, size_t cap)
 {
-    int fd = memfd_create("ps-shm-probe", MFD_CLOEXEC);
+    int fd = memfd_create("ps-shm-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
         snprintf(why, cap, "memfd_create: %s", strerror(errno));
+        return 1;
+    }
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        snprintf(why, cap, "sealing a memfd: %s", strerror(errno));
+        close(fd);
         return 1;
     }
     close(fd);

@@ -266,7 +266,6 @@ struct ps__tcp_van {
     uint64_t bytes_sent;        /* atomic */
     uint64_t bytes_recv;        /* atomic */
     int64_t queued;             /* atomic: entries in send queues */
-    uint64_t rng;               /* atomic: nonces and random ports */
 
     ps__tcp_pool_t *pool;
     ps_mpool_t entries;

@@ -55,7 +55,8 @@ void ps__tcp_wake(ps__tcp_van_t *van)
 
 uint64_t ps__tcp_random(ps__tcp_van_t *van)
 {
-    return ps_van_random(&van->rng);
+    (void)van;
+    return ps_van_random();
 }
 
 /* ---- peer table ---- */
@@ -400,7 +401,6 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     }
     van->listen_fd = -1;
     van->my_id = PS_NODE_EMPTY;
-    van->rng = ps_van_random_seed(van);
     van->wake_handle.kind = PS__TCP_H_WAKE;
     van->listen_handle.kind = PS__TCP_H_LISTEN;
     van->epfd = -1;

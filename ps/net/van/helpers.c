@@ -2,27 +2,29 @@
  * Small helpers every van implementation needs the same way (van.h).
  */
 #include <limits.h>
+#include <sodium.h>
 #include <stdint.h>
-#include <unistd.h>
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/van/van.h"
 
-uint64_t ps_van_random_seed(const void *salt)
+void ps_van_random_bytes(void *buf, size_t len)
 {
-    return ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)salt;
+    /* libsodium's generator: keyed from the kernel's, re-keyed after fork(),
+     * thread-safe. sodium_init() is idempotent and cheap once done. */
+    if (sodium_init() < 0) {
+        ps_warn_ratelimited(PS_LOG_VAN, "libsodium cannot initialise (no random source?)");
+    }
+    randombytes_buf(buf, len);
 }
 
-uint64_t ps_van_random(uint64_t *state)
+uint64_t ps_van_random(void)
 {
-    /* splitmix64 over an atomic counter: distinct values for concurrent
-     * callers, no lock. */
-    uint64_t z = __atomic_add_fetch(state, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    uint64_t x;
+    ps_van_random_bytes(&x, sizeof(x));
+    return x;
 }
 
 int ps_van_connect_timeout_ms(int requested_ms, int fallback_ms)

@@ -187,11 +187,12 @@ ps_status_t ps_van_no_register_mem(ps_van_t *van, ps_buf_t *buf);
 ps_status_t ps_van_no_deregister_mem(ps_van_t *van, ps_buf_t *buf);
 int ps_van_no_progress(ps_van_t *van, unsigned budget); /* returns 0 */
 
-/* Ids, nonces and cookies of a van: splitmix64 over an atomic counter
- * (distinct values for concurrent callers, no lock). Not for secrets: the
- * job secret's nonces come from libsodium (ps/net/auth.h). */
-uint64_t ps_van_random_seed(const void *salt); /* time, pid and salt mixed */
-uint64_t ps_van_random(uint64_t *state);
+/* Nonces, cookies, first sequence numbers and random ports of a van: from
+ * libsodium's CSPRNG (randombytes_buf), as the job secret's nonces
+ * (ps/net/auth.h), so that a peer cannot guess them from the clock or a
+ * pid; distinct in forked children. Thread-safe. */
+void ps_van_random_bytes(void *buf, size_t len);
+uint64_t ps_van_random(void);
 
 /* The connect timeout a van uses: `requested_ms` (the params') when > 0,
  * else PS_CONNECT_TIMEOUT_MS, else `fallback_ms`. */

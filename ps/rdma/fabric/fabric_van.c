@@ -83,15 +83,10 @@ int ps__fab_my_id(ps__fab_van_t *van)
 
 /* ---- peers ---- */
 
+/* Not to be guessed by a peer, as a first sequence number (van.h). */
 static uint32_t random_epoch(void)
 {
-    static uint64_t state;
-    uint64_t x = __atomic_add_fetch(&state, 0x9E3779B97F4A7C15ull, __ATOMIC_RELAXED);
-    x ^= ps_time_now_ns() ^ ((uint64_t)getpid() << 32);
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return (uint32_t)x;
+    return (uint32_t)ps_van_random();
 }
 
 /* A new peer in the table (write lock held). */

@@ -484,7 +484,6 @@ struct ps__ucx_van {
     int64_t inflight_ops;      /* atomic: send ops not released yet */
     pthread_mutex_t ops_lock;  /* leaf: the posted ops UCX has not finished */
     ps__ucx_op_t *inflight;
-    uint64_t rng;              /* atomic */
 
     ps_mpool_t ops;
     /* One released op kept aside (atomic exchange, any thread): a small

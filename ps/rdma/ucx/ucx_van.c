@@ -61,7 +61,8 @@ void ps__ucx_wake(ps__ucx_van_t *van)
 
 uint64_t ps__ucx_random(ps__ucx_van_t *van)
 {
-    return ps_van_random(&van->rng);
+    (void)van;
+    return ps_van_random();
 }
 
 void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
@@ -430,7 +431,6 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
         ps_warn(PS_LOG_UCX, "DMLC_NUM_GPU_DEV is set, but this ucx van moves host memory only");
     }
     van->my_id = PS_NODE_EMPTY;
-    van->rng = ps_van_random_seed(van);
     van->efd = -1;
     van->defd = -1;
     van->epfd = -1;

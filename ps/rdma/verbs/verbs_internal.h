@@ -358,7 +358,6 @@ struct ps__vb_van {
     uint64_t refused[8];
     unsigned refused_next;
     uint64_t next_serial;    /* atomic */
-    uint64_t rng;            /* atomic */
     uint64_t bytes_sent;     /* atomic */
     uint64_t bytes_recv;     /* atomic */
 

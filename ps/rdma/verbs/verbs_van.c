@@ -26,10 +26,8 @@
 
 uint64_t ps__vb_random(ps__vb_van_t *van)
 {
-    uint64_t z = __atomic_add_fetch(&van->rng, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    (void)van;
+    return ps_van_random(); /* nonces: not to be guessed */
 }
 
 int ps__vb_my_id(ps__vb_van_t *van)
@@ -454,7 +452,6 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
     van->pool_slots = clamp_cfg(PS_CFG_BYTEPS_ADDRESS_POOL_SIZE, 10240, 16, PS_RDMA_SLOT_POOL_MAX);
     van->print_log = ps_config_bool_or(PS_CFG_BYTEPS_PRINT_RDMA_LOG, 0);
     van->my_id = PS_NODE_EMPTY;
-    van->rng = ps_time_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)van;
     van->cm_wakefd = van->poll_wakefd = van->poll_epfd = -1;
     pthread_mutex_init(&van->lock, NULL);
     pthread_cond_init(&van->cond, NULL);
