@@ -702,13 +702,11 @@ bool CanBecomeNobody()
 TEST(ShmHostileUid, OtherUserRefusedWithoutSecret)
 {
     if (geteuid() != 0) {
-        printf("SKIPPED: needs root (to run a peer as another user)\n");
-        return;
+        GTEST_SKIP() << "needs root (to run a peer as another user)";
     }
     if (!CanBecomeNobody()) {
         // A user namespace that maps root only (a sandbox).
-        printf("SKIPPED: needs root that can setuid to nobody (run with tag local)\n");
-        return;
+        GTEST_SKIP() << "needs root that can setuid to nobody (run with tag local)";
     }
     {
         Van victim;
