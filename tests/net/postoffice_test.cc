@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -789,8 +790,15 @@ TEST(Postoffice, RecoveryTakesOverADeadWorker)
     });
     ps_start_params_t p = make_params(PS_ROLE_WORKER, job.port, 1, 1);
     ps_postoffice_t *fresh = nullptr;
-    ASSERT_EQ(PS_OK, ps_postoffice_start(&p, 1, &fresh)); // no start barrier for it
+    // A restart of this job's worker: it is given the job's id.
+    std::string job_id = ps_postoffice_job_id(job.sched());
+    EXPECT_EQ(job_id, ps_postoffice_job_id(job.server(0)));
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_JOB_ID, job_id.c_str()));
+    ps_status_t fresh_st = ps_postoffice_start(&p, 1, &fresh); // no start barrier for it
+    ps_config_clear_overrides();
+    ASSERT_EQ(PS_OK, fresh_st);
     job.po[2] = fresh;
+    EXPECT_EQ(job_id, ps_postoffice_job_id(fresh));
     EXPECT_EQ(1, ps_postoffice_is_recovery(fresh));
     EXPECT_EQ(9, ps_postoffice_my_id(fresh));
     waiter.join();
@@ -833,18 +841,53 @@ TEST(Postoffice, RecoveryTakesOverADeadWorker)
 
 TEST(Postoffice, ANodeTooManyIsRefused)
 {
-    // Everyone alive: a late worker waits PS_HEARTBEAT_TIMEOUT + 2 s for a
-    // dead one to take over, then is refused as a node too many.
+    // Everyone alive: a late worker the job accepts as a replacement
+    // (PS_ALLOW_RECOVERY on the scheduler) waits PS_HEARTBEAT_TIMEOUT + 2 s
+    // for a dead one to take over, then is refused as a node too many.
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_ALLOW_RECOVERY, "1"));
     Job job = start_job(0, 1, [](int, ps_start_params_t *p) {
         p->heartbeat_interval_s = 1;
         p->heartbeat_timeout_s = 2;
     });
+    ps_config_clear_overrides();
     for (size_t i = 0; i < job.po.size(); i++)
         ASSERT_EQ(PS_OK, job.status[i]);
     ps_start_params_t p = make_params(PS_ROLE_WORKER, job.port, 0, 1);
     ps_postoffice_t *extra = nullptr;
+    auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start(&p, 1, &extra));
+    // It waited for a node to die before it was refused.
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
     EXPECT_EQ(nullptr, extra);
+    int dead[4];
+    EXPECT_EQ(0, ps_postoffice_dead_nodes(job.sched(), dead, 4));
+    for (ps_status_t s : finalize_all(job))
+        EXPECT_EQ(PS_OK, s);
+}
+
+TEST(Postoffice, ALateNodeOfAnotherJobIsRefusedAtOnce)
+{
+    // A worker without the job's id (or a wrong one) registering after the
+    // job started is refused at once: no waiting for a node to die.
+    Job job = start_job(0, 1, [](int, ps_start_params_t *p) {
+        p->heartbeat_interval_s = 1;
+        p->heartbeat_timeout_s = 20;
+    });
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    for (const char *claim : {"", "not-this-job"}) {
+        if (claim[0] != '\0') {
+            ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_JOB_ID, claim));
+        }
+        ps_start_params_t p = make_params(PS_ROLE_WORKER, job.port, 0, 1);
+        ps_postoffice_t *extra = nullptr;
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start(&p, 1, &extra)) << claim;
+        ps_config_clear_overrides();
+        // Well under PS_HEARTBEAT_TIMEOUT + 2 s, the stand-by wait.
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15)) << claim;
+        EXPECT_EQ(nullptr, extra);
+    }
     int dead[4];
     EXPECT_EQ(0, ps_postoffice_dead_nodes(job.sched(), dead, 4));
     for (ps_status_t s : finalize_all(job))
