@@ -578,6 +578,8 @@ TEST(LateJoin, AnotherJobOnTheSamePortIsRefusedAndNeverTakesARank)
     for (int i = 0; i < 2; i++)
         b.push_back(spawn("b-worker" + std::to_string(i), role_env(r.job, r.base, "b", "worker")));
     double b_secs = wait_all(b, std::chrono::seconds(60));
+    printf("[ timing   ] the second job's five processes ended %.3f s after they started\n",
+           b_secs);
     EXPECT_LT(b_secs, 30.0) << dump(b); // refused, not timed out
     EXPECT_EQ(1, b[0].exit_code) << b[0].output;
     EXPECT_TRUE(contains(b[0].output, "DMLC_PS_ROOT_PORT")) << b[0].output;
