@@ -10,7 +10,11 @@
  * hang.
  *
  * Recovery (upstream's is_recovery): a registration after the table is
- * complete is a restarted process. It takes over a dead node of its role
+ * complete is a restarted process if it proves it belongs to the job (the
+ * job secret, the job id the scheduler issued given back as PS_JOB_ID, or
+ * PS_ALLOW_RECOVERY on the scheduler); any other is refused at once, so
+ * that a second job on the same port never takes a rank. It takes over a
+ * dead node of its role
  * (its preferred rank's, if it has one): the scheduler records it in that
  * node's slot, tells every other live node (ADD_NODE with the node marked
  * is_recovery; they reconnect to it), then sends the new process the nodes
