@@ -94,8 +94,9 @@ ps_status_t ps_config_get_double(ps_config_id_t id, double *value_p);
 ps_status_t ps_config_get_size(ps_config_id_t id, uint64_t *value_p);
 
 /* Convenience: the typed value, or `fallback` if it is unset or invalid (the
- * invalid case is still logged). For knobs where a bad value must not stop
- * the job; required settings use the status-returning getters. */
+ * invalid case is still logged). A bad value never gets this far in a job:
+ * ps_postoffice_start() runs ps_config_validate() first and refuses to
+ * start (PS_ERR_CONFIG) when any variable that is set does not parse. */
 int64_t ps_config_int_or(ps_config_id_t id, int64_t fallback);
 int ps_config_bool_or(ps_config_id_t id, int fallback);
 uint64_t ps_config_size_or(ps_config_id_t id, uint64_t fallback);

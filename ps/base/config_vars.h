@@ -177,7 +177,9 @@ PS_CONFIG_VAR(PS_JOB_SECRET, STRING, "", "security", NULL,
 PS_CONFIG_VAR(PS_JOB_SECRET_FILE, STRING, "", "security", NULL,
               "Path of a file holding the job secret, used when PS_JOB_SECRET is unset.")
 PS_CONFIG_VAR(PS_JOB_ID, STRING, "", "security", NULL,
-              "Job identifier; nodes of another job are refused even with the same scheduler address.")
+              "The job's id (letters, digits, '.', '-', '_'; at most 64). On the scheduler: the id it issues (unset: a random one, logged at start). On a server or worker started after the job: proves it restarts a node of this job, so it may take over a dead node. The shm and ipc vans also name their sockets with it.")
+PS_CONFIG_VAR(PS_ALLOW_RECOVERY, BOOL, "0", "security", NULL,
+              "On the scheduler: any server or worker registering after the job started may take over a dead node (upstream's behaviour), without the job secret or PS_JOB_ID.")
 
 /* ---- byteps-server: the summation server ---- */
 PS_CONFIG_VAR(BYTEPS_SERVER_ENGINE_THREAD, INT, "4", "byteps-server", NULL,

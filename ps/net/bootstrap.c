@@ -10,7 +10,11 @@
  * hang.
  *
  * Recovery (upstream's is_recovery): a registration after the table is
- * complete is a restarted process. It takes over a dead node of its role
+ * complete is a restarted process if it proves it belongs to the job (the
+ * job secret, the job id the scheduler issued given back as PS_JOB_ID, or
+ * PS_ALLOW_RECOVERY on the scheduler); any other is refused at once, so
+ * that a second job on the same port never takes a rank. It takes over a
+ * dead node of its role
  * (its preferred rank's, if it has one): the scheduler records it in that
  * node's slot, tells every other live node (ADD_NODE with the node marked
  * is_recovery; they reconnect to it), then sends the new process the nodes
@@ -21,14 +25,19 @@
  * node too many. A registration from the address of a node thought alive
  * proves that node's process gone.
  */
+#include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/base/sockaddr.h"
 #include "ps/base/time.h"
+#include "ps/net/auth.h"
 #include "ps/net/node_table_internal.h"
 #include "ps/net/postoffice_state_internal.h"
 
@@ -38,6 +47,120 @@
  * nodes started with different DMLC_NUM_SERVER / DMLC_NUM_WORKER are told
  * at once instead of waiting for a count that never comes. */
 #define PS__SHAPE_FMT "servers=%d workers=%d"
+/* After the shape: the job id a node claims (registration), or the job id
+ * the scheduler issued (node table). */
+#define PS__JOB_KEY " job="
+
+/* ---- the job's identity ---- */
+
+static int job_id_char_ok(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '-' || c == '_';
+}
+
+/* PS_OK when `id` is a job id we can carry in a message and a log line. */
+static ps_status_t job_id_check(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > PS_JOB_ID_MAX) {
+        ps_error(PS_LOG_CORE, "PS_JOB_ID has %zu characters; expected 1 to %d", n,
+                 PS_JOB_ID_MAX);
+        return PS_ERR_CONFIG;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!job_id_char_ok(id[i])) {
+            ps_error(PS_LOG_CORE, "PS_JOB_ID '%s' has a '%c'; expected letters, digits, '.', "
+                     "'-' and '_'", id, id[i]);
+            return PS_ERR_CONFIG;
+        }
+    }
+    return PS_OK;
+}
+
+/* The job id after PS__JOB_KEY in a message body, or "". */
+static void body_job_id(const char *body, char *out, size_t cap)
+{
+    out[0] = '\0';
+    const char *key = PS__JOB_KEY + 1; /* at the start of a body: no blank */
+    const char *at = NULL;
+    if (strncmp(body, key, strlen(key)) == 0)
+        at = body + strlen(key);
+    else if ((at = strstr(body, PS__JOB_KEY)) != NULL)
+        at += strlen(PS__JOB_KEY);
+    if (at == NULL)
+        return;
+    size_t n = 0;
+    while (n + 1 < cap && job_id_char_ok(at[n])) {
+        out[n] = at[n];
+        n++;
+    }
+    out[n] = '\0';
+}
+
+ps_status_t ps__po_setup_identity(ps_postoffice_t *po)
+{
+    const char *given = ps_config_str_or(PS_CFG_PS_JOB_ID, "");
+    if (given[0] != '\0' && job_id_check(given) != PS_OK)
+        return PS_ERR_CONFIG;
+    if (!po->is_scheduler) {
+        snprintf(po->job_id_claim, sizeof(po->job_id_claim), "%s", given);
+        return PS_OK;
+    }
+    int allow = 0;
+    ps_status_t st = ps_config_get_bool(PS_CFG_PS_ALLOW_RECOVERY, &allow);
+    if (st != PS_OK && st != PS_ERR_NOT_FOUND)
+        return PS_ERR_CONFIG;
+    po->allow_recovery = allow;
+    if (given[0] != '\0') {
+        snprintf(po->job_id, sizeof(po->job_id), "%s", given);
+        po->job_id_given = 1;
+    } else {
+        /* Random: a second job on this port cannot guess it by accident. */
+        uint8_t r[PS_AUTH_NONCE_BYTES];
+        ps_auth_nonce(r);
+        for (int i = 0; i < 8; i++)
+            snprintf(po->job_id + 2 * i, sizeof(po->job_id) - 2 * (size_t)i, "%02x", r[i]);
+    }
+    po->job_started_s = (int64_t)time(NULL);
+    po->job_started_ns = ps_time_now_ns();
+    if (allow)
+        ps_warn(PS_LOG_CORE, "PS_ALLOW_RECOVERY=1: any server or worker that registers after "
+                "the job started may take over a dead node, whichever job it belongs to");
+    return PS_OK;
+}
+
+/* Scheduler: 1 when a node registering after the job started may take over
+ * a dead node: it proved the job secret (every connection did), carries the
+ * job's id, or the job allows anyone. Else 0 and `why`, naming the job. */
+static int sched_late_may_recover(const ps_postoffice_t *po, const ps_msg_t *msg, char *why,
+                                  size_t cap)
+{
+    if (po->auth_enabled || po->allow_recovery)
+        return 1;
+    char body[256];
+    char claim[PS_JOB_ID_MAX + 1];
+    ps__msg_body(msg, body, sizeof(body));
+    body_job_id(body, claim, sizeof(claim));
+    if (claim[0] != '\0' && strcmp(claim, po->job_id) == 0)
+        return 1;
+    char when[32] = "?";
+    time_t t = (time_t)po->job_started_s;
+    struct tm tm;
+    if (gmtime_r(&t, &tm) != NULL)
+        strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+    uint64_t ago_s = (ps_time_now_ns() - po->job_started_ns) / PS_NSEC_PER_SEC;
+    char claimed[PS_JOB_ID_MAX + 48] = "";
+    if (claim[0] != '\0')
+        snprintf(claimed, sizeof(claimed), " (its PS_JOB_ID=%s is not this job's)", claim);
+    snprintf(why, cap, "the scheduler at %s:%d already runs job %s (%d servers, %d workers, "
+             "started %s, %llu s ago) and this node does not belong to it%s: a node that joins "
+             "a running job must prove it with PS_JOB_ID or the job secret. A new job needs "
+             "its own DMLC_PS_ROOT_PORT", po->params.scheduler_host, po->params.scheduler_port,
+             po->job_id, po->params.num_servers, po->params.num_workers, when,
+             (unsigned long long)ago_s, claimed);
+    return 0;
+}
 
 /* PS_OK, or PS_ERR_CONFIG with why: the node's job shape differs from the
  * scheduler's. A registration without one (another implementation) is
@@ -68,6 +191,8 @@ static void sched_refuse(ps_postoffice_t *po, const ps_node_t *node, ps_status_t
 {
     ps_node_t n = *node;
     ps_mutex_lock(&po->lock);
+    po->num_refused++;
+    snprintf(po->last_refusal, sizeof(po->last_refusal), "%s", why);
     n.id = PS__REFUSE_ID_BASE + po->refuse_seq;
     po->refuse_seq = (po->refuse_seq + 1) % PS__REFUSE_ID_SPAN;
     ps_mutex_unlock(&po->lock);
@@ -87,7 +212,7 @@ static void sched_on_late_add_node(ps_postoffice_t *po, const ps_msg_t *msg,
                                    const ps_node_t *node)
 {
     char who[PS_NODE_HOSTNAME_MAX + 48];
-    char why[512];
+    char why[1024];
     ps__node_describe(node, who, sizeof(who));
     if (node->role != PS_ROLE_SERVER && node->role != PS_ROLE_WORKER) {
         ps_warn(PS_LOG_CORE, "ignoring a registration of a %s", ps_role_str(node->role));
@@ -95,6 +220,13 @@ static void sched_on_late_add_node(ps_postoffice_t *po, const ps_msg_t *msg,
     }
     if (sched_check_shape(po, msg, node, why, sizeof(why)) != PS_OK) {
         ps_error(PS_LOG_CORE, "refusing %s: %s", who, why);
+        sched_refuse(po, node, PS_ERR_CONFIG, why);
+        return;
+    }
+    /* Before anything else it could change (a live node declared dead for
+     * its address): a stranger must never take a rank. */
+    if (!sched_late_may_recover(po, msg, why, sizeof(why))) {
+        ps_warn(PS_LOG_CORE, "refusing %s, registering after the job started: %s", who, why);
         sched_refuse(po, node, PS_ERR_CONFIG, why);
         return;
     }
@@ -264,7 +396,10 @@ void ps__po_sched_try_recover(ps_postoffice_t *po)
             ps__po_send_control(po, id, PS_CTRL_NODE_FAILED, 0, PS_ERR_PEER_GONE, 0, &dead[i], 1,
                                 "dead before this node joined");
         table[idx].is_recovery = true;
-        ps__po_send_control(po, id, PS_CTRL_ADD_NODE, 0, 0, 0, table, n, NULL);
+        char job[sizeof(PS__JOB_KEY) + PS_JOB_ID_MAX];
+        snprintf(job, sizeof(job), "%s", PS__JOB_KEY + 1);
+        snprintf(job + strlen(job), sizeof(job) - strlen(job), "%s", po->job_id);
+        ps__po_send_control(po, id, PS_CTRL_ADD_NODE, 0, 0, 0, table, n, job);
         free(table);
         free(others);
         free(dead);
@@ -341,6 +476,25 @@ void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
                     ps__node_describe(node, who, sizeof(who)));
         return;
     }
+    if (po->job_id_given) {
+        /* Both sides were given a job id, and they differ: another job's
+         * node. It is refused alone; the job still waits for its own. */
+        char body[256];
+        char claim[PS_JOB_ID_MAX + 1];
+        ps__msg_body(msg, body, sizeof(body));
+        body_job_id(body, claim, sizeof(claim));
+        if (claim[0] != '\0' && strcmp(claim, po->job_id) != 0) {
+            char why[512];
+            snprintf(why, sizeof(why), "its PS_JOB_ID=%s is not this job's (%s) at %s:%d: it "
+                     "belongs to another job; a job needs its own DMLC_PS_ROOT_PORT", claim,
+                     po->job_id, po->params.scheduler_host, po->params.scheduler_port);
+            ps_mutex_unlock(&po->lock);
+            ps_warn(PS_LOG_CORE, "refusing %s: %s", ps__node_describe(node, who, sizeof(who)),
+                    why);
+            sched_refuse(po, node, PS_ERR_CONFIG, why);
+            return;
+        }
+    }
     if (po->sched_verdict == PS_OK) {
         char why[512];
         if (sched_check_shape(po, msg, node, why, sizeof(why)) != PS_OK) {
@@ -407,6 +561,9 @@ void ps__po_node_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
             memcpy(copy, nodes, n * sizeof(*copy));
             po->nodes = copy;
             po->num_nodes = n;
+            char body[128];
+            ps__msg_body(msg, body, sizeof(body));
+            body_job_id(body, po->job_id, sizeof(po->job_id));
         }
     }
     po->table_received = 1;
@@ -501,11 +658,20 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
         return PS_ERR_NO_MEMORY;
     }
     if (n < expected) {
+        ps_mutex_lock(&po->lock);
+        size_t refused = po->num_refused;
+        char last[160];
+        snprintf(last, sizeof(last), "%.150s", po->last_refusal);
+        ps_mutex_unlock(&po->lock);
+        char also[256] = "";
+        if (refused > 0)
+            snprintf(also, sizeof(also), "; the scheduler refused %zu registration%s meanwhile "
+                     "(the last: %s)", refused, refused == 1 ? "" : "s", last);
         snprintf(why, sizeof(why),
                  "start-up timed out after %d ms: %zu of %zu nodes registered with the "
-                 "scheduler (%zu of %d servers, %zu of %d workers)",
+                 "scheduler (%zu of %d servers, %zu of %d workers)%s",
                  po->params.start_timeout_ms, n, expected, ns, po->params.num_servers, n - ns,
-                 po->params.num_workers);
+                 po->params.num_workers, also);
         ps_error(PS_LOG_CORE, "%s", why);
         free(table);
         sched_fail_start(po, PS_ERR_TIMED_OUT, why, 0);
@@ -562,12 +728,16 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     ps_cond_signal(&po->timer_cond);
     ps_mutex_unlock(&po->lock);
 
+    char job[sizeof(PS__JOB_KEY) + PS_JOB_ID_MAX];
+    snprintf(job, sizeof(job), "%s", PS__JOB_KEY + 1);
+    snprintf(job + strlen(job), sizeof(job) - strlen(job), "%s", po->job_id);
     for (size_t i = 0; i < n; i++) {
-        st = ps__po_send_control(po, table[i].id, PS_CTRL_ADD_NODE, 0, 0, 0, table, n + 1, NULL);
+        st = ps__po_send_control(po, table[i].id, PS_CTRL_ADD_NODE, 0, 0, 0, table, n + 1, job);
         if (st != PS_OK)
             return st;
     }
-    ps_info(PS_LOG_CORE, "all %zu nodes registered; node table sent", n);
+    ps_info(PS_LOG_CORE, "all %zu nodes registered; node table sent; job %s started", n,
+            po->job_id);
     return PS_OK;
 }
 
@@ -592,11 +762,60 @@ static ps_status_t node_register(ps_postoffice_t *po)
     ps_status_t st = po->van->ops->connect(po->van, &sched, PS_NODE_EMPTY);
     if (st != PS_OK)
         return st;
-    char shape[64];
-    snprintf(shape, sizeof(shape), PS__SHAPE_FMT, po->params.num_servers,
-             po->params.num_workers);
+    char shape[64 + sizeof(PS__JOB_KEY) + PS_JOB_ID_MAX];
+    int w = snprintf(shape, sizeof(shape), PS__SHAPE_FMT, po->params.num_servers,
+                     po->params.num_workers);
+    if (po->job_id_claim[0] != '\0' && w > 0 && (size_t)w < sizeof(shape))
+        snprintf(shape + w, sizeof(shape) - (size_t)w, "%s%s", PS__JOB_KEY, po->job_id_claim);
     return ps__po_send_control(po, PS_SCHEDULER_ID, PS_CTRL_ADD_NODE, 1, 0, 0, &po->my_node, 1,
                                shape);
+}
+
+/* Resolves DMLC_PS_ROOT_URI before the first registration, so that a bad
+ * name is said once: a name that does not exist (EAI_NONAME, EAI_FAIL)
+ * fails at once; a temporary failure (EAI_AGAIN) is retried quietly, with
+ * growing pauses, until the start deadline. */
+static ps_status_t node_resolve_sched(ps_postoffice_t *po, ps_deadline_t deadline)
+{
+    const char *host = po->params.scheduler_host;
+    ps_sockaddr_t numeric;
+    if (ps_sockaddr_parse(host, 0, &numeric) == PS_OK)
+        return PS_OK;
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    int pause_ms = PS__RESOLVE_BACKOFF_MIN_MS;
+    int tries = 0;
+    for (;;) {
+        struct addrinfo *res = NULL;
+        int rc = getaddrinfo(host, NULL, &hints, &res);
+        tries++;
+        if (rc == 0) {
+            freeaddrinfo(res);
+            if (tries > 1)
+                ps_info(PS_LOG_CORE, "DMLC_PS_ROOT_URI=%s resolved after %d tries", host, tries);
+            return PS_OK;
+        }
+        if (rc != EAI_AGAIN) {
+            ps_error(PS_LOG_CORE, "cannot resolve the scheduler's address DMLC_PS_ROOT_URI=%s: "
+                     "%s", host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+            return rc == EAI_MEMORY ? PS_ERR_NO_MEMORY : PS_ERR_CONFIG;
+        }
+        if (tries == 1)
+            ps_warn(PS_LOG_CORE, "cannot resolve the scheduler's address DMLC_PS_ROOT_URI=%s "
+                    "yet (%s); retrying quietly until the start deadline", host,
+                    gai_strerror(rc));
+        if (ps_deadline_expired(deadline)) {
+            ps_error(PS_LOG_CORE, "start-up timed out: DMLC_PS_ROOT_URI=%s could not be "
+                     "resolved in %d tries (%s)", host, tries, gai_strerror(rc));
+            return PS_ERR_TIMED_OUT;
+        }
+        ps_deadline_t until = ps_deadline_min(deadline, ps_deadline_from_ms(pause_ms));
+        if (!ps_deadline_is_infinite(until))
+            (void)ps_sleep_until(until);
+        pause_ms = pause_ms * 2 > PS__RESOLVE_BACKOFF_MAX_MS ? PS__RESOLVE_BACKOFF_MAX_MS
+                                                            : pause_ms * 2;
+    }
 }
 
 ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline)
@@ -607,10 +826,13 @@ ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline)
     sched_node(po, &sched);
     ps__node_describe(&sched, sched_desc, sizeof(sched_desc));
 
+    ps_status_t last = node_resolve_sched(po, deadline);
+    if (last != PS_OK)
+        return last;
     ps_info(PS_LOG_CORE, "registering with the %s as %s%s", sched_desc,
             ps__node_describe(&po->my_node, who, sizeof(who)),
             po->my_node.aux_id >= 0 ? " with a preferred rank" : "");
-    ps_status_t last = node_register(po);
+    last = node_register(po);
     int retries = 0;
 
     /* Wait a little longer than the scheduler, which starts about when we
@@ -676,7 +898,8 @@ ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline)
     if (po->start_failure != PS_OK) {
         ps_status_t st = po->start_failure;
         ps_mutex_unlock(&po->lock);
-        ps_error(PS_LOG_CORE, "the scheduler could not start the job: %s", po->start_reason);
+        ps_error(PS_LOG_CORE, "start failed; the %s answered: %s", sched_desc,
+                 po->start_reason);
         return st;
     }
     /* Find ourselves. */

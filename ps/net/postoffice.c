@@ -1160,6 +1160,12 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
 
     if (po_p == NULL)
         return PS_ERR_INVALID_ARG;
+    /* A value that does not parse stops the start, whatever reads it later
+     * (the getters with a fallback would only log it and go on). */
+    if (ps_config_validate() != PS_OK) {
+        ps_error(PS_LOG_CORE, "not starting: fix or unset the variables named above");
+        return PS_ERR_CONFIG;
+    }
     if (params == NULL) {
         st = ps_start_params_from_env(&p);
         if (st != PS_OK)
@@ -1226,6 +1232,8 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
         goto err;
     if ((st = po_setup_resend(po)) != PS_OK)
         goto err;
+    if ((st = ps__po_setup_identity(po)) != PS_OK)
+        goto err;
 
     ps_deadline_t deadline = ps_deadline_from_ms(p.start_timeout_ms);
 
@@ -1268,6 +1276,7 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     /* The job secret, read once here (ps/net/auth.h); the van copies it. */
     if ((st = ps_auth_load(&vp.auth_key, &vp.auth_enabled)) != PS_OK)
         goto err;
+    po->auth_enabled = vp.auth_enabled;
     if (vp.auth_enabled) {
         /* A van that does not run the handshake would let anyone in: with
          * a secret set, only the vans that check it may start. */
@@ -1304,8 +1313,13 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     int retries = po->is_scheduler || p.port != 0
                       ? 0
                       : (int)ps_config_int_or(PS_CFG_PS_BIND_RETRIES, 40);
-    if ((st = po->van->ops->bind(po->van, &po->my_node, retries)) != PS_OK)
+    if ((st = po->van->ops->bind(po->van, &po->my_node, retries)) != PS_OK) {
+        if (po->is_scheduler && st == PS_ERR_ADDRESS_IN_USE)
+            ps_error(PS_LOG_CORE, "the scheduler cannot listen on %s:%d: the port is taken (by "
+                     "another job's scheduler?); give this job another DMLC_PS_ROOT_PORT",
+                     p.scheduler_host, p.scheduler_port);
         goto err;
+    }
     char who[PS_NODE_HOSTNAME_MAX + 48];
     ps_info(PS_LOG_CORE, "%s listening (van %s)",
             ps__node_describe(&po->my_node, who, sizeof(who)), comp->name);
@@ -1316,8 +1330,10 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     po->timer_started = 1;
 
     if (po->is_scheduler) {
-        ps_info(PS_LOG_CORE, "waiting for %d servers and %d workers to register",
-                p.num_servers, p.num_workers);
+        ps_info(PS_LOG_CORE, "job %s: waiting for %d servers and %d workers to register "
+                "(a node restarted later proves it belongs to the job with PS_JOB_ID=%s%s)",
+                po->job_id, p.num_servers, p.num_workers, po->job_id,
+                po->auth_enabled ? " or the job secret" : "");
         if (p.heartbeat_timeout_s > 0)
             ps_info(PS_LOG_CORE, "nodes silent for %d s are declared dead; they must send "
                     "heartbeats (PS_HEARTBEAT_INTERVAL)", p.heartbeat_timeout_s);
@@ -1612,6 +1628,17 @@ int ps_postoffice_dead_nodes(const ps_postoffice_t *po, int *ids, int cap)
         ids[i] = po->dead[i];
     ps_mutex_unlock(&mpo->lock);
     return n;
+}
+
+const char *ps_postoffice_job_id(const ps_postoffice_t *po)
+{
+    if (po == NULL)
+        return "";
+    ps_postoffice_t *mpo = (ps_postoffice_t *)po; /* the lock, not the state, changes */
+    ps_mutex_lock(&mpo->lock);
+    const char *id = po->job_id; /* written once, before the node is ready */
+    ps_mutex_unlock(&mpo->lock);
+    return id;
 }
 
 int ps_postoffice_is_recovery(const ps_postoffice_t *po)

@@ -41,8 +41,16 @@
  * callbacks below), and fails barriers it can no longer complete. A node
  * that loses the scheduler ends every wait with PS_ERR_PEER_GONE.
  *
- * Recovery (as upstream). A server or worker started after the job is
- * complete registers like any other; the scheduler gives it the id of a
+ * Recovery (as upstream, but only for a node that proves it belongs to the
+ * job). A server or worker started after the job is complete registers like
+ * any other. The scheduler takes it as a replacement only when the job has
+ * a job secret (PS_JOB_SECRET: its connection proved it), when the node
+ * carries the job's id (PS_JOB_ID: the id the scheduler logs at start and
+ * every node learns, ps_postoffice_job_id()), or when the scheduler runs
+ * with PS_ALLOW_RECOVERY=1. Any other late node (typically a second job
+ * started on the same scheduler port) is refused at once with
+ * PS_ERR_CONFIG and words naming the running job. Otherwise the scheduler
+ * gives it the id of a
  * dead node of its role (of its preferred rank, if it has one), sends it
  * the table, and tells every other node, which reconnect to it and run the
  * node-recovered callbacks. The new process learns it took over with
@@ -79,6 +87,9 @@ extern "C" {
 #endif
 
 typedef struct ps_postoffice ps_postoffice_t;
+
+/* Longest job id (PS_JOB_ID): letters, digits, '.', '-' and '_'. */
+#define PS_JOB_ID_MAX 64
 
 /* Group ids (PS_GROUP_SCHEDULER, PS_GROUP_SERVER, PS_GROUP_WORKER,
  * PS_GROUP_ALL) and node-id helpers are in ps/net/codec/message.h. */
@@ -125,7 +136,7 @@ ps_status_t ps_start_params_from_env(ps_start_params_t *params_p);
  * that they hear that verdict. Nodes started with other DMLC_NUM_SERVER /
  * DMLC_NUM_WORKER than the scheduler's end everyone's start at once with
  * PS_ERR_CONFIG. A server or worker started after the job is complete
- * takes over a dead node (see Recovery above; then
+ * takes over a dead node when it may (see Recovery above; then
  * ps_postoffice_is_recovery() is 1 and the start barrier is skipped), or
  * ends with PS_ERR_CONFIG (nothing to take over) or PS_ERR_SHUTDOWN (the
  * job is finishing). */
@@ -205,6 +216,13 @@ int ps_postoffice_dead_nodes(const ps_postoffice_t *po, int *ids, int cap);
 /* 1 when this process took over the id of a dead node (recovery) instead
  * of starting with the job. */
 int ps_postoffice_is_recovery(const ps_postoffice_t *po);
+
+/* The job's id: the scheduler issues it at start (PS_JOB_ID when set, else
+ * a random one; it logs it at info level) and every node learns it with the
+ * node table. Give it to a restarted server or worker as PS_JOB_ID so that
+ * the scheduler lets it take over a dead node. Never NULL; "" only on a
+ * node that has not started. */
+const char *ps_postoffice_job_id(const ps_postoffice_t *po);
 
 /* Blocks until no node of `group` (group bits or one node id) is dead:
  * PS_OK (at once when none is), PS_ERR_TIMED_OUT (timeout_ms, <0 =

@@ -44,6 +44,10 @@
  * far above any real node id (the van needs an id to address it). */
 #define PS__REFUSE_ID_BASE 30000
 #define PS__REFUSE_ID_SPAN 2000
+/* Resolving DMLC_PS_ROOT_URI again after a temporary DNS failure: the
+ * first pause, doubled up to the last. */
+#define PS__RESOLVE_BACKOFF_MIN_MS 200
+#define PS__RESOLVE_BACKOFF_MAX_MS 5000
 
 /* Scheduler: a node registered after the table was complete, waiting for a
  * dead node of its role to take over. */
@@ -135,6 +139,18 @@ struct ps_postoffice {
                                 * the start impossible (PS_ERR_CONFIG) */
     char sched_verdict_reason[512];
     size_t num_told;         /* scheduler, failed start: nodes told why */
+    size_t num_refused;      /* scheduler: registrations refused so far */
+    char last_refusal[512];  /* scheduler: why the last one was */
+
+    /* The job's identity (set at start, then read-only, except a node's
+     * job_id, written once under lock when the table arrives). */
+    char job_id[PS_JOB_ID_MAX + 1];   /* scheduler: issued; node: learned */
+    int job_id_given;                 /* scheduler: from PS_JOB_ID */
+    char job_id_claim[PS_JOB_ID_MAX + 1]; /* node: its PS_JOB_ID ("" = none) */
+    int64_t job_started_s;            /* scheduler: wall-clock start (Unix s) */
+    uint64_t job_started_ns;          /* scheduler: monotonic start */
+    int auth_enabled;                 /* connections prove the job secret */
+    int allow_recovery;               /* scheduler: PS_ALLOW_RECOVERY */
 
     /* Node: peers whose connection failed (not declared dead yet), and how
      * their requests were failed: a send to one says the same. */
@@ -191,6 +207,10 @@ void ps__po_linger(ps_postoffice_t *po, size_t expected, ps_deadline_t deadline)
 
 /* Checks what a program (or the environment) asked for; logs what is wrong. */
 ps_status_t ps__po_check_params(const ps_start_params_t *p);
+/* The job's identity: the scheduler issues the job id (PS_JOB_ID, else a
+ * random one) and reads PS_ALLOW_RECOVERY; a node reads the PS_JOB_ID it
+ * may claim when it registers late. PS_ERR_CONFIG for a malformed id. */
+ps_status_t ps__po_setup_identity(ps_postoffice_t *po);
 /* The address this node binds and advertises (DMLC_NODE_HOST, else the
  * address of DMLC_INTERFACE, else the first usable one). */
 ps_status_t ps__po_select_host(const ps_start_params_t *p, char *host, size_t cap);

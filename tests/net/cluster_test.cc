@@ -481,6 +481,17 @@ int started_id(const std::string &out)
     return -1;
 }
 
+// The job id a po_node process printed ("... started (rank 0, van tcp,
+// job <id>)"), or "".
+std::string started_job(const std::string &out)
+{
+    size_t at = out.find(", job ");
+    if (at == std::string::npos)
+        return "";
+    size_t end = out.find(')', at);
+    return end == std::string::npos ? "" : out.substr(at + 6, end - at - 6);
+}
+
 void report(const char *what, double fault_day, double detected_day, double secs_to_exit)
 {
     printf("[ timing   ] %s: detected %.3f s after the fault; every process done %.3f s after "
@@ -502,7 +513,13 @@ TEST(Fault, KilledWorkerIsReplacedAndTheJobFinishes)
     int id = started_id(victim.output);
     ASSERT_GT(id, 8) << victim.output;
     std::string who = "worker " + std::to_string(id) + " (rank " + std::to_string(id / 2 - 4) + ")";
-    r.procs.push_back(spawn("worker1-new", role_env(r.job, r.base, "worker1", "worker")));
+    // It is a restart of a node of this job: it says so with the job's id.
+    std::string job_id = started_job(victim.output);
+    ASSERT_EQ(16u, job_id.size()) << victim.output;
+    EXPECT_TRUE(contains(read_file(r.by_name("scheduler").out_path), "job " + job_id));
+    Env fresh_env = role_env(r.job, r.base, "worker1", "worker");
+    fresh_env["PS_JOB_ID"] = job_id;
+    r.procs.push_back(spawn("worker1-new", fresh_env));
     std::vector<Proc> rest;
     for (auto &p : r.procs) {
         if (p.pid > 0)
@@ -529,6 +546,133 @@ TEST(Fault, KilledWorkerIsReplacedAndTheJobFinishes)
             << rest[s].output;
     }
     report("worker killed -9, replaced", of_day(fault), log_time(sched, ") is dead: "), secs);
+}
+
+size_t count_of(const std::string &hay, const std::string &needle)
+{
+    size_t n = 0;
+    for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1))
+        n++;
+    return n;
+}
+
+TEST(LateJoin, AnotherJobOnTheSamePortIsRefusedAndNeverTakesARank)
+{
+    // Limit 150 s. Job A runs (2 servers, 2 workers, 80 rounds). Job B is
+    // started with the same DMLC_PS_ROOT_PORT and counts: its scheduler
+    // cannot listen, and its servers and workers, registering with A's
+    // scheduler, are refused at once (not after the 120 s start time-out).
+    // Then a worker of A is killed -9: a stranger worker registering now,
+    // with a dead node to take over, is refused again; the worker restarted
+    // with A's job id takes over and every one of A's slots is right.
+    Running r = start_job(store_job(2, 2, 80, 30, 60000));
+    ASSERT_TRUE(wait_for_output(r.by_name("worker1"), "round 5\n", std::chrono::seconds(30)))
+        << read_file(r.by_name("worker1").out_path);
+    std::string job_id = started_job(read_file(r.by_name("worker0").out_path));
+    ASSERT_EQ(16u, job_id.size()) << read_file(r.by_name("worker0").out_path);
+
+    std::vector<Proc> b;
+    b.push_back(spawn("b-scheduler", role_env(r.job, r.base, "b", "scheduler")));
+    for (int i = 0; i < 2; i++)
+        b.push_back(spawn("b-server" + std::to_string(i), role_env(r.job, r.base, "b", "server")));
+    for (int i = 0; i < 2; i++)
+        b.push_back(spawn("b-worker" + std::to_string(i), role_env(r.job, r.base, "b", "worker")));
+    double b_secs = wait_all(b, std::chrono::seconds(60));
+    printf("[ timing   ] the second job's five processes ended %.3f s after they started\n",
+           b_secs);
+    EXPECT_LT(b_secs, 30.0) << dump(b); // refused, not timed out
+    EXPECT_EQ(1, b[0].exit_code) << b[0].output;
+    EXPECT_TRUE(contains(b[0].output, "DMLC_PS_ROOT_PORT")) << b[0].output;
+    for (size_t i = 1; i < b.size(); i++) {
+        EXPECT_EQ(1, b[i].exit_code) << dump(b);
+        EXPECT_TRUE(contains(b[i].output, "failed: PS_ERR_CONFIG")) << b[i].output;
+        EXPECT_TRUE(contains(b[i].output, "already runs job " + job_id + " (2 servers, 2 workers"))
+            << b[i].output;
+        EXPECT_FALSE(contains(b[i].output, "assigned id")) << b[i].output;
+    }
+
+    Proc &victim = r.by_name("worker1");
+    int id = started_id(read_file(victim.out_path));
+    ASSERT_GT(id, 8);
+    kill_proc(victim, SIGKILL);
+    ASSERT_TRUE(wait_for_output(r.by_name("scheduler"), ") is dead", std::chrono::seconds(30)));
+    std::vector<Proc> again = {spawn("b-worker-again", role_env(r.job, r.base, "b", "worker"))};
+    wait_all(again, std::chrono::seconds(60));
+    EXPECT_EQ(1, again[0].exit_code) << again[0].output;
+    EXPECT_TRUE(contains(again[0].output, "failed: PS_ERR_CONFIG")) << again[0].output;
+
+    Env fresh_env = role_env(r.job, r.base, "worker1", "worker");
+    fresh_env["PS_JOB_ID"] = job_id;
+    r.procs.push_back(spawn("worker1-new", fresh_env));
+    std::vector<Proc> rest;
+    for (auto &p : r.procs) {
+        if (p.pid > 0)
+            rest.push_back(p);
+    }
+    wait_all(rest, std::chrono::seconds(60));
+    for (const auto &p : rest)
+        EXPECT_EQ(0, p.exit_code) << dump(rest);
+    const std::string &sched = rest[0].output;
+    EXPECT_EQ(5u, count_of(sched, "registering after the job started")) << sched;
+    EXPECT_EQ(1u, count_of(sched, "took over node")) << sched;
+    EXPECT_TRUE(contains(sched, "took over node " + std::to_string(id) + " (worker rank"))
+        << sched;
+    EXPECT_EQ(id, started_id(rest.back().output)) << rest.back().output;
+    EXPECT_TRUE(contains(rest.back().output, "job checked: 160 slots on each of 2 servers"))
+        << rest.back().output;
+    for (int s = 1; s <= 2; s++)
+        EXPECT_TRUE(contains(rest[s].output, "160 slots right, 0 wrong; 160 applied"))
+            << rest[s].output;
+}
+
+TEST(LateJoin, RestartedNodeWithTheJobSecretTakesOver)
+{
+    // Limit 60 s. The job has a secret: a worker restarted after kill -9
+    // proves it on every connection, so it needs no PS_JOB_ID.
+    Job job = store_job(2, 2, 60, 30, 30000);
+    job.extra["PS_JOB_SECRET"] = "late-join-test-secret";
+    Running r = start_job(job);
+    ASSERT_TRUE(wait_for_output(r.by_name("worker1"), "round 10\n", std::chrono::seconds(30)))
+        << read_file(r.by_name("worker1").out_path);
+    Proc &victim = r.by_name("worker1");
+    int id = started_id(read_file(victim.out_path));
+    ASSERT_GT(id, 8);
+    kill_proc(victim, SIGKILL);
+    r.procs.push_back(spawn("worker1-new", role_env(r.job, r.base, "worker1", "worker")));
+    std::vector<Proc> rest;
+    for (auto &p : r.procs) {
+        if (p.pid > 0)
+            rest.push_back(p);
+    }
+    wait_all(rest, std::chrono::seconds(60));
+    for (const auto &p : rest)
+        EXPECT_EQ(0, p.exit_code) << dump(rest);
+    EXPECT_TRUE(contains(rest[0].output, "took over node " + std::to_string(id))) << rest[0].output;
+    EXPECT_TRUE(contains(rest.back().output, "job checked: 120 slots on each of 2 servers"))
+        << rest.back().output;
+    for (int s = 1; s <= 2; s++)
+        EXPECT_TRUE(contains(rest[s].output, "120 slots right, 0 wrong; 120 applied"))
+            << rest[s].output;
+}
+
+TEST(LateJoin, AStartThatTimesOutSaysTheSchedulerRefusedANode)
+{
+    // The job was given a job id; the only worker that comes carries
+    // another job's. It is refused at once; the server, still waiting for
+    // a worker, hears at the time-out that the scheduler refused one.
+    Job job{1, 1};
+    job.extra["PS_JOB_ID"] = "job-alpha";
+    job.extra["PS_START_TIMEOUT_MS"] = "4000";
+    job.per["worker0"]["PS_JOB_ID"] = "job-beta";
+    auto procs = run_job(job, std::chrono::seconds(40));
+    for (const auto &p : procs)
+        EXPECT_EQ(1, p.exit_code) << dump(procs);
+    EXPECT_TRUE(contains(procs[2].output, "failed: PS_ERR_CONFIG")) << procs[2].output;
+    EXPECT_TRUE(contains(procs[2].output, "PS_JOB_ID=job-beta is not this job's (job-alpha)"))
+        << procs[2].output;
+    EXPECT_TRUE(contains(procs[1].output, "failed: PS_ERR_TIMED_OUT")) << procs[1].output;
+    EXPECT_TRUE(contains(procs[1].output, "the scheduler refused 1 registration meanwhile"))
+        << procs[1].output;
 }
 
 TEST(Fault, KilledServerEndsEveryWaitWithPeerGone)
@@ -664,7 +808,9 @@ TEST(Fault, HungWorkerIsDeclaredDeadReplacedAndFenced)
     int id = started_id(read_file(old[0].out_path));
     ASSERT_GT(id, 8);
     std::string who = "worker " + std::to_string(id) + " (rank " + std::to_string(id / 2 - 4) + ")";
-    r.procs.push_back(spawn("worker1-new", role_env(r.job, r.base, "worker1", "worker")));
+    Env fresh_env = role_env(r.job, r.base, "worker1", "worker");
+    fresh_env["PS_JOB_ID"] = started_job(read_file(old[0].out_path));
+    r.procs.push_back(spawn("worker1-new", fresh_env));
     std::vector<Proc> rest;
     for (auto &p : r.procs) {
         if (p.name != "worker1")

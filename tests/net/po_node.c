@@ -474,8 +474,9 @@ int main(void)
     if (st != PS_OK)
         return fail("start", st);
     ps_role_t role = ps_postoffice_role(po);
-    printf("po_node: %s %d started (rank %d, van %s)\n", ps_role_str(role),
-           ps_postoffice_my_id(po), ps_postoffice_my_rank(po), ps_postoffice_van_name(po));
+    printf("po_node: %s %d started (rank %d, van %s, job %s)\n", ps_role_str(role),
+           ps_postoffice_my_id(po), ps_postoffice_my_rank(po), ps_postoffice_van_name(po),
+           ps_postoffice_job_id(po));
 
     const char *mode = getenv("PO_MODE");
     if (mode != NULL && strcmp(mode, "store") == 0) {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,6 +29,7 @@ extern "C" {
 #include "tests/lib/free_port.h"
 #include "ps/base/buffer.h"
 #include "ps/base/config.h"
+#include "ps/base/log.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
@@ -789,8 +791,15 @@ TEST(Postoffice, RecoveryTakesOverADeadWorker)
     });
     ps_start_params_t p = make_params(PS_ROLE_WORKER, job.port, 1, 1);
     ps_postoffice_t *fresh = nullptr;
-    ASSERT_EQ(PS_OK, ps_postoffice_start(&p, 1, &fresh)); // no start barrier for it
+    // A restart of this job's worker: it is given the job's id.
+    std::string job_id = ps_postoffice_job_id(job.sched());
+    EXPECT_EQ(job_id, ps_postoffice_job_id(job.server(0)));
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_JOB_ID, job_id.c_str()));
+    ps_status_t fresh_st = ps_postoffice_start(&p, 1, &fresh); // no start barrier for it
+    ps_config_clear_overrides();
+    ASSERT_EQ(PS_OK, fresh_st);
     job.po[2] = fresh;
+    EXPECT_EQ(job_id, ps_postoffice_job_id(fresh));
     EXPECT_EQ(1, ps_postoffice_is_recovery(fresh));
     EXPECT_EQ(9, ps_postoffice_my_id(fresh));
     waiter.join();
@@ -833,22 +842,199 @@ TEST(Postoffice, RecoveryTakesOverADeadWorker)
 
 TEST(Postoffice, ANodeTooManyIsRefused)
 {
-    // Everyone alive: a late worker waits PS_HEARTBEAT_TIMEOUT + 2 s for a
-    // dead one to take over, then is refused as a node too many.
+    // Everyone alive: a late worker the job accepts as a replacement
+    // (PS_ALLOW_RECOVERY on the scheduler) waits PS_HEARTBEAT_TIMEOUT + 2 s
+    // for a dead one to take over, then is refused as a node too many.
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_ALLOW_RECOVERY, "1"));
     Job job = start_job(0, 1, [](int, ps_start_params_t *p) {
         p->heartbeat_interval_s = 1;
         p->heartbeat_timeout_s = 2;
     });
+    ps_config_clear_overrides();
     for (size_t i = 0; i < job.po.size(); i++)
         ASSERT_EQ(PS_OK, job.status[i]);
     ps_start_params_t p = make_params(PS_ROLE_WORKER, job.port, 0, 1);
     ps_postoffice_t *extra = nullptr;
+    auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start(&p, 1, &extra));
+    // It waited for a node to die before it was refused.
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
     EXPECT_EQ(nullptr, extra);
     int dead[4];
     EXPECT_EQ(0, ps_postoffice_dead_nodes(job.sched(), dead, 4));
     for (ps_status_t s : finalize_all(job))
         EXPECT_EQ(PS_OK, s);
+}
+
+TEST(Postoffice, ALateNodeOfAnotherJobIsRefusedAtOnce)
+{
+    // A worker without the job's id (or a wrong one) registering after the
+    // job started is refused at once: no waiting for a node to die.
+    Job job = start_job(0, 1, [](int, ps_start_params_t *p) {
+        p->heartbeat_interval_s = 1;
+        p->heartbeat_timeout_s = 20;
+    });
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    for (const char *claim : {"", "not-this-job"}) {
+        if (claim[0] != '\0') {
+            ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_JOB_ID, claim));
+        }
+        ps_start_params_t p = make_params(PS_ROLE_WORKER, job.port, 0, 1);
+        ps_postoffice_t *extra = nullptr;
+        auto t0 = std::chrono::steady_clock::now();
+        EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start(&p, 1, &extra)) << claim;
+        ps_config_clear_overrides();
+        // Well under PS_HEARTBEAT_TIMEOUT + 2 s, the stand-by wait.
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15)) << claim;
+        EXPECT_EQ(nullptr, extra);
+    }
+    int dead[4];
+    EXPECT_EQ(0, ps_postoffice_dead_nodes(job.sched(), dead, 4));
+    for (ps_status_t s : finalize_all(job))
+        EXPECT_EQ(PS_OK, s);
+}
+
+// Runs `fn` with the log going to a file; returns what was logged.
+std::string logged_during(const std::function<void()> &fn)
+{
+    char path[] = "/tmp/po_log_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return "";
+    unlink(path);
+    ps_log_set_fd(fd);
+    fn();
+    ps_log_set_fd(-1);
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    lseek(fd, 0, SEEK_SET);
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        out.append(buf, (size_t)n);
+    close(fd);
+    return out;
+}
+
+size_t lines_with(const std::string &log, const std::string &needle)
+{
+    size_t n = 0;
+    size_t at = 0;
+    while (at < log.size()) {
+        size_t end = log.find('\n', at);
+        if (end == std::string::npos)
+            end = log.size();
+        if (log.substr(at, end - at).find(needle) != std::string::npos)
+            n++;
+        at = end + 1;
+    }
+    return n;
+}
+
+TEST(Postoffice, EveryBadValueStopsTheStart)
+{
+    // One variable of each type that is read with a fallback deep inside
+    // the start: a value that does not parse must stop it, not be ignored.
+    struct Bad {
+        ps_config_id_t id;
+        const char *value;
+        const char *name;
+    } bad[] = {
+        {PS_CFG_PS_MAX_META_BYTES, "1x", "PS_MAX_META_BYTES"},      // size
+        {PS_CFG_PS_TCP_CONNS_PER_PEER, "2x", "PS_TCP_CONNS_PER_PEER"}, // int
+        {PS_CFG_PS_BIND_ANY, "maybe", "PS_BIND_ANY"},               // bool
+    };
+    for (const Bad &b : bad) {
+        ASSERT_EQ(PS_OK, ps_config_set(b.id, b.value));
+        ps_start_params_t p = make_params(PS_ROLE_SCHEDULER, test_free_port(false), 0, 1);
+        ps_postoffice_t *po = nullptr;
+        ps_status_t st = PS_OK;
+        std::string log = logged_during([&] { st = ps_postoffice_start(&p, 1, &po); });
+        ps_config_clear_overrides();
+        EXPECT_EQ(PS_ERR_CONFIG, st) << b.name;
+        EXPECT_EQ(nullptr, po) << b.name;
+        EXPECT_NE(std::string::npos, log.find(b.name)) << log;
+        EXPECT_NE(std::string::npos, log.find(b.value)) << log;
+        EXPECT_NE(std::string::npos, log.find("not starting")) << log;
+    }
+}
+
+TEST(Postoffice, AnUnknownSchedulerNameIsSaidOnce)
+{
+    // A name that does not resolve: said once (not every 200 ms), and the
+    // start ends: at once for a name that does not exist, at the deadline
+    // for a resolver that does not answer.
+    ps_start_params_t p = make_params(PS_ROLE_WORKER, 9, 0, 1);
+    snprintf(p.scheduler_host, sizeof(p.scheduler_host), "no-such-host.invalid");
+    p.start_timeout_ms = 3000;
+    ps_postoffice_t *po = nullptr;
+    ps_status_t st = PS_OK;
+    auto t0 = std::chrono::steady_clock::now();
+    std::string log = logged_during([&] { st = ps_postoffice_start(&p, 1, &po); });
+    auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_TRUE(st == PS_ERR_CONFIG || st == PS_ERR_TIMED_OUT) << ps_status_name(st);
+    EXPECT_EQ(nullptr, po);
+    EXPECT_LT(took, std::chrono::seconds(20));
+    EXPECT_GE(lines_with(log, "no-such-host.invalid"), 1u) << log;
+    EXPECT_LE(lines_with(log, "no-such-host.invalid"), 2u) << log;
+    EXPECT_NE(std::string::npos, log.find("DMLC_PS_ROOT_URI")) << log;
+}
+
+TEST(Postoffice, ARefusedConnectionIsSaidRefused)
+{
+    // Nothing listens at the scheduler's port: the connection is refused,
+    // and the log says so rather than "no answer".
+    int port = test_free_port(false);
+    ASSERT_GT(port, 0);
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_CONNECT_TIMEOUT_MS, "300"));
+    ps_start_params_t p = make_params(PS_ROLE_WORKER, port, 0, 1);
+    p.start_timeout_ms = 1500;
+    ps_postoffice_t *po = nullptr;
+    ps_status_t st = PS_OK;
+    std::string log = logged_during([&] { st = ps_postoffice_start(&p, 1, &po); });
+    ps_config_clear_overrides();
+    EXPECT_EQ(PS_ERR_TIMED_OUT, st);
+    EXPECT_NE(std::string::npos, log.find("refused")) << log;
+    EXPECT_EQ(std::string::npos, log.find("no answer within")) << log;
+}
+
+TEST(Postoffice, ASecondSchedulerOnThePortNamesTheRootPort)
+{
+    Job job = start_job(0, 1);
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    ps_start_params_t p = make_params(PS_ROLE_SCHEDULER, job.port, 0, 1);
+    ps_postoffice_t *po = nullptr;
+    ps_status_t st = PS_OK;
+    std::string log = logged_during([&] { st = ps_postoffice_start(&p, 1, &po); });
+    EXPECT_EQ(PS_ERR_ADDRESS_IN_USE, st);
+    EXPECT_NE(std::string::npos, log.find("DMLC_PS_ROOT_PORT")) << log;
+    EXPECT_EQ(std::string::npos, log.find("DMLC_PORT ")) << log;
+    for (ps_status_t s : finalize_all(job))
+        EXPECT_EQ(PS_OK, s);
+}
+
+TEST(Postoffice, TheAvailableVansArePrintedWholeAfterALongName)
+{
+    // A van name long enough to fill a log line: the list of the vans that
+    // exist must still be printed whole.
+    std::string name(3000, 'v');
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_DMLC_PS_VAN_TYPE, name.c_str()));
+    ps_start_params_t p = make_params(PS_ROLE_SCHEDULER, test_free_port(false), 0, 1);
+    p.van[0] = '\0';
+    ps_postoffice_t *po = nullptr;
+    ps_status_t st = PS_OK;
+    std::string log = logged_during([&] { st = ps_postoffice_start(&p, 1, &po); });
+    ps_config_clear_overrides();
+    EXPECT_EQ(PS_ERR_NOT_FOUND, st);
+    EXPECT_EQ(nullptr, po);
+    // Every van this binary has, in full, and the list ends its line.
+    size_t at = log.find("available");
+    ASSERT_NE(std::string::npos, at) << log;
+    std::string line = log.substr(at, log.find('\n', at) - at);
+    for (const char *van : {"tcp (also zmq,0)", "shm"})
+        EXPECT_NE(std::string::npos, line.find(van)) << line;
+    EXPECT_NE('v', line.back()) << line;
 }
 
 TEST(Postoffice, DifferentCountsAreAConfigError)

@@ -208,8 +208,8 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
         }
         if (fixed != 0) {
             ps_error(PS_LOG_TCP,
-                     "cannot listen on %s: address already in use (port %d is taken; choose another DMLC_PORT or leave it unset for a random one)",
-                     where, port);
+                     "cannot listen on %s: address already in use (port %d is taken; %s)",
+                     where, port, van->params.is_scheduler ? "give the job another DMLC_PS_ROOT_PORT" : "choose another DMLC_PORT or leave it unset for a random one");
             return PS_ERR_ADDRESS_IN_USE;
         }
     }
@@ -618,8 +618,8 @@ int ps__tcp_run_timers(ps__tcp_van_t *van)
         ps__tcp_conn_t *following = conn->next;
         if (conn->state == PS__TCP_CONNECTING) {
             if (now >= conn->connect_deadline_ns) {
-                ps_error(PS_LOG_TCP, "cannot connect to node %d at %s: no answer within %d ms (PS_CONNECT_TIMEOUT_MS)",
-                         conn->peer_id, conn->addr_str, van->params.connect_timeout_ms);
+                ps_error(PS_LOG_TCP, "cannot connect to node %d at %s: %s within %d ms (PS_CONNECT_TIMEOUT_MS)",
+                         conn->peer_id, conn->addr_str, conn->fd < 0 ? "refused (nothing listening there?) on every try" : "no answer", van->params.connect_timeout_ms);
                 ps__tcp_conn_fail(conn, PS_ERR_UNREACHABLE, 1);
             } else {
                 if (conn->fd < 0 && now >= conn->retry_at_ns) {

@@ -10,11 +10,16 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
+
+/* What a log line holds besides its prefix, with room to spare (the
+ * logger cuts a line at 1024 bytes). */
+#define PS__REGISTRY_LINE_MAX 800
 
 #define PS_VAN_MAX_COMPONENTS 16
 
@@ -89,24 +94,29 @@ static int name_in_list(const char *name, const char *list)
     return 0;
 }
 
-/* "tcp (zmq, 0), shm": the usable vans, for error messages. */
-static void format_available(char *buf, size_t cap)
+/* "tcp (zmq, 0), shm": the usable vans, for error messages. Returns the
+ * length it needs (without the NUL); writes what fits in buf[cap]. */
+static size_t format_available(char *buf, size_t cap)
 {
     size_t pos = 0;
-    buf[0] = '\0';
+    if (cap > 0) {
+        buf[0] = '\0';
+    }
     const ps_van_component_t *list[PS_VAN_MAX_COMPONENTS];
     size_t n = ps_van_list(list, PS_VAN_MAX_COMPONENTS);
-    for (size_t i = 0; i < n && pos < cap; ++i) {
+    for (size_t i = 0; i < n; ++i) {
         char why[8];
         if (list[i]->unavailable != NULL && list[i]->unavailable(why, sizeof(why)) != 0) {
             continue;
         }
         int w;
+        char *at = pos < cap ? buf + pos : NULL;
+        size_t room = pos < cap ? cap - pos : 0;
         if (list[i]->aliases != NULL && list[i]->aliases[0] != '\0') {
-            w = snprintf(buf + pos, cap - pos, "%s%s (also %s)", pos ? ", " : "",
-                         list[i]->name, list[i]->aliases);
+            w = snprintf(at, room, "%s%s (also %s)", pos ? ", " : "", list[i]->name,
+                         list[i]->aliases);
         } else {
-            w = snprintf(buf + pos, cap - pos, "%s%s", pos ? ", " : "", list[i]->name);
+            w = snprintf(at, room, "%s%s", pos ? ", " : "", list[i]->name);
         }
         if (w < 0) {
             break;
@@ -114,8 +124,36 @@ static void format_available(char *buf, size_t cap)
         pos += (size_t)w;
     }
     if (pos == 0) {
-        snprintf(buf, cap, "none");
+        return (size_t)snprintf(buf, cap, "none");
     }
+    return pos;
+}
+
+/* The available vans, whole (heap; NULL when out of memory). */
+static char *available_alloc(void)
+{
+    size_t need = format_available(NULL, 0) + 1;
+    char *buf = malloc(need);
+    if (buf != NULL) {
+        format_available(buf, need);
+    }
+    return buf;
+}
+
+/* Logs `what` and the available vans. A log line has a bounded length:
+ * when both would not fit in one, the list gets a line of its own, so that
+ * it is never cut. */
+static void log_with_available(const char *what)
+{
+    char *avail = available_alloc();
+    const char *list = avail != NULL ? avail : "(out of memory listing them)";
+    if (strlen(what) + strlen(list) < PS__REGISTRY_LINE_MAX) {
+        ps_error(PS_LOG_VAN, "%s; available: %s", what, list);
+    } else {
+        ps_error(PS_LOG_VAN, "%s; the available vans follow", what);
+        ps_error(PS_LOG_VAN, "available vans: %s", list);
+    }
+    free(avail);
 }
 
 ps_status_t ps_van_find(const char *name, const ps_van_component_t **component_p)
@@ -131,19 +169,19 @@ ps_status_t ps_van_find(const char *name, const ps_van_component_t **component_p
             found = list[i];
         }
     }
-    char avail[256];
+    char what[640];
     if (found == NULL) {
-        format_available(avail, sizeof(avail));
-        ps_error(PS_LOG_VAN,
-                 "van '%s' is unknown or not compiled into this binary; available: %s", name,
-                 avail);
+        /* The name as given, cut if absurdly long: the list is what helps. */
+        snprintf(what, sizeof(what), "van '%.200s%s' is unknown or not compiled into this binary",
+                 name, strlen(name) > 200 ? "..." : "");
+        log_with_available(what);
         return PS_ERR_NOT_FOUND;
     }
     char why[256] = "";
     if (found->unavailable != NULL && found->unavailable(why, sizeof(why)) != 0) {
-        format_available(avail, sizeof(avail));
-        ps_error(PS_LOG_VAN, "van '%s' is compiled in but cannot run here (%s); available: %s",
-                 found->name, why[0] ? why : "no reason given", avail);
+        snprintf(what, sizeof(what), "van '%s' is compiled in but cannot run here (%s)",
+                 found->name, why[0] ? why : "no reason given");
+        log_with_available(what);
         return PS_ERR_UNSUPPORTED;
     }
     *component_p = found;
