@@ -246,6 +246,7 @@ typedef struct ps__fab_tx {
     int niov;
     /* RMA write of data[rma_seg] */
     int rma_seg;
+    unsigned failed_ops; /* bit per stage whose op failed: see ps__fab_tx_op_failed */
     uint64_t rma_addr;
     uint64_t rma_key;
     void *rma_desc;
@@ -279,6 +280,7 @@ typedef struct ps__fab_rx {
     int ready;          /* complete, waiting for its turn */
     int orphan;         /* its sender was reset: free, do not deliver */
     int blocked;        /* part still to post: PS__FAB_KIND_EXT / _DATA, or 0 */
+    int parked;         /* a part failed: kept, untouched, until the endpoint closes */
     ps_msg_t msg;
     ps_frame_header_t fh;
     ps_slice_t ext;
@@ -526,6 +528,7 @@ int ps__fab_local_open(const void *addr, size_t len);
 ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_t *msg);
 /* A send op completed (ok = 0 on error). */
 void ps__fab_tx_op_done(ps__fab_van_t *van, ps__fab_tx_t *tx, int ok);
+void ps__fab_tx_op_failed(ps__fab_van_t *van, ps__fab_op_t *op, const char *detail);
 /* Posts what the blocked peers queued (progress thread). */
 void ps__fab_flush_blocked(ps__fab_van_t *van);
 /* Releases every send of a peer (close). */

@@ -12,7 +12,9 @@
  * progress op) while this thread parks: one spinner per process.
  *
  * Errors: a failed send or data receive fails that peer's link (the
- * postoffice hears PS_ERR_LINK_FAILED), never the process. A peer on this
+ * postoffice hears PS_ERR_LINK_FAILED), never the process. An op that
+ * completed with an error is not reused before the endpoint is closed:
+ * the provider may report it again (see ps__fab_tx_op_failed). A peer on this
  * host whose process is gone while sends to it hang is found by a
  * liveness check (shm never fails a send to a dead process: it waits for
  * the peer to take it, forever).
@@ -74,13 +76,9 @@ static void handle_error(ps__fab_van_t *van)
     snprintf(detail, sizeof(detail), "%s%s%s", ps__fab_strerror(err.err),
              prov != NULL && prov[0] != '\0' ? ": " : "", prov != NULL ? prov : "");
     switch (op->kind) {
-    case PS__FAB_OP_SEND: {
-        ps__fab_tx_t *tx = op->owner;
-        if (err.err != FI_ECANCELED)
-            ps__fab_peer_fail(van, tx->peer, PS_ERR_LINK_FAILED, detail);
-        ps__fab_tx_op_done(van, tx, 0);
+    case PS__FAB_OP_SEND:
+        ps__fab_tx_op_failed(van, op, detail);
         break;
-    }
     case PS__FAB_OP_MRECV:
         ps__fab_meta_recv_error(van, op->owner, err.err);
         break;
@@ -184,7 +182,8 @@ static void check_liveness(ps__fab_van_t *van, uint64_t now)
         uint64_t oldest = 0;
         if (!p->failed && !p->detached) {
             for (ps__fab_tx_t *t = p->inflight; t != NULL; t = t->fl_next) {
-                if (oldest == 0 || t->posted_ns < oldest)
+                /* a failed op's send stays listed until close */
+                if (t->failed_ops == 0 && (oldest == 0 || t->posted_ns < oldest))
                     oldest = t->posted_ns;
             }
         }

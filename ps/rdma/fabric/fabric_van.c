@@ -67,7 +67,7 @@ unsigned long ps__fabric_test_sends_in_flight(struct ps_van *v)
          * (shm does not fail a send to a dead process): close frees them. */
         if (!p->failed && !p->detached) {
             for (ps__fab_tx_t *t = p->inflight; t != NULL; t = t->fl_next)
-                n++;
+                n += t->failed_ops == 0;
         }
         pthread_mutex_unlock(&p->lock);
     }
