@@ -223,8 +223,8 @@ void ps__fab_rx_reset(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
         ps__fab_rx_t *next = rx->next;
         rx->next = NULL;
         if (rx->parked)
-            continue; /* stays on van->rx_all until close */
-        if (rx->waiting > 0 || rx->blocked)
+            ; /* stays on van->rx_all until close */
+        else if (rx->waiting > 0 || rx->blocked)
             rx->orphan = 1; /* freed when its receive completes (or at close) */
         else
             rx_free(van, rx);
@@ -439,6 +439,23 @@ static ps_status_t seg_dest(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned i, ui
     return PS_OK;
 }
 
+/* Whether the values a message says were written into our memory may be
+ * missing: an error without a context came lately (a write into our memory
+ * failed, and which is not said) and its sender's process is gone or
+ * exiting (the usual cause: shm copies a write from the writer's memory
+ * when the target's progress reaches it, after the writer was killed). A
+ * live sender's messages are taken: which write failed is unknown. */
+static int rma_doubt(ps__fab_van_t *van, const ps__fab_rx_t *rx)
+{
+    if (van->rma_doubt_until_ns == 0)
+        return 0;
+    if (ps__fab_round_now(van) > van->rma_doubt_until_ns) {
+        van->rma_doubt_until_ns = 0;
+        return 0;
+    }
+    return ps__fab_peer_process_exiting(rx->peer);
+}
+
 /* The pull whose response this is (its values were written by RMA when
  * `written` says so). */
 static ps_status_t take_pull(ps__fab_van_t *van, ps__fab_rx_t *rx, int written)
@@ -454,7 +471,11 @@ static ps_status_t take_pull(ps__fab_van_t *van, ps__fab_rx_t *rx, int written)
         return PS_ERR_PROTOCOL;
     }
     ps_status_t st = PS_OK;
-    if (written) {
+    if (written && rma_doubt(van, rx)) {
+        ps_error(PS_LOG_FABRIC, "node %d's process is gone, and a write into this node's memory "
+                 "failed: its answer to pull %d is dropped", rx->peer->id, m->timestamp);
+        st = PS_ERR_PEER_GONE;
+    } else if (written) {
         unsigned i = rx->rma_seg;
         uint64_t len = rx->fh.data_len[i];
         if (len > pull->dest.len) {
@@ -648,8 +669,8 @@ static void rx_settle(ps__fab_van_t *van, ps__fab_rx_t *rx)
  * to close when it is parked. */
 static void rx_broken(ps__fab_van_t *van, ps__fab_rx_t *rx, ps_status_t st)
 {
-    ps__fab_peer_fail(van, rx->peer, st == PS_ERR_PROTOCOL ? PS_ERR_PROTOCOL : PS_ERR_LINK_FAILED,
-                      ps_status_str(st));
+    ps_status_t why = st == PS_ERR_PROTOCOL || st == PS_ERR_PEER_GONE ? st : PS_ERR_LINK_FAILED;
+    ps__fab_peer_fail(van, rx->peer, why, ps_status_str(st));
     ps__fab_rx_reset(van, rx->rxs);
 }
 
