@@ -524,6 +524,7 @@ int ps__fab_my_id(ps__fab_van_t *van);
 /* 1 if the peer's process (same host, same PID namespace) has exited,
  * zombies included (peer->lock held; never blocks). */
 int ps__fab_peer_process_gone(const ps__fab_peer_t *peer);
+/* The same, or its memory is gone already: it is exiting (peer->lock held). */
 int ps__fab_peer_process_exiting(const ps__fab_peer_t *peer);
 
 /* ---- fabric_local.c: the endpoints this process has open ---- */

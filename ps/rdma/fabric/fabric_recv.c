@@ -453,7 +453,10 @@ static int rma_doubt(ps__fab_van_t *van, const ps__fab_rx_t *rx)
         van->rma_doubt_until_ns = 0;
         return 0;
     }
-    return ps__fab_peer_process_exiting(rx->peer);
+    pthread_mutex_lock(&rx->peer->lock);
+    int exiting = ps__fab_peer_process_exiting(rx->peer);
+    pthread_mutex_unlock(&rx->peer->lock);
+    return exiting;
 }
 
 /* The pull whose response this is (its values were written by RMA when

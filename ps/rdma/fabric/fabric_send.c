@@ -215,9 +215,9 @@ void ps__fab_tx_op_done(ps__fab_van_t *van, ps__fab_tx_t *tx, int ok)
 }
 
 /* An op of tx completed with an error. The provider may report such an op
- * again (rxm of libfabric 1.17 reports a send or receive it cancelled when
- * a peer's connection broke twice), so tx stays ours to keep but not to
- * reuse: the op's reference is not dropped, which keeps tx, and what it
+ * again (rxm of libfabric 1.17 reports a receive it cancelled when a peer's
+ * connection broke twice; a send is given the same care), so tx stays ours
+ * to keep but not to reuse: the op's reference is not dropped, which keeps tx, and what it
  * points at, on its peer's in-flight list until close frees it after the
  * endpoint (nothing is reported after that). A repeated report finds the
  * op's bit set and is ignored. No send is cancelled while the endpoint is
