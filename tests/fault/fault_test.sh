@@ -25,13 +25,21 @@
 # detection and to the moment every surviving waiter had returned.
 #
 # VAN (kill scenarios only) runs the job over another van: tcp (default),
-# shm (the whole job through shared memory), fabric (libfabric, tcp;ofi_rxm)
-# or ucx (UCX_TLS=tcp).
+# shm (the whole job through shared memory), ipc (BYTEPS_ENABLE_IPC=1 over
+# tcp: same-host peers through shared memory), fabric (libfabric,
+# tcp;ofi_rxm), fabric_shm (libfabric's shm provider), ucx (UCX_TLS=tcp) or
+# ucx_shm (UCX_TLS=posix,sysv: data through shared memory, tcp for UCX's
+# connection manager only; not cma, see docs/RELIABILITY.md).
 #
-#   fault_test.sh FAULT_NODE SCENARIO [LIMIT] [VAN]
+# MODE "stress" kills at a random moment 0-1 s into the benchmark instead of
+# at 0.3 s, so that repeated runs (bazel test --runs_per_test=N) hit every
+# phase of a round. Every survivor must still end by itself, without a
+# crash or a sanitizer report, with the statuses checked below.
+#
+#   fault_test.sh FAULT_NODE SCENARIO [LIMIT] [VAN] [MODE]
 set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
-prog=$1 scenario=$2 limit=${3:-90} van=${4:-tcp}
+prog=$1 scenario=$2 limit=${3:-90} van=${4:-tcp} mode=${5:-once}
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fault.XXXXXX")
 tag="pf$$"
 nsa="${tag}a" nsb="${tag}b"
@@ -51,7 +59,12 @@ now_ms() { date +%s%3N; }
 export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 PS_HEARTBEAT_INTERVAL=1 PS_HEARTBEAT_TIMEOUT=4
 export PS_START_TIMEOUT_MS=30000 FAULT_LIMIT_MS=$(( (limit - 10) * 1000 ))
 unset DMLC_INTERFACE
-job_use_van "$van" || exit 2
+case $van in
+  ipc) job_use_van tcp && export BYTEPS_ENABLE_IPC=1 PS_JOB_ID="job-$$-$RANDOM" ;;
+  fabric_shm) job_use_van fabric && export FI_PROVIDER=shm ;;
+  ucx_shm) job_use_van ucx && export UCX_TLS=posix,sysv ;;
+  *) job_use_van "$van" ;;
+esac || exit 2
 case $scenario in
   cut-short) export FAULT_ROUNDS=300 FAULT_ROUND_MS=20 ;;
   loss) export FAULT_ROUNDS=300 FAULT_ROUND_MS=10 FAULT_BYTES=16384 ;;
@@ -94,7 +107,12 @@ if ! job_wait_for "$dir/worker0.log" "^looping" 60 || ! job_wait_for "$dir/worke
   echo "FAILED: the workers never got going"
   exit 1
 fi
-sleep 0.3   # mid-benchmark: the workers are several rounds in
+if [ "$mode" = stress ]; then
+  delay=$(awk -v r=$RANDOM 'BEGIN {printf "%.3f", r / 32768}')
+else
+  delay=0.3   # mid-benchmark: the workers are several rounds in
+fi
+sleep "$delay"
 
 victim=""
 fault_ms=$(now_ms)
@@ -105,7 +123,7 @@ case $scenario in
 esac
 if [ -n "$victim" ]; then
   pid_var="pid_$victim"
-  echo "== kill -9 $victim (pid ${!pid_var})"
+  echo "== kill -9 $victim (pid ${!pid_var}) $delay s after the workers got going"
   kill -9 "${!pid_var}"
 fi
 case $scenario in
@@ -156,6 +174,12 @@ show
 
 survivors=()
 for name in "${names[@]}"; do [ "$name" != "$victim" ] && survivors+=("$dir/$name.log"); done
+# A survivor that exited 0 may still have crashed on its way out if a
+# signal handler turned the abort into an exit: what glibc, the sanitizers
+# and a backtrace print is looked for too.
+if grep -El "double free|free\(\): |corrupted |malloc\(\): |ERROR: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error: |terminated with signal|Assertion .* failed" "${survivors[@]}"; then
+  echo "FAILED: a survivor crashed or a sanitizer reported an error (file above)"; fail=1
+fi
 # What each scenario must look like, beyond "every survivor ended by itself
 # with PASS" (which already means every sum it pulled was right).
 barriers=$(cat "${survivors[@]}" | awk '/^BARRIER/ {print $3}' | sort | uniq -c | tr -s ' ' | tr '\n' ';')
@@ -202,7 +226,7 @@ case $scenario in
         # cannot tell from a broken link: a worker that notices before the
         # scheduler's verdict arrives says "link failed" there.
         want="PS_ERR_PEER_GONE"
-        [ "$van" = ucx ] && want="(PS_ERR_PEER_GONE|PS_ERR_LINK_FAILED)"
+        case $van in ucx*) want="(PS_ERR_PEER_GONE|PS_ERR_LINK_FAILED)" ;; esac
         for w in worker0 worker1; do
           want_w=$want
           # Servers finish once they lost the scheduler, so a worker that

@@ -115,6 +115,9 @@
 /* How often peers with hanging sends are checked; how long a peer may take
  * none of our sends without a PS_CONNECT_TIMEOUT_MS. */
 #define PS__FAB_LIVENESS_NS (500 * 1000 * 1000ull)
+/* How long after an error without a context a message that says its values
+ * were written into our memory is checked against its sender's process. */
+#define PS__FAB_RMA_DOUBT_NS (1000 * 1000 * 1000ull)
 /* shm: a peer heard from (or whose process was checked) this recently is
  * taken as alive by a post; see peer_dead() in fabric_send.c. */
 #define PS__FAB_PID_CHECK_NS (1000 * 1000ull)
@@ -248,6 +251,7 @@ typedef struct ps__fab_tx {
     int niov;
     /* RMA write of data[rma_seg] */
     int rma_seg;
+    unsigned failed_ops; /* bit per stage whose op failed: see ps__fab_tx_op_failed */
     uint64_t rma_addr;
     uint64_t rma_key;
     void *rma_desc;
@@ -281,6 +285,7 @@ typedef struct ps__fab_rx {
     int ready;          /* complete, waiting for its turn */
     int orphan;         /* its sender was reset: free, do not deliver */
     int blocked;        /* part still to post: PS__FAB_KIND_EXT / _DATA, or 0 */
+    int parked;         /* a part failed: kept, untouched, until the endpoint closes */
     ps_msg_t msg;
     ps_frame_header_t fh;
     ps_slice_t ext;
@@ -439,6 +444,9 @@ struct ps__fab_van {
     ps_node_t *scratch_nodes;
     size_t scratch_cap;
     uint64_t last_liveness_ns;
+    /* Until then, values written into our memory may be missing: an error
+     * without a context came (see rma_doubt in fabric_recv.c). */
+    uint64_t rma_doubt_until_ns;
     /* run_round's clock: read every PS__FAB_CLOCK_EVERY rounds, busy or
      * idle (a spinning loop read it as often as the queue, and a read after
      * a round that delivered an answer delayed the answer: clock_gettime
@@ -518,6 +526,8 @@ int ps__fab_my_id(ps__fab_van_t *van);
 /* 1 if the peer's process (same host, same PID namespace) has exited,
  * zombies included (peer->lock held; never blocks). */
 int ps__fab_peer_process_gone(const ps__fab_peer_t *peer);
+/* The same, or its memory is gone already: it is exiting (peer->lock held). */
+int ps__fab_peer_process_exiting(const ps__fab_peer_t *peer);
 
 /* ---- fabric_local.c: the endpoints this process has open ---- */
 ps_status_t ps__fab_local_add(const void *addr, size_t len);
@@ -528,6 +538,7 @@ int ps__fab_local_open(const void *addr, size_t len);
 ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_t *msg);
 /* A send op completed (ok = 0 on error). */
 void ps__fab_tx_op_done(ps__fab_van_t *van, ps__fab_tx_t *tx, int ok);
+void ps__fab_tx_op_failed(ps__fab_van_t *van, ps__fab_op_t *op, const char *detail);
 /* Posts what the blocked peers queued (progress thread). */
 void ps__fab_flush_blocked(ps__fab_van_t *van);
 /* Releases every send of a peer (close). */
@@ -570,6 +581,8 @@ int ps__fab_progress(ps_van_t *v, unsigned budget);
 
 /* ---- testing (fabric_testing.h) ---- */
 extern int ps__fab_rma_disabled;
+extern int ps__fab_repeat_errors;           /* test hook: handle each error twice */
+extern unsigned long ps__fab_errors_repeated;
 extern unsigned long ps__fab_rma_writes;
 extern int ps__fab_enable_failures; /* atomic: enables still to fail as EADDRINUSE */
 

@@ -12,7 +12,9 @@
  * progress op) while this thread parks: one spinner per process.
  *
  * Errors: a failed send or data receive fails that peer's link (the
- * postoffice hears PS_ERR_LINK_FAILED), never the process. A peer on this
+ * postoffice hears PS_ERR_LINK_FAILED), never the process. An op that
+ * completed with an error is not reused before the endpoint is closed:
+ * the provider may report it again (see ps__fab_tx_op_failed). A peer on this
  * host whose process is gone while sends to it hang is found by a
  * liveness check (shm never fails a send to a dead process: it waits for
  * the peer to take it, forever).
@@ -54,6 +56,30 @@ static void handle_completion(ps__fab_van_t *van, const struct fi_cq_tagged_entr
     }
 }
 
+static void handle_error_entry(ps__fab_van_t *van, const struct fi_cq_err_entry *err)
+{
+    ps__fab_op_t *op = err->op_context;
+    char detail[160];
+    const char *prov = fi_cq_strerror(van->cq, err->prov_errno, err->err_data, NULL, 0);
+    snprintf(detail, sizeof(detail), "%s%s%s", ps__fab_strerror(err->err),
+             prov != NULL && prov[0] != '\0' ? ": " : "", prov != NULL ? prov : "");
+    switch (op->kind) {
+    case PS__FAB_OP_SEND:
+        ps__fab_tx_op_failed(van, op, detail);
+        break;
+    case PS__FAB_OP_MRECV:
+        ps__fab_meta_recv_error(van, op->owner, err->err);
+        break;
+    case PS__FAB_OP_RXPART:
+        if (err->err != FI_ECANCELED)
+            ps_warn(PS_LOG_FABRIC, "a receive failed: %s", detail);
+        ps__fab_on_rx_part(van, op, 0);
+        break;
+    default:
+        break;
+    }
+}
+
 static void handle_error(ps__fab_van_t *van)
 {
     struct fi_cq_err_entry err;
@@ -63,34 +89,23 @@ static void handle_error(ps__fab_van_t *van)
     ps__fab_ep_unlock(van);
     if (ret != 1)
         return;
-    ps__fab_op_t *op = err.op_context;
-    if (op == NULL) {
+    if (err.op_context == NULL) {
+        /* Ours all carry one except RMA writes into our memory (and
+         * injects): with shm, the target copies a large write from the
+         * writer's memory, and fails to when the writer died, while the
+         * message saying the values are written follows (rma_doubt). */
         ps_warn_ratelimited(PS_LOG_FABRIC, "completion error without a context: %s",
                             ps__fab_strerror(err.err));
+        van->rma_doubt_until_ns = ps__fab_round_now(van) + PS__FAB_RMA_DOUBT_NS;
         return;
     }
-    char detail[160];
-    const char *prov = fi_cq_strerror(van->cq, err.prov_errno, err.err_data, NULL, 0);
-    snprintf(detail, sizeof(detail), "%s%s%s", ps__fab_strerror(err.err),
-             prov != NULL && prov[0] != '\0' ? ": " : "", prov != NULL ? prov : "");
-    switch (op->kind) {
-    case PS__FAB_OP_SEND: {
-        ps__fab_tx_t *tx = op->owner;
-        if (err.err != FI_ECANCELED)
-            ps__fab_peer_fail(van, tx->peer, PS_ERR_LINK_FAILED, detail);
-        ps__fab_tx_op_done(van, tx, 0);
-        break;
-    }
-    case PS__FAB_OP_MRECV:
-        ps__fab_meta_recv_error(van, op->owner, err.err);
-        break;
-    case PS__FAB_OP_RXPART:
-        if (err.err != FI_ECANCELED)
-            ps_warn(PS_LOG_FABRIC, "a receive failed: %s", detail);
-        ps__fab_on_rx_part(van, op, 0);
-        break;
-    default:
-        break;
+    handle_error_entry(van, &err);
+    /* (A meta receive that failed otherwise than cancelled is posted again
+     * at once, so a repeat of its report could not be told from news.) */
+    if (ps_unlikely(__atomic_load_n(&ps__fab_repeat_errors, __ATOMIC_RELAXED)) &&
+        ((ps__fab_op_t *)err.op_context)->kind != PS__FAB_OP_MRECV) {
+        __atomic_add_fetch(&ps__fab_errors_repeated, 1, __ATOMIC_RELAXED);
+        handle_error_entry(van, &err);
     }
 }
 
@@ -184,7 +199,8 @@ static void check_liveness(ps__fab_van_t *van, uint64_t now)
         uint64_t oldest = 0;
         if (!p->failed && !p->detached) {
             for (ps__fab_tx_t *t = p->inflight; t != NULL; t = t->fl_next) {
-                if (oldest == 0 || t->posted_ns < oldest)
+                /* a failed op's send stays listed until close */
+                if (t->failed_ops == 0 && (oldest == 0 || t->posted_ns < oldest))
                     oldest = t->posted_ns;
             }
         }

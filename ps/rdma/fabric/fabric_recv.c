@@ -222,7 +222,9 @@ void ps__fab_rx_reset(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
     while (rx != NULL) {
         ps__fab_rx_t *next = rx->next;
         rx->next = NULL;
-        if (rx->waiting > 0 || rx->blocked)
+        if (rx->parked)
+            ; /* stays on van->rx_all until close */
+        else if (rx->waiting > 0 || rx->blocked)
             rx->orphan = 1; /* freed when its receive completes (or at close) */
         else
             rx_free(van, rx);
@@ -437,6 +439,26 @@ static ps_status_t seg_dest(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned i, ui
     return PS_OK;
 }
 
+/* Whether the values a message says were written into our memory may be
+ * missing: an error without a context came lately (a write into our memory
+ * failed, and which is not said) and its sender's process is gone or
+ * exiting (the usual cause: shm copies a write from the writer's memory
+ * when the target's progress reaches it, after the writer was killed). A
+ * live sender's messages are taken: which write failed is unknown. */
+static int rma_doubt(ps__fab_van_t *van, const ps__fab_rx_t *rx)
+{
+    if (van->rma_doubt_until_ns == 0)
+        return 0;
+    if (ps__fab_round_now(van) > van->rma_doubt_until_ns) {
+        van->rma_doubt_until_ns = 0;
+        return 0;
+    }
+    pthread_mutex_lock(&rx->peer->lock);
+    int exiting = ps__fab_peer_process_exiting(rx->peer);
+    pthread_mutex_unlock(&rx->peer->lock);
+    return exiting;
+}
+
 /* The pull whose response this is (its values were written by RMA when
  * `written` says so). */
 static ps_status_t take_pull(ps__fab_van_t *van, ps__fab_rx_t *rx, int written)
@@ -452,7 +474,11 @@ static ps_status_t take_pull(ps__fab_van_t *van, ps__fab_rx_t *rx, int written)
         return PS_ERR_PROTOCOL;
     }
     ps_status_t st = PS_OK;
-    if (written) {
+    if (written && rma_doubt(van, rx)) {
+        ps_error(PS_LOG_FABRIC, "node %d's process is gone, and a write into this node's memory "
+                 "failed: its answer to pull %d is dropped", rx->peer->id, m->timestamp);
+        st = PS_ERR_PEER_GONE;
+    } else if (written) {
         unsigned i = rx->rma_seg;
         uint64_t len = rx->fh.data_len[i];
         if (len > pull->dest.len) {
@@ -642,11 +668,12 @@ static void rx_settle(ps__fab_van_t *van, ps__fab_rx_t *rx)
 
 /* A broken message (protocol error, failed receive): the sender's link is
  * unusable from here on. rx is in its sender's pending list, so the reset
- * frees it, or orphans it while a receive of it is still posted. */
+ * frees it, orphans it while a receive of it is still posted, or leaves it
+ * to close when it is parked. */
 static void rx_broken(ps__fab_van_t *van, ps__fab_rx_t *rx, ps_status_t st)
 {
-    ps__fab_peer_fail(van, rx->peer, st == PS_ERR_PROTOCOL ? PS_ERR_PROTOCOL : PS_ERR_LINK_FAILED,
-                      ps_status_str(st));
+    ps_status_t why = st == PS_ERR_PROTOCOL || st == PS_ERR_PEER_GONE ? st : PS_ERR_LINK_FAILED;
+    ps__fab_peer_fail(van, rx->peer, why, ps_status_str(st));
     ps__fab_rx_reset(van, rx->rxs);
 }
 
@@ -842,18 +869,36 @@ void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr
     defer_mrecv(van, m);
 }
 
+/* A part of rx completed with an error. The provider may report it again
+ * (rxm of libfabric 1.17 reports a receive that it cancelled when the
+ * sender's connection broke twice, both FI_ECANCELED), so rx is not ours to
+ * free or reuse any more: it is parked, its message, buffers and
+ * registrations kept, on van->rx_all until close frees it after the
+ * endpoint. Its sender's link fails (an orphan's was reset already). */
+static void rx_park(ps__fab_van_t *van, ps__fab_rx_t *rx)
+{
+    rx->parked = 1;
+    if (!rx->orphan)
+        rx_broken(van, rx, PS_ERR_LINK_FAILED);
+}
+
 void ps__fab_on_rx_part(ps__fab_van_t *van, ps__fab_op_t *op, int ok)
 {
     ps__fab_rx_t *rx = op->owner;
+    if (rx->parked) {
+        ps_debug(PS_LOG_FABRIC, "a failed receive from node %d reported again", rx->peer->id);
+        return;
+    }
     rx->waiting--;
     __atomic_sub_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
+    if (!ok) {
+        rx_park(van, rx);
+        return;
+    }
     if (op == &rx->op_data)
         rx_put_mrs(van, rx);
-    if (!ok || rx->orphan) {
-        if (!rx->orphan)
-            rx_broken(van, rx, PS_ERR_LINK_FAILED);
-        else
-            rx_settle(van, rx);
+    if (rx->orphan) {
+        rx_settle(van, rx);
         return;
     }
     if (op == &rx->op_ext) {
@@ -871,6 +916,8 @@ void ps__fab_on_rx_part(ps__fab_van_t *van, ps__fab_op_t *op, int ok)
 
 void ps__fab_meta_recv_error(ps__fab_van_t *van, ps__fab_mrecv_t *m, int err)
 {
+    if (!m->posted)
+        return; /* reported again (see rx_park); it is not re-posted twice */
     m->posted = 0;
     if (err == FI_ECANCELED)
         return;

@@ -214,6 +214,30 @@ void ps__fab_tx_op_done(ps__fab_van_t *van, ps__fab_tx_t *tx, int ok)
     tx_unref(van, tx, 0);
 }
 
+/* An op of tx completed with an error. The provider may report such an op
+ * again (rxm of libfabric 1.17 reports a receive it cancelled when a peer's
+ * connection broke twice; a send is given the same care), so tx stays ours
+ * to keep but not to reuse: the op's reference is not dropped, which keeps tx, and what it
+ * points at, on its peer's in-flight list until close frees it after the
+ * endpoint (nothing is reported after that). A repeated report finds the
+ * op's bit set and is ignored. No send is cancelled while the endpoint is
+ * open, so FI_ECANCELED too means the provider gave up on the peer. */
+void ps__fab_tx_op_failed(ps__fab_van_t *van, ps__fab_op_t *op, const char *detail)
+{
+    ps__fab_tx_t *tx = op->owner;
+    unsigned bit = 1u << (unsigned)(op - tx->op);
+    pthread_mutex_lock(&tx->peer->lock);
+    int again = (tx->failed_ops & bit) != 0;
+    tx->failed_ops |= bit;
+    pthread_mutex_unlock(&tx->peer->lock);
+    if (again) {
+        ps_debug(PS_LOG_FABRIC, "a failed send to node %d reported again", tx->peer->id);
+        return;
+    }
+    __atomic_sub_fetch(&van->ops_in_flight, 1, __ATOMIC_RELAXED);
+    ps__fab_peer_fail(van, tx->peer, PS_ERR_LINK_FAILED, detail);
+}
+
 /* A queued send that will never be posted further: the poster's reference
  * goes; what was posted finishes (or close frees it). */
 void ps__fab_tx_free_list(ps__fab_van_t *van, ps__fab_tx_t *list)

@@ -32,6 +32,14 @@ unsigned long ps__fabric_test_rma_writes(void);
  * address the provider picked had been taken meanwhile (EADDRINUSE). */
 void ps__fabric_test_fail_enable(int times);
 
+/* 1: every completion error of a send or a data receive is handled twice,
+ * as rxm of libfabric 1.17 sometimes reports one; returns how many were
+ * repeated so far. */
+unsigned long ps__fabric_test_repeat_errors(int on);
+
+/* The van's count of posted ops not yet reported (never negative). */
+long long ps__fabric_test_ops_in_flight(struct ps_van *van);
+
 #ifdef __cplusplus
 }
 #endif

@@ -57,6 +57,20 @@ void ps__fabric_test_disable_rma(int disabled)
     ps__fab_rma_disabled = disabled;
 }
 
+int ps__fab_repeat_errors;
+unsigned long ps__fab_errors_repeated;
+
+unsigned long ps__fabric_test_repeat_errors(int on)
+{
+    __atomic_store_n(&ps__fab_repeat_errors, on, __ATOMIC_RELAXED);
+    return __atomic_load_n(&ps__fab_errors_repeated, __ATOMIC_RELAXED);
+}
+
+long long ps__fabric_test_ops_in_flight(struct ps_van *v)
+{
+    return (long long)__atomic_load_n(&ps__fab_of(v)->ops_in_flight, __ATOMIC_RELAXED);
+}
+
 unsigned long ps__fabric_test_sends_in_flight(struct ps_van *v)
 {
     ps__fab_van_t *van = ps__fab_of(v);
@@ -68,7 +82,7 @@ unsigned long ps__fabric_test_sends_in_flight(struct ps_van *v)
          * (shm does not fail a send to a dead process): close frees them. */
         if (!p->failed && !p->detached) {
             for (ps__fab_tx_t *t = p->inflight; t != NULL; t = t->fl_next)
-                n++;
+                n += t->failed_ops == 0;
         }
         pthread_mutex_unlock(&p->lock);
     }
@@ -145,6 +159,26 @@ int ps__fab_peer_process_gone(const ps__fab_peer_t *peer)
     }
     /* Without a pidfd: a zombie still counts as alive here. */
     return peer->pid > 0 && kill(peer->pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Whether a same-host peer's process is gone or on its way out: its memory
+ * is gone before its exit is complete (when the pidfd turns readable), and
+ * /proc/PID/statm reads all zeros from then on. */
+int ps__fab_peer_process_exiting(const ps__fab_peer_t *peer)
+{
+    if (ps__fab_peer_process_gone(peer))
+        return 1;
+    if (peer->local_addr_len != 0 || peer->pid <= 0 || !peer->same_host)
+        return 0;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/statm", (int)peer->pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return errno == ENOENT;
+    unsigned long pages = 1;
+    int n = fscanf(f, "%lu", &pages);
+    fclose(f);
+    return n == 1 && pages == 0;
 }
 
 /* Follows a peer's process by pidfd, or a peer of this process by its
