@@ -11,8 +11,6 @@
 
 #define PAUSE_FIRST_MS 100
 #define PAUSE_MAX_MS 1000
-/* A pause this long after the last failure starts the backoff afresh. */
-#define PAUSE_RESET_NS (10ull * 1000 * PS_NSEC_PER_MSEC)
 #define DEFAULT_MAX_PENDING 256
 #define DEFAULT_HANDSHAKE_MS 5000
 
@@ -53,12 +51,11 @@ static void listener_events(ps_van_admission_t *a, uint32_t events)
 static void pause_listener(ps_van_admission_t *a, int err)
 {
     uint64_t now = ps_time_now_ns();
-    if (a->backoff_ms == 0 || now - a->last_fail_ns > PAUSE_RESET_NS) {
+    if (a->backoff_ms == 0) {
         a->backoff_ms = PAUSE_FIRST_MS;
     } else if (a->backoff_ms < PAUSE_MAX_MS) {
         a->backoff_ms = a->backoff_ms * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : a->backoff_ms * 2;
     }
-    a->last_fail_ns = now;
     a->resume_ns = now + (uint64_t)a->backoff_ms * PS_NSEC_PER_MSEC;
     a->paused = 1;
     a->accept_paused++;
@@ -76,6 +73,9 @@ int ps_van_admission_accept(ps_van_admission_t *a, struct sockaddr *sa, socklen_
     for (;;) {
         int fd = accept4(a->listen_fd, sa, len_p, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
+            /* Descriptors came back: the next shortage starts short, so a
+             * backlog of dead peers drains in short pauses. */
+            a->backoff_ms = 0;
             return fd;
         }
         int err = errno;

@@ -12,7 +12,7 @@
  *     hello and the secret's frames fit in it).
  *   - accept() failing for lack of descriptors (EMFILE, ENFILE) or memory
  *     takes the listener out of epoll for a while (100 ms, doubling to
- *     1 s) instead of letting a level-triggered listener spin, with one
+ *     1 s while no accept() succeeds in between) instead of letting a level-triggered listener spin, with one
  *     rate-limited warning.
  *
  * Everything here belongs to the van's progress thread.
@@ -44,7 +44,6 @@ typedef struct ps_van_admission {
     int paused;
     uint32_t backoff_ms;
     uint64_t resume_ns;
-    uint64_t last_fail_ns;
 } ps_van_admission_t;
 
 /* Reads the limits from the config table; `comp` tags its log lines. */
