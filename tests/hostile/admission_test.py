@@ -101,12 +101,21 @@ class Target:
         else:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.settimeout(3.0)
-        try:
-            s.connect(self.addr)
-        except OSError:
+        end = time.time() + 3.0
+        while True:
+            try:
+                s.connect(self.addr)
+                return s
+            except BlockingIOError:
+                # A unix socket's full backlog: no waiting in connect() for
+                # a socket with a timeout; the node drains it soon.
+                if time.time() < end:
+                    time.sleep(0.002)
+                    continue
+            except OSError:
+                pass
             s.close()
             return None
-        return s
 
 
 def send_quietly(s, data):
