@@ -15,7 +15,9 @@ MODE
 
 Checks, per attacked process: its CPU (utime+stime from /proc over a window
 of at least 2 s while the connections are held) stays under 10% of a core;
-its RSS grows by less than 64 MiB; every connection that has not finished a
+its RSS, and its data (VmData: memory allocated, touched or not, which is
+where a buffer sized by an announced length shows), grow by less than
+64 MiB; every connection that has not finished a
 handshake is closed by the node within PS_HANDSHAKE_TIMEOUT_MS (3 s) plus
 a margin (the client sees EOF or a reset). emfile: the listener does not
 spin (CPU as above), says so once, and after the flood a new connection is
@@ -58,6 +60,16 @@ def cpu_ticks(pid):
 def rss(pid):
     with open("/proc/%d/statm" % pid) as f:
         return int(f.read().split()[1]) * PAGE
+
+
+def vm_data(pid):
+    # Heap and anonymous mappings, touched or not: a buffer allocated at
+    # an announced size shows here before its pages are written.
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def frame_header(meta_len):
@@ -130,9 +142,9 @@ def watch(pid, socks, errors, what, max_close_s):
     socket has seen EOF or a reset (within max_close_s from now)."""
     t0 = time.time()
     c0 = cpu_ticks(pid)
-    peak = 0
+    peak = (0, 0)
     while time.time() - t0 < WINDOW_S:
-        peak = max(peak, rss(pid))
+        peak = (max(peak[0], rss(pid)), max(peak[1], vm_data(pid)))
         time.sleep(0.1)
     cpu = (cpu_ticks(pid) - c0) / CLK / (time.time() - t0)
     if max_close_s is None:
@@ -156,7 +168,7 @@ def watch(pid, socks, errors, what, max_close_s):
                 poller.unregister(fd)
                 del open_[fd]
                 last = time.time() - t0
-        peak = max(peak, rss(pid))
+        peak = (max(peak[0], rss(pid)), max(peak[1], vm_data(pid)))
     print("%s: %d of %d connections closed by the node, the last %.1f s after the flood" %
           (what, len(socks) - len(open_), len(socks), last))
     if open_:
@@ -165,18 +177,24 @@ def watch(pid, socks, errors, what, max_close_s):
     return cpu, peak
 
 
+def mem(pid):
+    return (rss(pid), vm_data(pid))
+
+
 def check(errors, what, cpu, base, peak):
-    print("%s: cpu %.1f%% of a core over %.1f s, rss %.1f -> %.1f MiB" %
-          (what, 100 * cpu, WINDOW_S, base / 2**20, peak / 2**20))
+    print("%s: cpu %.1f%% of a core over %.1f s, rss %.1f -> %.1f MiB, data %.1f -> %.1f MiB" %
+          (what, 100 * cpu, WINDOW_S, base[0] / 2**20, peak[0] / 2**20, base[1] / 2**20,
+           peak[1] / 2**20))
     if cpu >= CPU_MAX:
         errors.append("%s: %.1f%% of a core while the connections were held" % (what, 100 * cpu))
-    if peak - base >= RSS_MAX:
-        errors.append("%s: rss grew by %.1f MiB" % (what, (peak - base) / 2**20))
+    for i, name in enumerate(("rss", "data (VmData)")):
+        if peak[i] - base[i] >= RSS_MAX:
+            errors.append("%s: %s grew by %.1f MiB" % (what, name, (peak[i] - base[i]) / 2**20))
 
 
 def flood_idle(target, errors, half_hello):
     what = "%s idle+half-hello" % target.name
-    base = rss(target.pid)
+    base = mem(target.pid)
     socks = []
     for _ in range(N_IDLE):
         s = target.connect()
@@ -197,7 +215,7 @@ def flood_idle(target, errors, half_hello):
 
 def flood_halfframe(target, errors, hello):
     what = "%s half-frame" % target.name
-    base = rss(target.pid)
+    base = mem(target.pid)
     big = frame_header((1 << 20) - 64) + b"\x08" * 1000
     socks = []
     for _ in range(N_IDLE):
@@ -213,7 +231,7 @@ def flood_halfframe(target, errors, hello):
     # connection is admitted, and its big meta costs what it sent, not
     # what it announced. The node keeps these; we close them.
     what = "%s hello+half-frame" % target.name
-    base = rss(target.pid)
+    base = mem(target.pid)
     socks = []
     for _ in range(N_HALF):
         s = target.connect()
@@ -228,7 +246,7 @@ def flood_halfframe(target, errors, hello):
 
 def flood_emfile(target, errors, job):
     what = "%s emfile" % target.name
-    base = rss(target.pid)
+    base = mem(target.pid)
     socks = []
     for _ in range(N_EMFILE):
         s = target.connect()
