@@ -95,7 +95,7 @@ PS_CONFIG_VAR(PS_MAX_PENDING_CONNS, INT, "256", "van", NULL,
 PS_CONFIG_VAR(PS_HANDSHAKE_TIMEOUT_MS, INT, "5000", "van", NULL,
               "Time an accepted connection has to finish the handshake before it is closed, in milliseconds.")
 PS_CONFIG_VAR(PS_RECV_PREALLOC_BYTES, SIZE, "4m", "van", NULL,
-              "Largest receive buffer allocated for a message segment before its bytes arrive; a bigger announced segment grows its buffer as the data comes in, in bytes (k/m/g suffixes allowed).")
+              "Largest receive buffer allocated for a message segment on the length its sender announced alone; a bigger one grows as its bytes arrive (tcp) or is allocated once its data message is matched (ucx), in bytes (k/m/g suffixes allowed).")
 
 /* ---- tcp van ---- */
 PS_CONFIG_VAR(PS_TCP_CONNS_PER_PEER, INT, "1", "tcp", NULL,
