@@ -227,6 +227,9 @@ ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry)
                  attempts);
         return PS_ERR_ADDRESS_IN_USE;
     }
+    /* Before epoll: the progress thread accepts through it. */
+    ps_van_admission_init(&van->adm, PS_LOG_SHM);
+    ps_van_admission_listener(&van->adm, van->epfd, fd, &van->listen_handle);
     struct epoll_event ev;
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN;
@@ -236,8 +239,6 @@ ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry)
         close(fd);
         return PS_ERR_NO_RESOURCE;
     }
-    ps_van_admission_init(&van->adm, PS_LOG_SHM);
-    ps_van_admission_listener(&van->adm, van->epfd, fd, &van->listen_handle);
     snprintf(van->listen_host, sizeof(van->listen_host), "%s", host);
     van->listen_port = port;
     __atomic_store_n(&van->listen_fd, fd, __ATOMIC_RELEASE);
@@ -967,7 +968,10 @@ int ps__shm_run_timers(ps__shm_van_t *van)
 {
     uint64_t now = ps_time_now_ns();
     uint64_t next = UINT64_MAX;
-    int paused = ps_van_admission_timer(&van->adm);
+    /* bind() sets van->adm up before it publishes listen_fd. */
+    int paused = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE) >= 0
+                     ? ps_van_admission_timer(&van->adm)
+                     : -1;
     for (size_t i = 0; i < van->nchans; ++i) {
         ps__shm_chan_t *ch = van->chans[i];
         if (ch->state != PS__SHM_CH_HANDSHAKE) {

@@ -221,6 +221,8 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
                  node->hostname[0] ? node->hostname : "*", attempts);
         return PS_ERR_ADDRESS_IN_USE;
     }
+    /* Before epoll: the progress thread accepts through it. */
+    ps_van_admission_listener(&van->adm, van->epfd, fd, &van->listen_handle);
     struct epoll_event ev;
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN;
@@ -231,7 +233,6 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
         return PS_ERR_NO_RESOURCE;
     }
     van->listen_addr = addr;
-    ps_van_admission_listener(&van->adm, van->epfd, fd, &van->listen_handle);
     __atomic_store_n(&van->listen_fd, fd, __ATOMIC_RELEASE);
     node->ports[0] = port;
     if (node->num_ports == 0) {

@@ -28,10 +28,11 @@ void ps_van_admission_init(ps_van_admission_t *a, ps_log_component_t comp)
 
 void ps_van_admission_listener(ps_van_admission_t *a, int epfd, int listen_fd, void *ptr)
 {
+    /* Called by bind() on the caller's thread while the progress thread
+     * may run: listen_fd, stored last, publishes the rest. */
     a->epfd = epfd;
-    a->listen_fd = listen_fd;
     a->listen_ptr = ptr;
-    a->paused = 0;
+    __atomic_store_n(&a->listen_fd, listen_fd, __ATOMIC_RELEASE);
 }
 
 static void listener_events(ps_van_admission_t *a, uint32_t events)
@@ -67,11 +68,12 @@ static void pause_listener(ps_van_admission_t *a, int err)
 
 int ps_van_admission_accept(ps_van_admission_t *a, struct sockaddr *sa, socklen_t *len_p)
 {
-    if (a->paused || a->listen_fd < 0) {
+    int lfd = __atomic_load_n(&a->listen_fd, __ATOMIC_ACQUIRE);
+    if (a->paused || lfd < 0) {
         return -1;
     }
     for (;;) {
-        int fd = accept4(a->listen_fd, sa, len_p, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(lfd, sa, len_p, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             /* Descriptors came back: the next shortage starts short, so a
              * backlog of dead peers drains in short pauses. */

@@ -15,7 +15,9 @@
  *     1 s while no accept() succeeds in between) instead of letting a level-triggered listener spin, with one
  *     rate-limited warning.
  *
- * Everything here belongs to the van's progress thread.
+ * Everything here belongs to the van's progress thread, except
+ * ps_van_admission_init() (before the thread runs, or before the listener
+ * exists) and ps_van_admission_listener() (bind(), any thread).
  */
 #ifndef PS_NET_VAN_ADMISSION_H_
 #define PS_NET_VAN_ADMISSION_H_
@@ -39,7 +41,7 @@ typedef struct ps_van_admission {
     uint64_t accept_paused;  /* times the listener was taken out */
     /* The listener's pause after EMFILE and friends. */
     int epfd;
-    int listen_fd;
+    int listen_fd;           /* atomic: set last by ps_van_admission_listener() */
     void *listen_ptr;        /* its epoll data */
     int paused;
     uint32_t backoff_ms;
