@@ -90,6 +90,12 @@ PS_CONFIG_VAR(PS_MAX_MESSAGE_BYTES, SIZE, "4g", "van", NULL,
               "Largest total data size of one message accepted from a peer, in bytes (k/m/g suffixes allowed).")
 PS_CONFIG_VAR(PS_MAX_DATA_SEGMENTS, INT, "16", "van", NULL,
               "Largest number of data segments in one message accepted from a peer, a count.")
+PS_CONFIG_VAR(PS_MAX_PENDING_CONNS, INT, "256", "van", NULL,
+              "Most accepted connections that have not finished the handshake (hello, and the job-secret proof when PS_JOB_SECRET is set) a node holds at once; past it a new one is closed at once, a count.")
+PS_CONFIG_VAR(PS_HANDSHAKE_TIMEOUT_MS, INT, "5000", "van", NULL,
+              "Time an accepted connection has to finish the handshake before it is closed, in milliseconds.")
+PS_CONFIG_VAR(PS_RECV_PREALLOC_BYTES, SIZE, "4m", "van", NULL,
+              "Largest receive buffer allocated for a message segment on the length its sender announced alone; a bigger one grows as its bytes arrive (tcp) or is allocated once its data message is matched (ucx), in bytes (k/m/g suffixes allowed).")
 
 /* ---- tcp van ---- */
 PS_CONFIG_VAR(PS_TCP_CONNS_PER_PEER, INT, "1", "tcp", NULL,

@@ -26,6 +26,7 @@
  *              claiming node ID in the hello
  *   secret-switch the same announcing node 1001, then claiming node ID in
  *              the hello (the proof binds the announced id)
+ *   hello-hex  connects nowhere: prints a valid hello as node ID in hex
  *
  * Then reads until the peer closes the connection. Exits 0 when it did
  * within 10 s (prints how long it took), 2 when it did not, 1 when the
@@ -209,6 +210,18 @@ int main(int argc, char **argv)
     const char *what = argv[3];
     int id = argc > 4 ? atoi(argv[4]) : 9;
     int recver = argc > 5 ? atoi(argv[5]) : 8;
+    if (strcmp(what, "hello-hex") == 0) {
+        /* No connection: a valid hello as node ID, in hex on stdout (for
+         * drivers that open many connections themselves). */
+        static uint8_t hb[1024];
+        ps_meta_t hm;
+        hello_meta(&hm, id, 1);
+        size_t hn = frame(hb, sizeof(hb), &hm, NULL, 0);
+        for (size_t i = 0; i < hn; i++)
+            printf("%02x", hb[i]);
+        printf("\n");
+        return 0;
+    }
     struct addrinfo hints, *ai;
     memset(&hints, 0, sizeof(hints));
     hints.ai_socktype = SOCK_STREAM;

@@ -228,6 +228,9 @@ ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry)
                  attempts);
         return PS_ERR_ADDRESS_IN_USE;
     }
+    /* Before epoll: the progress thread accepts through it. */
+    ps_van_admission_init(&van->adm, PS_LOG_SHM);
+    ps_van_admission_listener(&van->adm, van->epfd, fd, &van->listen_handle);
     struct epoll_event ev;
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN;
@@ -615,16 +618,9 @@ void ps__shm_take_pending(ps__shm_van_t *van)
 
 void ps__shm_accept_all(ps__shm_van_t *van)
 {
-    int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
     for (;;) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = ps_van_admission_accept(&van->adm, NULL, NULL);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) {
-                continue;
-            }
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                ps_warn_ratelimited(PS_LOG_SHM, "accept: %m");
-            }
             return;
         }
         if (!peer_uid_ok(van, fd, "accept")) {
@@ -638,16 +634,23 @@ void ps__shm_accept_all(ps__shm_van_t *van)
             close(fd);
             continue;
         }
+        if (!ps_van_admission_admit(&van->adm)) {
+            close(fd); /* too many strangers already wait for their hello */
+            continue;
+        }
         ps__shm_chan_t *ch = ps__shm_chan_new(van, 0);
         if (ch == NULL) {
+            ps_van_admission_done(&van->adm);
             ps_warn_ratelimited(PS_LOG_SHM, "out of memory accepting a channel");
             close(fd);
             continue;
         }
+        ch->admit_pending = 1;
         ch->fd = fd;
         ch->peer_pid = peer_pid_of(fd);
         ps__shm_auth_accepted(ch); /* job secret: AUTH expected first */
         if (ps__shm_list_chan(van, ch) != PS_OK) {
+            ps_van_admission_done(&van->adm);
             ps__shm_chan_unref(ch);
             continue;
         }
@@ -656,6 +659,15 @@ void ps__shm_accept_all(ps__shm_van_t *van)
             continue;
         }
         ps_debug(PS_LOG_SHM, "accepted a channel from pid %d", (int)ch->peer_pid);
+    }
+}
+
+/* An accepted channel got its hello (or went away): no longer pending. */
+static void chan_admitted(ps__shm_chan_t *ch)
+{
+    if (ch->admit_pending) {
+        ch->admit_pending = 0;
+        ps_van_admission_done(&ch->van->adm);
     }
 }
 
@@ -767,6 +779,7 @@ static ps_status_t on_hello(ps__shm_chan_t *ch, const uint8_t *buf, size_t len, 
                 ps_status_str(st));
         return PS_ERR_PEER_GONE;
     }
+    chan_admitted(ch);
     ch->nonce = h.nonce;
     ch->rx_ready = 1;
     if (h.node_id != PS_NODE_EMPTY) {
@@ -989,25 +1002,33 @@ void ps__shm_on_socket(ps__shm_chan_t *ch, uint32_t events)
 int ps__shm_run_timers(ps__shm_van_t *van)
 {
     uint64_t now = ps_time_now_ns();
-    uint64_t limit = (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
     uint64_t next = UINT64_MAX;
+    /* bind() sets van->adm up before it publishes listen_fd. */
+    int paused = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE) >= 0
+                     ? ps_van_admission_timer(&van->adm)
+                     : -1;
     for (size_t i = 0; i < van->nchans; ++i) {
         ps__shm_chan_t *ch = van->chans[i];
         if (ch->state != PS__SHM_CH_HANDSHAKE) {
             continue;
         }
+        /* Accepted channels: PS_HANDSHAKE_TIMEOUT_MS (admission.h). */
+        int ms = ch->outgoing ? van->params.connect_timeout_ms : van->adm.handshake_ms;
+        uint64_t limit = (uint64_t)ms * PS_NSEC_PER_MSEC;
         if (now - ch->created_ns >= limit) {
-            ps_warn(PS_LOG_SHM, "pid %d connected but sent no hello within %d ms; closing",
-                    (int)ch->peer_pid, van->params.connect_timeout_ms);
+            char who[32];
+            snprintf(who, sizeof(who), "pid %d", (int)ch->peer_pid);
+            ps_van_admission_expired(&van->adm, who);
             ps__shm_chan_fail(ch, PS_ERR_TIMED_OUT, 0);
         } else if (ch->created_ns + limit < next) {
             next = ch->created_ns + limit;
         }
     }
     if (next == UINT64_MAX) {
-        return -1;
+        return paused;
     }
-    return (int)((next - now + PS_NSEC_PER_MSEC - 1) / PS_NSEC_PER_MSEC);
+    int ms = ps_van_ms_until(next);
+    return paused >= 0 && paused < ms ? paused : ms;
 }
 
 /* ---- teardown ---- */
@@ -1032,6 +1053,7 @@ void ps__shm_chan_fail(ps__shm_chan_t *ch, ps_status_t why, int notify)
     if (fd >= 0) {
         close(fd);
     }
+    chan_admitted(ch);
     pthread_mutex_lock(&ch->ack_lock);
     ch->acks_closed = 1;
     __atomic_store_n(&ch->nacks, 0, __ATOMIC_RELAXED);

@@ -44,6 +44,7 @@
 #include "ps/net/shm/shm_proto.h"
 #include "ps/net/shm/shm_ring.h"
 #include "ps/net/shm/shm_stage.h"
+#include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/van.h"
 
@@ -150,6 +151,7 @@ struct ps__shm_chan {
     char peer_host[PS_NODE_HOSTNAME_MAX]; /* outgoing: where we connected */
     int peer_port;
     uint64_t created_ns;
+    int admit_pending;       /* accepted, no hello yet: counted in van->adm */
 
     void *mem;               /* both rings; unmapped when the channel is freed */
     size_t mem_len;
@@ -231,6 +233,7 @@ struct ps__shm_van {
     ps__shm_handle_t wake_handle;
     ps__shm_handle_t listen_handle;
     int listen_fd;           /* atomic */
+    ps_van_admission_t adm;  /* progress thread only (admission.h) */
     char listen_host[PS_NODE_HOSTNAME_MAX];
     int listen_port;
 

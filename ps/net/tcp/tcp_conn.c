@@ -54,12 +54,15 @@ ps__tcp_conn_t *ps__tcp_conn_new(ps__tcp_van_t *van, int outgoing)
     if (conn == NULL) {
         return NULL;
     }
-    conn->rbuf = malloc(PS__TCP_RBUF_SIZE);
+    /* Before its handshake an accepted connection gets only a few KiB
+     * (admission.h); ps__tcp_admitted() gives it the full buffer. */
+    size_t rcap = outgoing ? PS__TCP_RBUF_SIZE : PS_VAN_PREAUTH_BYTES;
+    conn->rbuf = malloc(rcap);
     if (conn->rbuf == NULL) {
         free(conn);
         return NULL;
     }
-    conn->rcap = PS__TCP_RBUF_SIZE;
+    conn->rcap = rcap;
     conn->handle.kind = PS__TCP_H_CONN;
     conn->van = van;
     conn->refs = 1;
@@ -218,6 +221,8 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
                  node->hostname[0] ? node->hostname : "*", attempts);
         return PS_ERR_ADDRESS_IN_USE;
     }
+    /* Before epoll: the progress thread accepts through it. */
+    ps_van_admission_listener(&van->adm, van->epfd, fd, &van->listen_handle);
     struct epoll_event ev;
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN;
@@ -241,25 +246,28 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
 
 void ps__tcp_accept_all(ps__tcp_van_t *van)
 {
-    int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
-        int fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = ps_van_admission_accept(&van->adm, (struct sockaddr *)&ss, &len);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) {
-                continue;
-            }
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                ps_warn_ratelimited(PS_LOG_TCP, "accept: %m");
-            }
             return;
+        }
+        if (!ps_van_admission_admit(&van->adm)) {
+            close(fd); /* too many strangers already wait for their handshake */
+            continue;
         }
         ps__tcp_conn_t *conn = ps__tcp_conn_new(van, 0);
         if (conn == NULL) {
+            ps_van_admission_done(&van->adm);
             ps_warn_ratelimited(PS_LOG_TCP, "out of memory accepting a connection");
             close(fd);
             continue;
+        }
+        conn->admit_pending = 1;
+        conn->hs_deadline_ns = ps_van_admission_deadline(&van->adm);
+        if (conn->hs_deadline_ns < van->hs_next_ns || van->hs_next_ns == 0) {
+            van->hs_next_ns = conn->hs_deadline_ns;
         }
         tune_socket(van, fd);
         conn->fd = fd;
@@ -274,6 +282,7 @@ void ps__tcp_accept_all(ps__tcp_van_t *van)
         if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             ps_warn_ratelimited(PS_LOG_TCP, "epoll_ctl for a connection from %s: %m",
                                 conn->addr_str);
+            ps_van_admission_done(&van->adm);
             ps__tcp_conn_destroy_now(conn);
             continue;
         }
@@ -282,6 +291,44 @@ void ps__tcp_accept_all(ps__tcp_van_t *van)
         ps__tcp_auth_accepted(conn); /* job secret: INIT expected first */
         ps_debug(PS_LOG_TCP, "accepted a connection from %s", conn->addr_str);
     }
+}
+
+void ps__tcp_admitted(ps__tcp_conn_t *conn)
+{
+    if (!conn->admit_pending) {
+        return;
+    }
+    conn->admit_pending = 0;
+    ps_van_admission_done(&conn->van->adm);
+    if (conn->rcap < PS__TCP_RBUF_SIZE) {
+        /* On failure it keeps the small one, which grows when needed. */
+        uint8_t *nb = realloc(conn->rbuf, PS__TCP_RBUF_SIZE);
+        if (nb != NULL) {
+            conn->rbuf = nb;
+            conn->rcap = PS__TCP_RBUF_SIZE;
+        }
+    }
+}
+
+/* Accepted connections that missed their handshake deadline go; returns
+ * the earliest deadline still ahead (0: none). */
+static uint64_t expire_handshakes(ps__tcp_van_t *van, uint64_t now)
+{
+    uint64_t next = 0;
+    ps__tcp_conn_t *conn = van->conns;
+    while (conn != NULL) {
+        ps__tcp_conn_t *following = conn->next;
+        if (conn->admit_pending) {
+            if (now >= conn->hs_deadline_ns) {
+                ps_van_admission_expired(&van->adm, conn->addr_str);
+                ps__tcp_conn_fail(conn, PS_ERR_TIMED_OUT, 0);
+            } else if (next == 0 || conn->hs_deadline_ns < next) {
+                next = conn->hs_deadline_ns;
+            }
+        }
+        conn = following;
+    }
+    return next;
 }
 
 /* ---- connect ---- */
@@ -606,10 +653,26 @@ void ps__tcp_close_all(ps__tcp_van_t *van)
     }
 }
 
+/* The shorter of two timeouts in ms (-1: none). */
+static int min_timeout(int a, int b)
+{
+    return a < 0 ? b : b < 0 ? a : a < b ? a : b;
+}
+
 int ps__tcp_run_timers(ps__tcp_van_t *van)
 {
+    int adm = ps_van_admission_timer(&van->adm);
+    if (van->hs_next_ns != 0) {
+        uint64_t now = ps_time_now_ns();
+        if (now >= van->hs_next_ns) {
+            van->hs_next_ns = expire_handshakes(van, now);
+        }
+        if (van->hs_next_ns != 0) {
+            adm = min_timeout(adm, ps_van_ms_until(van->hs_next_ns));
+        }
+    }
     if (van->num_connecting == 0) {
-        return -1;
+        return adm;
     }
     uint64_t now = ps_time_now_ns();
     uint64_t next = UINT64_MAX;
@@ -636,13 +699,9 @@ int ps__tcp_run_timers(ps__tcp_van_t *van)
         conn = following;
     }
     if (next == UINT64_MAX) {
-        return -1;
+        return adm;
     }
-    now = ps_time_now_ns();
-    if (next <= now) {
-        return 0;
-    }
-    return (int)((next - now + PS_NSEC_PER_MSEC - 1) / PS_NSEC_PER_MSEC);
+    return min_timeout(adm, ps_van_ms_until(next));
 }
 
 /* ---- teardown ---- */
@@ -671,6 +730,10 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
     }
     ps__tcp_entries_free(van, queue);
     ps__tcp_rx_reset(conn);
+    if (conn->admit_pending) {
+        conn->admit_pending = 0;
+        ps_van_admission_done(&van->adm);
+    }
     if (was_connecting && conn->linked) {
         van->num_connecting--;
     }

@@ -57,6 +57,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/tcp/tcp_pool.h"
+#include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/van.h"
 
@@ -124,6 +125,11 @@ typedef enum {
 typedef struct {
     uint8_t *ptr;
     uint64_t len;
+    /* Bytes allocated at ptr: less than len while a van buffer grows as
+     * the data arrives (PS_RECV_PREALLOC_BYTES); then seg names the
+     * message segment whose buffer it is. */
+    uint64_t cap;
+    int seg;
 } ps__tcp_piece_t;
 
 /* A frame (or its unsent rest) waiting in a connection's send queue. It
@@ -166,6 +172,8 @@ typedef struct ps__tcp_conn {
     uint64_t retry_at_ns;   /* 0: a connect attempt is in flight */
     uint32_t backoff_ms;
     int hello_seen;
+    int admit_pending;      /* accepted, handshake unfinished: counted in van->adm */
+    uint64_t hs_deadline_ns; /* when admit_pending: drop it then */
     int in_epoll;
     int linked;             /* on van->conns */
     struct ps__tcp_conn *next, *prev; /* van->conns */
@@ -269,6 +277,12 @@ struct ps__tcp_van {
 
     ps__tcp_pool_t *pool;
     ps_mpool_t entries;
+
+    /* Admission control (progress thread only): pending handshakes, their
+     * deadlines (the earliest in hs_next_ns), the listener's pauses. */
+    ps_van_admission_t adm;
+    uint64_t hs_next_ns;
+    uint64_t prealloc;      /* PS_RECV_PREALLOC_BYTES */
 };
 
 /* ---- tcp_van.c ---- */
@@ -351,6 +365,9 @@ void ps__tcp_on_readable(ps__tcp_conn_t *conn);
 /* Runs the connections marked ready (staged bytes, no event to come). */
 void ps__tcp_run_ready(ps__tcp_van_t *van);
 void ps__tcp_rx_reset(ps__tcp_conn_t *conn);
+/* An accepted connection finished its handshake (or went away): no longer
+ * pending; its staging buffer may grow to the full size. */
+void ps__tcp_admitted(ps__tcp_conn_t *conn);
 
 /* ---- tcp_wire.c ---- */
 /* Encodes header + meta for a message with these segment lengths into buf

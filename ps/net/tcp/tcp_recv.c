@@ -80,20 +80,27 @@ static ps__tcp_conn_t *rx_sibling(ps__tcp_conn_t *conn, int i)
     return NULL;
 }
 
-/* Points conn's pieces at bytes [off, off + len) of msg's data. */
-static void rx_set_pieces(ps__tcp_conn_t *conn, const ps_msg_t *msg, uint64_t off, uint64_t len)
+/* Points conn's pieces at bytes [off, off + len) of msg's data, whose
+ * segments have the lengths `lens` (a segment's buffer may be smaller
+ * while it grows: the piece's cap). */
+static void rx_set_pieces(ps__tcp_conn_t *conn, const ps_msg_t *msg, const uint64_t *lens,
+                          uint64_t off, uint64_t len)
 {
     conn->npiece = 0;
     conn->piece_idx = 0;
     conn->piece_off = 0;
     uint64_t start = 0;
     for (uint32_t s = 0; s < msg->num_data && len > 0; ++s) {
-        uint64_t slen = msg->data[s].len;
+        uint64_t slen = lens[s];
         if (off < start + slen) {
             uint64_t in = off - start;
             uint64_t take = slen - in < len ? slen - in : len;
-            conn->piece[conn->npiece].ptr = (uint8_t *)ps_slice_ptr(&msg->data[s]) + in;
-            conn->piece[conn->npiece].len = take;
+            uint64_t have = msg->data[s].len > in ? msg->data[s].len - in : 0;
+            ps__tcp_piece_t *pc = &conn->piece[conn->npiece];
+            pc->ptr = (uint8_t *)ps_slice_ptr(&msg->data[s]) + in;
+            pc->len = take;
+            pc->cap = have < take ? have : take;
+            pc->seg = (int)s;
             conn->npiece++;
             off += take;
             len -= take;
@@ -107,7 +114,7 @@ static void rx_give_chunk(ps__tcp_conn_t *s0, ps__tcp_conn_t *sib, int i)
 {
     uint64_t off, len;
     ps__tcp_stripe_range(s0->hdr.data_total, s0->nstreams, i, &off, &len);
-    rx_set_pieces(sib, &s0->rmsg, off, len);
+    rx_set_pieces(sib, &s0->rmsg, s0->hdr.data_len, off, len);
     s0->stripe_unassigned &= ~(1u << i);
 }
 
@@ -152,17 +159,28 @@ static ps_status_t rx_make_room(ps__tcp_conn_t *conn, size_t need)
         return PS_OK;
     }
     /* A meta bigger than the staging buffer (within the limits already
-     * checked): grow to fit it. */
-    uint8_t *nb = malloc(need);
+     * checked). What the header announces is only a claim: the buffer
+     * doubles as the bytes fill it, so a peer that announces a big meta
+     * and stalls pins no more than it sent. */
+    if (conn->rstart > 0) {
+        memmove(conn->rbuf, conn->rbuf + conn->rstart, have);
+        conn->rstart = 0;
+        conn->rend = have;
+    }
+    if (have < conn->rcap) {
+        return PS_OK; /* room left: read more first */
+    }
+    size_t grow = conn->rcap * 2 < need ? conn->rcap * 2 : need;
+    uint8_t *nb = malloc(grow);
     if (nb == NULL) {
-        ps_error(PS_LOG_TCP, "cannot allocate %zu bytes for a frame from %s", need,
+        ps_error(PS_LOG_TCP, "cannot allocate %zu bytes for a frame from %s", grow,
                  conn->addr_str);
         return PS_ERR_NO_MEMORY;
     }
     memcpy(nb, conn->rbuf + conn->rstart, have);
     free(conn->rbuf);
     conn->rbuf = nb;
-    conn->rcap = need;
+    conn->rcap = grow;
     conn->rstart = 0;
     conn->rend = have;
     return PS_OK;
@@ -234,6 +252,7 @@ static ps_status_t rx_hello(ps__tcp_conn_t *conn, int id, uint64_t nonce, int st
         conn->nonce = nonce;
         conn->stream = stream;
         conn->nstreams = nstreams;
+        ps__tcp_admitted(conn); /* the secret, if any, came first */
     }
     if (id != PS_NODE_EMPTY && conn->peer_id == PS_NODE_EMPTY) {
         ps_status_t st = ps__tcp_peer_add_in(van, conn, id);
@@ -326,8 +345,11 @@ static ps_status_t rx_meta(ps__tcp_conn_t *conn, const uint8_t *p, size_t len, i
     return PS_OK;
 }
 
-/* Picks where segment `seg` lands. */
-static ps_status_t rx_seg_dest(ps__tcp_conn_t *conn, uint32_t seg)
+/* Picks where segment `seg` lands. A van buffer for a segment bigger
+ * than PS_RECV_PREALLOC_BYTES starts at that size when `grow` allows (the
+ * stream fills it in order) and doubles as the bytes come: a length on
+ * the wire is a claim, not a reason to allocate. */
+static ps_status_t rx_seg_dest(ps__tcp_conn_t *conn, uint32_t seg, int grow)
 {
     ps__tcp_van_t *van = conn->van;
     uint64_t len = conn->hdr.data_len[seg];
@@ -350,7 +372,8 @@ static ps_status_t rx_seg_dest(ps__tcp_conn_t *conn, uint32_t seg)
         }
     }
     if (!have) {
-        ps_status_t st = ps__tcp_pool_get(van->pool, len, &s);
+        uint64_t first = grow && len > van->prealloc ? van->prealloc : len;
+        ps_status_t st = ps__tcp_pool_get(van->pool, first, &s);
         if (st != PS_OK) {
             return st;
         }
@@ -364,22 +387,24 @@ static ps_status_t rx_seg_dest(ps__tcp_conn_t *conn, uint32_t seg)
  * whose other chunks go to the group's other streams). */
 static ps_status_t rx_setup_data(ps__tcp_conn_t *conn)
 {
+    uint64_t total = conn->hdr.data_total;
+    int striped = rx_striped_group(conn) && conn->stream == 0 && total >= PS__TCP_STRIPE_MIN;
     for (uint32_t i = 0; i < conn->hdr.num_data; ++i) {
         if (conn->hdr.data_len[i] != 0) {
-            ps_status_t st = rx_seg_dest(conn, i);
+            /* Striped chunks land out of order: full buffers. */
+            ps_status_t st = rx_seg_dest(conn, i, !striped);
             if (st != PS_OK) {
                 return st;
             }
         }
     }
-    uint64_t total = conn->hdr.data_total;
-    if (!(rx_striped_group(conn) && conn->stream == 0 && total >= PS__TCP_STRIPE_MIN)) {
-        rx_set_pieces(conn, &conn->rmsg, 0, total);
+    if (!striped) {
+        rx_set_pieces(conn, &conn->rmsg, conn->hdr.data_len, 0, total);
         return PS_OK;
     }
     uint64_t off, len;
     ps__tcp_stripe_range(total, conn->nstreams, 0, &off, &len);
-    rx_set_pieces(conn, &conn->rmsg, off, len);
+    rx_set_pieces(conn, &conn->rmsg, conn->hdr.data_len, off, len);
     conn->stripe_left = conn->nstreams;
     conn->stripe_unassigned = 0;
     for (int i = 1; i < conn->nstreams; ++i) {
@@ -415,8 +440,30 @@ static void rx_deliver(ps__tcp_conn_t *conn)
     }
 }
 
+/* The current piece's buffer is full and more of it has arrived: a buffer
+ * twice the size (at most the segment's) takes over, with what it held. */
+static ps_status_t rx_piece_grow(ps__tcp_conn_t *conn, ps__tcp_piece_t *pc)
+{
+    ps__tcp_van_t *van = conn->van;
+    uint64_t cap = pc->cap * 2 < pc->len ? pc->cap * 2 : pc->len;
+    ps_slice_t s = PS_SLICE_EMPTY_INIT;
+    ps_status_t st = ps__tcp_pool_get(van->pool, cap, &s);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_TCP, "cannot grow a receive buffer to %llu bytes for %s (%s)",
+                 (unsigned long long)cap, conn->addr_str, ps_status_str(st));
+        return st;
+    }
+    memcpy(ps_slice_ptr(&s), pc->ptr, (size_t)conn->piece_off);
+    ps_slice_unref(&conn->rmsg.data[pc->seg]);
+    conn->rmsg.data[pc->seg] = s;
+    pc->ptr = ps_slice_ptr(&s);
+    pc->cap = cap;
+    return PS_OK;
+}
+
 /* Copies staged bytes into the pieces; 1 once every piece is full, 0 when
- * more bytes are needed (or there are no pieces: a chunk stream idle). */
+ * more bytes are needed (or there are no pieces: a chunk stream idle), -1
+ * when a buffer could not grow (logged). */
 static int rx_fill_pieces(ps__tcp_conn_t *conn)
 {
     if (conn->npiece == 0) {
@@ -430,11 +477,14 @@ static int rx_fill_pieces(ps__tcp_conn_t *conn)
             continue;
         }
         size_t avail = conn->rend - conn->rstart;
-        uint64_t want = pc->len - conn->piece_off;
-        size_t take = avail < want ? avail : (size_t)want;
-        if (take == 0) {
+        if (avail == 0) {
             return 0;
         }
+        if (conn->piece_off == pc->cap && rx_piece_grow(conn, pc) != PS_OK) {
+            return -1;
+        }
+        uint64_t want = pc->cap - conn->piece_off;
+        size_t take = avail < want ? avail : (size_t)want;
         memcpy(pc->ptr + conn->piece_off, conn->rbuf + conn->rstart, take);
         conn->rstart += take;
         conn->piece_off += take;
@@ -474,6 +524,17 @@ static ps_status_t rx_consume(ps__tcp_conn_t *conn)
                          conn->addr_str, conn->hdr.num_data, PS_MSG_MAX_DATA);
                 return PS_ERR_TOO_LARGE;
             }
+            if (conn->admit_pending &&
+                ((size_t)conn->hdr.header_len + conn->hdr.meta_len > PS_VAN_PREAUTH_BYTES ||
+                 conn->hdr.data_total != 0)) {
+                /* Before the handshake only the hello and the secret's
+                 * frames come, all small and without data. */
+                ps_error(PS_LOG_TCP, "frame of %llu bytes from %s before its handshake; closing",
+                         (unsigned long long)(conn->hdr.header_len + conn->hdr.meta_len +
+                                              conn->hdr.data_total),
+                         conn->addr_str);
+                return PS_ERR_TOO_LARGE;
+            }
             conn->phase = PS__TCP_RX_META;
             break;
         }
@@ -511,7 +572,11 @@ static ps_status_t rx_consume(ps__tcp_conn_t *conn)
         }
         case PS__TCP_RX_DATA:
         case PS__TCP_RX_CHUNK: {
-            if (!rx_fill_pieces(conn)) {
+            int full = rx_fill_pieces(conn);
+            if (full < 0) {
+                return PS_ERR_NO_MEMORY;
+            }
+            if (!full) {
                 if (conn->phase == PS__TCP_RX_CHUNK && conn->npiece == 0) {
                     rx_enable(conn, 0); /* nothing to fill until stream 0 says */
                 }
@@ -614,7 +679,12 @@ void ps__tcp_on_readable(ps__tcp_conn_t *conn)
         if ((conn->phase == PS__TCP_RX_DATA || conn->phase == PS__TCP_RX_CHUNK) &&
             conn->piece_idx < conn->npiece) {
             ps__tcp_piece_t *pc = &conn->piece[conn->piece_idx];
-            direct = (size_t)(pc->len - conn->piece_off);
+            if (conn->piece_off == pc->cap && pc->cap < pc->len &&
+                rx_piece_grow(conn, pc) != PS_OK) {
+                ps__tcp_conn_fail(conn, PS_ERR_NO_MEMORY, 1);
+                return;
+            }
+            direct = (size_t)(pc->cap - conn->piece_off);
             if (direct > budget) {
                 direct = budget;
             }

@@ -400,6 +400,11 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
         van->conns_per_peer = PS__TCP_MAX_STREAMS;
     }
     van->listen_fd = -1;
+    ps_van_admission_init(&van->adm, PS_LOG_TCP);
+    van->prealloc = ps_config_size_or(PS_CFG_PS_RECV_PREALLOC_BYTES, 4u << 20);
+    if (van->prealloc < PS__TCP_RBUF_SIZE) {
+        van->prealloc = PS__TCP_RBUF_SIZE;
+    }
     van->my_id = PS_NODE_EMPTY;
     van->wake_handle.kind = PS__TCP_H_WAKE;
     van->listen_handle.kind = PS__TCP_H_LISTEN;

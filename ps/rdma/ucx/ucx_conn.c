@@ -586,6 +586,9 @@ ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
         lp.sockaddr.addrlen = addr.len;
         lp.conn_handler.cb = on_conn_request;
         lp.conn_handler.arg = van;
+        /* UCX accepts the sockets (and backs off on EMFILE itself); the
+         * cap and the deadline are ours. */
+        ps_van_admission_init(&van->adm, PS_LOG_UCX);
         ust = ucp_listener_create(van->worker, &lp, &van->listener);
         if (ust == UCS_OK) {
             break;
@@ -940,6 +943,10 @@ static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, u
      * its own... yet) use shared memory too when the peer is on this host. */
     open_data_ep(conn, addr, addr_len);
     mark_ready(conn, cookie, seq0);
+    if (conn->admit_pending) {
+        conn->admit_pending = 0;
+        ps_van_admission_done(&van->adm);
+    }
     if (id != PS_NODE_EMPTY) {
         if (log_on(PS_LOG_INFO)) {
             char tl[160];
@@ -989,11 +996,17 @@ static void on_ack(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, uin
 
 static void on_conn_req(ps__ucx_van_t *van, ucp_conn_request_h req)
 {
+    if (!ps_van_admission_admit(&van->adm)) {
+        ucp_listener_reject(van->listener, req); /* too many wait for their hello */
+        return;
+    }
     ps__ucx_conn_t *conn = conn_new(van, 0);
     if (conn == NULL) {
+        ps_van_admission_done(&van->adm);
         ucp_listener_reject(van->listener, req);
         return;
     }
+    conn->admit_pending = 1;
     ucp_conn_request_attr_t attr;
     memset(&attr, 0, sizeof(attr));
     attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
@@ -1016,13 +1029,14 @@ static void on_conn_req(ps__ucx_van_t *van, ucp_conn_request_h req)
     if (st != UCS_OK) {
         ps_warn_ratelimited(PS_LOG_UCX, "cannot accept a connection from %s: %s",
                             conn->addr_str, ucs_status_string(st));
+        ps_van_admission_done(&van->adm);
         ps__ucx_conn_unref(conn);
         return;
     }
     ps__ucx_auth_accepted(conn); /* job secret: AUTH_INIT expected first */
-    /* An acceptor that never hears a hello lets the connection go. */
-    conn->connect_deadline_ns =
-        ps_time_now_ns() + (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
+    /* An acceptor that never hears a hello lets the connection go
+     * (PS_HANDSHAKE_TIMEOUT_MS). */
+    conn->connect_deadline_ns = ps_van_admission_deadline(&van->adm);
     conn_link(van, conn);
     ps_debug(PS_LOG_UCX, "accepted a connection from %s", conn->addr_str);
 }
@@ -1146,7 +1160,7 @@ int ps__ucx_run_timers(ps__ucx_van_t *van, uint64_t now)
                              van->params.connect_timeout_ms);
                     ps__ucx_conn_fail(conn, PS_ERR_UNREACHABLE, 1);
                 } else {
-                    ps_debug(PS_LOG_UCX, "no hello from %s; closing", conn->addr_str);
+                    ps_van_admission_expired(&van->adm, conn->addr_str);
                     ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, 0);
                 }
             } else {
@@ -1188,6 +1202,10 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
     if (conn->ctl_data) {
         conn->ctl_data = 0;
         van->ctl_data_conns--;
+    }
+    if (conn->admit_pending) {
+        conn->admit_pending = 0;
+        ps_van_admission_done(&van->adm);
     }
     pthread_mutex_lock(&conn->lock);
     conn->state = PS__UCX_DEAD;

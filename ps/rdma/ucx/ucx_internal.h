@@ -132,6 +132,7 @@
 #include "ps/net/codec/lane.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
+#include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/van.h"
 
@@ -294,7 +295,11 @@ typedef struct ps__ucx_rx {
     int posting;
     void *done_in_post;        /* such a request (never used again) */
     ps_status_t status;
-    ps_msg_t msg;              /* last: a reused record clears what is above */
+    /* Segments whose DATA message UCX has not matched yet: no buffer until
+     * it has (ps__ucx_rx_probe; each counted in outstanding). */
+    uint32_t probe_mask;
+    ps_msg_t msg;              /* a reused record clears what is above */
+    uint64_t probe_len[PS_MSG_MAX_DATA]; /* where probe_mask says: the announced length */
 } ps__ucx_rx_t;
 
 /* An endpoint close request in flight (progress thread only). */
@@ -358,6 +363,7 @@ struct ps__ucx_conn {
     int hello_id;              /* the id connect() was given (PS_NODE_EMPTY: ours now) */
     uint8_t hs_out[PS__UCX_HS_LEN]; /* our HELLO / ACK while UCX sends it */
     uint64_t connect_deadline_ns;
+    int admit_pending;         /* accepted, no hello yet: counted in van->adm */
     uint64_t retry_at_ns;      /* NEW: when to (re)try */
     uint32_t backoff_ms;
     int attempts;
@@ -389,6 +395,8 @@ struct ps__ucx_van {
     ps_van_callbacks_t cb;
     ps_frame_limits_t limits;
     uint64_t inline_max;       /* segments up to this size ride in the META message */
+    uint64_t prealloc;         /* PS_RECV_PREALLOC_BYTES: bigger segments wait for their match */
+    int probe_pending;         /* receives with a probe_mask (progress thread only) */
 
     /* UCX (ucx_ctx.c). */
     ucp_context_h context;
@@ -403,6 +411,7 @@ struct ps__ucx_van {
     size_t worker_addr_len;
     ucp_listener_h listener;
     char listen_str[PS_SOCKADDR_STRLEN];
+    ps_van_admission_t adm;    /* accepted connections before their hello */
 
     int epfd;
     int wakefd;
@@ -610,6 +619,10 @@ ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length
 int ps__ucx_am_take(ps__ucx_van_t *van);
 /* Finishes receives that had news, delivers in order. */
 void ps__ucx_rx_process(ps__ucx_van_t *van);
+/* After ucp_worker_progress(), while van->probe_pending: gives each
+ * large segment that waits for its DATA message a buffer once UCX has
+ * matched that message. Returns how many it matched. */
+int ps__ucx_rx_probe(ps__ucx_van_t *van);
 /* A dead connection: delivers whole messages that arrived in order (with
  * `deliver`), cancels and drops the rest. Returns how many of its
  * receives UCX still holds requests of (matched ones cannot be

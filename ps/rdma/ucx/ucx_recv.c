@@ -24,7 +24,11 @@
  * as a DATA message whose tag the receiver knows (cookie, sequence number,
  * segment index); it is received straight into the buffer recv_buffer()
  * names — a pull response lands in the worker's own buffer — or a block
- * of the van's buffer pool (ps/rdma/common/buf_pool.h).
+ * of the van's buffer pool (ps/rdma/common/buf_pool.h). A pool block for
+ * a segment above PS_RECV_PREALLOC_BYTES is allocated only once UCX has
+ * matched its DATA message (ucp_tag_probe_nb), never on the META's word
+ * alone: a peer that announces a big segment and sends nothing pins
+ * nothing.
  *
  * Messages of one connection are delivered in the order they were sent
  * (the order META messages arrive in), whatever order their DATA messages
@@ -152,8 +156,11 @@ static ps_status_t staging_get(ps__ucx_van_t *van, size_t len, ps_slice_t *slice
     return ps_rdma_buf_pool_get(van->pool, len, slice_p);
 }
 
+static void rx_unprobe(ps__ucx_van_t *van, ps__ucx_rx_t *rx);
+
 static void rx_free(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
 {
+    rx_unprobe(van, rx);
     if (rx->prev_all != NULL) {
         rx->prev_all->next_all = rx->next_all;
     } else {
@@ -423,9 +430,11 @@ ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length
     return UCS_OK;
 }
 
-/* Where segment `i` lands: the postoffice's buffer, else a new one. */
+/* Where segment `i` lands: the postoffice's buffer, else a new one (else,
+ * with `defer`, for a segment above PS_RECV_PREALLOC_BYTES: PS_INPROGRESS,
+ * none yet). */
 static ps_status_t seg_dest(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i, uint64_t len,
-                            ps_slice_t *slice_p)
+                            int defer, ps_slice_t *slice_p)
 {
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
     if (rx->conn != NULL && van->cb.recv_buffer != NULL &&
@@ -441,11 +450,16 @@ static ps_status_t seg_dest(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i, ui
                             s.len, (int)kind, (unsigned long long)len);
         ps_slice_unref(&s);
     }
+    if (defer && len > van->prealloc) {
+        return PS_INPROGRESS;
+    }
     /* A pooled block: a value pushed again and again reuses it. */
     return ps_rdma_buf_pool_get(van->pool, len, slice_p);
 }
 
-static void post_data(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i)
+/* Posts the receive of segment i's DATA message into rx->msg.data[i]; of
+ * `matched` (a probed message) when not NULL. */
+static void post_data(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i, ucp_tag_message_h matched)
 {
     ucp_tag_t tag = ps__ucx_tag(PS__UCX_KIND_DATA, ps__ucx_tag_cookie(rx->tag),
                                 ps__ucx_tag_seq(rx->tag), i);
@@ -455,8 +469,11 @@ static void post_data(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i)
     param.user_data = rx;
     rx->outstanding++;
     rx->posting = 1;
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(rx->worker, ps_slice_ptr(&rx->msg.data[i]),
-                                          rx->msg.data[i].len, tag, UINT64_MAX, &param);
+    void *ptr = rx->msg.data[i].buf != NULL ? ps_slice_ptr(&rx->msg.data[i]) : NULL;
+    ucs_status_ptr_t r =
+        matched != NULL
+            ? ucp_tag_msg_recv_nbx(rx->worker, ptr, rx->msg.data[i].len, matched, &param)
+            : ucp_tag_recv_nbx(rx->worker, ptr, rx->msg.data[i].len, tag, UINT64_MAX, &param);
     if (rx_posted(rx)) {
         return; /* completed inside the call: rx_advance(), parsing this receive, sees it */
     }
@@ -619,12 +636,22 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
             continue;
         }
         if (sep & (1u << i)) {
-            st = seg_dest(van, rx, i, slen, &m->data[i]);
+            st = seg_dest(van, rx, i, slen, 1, &m->data[i]);
+            if (st == PS_INPROGRESS) {
+                /* Its buffer once UCX matched its DATA message. */
+                if (rx->probe_mask == 0) {
+                    van->probe_pending++;
+                }
+                rx->probe_mask |= 1u << i;
+                rx->probe_len[i] = slen;
+                rx->outstanding++;
+                continue;
+            }
             if (st != PS_OK) {
                 rx->status = st;
                 return;
             }
-            post_data(van, rx, i);
+            post_data(van, rx, i, NULL);
             continue;
         }
         /* Inline: a slice of the staging buffer, or a copy where the
@@ -772,8 +799,75 @@ void ps__ucx_rx_process(ps__ucx_van_t *van)
     }
 }
 
+/* Drops rx's unmatched segments (counted as outstanding until now). */
+static void rx_unprobe(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
+{
+    if (rx->probe_mask != 0) {
+        rx->outstanding -= (uint32_t)__builtin_popcount(rx->probe_mask);
+        rx->probe_mask = 0;
+        van->probe_pending--;
+    }
+}
+
+static int rx_probe_one(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
+{
+    int n = 0;
+    for (unsigned i = 0; i < PS_MSG_MAX_DATA && rx->probe_mask != 0; ++i) {
+        if (!(rx->probe_mask & (1u << i))) {
+            continue;
+        }
+        ucp_tag_t tag = ps__ucx_tag(PS__UCX_KIND_DATA, ps__ucx_tag_cookie(rx->tag),
+                                    ps__ucx_tag_seq(rx->tag), i);
+        ucp_tag_recv_info_t info;
+        ucp_tag_message_h msg = ucp_tag_probe_nb(rx->worker, tag, UINT64_MAX, 1, &info);
+        if (msg == NULL) {
+            continue;
+        }
+        n++;
+        rx->probe_mask &= ~(1u << i);
+        if (rx->probe_mask == 0) {
+            van->probe_pending--;
+        }
+        rx->outstanding--; /* post_data() counts it again */
+        uint64_t len = rx->probe_len[i];
+        ps_slice_t s = PS_SLICE_EMPTY_INIT;
+        if (info.length != len) {
+            const char *from = rx->conn != NULL ? rx->conn->addr_str : "an unknown sender";
+            ps_error(PS_LOG_UCX, "segment of %zu bytes from %s, announced as %llu; closing the "
+                     "connection", info.length, from, (unsigned long long)len);
+            if (rx->status == PS_OK) {
+                rx->status = PS_ERR_PROTOCOL;
+            }
+        } else {
+            ps_status_t st = ps_rdma_buf_pool_get(van->pool, len, &s);
+            if (st != PS_OK && rx->status == PS_OK) {
+                rx->status = st;
+            }
+        }
+        /* Received in any case (into nothing, truncated, when it is not
+         * wanted): a matched message is ours to take. */
+        rx->msg.data[i] = s;
+        post_data(van, rx, i, msg);
+        rx_mark(rx);
+    }
+    return n;
+}
+
+int ps__ucx_rx_probe(ps__ucx_van_t *van)
+{
+    int n = 0;
+    for (ps__ucx_rx_t *rx = van->rx_all; rx != NULL && van->probe_pending > 0;
+         rx = rx->next_all) {
+        if (rx->probe_mask != 0) {
+            n += rx_probe_one(van, rx);
+        }
+    }
+    return n;
+}
+
 static void rx_cancel(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
 {
+    rx_unprobe(van, rx);
     for (unsigned i = 1; i < 1 + PS_MSG_MAX_DATA; ++i) {
         if (rx->reqs[i] != NULL) {
             ucp_request_cancel(rx->worker, rx->reqs[i]);

@@ -191,6 +191,9 @@ static int progress_once(ps__ucx_van_t *van, unsigned burst, int all)
      * connection ended is delivered before the end is. (The checks are
      * here so that an idle turn makes no calls.) Lane messages first: each
      * arrived before anything of its connection a receive holds. */
+    if (van->probe_pending != 0) {
+        did += ps__ucx_rx_probe(van); /* large segments' DATA matched */
+    }
     if (van->lane_n != 0) {
         did += ps__ucx_lane_deliver(van);
     }
@@ -423,6 +426,7 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
                                         PS_FRAME_MAX_HEADER_LEN;
     }
     van->inline_max = ps_config_size_or(PS_CFG_BYTEPS_UCX_SHORT_THRESH, 4096);
+    van->prealloc = ps_config_size_or(PS_CFG_PS_RECV_PREALLOC_BYTES, 4u << 20);
     if (ps_config_int_or(PS_CFG_DMLC_NUM_CPU_DEV, 1) > 1 || params->conns_per_peer > 1) {
         ps_info(PS_LOG_UCX, "one ucx worker per process: DMLC_NUM_CPU_DEV / DMLC_NUM_PORTS "
                 "above 1 are not used");
