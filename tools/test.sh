@@ -86,6 +86,18 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && [ "$rc" -ne 4 ] && ! grep -Eq 'FAILED|T
   failed=$((failed + 1))
 fi
 
+# The fault matrix's stress cells (kill -9 at a random moment): CI runs each
+# twice; `bazel test --runs_per_test=20 //tests/fault:all_stress` runs all.
+if [ ${#CI_FLAGS[@]} -gt 0 ]; then
+  step "bazel test --runs_per_test=2 //tests/fault:all_stress"
+  bazel test "${CI_FLAGS[@]}" "${NO_LINKS[@]}" --runs_per_test=2 //tests/fault:all_stress 2>&1 | tee "$LOG"
+  count_results "$LOG"
+  if ! grep -Eq '^//tests/fault:[^ ]+ +(\(cached\) +)?PASSED' "$LOG"; then
+    echo "FAILED: the fault matrix's stress cells did not run"
+    failed=$((failed + 1))
+  fi
+fi
+
 step "visibility: an app target that reaches into a transport must be rejected"
 if bazel build "${CI_FLAGS[@]}" "${NO_LINKS[@]}" //ps/app:visibility_violation >"$LOG" 2>&1; then
   echo "FAILED: //ps/app:visibility_violation built, visibility is not enforced"

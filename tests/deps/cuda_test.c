@@ -1,7 +1,8 @@
 /*
  * The static CUDA runtime links and answers. Without a GPU or driver (this
  * machine) cudaGetDeviceCount fails or reports 0: the test says
- * "SKIPPED: no cuda device: <reason>" and passes. Exit 1 on a real failure.
+ * "SKIPPED: no cuda device: <reason>" and ends as skipped (tests/lib/skip.h).
+ * Exit 1 on a real failure.
  */
 #include <stdio.h>
 #include <string.h>
