@@ -51,6 +51,8 @@ static const ps__dl_sym_t ucp_syms[] = {
     SYM(ucp_listener_reject),
     SYM(ucp_request_cancel),
     SYM(ucp_request_free),
+    SYM(ucp_tag_msg_recv_nbx),
+    SYM(ucp_tag_probe_nb),
     SYM(ucp_tag_recv_nbx),
     SYM(ucp_tag_send_nbx),
     SYM(ucp_worker_arm),

@@ -55,6 +55,8 @@ typedef struct {
     __typeof__(ucp_listener_reject) *ucp_listener_reject;
     __typeof__(ucp_request_cancel) *ucp_request_cancel;
     __typeof__(ucp_request_free) *ucp_request_free;
+    __typeof__(ucp_tag_msg_recv_nbx) *ucp_tag_msg_recv_nbx;
+    __typeof__(ucp_tag_probe_nb) *ucp_tag_probe_nb;
     __typeof__(ucp_tag_recv_nbx) *ucp_tag_recv_nbx;
     __typeof__(ucp_tag_send_nbx) *ucp_tag_send_nbx;
     __typeof__(ucp_worker_arm) *ucp_worker_arm;
@@ -119,6 +121,8 @@ ps_status_t ps__ucx_dl_load(char *why, size_t cap);
 #define ucp_listener_reject(...) ps__ucx_api.ucp_listener_reject(__VA_ARGS__)
 #define ucp_request_cancel(...) ps__ucx_api.ucp_request_cancel(__VA_ARGS__)
 #define ucp_request_free(...) ps__ucx_api.ucp_request_free(__VA_ARGS__)
+#define ucp_tag_msg_recv_nbx(...) ps__ucx_api.ucp_tag_msg_recv_nbx(__VA_ARGS__)
+#define ucp_tag_probe_nb(...) ps__ucx_api.ucp_tag_probe_nb(__VA_ARGS__)
 #define ucp_tag_recv_nbx(...) ps__ucx_api.ucp_tag_recv_nbx(__VA_ARGS__)
 #define ucp_tag_send_nbx(...) ps__ucx_api.ucp_tag_send_nbx(__VA_ARGS__)
 #define ucp_worker_arm(...) ps__ucx_api.ucp_worker_arm(__VA_ARGS__)
