@@ -87,10 +87,12 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && [ "$rc" -ne 4 ] && ! grep -Eq 'FAILED|T
 fi
 
 # The fault matrix's stress cells (kill -9 at a random moment): CI runs each
-# twice; `bazel test --runs_per_test=20 //tests/fault:all_stress` runs all.
+# twice (//tests/fault:ci_stress, which leaves out the cells of a provider
+# known to hang); `bazel test --runs_per_test=20 //tests/fault:all_stress`
+# runs them all.
 if [ ${#CI_FLAGS[@]} -gt 0 ]; then
-  step "bazel test --runs_per_test=2 //tests/fault:all_stress"
-  bazel test "${CI_FLAGS[@]}" "${NO_LINKS[@]}" --runs_per_test=2 //tests/fault:all_stress 2>&1 | tee "$LOG"
+  step "bazel test --runs_per_test=2 //tests/fault:ci_stress"
+  bazel test "${CI_FLAGS[@]}" "${NO_LINKS[@]}" --runs_per_test=2 //tests/fault:ci_stress 2>&1 | tee "$LOG"
   count_results "$LOG"
   if ! grep -Eq '^//tests/fault:[^ ]+ +(\(cached\) +)?PASSED' "$LOG"; then
     echo "FAILED: the fault matrix's stress cells did not run"
