@@ -237,20 +237,30 @@ static ps_status_t cuda_free(void *ptr)
     return err == cudaSuccess ? PS_OK : cuda_failed(err, "cudaFree");
 }
 
+/* The checks every copy and memset makes before the runtime call: 1 to go
+ * on; 0 with *status_p the slot's answer (PS_OK for nothing to do, a bad
+ * pointer, or no usable device). For a memset, pass its pointer twice. */
+static int cuda_range_go(const void *dst, const void *src, size_t len, ps_status_t *status_p)
+{
+    if (len == 0) {
+        *status_p = PS_OK;
+        return 0;
+    }
+    if (dst == NULL || src == NULL) {
+        *status_p = PS_ERR_INVALID_ARG;
+        return 0;
+    }
+    *status_p = cuda_ready();
+    return *status_p == PS_OK;
+}
+
 static ps_status_t cuda_memcpy(void *dst, const void *src, size_t len,
                                enum cudaMemcpyKind dir, const char *what)
 {
     ps_status_t status;
     cudaError_t err;
 
-    if (len == 0) {
-        return PS_OK;
-    }
-    if (dst == NULL || src == NULL) {
-        return PS_ERR_INVALID_ARG;
-    }
-    status = cuda_ready();
-    if (status != PS_OK) {
+    if (!cuda_range_go(dst, src, len, &status)) {
         return status;
     }
     err = cudaMemcpy(dst, src, len, dir);
@@ -277,14 +287,7 @@ static ps_status_t cuda_memset(void *ptr, int value, size_t len)
     ps_status_t status;
     cudaError_t err;
 
-    if (len == 0) {
-        return PS_OK;
-    }
-    if (ptr == NULL) {
-        return PS_ERR_INVALID_ARG;
-    }
-    status = cuda_ready();
-    if (status != PS_OK) {
+    if (!cuda_range_go(ptr, ptr, len, &status)) {
         return status;
     }
     /* cudaMemset may return before the device is done; the slot is
@@ -545,14 +548,7 @@ static ps_status_t cuda_copy_async(void *dst, const void *src, size_t len, void 
     ps_status_t status;
     cudaError_t err;
 
-    if (len == 0) {
-        return PS_OK;
-    }
-    if (dst == NULL || src == NULL) {
-        return PS_ERR_INVALID_ARG;
-    }
-    status = cuda_ready();
-    if (status != PS_OK) {
+    if (!cuda_range_go(dst, src, len, &status)) {
         return status;
     }
     err = cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, (cudaStream_t)stream);
@@ -564,14 +560,7 @@ static ps_status_t cuda_memset_async(void *ptr, int value, size_t len, void *str
     ps_status_t status;
     cudaError_t err;
 
-    if (len == 0) {
-        return PS_OK;
-    }
-    if (ptr == NULL) {
-        return PS_ERR_INVALID_ARG;
-    }
-    status = cuda_ready();
-    if (status != PS_OK) {
+    if (!cuda_range_go(ptr, ptr, len, &status)) {
         return status;
     }
     err = cudaMemsetAsync(ptr, value, len, (cudaStream_t)stream);

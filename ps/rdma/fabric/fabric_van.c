@@ -32,7 +32,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
-#include "ps/base/sigkeep.h"
+#include "ps/rdma/common/van_open.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/lane.h"
 #include "ps/rdma/fabric/fabric_internal.h"
@@ -400,16 +400,8 @@ static void fab_close(ps_van_t *v)
 static ps_status_t fab_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
                             ps_van_t **van_p)
 {
-    char why[256];
-    if (ps__fab_dl_load(why, sizeof(why)) != PS_OK) {
-        ps_error(PS_LOG_FABRIC, "fabric van unavailable: %s", why);
-        return PS_ERR_UNSUPPORTED;
-    }
-    ps_sigkeep_t keep;
-    ps__sigkeep_save(&keep);
-    ps_status_t st = fab_open_body(params, cb, van_p);
-    ps__sigkeep_restore(&keep, "fabric");
-    return st;
+    return ps__van_open_loaded("fabric", PS_LOG_FABRIC, ps__fab_dl_load, fab_open_body, params,
+                               cb, van_p);
 }
 
 static int fab_unavailable(char *why, size_t cap)

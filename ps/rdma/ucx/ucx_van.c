@@ -24,7 +24,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
-#include "ps/base/sigkeep.h"
+#include "ps/rdma/common/van_open.h"
 #include "ps/base/time.h"
 #include "ps/rdma/common/buf_pool.h"
 #include "ps/rdma/probe.h"
@@ -383,16 +383,8 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
 static ps_status_t ucx_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
                             ps_van_t **van_p)
 {
-    char why[256];
-    if (ps__ucx_dl_load(why, sizeof(why)) != PS_OK) {
-        ps_error(PS_LOG_UCX, "ucx van unavailable: %s", why);
-        return PS_ERR_UNSUPPORTED;
-    }
-    ps_sigkeep_t keep;
-    ps__sigkeep_save(&keep);
-    ps_status_t st = ucx_open_body(params, cb, van_p);
-    ps__sigkeep_restore(&keep, "ucx");
-    return st;
+    return ps__van_open_loaded("ucx", PS_LOG_UCX, ps__ucx_dl_load, ucx_open_body, params, cb,
+                               van_p);
 }
 
 static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_callbacks_t *cb,

@@ -17,7 +17,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
-#include "ps/base/sigkeep.h"
+#include "ps/rdma/common/van_open.h"
 #include "ps/base/time.h"
 #include "ps/rdma/verbs/verbs_diag.h"
 #include "ps/rdma/verbs/verbs_internal.h"
@@ -406,11 +406,7 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
 static ps_status_t vb_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
                            ps_van_t **van_p)
 {
-    ps_sigkeep_t keep;
-    ps__sigkeep_save(&keep);
-    ps_status_t st = vb_open_body(params, cb, van_p);
-    ps__sigkeep_restore(&keep, "ibverbs");
-    return st;
+    return ps__van_open_loaded("ibverbs", PS_LOG_RDMA, NULL, vb_open_body, params, cb, van_p);
 }
 
 static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
