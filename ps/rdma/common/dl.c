@@ -5,10 +5,15 @@
 #include <stdio.h>
 #include <string.h>
 
-ps_status_t ps__dl_load(const char *soname, void *table, const ps__dl_sym_t *syms, size_t n,
-                        char *why, size_t cap)
+#include "ps/base/sigkeep.h"
+
+ps_status_t ps__dl_load(const char *soname, const char *who, void *table,
+                        const ps__dl_sym_t *syms, size_t n, char *why, size_t cap)
 {
+    ps_sigkeep_t keep;
+    ps__sigkeep_save(&keep);
     void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    ps__sigkeep_restore(&keep, who);
     if (h == NULL) {
         const char *e = dlerror();
         snprintf(why, cap, "%s not found (%s)", soname, e ? e : "no reason given");
@@ -29,4 +34,12 @@ ps_status_t ps__dl_load(const char *soname, void *table, const ps__dl_sym_t *sym
         memcpy((char *)table + syms[i].offset, &p, sizeof(p));
     }
     return PS_OK;
+}
+
+ps_status_t ps__dl_once(ps__dl_once_t *o, void (*load)(void), char *why, size_t cap)
+{
+    pthread_once(&o->once, load);
+    if (o->status != PS_OK && why != NULL && cap > 0)
+        snprintf(why, cap, "%s", o->why);
+    return o->status;
 }

@@ -9,6 +9,7 @@
 #ifndef PS_RDMA_COMMON_DL_H_
 #define PS_RDMA_COMMON_DL_H_
 
+#include <pthread.h>
 #include <stddef.h>
 
 #include "ps/base/status.h"
@@ -25,9 +26,24 @@ typedef struct {
 /* dlopens soname (RTLD_NOW | RTLD_LOCAL) and stores each symbol's address
  * in table at its offset. PS_ERR_UNSUPPORTED with why = "libfabric.so.1 not
  * found (<dlerror>)" or "libfabric.so.1 lacks fi_getinfo (<dlerror>)" when
- * it cannot; the library stays loaded on success. */
-ps_status_t ps__dl_load(const char *soname, void *table, const ps__dl_sym_t *syms, size_t n,
-                        char *why, size_t cap);
+ * it cannot; the library stays loaded on success. The process keeps its
+ * fatal-signal dispositions whatever the library's constructors install
+ * (ps/base/sigkeep.h); `who` names the van in that log line. */
+ps_status_t ps__dl_load(const char *soname, const char *who, void *table,
+                        const ps__dl_sym_t *syms, size_t n, char *why, size_t cap);
+
+/* A library loaded once per process, and what every later caller is told. */
+typedef struct {
+    pthread_once_t once;
+    ps_status_t status;
+    char why[256];
+} ps__dl_once_t;
+
+#define PS__DL_ONCE_INIT {.once = PTHREAD_ONCE_INIT}
+
+/* Runs load once (it fills o->status and, on failure, o->why); returns
+ * o->status and, on failure, copies o->why into why (may be NULL). */
+ps_status_t ps__dl_once(ps__dl_once_t *o, void (*load)(void), char *why, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -2,9 +2,6 @@
 #define PS__FAB_DL_NO_MACROS
 #include "ps/rdma/fabric/fabric_dl.h"
 
-#include <pthread.h>
-#include <stdio.h>
-
 #include "ps/base/sigkeep.h"
 #include "ps/rdma/common/dl.h"
 
@@ -16,25 +13,18 @@ static const ps__dl_sym_t fab_syms[] = {
     SYM(fabric, fi_fabric),     SYM(strerror, fi_strerror), SYM(version, fi_version),
 };
 
-static pthread_once_t fab_once = PTHREAD_ONCE_INIT;
-static ps_status_t fab_status;
-static char fab_why[256];
+static ps__dl_once_t fab_lib = PS__DL_ONCE_INIT;
 
 static void fab_load_once(void)
 {
     /* libinfinipath (psm provider) reads it when a provider list is built. */
     ps__sigkeep_setenv_default("IPATH_NO_BACKTRACE", "1");
-    ps_sigkeep_t keep;
-    ps__sigkeep_save(&keep);
-    fab_status = ps__dl_load(PS_FAB_SONAME, &ps__fab_api, fab_syms,
-                             sizeof(fab_syms) / sizeof(fab_syms[0]), fab_why, sizeof(fab_why));
-    ps__sigkeep_restore(&keep, "fabric");
+    fab_lib.status = ps__dl_load(PS_FAB_SONAME, "fabric", &ps__fab_api, fab_syms,
+                                 sizeof(fab_syms) / sizeof(fab_syms[0]), fab_lib.why,
+                                 sizeof(fab_lib.why));
 }
 
 ps_status_t ps__fab_dl_load(char *why, size_t cap)
 {
-    pthread_once(&fab_once, fab_load_once);
-    if (fab_status != PS_OK && why != NULL && cap > 0)
-        snprintf(why, cap, "%s", fab_why);
-    return fab_status;
+    return ps__dl_once(&fab_lib, fab_load_once, why, cap);
 }

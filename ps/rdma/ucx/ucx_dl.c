@@ -2,9 +2,6 @@
 #define PS__UCX_DL_NO_MACROS
 #include "ps/rdma/ucx/ucx_dl.h"
 
-#include <pthread.h>
-#include <stdio.h>
-
 #include "ps/base/sigkeep.h"
 #include "ps/rdma/common/dl.h"
 
@@ -75,28 +72,20 @@ static const struct {
     {ucp_syms, sizeof(ucp_syms) / sizeof(ucp_syms[0])},
 };
 
-static pthread_once_t ucx_once = PTHREAD_ONCE_INIT;
-static ps_status_t ucx_status;
-static char ucx_why[256];
+static ps__dl_once_t ucx_lib = PS__DL_ONCE_INIT;
 
 static void ucx_load_once(void)
 {
     /* libucs reads them in its constructor, when it installs its handlers. */
     ps__sigkeep_setenv_default("UCX_ERROR_SIGNALS", "");
     ps__sigkeep_setenv_default("UCX_HANDLE_ERRORS", "none");
-    ps_sigkeep_t keep;
-    ps__sigkeep_save(&keep);
-    ucx_status = PS_OK;
-    for (size_t i = 0; i < sizeof(ucx_libs) / sizeof(ucx_libs[0]) && ucx_status == PS_OK; i++)
-        ucx_status = ps__dl_load(ps__ucx_dl_libs[i], &ps__ucx_api, ucx_libs[i].syms,
-                                 ucx_libs[i].n, ucx_why, sizeof(ucx_why));
-    ps__sigkeep_restore(&keep, "ucx");
+    ucx_lib.status = PS_OK;
+    for (size_t i = 0; i < sizeof(ucx_libs) / sizeof(ucx_libs[0]) && ucx_lib.status == PS_OK; i++)
+        ucx_lib.status = ps__dl_load(ps__ucx_dl_libs[i], "ucx", &ps__ucx_api, ucx_libs[i].syms,
+                                     ucx_libs[i].n, ucx_lib.why, sizeof(ucx_lib.why));
 }
 
 ps_status_t ps__ucx_dl_load(char *why, size_t cap)
 {
-    pthread_once(&ucx_once, ucx_load_once);
-    if (ucx_status != PS_OK && why != NULL && cap > 0)
-        snprintf(why, cap, "%s", ucx_why);
-    return ucx_status;
+    return ps__dl_once(&ucx_lib, ucx_load_once, why, cap);
 }

@@ -2,10 +2,6 @@
 #define PS__VERBS_DL_NO_MACROS
 #include "ps/rdma/verbs/verbs_dl.h"
 
-#include <pthread.h>
-#include <stdio.h>
-
-#include "ps/base/sigkeep.h"
 #include "ps/rdma/common/dl.h"
 
 ps__ibv_api_t ps__ibv_api;
@@ -64,54 +60,33 @@ static const ps__dl_sym_t cm_syms[] = {
     CM(resolve_route),
 };
 
-typedef struct {
-    pthread_once_t once;
-    ps_status_t status;
-    char why[256];
-} lib_state_t;
-
-static lib_state_t ibv_state = {.once = PTHREAD_ONCE_INIT};
-static lib_state_t cm_state = {.once = PTHREAD_ONCE_INIT};
+static ps__dl_once_t ibv_lib = PS__DL_ONCE_INIT;
+static ps__dl_once_t cm_lib = PS__DL_ONCE_INIT;
 
 static void ibv_load_once(void)
 {
-    ps_sigkeep_t keep;
-    ps__sigkeep_save(&keep);
-    ibv_state.status = ps__dl_load(PS_IBV_SONAME, &ps__ibv_api, ibv_syms,
-                                   sizeof(ibv_syms) / sizeof(ibv_syms[0]), ibv_state.why,
-                                   sizeof(ibv_state.why));
-    ps__sigkeep_restore(&keep, "ibverbs");
+    ibv_lib.status = ps__dl_load(PS_IBV_SONAME, "ibverbs", &ps__ibv_api, ibv_syms,
+                                 sizeof(ibv_syms) / sizeof(ibv_syms[0]), ibv_lib.why,
+                                 sizeof(ibv_lib.why));
 }
 
 static void cm_load_once(void)
 {
-    if (ps__ibv_dl_load(cm_state.why, sizeof(cm_state.why)) != PS_OK) {
-        cm_state.status = PS_ERR_UNSUPPORTED;
+    if (ps__ibv_dl_load(cm_lib.why, sizeof(cm_lib.why)) != PS_OK) {
+        cm_lib.status = PS_ERR_UNSUPPORTED;
         return;
     }
-    ps_sigkeep_t keep;
-    ps__sigkeep_save(&keep);
-    cm_state.status = ps__dl_load(PS_RDMACM_SONAME, &ps__rdmacm_api, cm_syms,
-                                  sizeof(cm_syms) / sizeof(cm_syms[0]), cm_state.why,
-                                  sizeof(cm_state.why));
-    ps__sigkeep_restore(&keep, "ibverbs");
-}
-
-static ps_status_t result(const lib_state_t *s, char *why, size_t cap)
-{
-    if (s->status != PS_OK && why != NULL && cap > 0)
-        snprintf(why, cap, "%s", s->why);
-    return s->status;
+    cm_lib.status = ps__dl_load(PS_RDMACM_SONAME, "ibverbs", &ps__rdmacm_api, cm_syms,
+                                sizeof(cm_syms) / sizeof(cm_syms[0]), cm_lib.why,
+                                sizeof(cm_lib.why));
 }
 
 ps_status_t ps__ibv_dl_load(char *why, size_t cap)
 {
-    pthread_once(&ibv_state.once, ibv_load_once);
-    return result(&ibv_state, why, cap);
+    return ps__dl_once(&ibv_lib, ibv_load_once, why, cap);
 }
 
 ps_status_t ps__rdmacm_dl_load(char *why, size_t cap)
 {
-    pthread_once(&cm_state.once, cm_load_once);
-    return result(&cm_state, why, cap);
+    return ps__dl_once(&cm_lib, cm_load_once, why, cap);
 }
