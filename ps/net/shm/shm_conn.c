@@ -1027,7 +1027,7 @@ int ps__shm_run_timers(ps__shm_van_t *van)
     if (next == UINT64_MAX) {
         return paused;
     }
-    int ms = ps_van_ms_until(next);
+    int ms = ps_deadline_remaining_ms(ps_deadline_at_ns(next));
     return paused >= 0 && paused < ms ? paused : ms;
 }
 

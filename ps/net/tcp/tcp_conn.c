@@ -668,7 +668,7 @@ int ps__tcp_run_timers(ps__tcp_van_t *van)
             van->hs_next_ns = expire_handshakes(van, now);
         }
         if (van->hs_next_ns != 0) {
-            adm = min_timeout(adm, ps_van_ms_until(van->hs_next_ns));
+            adm = min_timeout(adm, ps_deadline_remaining_ms(ps_deadline_at_ns(van->hs_next_ns)));
         }
     }
     if (van->num_connecting == 0) {
@@ -701,7 +701,7 @@ int ps__tcp_run_timers(ps__tcp_van_t *van)
     if (next == UINT64_MAX) {
         return adm;
     }
-    return min_timeout(adm, ps_van_ms_until(next));
+    return min_timeout(adm, ps_deadline_remaining_ms(ps_deadline_at_ns(next)));
 }
 
 /* ---- teardown ---- */

@@ -131,22 +131,12 @@ void ps_van_admission_expired(ps_van_admission_t *a, const char *who)
              who, a->handshake_ms, (unsigned long long)a->timed_out);
 }
 
-int ps_van_ms_until(uint64_t deadline_ns)
-{
-    uint64_t now = ps_time_now_ns();
-    if (deadline_ns <= now) {
-        return 0;
-    }
-    uint64_t ms = (deadline_ns - now + PS_NSEC_PER_MSEC - 1) / PS_NSEC_PER_MSEC;
-    return ms > INT_MAX ? INT_MAX : (int)ms;
-}
-
 int ps_van_admission_timer(ps_van_admission_t *a)
 {
     if (!a->paused) {
         return -1;
     }
-    int ms = ps_van_ms_until(a->resume_ns);
+    int ms = ps_deadline_remaining_ms(ps_deadline_at_ns(a->resume_ns));
     if (ms > 0) {
         return ms;
     }

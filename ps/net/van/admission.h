@@ -75,7 +75,4 @@ void ps_van_admission_expired(ps_van_admission_t *a, const char *who);
  * it is due (-1: not paused); a loop waits at most that long. */
 int ps_van_admission_timer(ps_van_admission_t *a);
 
-/* ms from now until `deadline_ns` (0 when past), for an epoll timeout. */
-int ps_van_ms_until(uint64_t deadline_ns);
-
 #endif /* PS_NET_VAN_ADMISSION_H_ */
