@@ -27,7 +27,11 @@
  *   NODE_FAILED <t> <node id> <status>          from the postoffice callback
  *   BARRIER <t> <status>                        the barrier of everyone
  *   RETURNED <t>                                every wait of this node ended
- *   PASS <role> <rank> <summary>                exit 0
+ *   PASS <role> <rank> <summary>                every check held; exit 0
+ *                                               when the job ended whole, 1
+ *                                               when it lost a node (the
+ *                                               barrier of everyone failed),
+ *                                               as a training script would
  *   FAIL <role> <rank> <why>                    exit 1: wrong data, a wait
  *                                               that outlived its deadline
  */
@@ -137,7 +141,7 @@ static void check_pull(const server_lane_t *lane, int server, size_t n)
     }
 }
 
-static void run_worker(ps_postoffice_t *po)
+static ps_status_t run_worker(ps_postoffice_t *po)
 {
     long rounds = env_long("FAULT_ROUNDS", 0);
     long after = env_long("FAULT_AFTER", 3);
@@ -254,11 +258,12 @@ static void run_worker(ps_postoffice_t *po)
     printf("PASS worker %d: %ld rounds, %" PRIu64 " elements checked, slowest round %lld ms, "
            "barrier %s, finalize %s\n", check_rank, done, checked, worst_round_ms,
            ps_status_name(bar), ps_status_name(fin));
+    return bar;
 }
 
 /* Servers serve; the scheduler only waits. Both meet the workers in the
  * barrier of everyone, which ends (OK or with the reason) by itself. */
-static void run_other(ps_postoffice_t *po, int is_server)
+static ps_status_t run_other(ps_postoffice_t *po, int is_server)
 {
     ps_kv_store_t *store = NULL;
     ps_kv_server_t *server = NULL;
@@ -281,6 +286,7 @@ static void run_other(ps_postoffice_t *po, int is_server)
     }
     printf("PASS %s %d: barrier %s, finalize %s\n", check_role, check_rank, ps_status_name(bar),
            ps_status_name(fin));
+    return bar;
 }
 
 int main(void)
@@ -295,16 +301,17 @@ int main(void)
     check_rank = ps_postoffice_my_rank(po);
     if (ps_postoffice_on_node_failed(po, on_node_failed, NULL) != PS_OK)
         check_fail("cannot register the node-failed callback");
+    ps_status_t job;
     switch (ps_postoffice_role(po)) {
     case PS_ROLE_WORKER:
-        run_worker(po);
+        job = run_worker(po);
         break;
     case PS_ROLE_SERVER:
-        run_other(po, 1);
+        job = run_other(po, 1);
         break;
     default:
-        run_other(po, 0);
+        job = run_other(po, 0);
         break;
     }
-    return 0;
+    return job == PS_OK ? 0 : 1;
 }

@@ -36,6 +36,10 @@
 # phase of a round. Every survivor must still end by itself, without a
 # crash or a sanitizer report, with the statuses checked below.
 #
+# A survivor's exit status is its own decision, as a training script's
+# would be: 0 when the barrier of everyone ended OK, 1 when it reported the
+# lost node; anything else (a crash, a handler's exit) fails the test.
+#
 #   fault_test.sh FAULT_NODE SCENARIO [LIMIT] [VAN] [MODE]
 set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
@@ -165,9 +169,15 @@ for name in "${names[@]}"; do
   fi
   if [ "$name" = "$victim" ]; then
     [ $rc -eq 137 ] || { echo "FAILED: $name exited $rc, not by SIGKILL"; fail=1; }
-  elif [ $rc -ne 0 ] || ! grep -q "^PASS" "$dir/$name.log"; then
+  elif ! grep -q "^PASS" "$dir/$name.log" || grep -q "^FAIL" "$dir/$name.log"; then
     echo "FAILED: $name exited $rc without its PASS line"
     fail=1
+  else
+    # A survivor decides its own exit status: 0 when the job ended whole,
+    # 1 when the barrier of everyone reported the lost node.
+    want=1
+    grep -q "^BARRIER [0-9]* PS_OK$" "$dir/$name.log" && want=0
+    [ $rc -eq $want ] || { echo "FAILED: $name exited $rc, not $want, after its barrier"; fail=1; }
   fi
 done
 show
