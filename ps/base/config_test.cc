@@ -483,7 +483,8 @@ TEST_F(ConfigTest, PrintListsVariablesBySection) {
   ASSERT_GT(n, 0);
   buf[n] = '\0';
   EXPECT_STREQ(buf, "# bootstrap\nDMLC_ROLE=server  [env]  Role of this process: scheduler, "
-                    "server, worker or joint (server and worker in one process); required.\n");
+                    "server or worker; required (joint, upstream's server and worker in one "
+                    "process, is refused: start returns PS_ERR_UNSUPPORTED).\n");
   close(fd);
   EXPECT_EQ(ps_config_print(-1, 0), PS_ERR_INVALID_ARG);
 }
