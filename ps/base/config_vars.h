@@ -45,7 +45,7 @@ PS_CONFIG_VAR(DMLC_USE_KUBERNETES, BOOL, "0", "bootstrap", NULL,
 PS_CONFIG_VAR(PS_BIND_ANY, BOOL, "0", "bootstrap", NULL,
               "1 makes every node listen on the wildcard address while still advertising its own address.")
 PS_CONFIG_VAR(BYTEPS_ENABLE_MIXED_MODE, BOOL, "0", "bootstrap", NULL,
-              "Upstream's mixed-mode rank order (servers not co-located with a worker first); not supported: 1 is logged as a warning by the scheduler, and ranks follow BYTEPS_ORDERED_HOSTS or host and port.")
+              "1 makes the scheduler give the first ranks to nodes alone on their host (BytePS mixed mode: servers not co-located with a worker first); it refuses to start a job with BYTEPS_ORDERED_HOSTS set, more than two nodes on a host, or a worker alone on its host.")
 PS_CONFIG_VAR(BYTEPS_ORDERED_HOSTS, STRING, "", "bootstrap", NULL,
               "Comma-separated list of ip[:port] fixing the rank order of nodes; unset sorts by host and port.")
 
