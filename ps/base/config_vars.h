@@ -19,7 +19,7 @@
 
 /* ---- bootstrap: who this process is and how it finds the job ---- */
 PS_CONFIG_VAR(DMLC_ROLE, STRING, "", "bootstrap", NULL,
-              "Role of this process: scheduler, server or worker; required (joint, upstream's server and worker in one process, is refused: start returns PS_ERR_UNSUPPORTED).")
+              "Role of this process: scheduler, server, worker or joint (a server and a worker in one process, counted in both DMLC_NUM_SERVER and DMLC_NUM_WORKER: programs start it with ps_postoffice_start_joint, and ps_postoffice_start refuses it with PS_ERR_UNSUPPORTED); required.")
 PS_CONFIG_VAR(DMLC_NUM_WORKER, INT, "", "bootstrap", NULL,
               "Number of worker groups in the job; required.")
 PS_CONFIG_VAR(DMLC_NUM_SERVER, INT, "", "bootstrap", NULL,

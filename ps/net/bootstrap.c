@@ -976,8 +976,9 @@ ps_status_t ps__po_check_params(const ps_start_params_t *p)
         return PS_ERR_CONFIG;
     }
     if (p->role == PS_ROLE_JOINT) {
-        ps_error(PS_LOG_CORE, "DMLC_ROLE=joint is not supported yet: run a server and a worker "
-                 "process instead");
+        ps_error(PS_LOG_CORE, "DMLC_ROLE=joint: a joint process starts with "
+                 "ps_postoffice_start_joint() (a server and a worker postoffice); this program "
+                 "starts one postoffice");
         return PS_ERR_UNSUPPORTED;
     }
     if (p->scheduler_host[0] == '\0') {

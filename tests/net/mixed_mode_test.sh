@@ -11,48 +11,14 @@ set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 NODE=$PWD/${1:?po_node}
 TMP=$(mktemp -d "${TEST_TMPDIR:-/tmp}/mixed.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/net/po_job.sh"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 if ! python3 -c 'import socket; socket.socket().bind(("127.0.0.3", 0))' 2>/dev/null; then
   job_skip "cannot bind 127.0.0.3 (loopback beyond 127.0.0.1 not routed here)"
 fi
-
-# job NAME MIXED NODES...: NODES are role@host; output in $TMP/NAME.<i>.
-# Returns the number of processes that failed.
-job() {
-  local name=$1 mixed=$2
-  shift 2
-  pids=()
-  local port
-  port=$(job_free_port)
-  local n_s=0 n_w=0 spec
-  for spec in "$@"; do
-    case $spec in server@*) n_s=$((n_s + 1)) ;; worker@*) n_w=$((n_w + 1)) ;; esac
-  done
-  export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=$n_s \
-    DMLC_NUM_WORKER=$n_w BYTEPS_ENABLE_MIXED_MODE=$mixed PO_ROUNDS=4 PS_START_TIMEOUT_MS=20000
-  DMLC_ROLE=scheduler timeout 60 "$NODE" >"$TMP/$name.sched" 2>&1 &
-  pids+=($!)
-  local i=0
-  for spec in "$@"; do
-    DMLC_ROLE=${spec%@*} DMLC_NODE_HOST=${spec#*@} timeout 60 "$NODE" >"$TMP/$name.$i" 2>&1 &
-    pids+=($!)
-    i=$((i + 1))
-  done
-  local bad=0 p
-  for p in "${pids[@]}"; do
-    wait "$p" || bad=$((bad + 1))
-  done
-  pids=()
-  return $bad
-}
+export PO_ROUNDS=4
 
 # server_rank NAME I: the rank process I of job NAME reported.
 server_rank() {
@@ -61,7 +27,7 @@ server_rank() {
 
 LAYOUT=(server@127.0.0.1 worker@127.0.0.1 server@127.0.0.2 worker@127.0.0.2 server@127.0.0.3)
 for mixed in 0 1; do
-  if ! job "m$mixed" $mixed "${LAYOUT[@]}"; then
+  if ! BYTEPS_ENABLE_MIXED_MODE=$mixed po_job "m$mixed" "${LAYOUT[@]}"; then
     fail "the job with BYTEPS_ENABLE_MIXED_MODE=$mixed failed"
     tail -n 5 "$TMP"/m$mixed.*
     continue
@@ -76,7 +42,7 @@ for mixed in 0 1; do
     fail "mixed=$mixed: server ranks by host .1 .2 .3 are '$got', expected '$want'"
 done
 
-if job refused 1 server@127.0.0.1 worker@127.0.0.1 server@127.0.0.1; then
+if BYTEPS_ENABLE_MIXED_MODE=1 po_job refused server@127.0.0.1 worker@127.0.0.1 server@127.0.0.1; then
   fail "a mixed job with three nodes on one host started"
 elif ! grep -q "3 nodes registered from host 127.0.0.1" "$TMP/refused.sched"; then
   fail "the scheduler did not say why it refused: $(cat "$TMP/refused.sched")"
