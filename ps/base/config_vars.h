@@ -11,7 +11,11 @@
  *
  * Upstream names (DMLC_*, PS_*, BYTEPS_*, STEPMESH_*) keep upstream's
  * defaults so a job script written for ps-lite, BytePS or StepMesh runs
- * unchanged. Help text is one sentence and names the unit.
+ * unchanged (BYTEPS_RDMA_MAX_CONCURR_WR, honoured with another meaning, has
+ * its own). Upstream variables ps does not honour are not listed here: the
+ * README's "Differences from upstream" names them and says why. Every entry
+ * has a reader (//tests/lint:config_vars_test). Help text is one sentence
+ * and names the unit.
  */
 #ifndef PS_CONFIG_VAR
 #error "define PS_CONFIG_VAR before including ps/base/config_vars.h"
