@@ -69,7 +69,7 @@ PS_CONFIG_VAR(DMLC_ENABLE_UCX, BOOL, "0", "van", NULL,
 PS_CONFIG_VAR(DMLC_PS_VAN_TYPE, STRING, "zmq", "van", NULL,
               "Van type used when DMLC_ENABLE_RDMA is unset; zmq means the TCP van.")
 PS_CONFIG_VAR(DMLC_NUM_PORTS, INT, "1", "van", NULL,
-              "Number of ports (devices or connections) each node opens, a count.")
+              "Upstream's ports (devices) per node; the tcp van opens the larger of it and PS_TCP_CONNS_PER_PEER connections to each peer, the other vans one (ucx logs a value above 1), a count.")
 PS_CONFIG_VAR(PS_BUSY_POLL, BOOL, "0", "van", NULL,
               "1 makes the receive threads of workers and servers spin instead of sleeping in epoll or futex waits (lower latency, one busy core each); the scheduler never spins.")
 PS_CONFIG_VAR(PS_SMALL_LANE, BOOL, "1", "van", NULL,
