@@ -483,7 +483,10 @@ TEST_F(ConfigTest, PrintListsVariablesBySection) {
   ASSERT_GT(n, 0);
   buf[n] = '\0';
   EXPECT_STREQ(buf, "# bootstrap\nDMLC_ROLE=server  [env]  Role of this process: scheduler, "
-                    "server, worker or joint (server and worker in one process); required.\n");
+                    "server, worker or joint (a server and a worker in one process, counted in "
+                    "both DMLC_NUM_SERVER and DMLC_NUM_WORKER: programs start it with "
+                    "ps_postoffice_start_joint, and ps_postoffice_start refuses it with "
+                    "PS_ERR_UNSUPPORTED); required.\n");
   close(fd);
   EXPECT_EQ(ps_config_print(-1, 0), PS_ERR_INVALID_ARG);
 }

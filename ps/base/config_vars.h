@@ -11,7 +11,11 @@
  *
  * Upstream names (DMLC_*, PS_*, BYTEPS_*, STEPMESH_*) keep upstream's
  * defaults so a job script written for ps-lite, BytePS or StepMesh runs
- * unchanged. Help text is one sentence and names the unit.
+ * unchanged (BYTEPS_RDMA_MAX_CONCURR_WR, honoured with another meaning, has
+ * its own). Upstream variables ps does not honour are not listed here: the
+ * README's "Differences from upstream" names them and says why. Every entry
+ * has a reader (//tests/lint:config_vars_test). Help text is one sentence
+ * and names the unit.
  */
 #ifndef PS_CONFIG_VAR
 #error "define PS_CONFIG_VAR before including ps/base/config_vars.h"
@@ -19,7 +23,7 @@
 
 /* ---- bootstrap: who this process is and how it finds the job ---- */
 PS_CONFIG_VAR(DMLC_ROLE, STRING, "", "bootstrap", NULL,
-              "Role of this process: scheduler, server, worker or joint (server and worker in one process); required.")
+              "Role of this process: scheduler, server, worker or joint (a server and a worker in one process, counted in both DMLC_NUM_SERVER and DMLC_NUM_WORKER: programs start it with ps_postoffice_start_joint, and ps_postoffice_start refuses it with PS_ERR_UNSUPPORTED); required.")
 PS_CONFIG_VAR(DMLC_NUM_WORKER, INT, "", "bootstrap", NULL,
               "Number of worker groups in the job; required.")
 PS_CONFIG_VAR(DMLC_NUM_SERVER, INT, "", "bootstrap", NULL,
@@ -35,15 +39,9 @@ PS_CONFIG_VAR(DMLC_INTERFACE, STRING, "", "bootstrap", NULL,
 PS_CONFIG_VAR(DMLC_PORT, INT, "", "bootstrap", NULL,
               "Fixed TCP port for this node's first listening port; unset means a random free port.")
 PS_CONFIG_VAR(DMLC_GROUP_SIZE, INT, "1", "bootstrap", NULL,
-              "Number of postoffice instances per process and role (StepMesh: processes per node), a count.")
+              "Upstream's postoffice instances per process; ps runs one, so a value other than 1 is logged as a warning and has no effect.")
 PS_CONFIG_VAR(DMLC_RANK, INT, "-1", "bootstrap", NULL,
               "Preferred rank of this node within its role; -1 lets the scheduler assign one.")
-PS_CONFIG_VAR(DMLC_NODE_RANK, INT, "0", "bootstrap", NULL,
-              "Rank of this machine; the global rank is node rank times group size plus the local GPU index.")
-PS_CONFIG_VAR(DMLC_RANK_OFFSET, INT, "0", "bootstrap", NULL,
-              "Offset added to this process's rank and instance id, an integer.")
-PS_CONFIG_VAR(DMLC_INSTANCE_ID, INT, "", "bootstrap", NULL,
-              "Instance index of this process; unset means STEPMESH_GPU plus DMLC_RANK_OFFSET.")
 PS_CONFIG_VAR(DMLC_WORKER_ID, INT, "", "bootstrap", NULL,
               "Worker index as set by BytePS launchers; used as the preferred worker rank when DMLC_RANK is unset.")
 PS_CONFIG_VAR(DMLC_USE_KUBERNETES, BOOL, "0", "bootstrap", NULL,
@@ -51,7 +49,7 @@ PS_CONFIG_VAR(DMLC_USE_KUBERNETES, BOOL, "0", "bootstrap", NULL,
 PS_CONFIG_VAR(PS_BIND_ANY, BOOL, "0", "bootstrap", NULL,
               "1 makes every node listen on the wildcard address while still advertising its own address.")
 PS_CONFIG_VAR(BYTEPS_ENABLE_MIXED_MODE, BOOL, "0", "bootstrap", NULL,
-              "1 orders ranks so that servers not co-located with a worker come first (BytePS mixed mode).")
+              "1 makes the scheduler give the first ranks to nodes alone on their host (BytePS mixed mode: servers not co-located with a worker first); it refuses to start a job with BYTEPS_ORDERED_HOSTS set, more than two nodes on a host, or a worker alone on its host.")
 PS_CONFIG_VAR(BYTEPS_ORDERED_HOSTS, STRING, "", "bootstrap", NULL,
               "Comma-separated list of ip[:port] fixing the rank order of nodes; unset sorts by host and port.")
 
@@ -71,13 +69,7 @@ PS_CONFIG_VAR(DMLC_ENABLE_UCX, BOOL, "0", "van", NULL,
 PS_CONFIG_VAR(DMLC_PS_VAN_TYPE, STRING, "zmq", "van", NULL,
               "Van type used when DMLC_ENABLE_RDMA is unset; zmq means the TCP van.")
 PS_CONFIG_VAR(DMLC_NUM_PORTS, INT, "1", "van", NULL,
-              "Number of ports (devices or connections) each node opens, a count.")
-PS_CONFIG_VAR(DMLC_LOCAL, BOOL, "0", "van", NULL,
-              "1 keeps all traffic on this host over local (IPC) endpoints instead of the network.")
-PS_CONFIG_VAR(DMLC_LOCKLESS_QUEUE, BOOL, "0", "van", NULL,
-              "1 makes internal queues lock-free rings polled every DMLC_POLLING_IN_NANOSECOND.")
-PS_CONFIG_VAR(DMLC_POLLING_IN_NANOSECOND, INT, "1000", "van", NULL,
-              "Sleep between polls of a lock-free queue, in nanoseconds.")
+              "Upstream's ports (devices) per node; the tcp van opens the larger of it and PS_TCP_CONNS_PER_PEER connections to each peer, the other vans one (ucx logs a value above 1), a count.")
 PS_CONFIG_VAR(PS_BUSY_POLL, BOOL, "0", "van", NULL,
               "1 makes the receive threads of workers and servers spin instead of sleeping in epoll or futex waits (lower latency, one busy core each); the scheduler never spins.")
 PS_CONFIG_VAR(PS_SMALL_LANE, BOOL, "1", "van", NULL,
@@ -106,18 +98,8 @@ PS_CONFIG_VAR(PS_TCP_SOCKBUF, SIZE, "0", "tcp", NULL,
 /* ---- shared memory (BytePS IPC) ---- */
 PS_CONFIG_VAR(BYTEPS_ENABLE_IPC, BOOL, "0", "shm", NULL,
               "1 talks to peers on the same host through shared memory and to the others through the van DMLC_ENABLE_RDMA, DMLC_ENABLE_UCX or DMLC_PS_VAN_TYPE chooses (van ipc); ignored when that van is shm.")
-PS_CONFIG_VAR(BYTEPS_IPC_COPY_NUM_THREADS, INT, "4", "shm", NULL,
-              "Number of threads copying pull responses into shared memory, a count.")
-PS_CONFIG_VAR(BYTEPS_IPC_ENABLE_ASYNC_COPY, BOOL, "1", "shm", NULL,
-              "1 copies pull responses into shared memory on the copy threads, 0 copies inline.")
 PS_CONFIG_VAR(BYTEPS_PARTITION_BYTES, SIZE, "4096000", "shm", NULL,
               "Tensor partition size and shared-memory stride per partition, in bytes.")
-PS_CONFIG_VAR(BYTEPS_LOCAL_SIZE, INT, "8", "shm", NULL,
-              "Number of GPUs (worker processes) per machine, a count.")
-PS_CONFIG_VAR(BYTEPS_PCIE_SWITCH_SIZE, INT, "8", "shm", NULL,
-              "Number of GPUs per PCIe switch, a count.")
-PS_CONFIG_VAR(BYTEPS_ENCODING_SCHEME_VERSION, INT, "0", "shm", NULL,
-              "Key encoding used to find a key's shared-memory segment: 0 (16-bit partition index) or 1 (10-bit).")
 PS_CONFIG_VAR(BYTEPS_JOB_ID, STRING, "0", "shm", NULL,
               "Job id inserted in shared-memory segment names so that jobs on one host do not collide.")
 
@@ -126,8 +108,8 @@ PS_CONFIG_VAR(BYTEPS_RDMA_START_DEPTH, INT, "128", "rdma", NULL,
               "Rendezvous-start send contexts per endpoint, a count.")
 PS_CONFIG_VAR(BYTEPS_RDMA_RX_DEPTH, INT, "2048", "rdma", NULL,
               "Posted receives (and reply contexts) per endpoint, a count.")
-PS_CONFIG_VAR(BYTEPS_RDMA_MAX_CONCURR_WR, INT, "4224", "rdma", NULL,
-              "Completions polled per batch, a count; the completion queue holds twice as many.")
+PS_CONFIG_VAR(BYTEPS_RDMA_MAX_CONCURR_WR, INT, "8192", "rdma", NULL,
+              "Most signaled sends in flight on one RDMA device (its completion queue holds them plus BYTEPS_RDMA_RX_DEPTH receives; a send past it waits), a count from 16.")
 PS_CONFIG_VAR(BYTEPS_ADDRESS_POOL_SIZE, INT, "10240", "rdma", NULL,
               "Slots in the rendezvous address pool (the most receive buffers outstanding at once), a count.")
 PS_CONFIG_VAR(BYTEPS_PRINT_RDMA_LOG, BOOL, "0", "rdma", NULL,
@@ -141,19 +123,11 @@ PS_CONFIG_VAR(PS_FABRIC_PROVIDER, STRING, "", "fabric", NULL,
 
 /* ---- ucx ---- */
 PS_CONFIG_VAR(DMLC_NUM_CPU_DEV, INT, "1", "ucx", NULL,
-              "UCX contexts on host memory per node, a count.")
+              "Upstream's UCX contexts on host memory per node; the ucx van runs one UCX worker per process, so a value above 1 is logged and has no effect.")
 PS_CONFIG_VAR(DMLC_NUM_GPU_DEV, INT, "0", "ucx", NULL,
-              "UCX contexts on GPU memory per node, a count.")
+              "Upstream's UCX contexts on GPU memory per node; the ucx van moves host memory only, so a value above 0 is logged as a warning and has no effect.")
 PS_CONFIG_VAR(BYTEPS_UCX_SHORT_THRESH, SIZE, "4096", "ucx", NULL,
               "Data below this size is packed into the meta message, in bytes.")
-PS_CONFIG_VAR(BYTEPS_UCX_FORCE_REQ_ORDER, BOOL, "0", "ucx", NULL,
-              "1 restores each sender's request order on the receiving side.")
-PS_CONFIG_VAR(BYTEPS_UCX_QUEUE_SENDS, BOOL, "0", "ucx", NULL,
-              "1 posts sends from a separate progress thread.")
-PS_CONFIG_VAR(BYTEPS_UCX_ERRH_ENABLE, BOOL, "1", "ucx", NULL,
-              "1 enables UCX endpoint error handling and reconnection.")
-PS_CONFIG_VAR(BYTEPS_UCX_RECONNECT_TMO, INT, "1000", "ucx", NULL,
-              "How long to keep trying to reconnect a failed UCX endpoint, in milliseconds.")
 
 /* ---- reliability: deadlines, resend, heartbeats ---- */
 PS_CONFIG_VAR(PS_START_TIMEOUT_MS, INT, "120000", "reliability", NULL,
@@ -200,8 +174,6 @@ PS_CONFIG_VAR(BYTEPS_SERVER_DEBUG, BOOL, "0", "byteps-server", NULL,
               "1 prints the values of BYTEPS_SERVER_DEBUG_KEY at every stage.")
 PS_CONFIG_VAR(BYTEPS_SERVER_DEBUG_KEY, INT, "0", "byteps-server", NULL,
               "Key whose values BYTEPS_SERVER_DEBUG prints, a key number.")
-PS_CONFIG_VAR(BYTEPS_OMP_THREAD_PER_GPU, INT, "4", "byteps-server", NULL,
-              "Threads used by one summation, a count.")
 PS_CONFIG_VAR(PS_KEY_LOG, BOOL, "0", "byteps-server", NULL,
               "1 makes the server log every key it handles.")
 
@@ -229,9 +201,9 @@ PS_CONFIG_VAR(STEPMESH_CPU_START_OFFSET, INT, "10", "stepmesh", NULL,
 
 /* ---- profiling ---- */
 PS_CONFIG_VAR(ENABLE_PROFILING, BOOL, "0", "profiling", NULL,
-              "1 writes the receive timestamp of every message to a profile file.")
+              "1 makes every node write one CSV line per message it receives (receive time in wall-clock microseconds, sender, kind, key, bytes) to <PROFILE_PATH><role>_<start time in us>.")
 PS_CONFIG_VAR(PROFILE_PATH, STRING, "", "profiling", NULL,
-              "Path prefix of the profile file; unset writes pslite_profile_van_<role>_<us> in the working directory.")
+              "Path prefix of the ENABLE_PROFILING file; unset means pslite_profile_van_ in the working directory.")
 
 /* ---- benchmark: read only by tests and benchmark programs ---- */
 PS_CONFIG_VAR(NUM_KEY_PER_SERVER, INT, "40", "benchmark", NULL,
@@ -243,23 +215,11 @@ PS_CONFIG_VAR(TOTAL_DURATION, INT, "2000000000", "benchmark", NULL,
 PS_CONFIG_VAR(BENCHMARK_NTHREAD, INT, "1", "benchmark", NULL,
               "Worker threads (KV workers) a benchmark runs concurrently, a count.")
 PS_CONFIG_VAR(ENABLE_RECV_BUFFER, BOOL, "0", "benchmark", NULL,
-              "1 makes the benchmark server register its receive buffers in advance.")
-PS_CONFIG_VAR(SKIP_DEV_ID_CHECK, BOOL, "0", "benchmark", NULL,
-              "1 skips the benchmark server's check of the device id carried by each push.")
-PS_CONFIG_VAR(TEST_NUM_CPU_WORKER, INT, "1", "benchmark", NULL,
-              "Host-memory buffers per benchmark worker (0 or 1).")
-PS_CONFIG_VAR(TEST_NUM_GPU_WORKER, INT, "0", "benchmark", NULL,
-              "GPUs whose memory a benchmark worker uses, a count.")
-PS_CONFIG_VAR(TEST_NUM_CPU_SERVER, INT, "1", "benchmark", NULL,
-              "Host-memory buffers per benchmark server (0 or 1).")
-PS_CONFIG_VAR(TEST_NUM_GPU_SERVER, INT, "0", "benchmark", NULL,
-              "GPUs whose memory a benchmark server uses, a count.")
+              "Upstream test_benchmark's registered receive buffers; test_benchmark logs that 1 is ignored (pull responses already land in the worker's buffer where the van can).")
+PS_CONFIG_VAR(PS_BENCH_JSON, BOOL, "0", "benchmark", NULL,
+              "1 makes test_benchmark add one JSON line per report (as its --json option).")
 PS_CONFIG_VAR(DEBUG_MODE, BOOL, "0", "benchmark", NULL,
               "1 makes benchmark servers really sum values and log each one.")
-PS_CONFIG_VAR(ENABLE_SERVER_MULTIPULL, BOOL, "0", "benchmark", NULL,
-              "1 lets the stress-test server answer pulls from several threads.")
-PS_CONFIG_VAR(BYTEPS_NODE_ID, INT, "", "benchmark", NULL,
-              "Node index used by the stress test to name its keys.")
 PS_CONFIG_VAR(BENCHMARK_WARMUP, INT, "10", "benchmark", NULL,
               "Warm-up iterations the AF benchmarks leave out of their statistics, a count.")
 PS_CONFIG_VAR(BENCHMARK_ITER, INT, "2147483647", "benchmark", NULL,

@@ -679,11 +679,10 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     }
 
     const char *ordered = ps_config_str_or(PS_CFG_BYTEPS_ORDERED_HOSTS, "");
-    if (ps_config_bool_or(PS_CFG_BYTEPS_ENABLE_MIXED_MODE, 0))
-        ps_warn(PS_LOG_CORE, "BYTEPS_ENABLE_MIXED_MODE is not supported; ranks follow host and "
-                "port order");
+    int mixed = ps_config_bool_or(PS_CFG_BYTEPS_ENABLE_MIXED_MODE, 0);
     ps_status_t st = ps__node_table_assign(table, n, po->params.num_servers,
-                                           po->params.num_workers, ordered, why, sizeof(why));
+                                           po->params.num_workers, ordered, mixed, why,
+                                           sizeof(why));
     if (st != PS_OK) {
         ps_error(PS_LOG_CORE, "cannot start the job: %s", why);
         free(table);
@@ -977,8 +976,9 @@ ps_status_t ps__po_check_params(const ps_start_params_t *p)
         return PS_ERR_CONFIG;
     }
     if (p->role == PS_ROLE_JOINT) {
-        ps_error(PS_LOG_CORE, "DMLC_ROLE=joint is not supported yet: run a server and a worker "
-                 "process instead");
+        ps_error(PS_LOG_CORE, "DMLC_ROLE=joint: a joint process starts with "
+                 "ps_postoffice_start_joint() (a server and a worker postoffice); this program "
+                 "starts one postoffice");
         return PS_ERR_UNSUPPORTED;
     }
     if (p->scheduler_host[0] == '\0') {

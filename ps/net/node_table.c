@@ -11,6 +11,7 @@
 typedef struct {
     size_t index;  /* into the caller's array */
     int order;     /* position in BYTEPS_ORDERED_HOSTS, INT_MAX if absent */
+    int sharing;   /* mixed mode: nodes on this node's host (1 or 2); 0 otherwise */
     const ps_node_t *node;
 } sort_item_t;
 
@@ -101,6 +102,8 @@ static int cmp_items(const void *a, const void *b)
     const sort_item_t *y = b;
     if (x->order != y->order)
         return x->order < y->order ? -1 : 1;
+    if (x->sharing != y->sharing)
+        return x->sharing < y->sharing ? -1 : 1;
     int c = strcmp(x->node->hostname, y->node->hostname);
     if (c != 0)
         return c;
@@ -160,8 +163,47 @@ static ps_status_t rank_role(const sort_item_t *items, size_t count, int expecte
     return PS_OK;
 }
 
+/* Nodes registered from `node`'s host. */
+static int nodes_on_host(const ps_node_t *nodes, size_t n, const ps_node_t *node)
+{
+    int count = 0;
+    for (size_t i = 0; i < n; i++)
+        count += strcmp(nodes[i].hostname, node->hostname) == 0;
+    return count;
+}
+
+/* Mixed mode's layout, as upstream requires it: at most two nodes per host
+ * (a worker and its co-located server), and no worker alone on a host. */
+static ps_status_t check_mixed(const ps_node_t *nodes, size_t n, const char *ordered_hosts,
+                               char *why, size_t why_cap)
+{
+    char a[PS_NODE_HOSTNAME_MAX + 48];
+    if (ordered_hosts != NULL && ordered_hosts[0] != '\0') {
+        snprintf(why, why_cap, "BYTEPS_ENABLE_MIXED_MODE and BYTEPS_ORDERED_HOSTS are both set; "
+                 "they order ranks in two different ways (set one)");
+        return PS_ERR_CONFIG;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int count = nodes_on_host(nodes, n, &nodes[i]);
+        if (count > 2) {
+            snprintf(why, why_cap, "BYTEPS_ENABLE_MIXED_MODE: %d nodes registered from host %s; "
+                     "mixed mode allows a worker and its co-located server, or a server alone",
+                     count, nodes[i].hostname);
+            return PS_ERR_CONFIG;
+        }
+        if (count == 1 && nodes[i].role == PS_ROLE_WORKER) {
+            snprintf(why, why_cap, "BYTEPS_ENABLE_MIXED_MODE: %s is alone on its host; mixed "
+                     "mode expects every worker to share its host with a server",
+                     ps__node_describe(&nodes[i], a, sizeof(a)));
+            return PS_ERR_CONFIG;
+        }
+    }
+    return PS_OK;
+}
+
 ps_status_t ps__node_table_assign(ps_node_t *nodes, size_t n, int num_servers, int num_workers,
-                                  const char *ordered_hosts, char *why, size_t why_cap)
+                                  const char *ordered_hosts, int mixed_mode, char *why,
+                                  size_t why_cap)
 {
     char a[PS_NODE_HOSTNAME_MAX + 48];
     size_t ns = 0;
@@ -198,6 +240,8 @@ ps_status_t ps__node_table_assign(ps_node_t *nodes, size_t n, int num_servers, i
     }
     if (n == 0)
         return PS_OK;
+    if (mixed_mode && (st = check_mixed(nodes, n, ordered_hosts, why, why_cap)) != PS_OK)
+        return st;
 
     sort_item_t *items = malloc(n * sizeof(*items));
     int *rank_of = malloc(n * sizeof(*rank_of));
@@ -218,6 +262,7 @@ ps_status_t ps__node_table_assign(ps_node_t *nodes, size_t n, int num_servers, i
             items[k].index = i;
             items[k].node = &nodes[i];
             items[k].order = ordered_position(ordered_hosts, &nodes[i]);
+            items[k].sharing = mixed_mode ? nodes_on_host(nodes, n, &nodes[i]) : 0;
             k++;
         }
         qsort(items + first, k - first, sizeof(*items), cmp_items);

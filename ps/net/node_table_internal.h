@@ -1,6 +1,7 @@
 /*
  * The scheduler's id assignment, as upstream: nodes sorted by (host, port)
- * (or by BYTEPS_ORDERED_HOSTS), preferred ranks honoured, server rank r →
+ * (or by BYTEPS_ORDERED_HOSTS, or with BYTEPS_ENABLE_MIXED_MODE servers not
+ * co-located with a worker first), preferred ranks honoured, server rank r →
  * id 8 + 2r, worker rank r → id 9 + 2r. Pure functions, internal to
  * //ps/net; tested on their own.
  */
@@ -26,16 +27,20 @@ extern "C" {
  * The other nodes take the free ranks in sorted order. Sorting: by the
  * position of "host" or "host:port" in `ordered_hosts` (comma-separated;
  * "[v6]:port" for IPv6 with a port; NULL or "" for none), nodes not listed
- * after those listed, then by host name and port.
+ * after those listed, then by host name and port. With `mixed_mode`
+ * (BYTEPS_ENABLE_MIXED_MODE), nodes alone on their host sort before those
+ * sharing it, so servers not co-located with a worker take the first ranks.
  *
  * PS_ERR_CONFIG, with the reason in why[0..why_cap) (no log line: the
  * scheduler logs it and sends it to every node), when the roles' counts
- * differ from num_servers/num_workers, two nodes share host and port, or a
- * preferred rank is out of range or taken twice. The array is unchanged
- * then.
+ * differ from num_servers/num_workers, two nodes share host and port, a
+ * preferred rank is out of range or taken twice, or (mixed mode, whose
+ * layout upstream requires) ordered_hosts is set too, a host has more than
+ * two nodes, or a worker is alone on its host. The array is unchanged then.
  */
 ps_status_t ps__node_table_assign(ps_node_t *nodes, size_t n, int num_servers, int num_workers,
-                                  const char *ordered_hosts, char *why, size_t why_cap);
+                                  const char *ordered_hosts, int mixed_mode, char *why,
+                                  size_t why_cap);
 
 /* The index of the node with this hostname and port, or -1. */
 int ps__node_table_find(const ps_node_t *nodes, size_t n, const char *hostname, int port);

@@ -814,6 +814,7 @@ static void po_cb_deliver(void *arg, ps_msg_t *msg)
         }
     }
     po_log_msg("recv", msg);
+    ps__profile_msg(po->profile, &msg->meta);
     int sender = msg->meta.sender;
     if (po->is_scheduler) {
         uint64_t *seen = __atomic_load_n(&po->last_seen_ns, __ATOMIC_ACQUIRE);
@@ -848,6 +849,8 @@ static void po_cb_deliver_lane(void *arg, int sender, const uint8_t *bytes, size
     if (ps_unlikely(PS_LOG_TRACE <= ps__log_level))
         ps_trace(PS_LOG_CORE, "recv: lane message of %zu bytes from node %d (app %d customer %d)",
                  len, sender, app_id, customer_id);
+    ps__profile_lane(po->profile, sender, ps__po_my_id(po), app_id, customer_id,
+                     len - PS_LANE_HDR_LEN);
     ps__registry_deliver_lane(po->reg, sender, app_id, customer_id, bytes + PS_LANE_HDR_LEN,
                               len - PS_LANE_HDR_LEN);
 }
@@ -1054,6 +1057,7 @@ static void po_free(ps_postoffice_t *po)
     if (po->reg != NULL)
         ps__registry_destroy(po->reg);
     ps__resender_destroy(po->res);
+    ps__profile_close(po->profile);
     free(po->late);
     for (int g = 0; g < PS__NUM_GROUPS; g++)
         free(po->arrivals[g].ids);
@@ -1229,6 +1233,8 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     }
     st = ps__registry_create(p.role, po_kick_timer, po, &po->reg);
     if (st != PS_OK)
+        goto err;
+    if ((st = ps__profile_open(ps_role_str(p.role), &po->profile)) != PS_OK)
         goto err;
     if ((st = po_setup_resend(po)) != PS_OK)
         goto err;

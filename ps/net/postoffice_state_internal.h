@@ -20,6 +20,7 @@
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
 #include "ps/net/postoffice_internal.h"
+#include "ps/net/profile_internal.h"
 #include "ps/net/resender_internal.h"
 #include "ps/net/van/van.h"
 
@@ -171,6 +172,7 @@ struct ps_postoffice {
 
     /* PS_RESEND / PS_DROP_MSG (set at start, then read-only). */
     ps__resender_t *res;       /* NULL: off */
+    ps__profile_t *profile;    /* ENABLE_PROFILING; NULL: off */
     int drop_pct;
     /* The small lane (ps_postoffice_send_lane): the van's op, and the
      * payload bytes a lane message may carry (0: no lane). Set at start. */

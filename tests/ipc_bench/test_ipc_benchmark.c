@@ -7,8 +7,9 @@
  *   test_ipc_benchmark [len_bytes=1024000]
  *
  * Roles from DMLC_ROLE and the rest of the DMLC_* bootstrap, as upstream;
- * like upstream it sets BYTEPS_LOCAL_SIZE=1 and BYTEPS_ENABLE_IPC=1 for
- * itself. The van is the composed one ("ipc": same-host peers through
+ * like upstream it sets BYTEPS_ENABLE_IPC=1 for itself (upstream's
+ * BYTEPS_LOCAL_SIZE=1 has no counterpart: ps's shared memory is its own).
+ * The van is the composed one ("ipc": same-host peers through
  * shared memory, the others through the network van that DMLC_ENABLE_RDMA /
  * DMLC_ENABLE_UCX / DMLC_PS_VAN_TYPE choose), unless those name "shm" (the
  * whole job through shared memory).
@@ -285,8 +286,7 @@ int main(int argc, char **argv)
         }
         len = (size_t)v;
     }
-    /* As upstream: one local process per machine, IPC on. */
-    setenv("BYTEPS_LOCAL_SIZE", "1", 1);
+    /* As upstream: IPC on. */
     setenv("BYTEPS_ENABLE_IPC", "1", 1);
 
     ps_start_params_t params;

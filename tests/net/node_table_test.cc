@@ -30,12 +30,12 @@ struct Result {
 };
 
 Result assign(std::vector<ps_node_t> nodes, int servers, int workers,
-              const char *ordered = nullptr)
+              const char *ordered = nullptr, int mixed = 0)
 {
     char why[512];
     Result r;
-    r.status = ps__node_table_assign(nodes.data(), nodes.size(), servers, workers, ordered, why,
-                                     sizeof(why));
+    r.status = ps__node_table_assign(nodes.data(), nodes.size(), servers, workers, ordered, mixed,
+                                     why, sizeof(why));
     r.why = why;
     r.nodes = nodes;
     return r;
@@ -157,6 +157,58 @@ TEST(NodeTable, OrderedHostsIPv6)
     EXPECT_EQ("fe80::2:1", ep(r.nodes[0]));
     EXPECT_EQ("::1:6", ep(r.nodes[1]));
     EXPECT_EQ("::1:5", ep(r.nodes[2]));
+}
+
+// BytePS mixed mode: 2 workers, each with a co-located server, and 2
+// servers alone on their hosts; the lone servers take ranks 0 and 1.
+TEST(NodeTable, MixedModePutsLoneServersFirst)
+{
+    std::vector<ps_node_t> job = {make(PS_ROLE_SERVER, "10.0.0.1", 1), make(PS_ROLE_WORKER, "10.0.0.1", 2),
+                                  make(PS_ROLE_SERVER, "10.0.0.2", 1), make(PS_ROLE_WORKER, "10.0.0.2", 2),
+                                  make(PS_ROLE_SERVER, "10.0.0.4", 1), make(PS_ROLE_SERVER, "10.0.0.3", 1)};
+    auto plain = assign(job, 4, 2);
+    ASSERT_EQ(PS_OK, plain.status) << plain.why;
+    EXPECT_EQ("10.0.0.1:1", ep(plain.nodes[0]));
+    auto r = assign(job, 4, 2, nullptr, 1);
+    ASSERT_EQ(PS_OK, r.status) << r.why;
+    EXPECT_EQ("10.0.0.3:1", ep(r.nodes[0]));
+    EXPECT_EQ(8, r.nodes[0].id);
+    EXPECT_EQ("10.0.0.4:1", ep(r.nodes[1]));
+    EXPECT_EQ("10.0.0.1:1", ep(r.nodes[2]));
+    EXPECT_EQ("10.0.0.2:1", ep(r.nodes[3]));
+    EXPECT_EQ(14, r.nodes[3].id);
+    EXPECT_EQ("10.0.0.1:2", ep(r.nodes[4]));
+    EXPECT_EQ(9, r.nodes[4].id);
+    EXPECT_EQ("10.0.0.2:2", ep(r.nodes[5]));
+}
+
+TEST(NodeTable, MixedModeKeepsPreferredRanks)
+{
+    auto r = assign({make(PS_ROLE_SERVER, "10.0.0.1", 1, 0), make(PS_ROLE_WORKER, "10.0.0.1", 2),
+                     make(PS_ROLE_SERVER, "10.0.0.9", 1)},
+                    2, 1, nullptr, 1);
+    ASSERT_EQ(PS_OK, r.status) << r.why;
+    EXPECT_EQ("10.0.0.1:1", ep(r.nodes[0]));
+    EXPECT_EQ("10.0.0.9:1", ep(r.nodes[1]));
+}
+
+TEST(NodeTable, MixedModeRefusesLayoutsUpstreamRefuses)
+{
+    auto three = assign({make(PS_ROLE_SERVER, "10.0.0.1", 1), make(PS_ROLE_WORKER, "10.0.0.1", 2),
+                         make(PS_ROLE_SERVER, "10.0.0.1", 3)},
+                        2, 1, nullptr, 1);
+    EXPECT_EQ(PS_ERR_CONFIG, three.status);
+    EXPECT_NE(std::string::npos, three.why.find("3 nodes registered from host 10.0.0.1")) << three.why;
+    auto lone = assign({make(PS_ROLE_SERVER, "10.0.0.1", 1), make(PS_ROLE_WORKER, "10.0.0.2", 2)},
+                       1, 1, nullptr, 1);
+    EXPECT_EQ(PS_ERR_CONFIG, lone.status);
+    EXPECT_NE(std::string::npos, lone.why.find("worker 10.0.0.2:2 is alone on its host")) << lone.why;
+    auto both = assign({make(PS_ROLE_SERVER, "10.0.0.1", 1), make(PS_ROLE_WORKER, "10.0.0.1", 2)},
+                       1, 1, "10.0.0.1", 1);
+    EXPECT_EQ(PS_ERR_CONFIG, both.status);
+    EXPECT_NE(std::string::npos, both.why.find("BYTEPS_ORDERED_HOSTS")) << both.why;
+    // Unchanged on refusal.
+    EXPECT_EQ(PS_NODE_EMPTY, lone.nodes[0].id);
 }
 
 TEST(NodeTable, EmptyJob)

@@ -8,6 +8,8 @@
  *            server as one request, checks every byte of every answer,
  *            waits with a deadline; then a workers-only barrier.
  * Everyone:  a servers+workers barrier, then finalize with a barrier.
+ * joint:     (DMLC_ROLE=joint) a server and a worker postoffice in this
+ *            process, each running its role's flow on its own thread.
  *
  * PO_MODE=store: a job that survives a worker restarted after kill -9
  * (recovery). Servers keep a store of (worker rank, round) -> value, put
@@ -37,6 +39,7 @@
 #include "ps/base/time.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/customer.h"
+#include "ps/net/joint.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
 #include "tests/lib/po_send.h"
@@ -464,35 +467,12 @@ static int env_int(const char *name, int fallback)
     return v != NULL && v[0] != '\0' ? atoi(v) : fallback;
 }
 
-int main(void)
+/* The default flow of one postoffice (see the top of this file). */
+static int run_node(ps_postoffice_t *po, int rounds)
 {
-    int rounds = env_int("PO_ROUNDS", 12);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-
-    ps_postoffice_t *po;
-    ps_status_t st = ps_postoffice_start(NULL, 1, &po);
-    if (st != PS_OK)
-        return fail("start", st);
     ps_role_t role = ps_postoffice_role(po);
-    printf("po_node: %s %d started (rank %d, van %s, job %s)\n", ps_role_str(role),
-           ps_postoffice_my_id(po), ps_postoffice_my_rank(po), ps_postoffice_van_name(po),
-           ps_postoffice_job_id(po));
-
-    const char *mode = getenv("PO_MODE");
-    if (mode != NULL && strcmp(mode, "store") == 0) {
-        int rc = run_store(po, rounds, env_int("PO_ROUND_MS", 0), env_int("PO_RECOVERY_MS", 0));
-        if (rc != 0) {
-            ps_postoffice_finalize(po, 0);
-            return rc;
-        }
-        st = ps_postoffice_finalize(po, 1);
-        if (st != PS_OK)
-            return fail("finalize", st);
-        printf("po_node: %s ok\n", ps_role_str(role));
-        return 0;
-    }
-
     int rc = 0;
+    ps_status_t st;
     ps_customer_t *server = NULL;
     if (role == PS_ROLE_SERVER) {
         /* A server's customer is (app, app), as upstream. */
@@ -518,4 +498,80 @@ int main(void)
     if (rc == 0)
         printf("po_node: %s ok\n", ps_role_str(role));
     return rc;
+}
+
+static void print_started(ps_postoffice_t *po)
+{
+    printf("po_node: %s %d started (rank %d, van %s, job %s)\n",
+           ps_role_str(ps_postoffice_role(po)), ps_postoffice_my_id(po),
+           ps_postoffice_my_rank(po), ps_postoffice_van_name(po), ps_postoffice_job_id(po));
+}
+
+typedef struct {
+    ps_postoffice_t *po;
+    int rounds;
+    int rc;
+} joint_half_t;
+
+static void *joint_server_main(void *arg)
+{
+    joint_half_t *h = arg;
+    h->rc = run_node(h->po, h->rounds);
+    return NULL;
+}
+
+/* DMLC_ROLE=joint: the server and the worker flows side by side, one
+ * postoffice each; both finalize (with their barriers) concurrently. */
+static int run_joint(int rounds)
+{
+    ps_postoffice_t *server_po;
+    ps_postoffice_t *worker_po;
+    ps_status_t st = ps_postoffice_start_joint(NULL, 1, &server_po, &worker_po);
+    if (st != PS_OK)
+        return fail("joint start", st);
+    print_started(server_po);
+    print_started(worker_po);
+    joint_half_t server = {.po = server_po, .rounds = rounds};
+    ps_thread_t thread;
+    st = ps_thread_create("po-joint-server", PS_THREAD_NO_CPU, joint_server_main, &server,
+                          &thread);
+    if (st != PS_OK)
+        return fail("joint server thread", st);
+    int rc = run_node(worker_po, rounds);
+    ps_thread_join(&thread, NULL);
+    if (rc == 0 && server.rc == 0)
+        printf("po_node: joint ok\n");
+    return rc != 0 ? rc : server.rc;
+}
+
+int main(void)
+{
+    int rounds = env_int("PO_ROUNDS", 12);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    const char *dmlc_role = getenv("DMLC_ROLE");
+    if (dmlc_role != NULL && strcmp(dmlc_role, "joint") == 0)
+        return run_joint(rounds);
+
+    ps_postoffice_t *po;
+    ps_status_t st = ps_postoffice_start(NULL, 1, &po);
+    if (st != PS_OK)
+        return fail("start", st);
+    ps_role_t role = ps_postoffice_role(po);
+    print_started(po);
+
+    const char *mode = getenv("PO_MODE");
+    if (mode != NULL && strcmp(mode, "store") == 0) {
+        int rc = run_store(po, rounds, env_int("PO_ROUND_MS", 0), env_int("PO_RECOVERY_MS", 0));
+        if (rc != 0) {
+            ps_postoffice_finalize(po, 0);
+            return rc;
+        }
+        st = ps_postoffice_finalize(po, 1);
+        if (st != PS_OK)
+            return fail("finalize", st);
+        printf("po_node: %s ok\n", ps_role_str(role));
+        return 0;
+    }
+    return run_node(po, rounds);
 }

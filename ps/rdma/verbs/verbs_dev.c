@@ -24,6 +24,7 @@
 
 #include "ps/base/log.h"
 #include "ps/rdma/probe.h"
+#include "ps/rdma/verbs/verbs_cq.h"
 #include "ps/rdma/verbs/verbs_internal.h"
 
 /* ---- availability ---- */
@@ -273,15 +274,13 @@ static ps_status_t dev_create(ps__vb_van_t *van, struct ibv_context *ctx, ps__vb
     dev->srq_depth = van->rx_depth;
     if (dev->attr.max_srq_wr > 0 && dev->srq_depth > (uint32_t)dev->attr.max_srq_wr)
         dev->srq_depth = (uint32_t)dev->attr.max_srq_wr;
-    /* Room for every posted receive plus the signaled sends in flight,
-     * which ps__vb_post counts against cq_room. */
-    int64_t want = (int64_t)dev->srq_depth + 8192;
-    dev->cq_size = (int)(dev->attr.max_cqe > 0 && want > dev->attr.max_cqe ? dev->attr.max_cqe
-                                                                            : want);
-    dev->cq_room = dev->cq_size - (int64_t)dev->srq_depth;
-    if (dev->cq_room < 16) {
-        ps_error(PS_LOG_RDMA, "%s: a CQ of at most %d entries leaves no room beside %u receives "
-                 "(lower BYTEPS_RDMA_RX_DEPTH)", dev->name, dev->cq_size, dev->srq_depth);
+    /* Room for every posted receive plus the signaled sends in flight
+     * (BYTEPS_RDMA_MAX_CONCURR_WR), which ps__vb_post counts against cq_room. */
+    if (ps__vb_cq_plan(dev->srq_depth, van->cq_sends, dev->attr.max_cqe, &dev->cq_size,
+                       &dev->cq_room) != PS_OK) {
+        ps_error(PS_LOG_RDMA, "%s: a CQ of at most %d entries leaves room for fewer than %d "
+                 "sends beside %u receives (lower BYTEPS_RDMA_RX_DEPTH)", dev->name,
+                 dev->attr.max_cqe, PS__VB_CQ_MIN_SENDS, dev->srq_depth);
         st = PS_ERR_CONFIG;
         goto fail;
     }

@@ -309,6 +309,7 @@ struct ps__vb_van {
     int lag;
     uint32_t rx_depth;
     uint32_t send_depth;
+    uint32_t cq_sends; /* BYTEPS_RDMA_MAX_CONCURR_WR: signaled sends in flight per device */
     uint32_t pool_slots;
     int print_log;
 

@@ -20,6 +20,7 @@
 #include "ps/rdma/common/van_open.h"
 #include "ps/base/time.h"
 #include "ps/rdma/verbs/verbs_diag.h"
+#include "ps/rdma/verbs/verbs_cq.h"
 #include "ps/rdma/verbs/verbs_internal.h"
 
 #define DEFAULT_CONNECT_MS 10000
@@ -445,6 +446,8 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
     van->lag = ps_config_bool_or(PS_CFG_STEPMESH_SPLIT_QP_LAG, 0);
     van->rx_depth = clamp_cfg(PS_CFG_BYTEPS_RDMA_RX_DEPTH, 2048, 16, 65536);
     van->send_depth = 2 * clamp_cfg(PS_CFG_BYTEPS_RDMA_START_DEPTH, 128, 8, 8192);
+    van->cq_sends = clamp_cfg(PS_CFG_BYTEPS_RDMA_MAX_CONCURR_WR, 8192, PS__VB_CQ_MIN_SENDS,
+                              1 << 22);
     van->pool_slots = clamp_cfg(PS_CFG_BYTEPS_ADDRESS_POOL_SIZE, 10240, 16, PS_RDMA_SLOT_POOL_MAX);
     van->print_log = ps_config_bool_or(PS_CFG_BYTEPS_PRINT_RDMA_LOG, 0);
     van->my_id = PS_NODE_EMPTY;
