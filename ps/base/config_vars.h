@@ -217,7 +217,9 @@ PS_CONFIG_VAR(STEPMESH_SPLIT_QP_LAG, BOOL, "0", "stepmesh", "DMLC_SPLIT_QP_LAG",
 PS_CONFIG_VAR(STEPMESH_QP_NUM, INT, "2", "stepmesh", "STEPAF_QP_NUM",
               "Queue pairs per RDMA endpoint (the ibverbs van splits payloads across them), a count from 1 to 8.")
 PS_CONFIG_VAR(STEPMESH_BUSY_POLL_ENABLE, BOOL, "1", "stepmesh", "STEPAF_BUSY_POLL_ENABLE",
-              "1 makes the AF tensor API's queues spin instead of block.")
+              "1 makes AF workers' waits and the AF server's batch polling spin instead of sleep.")
+PS_CONFIG_VAR(STEPMESH_ENABLE_TRACE, BOOL, "0", "stepmesh", NULL,
+              "1 stamps every AF pull slot's request and response with CLOCK_MONOTONIC times (read with ps_af_worker_fetch_trace).")
 PS_CONFIG_VAR(STEPMESH_BIND_CPU_CORE, BOOL, "0", "stepmesh", NULL,
               "1 pins communication threads to cores derived from the GPU index.")
 PS_CONFIG_VAR(STEPMESH_CPU_CORES_PER_SOCKET, INT, "48", "stepmesh", NULL,
