@@ -185,11 +185,11 @@ ps_status_t ps_af_server_respond(ps_af_server_t *server, ps_af_batch_t *batch,
                                  const ps_af_tensor_t *results, ps_buf_t *const *owners,
                                  size_t num_results);
 
-/* Where worker_ranks[i]'s pushes of keys[i] land: the i-th of n equal
- * parts of `tensor` (its byte size must divide by n). Used when the
- * transport receives into a destination (PS_CAP_RECV_INTO_DEST) and the
- * pushed size equals the part's; otherwise pushes land in the transport's
- * buffers. The memory must outlive the server. PS_ERR_EXISTS for a (rank,
+/* Where worker_ranks[i]'s pushes of keys[i] land: at the start of the
+ * i-th of n equal parts of `tensor` (its byte size must divide by n), as
+ * StepMesh's RegisterRecvTensor. Used when the transport receives into a
+ * destination (PS_CAP_RECV_INTO_DEST) and the push fits in the part;
+ * otherwise pushes land in the transport's buffers. The memory must outlive the server. PS_ERR_EXISTS for a (rank,
  * key) registered already. */
 ps_status_t ps_af_server_register_recv_tensor(ps_af_server_t *server,
                                               const ps_af_tensor_t *tensor,

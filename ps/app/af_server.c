@@ -134,13 +134,14 @@ static af_batch_t *batch_alloc(int sender, int customer_id, const ps__af_hdr_t *
 
 /* ---- registered receive tensors ---- */
 
-/* The registered part for (rank, key) of exactly len bytes; reg_lock held. */
+/* The registered part for (rank, key) when len bytes fit in it; reg_lock
+ * held. */
 static const af_reg_t *reg_find(const ps_af_server_t *s, int rank, uint64_t key, uint64_t len)
 {
     for (size_t i = 0; i < s->num_regs; i++) {
         const af_reg_t *r = &s->regs[i];
         if (r->rank == rank && r->key == key)
-            return r->slice.len == len ? r : NULL;
+            return len != 0 && len <= r->slice.len ? r : NULL;
     }
     return NULL;
 }
@@ -155,10 +156,8 @@ static ps_status_t server_recv_buffer(void *arg, ps_customer_t *customer, const 
     ps_status_t st = PS_ERR_NOT_FOUND;
     ps_mutex_lock(&s->reg_lock);
     const af_reg_t *r = reg_find(s, ps_id_to_rank(meta->sender), meta->key, len);
-    if (r != NULL) {
-        *slice_p = ps_slice_ref(&r->slice);
-        st = PS_OK;
-    }
+    if (r != NULL)
+        st = ps_slice_sub(&r->slice, 0, (size_t)len, slice_p);
     ps_mutex_unlock(&s->reg_lock);
     return st;
 }
