@@ -212,6 +212,19 @@ typedef struct ps_af_worker_stats {
 } ps_af_worker_stats_t;
 void ps_af_worker_stats(ps_af_worker_t *worker, ps_af_worker_stats_t *stats_p);
 
+/* ---- CPU placement ---- */
+
+/* StepMesh's BindCpuCore: with STEPMESH_BIND_CPU_CORE=1, pins the calling
+ * thread (say, the one that issues batches and busy-waits for them) to
+ * core offset of the cores set aside for GPU STEPMESH_GPU, and says which
+ * in *core_p (may be NULL; -1 when pinning is off, the call then does
+ * nothing). GPU g's cores: with s = STEPMESH_CPU_CORES_PER_SOCKET,
+ * c = STEPMESH_CPU_CORES_PER_GPU, o = STEPMESH_CPU_START_OFFSET and
+ * k = (s - o) / c GPUs per socket, core (g / k) * s + o + (g % k) * c +
+ * offset. PS_ERR_INVALID_ARG for an offset outside [0, c) or a core the
+ * thread may not run on; PS_ERR_CONFIG for settings that leave no core. */
+ps_status_t ps_af_bind_cpu_core(int offset, int *core_p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,7 +7,8 @@
  *    8  u32  count: messages of the batch to this server
  *   12  u32  num_push: of them, the pushes
  *   16  u64  seq: the worker's batch number
- * A response echoes its request's body. Pure functions: no networking.
+ * A response echoes its request's body. Pure functions: no networking
+ * (the core arithmetic of CPU placement lives here too, for its tests).
  */
 #ifndef PS_APP_AF_WIRE_H_
 #define PS_APP_AF_WIRE_H_
@@ -50,6 +51,10 @@ void ps__af_meta_set_tensor(ps_meta_t *meta, const ps_af_tensor_t *t);
  * PS_ERR_PROTOCOL for a meta that is no valid tensor. */
 ps_status_t ps__af_meta_get_tensor(const ps_meta_t *meta, ps_af_tensor_t *t,
                                    uint64_t *bytes_p);
+
+/* The core of ps_af_bind_cpu_core (af.h) for GPU gpu; -1 for settings that
+ * leave none. */
+int ps__af_cpu_core(int gpu, int offset, int cores_per_socket, int cores_per_gpu, int start);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,10 @@
 // The AF app's pure pieces: tensor sizes, the tensor meta through the
 // codec, the batch header, batch flags, and the server's reorder buffer.
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include "ps/app/af.h"
 #include "ps/app/af_order.h"
 #include "ps/app/af_wire.h"
+#include "ps/base/config.h"
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/message.h"
 
@@ -190,6 +193,50 @@ TEST(AfOrder, ClearDropsEveryItem) {
       &o, [](void *arg, void *) { ++*static_cast<int *>(arg); }, &dropped);
   EXPECT_EQ(dropped, 3);
   EXPECT_EQ(ps__af_order_pop(&o), nullptr);
+}
+
+}  // namespace
+
+namespace {
+
+// Defaults (48 cores per socket, 5 per GPU, first 10 left alone): 7 GPUs
+// fit on a socket, the 8th starts the next one.
+TEST(AfCpu, CoresPerGpuAndSocket) {
+  EXPECT_EQ(ps__af_cpu_core(0, 0, 48, 5, 10), 10);
+  EXPECT_EQ(ps__af_cpu_core(0, 1, 48, 5, 10), 11);
+  EXPECT_EQ(ps__af_cpu_core(3, 2, 48, 5, 10), 27);
+  EXPECT_EQ(ps__af_cpu_core(6, 4, 48, 5, 10), 44);
+  EXPECT_EQ(ps__af_cpu_core(7, 0, 48, 5, 10), 58);
+  EXPECT_EQ(ps__af_cpu_core(0, 5, 48, 5, 10), -1);  // offset beyond the GPU's cores
+  EXPECT_EQ(ps__af_cpu_core(0, -1, 48, 5, 10), -1);
+  EXPECT_EQ(ps__af_cpu_core(0, 0, 12, 5, 10), -1);  // no GPU fits on a socket
+  EXPECT_EQ(ps__af_cpu_core(-1, 0, 48, 5, 10), -1);
+}
+
+TEST(AfCpu, BindsTheCallingThreadOnlyWhenAsked) {
+  int core = 7;
+  ASSERT_EQ(ps_config_set(PS_CFG_STEPMESH_BIND_CPU_CORE, "0"), PS_OK);
+  EXPECT_EQ(ps_af_bind_cpu_core(0, &core), PS_OK);
+  EXPECT_EQ(core, -1);
+  std::thread t([&] {
+    ASSERT_EQ(ps_config_set(PS_CFG_STEPMESH_BIND_CPU_CORE, "1"), PS_OK);
+    ASSERT_EQ(ps_config_set(PS_CFG_STEPMESH_GPU, "0"), PS_OK);
+    ASSERT_EQ(ps_config_set(PS_CFG_STEPMESH_CPU_START_OFFSET, "0"), PS_OK);
+    ASSERT_EQ(ps_config_set(PS_CFG_STEPMESH_CPU_CORES_PER_GPU, "1"), PS_OK);
+    ASSERT_EQ(ps_config_set(PS_CFG_STEPMESH_CPU_CORES_PER_SOCKET, "1"), PS_OK);
+    EXPECT_EQ(ps_af_bind_cpu_core(0, &core), PS_OK);
+    EXPECT_EQ(core, 0);
+    cpu_set_t set;
+    ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+    EXPECT_EQ(CPU_COUNT(&set), 1);
+    EXPECT_TRUE(CPU_ISSET(0, &set));
+    EXPECT_EQ(ps_af_bind_cpu_core(1, &core), PS_ERR_INVALID_ARG);  // one core per GPU
+  });
+  t.join();
+  for (auto id : {PS_CFG_STEPMESH_BIND_CPU_CORE, PS_CFG_STEPMESH_GPU,
+                  PS_CFG_STEPMESH_CPU_START_OFFSET, PS_CFG_STEPMESH_CPU_CORES_PER_GPU,
+                  PS_CFG_STEPMESH_CPU_CORES_PER_SOCKET})
+    ps_config_set(id, nullptr);
 }
 
 }  // namespace

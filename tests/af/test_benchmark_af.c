@@ -16,6 +16,9 @@
  * 0..N-1; it must equal DMLC_NUM_WORKER) and answer pulls from a stored
  * bf16 tensor per worker and micro-batch.
  *
+ * The worker's thread is pinned as StepMesh's (ps_af_bind_cpu_core, offset
+ * 0) when STEPMESH_BIND_CPU_CORE=1.
+ *
  * Output (per batch size, and every 1000 iterations while it runs):
  *   push batch latency: mean=..us, min=..us, p50=..us, p90=..us, p99=..us, max=..us
  * (likewise pull and pushpull; as StepMesh's DumpLatency), then one line
@@ -250,6 +253,12 @@ static void run_worker(ps_postoffice_t *po, int barrier_ms)
 {
     ps_af_worker_t *w;
     CHECK_OK(ps_af_worker_create(po, 0, 0, &w));
+    int core;
+    CHECK_OK(ps_af_bind_cpu_core(0, &core));
+    printf("worker thread %s (busy polling %s)\n", core >= 0 ? "pinned" : "not pinned",
+           ps_config_bool_or(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, 1) ? "on" : "off");
+    if (core >= 0)
+        printf("worker thread on core %d\n", core);
     int me = check_rank, ns = g_num_servers;
     size_t per = (size_t)g_cfg.batch_end * (size_t)g_cfg.hidden;
     uint8_t *push = malloc((size_t)MB_NUM * per);
