@@ -417,13 +417,8 @@ int main(int argc, char **argv)
     }
     if (g_iters > 255 || g_tensors > 254)
         check_fail("--iters at most 255 and --tensors at most 254 (they share a key)");
-    ps_postoffice_t *po;
-    ps_status_t st = ps_postoffice_start(NULL, 1, &po);
-    if (st != PS_OK)
-        check_fail("start: %s", ps_status_str(st));
+    ps_postoffice_t *po = check_node_start();
     ps_role_t role = ps_postoffice_role(po);
-    check_role = ps_role_str(role);
-    check_rank = ps_postoffice_my_rank(po);
     g_num_workers = ps_postoffice_num_workers(po);
     g_num_servers = ps_postoffice_num_servers(po);
     switch (role) {
@@ -439,7 +434,7 @@ int main(int argc, char **argv)
         snprintf(g_summary, sizeof(g_summary), "scheduler");
         break;
     }
-    st = ps_postoffice_finalize(po, 1);
+    ps_status_t st = ps_postoffice_finalize(po, 1);
     if (st != PS_OK)
         check_fail("finalize: %s", ps_status_str(st));
     printf("PASS %s %d: %s\n", check_role, check_rank, g_summary);

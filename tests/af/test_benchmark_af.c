@@ -375,13 +375,8 @@ int main(void)
      * long after its first when BENCHMARK_ITER is large. */
     int barrier_ms = g_cfg.iter > 100000 ? INT_MAX : 600000;
 
-    ps_postoffice_t *po;
-    ps_status_t st = ps_postoffice_start(NULL, 1, &po);
-    if (st != PS_OK)
-        check_fail("start: %s", ps_status_str(st));
+    ps_postoffice_t *po = check_node_start();
     ps_role_t role = ps_postoffice_role(po);
-    check_role = ps_role_str(role);
-    check_rank = ps_postoffice_my_rank(po);
     g_num_workers = ps_postoffice_num_workers(po);
     g_num_servers = ps_postoffice_num_servers(po);
     if (g_cfg.worker_number != g_num_workers)
@@ -402,7 +397,7 @@ int main(void)
         printf("PASS scheduler 0\n");
         break;
     }
-    st = ps_postoffice_finalize(po, 1);
+    ps_status_t st = ps_postoffice_finalize(po, 1);
     if (st != PS_OK)
         check_fail("finalize: %s", ps_status_str(st));
     return 0;
