@@ -9,10 +9,12 @@
  * buffers see interleaved batches.
  *
  *   af_check [--batches B] [--tensors T] [--iters I] [--hidden H]
- *            [--register] [--poll] [--emu]
+ *            [--register] [--poll] [--emu] [--hostile]
  *
  * --register: servers register receive tensors for every push (split over
- * the worker ranks, as StepMesh's RegisterRecvTensor). --poll: servers take
+ * the worker ranks, as StepMesh's RegisterRecvTensor). --hostile: before
+ * its batches every worker sends each server HOSTILE_MSGS malformed AF
+ * messages, which the servers must drop (and count) and go on. --poll: servers take
  * batches with ps_af_server_get_batch instead of a handler. --emu: the
  * workers' pull tensors are in the emulated device's memory.
  * Every server also checks, on each worker's first batch, that a result
@@ -28,6 +30,7 @@
 #include <string.h>
 
 #include "ps/app/af.h"
+#include "ps/app/af_wire.h"
 #include "ps/app/kv_sum.h"
 #include "ps/base/buffer.h"
 #include "ps/base/config.h"
@@ -35,14 +38,16 @@
 #include "ps/base/time.h"
 #include "ps/gpu/mem.h"
 #include "ps/net/caps.h"
+#include "ps/net/message.h"
 #include "ps/net/postoffice.h"
 #include "tests/lib/check_node.h"
 
 #define BARRIER_TIMEOUT_MS 120000
+#define HOSTILE_MSGS 5
 #define WAIT_MS 20000
 
 static int g_batches = 4, g_tensors = 3, g_iters = 4, g_hidden = 7168;
-static int g_register, g_poll, g_emu;
+static int g_register, g_poll, g_emu, g_hostile;
 static int g_num_workers, g_num_servers;
 static char g_summary[256];
 
@@ -226,8 +231,10 @@ static void run_server(ps_postoffice_t *po)
     if (atomic_load(&s.refused) != 2 * g_num_workers)
         check_fail("refused %d invalid results, expected %d", atomic_load(&s.refused),
                    2 * g_num_workers);
-    if (st.dropped != 0)
-        check_fail("%llu messages dropped", (unsigned long long)st.dropped);
+    uint64_t want_dropped = g_hostile ? (uint64_t)HOSTILE_MSGS * (uint64_t)g_num_workers : 0;
+    if (st.dropped != want_dropped)
+        check_fail("%llu messages dropped, expected %llu", (unsigned long long)st.dropped,
+                   (unsigned long long)want_dropped);
     /* Where the van receives into a destination, every push lands in its
      * registered tensor. */
     if (g_register && (ps_postoffice_capabilities(po) & PS_CAP_RECV_INTO_DEST) &&
@@ -242,6 +249,59 @@ static void run_server(ps_postoffice_t *po)
 }
 
 /* ---- worker ---- */
+
+/* Sends server `s` one AF-looking request, as a buggy or hostile peer
+ * might: `hdr` NULL for no body, `bad_magic` to spoil it, a tensor of
+ * dtype/rows, and `data_len` bytes of data. */
+static void send_raw(ps_postoffice_t *po, int s, const ps__af_hdr_t *hdr, int bad_magic,
+                     int dtype, int64_t rows, size_t data_len)
+{
+    static uint8_t junk[4096];
+    uint8_t body[PS__AF_HDR_LEN];
+    ps_msg_t msg;
+    ps_msg_init(&msg);
+    msg.meta.app_id = 0;
+    msg.meta.customer_id = 0;
+    msg.meta.timestamp = 30000;
+    msg.meta.request = true;
+    msg.meta.push = true;
+    msg.meta.recver = ps_server_rank_to_id(s);
+    msg.meta.sender = ps_postoffice_my_id(po);
+    int64_t shape[2] = {rows, 16};
+    ps_af_tensor_t t;
+    ps_af_tensor_init(&t, 1, NULL, dtype, 2, shape);
+    ps__af_meta_set_tensor(&msg.meta, &t);
+    if (hdr) {
+        ps__af_hdr_write(body, hdr);
+        if (bad_magic)
+            body[3] ^= 0x40;
+        msg.meta.body = body;
+        msg.meta.body_len = sizeof(body);
+    }
+    ps_slice_t data = PS_SLICE_EMPTY_INIT;
+    if (data_len) {
+        CHECK_OK(ps_slice_wrap(junk, data_len, NULL, NULL, &data));
+        CHECK_OK(ps_msg_lend_data(&msg, &data, PS_DATA_CHAR));
+    }
+    CHECK_OK(ps_postoffice_send(po, &msg));
+    ps_slice_unref(&data);
+}
+
+/* HOSTILE_MSGS malformed messages to every server, each refused before it
+ * touches a batch: no header, a spoilt header, an unknown dtype, a size
+ * that is not the tensor's, a batch number far beyond the window. */
+static void send_hostile(ps_postoffice_t *po)
+{
+    ps__af_hdr_t ok = {.index = 0, .count = 1, .num_push = 1, .seq = 0};
+    ps__af_hdr_t far = {.index = 0, .count = 1, .num_push = 1, .seq = 1u << 20};
+    for (int s = 0; s < g_num_servers; s++) {
+        send_raw(po, s, NULL, 0, PS_AF_BFLOAT16, 4, 4 * 16 * 2);
+        send_raw(po, s, &ok, 1, PS_AF_BFLOAT16, 4, 4 * 16 * 2);
+        send_raw(po, s, &ok, 0, 99, 4, 4 * 16 * 2);
+        send_raw(po, s, &ok, 0, PS_AF_BFLOAT16, 4, 4 * 16 * 2 - 1);
+        send_raw(po, s, &far, 0, PS_AF_BFLOAT16, 4, 4 * 16 * 2);
+    }
+}
 
 static int check_trace(ps_af_worker_t *w, ps_af_handle_t *h)
 {
@@ -276,6 +336,8 @@ static void run_worker(ps_postoffice_t *po)
         CHECK_OK(emu->init());
     }
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, BARRIER_TIMEOUT_MS));
+    if (g_hostile)
+        send_hostile(po);
     int me = check_rank, ns = g_num_servers, T = g_tensors, I = g_iters;
     int failed_batches = 0, trace_bad = 0;
     for (int b = 1; b <= g_batches; b++) {
@@ -409,9 +471,11 @@ int main(int argc, char **argv)
             g_poll = 1;
         } else if (strcmp(argv[i], "--emu") == 0) {
             g_emu = 1;
+        } else if (strcmp(argv[i], "--hostile") == 0) {
+            g_hostile = 1;
         } else {
             fprintf(stderr, "usage: af_check [--batches B] [--tensors T] [--iters I] "
-                            "[--hidden H] [--register] [--poll] [--emu]\n");
+                            "[--hidden H] [--register] [--poll] [--emu] [--hostile]\n");
             return 2;
         }
     }
