@@ -108,6 +108,14 @@ ps_status_t ps_af_worker_create(ps_postoffice_t *po, int app_id, int customer_id
  * not yet released stay valid for ps_af_handle_release only. */
 void ps_af_worker_destroy(ps_af_worker_t *worker);
 
+/* Registers memory the worker's tensors will lie in (StepMesh registers
+ * every micro-batch's tensors once): a later batch's push or pull tensor
+ * inside it is a slice of one buffer made here instead of a buffer made
+ * for that batch, so what a transport attaches to the buffer (an RDMA
+ * memory registration) is made once. Regions must not overlap
+ * (PS_ERR_EXISTS); the memory must outlive the worker. */
+ps_status_t ps_af_worker_register_tensor(ps_af_worker_t *worker, const ps_af_tensor_t *tensor);
+
 /* Sends one batch: every push tensor to every server, pull tensors
  * server-major (num_pull a multiple of the number of servers, 0 allowed:
  * the servers then acknowledge the pushes). The tensors' memory must stay

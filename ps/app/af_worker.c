@@ -49,6 +49,13 @@ struct ps_af_handle {
     ps_af_trace_t *rsp_trace;
 };
 
+/* Memory registered for the worker's tensors: one buffer each, sliced for
+ * every batch (a transport's registration hangs on the buffer). */
+typedef struct {
+    uintptr_t begin, end;
+    ps_buf_t *buf;
+} af_region_t;
+
 struct ps_af_worker {
     ps_postoffice_t *po;
     ps_customer_t *customer;
@@ -63,6 +70,9 @@ struct ps_af_worker {
     atomic_uint_least64_t n_batches;
     atomic_uint_least64_t n_in_place;
     atomic_uint_least64_t n_copied;
+    ps_mutex_t regions_lock;
+    af_region_t *regions;
+    size_t num_regions, cap_regions;
 };
 
 /* ---- handles ---- */
@@ -324,7 +334,12 @@ ps_status_t ps_af_worker_create(ps_postoffice_t *po, int app_id, int customer_id
     }
     for (int i = 0; i < ns; i++)
         w->server_ids[i] = ps_server_rank_to_id(i);
-    ps_status_t st = ps_customer_create(po, app_id, customer_id, worker_recv, w, &w->customer);
+    ps_status_t st = ps_mutex_init(&w->regions_lock);
+    if (st == PS_OK) {
+        st = ps_customer_create(po, app_id, customer_id, worker_recv, w, &w->customer);
+        if (st != PS_OK)
+            ps_mutex_destroy(&w->regions_lock);
+    }
     if (st != PS_OK) {
         free(w->server_ids);
         free(w);
@@ -344,13 +359,66 @@ void ps_af_worker_destroy(ps_af_worker_t *w)
     if (!w)
         return;
     ps_customer_destroy(w->customer); /* fails what is outstanding */
+    for (size_t i = 0; i < w->num_regions; i++)
+        ps_buf_unref(w->regions[i].buf);
+    free(w->regions);
+    ps_mutex_destroy(&w->regions_lock);
     free(w->server_ids);
     free(w);
 }
 
 /* ---- batches ---- */
 
-static ps_status_t wrap_tensor(const ps_af_tensor_t *t, ps_slice_t *slice_p)
+ps_status_t ps_af_worker_register_tensor(ps_af_worker_t *w, const ps_af_tensor_t *t)
+{
+    uint64_t bytes;
+    if (!w || !t || ps_af_tensor_bytes(t, &bytes) != PS_OK || bytes == 0 || !t->data ||
+        (unsigned)t->mem_kind >= PS_MEM_KIND_COUNT)
+        return PS_ERR_INVALID_ARG;
+    uintptr_t begin = (uintptr_t)t->data, end = begin + (uintptr_t)bytes;
+    ps_mutex_lock(&w->regions_lock);
+    ps_status_t st = PS_OK;
+    for (size_t i = 0; i < w->num_regions && st == PS_OK; i++) {
+        if (begin < w->regions[i].end && w->regions[i].begin < end)
+            st = PS_ERR_EXISTS;
+    }
+    if (st == PS_OK && w->num_regions == w->cap_regions) {
+        size_t cap = w->cap_regions ? 2 * w->cap_regions : 8;
+        af_region_t *grown = realloc(w->regions, cap * sizeof(*grown));
+        if (grown) {
+            w->regions = grown;
+            w->cap_regions = cap;
+        } else {
+            st = PS_ERR_NO_MEMORY;
+        }
+    }
+    ps_buf_t *buf = NULL;
+    if (st == PS_OK)
+        st = ps_buf_wrap_mem(t->data, (size_t)bytes, (ps_buf_mem_t)t->mem_kind, t->device, NULL,
+                             NULL, &buf);
+    if (st == PS_OK)
+        w->regions[w->num_regions++] = (af_region_t){begin, end, buf};
+    ps_mutex_unlock(&w->regions_lock);
+    return st;
+}
+
+/* A slice of the registered region holding [data, data + bytes), if any. */
+static int region_slice(ps_af_worker_t *w, const void *data, uint64_t bytes,
+                        ps_slice_t *slice_p)
+{
+    uintptr_t begin = (uintptr_t)data;
+    int found = 0;
+    ps_mutex_lock(&w->regions_lock);
+    for (size_t i = 0; i < w->num_regions && !found; i++) {
+        const af_region_t *r = &w->regions[i];
+        if (begin >= r->begin && begin < r->end && bytes <= r->end - begin)
+            found = ps_slice_of(r->buf, begin - r->begin, (size_t)bytes, slice_p) == PS_OK;
+    }
+    ps_mutex_unlock(&w->regions_lock);
+    return found;
+}
+
+static ps_status_t wrap_tensor(ps_af_worker_t *w, const ps_af_tensor_t *t, ps_slice_t *slice_p)
 {
     uint64_t bytes;
     ps_status_t st = ps_af_tensor_bytes(t, &bytes);
@@ -362,6 +430,8 @@ static ps_status_t wrap_tensor(const ps_af_tensor_t *t, ps_slice_t *slice_p)
         *slice_p = (ps_slice_t)PS_SLICE_EMPTY_INIT;
         return PS_OK;
     }
+    if (region_slice(w, t->data, bytes, slice_p))
+        return PS_OK;
     ps_buf_t *buf;
     st = ps_buf_wrap_mem(t->data, (size_t)bytes, (ps_buf_mem_t)t->mem_kind, t->device, NULL,
                          NULL, &buf);
@@ -445,9 +515,9 @@ ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *w, const ps_af_tensor_t
     atomic_init(&h->refs, 1);
     atomic_init(&h->status, PS_OK);
     for (size_t i = 0; i < num_push && st == PS_OK; i++)
-        st = wrap_tensor(&push[i], &h->push[i]);
+        st = wrap_tensor(w, &push[i], &h->push[i]);
     for (size_t i = 0; i < num_pull && st == PS_OK; i++) {
-        st = wrap_tensor(&pull[i], &h->dest[i]);
+        st = wrap_tensor(w, &pull[i], &h->dest[i]);
         h->dest_key[i] = pull[i].key;
     }
     if (st != PS_OK) {

@@ -12,7 +12,8 @@
  *            [--register] [--poll] [--emu] [--hostile]
  *
  * --register: servers register receive tensors for every push (split over
- * the worker ranks, as StepMesh's RegisterRecvTensor). --hostile: before
+ * the worker ranks, as StepMesh's RegisterRecvTensor) and workers register
+ * the memory of their push and pull tensors. --hostile: before
  * its batches every worker sends each server HOSTILE_MSGS malformed AF
  * messages, which the servers must drop (and count) and go on. --poll: servers take
  * batches with ps_af_server_get_batch instead of a handler. --emu: the
@@ -340,17 +341,33 @@ static void run_worker(ps_postoffice_t *po)
         send_hostile(po);
     int me = check_rank, ns = g_num_servers, T = g_tensors, I = g_iters;
     int failed_batches = 0, trace_bad = 0;
+    /* The tensors of every batch size, allocated (and with --register,
+     * registered) once, as StepMesh's micro-batches are. */
+    size_t nmax = (size_t)g_batches * (size_t)g_hidden;
+    uint16_t *push = malloc((size_t)I * T * nmax * 2);
+    uint16_t *pull = malloc((size_t)I * ns * nmax * 2);
+    if (!push || !pull)
+        check_fail("out of memory");
+    if (g_register) {
+        int64_t pshape[1] = {(int64_t)((size_t)I * T * nmax)};
+        int64_t lshape[1] = {(int64_t)((size_t)I * ns * nmax)};
+        ps_af_tensor_t all;
+        ps_af_tensor_init(&all, 0, push, PS_AF_BFLOAT16, 1, pshape);
+        CHECK_OK(ps_af_worker_register_tensor(w, &all));
+        ps_af_tensor_init(&all, 0, pull, PS_AF_BFLOAT16, 1, lshape);
+        CHECK_OK(ps_af_worker_register_tensor(w, &all));
+        if (ps_af_worker_register_tensor(w, &all) != PS_ERR_EXISTS)
+            check_fail("an overlapping region was registered twice");
+    }
     for (int b = 1; b <= g_batches; b++) {
         size_t n = (size_t)b * (size_t)g_hidden;
         int64_t shape[2] = {b, g_hidden};
-        uint16_t *push = malloc((size_t)I * T * n * 2);
-        uint16_t *pull = malloc((size_t)I * ns * n * 2);
         uint16_t *host = malloc(n * 2);
         void **dev = calloc((size_t)I * ns, sizeof(void *));
         ps_af_tensor_t *pt = calloc((size_t)I * T, sizeof(*pt));
         ps_af_tensor_t *lt = calloc((size_t)I * ns, sizeof(*lt));
         ps_af_handle_t **hs = calloc((size_t)I, sizeof(*hs));
-        if (!push || !pull || !host || !dev || !pt || !lt || !hs)
+        if (!host || !dev || !pt || !lt || !hs)
             check_fail("out of memory");
         for (int it = 0; it < I; it++) {
             for (int t = 0; t < T; t++) {
@@ -415,8 +432,6 @@ static void run_worker(ps_postoffice_t *po)
         failed_batches += failed != 0;
         for (int k = 0; emu && k < I * ns; k++)
             emu->free(dev[k]);
-        free(push);
-        free(pull);
         free(host);
         free(dev);
         free(pt);
@@ -427,6 +442,8 @@ static void run_worker(ps_postoffice_t *po)
     ps_af_worker_stats(w, &ws);
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, BARRIER_TIMEOUT_MS));
     ps_af_worker_destroy(w);
+    free(push);
+    free(pull);
     if (failed_batches)
         check_fail("%d batch sizes failed", failed_batches);
     if (trace_bad)

@@ -14,7 +14,8 @@
  * (pull ? 1 << 16 : 0) | worker_rank << 8 | mb. Servers register receive
  * tensors for the pushes of BENCHMARK_WORKER_NUMBER workers (their ranks
  * 0..N-1; it must equal DMLC_NUM_WORKER) and answer pulls from a stored
- * bf16 tensor per worker and micro-batch.
+ * bf16 tensor per worker and micro-batch; workers register the memory of
+ * their push and pull tensors once (ps_af_worker_register_tensor).
  *
  * The worker's thread is pinned as StepMesh's (ps_af_bind_cpu_core, offset
  * 0) when STEPMESH_BIND_CPU_CORE=1.
@@ -269,6 +270,14 @@ static void run_worker(ps_postoffice_t *po, int barrier_ms)
         check_fail("out of memory");
     for (size_t i = 0; i < (size_t)MB_NUM * per; i++)
         push[i] = (uint8_t)check_mix64(i);
+    /* Every micro-batch's tensors registered once, as StepMesh's. */
+    int64_t pshape[1] = {(int64_t)((size_t)MB_NUM * per)};
+    int64_t lshape[1] = {(int64_t)((size_t)MB_NUM * (size_t)ns * per)};
+    ps_af_tensor_t all;
+    ps_af_tensor_init(&all, 0, push, PS_AF_UINT8, 1, pshape);
+    CHECK_OK(ps_af_worker_register_tensor(w, &all));
+    ps_af_tensor_init(&all, 0, pull, PS_AF_BFLOAT16, 1, lshape);
+    CHECK_OK(ps_af_worker_register_tensor(w, &all));
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, barrier_ms));
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)me;
     int failures = 0;
