@@ -127,16 +127,26 @@ static void answer(srv_t *s, ps_af_batch_t *batch)
             return server_fail(s, "a result of the wrong size was not refused", st);
         atomic_fetch_add(&s->refused, 2);
     }
-    /* Every server slot gets the sum (one per server: num_pull is 1). */
-    for (size_t j = 0; j < batch->num_pull && st != PS_ERR_PROTOCOL; j++) {
-        ps_af_tensor_t r = res;
-        r.key = batch->pull[j].key;
+    /* Every slot gets the sum, one respond call each: the batch ends with
+     * the last, so the slots' keys are read before any. */
+    size_t num_pull = batch->num_pull;
+    ps_af_tensor_t *rs = calloc(num_pull, sizeof(*rs));
+    if (!rs) {
+        ps_buf_unref(out);
+        return server_fail(s, "allocating results", PS_ERR_NO_MEMORY);
+    }
+    for (size_t j = 0; j < num_pull; j++) {
+        rs[j] = res;
+        rs[j].key = batch->pull[j].key;
+    }
+    for (size_t j = 0; j < num_pull; j++) {
         ps_buf_t *owner = out;
-        if ((st = ps_af_server_respond(s->server, batch, &r, &owner, 1)) != PS_OK) {
+        if ((st = ps_af_server_respond(s->server, batch, &rs[j], &owner, 1)) != PS_OK) {
             server_fail(s, "respond", st);
             break;
         }
     }
+    free(rs);
     atomic_fetch_add(&s->answered, 1);
     ps_buf_unref(out);
 }
