@@ -185,11 +185,14 @@ static void *poll_loop(void *arg)
     return NULL;
 }
 
-static void register_all(srv_t *s)
+/* Returns the registered memory, to free once the server is gone. */
+static void **register_all(srv_t *s)
 {
+    void **mems = calloc((size_t)g_batches * g_iters * g_tensors, sizeof(void *));
+    size_t num_mems = 0;
     int *ranks = calloc((size_t)g_num_workers, sizeof(int));
     uint64_t *keys = calloc((size_t)g_num_workers, sizeof(uint64_t));
-    if (!ranks || !keys)
+    if (!ranks || !keys || !mems)
         check_fail("out of memory");
     for (int b = 1; b <= g_batches; b++) {
         for (int it = 0; it < g_iters; it++) {
@@ -198,6 +201,7 @@ static void register_all(srv_t *s)
                 void *mem = calloc((size_t)g_num_workers, part);
                 if (!mem)
                     check_fail("out of memory");
+                mems[num_mems++] = mem;
                 int64_t shape[2] = {(int64_t)b * g_num_workers, g_hidden};
                 ps_af_tensor_t whole;
                 ps_af_tensor_init(&whole, 0, mem, PS_AF_BFLOAT16, 2, shape);
@@ -205,7 +209,6 @@ static void register_all(srv_t *s)
                     ranks[r] = r;
                     keys[r] = push_key(b, it, t);
                 }
-                /* Kept until exit: registered memory outlives the server. */
                 CHECK_OK(ps_af_server_register_recv_tensor(s->server, &whole, ranks, keys,
                                                            (size_t)g_num_workers));
             }
@@ -213,14 +216,14 @@ static void register_all(srv_t *s)
     }
     free(ranks);
     free(keys);
+    return mems;
 }
 
 static void run_server(ps_postoffice_t *po)
 {
     srv_t s = {0};
     CHECK_OK(ps_af_server_create(po, 0, g_poll ? NULL : on_batch, &s, &s.server));
-    if (g_register)
-        register_all(&s);
+    void **mems = g_register ? register_all(&s) : NULL;
     pthread_t poller;
     if (g_poll && pthread_create(&poller, NULL, poll_loop, &s) != 0)
         check_fail("pthread_create");
@@ -233,6 +236,9 @@ static void run_server(ps_postoffice_t *po)
     ps_af_server_stats_t st;
     ps_af_server_stats(s.server, &st);
     ps_af_server_destroy(s.server);
+    for (size_t i = 0; mems && i < (size_t)g_batches * g_iters * g_tensors; i++)
+        free(mems[i]);
+    free(mems);
     int expect = g_batches * g_iters * g_num_workers;
     if (atomic_load(&s.errors) != 0)
         check_fail("%d errors", atomic_load(&s.errors));
