@@ -101,7 +101,8 @@ typedef struct ps_af_handle ps_af_handle_t;
 /* ---- worker ---- */
 
 /* A worker (app_id, customer_id) of a started postoffice; the servers'
- * app must be app_id too. */
+ * app must be app_id too. Servers keep one batch sequence per worker
+ * node: one AF worker per node and app. */
 ps_status_t ps_af_worker_create(ps_postoffice_t *po, int app_id, int customer_id,
                                 ps_af_worker_t **worker_p);
 /* Fails batches still outstanding with PS_ERR_SHUTDOWN and frees. Handles
@@ -121,7 +122,10 @@ ps_status_t ps_af_worker_register_tensor(ps_af_worker_t *worker, const ps_af_ten
  * the servers then acknowledge the pushes). The tensors' memory must stay
  * valid (and the push tensors unchanged) until the batch completed; the
  * arrays themselves are read during the call only. At least one tensor.
- * On success *handle_p is the batch's handle, to wait for and release. */
+ * On success *handle_p is the batch's handle, to wait for and release
+ * (a batch whose messages could not all be sent is failed: wait says why;
+ * a server that got part of it then holds back this worker's later
+ * batches, as it cannot tell a lost message from a late one). */
 ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *worker, const ps_af_tensor_t *push,
                                          size_t num_push, const ps_af_tensor_t *pull,
                                          size_t num_pull, ps_af_handle_t **handle_p);
@@ -172,9 +176,9 @@ void ps_af_server_destroy(ps_af_server_t *server);
 
 /* Waits until every worker has a batch ready, then takes the oldest of
  * each: batches_p[r] is worker rank r's (cap >= number of workers; the
- * count is returned in *num_p). PS_ERR_TIMED_OUT when timeout_ms (< 0: no
- * limit but the job's end) passed first, PS_ERR_BAD_STATE for a server
- * with a handler, PS_ERR_SHUTDOWN once destroy began. Spins while it waits
+ * count is returned in *num_p). PS_ERR_TIMED_OUT when timeout_ms (< 0:
+ * PS_REQUEST_TIMEOUT_MS) passed first, PS_ERR_BAD_STATE for a server with
+ * a handler, PS_ERR_SHUTDOWN once destroy began. Spins while it waits
  * when STEPMESH_BUSY_POLL_ENABLE is 1 (the default), else sleeps. */
 ps_status_t ps_af_server_get_batch(ps_af_server_t *server, ps_af_batch_t **batches_p, size_t cap,
                                    size_t *num_p, int timeout_ms);

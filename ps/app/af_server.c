@@ -61,6 +61,7 @@ struct ps_af_server {
     int my_id;
     int trace;
     int busy_poll;
+    int request_timeout_ms;
     ps_af_handler_func_t handler;
     void *handler_arg;
     int num_workers;
@@ -339,6 +340,7 @@ ps_status_t ps_af_server_create(ps_postoffice_t *po, int app_id, ps_af_handler_f
     s->my_id = ps_postoffice_my_id(po);
     s->trace = ps_config_bool_or(PS_CFG_STEPMESH_ENABLE_TRACE, 0);
     s->busy_poll = ps_config_bool_or(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, 1);
+    s->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
     s->handler = handler;
     s->handler_arg = arg;
     s->num_workers = nw;
@@ -432,7 +434,7 @@ ps_status_t ps_af_server_get_batch(ps_af_server_t *s, ps_af_batch_t **batches_p,
         return PS_ERR_INVALID_ARG;
     if (s->handler)
         return PS_ERR_BAD_STATE;
-    ps_deadline_t dl = timeout_ms < 0 ? ps_deadline_infinite() : ps_deadline_from_ms(timeout_ms);
+    ps_deadline_t dl = ps_deadline_from_ms(timeout_ms < 0 ? s->request_timeout_ms : timeout_ms);
     ps_status_t st = PS_OK;
     ps_mutex_lock(&s->lock);
     for (;;) {

@@ -224,6 +224,15 @@ static void run_server(ps_postoffice_t *po)
     srv_t s = {0};
     CHECK_OK(ps_af_server_create(po, 0, g_poll ? NULL : on_batch, &s, &s.server));
     void **mems = g_register ? register_all(&s) : NULL;
+    /* Before the workers start nothing is ready (polling times out); a
+     * server with a handler does not poll. */
+    ps_af_batch_t *none[64];
+    size_t got = 0;
+    ps_status_t want = g_poll ? PS_ERR_TIMED_OUT : PS_ERR_BAD_STATE;
+    ps_status_t st0 = ps_af_server_get_batch(s.server, none, 64, &got, 20);
+    if (st0 != want)
+        check_fail("get_batch before any batch: %s, expected %s", ps_status_str(st0),
+                   ps_status_str(want));
     pthread_t poller;
     if (g_poll && pthread_create(&poller, NULL, poll_loop, &s) != 0)
         check_fail("pthread_create");
