@@ -105,8 +105,9 @@ typedef struct ps_af_handle ps_af_handle_t;
  * node: one AF worker per node and app. */
 ps_status_t ps_af_worker_create(ps_postoffice_t *po, int app_id, int customer_id,
                                 ps_af_worker_t **worker_p);
-/* Fails batches still outstanding with PS_ERR_SHUTDOWN and frees. Handles
- * not yet released stay valid for ps_af_handle_release only. */
+/* Fails batches still outstanding with PS_ERR_SHUTDOWN and frees. Not
+ * while a thread waits in ps_af_worker_wait. Handles not yet released stay
+ * valid for ps_af_handle_release only. */
 void ps_af_worker_destroy(ps_af_worker_t *worker);
 
 /* Registers memory the worker's tensors will lie in (StepMesh registers
