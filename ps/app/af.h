@@ -22,6 +22,11 @@
  * StepMesh's single-tensor calls) and, in its body, the batch's sequence
  * number, its message count and its own index.
  *
+ * Tensors may lie in device memory: where the van cannot move device
+ * memory (no PS_CAP_DEVICE_MEMORY), a push tensor and a server's result
+ * are copied once to host memory before they are sent, and an answer is
+ * copied once into a device pull tensor.
+ *
  * Tracing (STEPMESH_ENABLE_TRACE=1): every pull slot's request and response
  * carry CLOCK_MONOTONIC stamps (ps_af_trace_t), the server copying the
  * request's into its response; ps_af_worker_fetch_trace reads them.

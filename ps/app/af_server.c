@@ -20,6 +20,7 @@
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
+#include "ps/gpu/mem.h"
 #include "ps/net/caps.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
@@ -61,6 +62,7 @@ struct ps_af_server {
     int my_id;
     int trace;
     int busy_poll;
+    int device_ok; /* the van moves device memory itself (PS_CAP_DEVICE_MEMORY) */
     int request_timeout_ms;
     ps_af_handler_func_t handler;
     void *handler_arg;
@@ -157,7 +159,7 @@ static ps_status_t server_recv_buffer(void *arg, ps_customer_t *customer, const 
     ps_status_t st = PS_ERR_NOT_FOUND;
     ps_mutex_lock(&s->reg_lock);
     const af_reg_t *r = reg_find(s, ps_id_to_rank(meta->sender), meta->key, len);
-    if (r != NULL)
+    if (r != NULL && (s->device_ok || ps_slice_in_host_mem(&r->slice)))
         st = ps_slice_sub(&r->slice, 0, (size_t)len, slice_p);
     ps_mutex_unlock(&s->reg_lock);
     return st;
@@ -341,6 +343,7 @@ ps_status_t ps_af_server_create(ps_postoffice_t *po, int app_id, ps_af_handler_f
     s->trace = ps_config_bool_or(PS_CFG_STEPMESH_ENABLE_TRACE, 0);
     s->busy_poll = ps_config_bool_or(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, 1);
     s->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
+    s->device_ok = (ps_postoffice_capabilities(po) & PS_CAP_DEVICE_MEMORY) != 0;
     s->handler = handler;
     s->handler_arg = arg;
     s->num_workers = nw;
@@ -504,7 +507,12 @@ static ps_status_t send_answer(ps_af_server_t *s, af_batch_t *b, uint32_t i,
     ps_status_t st = PS_OK;
     if (res != NULL && b->slot_bytes[i] != 0) {
         size_t len = (size_t)b->slot_bytes[i];
-        if (owner != NULL) {
+        if (res->mem_kind != PS_MEM_HOST && !s->device_ok) {
+            /* Device memory the van cannot send from: a host copy. */
+            st = ps_slice_alloc(len, 0, &data);
+            if (st == PS_OK)
+                st = ps_mem_ops(res->mem_kind)->copy_to_host(ps_slice_ptr(&data), res->data, len);
+        } else if (owner != NULL) {
             uintptr_t base = (uintptr_t)owner->data, at = (uintptr_t)res->data;
             st = at >= base ? ps_slice_of(owner, (size_t)(at - base), len, &data)
                             : PS_ERR_INVALID_ARG;

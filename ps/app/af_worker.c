@@ -65,6 +65,7 @@ struct ps_af_worker {
     int *server_ids;
     int trace;
     int busy_poll;
+    int device_ok; /* the van moves device memory itself (PS_CAP_DEVICE_MEMORY) */
     int request_timeout_ms;
     atomic_uint_least64_t next_seq;
     atomic_uint_least64_t n_batches;
@@ -156,6 +157,7 @@ typedef struct {
     ps_af_handle_t *h;
     int server;            /* the sender's rank */
     uint64_t len;          /* claim_dest: the incoming bytes */
+    int device_ok;         /* claim_dest: the van may write device memory */
     ps_slice_t *slice_p;   /* claim_dest: where they go */
 } af_claim_t;
 
@@ -199,7 +201,7 @@ static ps_status_t claim_dest(void *ctx, void *arg)
     if (atomic_load(&h->answered[c->index * (uint32_t)h->num_servers + (uint32_t)c->server]))
         return PS_ERR_NOT_FOUND;
     const ps_slice_t *d = &h->dest[c->server * h->per_server + (int)j];
-    if (d->len != c->len || c->len == 0)
+    if (d->len != c->len || c->len == 0 || (!c->device_ok && !ps_slice_in_host_mem(d)))
         return PS_ERR_NOT_FOUND;
     *c->slice_p = ps_slice_ref(d);
     return PS_OK;
@@ -215,7 +217,7 @@ static ps_status_t worker_recv_buffer(void *arg, ps_customer_t *customer, const 
         ps__af_hdr_read(meta->body, meta->body_len, &hdr) != PS_OK)
         return PS_ERR_NOT_FOUND;
     af_claim_t c = {.sender = meta->sender, .ts = meta->timestamp, .index = hdr.index,
-                    .len = len, .slice_p = slice_p};
+                    .len = len, .device_ok = w->device_ok, .slice_p = slice_p};
     return ps_customer_claim_request(w->customer, meta->timestamp, claim_dest, &c);
 }
 
@@ -325,6 +327,7 @@ ps_status_t ps_af_worker_create(ps_postoffice_t *po, int app_id, int customer_id
     w->customer_id = customer_id;
     w->num_servers = ns;
     w->trace = ps_config_bool_or(PS_CFG_STEPMESH_ENABLE_TRACE, 0);
+    w->device_ok = (ps_postoffice_capabilities(po) & PS_CAP_DEVICE_MEMORY) != 0;
     w->busy_poll = ps_config_bool_or(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, 1);
     w->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
     w->server_ids = calloc((size_t)ns, sizeof(int));
@@ -442,6 +445,26 @@ static ps_status_t wrap_tensor(ps_af_worker_t *w, const ps_af_tensor_t *t, ps_sl
     return st;
 }
 
+/* A push tensor as the van can send it: its memory, or, in device memory
+ * a van cannot send from, a host copy of it (one copy). */
+static ps_status_t push_slice(ps_af_worker_t *w, const ps_af_tensor_t *t, ps_slice_t *slice_p)
+{
+    ps_status_t st = wrap_tensor(w, t, slice_p);
+    if (st != PS_OK || w->device_ok || ps_slice_in_host_mem(slice_p))
+        return st;
+    ps_slice_t host;
+    st = ps_slice_alloc(slice_p->len, 0, &host);
+    if (st == PS_OK) {
+        st = ps_mem_ops(t->mem_kind)->copy_to_host(ps_slice_ptr(&host), t->data, slice_p->len);
+        if (st != PS_OK)
+            ps_slice_unref(&host);
+    }
+    ps_slice_unref(slice_p);
+    if (st == PS_OK)
+        *slice_p = host;
+    return st;
+}
+
 static ps_status_t send_one(ps_af_worker_t *w, ps_af_handle_t *h, int server, uint32_t index,
                             const ps_af_tensor_t *t, uint64_t start_ns)
 {
@@ -515,7 +538,7 @@ ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *w, const ps_af_tensor_t
     atomic_init(&h->refs, 1);
     atomic_init(&h->status, PS_OK);
     for (size_t i = 0; i < num_push && st == PS_OK; i++)
-        st = wrap_tensor(w, &push[i], &h->push[i]);
+        st = push_slice(w, &push[i], &h->push[i]);
     for (size_t i = 0; i < num_pull && st == PS_OK; i++) {
         st = wrap_tensor(w, &pull[i], &h->dest[i]);
         h->dest_key[i] = pull[i].key;

@@ -17,7 +17,8 @@
  * its batches every worker sends each server HOSTILE_MSGS malformed AF
  * messages, which the servers must drop (and count) and go on. --poll: servers take
  * batches with ps_af_server_get_batch instead of a handler. --emu: the
- * workers' pull tensors are in the emulated device's memory.
+ * workers' push and pull tensors are in the emulated device's memory
+ * (vans that cannot move device memory get host copies).
  * Every server also checks, on each worker's first batch, that a result
  * with an unknown key or a wrong size is refused (PS_ERR_INVALID_ARG).
  * With STEPMESH_ENABLE_TRACE=1 the workers check every slot's trace.
@@ -388,7 +389,7 @@ static void run_worker(ps_postoffice_t *po)
         size_t n = (size_t)b * (size_t)g_hidden;
         int64_t shape[2] = {b, g_hidden};
         uint16_t *host = malloc(n * 2);
-        void **dev = calloc((size_t)I * ns, sizeof(void *));
+        void **dev = calloc((size_t)I * (ns + T), sizeof(void *));
         ps_af_tensor_t *pt = calloc((size_t)I * T, sizeof(*pt));
         ps_af_tensor_t *lt = calloc((size_t)I * ns, sizeof(*lt));
         ps_af_handle_t **hs = calloc((size_t)I, sizeof(*hs));
@@ -401,6 +402,13 @@ static void run_worker(ps_postoffice_t *po)
                     p[i] = push_value(me, b, it, t, i);
                 ps_af_tensor_init(&pt[it * T + t], push_key(b, it, t), p, PS_AF_BFLOAT16, 2,
                                   shape);
+                if (emu) {
+                    void **d = &dev[I * ns + it * T + t];
+                    CHECK_OK(emu->alloc(n * 2, 0, d));
+                    CHECK_OK(emu->copy_from_host(*d, p, n * 2));
+                    pt[it * T + t].data = *d;
+                    pt[it * T + t].mem_kind = PS_MEM_EMU;
+                }
             }
             for (int s = 0; s < ns; s++) {
                 uint16_t *p = pull + ((size_t)it * ns + s) * n;
@@ -455,7 +463,7 @@ static void run_worker(ps_postoffice_t *po)
         else
             printf("Batch %d: FAILED %d/%d\n", b, failed, I);
         failed_batches += failed != 0;
-        for (int k = 0; emu && k < I * ns; k++)
+        for (int k = 0; emu && k < I * (ns + T); k++)
             emu->free(dev[k]);
         free(host);
         free(dev);
