@@ -312,31 +312,30 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
 ps_status_t ps_af_worker_create(ps_postoffice_t *po, int app_id, int customer_id,
                                 ps_af_worker_t **worker_p)
 {
-    if (!po || !worker_p)
-        return PS_ERR_INVALID_ARG;
-    int ns = ps_postoffice_num_servers(po);
-    if (ns <= 0) {
-        ps_error(PS_LOG_APP, "af worker: the job has no servers");
-        return PS_ERR_CONFIG;
-    }
-    ps_af_worker_t *w = calloc(1, sizeof(*w));
+    ps_af_worker_t *w = (po && worker_p) ? calloc(1, sizeof(*w)) : NULL;
     if (!w)
-        return PS_ERR_NO_MEMORY;
-    w->po = po;
-    w->app_id = app_id;
-    w->customer_id = customer_id;
-    w->num_servers = ns;
-    w->trace = ps_config_bool_or(PS_CFG_STEPMESH_ENABLE_TRACE, 0);
-    w->device_ok = (ps_postoffice_capabilities(po) & PS_CAP_DEVICE_MEMORY) != 0;
-    w->busy_poll = ps_config_bool_or(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, 1);
-    w->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
-    w->server_ids = calloc((size_t)ns, sizeof(int));
-    if (!w->server_ids) {
+        return po && worker_p ? PS_ERR_NO_MEMORY : PS_ERR_INVALID_ARG;
+    /* Every server, in rank order: each gets every push of a batch. */
+    int ns = ps_postoffice_group_ids(po, PS_GROUP_SERVER, NULL, 0);
+    int *ids = ns > 0 ? calloc((size_t)ns, sizeof(int)) : NULL;
+    if (!ids) {
+        if (ns <= 0)
+            ps_error(PS_LOG_APP, "af worker: the job has no servers");
         free(w);
-        return PS_ERR_NO_MEMORY;
+        return ns <= 0 ? PS_ERR_CONFIG : PS_ERR_NO_MEMORY;
     }
-    for (int i = 0; i < ns; i++)
-        w->server_ids[i] = ps_server_rank_to_id(i);
+    ps_postoffice_group_ids(po, PS_GROUP_SERVER, ids, ns);
+    *w = (ps_af_worker_t){
+        .po = po,
+        .app_id = app_id,
+        .customer_id = customer_id,
+        .num_servers = ns,
+        .server_ids = ids,
+        .trace = ps_config_bool_or(PS_CFG_STEPMESH_ENABLE_TRACE, 0),
+        .busy_poll = ps_config_bool_or(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, 1),
+        .device_ok = (ps_postoffice_capabilities(po) & PS_CAP_DEVICE_MEMORY) != 0,
+        .request_timeout_ms = ps_postoffice_request_timeout_ms(po),
+    };
     ps_status_t st = ps_mutex_init(&w->regions_lock);
     if (st == PS_OK) {
         st = ps_customer_create(po, app_id, customer_id, worker_recv, w, &w->customer);

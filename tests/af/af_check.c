@@ -493,6 +493,13 @@ static void run_worker(ps_postoffice_t *po)
              (unsigned long long)ws.pull_bytes_copied, trace ? ", traces checked" : "");
 }
 
+static void run_scheduler(ps_postoffice_t *po)
+{
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, BARRIER_TIMEOUT_MS)); /* start */
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, BARRIER_TIMEOUT_MS)); /* workers done */
+    snprintf(g_summary, sizeof(g_summary), "scheduler");
+}
+
 static int int_arg(int argc, char **argv, int *i)
 {
     if (*i + 1 >= argc)
@@ -532,25 +539,9 @@ int main(int argc, char **argv)
     if (g_iters > 255 || g_tensors > 254)
         check_fail("--iters at most 255 and --tensors at most 254 (they share a key)");
     ps_postoffice_t *po = check_node_start();
-    ps_role_t role = ps_postoffice_role(po);
     g_num_workers = ps_postoffice_num_workers(po);
     g_num_servers = ps_postoffice_num_servers(po);
-    switch (role) {
-    case PS_ROLE_WORKER:
-        run_worker(po);
-        break;
-    case PS_ROLE_SERVER:
-        run_server(po);
-        break;
-    default:
-        CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, BARRIER_TIMEOUT_MS));
-        CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, BARRIER_TIMEOUT_MS));
-        snprintf(g_summary, sizeof(g_summary), "scheduler");
-        break;
-    }
-    ps_status_t st = ps_postoffice_finalize(po, 1);
-    if (st != PS_OK)
-        check_fail("finalize: %s", ps_status_str(st));
+    check_node_run(po, run_worker, run_server, run_scheduler);
     printf("PASS %s %d: %s\n", check_role, check_rank, g_summary);
     return 0;
 }

@@ -73,6 +73,7 @@ typedef struct {
 } cfg_t;
 
 static cfg_t g_cfg;
+static int g_barrier_ms;
 static int g_num_workers, g_num_servers;
 
 static uint64_t key_of(int pull, int rank, int mb)
@@ -135,7 +136,7 @@ static void on_batch(void *arg, ps_af_server_t *server, ps_af_batch_t *batch)
         s->errors++;
 }
 
-static void run_server(ps_postoffice_t *po, int barrier_ms)
+static void run_server(ps_postoffice_t *po)
 {
     srv_t s = {.rank = check_rank};
     size_t per = (size_t)g_cfg.batch_end * (size_t)g_cfg.hidden;
@@ -159,8 +160,8 @@ static void run_server(ps_postoffice_t *po, int barrier_ms)
         CHECK_OK(ps_af_server_register_recv_tensor(s.server, &t, ranks, keys,
                                                    (size_t)g_num_workers));
     }
-    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, barrier_ms));
-    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, barrier_ms));
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, g_barrier_ms));
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, g_barrier_ms));
     ps_af_server_stats_t st;
     ps_af_server_stats(s.server, &st);
     ps_af_server_destroy(s.server);
@@ -250,7 +251,7 @@ static int verify(const char *what, const uint8_t *pushed, uint16_t *const *pull
     return 0;
 }
 
-static void run_worker(ps_postoffice_t *po, int barrier_ms)
+static void run_worker(ps_postoffice_t *po)
 {
     ps_af_worker_t *w;
     CHECK_OK(ps_af_worker_create(po, 0, 0, &w));
@@ -278,7 +279,7 @@ static void run_worker(ps_postoffice_t *po, int barrier_ms)
     CHECK_OK(ps_af_worker_register_tensor(w, &all));
     ps_af_tensor_init(&all, 0, pull, PS_AF_BFLOAT16, 1, lshape);
     CHECK_OK(ps_af_worker_register_tensor(w, &all));
-    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, barrier_ms));
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, g_barrier_ms));
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)me;
     int failures = 0;
     for (int64_t b = g_cfg.batch_start; b <= g_cfg.batch_end; b += g_cfg.batch_step) {
@@ -343,7 +344,7 @@ static void run_worker(ps_postoffice_t *po, int barrier_ms)
                (long long)g_cfg.iter, MB_NUM);
         dump_all(b, lat, stage, " overall", bench_cpu_seconds() - cpu0, 1);
     }
-    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, barrier_ms));
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, g_barrier_ms));
     ps_af_worker_stats_t ws;
     ps_af_worker_stats(w, &ws);
     ps_af_worker_destroy(w);
@@ -357,6 +358,13 @@ static void run_worker(ps_postoffice_t *po, int barrier_ms)
            (unsigned long long)ws.batches, (unsigned long long)ws.pull_bytes_in_place,
            (unsigned long long)ws.pull_bytes_copied,
            AF_BENCH_VERIFY ? ", every pulled value verified" : "");
+}
+
+static void run_scheduler(ps_postoffice_t *po)
+{
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, g_barrier_ms));
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, g_barrier_ms));
+    printf("PASS scheduler 0\n");
 }
 
 static int64_t cfg_int(ps_config_id_t id, const char *name, int64_t min)
@@ -382,10 +390,9 @@ int main(void)
         check_fail("BENCHMARK_BATCH_END is below BENCHMARK_BATCH_START");
     /* Each iteration is a few round trips: the job's last barrier may come
      * long after its first when BENCHMARK_ITER is large. */
-    int barrier_ms = g_cfg.iter > 100000 ? INT_MAX : 600000;
+    g_barrier_ms = g_cfg.iter > 100000 ? INT_MAX : 600000;
 
     ps_postoffice_t *po = check_node_start();
-    ps_role_t role = ps_postoffice_role(po);
     g_num_workers = ps_postoffice_num_workers(po);
     g_num_servers = ps_postoffice_num_servers(po);
     if (g_cfg.worker_number != g_num_workers)
@@ -393,21 +400,6 @@ int main(void)
                    (long long)g_cfg.worker_number, g_num_workers);
     if (g_num_workers > 255 || g_num_servers > 64)
         check_fail("at most 255 workers (keys hold a byte of rank) and 64 servers");
-    switch (role) {
-    case PS_ROLE_WORKER:
-        run_worker(po, barrier_ms);
-        break;
-    case PS_ROLE_SERVER:
-        run_server(po, barrier_ms);
-        break;
-    default:
-        CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, barrier_ms));
-        CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, barrier_ms));
-        printf("PASS scheduler 0\n");
-        break;
-    }
-    ps_status_t st = ps_postoffice_finalize(po, 1);
-    if (st != PS_OK)
-        check_fail("finalize: %s", ps_status_str(st));
+    check_node_run(po, run_worker, run_server, run_scheduler);
     return 0;
 }

@@ -32,6 +32,14 @@ void check_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noret
  * cannot. */
 ps_postoffice_t *check_node_start(void);
 
+/* What a check program does in one role. */
+typedef void (*check_role_func_t)(ps_postoffice_t *po);
+
+/* Runs the function of this node's role (NULL: none), then finalizes the
+ * node (a barrier with every node) and check_fail()s if that fails. */
+void check_node_run(ps_postoffice_t *po, check_role_func_t worker, check_role_func_t server,
+                    check_role_func_t scheduler);
+
 /* splitmix64's finaliser over x + the golden ratio: deterministic values
  * that every process of a job computes alike. */
 uint64_t check_mix64(uint64_t x);
