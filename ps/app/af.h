@@ -177,7 +177,9 @@ ps_status_t ps_af_server_create(ps_postoffice_t *po, int app_id, ps_af_handler_f
                                 void *arg, ps_af_server_t **server_p);
 /* Drops batches still being assembled or queued for get_batch (their
  * workers' waits end by their deadlines or when the job ends) and frees.
- * Answer every batch handed out before. */
+ * Threads in ps_af_server_get_batch return PS_ERR_SHUTDOWN first (destroy
+ * waits for them, up to PS_REQUEST_TIMEOUT_MS). Answer every batch handed
+ * out before. */
 void ps_af_server_destroy(ps_af_server_t *server);
 
 /* Waits until every worker has a batch ready, then takes the oldest of

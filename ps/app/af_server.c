@@ -69,7 +69,8 @@ struct ps_af_server {
     int num_workers;
     af_peer_t *peers;
     int closing;
-    ps_mutex_t lock; /* peers, closing */
+    int pollers; /* threads in get_batch, which destroy waits out */
+    ps_mutex_t lock; /* peers, closing, pollers */
     ps_cond_t ready;
     ps_mutex_t reg_lock;
     af_reg_t *regs;
@@ -388,7 +389,15 @@ void ps_af_server_destroy(ps_af_server_t *s)
     ps_mutex_lock(&s->lock);
     s->closing = 1;
     ps_cond_broadcast(&s->ready);
+    /* A poller sees `closing` within a spin or a wake-up and leaves. */
+    ps_deadline_t dl = ps_deadline_from_ms(s->request_timeout_ms);
+    while (s->pollers > 0 && ps_cond_wait(&s->ready, &s->lock, dl) != PS_ERR_TIMED_OUT)
+        ;
+    int stuck = s->pollers;
     ps_mutex_unlock(&s->lock);
+    if (stuck)
+        ps_warn(PS_LOG_APP, "af server app %d: %d threads still in get_batch at destroy",
+                s->app_id, stuck);
     ps_customer_destroy(s->customer); /* no receive runs after this */
     for (int i = 0; i < s->num_workers; i++) {
         af_peer_t *p = &s->peers[i];
@@ -440,6 +449,7 @@ ps_status_t ps_af_server_get_batch(ps_af_server_t *s, ps_af_batch_t **batches_p,
     ps_deadline_t dl = ps_deadline_from_ms(timeout_ms < 0 ? s->request_timeout_ms : timeout_ms);
     ps_status_t st = PS_OK;
     ps_mutex_lock(&s->lock);
+    s->pollers++;
     for (;;) {
         if (s->closing) {
             st = PS_ERR_SHUTDOWN;
@@ -472,6 +482,8 @@ ps_status_t ps_af_server_get_batch(ps_af_server_t *s, ps_af_batch_t **batches_p,
             break;
         }
     }
+    if (--s->pollers == 0 && s->closing)
+        ps_cond_broadcast(&s->ready);
     ps_mutex_unlock(&s->lock);
     return st;
 }
