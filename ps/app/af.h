@@ -73,9 +73,9 @@ typedef struct ps_af_tensor {
     uint64_t key;
     void *data;
     ps_mem_kind_t mem_kind;
-    int device;        /* device ordinal for device memory, else 0 */
-    int dtype;         /* a ps_af_dtype_t */
-    uint32_t ndim;     /* 0 .. PS_AF_MAX_DIMS; 0 is a scalar */
+    int device;    /* device ordinal for device memory, else 0 */
+    int dtype;     /* a ps_af_dtype_t */
+    uint32_t ndim; /* 0 .. PS_AF_MAX_DIMS; 0 is a scalar */
     int64_t shape[PS_AF_MAX_DIMS];
 } ps_af_tensor_t;
 
@@ -158,9 +158,9 @@ void ps_af_handle_release(ps_af_worker_t *worker, ps_af_handle_t *handle);
  * buffer), valid until the batch ended; pull[] are the worker's slots for
  * this server: key, dtype, shape, no data. */
 typedef struct ps_af_batch {
-    int sender;      /* worker node id */
+    int sender; /* worker node id */
     int worker_rank;
-    uint64_t seq;    /* the worker's batch number, from 0 */
+    uint64_t seq; /* the worker's batch number, from 0 */
     size_t num_push;
     const ps_af_tensor_t *push;
     size_t num_pull;
@@ -209,19 +209,20 @@ ps_status_t ps_af_server_respond(ps_af_server_t *server, ps_af_batch_t *batch,
  * i-th of n equal parts of `tensor` (its byte size must divide by n), as
  * StepMesh's RegisterRecvTensor. Used when the transport receives into a
  * destination (PS_CAP_RECV_INTO_DEST) and the push fits in the part;
- * otherwise pushes land in the transport's buffers. The memory must outlive the server. PS_ERR_EXISTS for a (rank,
- * key) registered already. */
-ps_status_t ps_af_server_register_recv_tensor(ps_af_server_t *server,
-                                              const ps_af_tensor_t *tensor,
+ * otherwise pushes land in the transport's buffers. Each push of the key
+ * overwrites the part: batches in flight together need distinct keys (as
+ * StepMesh's micro-batches have). The memory must outlive the server.
+ * PS_ERR_EXISTS for a (rank, key) registered already. */
+ps_status_t ps_af_server_register_recv_tensor(ps_af_server_t *server, const ps_af_tensor_t *tensor,
                                               const int *worker_ranks, const uint64_t *keys,
                                               size_t n);
 
 /* Counters (for tests and benchmarks). */
 typedef struct ps_af_server_stats {
-    uint64_t batches;          /* delivered */
+    uint64_t batches;             /* delivered */
     uint64_t push_bytes_in_place; /* pushed bytes that landed in a registered tensor */
-    uint64_t push_bytes;       /* all pushed bytes */
-    uint64_t dropped;          /* malformed messages dropped */
+    uint64_t push_bytes;          /* all pushed bytes */
+    uint64_t dropped;             /* malformed messages dropped */
 } ps_af_server_stats_t;
 void ps_af_server_stats(ps_af_server_t *server, ps_af_server_stats_t *stats_p);
 

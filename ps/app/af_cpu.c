@@ -35,12 +35,13 @@ ps_status_t ps_af_bind_cpu_core(int offset, int *core_p)
         return PS_ERR_CONFIG;
     int core = ps__af_cpu_core((int)gpu, offset, (int)per_socket, (int)per_gpu, (int)start);
     if (core < 0) {
-        ps_error(PS_LOG_APP, "af: no core for GPU %lld, offset %d (STEPMESH_CPU_CORES_PER_SOCKET "
+        ps_error(PS_LOG_APP,
+                 "af: no core for GPU %lld, offset %d (STEPMESH_CPU_CORES_PER_SOCKET "
                  "%lld, STEPMESH_CPU_CORES_PER_GPU %lld, STEPMESH_CPU_START_OFFSET %lld)",
                  (long long)gpu, offset, (long long)per_socket, (long long)per_gpu,
                  (long long)start);
         return offset < 0 || (per_gpu > 0 && offset >= per_gpu) ? PS_ERR_INVALID_ARG
-                                                                 : PS_ERR_CONFIG;
+                                                                : PS_ERR_CONFIG;
     }
     ps_status_t st = ps_thread_pin_self(core);
     if (st != PS_OK)

@@ -69,7 +69,7 @@ struct ps_af_server {
     int num_workers;
     af_peer_t *peers;
     int closing;
-    int pollers; /* threads in get_batch, which destroy waits out */
+    int pollers;     /* threads in get_batch, which destroy waits out */
     ps_mutex_t lock; /* peers, closing, pollers */
     ps_cond_t ready;
     ps_mutex_t reg_lock;
@@ -396,8 +396,8 @@ void ps_af_server_destroy(ps_af_server_t *s)
     int stuck = s->pollers;
     ps_mutex_unlock(&s->lock);
     if (stuck)
-        ps_warn(PS_LOG_APP, "af server app %d: %d threads still in get_batch at destroy",
-                s->app_id, stuck);
+        ps_warn(PS_LOG_APP, "af server app %d: %d threads still in get_batch at destroy", s->app_id,
+                stuck);
     ps_customer_destroy(s->customer); /* no receive runs after this */
     for (int i = 0; i < s->num_workers; i++) {
         af_peer_t *p = &s->peers[i];
@@ -494,8 +494,7 @@ static ps_status_t send_answer(ps_af_server_t *s, af_batch_t *b, uint32_t i,
                                const ps_af_tensor_t *res, ps_buf_t *owner, uint64_t start_ns)
 {
     uint8_t body[PS__AF_HDR_LEN];
-    ps__af_hdr_t hdr = {.index = i, .count = b->count, .num_push = b->num_push,
-                        .seq = b->pub.seq};
+    ps__af_hdr_t hdr = {.index = i, .count = b->count, .num_push = b->num_push, .seq = b->pub.seq};
     ps__af_hdr_write(body, &hdr);
     int is_pull = i >= b->num_push;
 
@@ -570,15 +569,13 @@ static ps_status_t match_results(const af_batch_t *b, const ps_af_tensor_t *resu
         }
         if (owners && owners[r] &&
             ((uintptr_t)results[r].data < (uintptr_t)owners[r]->data ||
-             (uintptr_t)results[r].data - (uintptr_t)owners[r]->data + bytes >
-                 owners[r]->length)) {
+             (uintptr_t)results[r].data - (uintptr_t)owners[r]->data + bytes > owners[r]->length)) {
             ps_error(PS_LOG_APP, "af server: result %zu lies outside its owner", r);
             return PS_ERR_INVALID_ARG;
         }
         uint32_t found = UINT32_MAX;
         for (uint32_t i = b->num_push; i < b->count && found == UINT32_MAX; i++) {
-            if (b->tensors[i].key != results[r].key ||
-                atomic_load(&((af_batch_t *)b)->answered[i]))
+            if (b->tensors[i].key != results[r].key || atomic_load(&((af_batch_t *)b)->answered[i]))
                 continue;
             int taken = 0;
             for (size_t q = 0; q < r; q++)
@@ -603,8 +600,7 @@ static ps_status_t match_results(const af_batch_t *b, const ps_af_tensor_t *resu
 }
 
 ps_status_t ps_af_server_respond(ps_af_server_t *s, ps_af_batch_t *batch,
-                                 const ps_af_tensor_t *results, ps_buf_t *const *owners,
-                                 size_t n)
+                                 const ps_af_tensor_t *results, ps_buf_t *const *owners, size_t n)
 {
     if (!s || !batch || (n && !results))
         return PS_ERR_INVALID_ARG;
@@ -614,8 +610,7 @@ ps_status_t ps_af_server_respond(ps_af_server_t *s, ps_af_batch_t *batch,
     ps_status_t st = PS_OK;
     if (n == 0) {
         if (num_pull != 0) {
-            ps_error(PS_LOG_APP, "af server: no results for a batch with %u pull slots",
-                     num_pull);
+            ps_error(PS_LOG_APP, "af server: no results for a batch with %u pull slots", num_pull);
             return PS_ERR_INVALID_ARG;
         }
         /* Acknowledges every push; the batch ends. */

@@ -31,16 +31,26 @@ size_t ps_af_dtype_size(int dtype)
 const char *ps_af_dtype_str(int dtype)
 {
     switch (dtype) {
-    case PS_AF_UINT8: return "uint8";
-    case PS_AF_INT8: return "int8";
-    case PS_AF_INT16: return "int16";
-    case PS_AF_INT32: return "int32";
-    case PS_AF_INT64: return "int64";
-    case PS_AF_FLOAT16: return "float16";
-    case PS_AF_FLOAT32: return "float32";
-    case PS_AF_FLOAT64: return "float64";
-    case PS_AF_BFLOAT16: return "bfloat16";
-    default: return "unknown";
+    case PS_AF_UINT8:
+        return "uint8";
+    case PS_AF_INT8:
+        return "int8";
+    case PS_AF_INT16:
+        return "int16";
+    case PS_AF_INT32:
+        return "int32";
+    case PS_AF_INT64:
+        return "int64";
+    case PS_AF_FLOAT16:
+        return "float16";
+    case PS_AF_FLOAT32:
+        return "float32";
+    case PS_AF_FLOAT64:
+        return "float64";
+    case PS_AF_BFLOAT16:
+        return "bfloat16";
+    default:
+        return "unknown";
     }
 }
 
@@ -57,8 +67,7 @@ void ps_af_tensor_init(ps_af_tensor_t *t, uint64_t key, void *data, int dtype, u
         t->shape[i] = shape[i];
 }
 
-static ps_status_t shape_bytes(int dtype, uint32_t ndim, const int64_t *shape,
-                               uint64_t *bytes_p)
+static ps_status_t shape_bytes(int dtype, uint32_t ndim, const int64_t *shape, uint64_t *bytes_p)
 {
     uint64_t n = ps_af_dtype_size(dtype);
     if (n == 0 || ndim > PS_AF_MAX_DIMS)

@@ -49,8 +49,7 @@ int ps__af_flag(uint32_t index, uint32_t count);
 void ps__af_meta_set_tensor(ps_meta_t *meta, const ps_af_tensor_t *t);
 /* Reads them back into *t (data NULL, host memory) and its byte size;
  * PS_ERR_PROTOCOL for a meta that is no valid tensor. */
-ps_status_t ps__af_meta_get_tensor(const ps_meta_t *meta, ps_af_tensor_t *t,
-                                   uint64_t *bytes_p);
+ps_status_t ps__af_meta_get_tensor(const ps_meta_t *meta, ps_af_tensor_t *t, uint64_t *bytes_p);
 
 /* The core of ps_af_bind_cpu_core (af.h) for GPU gpu; -1 for settings that
  * leave none. */

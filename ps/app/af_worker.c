@@ -36,12 +36,12 @@ struct ps_af_handle {
     atomic_int remaining; /* requests not yet ended */
     int num_servers;
     int num_push;
-    int per_server;       /* pull slots per server */
-    int num_ts;           /* num_push + per_server */
+    int per_server; /* pull slots per server */
+    int num_ts;     /* num_push + per_server */
     uint64_t seq;
-    int *ts;              /* num_ts: pushes, then pull slots */
-    ps_slice_t *push;     /* num_push */
-    ps_slice_t *dest;     /* num_servers * per_server, server-major */
+    int *ts;          /* num_ts: pushes, then pull slots */
+    ps_slice_t *push; /* num_push */
+    ps_slice_t *dest; /* num_servers * per_server, server-major */
     uint64_t *dest_key;
     atomic_uchar *answered; /* num_ts * num_servers: message k of server i at k * ns + i */
     atomic_uchar *traced;   /* per dest */
@@ -135,8 +135,7 @@ static void handle_fail(ps_af_handle_t *h, ps_status_t st)
 }
 
 /* The customer's done function: one of the batch's requests ended. */
-static void worker_done(void *arg, ps_customer_t *customer, int ts, void *ctx,
-                        ps_status_t status)
+static void worker_done(void *arg, ps_customer_t *customer, int ts, void *ctx, ps_status_t status)
 {
     (void)arg;
     (void)customer;
@@ -155,10 +154,10 @@ typedef struct {
     int ts;
     uint32_t index;
     ps_af_handle_t *h;
-    int server;            /* the sender's rank */
-    uint64_t len;          /* claim_dest: the incoming bytes */
-    int device_ok;         /* claim_dest: the van may write device memory */
-    ps_slice_t *slice_p;   /* claim_dest: where they go */
+    int server;          /* the sender's rank */
+    uint64_t len;        /* claim_dest: the incoming bytes */
+    int device_ok;       /* claim_dest: the van may write device memory */
+    ps_slice_t *slice_p; /* claim_dest: where they go */
 } af_claim_t;
 
 /* Checks that message `c->index` of server `c->sender` is one of h's and
@@ -181,8 +180,7 @@ static ps_status_t claim_answer(void *ctx, void *arg)
     af_claim_t *c = arg;
     if (!claim_matches(h, c))
         return PS_ERR_NOT_FOUND;
-    if (atomic_exchange(&h->answered[c->index * (uint32_t)h->num_servers + (uint32_t)c->server],
-                        1))
+    if (atomic_exchange(&h->answered[c->index * (uint32_t)h->num_servers + (uint32_t)c->server], 1))
         return PS_ERR_NOT_FOUND;
     atomic_fetch_add(&h->refs, 1);
     c->h = h;
@@ -216,8 +214,12 @@ static ps_status_t worker_recv_buffer(void *arg, ps_customer_t *customer, const 
     if (index != 0 || meta->request || !meta->pull ||
         ps__af_hdr_read(meta->body, meta->body_len, &hdr) != PS_OK)
         return PS_ERR_NOT_FOUND;
-    af_claim_t c = {.sender = meta->sender, .ts = meta->timestamp, .index = hdr.index,
-                    .len = len, .device_ok = w->device_ok, .slice_p = slice_p};
+    af_claim_t c = {.sender = meta->sender,
+                    .ts = meta->timestamp,
+                    .index = hdr.index,
+                    .len = len,
+                    .device_ok = w->device_ok,
+                    .slice_p = slice_p};
     return ps_customer_claim_request(w->customer, meta->timestamp, claim_dest, &c);
 }
 
@@ -229,9 +231,10 @@ static ps_status_t take_pull(ps_af_worker_t *w, ps_af_handle_t *h, const af_clai
     const ps_slice_t *d = &h->dest[slot];
     size_t got = msg->num_data > 0 ? msg->data[0].len : 0;
     if (msg->meta.key != h->dest_key[slot] || got != d->len) {
-        ps_warn_ratelimited(PS_LOG_APP, "af worker: node %d answered slot %d (key %llu, %zu "
-                            "bytes) with key %llu, %zu bytes", msg->meta.sender, slot,
-                            (unsigned long long)h->dest_key[slot], d->len,
+        ps_warn_ratelimited(PS_LOG_APP,
+                            "af worker: node %d answered slot %d (key %llu, %zu "
+                            "bytes) with key %llu, %zu bytes",
+                            msg->meta.sender, slot, (unsigned long long)h->dest_key[slot], d->len,
                             (unsigned long long)msg->meta.key, got);
         return PS_ERR_PROTOCOL;
     }
@@ -270,14 +273,16 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
     const ps_meta_t *m = &msg->meta;
     ps__af_hdr_t hdr;
     if (m->request || ps__af_hdr_read(m->body, m->body_len, &hdr) != PS_OK) {
-        ps_warn_ratelimited(PS_LOG_APP, "af worker app %d: dropped a malformed message from "
-                            "node %d", w->app_id, m->sender);
+        ps_warn_ratelimited(PS_LOG_APP,
+                            "af worker app %d: dropped a malformed message from "
+                            "node %d",
+                            w->app_id, m->sender);
         return;
     }
     af_claim_t c = {.sender = m->sender, .ts = m->timestamp, .index = hdr.index};
     if (ps_customer_claim_request(w->customer, m->timestamp, claim_answer, &c) != PS_OK) {
-        ps_debug(PS_LOG_APP, "af worker app %d: ignored an answer ts %d from node %d",
-                 w->app_id, m->timestamp, m->sender);
+        ps_debug(PS_LOG_APP, "af worker app %d: ignored an answer ts %d from node %d", w->app_id,
+                 m->timestamp, m->sender);
         return;
     }
     ps_af_handle_t *h = c.h;
@@ -405,8 +410,7 @@ ps_status_t ps_af_worker_register_tensor(ps_af_worker_t *w, const ps_af_tensor_t
 }
 
 /* A slice of the registered region holding [data, data + bytes), if any. */
-static int region_slice(ps_af_worker_t *w, const void *data, uint64_t bytes,
-                        ps_slice_t *slice_p)
+static int region_slice(ps_af_worker_t *w, const void *data, uint64_t bytes, ps_slice_t *slice_p)
 {
     uintptr_t begin = (uintptr_t)data;
     int found = 0;
@@ -435,8 +439,8 @@ static ps_status_t wrap_tensor(ps_af_worker_t *w, const ps_af_tensor_t *t, ps_sl
     if (region_slice(w, t->data, bytes, slice_p))
         return PS_OK;
     ps_buf_t *buf;
-    st = ps_buf_wrap_mem(t->data, (size_t)bytes, (ps_buf_mem_t)t->mem_kind, t->device, NULL,
-                         NULL, &buf);
+    st = ps_buf_wrap_mem(t->data, (size_t)bytes, (ps_buf_mem_t)t->mem_kind, t->device, NULL, NULL,
+                         &buf);
     if (st != PS_OK)
         return st;
     st = ps_slice_of(buf, 0, (size_t)bytes, slice_p);
@@ -470,8 +474,8 @@ static ps_status_t send_one(ps_af_worker_t *w, ps_af_handle_t *h, int server, ui
     uint32_t count = (uint32_t)h->num_ts;
     int is_push = index < (uint32_t)h->num_push;
     uint8_t body[PS__AF_HDR_LEN];
-    ps__af_hdr_t hdr = {.index = index, .count = count, .num_push = (uint32_t)h->num_push,
-                        .seq = h->seq};
+    ps__af_hdr_t hdr = {
+        .index = index, .count = count, .num_push = (uint32_t)h->num_push, .seq = h->seq};
     ps__af_hdr_write(body, &hdr);
 
     ps_msg_t msg;
@@ -505,8 +509,7 @@ static ps_status_t send_one(ps_af_worker_t *w, ps_af_handle_t *h, int server, ui
         msg.meta.dst_dev_type = is_push ? PS_DEV_CPU : PS_DEV_GPU;
     }
     ps_status_t st;
-    if (is_push && named->len > 0 &&
-        (st = ps_msg_lend_data(&msg, named, PS_DATA_CHAR)) != PS_OK)
+    if (is_push && named->len > 0 && (st = ps_msg_lend_data(&msg, named, PS_DATA_CHAR)) != PS_OK)
         return st;
     return ps_postoffice_send(w->po, &msg);
 }
@@ -515,8 +518,7 @@ ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *w, const ps_af_tensor_t
                                          size_t num_push, const ps_af_tensor_t *pull,
                                          size_t num_pull, ps_af_handle_t **handle_p)
 {
-    if (!w || !handle_p || (num_push && !push) || (num_pull && !pull) ||
-        num_push + num_pull == 0)
+    if (!w || !handle_p || (num_push && !push) || (num_pull && !pull) || num_push + num_pull == 0)
         return PS_ERR_INVALID_ARG;
     uint64_t start_ns = w->trace ? ps_time_now_ns() : 0;
     int ns = w->num_servers;
@@ -571,9 +573,8 @@ ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *w, const ps_af_tensor_t
     h->seq = atomic_fetch_add(&w->next_seq, 1);
     for (int i = 0; i < ns && st == PS_OK; i++) {
         for (uint32_t k = 0; k < (uint32_t)h->num_ts && st == PS_OK; k++) {
-            const ps_af_tensor_t *t = k < num_push
-                                          ? &push[k]
-                                          : &pull[(size_t)i * per_server + (k - num_push)];
+            const ps_af_tensor_t *t = k < num_push ? &push[k]
+                                                   : &pull[(size_t)i * per_server + (k - num_push)];
             st = send_one(w, h, i, k, t, start_ns);
         }
     }

@@ -253,8 +253,8 @@ static void run_server(ps_postoffice_t *po)
     if (atomic_load(&s.errors) != 0)
         check_fail("%d errors", atomic_load(&s.errors));
     if (atomic_load(&s.answered) != expect || st.batches != (uint64_t)expect)
-        check_fail("answered %d batches (%llu delivered), expected %d",
-                   atomic_load(&s.answered), (unsigned long long)st.batches, expect);
+        check_fail("answered %d batches (%llu delivered), expected %d", atomic_load(&s.answered),
+                   (unsigned long long)st.batches, expect);
     if (atomic_load(&s.refused) != 2 * g_num_workers)
         check_fail("refused %d invalid results, expected %d", atomic_load(&s.refused),
                    2 * g_num_workers);
@@ -267,12 +267,11 @@ static void run_server(ps_postoffice_t *po)
     if (g_register && (ps_postoffice_capabilities(po) & PS_CAP_RECV_INTO_DEST) &&
         st.push_bytes_in_place != st.push_bytes)
         check_fail("%llu of %llu pushed bytes landed in registered tensors",
-                   (unsigned long long)st.push_bytes_in_place,
-                   (unsigned long long)st.push_bytes);
+                   (unsigned long long)st.push_bytes_in_place, (unsigned long long)st.push_bytes);
     snprintf(g_summary, sizeof(g_summary),
-             "%d batches, %llu push bytes (%llu into registered tensors), %s",
-             expect, (unsigned long long)st.push_bytes,
-             (unsigned long long)st.push_bytes_in_place, g_poll ? "polled" : "handler");
+             "%d batches, %llu push bytes (%llu into registered tensors), %s", expect,
+             (unsigned long long)st.push_bytes, (unsigned long long)st.push_bytes_in_place,
+             g_poll ? "polled" : "handler");
 }
 
 /* ---- worker ---- */
@@ -280,8 +279,8 @@ static void run_server(ps_postoffice_t *po)
 /* Sends server `s` one AF-looking request, as a buggy or hostile peer
  * might: `hdr` NULL for no body, `bad_magic` to spoil it, a tensor of
  * dtype/rows, and `data_len` bytes of data. */
-static void send_raw(ps_postoffice_t *po, int s, const ps__af_hdr_t *hdr, int bad_magic,
-                     int dtype, int64_t rows, size_t data_len)
+static void send_raw(ps_postoffice_t *po, int s, const ps__af_hdr_t *hdr, int bad_magic, int dtype,
+                     int64_t rows, size_t data_len)
 {
     static uint8_t junk[4096];
     uint8_t body[PS__AF_HDR_LEN];
@@ -341,10 +340,9 @@ static int check_trace(ps_af_worker_t *w, ps_af_handle_t *h)
         }
         /* Worker clock: start <= posted <= received back; server clock:
          * received <= processed <= respond <= posted. One host: one clock. */
-        if (!(rq.start && rq.start <= rq.postsend && rq.postsend <= rs.postrecv &&
-              rq.postrecv && rq.postrecv <= rq.process && rq.process <= rs.start &&
-              rs.start <= rs.postsend && rq.postsend <= rq.postrecv &&
-              rs.postsend <= rs.postrecv))
+        if (!(rq.start && rq.start <= rq.postsend && rq.postsend <= rs.postrecv && rq.postrecv &&
+              rq.postrecv <= rq.process && rq.process <= rs.start && rs.start <= rs.postsend &&
+              rq.postsend <= rq.postrecv && rs.postsend <= rs.postrecv))
             bad++;
     }
     return bad;
@@ -400,8 +398,7 @@ static void run_worker(ps_postoffice_t *po)
                 uint16_t *p = push + ((size_t)it * T + t) * n;
                 for (size_t i = 0; i < n; i++)
                     p[i] = push_value(me, b, it, t, i);
-                ps_af_tensor_init(&pt[it * T + t], push_key(b, it, t), p, PS_AF_BFLOAT16, 2,
-                                  shape);
+                ps_af_tensor_init(&pt[it * T + t], push_key(b, it, t), p, PS_AF_BFLOAT16, 2, shape);
                 if (emu) {
                     void **d = &dev[I * ns + it * T + t];
                     CHECK_OK(emu->alloc(n * 2, 0, d));
@@ -448,8 +445,8 @@ static void run_worker(ps_postoffice_t *po)
                     float diff = g > want ? g - want : want - g;
                     float tol = 1e-2f + 1e-2f * (want < 0 ? -want : want);
                     if (!(diff <= tol)) {
-                        printf("batch %d iteration %d server %d element %zu: got %g, want %g\n",
-                               b, it, s, i, (double)g, (double)want);
+                        printf("batch %d iteration %d server %d element %zu: got %g, want %g\n", b,
+                               it, s, i, (double)g, (double)want);
                         bad = 1;
                     }
                 }
@@ -488,7 +485,8 @@ static void run_worker(ps_postoffice_t *po)
         check_fail("%llu + %llu result bytes counted, %llu pulled",
                    (unsigned long long)ws.pull_bytes_in_place,
                    (unsigned long long)ws.pull_bytes_copied, (unsigned long long)pulled);
-    snprintf(g_summary, sizeof(g_summary), "%llu batches, %llu result bytes in place, %llu copied%s",
+    snprintf(g_summary, sizeof(g_summary),
+             "%llu batches, %llu result bytes in place, %llu copied%s",
              (unsigned long long)ws.batches, (unsigned long long)ws.pull_bytes_in_place,
              (unsigned long long)ws.pull_bytes_copied, trace ? ", traces checked" : "");
 }

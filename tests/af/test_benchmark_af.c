@@ -60,12 +60,25 @@
 #define WAIT_MS 10000
 #define REPORT_EVERY 1000
 
-enum { OP_PUSH, OP_PULL, OP_PUSHPULL, OP_COUNT };
+enum {
+    OP_PUSH,
+    OP_PULL,
+    OP_PUSHPULL,
+    OP_COUNT
+};
 static const char *const k_op_name[OP_COUNT] = {"push", "pull", "pushpull"};
 
-enum { ST_REQ_SEND, ST_SERVER_QUEUE, ST_PROCESS, ST_RSP_SEND, ST_NET, ST_RSP_WAKE, ST_COUNT };
+enum {
+    ST_REQ_SEND,
+    ST_SERVER_QUEUE,
+    ST_PROCESS,
+    ST_RSP_SEND,
+    ST_NET,
+    ST_RSP_WAKE,
+    ST_COUNT
+};
 static const char *const k_stage_name[ST_COUNT] = {"req_send", "server_queue", "process",
-                                                   "rsp_send", "net_cost", "rsp_wake"};
+                                                   "rsp_send", "net_cost",     "rsp_wake"};
 
 typedef struct {
     int64_t warmup, iter, batch_start, batch_end, batch_step, worker_number, hidden;
@@ -155,10 +168,10 @@ static void run_server(ps_postoffice_t *po)
         }
         int64_t shape[2] = {g_cfg.batch_end * g_num_workers, g_cfg.hidden};
         ps_af_tensor_t t;
-        ps_af_tensor_init(&t, 0, s.recv + (size_t)mb * (size_t)g_num_workers * per, PS_AF_UINT8,
-                          2, shape);
-        CHECK_OK(ps_af_server_register_recv_tensor(s.server, &t, ranks, keys,
-                                                   (size_t)g_num_workers));
+        ps_af_tensor_init(&t, 0, s.recv + (size_t)mb * (size_t)g_num_workers * per, PS_AF_UINT8, 2,
+                          shape);
+        CHECK_OK(
+            ps_af_server_register_recv_tensor(s.server, &t, ranks, keys, (size_t)g_num_workers));
     }
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, g_barrier_ms));
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, g_barrier_ms));
@@ -242,8 +255,8 @@ static int verify(const char *what, const uint8_t *pushed, uint16_t *const *pull
     for (int s = 0; s < g_num_servers; s++) {
         for (size_t i = 0; i < n; i++) {
             if (pull[s][i] != pulled_value(pushed[i], s)) {
-                printf("%s verify failed: server %d element %zu: got %#x, want %#x\n", what, s,
-                       i, pull[s][i], pulled_value(pushed[i], s));
+                printf("%s verify failed: server %d element %zu: got %#x, want %#x\n", what, s, i,
+                       pull[s][i], pulled_value(pushed[i], s));
                 return 1;
             }
         }
@@ -288,8 +301,8 @@ static void run_worker(ps_postoffice_t *po)
         ps_af_tensor_t pt[MB_NUM], lt[MB_NUM][64];
         uint16_t *dst[MB_NUM][64];
         for (int mb = 0; mb < MB_NUM; mb++) {
-            ps_af_tensor_init(&pt[mb], key_of(0, me, mb), push + (size_t)mb * per, PS_AF_UINT8,
-                              2, shape);
+            ps_af_tensor_init(&pt[mb], key_of(0, me, mb), push + (size_t)mb * per, PS_AF_UINT8, 2,
+                              shape);
             for (int s = 0; s < ns; s++) {
                 dst[mb][s] = pull + ((size_t)mb * (size_t)ns + (size_t)s) * per;
                 ps_af_tensor_init(&lt[mb][s], key_of(1, me, mb), dst[mb][s], PS_AF_BFLOAT16, 2,
@@ -315,10 +328,9 @@ static void run_worker(ps_postoffice_t *po)
                     int with_push = op != OP_PULL, with_pull = op != OP_PUSH;
                     ps_af_handle_t *h;
                     uint64_t t0 = bench_now_ns();
-                    CHECK_OK(ps_af_worker_batch_push_pull(w, with_push ? &pt[mb] : NULL,
-                                                          with_push ? 1 : 0,
-                                                          with_pull ? lt[mb] : NULL,
-                                                          with_pull ? (size_t)ns : 0, &h));
+                    CHECK_OK(ps_af_worker_batch_push_pull(
+                        w, with_push ? &pt[mb] : NULL, with_push ? 1 : 0, with_pull ? lt[mb] : NULL,
+                        with_pull ? (size_t)ns : 0, &h));
                     ps_status_t st = ps_af_worker_wait(w, h, WAIT_MS);
                     uint64_t t1 = bench_now_ns();
                     if (st != PS_OK)
@@ -340,8 +352,8 @@ static void run_worker(ps_postoffice_t *po)
         }
         printf("batch %lld (%lld x %lld: %zu bytes pushed, %zu pulled per server), "
                "%lld iterations x %d micro-batches:\n",
-               (long long)b, (long long)b, (long long)g_cfg.hidden, n, n * 2,
-               (long long)g_cfg.iter, MB_NUM);
+               (long long)b, (long long)b, (long long)g_cfg.hidden, n, n * 2, (long long)g_cfg.iter,
+               MB_NUM);
         dump_all(b, lat, stage, " overall", bench_cpu_seconds() - cpu0, 1);
     }
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, g_barrier_ms));
