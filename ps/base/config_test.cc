@@ -183,8 +183,8 @@ TEST_F(ConfigTest, LegacyAliases) {
   } want[] = {
       {PS_CFG_STEPMESH_GPU, "STEPAF_GPU"},
       {PS_CFG_STEPMESH_SPLIT_QP_LAG, "DMLC_SPLIT_QP_LAG"},
-      {PS_CFG_STEPMESH_MEM_SYNC, "STEPAF_MEM_SYNC"},
-      {PS_CFG_STEPMESH_BAKCEND, "STEPAF_BACKEND"},
+      {PS_CFG_STEPMESH_QP_NUM, "STEPAF_QP_NUM"},
+      {PS_CFG_STEPMESH_BUSY_POLL_ENABLE, "STEPAF_BUSY_POLL_ENABLE"},
   };
   for (const auto &w : want) {
     ps_config_id_t id;
@@ -493,7 +493,7 @@ TEST_F(ConfigTest, PrintListsVariablesBySection) {
 
 // Readers on many threads (tsan checks the alias flag and the override lock).
 TEST_F(ConfigTest, ConcurrentReaders) {
-  setenv("STEPAF_MEM_SYNC", "0", 1);
+  setenv("STEPAF_BUSY_POLL_ENABLE", "0", 1);
   setenv("DMLC_NUM_SERVER", "3", 1);
   ASSERT_EQ(ps_config_set(PS_CFG_PS_VERBOSE, "1"), PS_OK);
   LogCapture log;
@@ -504,7 +504,7 @@ TEST_F(ConfigTest, ConcurrentReaders) {
       for (int k = 0; k < 500; ++k) {
         int sync = -1;
         int64_t n = 0, verbose = 0;
-        if (ps_config_get_bool(PS_CFG_STEPMESH_MEM_SYNC, &sync) == PS_OK && sync == 0 &&
+        if (ps_config_get_bool(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, &sync) == PS_OK && sync == 0 &&
             ps_config_get_int(PS_CFG_DMLC_NUM_SERVER, &n) == PS_OK && n == 3 &&
             ps_config_get_int(PS_CFG_PS_VERBOSE, &verbose) == PS_OK && verbose == 1) {
           ++ok[t];
@@ -514,7 +514,7 @@ TEST_F(ConfigTest, ConcurrentReaders) {
   }
   for (auto &th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(ok[t], 500);
-  EXPECT_EQ(log.Count("STEPAF_MEM_SYNC is deprecated"), 1u);
+  EXPECT_EQ(log.Count("STEPAF_BUSY_POLL_ENABLE is deprecated"), 1u);
 }
 
 }  // namespace

@@ -179,25 +179,23 @@ PS_CONFIG_VAR(PS_KEY_LOG, BOOL, "0", "byteps-server", NULL,
 
 /* ---- stepmesh: the AF tensor API ---- */
 PS_CONFIG_VAR(STEPMESH_GPU, INT, "0", "stepmesh", "STEPAF_GPU",
-              "Local GPU index of this process, an integer (AF workers require 0 or more).")
-PS_CONFIG_VAR(STEPMESH_BAKCEND, STRING, "GPU", "stepmesh", "STEPAF_BACKEND",
-              "Memory backend of the AF tensor API, GPU or CPU (the name keeps StepMesh's spelling).")
-PS_CONFIG_VAR(STEPMESH_MEM_SYNC, BOOL, "1", "stepmesh", "STEPAF_MEM_SYNC",
-              "1 signals tensor readiness through a host flag copy instead of a CUDA event.")
+              "Local GPU index of this process, an integer; picks the cores STEPMESH_BIND_CPU_CORE pins to.")
 PS_CONFIG_VAR(STEPMESH_SPLIT_QP_LAG, BOOL, "0", "stepmesh", "DMLC_SPLIT_QP_LAG",
               "1 pins the queue pairs of an endpoint to both ports of a bonded NIC and splits payloads across them.")
 PS_CONFIG_VAR(STEPMESH_QP_NUM, INT, "2", "stepmesh", "STEPAF_QP_NUM",
               "Queue pairs per RDMA endpoint (the ibverbs van splits payloads across them), a count from 1 to 8.")
 PS_CONFIG_VAR(STEPMESH_BUSY_POLL_ENABLE, BOOL, "1", "stepmesh", "STEPAF_BUSY_POLL_ENABLE",
-              "1 makes the AF tensor API's queues spin instead of block.")
+              "1 makes AF workers' waits and the AF server's batch polling spin instead of sleep.")
+PS_CONFIG_VAR(STEPMESH_ENABLE_TRACE, BOOL, "0", "stepmesh", NULL,
+              "1 stamps every AF pull slot's request and response with CLOCK_MONOTONIC times (read with ps_af_worker_fetch_trace).")
 PS_CONFIG_VAR(STEPMESH_BIND_CPU_CORE, BOOL, "0", "stepmesh", NULL,
-              "1 pins communication threads to cores derived from the GPU index.")
+              "1 makes ps_af_bind_cpu_core pin its calling thread (the AF benchmark's worker thread) to a core of STEPMESH_GPU's.")
 PS_CONFIG_VAR(STEPMESH_CPU_CORES_PER_SOCKET, INT, "48", "stepmesh", NULL,
-              "CPU cores per socket for thread pinning, a count.")
+              "CPU cores per socket for thread pinning, a count; GPUs whose cores do not fit on a socket go to the next.")
 PS_CONFIG_VAR(STEPMESH_CPU_CORES_PER_GPU, INT, "5", "stepmesh", NULL,
-              "CPU cores reserved for each GPU's threads, a count.")
+              "CPU cores set aside for each GPU's threads, a count.")
 PS_CONFIG_VAR(STEPMESH_CPU_START_OFFSET, INT, "10", "stepmesh", NULL,
-              "Index of the first CPU core used for pinning, a core number.")
+              "Cores at the start of each socket left out of pinning, a count.")
 
 /* ---- profiling ---- */
 PS_CONFIG_VAR(ENABLE_PROFILING, BOOL, "0", "profiling", NULL,
@@ -223,7 +221,7 @@ PS_CONFIG_VAR(DEBUG_MODE, BOOL, "0", "benchmark", NULL,
 PS_CONFIG_VAR(BENCHMARK_WARMUP, INT, "10", "benchmark", NULL,
               "Warm-up iterations the AF benchmarks leave out of their statistics, a count.")
 PS_CONFIG_VAR(BENCHMARK_ITER, INT, "2147483647", "benchmark", NULL,
-              "Iterations the AF benchmarks run, a count.")
+              "Measured iterations per batch size of the AF benchmarks, a count (statistics print every 1000).")
 PS_CONFIG_VAR(BENCHMARK_BATCH_START, INT, "64", "benchmark", NULL,
               "First batch size (tokens) of the AF benchmarks, a count.")
 PS_CONFIG_VAR(BENCHMARK_BATCH_END, INT, "64", "benchmark", NULL,
@@ -231,8 +229,6 @@ PS_CONFIG_VAR(BENCHMARK_BATCH_END, INT, "64", "benchmark", NULL,
 PS_CONFIG_VAR(BENCHMARK_BATCH_STEP, INT, "64", "benchmark", NULL,
               "Step between batch sizes of the AF benchmarks, a count.")
 PS_CONFIG_VAR(BENCHMARK_WORKER_NUMBER, INT, "1", "benchmark", NULL,
-              "Attention workers taking part in the AF benchmarks, a count.")
-PS_CONFIG_VAR(BENCHMARK_WORKER_RANK, INT, "0", "benchmark", NULL,
-              "Rank of this attention worker in the AF benchmarks, an integer.")
+              "Attention workers of the AF benchmark job, a count (servers register receive tensors for each; must equal DMLC_NUM_WORKER).")
 PS_CONFIG_VAR(BENCHMARK_SIZE, INT, "7168", "benchmark", NULL,
               "Hidden size of the AF benchmark tensors, in elements per token.")

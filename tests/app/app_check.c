@@ -244,12 +244,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: app_check barrier DIR | app_check simple\n");
         return 2;
     }
-    ps_postoffice_t *po;
-    ps_status_t st = ps_postoffice_start(NULL, 1, &po);
-    if (st != PS_OK)
-        check_fail("start: %s", ps_status_str(st));
-    check_role = ps_role_str(ps_postoffice_role(po));
-    check_rank = ps_postoffice_my_rank(po);
+    ps_postoffice_t *po = check_node_start();
 
     if (strcmp(argv[1], "barrier") == 0)
         run_barrier(po, argv[2]);
@@ -258,7 +253,7 @@ int main(int argc, char **argv)
     else
         check_fail("unknown mode %s", argv[1]);
 
-    st = ps_postoffice_finalize(po, 1);
+    ps_status_t st = ps_postoffice_finalize(po, 1);
     if (st != PS_OK)
         check_fail("finalize: %s", ps_status_str(st));
     printf("PASS %s %d: %s\n", check_role, check_rank, g_summary);

@@ -806,6 +806,12 @@ static void run_server(ps_postoffice_t *po)
     ps_kv_store_destroy(store);
 }
 
+/* Waits until the workers are done. */
+static void run_scheduler(ps_postoffice_t *po)
+{
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, 10 * BARRIER_TIMEOUT_MS));
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -817,30 +823,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    ps_postoffice_t *po;
-    ps_status_t st = ps_postoffice_start(NULL, 1, &po);
-    if (st != PS_OK)
-        check_fail("start: %s", ps_status_str(st));
-    ps_role_t role = ps_postoffice_role(po);
-    check_role = ps_role_str(role);
-    check_rank = ps_postoffice_my_rank(po);
+    ps_postoffice_t *po = check_node_start();
     g_num_workers = ps_postoffice_num_workers(po);
     g_num_servers = ps_postoffice_num_servers(po);
-
-    switch (role) {
-    case PS_ROLE_WORKER:
-        run_worker(po);
-        break;
-    case PS_ROLE_SERVER:
-        run_server(po);
-        break;
-    default:
-        CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, 10 * BARRIER_TIMEOUT_MS));
-        break;
-    }
-    st = ps_postoffice_finalize(po, 1);
-    if (st != PS_OK)
-        check_fail("finalize: %s", ps_status_str(st));
+    check_node_run(po, run_worker, run_server, run_scheduler);
     printf("PASS %s %d: %s\n", check_role, check_rank, g_summary);
     return 0;
 }

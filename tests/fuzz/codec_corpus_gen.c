@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/app/af_wire.h"
 #include "ps/base/status.h"
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/frame.h"
@@ -195,6 +196,34 @@ int main(int argc, char **argv)
     m.van_data_len = 12;
     memcpy(m.van_data, "rkey:0000abc", 12);
     emit("af_tensor_push", &m, kv2, 2, 1);
+
+    /* An AF batch's pull slot and its answer: tensor meta, batch header in
+     * the body (af_wire.h), traces. */
+    uint8_t af_body[PS__AF_HDR_LEN];
+    ps__af_hdr_t af_hdr = {.index = 2, .count = 3, .num_push = 2, .seq = 41};
+    ps__af_hdr_write(af_body, &af_hdr);
+    kv_meta(&m, 0, 1);
+    m.head = 3; /* AF_FLAG_BATCH_END */
+    m.is_tensor = 1;
+    m.dtype = 15;
+    m.ndim = 2;
+    m.shape[0] = 128;
+    m.shape[1] = 7168;
+    m.key = (1u << 16) | (2u << 8) | 1u;
+    m.val_len = 128u * 7168u * 2u;
+    m.body = af_body;
+    m.body_len = sizeof(af_body);
+    m.num_data_types = 0;
+    m.data_size = 0;
+    m.request_trace.start = 5000;
+    m.request_trace.postsend = 5100;
+    emit("af_batch_pull", &m, NULL, 0, 1);
+    m.request = 0;
+    m.request_trace.postrecv = 5300;
+    m.request_trace.process = 5400;
+    m.response_trace.start = 5500;
+    m.response_trace.postsend = 5600;
+    emit("af_pull_response", &m, NULL, 0, 1);
 
     /* Simple app with a body. */
     kv_meta(&m, 0, 1);

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/app/af.h"
+#include "ps/app/af_wire.h"
 #include "ps/base/log.h"
 #include "ps/base/status.h"
 #include "ps/net/codec/codec.h"
@@ -138,6 +140,23 @@ static void fuzz_meta_fast(const uint8_t *data, size_t size)
     check_round_trip(&m);
 }
 
+/* What the AF app reads of a decoded meta (af_wire.h): its batch header
+ * and its tensor, each either refused or within bounds. */
+static void fuzz_af(const ps_meta_t *m)
+{
+    ps__af_hdr_t h;
+    if (ps__af_hdr_read(m->body, m->body_len, &h) == PS_OK)
+        check(h.count >= 1 && h.count <= PS__AF_MAX_BATCH_MSGS && h.index < h.count &&
+                  h.num_push <= h.count,
+              "an accepted AF batch header is out of bounds");
+    ps_af_tensor_t t;
+    uint64_t bytes = 0, again = 0;
+    if (ps__af_meta_get_tensor(m, &t, &bytes) == PS_OK)
+        check(t.ndim <= PS_AF_MAX_DIMS && ps_af_tensor_bytes(&t, &again) == PS_OK &&
+                  again == bytes && ps_af_dtype_size(t.dtype) != 0,
+              "an accepted AF tensor does not hold together");
+}
+
 static void fuzz_meta(const uint8_t *data, size_t size)
 {
     ps_meta_t m;
@@ -157,6 +176,7 @@ static void fuzz_meta(const uint8_t *data, size_t size)
     check(m.control.num_nodes == 0 || m.control.nodes == nodes,
           "the node list is not the caller's array");
     check_round_trip(&m);
+    fuzz_af(&m);
 }
 
 static void fuzz_frame(const uint8_t *data, size_t size)

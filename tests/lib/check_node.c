@@ -22,6 +22,31 @@ void check_fail(const char *fmt, ...)
     exit(1);
 }
 
+ps_postoffice_t *check_node_start(void)
+{
+    ps_postoffice_t *po;
+    ps_status_t st = ps_postoffice_start(NULL, 1, &po);
+    if (st != PS_OK)
+        check_fail("start: %s", ps_status_str(st));
+    check_role = ps_role_str(ps_postoffice_role(po));
+    check_rank = ps_postoffice_my_rank(po);
+    return po;
+}
+
+void check_node_run(ps_postoffice_t *po, check_role_func_t worker, check_role_func_t server,
+                    check_role_func_t scheduler)
+{
+    ps_role_t role = ps_postoffice_role(po);
+    check_role_func_t fn = role == PS_ROLE_WORKER   ? worker
+                           : role == PS_ROLE_SERVER ? server
+                                                    : scheduler;
+    if (fn)
+        fn(po);
+    ps_status_t st = ps_postoffice_finalize(po, 1);
+    if (st != PS_OK)
+        check_fail("finalize: %s", ps_status_str(st));
+}
+
 uint64_t check_mix64(uint64_t x)
 {
     x += 0x9e3779b97f4a7c15ull;

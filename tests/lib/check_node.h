@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "ps/base/status.h"
+#include "ps/net/postoffice.h"
 
 /* "scheduler", "server" or "worker" ("?" until set) and the rank (-1). */
 extern const char *check_role;
@@ -25,6 +26,19 @@ void check_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noret
         if (_st != PS_OK)                                                                \
             check_fail("%s:%d: %s: %s", __FILE__, __LINE__, #_call, ps_status_str(_st)); \
     } while (0)
+
+/* Starts this process's node from DMLC_* (ps_postoffice_start with its
+ * start barrier) and sets check_role and check_rank; check_fail()s when it
+ * cannot. */
+ps_postoffice_t *check_node_start(void);
+
+/* What a check program does in one role. */
+typedef void (*check_role_func_t)(ps_postoffice_t *po);
+
+/* Runs the function of this node's role (NULL: none), then finalizes the
+ * node (a barrier with every node) and check_fail()s if that fails. */
+void check_node_run(ps_postoffice_t *po, check_role_func_t worker, check_role_func_t server,
+                    check_role_func_t scheduler);
 
 /* splitmix64's finaliser over x + the golden ratio: deterministic values
  * that every process of a job computes alike. */
