@@ -15,11 +15,10 @@ FAIL_GRACE_S = 5
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port the kernel says is free now (another program may take
+    it before the scheduler binds; rare)."""
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        return sock.getsockname()[1]
 
 
 class Job:

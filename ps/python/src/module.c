@@ -148,14 +148,11 @@ static PyObject *py_is_started(PyObject *self, PyObject *unused)
 
 /* The whole summation server program (ps_sum_server_run): for
  * `python3 -m ps.server`, which joins, serves and leaves by itself. */
-static PyObject *py_sum_server_run(PyObject *self, PyObject *args)
+static PyObject *py_sum_server_run(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    PyObject *timeout = Py_None;
-    if (!PyArg_ParseTuple(args, "|O", &timeout))
-        return NULL;
     int ms;
-    if (pyps_timeout_ms(timeout, &ms) < 0)
+    if (pyps_timeout_arg(args, kw, &ms) < 0)
         return NULL;
     if (pyps_po)
         return pyps_raise(PS_ERR_BAD_STATE, "the summation server program joins by itself; "
@@ -183,6 +180,28 @@ static PyObject *py_sweep(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+PyTypeObject *pyps_add_type(PyObject *module, PyType_Spec *spec, const char *name)
+{
+    PyObject *type = PyType_FromSpec(spec);
+    if (!type)
+        return NULL;
+    Py_INCREF(type); /* one for the module, one for the caller's static */
+    if (PyModule_AddObject(module, name, type) < 0) {
+        Py_DECREF(type);
+        Py_DECREF(type);
+        return NULL;
+    }
+    return (PyTypeObject *)type;
+}
+
+void pyps_free_object(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);
+}
+
 static PyMethodDef kMethods[] = {
     {"start", py_start, METH_VARARGS, "start(do_barrier=True): join the job (DMLC_* settings)."},
     {"finalize", py_finalize, METH_VARARGS, "finalize(do_barrier=True): leave the job."},
@@ -195,7 +214,8 @@ static PyMethodDef kMethods[] = {
     {"role", py_role, METH_NOARGS, "'server', 'worker' or 'scheduler'."},
     {"van_name", py_van_name, METH_NOARGS, "The transport in use."},
     {"is_started", py_is_started, METH_NOARGS, "True between start() and finalize()."},
-    {"sum_server_run", py_sum_server_run, METH_VARARGS,
+    {"sum_server_run", (PyCFunction)(void (*)(void))py_sum_server_run,
+     METH_VARARGS | METH_KEYWORDS,
      "sum_server_run(timeout=None): the summation server program."},
     {"sweep", py_sweep, METH_NOARGS, "Releases the buffers ps let go of."},
     {NULL, NULL, 0, NULL},

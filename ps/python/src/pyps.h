@@ -83,5 +83,16 @@ int pyps_sum_add(PyObject *module);
 ps_kv_worker_t *pyps_worker_get(PyObject *obj);
 /* Timeout in seconds (None: the default) as milliseconds (-1 default). */
 int pyps_timeout_ms(PyObject *timeout, int *ms_p);
+/* Parses the one optional argument `timeout` of a method. */
+int pyps_timeout_arg(PyObject *args, PyObject *kw, int *ms_p);
+/* Parses the one optional argument `app_id` of a constructor and checks
+ * that ps is started. */
+int pyps_app_id_arg(PyObject *args, PyObject *kw, int *app_id_p);
+
+/* Makes the type of `spec` and adds it to the module as `name`; NULL with
+ * an exception. */
+PyTypeObject *pyps_add_type(PyObject *module, PyType_Spec *spec, const char *name);
+/* The end of a dealloc of one of the module's (heap) types. */
+void pyps_free_object(PyObject *self);
 
 #endif /* PS_PYTHON_SRC_PYPS_H_ */

@@ -238,7 +238,6 @@ static PyObject *request_fail(PyObject *self, PyObject *unused)
 static void request_dealloc(PyObject *self)
 {
     pyps_request_obj_t *r = (pyps_request_obj_t *)self;
-    PyTypeObject *tp = Py_TYPE(self);
     pyps_server_obj_t *s = (pyps_server_obj_t *)r->server;
     if (!r->answered && s && s->server) {
         ps_kv_server_t *server = s->server;
@@ -249,9 +248,7 @@ static void request_dealloc(PyObject *self)
     if (r->item)
         item_free(r->item);
     Py_XDECREF(r->server);
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    pyps_free_object(self);
 }
 
 /* The request's values, read-only, typed, one dimension. */
@@ -406,11 +403,8 @@ static PyType_Spec kRequestSpec = {
 static int server_init(PyObject *self, PyObject *args, PyObject *kw)
 {
     pyps_server_obj_t *s = (pyps_server_obj_t *)self;
-    static char *kwlist[] = {"app_id", NULL};
-    int app_id = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i", kwlist, &app_id))
-        return -1;
-    if (pyps_require_started() < 0)
+    int app_id;
+    if (pyps_app_id_arg(args, kw, &app_id) < 0)
         return -1;
     if (s->queue) {
         pyps_raise(PS_ERR_BAD_STATE, "KVServer already initialised");
@@ -467,14 +461,11 @@ static void server_stop(pyps_server_obj_t *s)
     pyps_sweep();
 }
 
-static PyObject *server_next(PyObject *self, PyObject *args)
+static PyObject *server_next(PyObject *self, PyObject *args, PyObject *kw)
 {
     pyps_server_obj_t *s = (pyps_server_obj_t *)self;
-    PyObject *timeout = Py_None;
-    if (!PyArg_ParseTuple(args, "|O", &timeout))
-        return NULL;
     int ms;
-    if (pyps_timeout_ms(timeout, &ms) < 0)
+    if (pyps_timeout_arg(args, kw, &ms) < 0)
         return NULL;
     pyps_sweep();
     pyps_queue_t *q = s->queue;
@@ -537,7 +528,6 @@ static PyObject *server_closed(PyObject *self, void *closure)
 
 static void server_dealloc(PyObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     pyps_server_obj_t *s = (pyps_server_obj_t *)self;
     server_stop(s);
     if (s->queue) {
@@ -545,13 +535,11 @@ static void server_dealloc(PyObject *self)
         pthread_mutex_destroy(&s->queue->mu);
         free(s->queue);
     }
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    pyps_free_object(self);
 }
 
 static PyMethodDef kServerMethods[] = {
-    {"next", server_next, METH_VARARGS,
+    {"next", (PyCFunction)(void (*)(void))server_next, METH_VARARGS | METH_KEYWORDS,
      "next(timeout=None) -> Request or None: the next request (blocks without the GIL; "
      "None after timeout seconds, 1 s by default, or once closed)."},
     {"close", server_close, METH_NOARGS,
@@ -581,14 +569,7 @@ static PyType_Spec kServerSpec = {
 
 int pyps_server_add(PyObject *module)
 {
-    g_server_type = (PyTypeObject *)PyType_FromSpec(&kServerSpec);
-    g_request_type = (PyTypeObject *)PyType_FromSpec(&kRequestSpec);
-    if (!g_server_type || !g_request_type)
-        return -1;
-    Py_INCREF((PyObject *)g_server_type);
-    Py_INCREF((PyObject *)g_request_type);
-    if (PyModule_AddObject(module, "KVServer", (PyObject *)g_server_type) < 0 ||
-        PyModule_AddObject(module, "Request", (PyObject *)g_request_type) < 0)
-        return -1;
-    return 0;
+    g_server_type = pyps_add_type(module, &kServerSpec, "KVServer");
+    g_request_type = pyps_add_type(module, &kRequestSpec, "Request");
+    return g_server_type && g_request_type ? 0 : -1;
 }

@@ -34,11 +34,8 @@ static PyTypeObject *g_sum_tensor_type;
 static int sum_server_init(PyObject *self, PyObject *args, PyObject *kw)
 {
     pyps_sum_server_obj_t *s = (pyps_sum_server_obj_t *)self;
-    static char *kwlist[] = {"app_id", NULL};
-    int app_id = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i", kwlist, &app_id))
-        return -1;
-    if (pyps_require_started() < 0)
+    int app_id;
+    if (pyps_app_id_arg(args, kw, &app_id) < 0)
         return -1;
     if (s->server) {
         pyps_raise(PS_ERR_BAD_STATE, "SumServer already initialised");
@@ -87,11 +84,8 @@ static PyObject *sum_server_stats(PyObject *self, PyObject *unused)
 
 static void sum_server_dealloc(PyObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     sum_server_stop((pyps_sum_server_obj_t *)self);
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    pyps_free_object(self);
 }
 
 static PyMethodDef kSumServerMethods[] = {
@@ -235,12 +229,8 @@ static PyObject *sum_tensor_start(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *sum_tensor_wait(PyObject *self, PyObject *args, PyObject *kw)
 {
     pyps_sum_tensor_obj_t *t = (pyps_sum_tensor_obj_t *)self;
-    static char *kwlist[] = {"timeout", NULL};
-    PyObject *timeout = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &timeout))
-        return NULL;
     int ms;
-    if (pyps_timeout_ms(timeout, &ms) < 0)
+    if (pyps_timeout_arg(args, kw, &ms) < 0)
         return NULL;
     if (!t->tensor)
         return pyps_raise(PS_ERR_BAD_STATE, "the SumTensor is closed");
@@ -300,11 +290,8 @@ static PyObject *sum_tensor_close(PyObject *self, PyObject *unused)
 
 static void sum_tensor_dealloc(PyObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     sum_tensor_stop((pyps_sum_tensor_obj_t *)self);
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    pyps_free_object(self);
 }
 
 static PyMethodDef kSumTensorMethods[] = {
@@ -340,14 +327,7 @@ static PyType_Spec kSumTensorSpec = {
 
 int pyps_sum_add(PyObject *module)
 {
-    g_sum_server_type = (PyTypeObject *)PyType_FromSpec(&kSumServerSpec);
-    g_sum_tensor_type = (PyTypeObject *)PyType_FromSpec(&kSumTensorSpec);
-    if (!g_sum_server_type || !g_sum_tensor_type)
-        return -1;
-    Py_INCREF((PyObject *)g_sum_server_type);
-    Py_INCREF((PyObject *)g_sum_tensor_type);
-    if (PyModule_AddObject(module, "SumServer", (PyObject *)g_sum_server_type) < 0 ||
-        PyModule_AddObject(module, "SumTensor", (PyObject *)g_sum_tensor_type) < 0)
-        return -1;
-    return 0;
+    g_sum_server_type = pyps_add_type(module, &kSumServerSpec, "SumServer");
+    g_sum_tensor_type = pyps_add_type(module, &kSumTensorSpec, "SumTensor");
+    return g_sum_server_type && g_sum_tensor_type ? 0 : -1;
 }

@@ -294,3 +294,21 @@ int pyps_timeout_ms(PyObject *timeout, int *ms_p)
     *ms_p = (int)(s * 1000.0 + 0.5);
     return 0;
 }
+
+int pyps_timeout_arg(PyObject *args, PyObject *kw, int *ms_p)
+{
+    static char *kwlist[] = {"timeout", NULL};
+    PyObject *timeout = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &timeout))
+        return -1;
+    return pyps_timeout_ms(timeout, ms_p);
+}
+
+int pyps_app_id_arg(PyObject *args, PyObject *kw, int *app_id_p)
+{
+    static char *kwlist[] = {"app_id", NULL};
+    *app_id_p = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i", kwlist, app_id_p))
+        return -1;
+    return pyps_require_started();
+}

@@ -76,25 +76,18 @@ ps_kv_worker_t *pyps_worker_get(PyObject *obj)
 static void handle_dealloc(PyObject *self)
 {
     pyps_handle_obj_t *h = (pyps_handle_obj_t *)self;
-    PyTypeObject *tp = Py_TYPE(self);
     if (h->done)
         done_unref(h->done);
     Py_XDECREF(h->worker);
     Py_XDECREF(h->result);
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    pyps_free_object(self);
 }
 
 static PyObject *handle_wait(PyObject *self, PyObject *args, PyObject *kw)
 {
     pyps_handle_obj_t *h = (pyps_handle_obj_t *)self;
-    static char *kwlist[] = {"timeout", NULL};
-    PyObject *timeout = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &timeout))
-        return NULL;
     int ms;
-    if (pyps_timeout_ms(timeout, &ms) < 0)
+    if (pyps_timeout_arg(args, kw, &ms) < 0)
         return NULL;
     pyps_sweep();
     if (!h->finished) {
@@ -214,11 +207,8 @@ static PyObject *worker_close(PyObject *self, PyObject *unused)
 
 static void worker_dealloc(PyObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     worker_destroy((pyps_worker_obj_t *)self);
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    pyps_free_object(self);
 }
 
 /* Per-key lengths (elements) as an int32 slice; checks they cover `bytes`
@@ -511,14 +501,7 @@ static PyType_Spec kWorkerSpec = {
 
 int pyps_worker_add(PyObject *module)
 {
-    g_worker_type = (PyTypeObject *)PyType_FromSpec(&kWorkerSpec);
-    g_handle_type = (PyTypeObject *)PyType_FromSpec(&kHandleSpec);
-    if (!g_worker_type || !g_handle_type)
-        return -1;
-    Py_INCREF((PyObject *)g_worker_type);
-    Py_INCREF((PyObject *)g_handle_type);
-    if (PyModule_AddObject(module, "KVWorker", (PyObject *)g_worker_type) < 0 ||
-        PyModule_AddObject(module, "Handle", (PyObject *)g_handle_type) < 0)
-        return -1;
-    return 0;
+    g_worker_type = pyps_add_type(module, &kWorkerSpec, "KVWorker");
+    g_handle_type = pyps_add_type(module, &kHandleSpec, "Handle");
+    return g_worker_type && g_handle_type ? 0 : -1;
 }
