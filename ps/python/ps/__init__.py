@@ -22,7 +22,7 @@ from ps._job import (  # noqa: F401
     is_scheduler, is_server, is_worker, wait_job_end,
 )
 from ps._kv import KVServer, KVWorker, SumServer  # noqa: F401
-from ps._tensor import as_buffer  # noqa: F401
+from ps._tensor import as_buffer, empty  # noqa: F401
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64", "char")
