@@ -26,3 +26,8 @@ from ps._tensor import as_buffer, empty  # noqa: F401
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64", "char")
+
+from ps import _ps as _core  # noqa: E402
+
+# Objects without the buffer protocol (CPU torch tensors) go through as_buffer.
+_core.set_converter(as_buffer)

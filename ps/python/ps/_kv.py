@@ -6,7 +6,6 @@ import threading
 import traceback
 
 from ps import _job, _ps
-from ps._tensor import as_buffer
 
 _customer_ids = {}
 _ids_lock = threading.Lock()
@@ -22,7 +21,10 @@ class KVWorker(_ps.KVWorker):
     """A KV worker: push / pull / push_pull of keys (an int, a sorted
     sequence of ints) and values (numpy arrays, bytes, memoryview, CPU torch
     tensors), each returning a Handle; handle.wait(timeout) blocks without
-    the GIL and returns the destination. Values are per key vals.nbytes /
+    the GIL and returns the destination:
+      push(keys, vals, lens=None, cmd=0, dtype=None)
+      pull(keys, out, lens=None, cmd=0, dtype=None)
+      push_pull(keys, vals, out, lens=None, cmd=0, dtype=None) Values are per key vals.nbytes /
     len(keys) bytes unless lens (elements per key) says otherwise. Buffers
     are used in place: leave them alone until the request ended."""
 
@@ -31,39 +33,6 @@ class KVWorker(_ps.KVWorker):
             customer_id = _next_customer_id(app_id)
         super().__init__(app_id, customer_id)
         _job._track(self)
-
-    def push(self, keys, vals, lens=None, cmd=0, dtype=None):
-        vals, dtype = as_buffer(vals, dtype)
-        return super().push(keys, vals, lens, cmd, dtype)
-
-    def pull(self, keys, out, lens=None, cmd=0, dtype=None):
-        buf, dtype = as_buffer(out, dtype)
-        handle = super().pull(keys, buf, lens, cmd, dtype)
-        return handle if buf is out else _Returning(handle, out)
-
-    def push_pull(self, keys, vals, out, lens=None, cmd=0, dtype=None):
-        vals, dtype_in = as_buffer(vals, dtype)
-        buf, dtype_out = as_buffer(out, dtype)
-        handle = super().push_pull(keys, vals, buf, lens, cmd, dtype_in or dtype_out)
-        return handle if buf is out else _Returning(handle, out)
-
-
-class _Returning:
-    """A handle whose wait() returns the caller's object (a tensor) rather
-    than the buffer that travelled (its numpy view)."""
-
-    __slots__ = ("_handle", "_result")
-
-    def __init__(self, handle, result):
-        self._handle = handle
-        self._result = result
-
-    def wait(self, timeout=None):
-        self._handle.wait(timeout)
-        return self._result
-
-    def done(self):
-        return self._handle.done()
 
 
 class KVServer:
@@ -100,11 +69,9 @@ class KVServer:
                     if result is None:
                         req.respond()
                     elif isinstance(result, tuple):
-                        vals, dtype = as_buffer(result[0])
-                        req.respond(vals, result[1], dtype)
+                        req.respond(result[0], result[1])
                     else:
-                        vals, dtype = as_buffer(result)
-                        req.respond(vals, None, dtype)
+                        req.respond(result)
             except Exception:  # the handler's (or its answer's) fault: report, go on
                 self.errors += 1
                 sys.stderr.write("ps.KVServer: the handler failed on a %s request of keys %s:\n%s"

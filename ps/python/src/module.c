@@ -172,6 +172,14 @@ static PyObject *py_sum_server_run(PyObject *self, PyObject *args, PyObject *kw)
                          (unsigned long long)report.stats.rounds);
 }
 
+static PyObject *py_set_converter(PyObject *self, PyObject *fn)
+{
+    (void)self;
+    if (pyps_set_converter(fn) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_sweep(PyObject *self, PyObject *unused)
 {
     (void)self;
@@ -218,6 +226,9 @@ static PyMethodDef kMethods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "sum_server_run(timeout=None): the summation server program."},
     {"sweep", py_sweep, METH_NOARGS, "Releases the buffers ps let go of."},
+    {"set_converter", py_set_converter, METH_O,
+     "set_converter(fn): fn(obj, dtype) -> (buffer, dtype) for objects without the buffer "
+     "protocol (torch tensors); None removes it."},
     {NULL, NULL, 0, NULL},
 };
 

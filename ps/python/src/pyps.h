@@ -57,9 +57,13 @@ typedef struct pyps_view {
  * None) which must agree with the item size (or reinterpret raw bytes).
  * `what` names the argument in error messages. ValueError for a
  * non-contiguous, read-only (when writable), big-endian or untyped buffer;
- * TypeError for an object without the buffer protocol. */
+ * TypeError for an object without the buffer protocol that the converter
+ * (pyps_set_converter) does not turn into one. */
 int pyps_view_get(PyObject *obj, int writable, PyObject *dtype, const char *what,
                   pyps_view_t **view_p);
+/* Sets the callable that turns other objects (torch tensors) into buffers:
+ * fn(obj, dtype) -> (buffer, dtype); None removes it. */
+int pyps_set_converter(PyObject *fn);
 /* Releases a view that was never handed to ps (GIL held). */
 void pyps_view_free(pyps_view_t *view);
 /* Wraps the view's bytes as a slice without a copy; the view is released

@@ -129,8 +129,46 @@ static int type_from_format(const char *format, Py_ssize_t itemsize, const char 
     return 0;
 }
 
+/* Turns objects without the buffer protocol (torch tensors) into ones
+ * with it: a Python callable (obj, dtype) -> (buffer, dtype), set by the
+ * package; NULL until then. */
+static PyObject *g_converter;
+
+int pyps_set_converter(PyObject *fn)
+{
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "the converter must be callable or None");
+        return -1;
+    }
+    Py_XDECREF(g_converter);
+    g_converter = fn == Py_None ? NULL : fn;
+    Py_XINCREF(g_converter);
+    return 0;
+}
+
+static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const char *what,
+                           pyps_view_t **view_p);
+
 int pyps_view_get(PyObject *obj, int writable, PyObject *dtype, const char *what,
                   pyps_view_t **view_p)
+{
+    if (PyObject_CheckBuffer(obj) || !g_converter)
+        return view_get_buffer(obj, writable, dtype, what, view_p);
+    PyObject *res = PyObject_CallFunctionObjArgs(g_converter, obj, dtype ? dtype : Py_None, NULL);
+    if (!res)
+        return -1;
+    PyObject *buf, *dt;
+    int rc = -1;
+    if (!PyArg_ParseTuple(res, "OO", &buf, &dt))
+        PyErr_SetString(PyExc_TypeError, "the converter must return (buffer, dtype)");
+    else
+        rc = view_get_buffer(buf, writable, dt, what, view_p);
+    Py_DECREF(res);
+    return rc;
+}
+
+static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const char *what,
+                           pyps_view_t **view_p)
 {
     if (!PyObject_CheckBuffer(obj)) {
         PyErr_Format(PyExc_TypeError,
