@@ -51,6 +51,9 @@ def serve():
                         parts[0][0])
 
     server = ps.KVServer(handler)
+    # KV app 1 of the same process: the summation server, answered on the
+    # van's thread while the Python handler of app 0 may be sleeping.
+    ps.SumServer(app_id=1)
     ps.wait_job_end(timeout=120)
     print("server handled %d requests, %d handler errors" % (server.handled, server.errors))
 
@@ -212,6 +215,20 @@ def check_gil(w):
     assert waited > SLOW_S / 2, "the slow pull returned after %.3f s" % waited
     assert c1 - c0 > 10000, "another thread made %d steps during a %.2f s wait" % (c1 - c0, waited)
     print("gil ok: %d steps in %.2f s of wait" % (c1 - c0, waited))
+    # A slow Python handler does not hold up the server's van: while it
+    # sleeps on a pull, the same server process answers app 1 (its
+    # summation server) at once.
+    sums = ps.KVWorker(app_id=1)
+    h = w.pull(SLOW_KEY, np.zeros_like(a))
+    time.sleep(0.1)  # the handler is asleep now
+    t0 = time.monotonic()
+    got = sums.push_pull(7, np.arange(8, dtype=np.float32), np.zeros(8, np.float32)).wait(10)
+    took = time.monotonic() - t0
+    assert np.array_equal(got, np.arange(8, dtype=np.float32)), got
+    assert not h.done() and took < SLOW_S / 3, \
+        "app 1 answered after %.3f s while app 0's handler slept" % took
+    h.wait(timeout=30)
+    print("van not held up by the handler: app 1 answered in %.4f s" % took)
 
 
 def main():

@@ -33,5 +33,6 @@ def test_errors_and_handler_exception():
     assert "2 handler errors" in server, server
 
 
-def test_gil_released_in_wait():
-    run("gil", workers=1)
+def test_gil_released_and_van_not_held_by_handler():
+    job = run("gil", workers=1)
+    assert "van not held up by the handler" in job.output("worker", 0)

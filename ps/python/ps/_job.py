@@ -20,15 +20,23 @@ _INIT_VARS = {
     "van": "DMLC_PS_VAN_TYPE",
 }
 
-# Objects bound to the job (workers, servers, tensors), closed by finalize()
-# before the postoffice goes.
+# Objects bound to the job, closed by finalize(): workers and tensors
+# (weakly: they go with their last reference) and servers, which serve
+# until closed even when the program keeps no reference to them.
 _open = weakref.WeakSet()
+_servers = set()
 _lock = threading.Lock()
 
 
-def _track(obj):
+def _track(obj, serves=False):
     with _lock:
-        _open.add(obj)
+        (_servers if serves else _open).add(obj)
+
+
+def _untrack(obj):
+    with _lock:
+        _servers.discard(obj)
+        _open.discard(obj)
 
 
 def init(do_barrier=True, **settings):
@@ -51,13 +59,19 @@ def finalize(do_barrier=True):
     job (with a barrier of every node when do_barrier). Bounded by
     PS_FINALIZE_TIMEOUT_MS. A no-op when not started."""
     with _lock:
-        objs = list(_open)
+        servers, others = list(_servers), list(_open)
+        _servers.clear()
         _open.clear()
-    # Tensors and servers first: they use the workers and the postoffice.
-    objs.sort(key=lambda o: getattr(o, "_close_order", 1))
-    for obj in objs:
+    # Servers before the postoffice goes; workers after it, when requests
+    # still outstanding have failed (ps_kv_worker_destroy would otherwise
+    # wait for them up to PS_REQUEST_TIMEOUT_MS).
+    for obj in servers:
         obj.close()
-    _ps.finalize(bool(do_barrier))
+    try:
+        _ps.finalize(bool(do_barrier))
+    finally:
+        for obj in others:
+            obj.close()
 
 
 def barrier(group="all", timeout=None):

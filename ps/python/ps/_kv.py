@@ -41,11 +41,10 @@ class KVServer:
     van's thread. It returns None (a push is acknowledged), the values of a
     pull (any buffer or CPU tensor, sent without a copy: do not change them
     afterwards), or (vals, lens); or it answers itself with
-    request.respond(...). A handler that raises is reported on stderr and
+    request.respond(...). The server serves until closed (or ps.finalize()),
+    whether or not the program keeps a reference. A handler that raises is reported on stderr and
     counted in .errors; its request is answered 'no value' (a pull raises
     ps.NotFound on the worker; a push is acknowledged)."""
-
-    _close_order = 0
 
     def __init__(self, handler, app_id=0):
         self._handler = handler
@@ -56,7 +55,7 @@ class KVServer:
         self._thread = threading.Thread(target=self._serve, name="ps-kv-server-%d" % app_id,
                                         daemon=True)
         self._thread.start()
-        _job._track(self)
+        _job._track(self, serves=True)
 
     def _serve(self):
         while not self._stop.is_set():
@@ -94,6 +93,7 @@ class KVServer:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
         self._core.close()
+        _job._untrack(self)
 
     @property
     def closed(self):
@@ -103,10 +103,13 @@ class KVServer:
 class SumServer(_ps.SumServer):
     """The summation server (BytePS server semantics: every worker pushes a
     key once per round, every worker pulls the sum) on KV app app_id;
-    settings from BYTEPS_* in the environment."""
-
-    _close_order = 0
+    settings from BYTEPS_* in the environment. It serves until closed (or
+    ps.finalize()), whether or not the program keeps a reference."""
 
     def __init__(self, app_id=0):
         super().__init__(app_id)
-        _job._track(self)
+        _job._track(self, serves=True)
+
+    def close(self):
+        super().close()
+        _job._untrack(self)
