@@ -4,7 +4,7 @@
  * tells apart. Every instance carries .status (the number) and .name
  * ("PS_ERR_TIMED_OUT").
  */
-#include "ps/python/src/pyps.h"
+#include "ps/python/src/py_internal.h"
 
 #include <stdio.h>
 
@@ -13,11 +13,11 @@ typedef struct {
     int parent;         /* index in kClasses, -1 for the base */
     ps_status_t status; /* PS_OK for a group class */
     const char *doc;
-} pyps_error_class_t;
+} error_class_t;
 
 enum { ERR_BASE, ERR_CALL, ERR_RESOURCE, ERR_TIME, ERR_PEER, ERR_LINK, ERR_JOB };
 
-static const pyps_error_class_t kClasses[] = {
+static const error_class_t kClasses[] = {
     [ERR_BASE] = {"Error", -1, PS_OK, "A ps call failed; .status and .name say why."},
     [ERR_CALL] = {"CallError", ERR_BASE, PS_OK, "The call itself was refused."},
     [ERR_RESOURCE] = {"ResourceError", ERR_BASE, PS_OK, "A local resource ran out or failed."},
@@ -42,7 +42,7 @@ static const pyps_error_class_t kClasses[] = {
 
 static PyObject *g_classes[NUM_CLASSES];
 
-int pyps_errors_add(PyObject *module)
+int ps__py_errors_add(PyObject *module)
 {
     for (size_t i = 0; i < NUM_CLASSES; i++) {
         if (g_classes[i])
@@ -85,7 +85,7 @@ static int class_of(ps_status_t status)
     return ERR_BASE;
 }
 
-PyObject *pyps_raise(ps_status_t status, const char *what)
+PyObject *ps__py_raise(ps_status_t status, const char *what)
 {
     PyObject *cls = g_classes[class_of(status)];
     PyObject *exc = PyObject_CallFunction(cls, "s", what);
@@ -116,10 +116,10 @@ PyObject *pyps_raise(ps_status_t status, const char *what)
     return NULL;
 }
 
-int pyps_require_started(void)
+int ps__py_require_started(void)
 {
-    if (pyps_po)
+    if (ps__py_po)
         return 0;
-    pyps_raise(PS_ERR_BAD_STATE, "ps is not started (call ps.init() first)");
+    ps__py_raise(PS_ERR_BAD_STATE, "ps is not started (call ps.init() first)");
     return -1;
 }

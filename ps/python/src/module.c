@@ -2,13 +2,13 @@
  * Module _ps: joining and leaving the job (the process's one postoffice),
  * barriers and the job's shape. Every blocking call releases the GIL.
  */
-#include "ps/python/src/pyps.h"
+#include "ps/python/src/py_internal.h"
 
 #include <string.h>
 
 #include "ps/app/sum/sum_server.h"
 
-ps_postoffice_t *pyps_po;
+ps_postoffice_t *ps__py_po;
 
 static PyObject *py_start(PyObject *self, PyObject *args)
 {
@@ -16,20 +16,20 @@ static PyObject *py_start(PyObject *self, PyObject *args)
     int do_barrier = 1;
     if (!PyArg_ParseTuple(args, "|p", &do_barrier))
         return NULL;
-    pyps_sweep();
-    if (pyps_po)
-        return pyps_raise(PS_ERR_BAD_STATE, "ps is already started");
+    ps__py_sweep();
+    if (ps__py_po)
+        return ps__py_raise(PS_ERR_BAD_STATE, "ps is already started");
     ps_start_params_t params;
     ps_status_t st = ps_start_params_from_env(&params);
     if (st != PS_OK)
-        return pyps_raise(st, "reading the DMLC_* settings (see the log line above)");
+        return ps__py_raise(st, "reading the DMLC_* settings (see the log line above)");
     ps_postoffice_t *po = NULL;
     Py_BEGIN_ALLOW_THREADS
     st = ps_postoffice_start(&params, do_barrier, &po);
     Py_END_ALLOW_THREADS
     if (st != PS_OK)
-        return pyps_raise(st, "joining the job");
-    pyps_po = po;
+        return ps__py_raise(st, "joining the job");
+    ps__py_po = po;
     Py_RETURN_NONE;
 }
 
@@ -39,18 +39,18 @@ static PyObject *py_finalize(PyObject *self, PyObject *args)
     int do_barrier = 1;
     if (!PyArg_ParseTuple(args, "|p", &do_barrier))
         return NULL;
-    pyps_sweep();
-    if (!pyps_po)
+    ps__py_sweep();
+    if (!ps__py_po)
         Py_RETURN_NONE;
-    ps_postoffice_t *po = pyps_po;
-    pyps_po = NULL;
+    ps_postoffice_t *po = ps__py_po;
+    ps__py_po = NULL;
     ps_status_t st;
     Py_BEGIN_ALLOW_THREADS
     st = ps_postoffice_finalize(po, do_barrier);
     Py_END_ALLOW_THREADS
-    pyps_sweep();
+    ps__py_sweep();
     if (st != PS_OK)
-        return pyps_raise(st, "leaving the job together");
+        return ps__py_raise(st, "leaving the job together");
     Py_RETURN_NONE;
 }
 
@@ -94,15 +94,15 @@ static PyObject *py_barrier(PyObject *self, PyObject *args, PyObject *kw)
     int group = PS_GROUP_ALL, ms;
     if (group_obj && group_of(group_obj, &group) < 0)
         return NULL;
-    if (pyps_timeout_ms(timeout, &ms) < 0 || pyps_require_started() < 0)
+    if (ps__py_timeout_ms(timeout, &ms) < 0 || ps__py_require_started() < 0)
         return NULL;
-    pyps_sweep();
+    ps__py_sweep();
     ps_status_t st;
     Py_BEGIN_ALLOW_THREADS
-    st = ps_postoffice_barrier(pyps_po, group, ms);
+    st = ps_postoffice_barrier(ps__py_po, group, ms);
     Py_END_ALLOW_THREADS
     if (st != PS_OK)
-        return pyps_raise(st, "barrier");
+        return ps__py_raise(st, "barrier");
     Py_RETURN_NONE;
 }
 
@@ -111,39 +111,39 @@ static PyObject *py_barrier(PyObject *self, PyObject *args, PyObject *kw)
     {                                                       \
         (void)self;                                         \
         (void)unused;                                       \
-        if (pyps_require_started() < 0)                     \
+        if (ps__py_require_started() < 0)                     \
             return NULL;                                    \
         return PyLong_FromLong(expr);                       \
     }
 
-INT_QUERY(py_rank, ps_postoffice_my_rank(pyps_po))
-INT_QUERY(py_my_id, ps_postoffice_my_id(pyps_po))
-INT_QUERY(py_num_workers, ps_postoffice_num_workers(pyps_po))
-INT_QUERY(py_num_servers, ps_postoffice_num_servers(pyps_po))
+INT_QUERY(py_rank, ps_postoffice_my_rank(ps__py_po))
+INT_QUERY(py_my_id, ps_postoffice_my_id(ps__py_po))
+INT_QUERY(py_num_workers, ps_postoffice_num_workers(ps__py_po))
+INT_QUERY(py_num_servers, ps_postoffice_num_servers(ps__py_po))
 
 static PyObject *py_role(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    if (pyps_require_started() < 0)
+    if (ps__py_require_started() < 0)
         return NULL;
-    return PyUnicode_FromString(ps_role_str(ps_postoffice_role(pyps_po)));
+    return PyUnicode_FromString(ps_role_str(ps_postoffice_role(ps__py_po)));
 }
 
 static PyObject *py_van_name(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    if (pyps_require_started() < 0)
+    if (ps__py_require_started() < 0)
         return NULL;
-    return PyUnicode_FromString(ps_postoffice_van_name(pyps_po));
+    return PyUnicode_FromString(ps_postoffice_van_name(ps__py_po));
 }
 
 static PyObject *py_is_started(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    return PyBool_FromLong(pyps_po != NULL);
+    return PyBool_FromLong(ps__py_po != NULL);
 }
 
 /* The whole summation server program (ps_sum_server_run): for
@@ -152,10 +152,10 @@ static PyObject *py_sum_server_run(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
     int ms;
-    if (pyps_timeout_arg(args, kw, &ms) < 0)
+    if (ps__py_timeout_arg(args, kw, &ms) < 0)
         return NULL;
-    if (pyps_po)
-        return pyps_raise(PS_ERR_BAD_STATE, "the summation server program joins by itself; "
+    if (ps__py_po)
+        return ps__py_raise(PS_ERR_BAD_STATE, "the summation server program joins by itself; "
                                             "ps is already started in this process");
     ps_sum_run_result_t report;
     memset(&report, 0, sizeof(report));
@@ -165,7 +165,7 @@ static PyObject *py_sum_server_run(PyObject *self, PyObject *args, PyObject *kw)
     st = ps_sum_server_run(NULL, NULL, ms < 0 ? 0 : ms, &report);
     Py_END_ALLOW_THREADS
     if (st != PS_OK)
-        return pyps_raise(st, "summation server");
+        return ps__py_raise(st, "summation server");
     return Py_BuildValue("{s:s,s:i,s:K,s:K,s:K}", "role", ps_role_str(report.role), "rank",
                          report.rank, "pushes", (unsigned long long)report.stats.pushes,
                          "pulls", (unsigned long long)report.stats.pulls, "rounds",
@@ -175,7 +175,7 @@ static PyObject *py_sum_server_run(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *py_set_converter(PyObject *self, PyObject *fn)
 {
     (void)self;
-    if (pyps_set_converter(fn) < 0)
+    if (ps__py_set_converter(fn) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -184,11 +184,11 @@ static PyObject *py_sweep(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    pyps_sweep();
+    ps__py_sweep();
     Py_RETURN_NONE;
 }
 
-PyTypeObject *pyps_add_type(PyObject *module, PyType_Spec *spec, const char *name)
+PyTypeObject *ps__py_add_type(PyObject *module, PyType_Spec *spec, const char *name)
 {
     PyObject *type = PyType_FromSpec(spec);
     if (!type)
@@ -202,7 +202,7 @@ PyTypeObject *pyps_add_type(PyObject *module, PyType_Spec *spec, const char *nam
     return (PyTypeObject *)type;
 }
 
-void pyps_free_object(PyObject *self)
+void ps__py_free_object(PyObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
@@ -242,8 +242,8 @@ PyMODINIT_FUNC PyInit__ps(void)
     PyObject *m = PyModule_Create(&kModule);
     if (!m)
         return NULL;
-    if (pyps_errors_add(m) < 0 || pyps_worker_add(m) < 0 || pyps_server_add(m) < 0 ||
-        pyps_sum_add(m) < 0) {
+    if (ps__py_errors_add(m) < 0 || ps__py_worker_add(m) < 0 || ps__py_server_add(m) < 0 ||
+        ps__py_sum_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

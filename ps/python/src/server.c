@@ -8,7 +8,7 @@
  * object answers with respond() / fail(). A request dropped unanswered is
  * failed, so no worker waits for it forever.
  */
-#include "ps/python/src/pyps.h"
+#include "ps/python/src/py_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -16,43 +16,43 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct pyps_item {
+typedef struct item {
     ps_kv_meta_t meta;
     ps_slice_t keys, vals, lens;
     ps_data_type_t type;
-    struct pyps_item *next;
-} pyps_item_t;
+    struct item *next;
+} item_t;
 
 /* Shared by the handler (ps thread) and the Python side. */
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    pyps_item_t *head, *tail;
+    item_t *head, *tail;
     int closing;
     uint64_t queued;
-} pyps_queue_t;
+} queue_t;
 
 typedef struct {
     PyObject_HEAD
     ps_kv_server_t *server;
-    pyps_queue_t *queue; /* freed at dealloc: next() may still hold it */
+    queue_t *queue; /* freed at dealloc: next() may still hold it */
     int closed;
     int app_id;
-} pyps_server_obj_t;
+} server_obj_t;
 
 typedef struct {
     PyObject_HEAD
     PyObject *server;
-    pyps_item_t *item;
+    item_t *item;
     int answered;
     Py_ssize_t shape[1];
     Py_ssize_t strides[1];
-} pyps_request_obj_t;
+} request_obj_t;
 
 static PyTypeObject *g_server_type;
 static PyTypeObject *g_request_type;
 
-static void item_free(pyps_item_t *it)
+static void item_free(item_t *it)
 {
     ps_slice_unref(&it->keys);
     ps_slice_unref(&it->vals);
@@ -63,8 +63,8 @@ static void item_free(pyps_item_t *it)
 static void on_request(void *arg, const ps_kv_meta_t *meta, const ps_kv_pairs_t *req,
                        ps_kv_server_t *server)
 {
-    pyps_queue_t *q = arg;
-    pyps_item_t *it = calloc(1, sizeof(*it));
+    queue_t *q = arg;
+    item_t *it = calloc(1, sizeof(*it));
     if (!it) {
         /* Out of memory: answer at once rather than leave the worker waiting. */
         ps_kv_server_respond(server, meta, NULL);
@@ -95,7 +95,7 @@ static void on_request(void *arg, const ps_kv_meta_t *meta, const ps_kv_pairs_t 
 
 /* The "no value" answer: a pull gets every key with length 0 (the worker
  * completes it with PS_ERR_NOT_FOUND), a push its acknowledgement. */
-static ps_status_t respond_failed(ps_kv_server_t *server, const pyps_item_t *it)
+static ps_status_t respond_failed(ps_kv_server_t *server, const item_t *it)
 {
     if (!it->meta.pull)
         return ps_kv_server_respond(server, &it->meta, NULL);
@@ -113,11 +113,11 @@ static ps_status_t respond_failed(ps_kv_server_t *server, const pyps_item_t *it)
     return st;
 }
 
-static pyps_server_obj_t *request_server(pyps_request_obj_t *r)
+static server_obj_t *request_server(request_obj_t *r)
 {
-    pyps_server_obj_t *s = (pyps_server_obj_t *)r->server;
+    server_obj_t *s = (server_obj_t *)r->server;
     if (!s->server) {
-        pyps_raise(PS_ERR_BAD_STATE, "the KVServer is closed");
+        ps__py_raise(PS_ERR_BAD_STATE, "the KVServer is closed");
         return NULL;
     }
     return s;
@@ -125,18 +125,18 @@ static pyps_server_obj_t *request_server(pyps_request_obj_t *r)
 
 static PyObject *request_respond(PyObject *self, PyObject *args, PyObject *kw)
 {
-    pyps_request_obj_t *r = (pyps_request_obj_t *)self;
+    request_obj_t *r = (request_obj_t *)self;
     static char *kwlist[] = {"vals", "lens", "dtype", NULL};
     PyObject *vals = Py_None, *lens = Py_None, *dtype = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOO", kwlist, &vals, &lens, &dtype))
         return NULL;
     if (r->answered)
-        return pyps_raise(PS_ERR_BAD_STATE, "this request was answered already");
-    pyps_server_obj_t *s = request_server(r);
+        return ps__py_raise(PS_ERR_BAD_STATE, "this request was answered already");
+    server_obj_t *s = request_server(r);
     if (!s)
         return NULL;
-    pyps_sweep();
-    pyps_item_t *it = r->item;
+    ps__py_sweep();
+    item_t *it = r->item;
     if (vals == Py_None) {
         if (it->meta.pull) {
             PyErr_SetString(PyExc_ValueError, "a pull request must be answered with vals");
@@ -148,18 +148,18 @@ static PyObject *request_respond(PyObject *self, PyObject *args, PyObject *kw)
         Py_END_ALLOW_THREADS
         r->answered = 1;
         if (st != PS_OK)
-            return pyps_raise(st, "respond");
+            return ps__py_raise(st, "respond");
         Py_RETURN_NONE;
     }
     if (!it->meta.pull) {
         PyErr_SetString(PyExc_ValueError, "a push request is answered without vals");
         return NULL;
     }
-    pyps_view_t *view;
-    if (pyps_view_get(vals, 0, dtype, "vals", &view) < 0)
+    ps__py_view_t *view;
+    if (ps__py_view_get(vals, 0, dtype, "vals", &view) < 0)
         return NULL;
     size_t num_keys = ps_slice_len(&it->keys) / sizeof(ps_key_t);
-    size_t elem = pyps_dtype_size(view->type);
+    size_t elem = ps__py_dtype_size(view->type);
     size_t bytes = (size_t)view->view.len;
     ps_kv_pairs_t res;
     memset(&res, 0, sizeof(res));
@@ -168,7 +168,7 @@ static PyObject *request_respond(PyObject *self, PyObject *args, PyObject *kw)
     if (lens != Py_None) {
         PyObject *seq = PySequence_Fast(lens, "lens must be a sequence of ints");
         if (!seq) {
-            pyps_view_free(view);
+            ps__py_view_free(view);
             return NULL;
         }
         Py_ssize_t n = PySequence_Size(seq);
@@ -192,16 +192,16 @@ static PyObject *request_respond(PyObject *self, PyObject *args, PyObject *kw)
             PyErr_Format(PyExc_ValueError, "lens must give one length per key (%zu) adding up "
                          "to the %zu elements of vals", num_keys, bytes / elem);
             ps_slice_unref(&res.lens);
-            pyps_view_free(view);
+            ps__py_view_free(view);
             return NULL;
         }
     } else if (num_keys == 0 || bytes % (num_keys * elem) != 0) {
         PyErr_Format(PyExc_ValueError, "vals (%zu bytes) do not split evenly over %zu key(s); "
                      "pass lens=", bytes, num_keys);
-        pyps_view_free(view);
+        ps__py_view_free(view);
         return NULL;
     }
-    ps_status_t st = pyps_view_slice(view, &res.vals);
+    ps_status_t st = ps__py_view_slice(view, &res.vals);
     if (st == PS_OK) {
         Py_BEGIN_ALLOW_THREADS
         st = ps_kv_server_respond(s->server, &it->meta, &res);
@@ -210,19 +210,19 @@ static PyObject *request_respond(PyObject *self, PyObject *args, PyObject *kw)
     }
     ps_slice_unref(&res.lens);
     r->answered = 1;
-    pyps_sweep();
+    ps__py_sweep();
     if (st != PS_OK)
-        return pyps_raise(st, "respond");
+        return ps__py_raise(st, "respond");
     Py_RETURN_NONE;
 }
 
 static PyObject *request_fail(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    pyps_request_obj_t *r = (pyps_request_obj_t *)self;
+    request_obj_t *r = (request_obj_t *)self;
     if (r->answered)
-        return pyps_raise(PS_ERR_BAD_STATE, "this request was answered already");
-    pyps_server_obj_t *s = request_server(r);
+        return ps__py_raise(PS_ERR_BAD_STATE, "this request was answered already");
+    server_obj_t *s = request_server(r);
     if (!s)
         return NULL;
     ps_status_t st;
@@ -231,14 +231,14 @@ static PyObject *request_fail(PyObject *self, PyObject *unused)
     Py_END_ALLOW_THREADS
     r->answered = 1;
     if (st != PS_OK)
-        return pyps_raise(st, "respond");
+        return ps__py_raise(st, "respond");
     Py_RETURN_NONE;
 }
 
 static void request_dealloc(PyObject *self)
 {
-    pyps_request_obj_t *r = (pyps_request_obj_t *)self;
-    pyps_server_obj_t *s = (pyps_server_obj_t *)r->server;
+    request_obj_t *r = (request_obj_t *)self;
+    server_obj_t *s = (server_obj_t *)r->server;
     if (!r->answered && s && s->server) {
         ps_kv_server_t *server = s->server;
         Py_BEGIN_ALLOW_THREADS
@@ -248,13 +248,13 @@ static void request_dealloc(PyObject *self)
     if (r->item)
         item_free(r->item);
     Py_XDECREF(r->server);
-    pyps_free_object(self);
+    ps__py_free_object(self);
 }
 
 /* The request's values, read-only, typed, one dimension. */
 static int request_getbuffer(PyObject *self, Py_buffer *view, int flags)
 {
-    pyps_request_obj_t *r = (pyps_request_obj_t *)self;
+    request_obj_t *r = (request_obj_t *)self;
     if (flags & PyBUF_WRITABLE) {
         PyErr_SetString(PyExc_BufferError, "a request's values are read-only");
         return -1;
@@ -263,7 +263,7 @@ static int request_getbuffer(PyObject *self, Py_buffer *view, int flags)
         PyErr_SetString(PyExc_BufferError, "the request's values are not in host memory");
         return -1;
     }
-    size_t elem = pyps_dtype_size(r->item->type);
+    size_t elem = ps__py_dtype_size(r->item->type);
     size_t len = ps_slice_len(&r->item->vals);
     static char kEmpty[1];
     view->buf = len ? ps_slice_ptr(&r->item->vals) : kEmpty;
@@ -272,7 +272,7 @@ static int request_getbuffer(PyObject *self, Py_buffer *view, int flags)
     view->len = (Py_ssize_t)len;
     view->readonly = 1;
     view->itemsize = (Py_ssize_t)elem;
-    view->format = (flags & PyBUF_FORMAT) ? (char *)pyps_dtype_format(r->item->type) : NULL;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)ps__py_dtype_format(r->item->type) : NULL;
     view->ndim = 1;
     r->shape[0] = (Py_ssize_t)(len / elem);
     r->strides[0] = (Py_ssize_t)elem;
@@ -306,7 +306,7 @@ static PyObject *slice_ints(const ps_slice_t *s, int is_keys)
     {                                                            \
         (void)closure;                                           \
         return PyLong_FromLongLong(                              \
-            (long long)((pyps_request_obj_t *)self)->item->meta.field); \
+            (long long)((request_obj_t *)self)->item->meta.field); \
     }
 META_INT(req_cmd, cmd)
 META_INT(req_sender, sender)
@@ -317,25 +317,25 @@ META_INT(req_customer_id, customer_id)
 static PyObject *req_is_push(PyObject *self, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(((pyps_request_obj_t *)self)->item->meta.push);
+    return PyBool_FromLong(((request_obj_t *)self)->item->meta.push);
 }
 
 static PyObject *req_is_pull(PyObject *self, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(((pyps_request_obj_t *)self)->item->meta.pull);
+    return PyBool_FromLong(((request_obj_t *)self)->item->meta.pull);
 }
 
 static PyObject *req_keys(PyObject *self, void *closure)
 {
     (void)closure;
-    return slice_ints(&((pyps_request_obj_t *)self)->item->keys, 1);
+    return slice_ints(&((request_obj_t *)self)->item->keys, 1);
 }
 
 static PyObject *req_lens(PyObject *self, void *closure)
 {
     (void)closure;
-    pyps_request_obj_t *r = (pyps_request_obj_t *)self;
+    request_obj_t *r = (request_obj_t *)self;
     if (ps_slice_is_empty(&r->item->lens))
         Py_RETURN_NONE;
     return slice_ints(&r->item->lens, 0);
@@ -344,7 +344,7 @@ static PyObject *req_lens(PyObject *self, void *closure)
 static PyObject *req_dtype(PyObject *self, void *closure)
 {
     (void)closure;
-    const char *name = pyps_dtype_name(((pyps_request_obj_t *)self)->item->type);
+    const char *name = ps__py_dtype_name(((request_obj_t *)self)->item->type);
     return PyUnicode_FromString(name ? name : "other");
 }
 
@@ -357,7 +357,7 @@ static PyObject *req_vals(PyObject *self, void *closure)
 static PyObject *req_answered(PyObject *self, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(((pyps_request_obj_t *)self)->answered);
+    return PyBool_FromLong(((request_obj_t *)self)->answered);
 }
 
 static PyGetSetDef kRequestGetSet[] = {
@@ -395,22 +395,22 @@ static PyType_Slot kRequestSlots[] = {
 };
 
 static PyType_Spec kRequestSpec = {
-    "ps.Request", sizeof(pyps_request_obj_t), 0, Py_TPFLAGS_DEFAULT, kRequestSlots,
+    "ps.Request", sizeof(request_obj_t), 0, Py_TPFLAGS_DEFAULT, kRequestSlots,
 };
 
 /* ---- KVServer ---- */
 
 static int server_init(PyObject *self, PyObject *args, PyObject *kw)
 {
-    pyps_server_obj_t *s = (pyps_server_obj_t *)self;
+    server_obj_t *s = (server_obj_t *)self;
     int app_id;
-    if (pyps_app_id_arg(args, kw, &app_id) < 0)
+    if (ps__py_app_id_arg(args, kw, &app_id) < 0)
         return -1;
     if (s->queue) {
-        pyps_raise(PS_ERR_BAD_STATE, "KVServer already initialised");
+        ps__py_raise(PS_ERR_BAD_STATE, "KVServer already initialised");
         return -1;
     }
-    pyps_queue_t *q = calloc(1, sizeof(*q));
+    queue_t *q = calloc(1, sizeof(*q));
     if (!q) {
         PyErr_NoMemory();
         return -1;
@@ -421,12 +421,12 @@ static int server_init(PyObject *self, PyObject *args, PyObject *kw)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&q->cv, &ca);
     pthread_condattr_destroy(&ca);
-    ps_status_t st = ps_kv_server_create(pyps_po, app_id, on_request, q, &s->server);
+    ps_status_t st = ps_kv_server_create(ps__py_po, app_id, on_request, q, &s->server);
     if (st != PS_OK) {
         pthread_cond_destroy(&q->cv);
         pthread_mutex_destroy(&q->mu);
         free(q);
-        pyps_raise(st, "creating the KV server");
+        ps__py_raise(st, "creating the KV server");
         return -1;
     }
     s->queue = q;
@@ -434,23 +434,23 @@ static int server_init(PyObject *self, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static void server_stop(pyps_server_obj_t *s)
+static void server_stop(server_obj_t *s)
 {
-    pyps_queue_t *q = s->queue;
+    queue_t *q = s->queue;
     if (!q || s->closed)
         return;
     s->closed = 1;
     ps_kv_server_t *server = s->server;
     pthread_mutex_lock(&q->mu);
     q->closing = 1;
-    pyps_item_t *pending = q->head;
+    item_t *pending = q->head;
     q->head = q->tail = NULL;
     pthread_cond_broadcast(&q->cv);
     pthread_mutex_unlock(&q->mu);
     Py_BEGIN_ALLOW_THREADS
     /* Nobody will handle what is still queued: answer it "no value". */
     while (pending) {
-        pyps_item_t *next = pending->next;
+        item_t *next = pending->next;
         respond_failed(server, pending);
         item_free(pending);
         pending = next;
@@ -458,20 +458,20 @@ static void server_stop(pyps_server_obj_t *s)
     ps_kv_server_destroy(server);
     Py_END_ALLOW_THREADS
     s->server = NULL;
-    pyps_sweep();
+    ps__py_sweep();
 }
 
 static PyObject *server_next(PyObject *self, PyObject *args, PyObject *kw)
 {
-    pyps_server_obj_t *s = (pyps_server_obj_t *)self;
+    server_obj_t *s = (server_obj_t *)self;
     int ms;
-    if (pyps_timeout_arg(args, kw, &ms) < 0)
+    if (ps__py_timeout_arg(args, kw, &ms) < 0)
         return NULL;
-    pyps_sweep();
-    pyps_queue_t *q = s->queue;
+    ps__py_sweep();
+    queue_t *q = s->queue;
     if (!q || s->closed)
         Py_RETURN_NONE;
-    pyps_item_t *it = NULL;
+    item_t *it = NULL;
     Py_BEGIN_ALLOW_THREADS
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
@@ -498,7 +498,7 @@ static PyObject *server_next(PyObject *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     if (!it)
         Py_RETURN_NONE;
-    pyps_request_obj_t *r = PyObject_New(pyps_request_obj_t, g_request_type);
+    request_obj_t *r = PyObject_New(request_obj_t, g_request_type);
     if (!r) {
         if (s->server)
             respond_failed(s->server, it);
@@ -515,27 +515,27 @@ static PyObject *server_next(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *server_close(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    server_stop((pyps_server_obj_t *)self);
+    server_stop((server_obj_t *)self);
     Py_RETURN_NONE;
 }
 
 static PyObject *server_closed(PyObject *self, void *closure)
 {
     (void)closure;
-    pyps_server_obj_t *s = (pyps_server_obj_t *)self;
+    server_obj_t *s = (server_obj_t *)self;
     return PyBool_FromLong(s->queue == NULL || s->closed);
 }
 
 static void server_dealloc(PyObject *self)
 {
-    pyps_server_obj_t *s = (pyps_server_obj_t *)self;
+    server_obj_t *s = (server_obj_t *)self;
     server_stop(s);
     if (s->queue) {
         pthread_cond_destroy(&s->queue->cv);
         pthread_mutex_destroy(&s->queue->mu);
         free(s->queue);
     }
-    pyps_free_object(self);
+    ps__py_free_object(self);
 }
 
 static PyMethodDef kServerMethods[] = {
@@ -563,13 +563,13 @@ static PyType_Slot kServerSlots[] = {
 };
 
 static PyType_Spec kServerSpec = {
-    "ps._KVServer", sizeof(pyps_server_obj_t), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    "ps._KVServer", sizeof(server_obj_t), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     kServerSlots,
 };
 
-int pyps_server_add(PyObject *module)
+int ps__py_server_add(PyObject *module)
 {
-    g_server_type = pyps_add_type(module, &kServerSpec, "KVServer");
-    g_request_type = pyps_add_type(module, &kRequestSpec, "Request");
+    g_server_type = ps__py_add_type(module, &kServerSpec, "KVServer");
+    g_request_type = ps__py_add_type(module, &kRequestSpec, "Request");
     return g_server_type && g_request_type ? 0 : -1;
 }

@@ -5,7 +5,7 @@
  *    (ps_sum_tensor, BYTEPS_PARTITION_BYTES parts), summed in place or into
  *    another buffer without a copy; what ps.torch.push_pull runs on.
  */
-#include "ps/python/src/pyps.h"
+#include "ps/python/src/py_internal.h"
 
 #include <string.h>
 
@@ -15,7 +15,7 @@
 typedef struct {
     PyObject_HEAD
     ps_sum_server_t *server;
-} pyps_sum_server_obj_t;
+} sum_server_obj_t;
 
 typedef struct {
     PyObject_HEAD
@@ -24,7 +24,7 @@ typedef struct {
     ps_data_type_t type;
     size_t bytes;
     int running;
-} pyps_sum_tensor_obj_t;
+} sum_tensor_obj_t;
 
 static PyTypeObject *g_sum_server_type;
 static PyTypeObject *g_sum_tensor_type;
@@ -33,23 +33,23 @@ static PyTypeObject *g_sum_tensor_type;
 
 static int sum_server_init(PyObject *self, PyObject *args, PyObject *kw)
 {
-    pyps_sum_server_obj_t *s = (pyps_sum_server_obj_t *)self;
+    sum_server_obj_t *s = (sum_server_obj_t *)self;
     int app_id;
-    if (pyps_app_id_arg(args, kw, &app_id) < 0)
+    if (ps__py_app_id_arg(args, kw, &app_id) < 0)
         return -1;
     if (s->server) {
-        pyps_raise(PS_ERR_BAD_STATE, "SumServer already initialised");
+        ps__py_raise(PS_ERR_BAD_STATE, "SumServer already initialised");
         return -1;
     }
-    ps_status_t st = ps_sum_server_create(pyps_po, app_id, NULL, &s->server);
+    ps_status_t st = ps_sum_server_create(ps__py_po, app_id, NULL, &s->server);
     if (st != PS_OK) {
-        pyps_raise(st, "creating the summation server (BYTEPS_* settings)");
+        ps__py_raise(st, "creating the summation server (BYTEPS_* settings)");
         return -1;
     }
     return 0;
 }
 
-static void sum_server_stop(pyps_sum_server_obj_t *s)
+static void sum_server_stop(sum_server_obj_t *s)
 {
     ps_sum_server_t *server = s->server;
     s->server = NULL;
@@ -63,16 +63,16 @@ static void sum_server_stop(pyps_sum_server_obj_t *s)
 static PyObject *sum_server_close(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    sum_server_stop((pyps_sum_server_obj_t *)self);
+    sum_server_stop((sum_server_obj_t *)self);
     Py_RETURN_NONE;
 }
 
 static PyObject *sum_server_stats(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    pyps_sum_server_obj_t *s = (pyps_sum_server_obj_t *)self;
+    sum_server_obj_t *s = (sum_server_obj_t *)self;
     if (!s->server)
-        return pyps_raise(PS_ERR_BAD_STATE, "the SumServer is closed");
+        return ps__py_raise(PS_ERR_BAD_STATE, "the SumServer is closed");
     ps_sum_stats_t st;
     ps_sum_stats(ps_sum_server_sum(s->server), &st);
     return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "pushes", (unsigned long long)st.pushes,
@@ -84,8 +84,8 @@ static PyObject *sum_server_stats(PyObject *self, PyObject *unused)
 
 static void sum_server_dealloc(PyObject *self)
 {
-    sum_server_stop((pyps_sum_server_obj_t *)self);
-    pyps_free_object(self);
+    sum_server_stop((sum_server_obj_t *)self);
+    ps__py_free_object(self);
 }
 
 static PyMethodDef kSumServerMethods[] = {
@@ -104,7 +104,7 @@ static PyType_Slot kSumServerSlots[] = {
 };
 
 static PyType_Spec kSumServerSpec = {
-    "ps.SumServer", sizeof(pyps_sum_server_obj_t), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    "ps.SumServer", sizeof(sum_server_obj_t), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     kSumServerSlots,
 };
 
@@ -112,7 +112,7 @@ static PyType_Spec kSumServerSpec = {
 
 static int sum_tensor_init(PyObject *self, PyObject *args, PyObject *kw)
 {
-    pyps_sum_tensor_obj_t *t = (pyps_sum_tensor_obj_t *)self;
+    sum_tensor_obj_t *t = (sum_tensor_obj_t *)self;
     static char *kwlist[] = {"worker", "tensor_id", "dtype", "nbytes", "part_bytes", NULL};
     PyObject *worker_obj, *dtype;
     unsigned int tensor_id;
@@ -120,27 +120,27 @@ static int sum_tensor_init(PyObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OIOn|n", kwlist, &worker_obj, &tensor_id, &dtype,
                                      &nbytes, &part_bytes))
         return -1;
-    if (pyps_require_started() < 0)
+    if (ps__py_require_started() < 0)
         return -1;
-    ps_kv_worker_t *worker = pyps_worker_get(worker_obj);
+    ps_kv_worker_t *worker = ps__py_worker_get(worker_obj);
     if (!worker)
         return -1;
     ps_data_type_t type;
-    if (pyps_dtype_parse(dtype, &type) < 0)
+    if (ps__py_dtype_parse(dtype, &type) < 0)
         return -1;
-    if (nbytes <= 0 || (size_t)nbytes % pyps_dtype_size(type) != 0 || part_bytes < 0) {
+    if (nbytes <= 0 || (size_t)nbytes % ps__py_dtype_size(type) != 0 || part_bytes < 0) {
         PyErr_Format(PyExc_ValueError, "a tensor of %zd bytes is not a whole number (>0) of %s "
-                     "elements", nbytes, pyps_dtype_name(type));
+                     "elements", nbytes, ps__py_dtype_name(type));
         return -1;
     }
     if (t->tensor) {
-        pyps_raise(PS_ERR_BAD_STATE, "SumTensor already initialised");
+        ps__py_raise(PS_ERR_BAD_STATE, "SumTensor already initialised");
         return -1;
     }
-    ps_status_t st = ps_sum_tensor_create(worker, pyps_po, tensor_id, type, (size_t)nbytes,
+    ps_status_t st = ps_sum_tensor_create(worker, ps__py_po, tensor_id, type, (size_t)nbytes,
                                           (size_t)part_bytes, &t->tensor);
     if (st != PS_OK) {
-        pyps_raise(st, "declaring the tensor");
+        ps__py_raise(st, "declaring the tensor");
         return -1;
     }
     t->worker = worker_obj;
@@ -153,25 +153,25 @@ static int sum_tensor_init(PyObject *self, PyObject *args, PyObject *kw)
 /* A view of `obj` as the tensor's source or destination: of its declared
  * dtype (bfloat16 also as 16-bit integers, numpy having no bfloat16; any
  * type also as raw uint8 bytes) and of its exact size. */
-static int tensor_view(pyps_sum_tensor_obj_t *t, PyObject *obj, int writable, const char *what,
-                       pyps_view_t **view_p)
+static int tensor_view(sum_tensor_obj_t *t, PyObject *obj, int writable, const char *what,
+                       ps__py_view_t **view_p)
 {
-    pyps_view_t *v;
-    if (pyps_view_get(obj, writable, Py_None, what, &v) < 0)
+    ps__py_view_t *v;
+    if (ps__py_view_get(obj, writable, Py_None, what, &v) < 0)
         return -1;
     int bits_ok = t->type == PS_DATA_BFLOAT16 &&
                   (v->type == PS_DATA_UINT16 || v->type == PS_DATA_INT16);
     int raw_ok = v->type == PS_DATA_UINT8 || v->type == PS_DATA_CHAR;
     if (v->type != t->type && !bits_ok && !raw_ok) {
         PyErr_Format(PyExc_ValueError, "%s holds %s, the tensor was declared %s", what,
-                     pyps_dtype_name(v->type), pyps_dtype_name(t->type));
-        pyps_view_free(v);
+                     ps__py_dtype_name(v->type), ps__py_dtype_name(t->type));
+        ps__py_view_free(v);
         return -1;
     }
     if ((size_t)v->view.len != t->bytes) {
         PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, the tensor was declared %zu", what,
                      v->view.len, t->bytes);
-        pyps_view_free(v);
+        ps__py_view_free(v);
         return -1;
     }
     v->type = t->type;
@@ -181,26 +181,26 @@ static int tensor_view(pyps_sum_tensor_obj_t *t, PyObject *obj, int writable, co
 
 static PyObject *sum_tensor_start(PyObject *self, PyObject *args, PyObject *kw)
 {
-    pyps_sum_tensor_obj_t *t = (pyps_sum_tensor_obj_t *)self;
+    sum_tensor_obj_t *t = (sum_tensor_obj_t *)self;
     static char *kwlist[] = {"src", "dst", NULL};
     PyObject *src_obj, *dst_obj = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &src_obj, &dst_obj))
         return NULL;
     if (!t->tensor)
-        return pyps_raise(PS_ERR_BAD_STATE, "the SumTensor is closed");
+        return ps__py_raise(PS_ERR_BAD_STATE, "the SumTensor is closed");
     if (t->running)
-        return pyps_raise(PS_ERR_BAD_STATE, "the tensor's previous push_pull has not been waited");
-    pyps_sweep();
+        return ps__py_raise(PS_ERR_BAD_STATE, "the tensor's previous push_pull has not been waited");
+    ps__py_sweep();
     if (dst_obj == Py_None)
         dst_obj = src_obj;
-    pyps_view_t *src_v, *dst_v;
+    ps__py_view_t *src_v, *dst_v;
     if (tensor_view(t, src_obj, dst_obj == src_obj, dst_obj == src_obj ? "tensor" : "src",
                     &src_v) < 0)
         return NULL;
     ps_slice_t src = PS_SLICE_EMPTY_INIT, dst = PS_SLICE_EMPTY_INIT;
-    ps_status_t st = pyps_view_slice(src_v, &src);
+    ps_status_t st = ps__py_view_slice(src_v, &src);
     if (st != PS_OK)
-        return pyps_raise(st, "wrapping the source");
+        return ps__py_raise(st, "wrapping the source");
     if (dst_obj == src_obj) {
         dst = ps_slice_ref(&src);
     } else {
@@ -208,10 +208,10 @@ static PyObject *sum_tensor_start(PyObject *self, PyObject *args, PyObject *kw)
             ps_slice_unref(&src);
             return NULL;
         }
-        st = pyps_view_slice(dst_v, &dst);
+        st = ps__py_view_slice(dst_v, &dst);
         if (st != PS_OK) {
             ps_slice_unref(&src);
-            return pyps_raise(st, "wrapping the destination");
+            return ps__py_raise(st, "wrapping the destination");
         }
     }
     ps_sum_tensor_t *tensor = t->tensor;
@@ -221,19 +221,19 @@ static PyObject *sum_tensor_start(PyObject *self, PyObject *args, PyObject *kw)
     ps_slice_unref(&src);
     ps_slice_unref(&dst);
     if (st != PS_OK)
-        return pyps_raise(st, "push_pull");
+        return ps__py_raise(st, "push_pull");
     t->running = 1;
     Py_RETURN_NONE;
 }
 
 static PyObject *sum_tensor_wait(PyObject *self, PyObject *args, PyObject *kw)
 {
-    pyps_sum_tensor_obj_t *t = (pyps_sum_tensor_obj_t *)self;
+    sum_tensor_obj_t *t = (sum_tensor_obj_t *)self;
     int ms;
-    if (pyps_timeout_arg(args, kw, &ms) < 0)
+    if (ps__py_timeout_arg(args, kw, &ms) < 0)
         return NULL;
     if (!t->tensor)
-        return pyps_raise(PS_ERR_BAD_STATE, "the SumTensor is closed");
+        return ps__py_raise(PS_ERR_BAD_STATE, "the SumTensor is closed");
     if (!t->running)
         Py_RETURN_NONE;
     ps_sum_tensor_t *tensor = t->tensor;
@@ -243,32 +243,32 @@ static PyObject *sum_tensor_wait(PyObject *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     if (st != PS_ERR_TIMED_OUT)
         t->running = 0;
-    pyps_sweep();
+    ps__py_sweep();
     if (st != PS_OK)
-        return pyps_raise(st, "push_pull");
+        return ps__py_raise(st, "push_pull");
     Py_RETURN_NONE;
 }
 
 static PyObject *sum_tensor_num_parts(PyObject *self, void *closure)
 {
     (void)closure;
-    pyps_sum_tensor_obj_t *t = (pyps_sum_tensor_obj_t *)self;
+    sum_tensor_obj_t *t = (sum_tensor_obj_t *)self;
     return PyLong_FromSize_t(t->tensor ? ps_sum_tensor_num_parts(t->tensor) : 0);
 }
 
 static PyObject *sum_tensor_nbytes(PyObject *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromSize_t(((pyps_sum_tensor_obj_t *)self)->bytes);
+    return PyLong_FromSize_t(((sum_tensor_obj_t *)self)->bytes);
 }
 
 static PyObject *sum_tensor_dtype(PyObject *self, void *closure)
 {
     (void)closure;
-    return PyUnicode_FromString(pyps_dtype_name(((pyps_sum_tensor_obj_t *)self)->type));
+    return PyUnicode_FromString(ps__py_dtype_name(((sum_tensor_obj_t *)self)->type));
 }
 
-static void sum_tensor_stop(pyps_sum_tensor_obj_t *t)
+static void sum_tensor_stop(sum_tensor_obj_t *t)
 {
     ps_sum_tensor_t *tensor = t->tensor;
     t->tensor = NULL;
@@ -278,20 +278,20 @@ static void sum_tensor_stop(pyps_sum_tensor_obj_t *t)
         Py_END_ALLOW_THREADS
     }
     Py_CLEAR(t->worker);
-    pyps_sweep();
+    ps__py_sweep();
 }
 
 static PyObject *sum_tensor_close(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    sum_tensor_stop((pyps_sum_tensor_obj_t *)self);
+    sum_tensor_stop((sum_tensor_obj_t *)self);
     Py_RETURN_NONE;
 }
 
 static void sum_tensor_dealloc(PyObject *self)
 {
-    sum_tensor_stop((pyps_sum_tensor_obj_t *)self);
-    pyps_free_object(self);
+    sum_tensor_stop((sum_tensor_obj_t *)self);
+    ps__py_free_object(self);
 }
 
 static PyMethodDef kSumTensorMethods[] = {
@@ -322,12 +322,12 @@ static PyType_Slot kSumTensorSlots[] = {
 };
 
 static PyType_Spec kSumTensorSpec = {
-    "ps.SumTensor", sizeof(pyps_sum_tensor_obj_t), 0, Py_TPFLAGS_DEFAULT, kSumTensorSlots,
+    "ps.SumTensor", sizeof(sum_tensor_obj_t), 0, Py_TPFLAGS_DEFAULT, kSumTensorSlots,
 };
 
-int pyps_sum_add(PyObject *module)
+int ps__py_sum_add(PyObject *module)
 {
-    g_sum_server_type = pyps_add_type(module, &kSumServerSpec, "SumServer");
-    g_sum_tensor_type = pyps_add_type(module, &kSumTensorSpec, "SumTensor");
+    g_sum_server_type = ps__py_add_type(module, &kSumServerSpec, "SumServer");
+    g_sum_tensor_type = ps__py_add_type(module, &kSumTensorSpec, "SumTensor");
     return g_sum_server_type && g_sum_tensor_type ? 0 : -1;
 }

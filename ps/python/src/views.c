@@ -4,10 +4,10 @@
  *
  * ps drops its last reference to a slice on one of its own threads, which
  * must not wait for the GIL; the release callback only pushes the view on
- * a lock-free list, and pyps_sweep() (called with the GIL by every entry
+ * a lock-free list, and ps__py_sweep() (called with the GIL by every entry
  * point) releases what is there.
  */
-#include "ps/python/src/pyps.h"
+#include "ps/python/src/py_internal.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -19,9 +19,9 @@ typedef struct {
     ps_data_type_t type;
     size_t size;
     const char *format; /* what the buffer protocol calls it */
-} pyps_dtype_t;
+} dtype_info_t;
 
-static const pyps_dtype_t kDtypes[] = {
+static const dtype_info_t kDtypes[] = {
     {"float32", PS_DATA_FLOAT, 4, "f"},   {"float64", PS_DATA_DOUBLE, 8, "d"},
     {"float16", PS_DATA_FLOAT16, 2, "e"}, {"bfloat16", PS_DATA_BFLOAT16, 2, "H"},
     {"int8", PS_DATA_INT8, 1, "b"},       {"int16", PS_DATA_INT16, 2, "h"},
@@ -32,7 +32,7 @@ static const pyps_dtype_t kDtypes[] = {
 };
 #define NUM_DTYPES (sizeof(kDtypes) / sizeof(kDtypes[0]))
 
-static const pyps_dtype_t *dtype_of(ps_data_type_t type)
+static const dtype_info_t *dtype_of(ps_data_type_t type)
 {
     for (size_t i = 0; i < NUM_DTYPES; i++)
         if (kDtypes[i].type == type)
@@ -40,25 +40,25 @@ static const pyps_dtype_t *dtype_of(ps_data_type_t type)
     return NULL;
 }
 
-const char *pyps_dtype_name(ps_data_type_t type)
+const char *ps__py_dtype_name(ps_data_type_t type)
 {
-    const pyps_dtype_t *d = dtype_of(type);
+    const dtype_info_t *d = dtype_of(type);
     return d ? d->name : NULL;
 }
 
-size_t pyps_dtype_size(ps_data_type_t type)
+size_t ps__py_dtype_size(ps_data_type_t type)
 {
-    const pyps_dtype_t *d = dtype_of(type);
+    const dtype_info_t *d = dtype_of(type);
     return d ? d->size : 1;
 }
 
-const char *pyps_dtype_format(ps_data_type_t type)
+const char *ps__py_dtype_format(ps_data_type_t type)
 {
-    const pyps_dtype_t *d = dtype_of(type);
+    const dtype_info_t *d = dtype_of(type);
     return d ? d->format : "B";
 }
 
-int pyps_dtype_parse(PyObject *name, ps_data_type_t *type_p)
+int ps__py_dtype_parse(PyObject *name, ps_data_type_t *type_p)
 {
     const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
     if (!s) {
@@ -134,7 +134,7 @@ static int type_from_format(const char *format, Py_ssize_t itemsize, const char 
  * package; NULL until then. */
 static PyObject *g_converter;
 
-int pyps_set_converter(PyObject *fn)
+int ps__py_set_converter(PyObject *fn)
 {
     if (fn != Py_None && !PyCallable_Check(fn)) {
         PyErr_SetString(PyExc_TypeError, "the converter must be callable or None");
@@ -147,10 +147,10 @@ int pyps_set_converter(PyObject *fn)
 }
 
 static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const char *what,
-                           pyps_view_t **view_p);
+                           ps__py_view_t **view_p);
 
-int pyps_view_get(PyObject *obj, int writable, PyObject *dtype, const char *what,
-                  pyps_view_t **view_p)
+int ps__py_view_get(PyObject *obj, int writable, PyObject *dtype, const char *what,
+                  ps__py_view_t **view_p)
 {
     if (PyObject_CheckBuffer(obj) || !g_converter)
         return view_get_buffer(obj, writable, dtype, what, view_p);
@@ -168,7 +168,7 @@ int pyps_view_get(PyObject *obj, int writable, PyObject *dtype, const char *what
 }
 
 static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const char *what,
-                           pyps_view_t **view_p)
+                           ps__py_view_t **view_p)
 {
     if (!PyObject_CheckBuffer(obj)) {
         PyErr_Format(PyExc_TypeError,
@@ -176,7 +176,7 @@ static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const c
                      "torch tensor via ps.torch), not %R", what, (PyObject *)Py_TYPE(obj));
         return -1;
     }
-    pyps_view_t *v = calloc(1, sizeof(*v));
+    ps__py_view_t *v = calloc(1, sizeof(*v));
     if (!v) {
         PyErr_NoMemory();
         return -1;
@@ -193,22 +193,22 @@ static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const c
         err = "is read-only; a destination must be writable";
     if (err) {
         PyErr_Format(PyExc_ValueError, "%s %s", what, err);
-        pyps_view_free(v);
+        ps__py_view_free(v);
         return -1;
     }
     ps_data_type_t from_format;
     if (type_from_format(v->view.format, v->view.itemsize, what, &from_format) < 0) {
-        pyps_view_free(v);
+        ps__py_view_free(v);
         return -1;
     }
     v->type = from_format;
     if (dtype && dtype != Py_None) {
         ps_data_type_t wanted;
-        if (pyps_dtype_parse(dtype, &wanted) < 0) {
-            pyps_view_free(v);
+        if (ps__py_dtype_parse(dtype, &wanted) < 0) {
+            ps__py_view_free(v);
             return -1;
         }
-        size_t size = pyps_dtype_size(wanted);
+        size_t size = ps__py_dtype_size(wanted);
         /* The same item size reinterprets (uint16 bits as bfloat16); raw
          * bytes may be any type whose elements they hold whole. */
         int ok = (size_t)v->view.itemsize == size ||
@@ -217,8 +217,8 @@ static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const c
             PyErr_Format(PyExc_ValueError,
                          "%s holds %zd-byte elements (format '%s'), dtype %s has %zu-byte ones",
                          what, v->view.itemsize, v->view.format ? v->view.format : "B",
-                         pyps_dtype_name(wanted), size);
-            pyps_view_free(v);
+                         ps__py_dtype_name(wanted), size);
+            ps__py_view_free(v);
             return -1;
         }
         v->type = wanted;
@@ -227,7 +227,7 @@ static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const c
     return 0;
 }
 
-void pyps_view_free(pyps_view_t *view)
+void ps__py_view_free(ps__py_view_t *view)
 {
     if (!view)
         return;
@@ -236,41 +236,41 @@ void pyps_view_free(pyps_view_t *view)
 }
 
 /* Views ps let go of, waiting for the GIL (a Treiber stack: pushed by any
- * thread, emptied whole by pyps_sweep). */
-static _Atomic(pyps_view_t *) g_released;
+ * thread, emptied whole by ps__py_sweep). */
+static _Atomic(ps__py_view_t *) g_released;
 
 static void view_released(void *data, size_t len, void *arg)
 {
     (void)data;
     (void)len;
-    pyps_view_t *v = arg;
-    pyps_view_t *head = atomic_load_explicit(&g_released, memory_order_relaxed);
+    ps__py_view_t *v = arg;
+    ps__py_view_t *head = atomic_load_explicit(&g_released, memory_order_relaxed);
     do {
         v->next = head;
     } while (!atomic_compare_exchange_weak_explicit(&g_released, &head, v, memory_order_release,
                                                     memory_order_relaxed));
 }
 
-ps_status_t pyps_view_slice(pyps_view_t *view, ps_slice_t *slice_p)
+ps_status_t ps__py_view_slice(ps__py_view_t *view, ps_slice_t *slice_p)
 {
     ps_status_t st = ps_slice_wrap(view->view.buf, (size_t)view->view.len, view_released, view,
                                    slice_p);
     if (st != PS_OK)
-        pyps_view_free(view);
+        ps__py_view_free(view);
     return st;
 }
 
-void pyps_sweep(void)
+void ps__py_sweep(void)
 {
-    pyps_view_t *v = atomic_exchange_explicit(&g_released, NULL, memory_order_acquire);
+    ps__py_view_t *v = atomic_exchange_explicit(&g_released, NULL, memory_order_acquire);
     while (v) {
-        pyps_view_t *next = v->next;
-        pyps_view_free(v);
+        ps__py_view_t *next = v->next;
+        ps__py_view_free(v);
         v = next;
     }
 }
 
-int pyps_keys_get(PyObject *obj, ps_slice_t *slice_p, size_t *num_p)
+int ps__py_keys_get(PyObject *obj, ps_slice_t *slice_p, size_t *num_p)
 {
     PyObject *seq = NULL;
     Py_ssize_t n;
@@ -289,7 +289,7 @@ int pyps_keys_get(PyObject *obj, ps_slice_t *slice_p, size_t *num_p)
     ps_status_t st = ps_slice_alloc((size_t)n * sizeof(ps_key_t), 0, slice_p);
     if (st != PS_OK) {
         Py_XDECREF(seq);
-        pyps_raise(st, "allocating the keys");
+        ps__py_raise(st, "allocating the keys");
         return -1;
     }
     ps_key_t *keys = ps_slice_ptr(slice_p);
@@ -316,7 +316,7 @@ fail:
     return -1;
 }
 
-int pyps_timeout_ms(PyObject *timeout, int *ms_p)
+int ps__py_timeout_ms(PyObject *timeout, int *ms_p)
 {
     if (!timeout || timeout == Py_None) {
         *ms_p = -1;
@@ -333,20 +333,20 @@ int pyps_timeout_ms(PyObject *timeout, int *ms_p)
     return 0;
 }
 
-int pyps_timeout_arg(PyObject *args, PyObject *kw, int *ms_p)
+int ps__py_timeout_arg(PyObject *args, PyObject *kw, int *ms_p)
 {
     static char *kwlist[] = {"timeout", NULL};
     PyObject *timeout = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &timeout))
         return -1;
-    return pyps_timeout_ms(timeout, ms_p);
+    return ps__py_timeout_ms(timeout, ms_p);
 }
 
-int pyps_app_id_arg(PyObject *args, PyObject *kw, int *app_id_p)
+int ps__py_app_id_arg(PyObject *args, PyObject *kw, int *app_id_p)
 {
     static char *kwlist[] = {"app_id", NULL};
     *app_id_p = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|i", kwlist, app_id_p))
         return -1;
-    return pyps_require_started();
+    return ps__py_require_started();
 }

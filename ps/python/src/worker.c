@@ -7,7 +7,7 @@
  * status in a small record shared (reference-counted) with the handle, so
  * a handle may be dropped before its request ended.
  */
-#include "ps/python/src/pyps.h"
+#include "ps/python/src/py_internal.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -19,30 +19,30 @@ typedef struct {
     int app_id;
     int customer_id;
     int waiters; /* threads in wait() (GIL-protected) */
-} pyps_worker_obj_t;
+} worker_obj_t;
 
 /* What a request's callback and its handle share. */
 typedef struct {
     atomic_int refs;
     atomic_int fired;
     ps_status_t status;
-} pyps_done_t;
+} done_t;
 
 typedef struct {
     PyObject_HEAD
     PyObject *worker; /* keeps the worker open while the handle lives */
     PyObject *result; /* what wait() returns (the destination), or None */
-    pyps_done_t *done;
+    done_t *done;
     int ts;
     int finished; /* wait() saw the end */
     ps_status_t status;
     const char *what;
-} pyps_handle_obj_t;
+} handle_obj_t;
 
 static PyTypeObject *g_worker_type;
 static PyTypeObject *g_handle_type;
 
-static void done_unref(pyps_done_t *d)
+static void done_unref(done_t *d)
 {
     if (atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) == 1)
         free(d);
@@ -51,21 +51,21 @@ static void done_unref(pyps_done_t *d)
 static void on_done(void *arg, int ts, ps_status_t status)
 {
     (void)ts;
-    pyps_done_t *d = arg;
+    done_t *d = arg;
     d->status = status;
     atomic_store_explicit(&d->fired, 1, memory_order_release);
     done_unref(d);
 }
 
-ps_kv_worker_t *pyps_worker_get(PyObject *obj)
+ps_kv_worker_t *ps__py_worker_get(PyObject *obj)
 {
     if (!PyObject_TypeCheck(obj, g_worker_type)) {
         PyErr_SetString(PyExc_TypeError, "expected a ps.KVWorker");
         return NULL;
     }
-    pyps_worker_obj_t *w = (pyps_worker_obj_t *)obj;
+    worker_obj_t *w = (worker_obj_t *)obj;
     if (!w->worker) {
-        pyps_raise(PS_ERR_BAD_STATE, "the KVWorker is closed");
+        ps__py_raise(PS_ERR_BAD_STATE, "the KVWorker is closed");
         return NULL;
     }
     return w->worker;
@@ -75,27 +75,27 @@ ps_kv_worker_t *pyps_worker_get(PyObject *obj)
 
 static void handle_dealloc(PyObject *self)
 {
-    pyps_handle_obj_t *h = (pyps_handle_obj_t *)self;
+    handle_obj_t *h = (handle_obj_t *)self;
     if (h->done)
         done_unref(h->done);
     Py_XDECREF(h->worker);
     Py_XDECREF(h->result);
-    pyps_free_object(self);
+    ps__py_free_object(self);
 }
 
 static PyObject *handle_wait(PyObject *self, PyObject *args, PyObject *kw)
 {
-    pyps_handle_obj_t *h = (pyps_handle_obj_t *)self;
+    handle_obj_t *h = (handle_obj_t *)self;
     int ms;
-    if (pyps_timeout_arg(args, kw, &ms) < 0)
+    if (ps__py_timeout_arg(args, kw, &ms) < 0)
         return NULL;
-    pyps_sweep();
+    ps__py_sweep();
     if (!h->finished) {
         ps_status_t st = PS_OK;
         if (!atomic_load_explicit(&h->done->fired, memory_order_acquire)) {
-            pyps_worker_obj_t *w = (pyps_worker_obj_t *)h->worker;
+            worker_obj_t *w = (worker_obj_t *)h->worker;
             if (!w->worker)
-                return pyps_raise(PS_ERR_SHUTDOWN, "the KVWorker was closed");
+                return ps__py_raise(PS_ERR_SHUTDOWN, "the KVWorker was closed");
             ps_kv_worker_t *worker = w->worker;
             w->waiters++;
             Py_BEGIN_ALLOW_THREADS
@@ -104,16 +104,16 @@ static PyObject *handle_wait(PyObject *self, PyObject *args, PyObject *kw)
             w->waiters--;
             if (st == PS_ERR_TIMED_OUT && !atomic_load_explicit(&h->done->fired,
                                                                 memory_order_acquire))
-                return pyps_raise(st, h->what);
+                return ps__py_raise(st, h->what);
         }
         if (atomic_load_explicit(&h->done->fired, memory_order_acquire))
             st = h->done->status;
         h->finished = 1;
         h->status = st;
-        pyps_sweep();
+        ps__py_sweep();
     }
     if (h->status != PS_OK)
-        return pyps_raise(h->status, h->what);
+        return ps__py_raise(h->status, h->what);
     Py_INCREF(h->result);
     return h->result;
 }
@@ -121,7 +121,7 @@ static PyObject *handle_wait(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *handle_done(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    pyps_handle_obj_t *h = (pyps_handle_obj_t *)self;
+    handle_obj_t *h = (handle_obj_t *)self;
     return PyBool_FromLong(h->finished ||
                            atomic_load_explicit(&h->done->fired, memory_order_acquire));
 }
@@ -129,7 +129,7 @@ static PyObject *handle_done(PyObject *self, PyObject *unused)
 static PyObject *handle_ts(PyObject *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromLong(((pyps_handle_obj_t *)self)->ts);
+    return PyLong_FromLong(((handle_obj_t *)self)->ts);
 }
 
 static PyMethodDef kHandleMethods[] = {
@@ -155,27 +155,27 @@ static PyType_Slot kHandleSlots[] = {
 };
 
 static PyType_Spec kHandleSpec = {
-    "ps.Handle", sizeof(pyps_handle_obj_t), 0, Py_TPFLAGS_DEFAULT, kHandleSlots,
+    "ps.Handle", sizeof(handle_obj_t), 0, Py_TPFLAGS_DEFAULT, kHandleSlots,
 };
 
 /* ---- KVWorker ---- */
 
 static int worker_init(PyObject *self, PyObject *args, PyObject *kw)
 {
-    pyps_worker_obj_t *w = (pyps_worker_obj_t *)self;
+    worker_obj_t *w = (worker_obj_t *)self;
     static char *kwlist[] = {"app_id", "customer_id", NULL};
     int app_id = 0, customer_id = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|ii", kwlist, &app_id, &customer_id))
         return -1;
-    if (pyps_require_started() < 0)
+    if (ps__py_require_started() < 0)
         return -1;
     if (w->worker) {
-        pyps_raise(PS_ERR_BAD_STATE, "KVWorker already initialised");
+        ps__py_raise(PS_ERR_BAD_STATE, "KVWorker already initialised");
         return -1;
     }
-    ps_status_t st = ps_kv_worker_create(pyps_po, app_id, customer_id, &w->worker);
+    ps_status_t st = ps_kv_worker_create(ps__py_po, app_id, customer_id, &w->worker);
     if (st != PS_OK) {
-        pyps_raise(st, "creating the KV worker");
+        ps__py_raise(st, "creating the KV worker");
         return -1;
     }
     w->app_id = app_id;
@@ -183,7 +183,7 @@ static int worker_init(PyObject *self, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static void worker_destroy(pyps_worker_obj_t *w)
+static void worker_destroy(worker_obj_t *w)
 {
     ps_kv_worker_t *worker = w->worker;
     w->worker = NULL;
@@ -192,23 +192,23 @@ static void worker_destroy(pyps_worker_obj_t *w)
     Py_BEGIN_ALLOW_THREADS
     ps_kv_worker_destroy(worker);
     Py_END_ALLOW_THREADS
-    pyps_sweep();
+    ps__py_sweep();
 }
 
 static PyObject *worker_close(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    pyps_worker_obj_t *w = (pyps_worker_obj_t *)self;
+    worker_obj_t *w = (worker_obj_t *)self;
     if (w->waiters > 0)
-        return pyps_raise(PS_ERR_BAD_STATE, "closing a KVWorker while a thread waits on it");
+        return ps__py_raise(PS_ERR_BAD_STATE, "closing a KVWorker while a thread waits on it");
     worker_destroy(w);
     Py_RETURN_NONE;
 }
 
 static void worker_dealloc(PyObject *self)
 {
-    worker_destroy((pyps_worker_obj_t *)self);
-    pyps_free_object(self);
+    worker_destroy((worker_obj_t *)self);
+    ps__py_free_object(self);
 }
 
 /* Per-key lengths (elements) as an int32 slice; checks they cover `bytes`
@@ -238,7 +238,7 @@ static int lens_get(PyObject *lens, size_t num_keys, size_t bytes, size_t elem, 
     ps_status_t st = ps_slice_alloc((size_t)n * sizeof(int32_t), 0, slice_p);
     if (st != PS_OK) {
         Py_DECREF(seq);
-        pyps_raise(st, "allocating lens");
+        ps__py_raise(st, "allocating lens");
         return -1;
     }
     int32_t *out = ps_slice_ptr(slice_p);
@@ -275,14 +275,14 @@ static const char *kOpWhat[] = {"push", "pull", "push_pull"};
 
 /* Builds the pairs of one buffer (keys shared, lens shared): takes the
  * view and wraps it. */
-static int pairs_of(pyps_view_t *view, const ps_slice_t *keys, const ps_slice_t *lens,
+static int pairs_of(ps__py_view_t *view, const ps_slice_t *keys, const ps_slice_t *lens,
                     ps_kv_pairs_t *kvs)
 {
     memset(kvs, 0, sizeof(*kvs));
     kvs->type = view->type;
-    ps_status_t st = pyps_view_slice(view, &kvs->vals);
+    ps_status_t st = ps__py_view_slice(view, &kvs->vals);
     if (st != PS_OK) {
-        pyps_raise(st, "wrapping a buffer");
+        ps__py_raise(st, "wrapping a buffer");
         return -1;
     }
     kvs->keys = *keys;
@@ -292,7 +292,7 @@ static int pairs_of(pyps_view_t *view, const ps_slice_t *keys, const ps_slice_t 
 
 static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject *kw)
 {
-    pyps_worker_obj_t *w = (pyps_worker_obj_t *)self;
+    worker_obj_t *w = (worker_obj_t *)self;
     static char *kwlist_push[] = {"keys", "vals", "lens", "cmd", "dtype", NULL};
     static char *kwlist_pull[] = {"keys", "out", "lens", "cmd", "dtype", NULL};
     static char *kwlist_pp[] = {"keys", "vals", "out", "lens", "cmd", "dtype", NULL};
@@ -310,25 +310,25 @@ static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject
     if (!ok)
         return NULL;
     if (!w->worker)
-        return pyps_raise(PS_ERR_BAD_STATE, "the KVWorker is closed");
-    pyps_sweep();
+        return ps__py_raise(PS_ERR_BAD_STATE, "the KVWorker is closed");
+    ps__py_sweep();
 
     ps_slice_t keys = PS_SLICE_EMPTY_INIT, lens = PS_SLICE_EMPTY_INIT;
-    pyps_view_t *in = NULL, *out = NULL;
+    ps__py_view_t *in = NULL, *out = NULL;
     ps_kv_pairs_t in_kvs, out_kvs;
     int in_wrapped = 0, out_wrapped = 0;
     size_t num_keys = 0;
     PyObject *ret = NULL;
-    if (pyps_keys_get(keys_obj, &keys, &num_keys) < 0)
+    if (ps__py_keys_get(keys_obj, &keys, &num_keys) < 0)
         return NULL;
-    if (vals_obj && pyps_view_get(vals_obj, 0, dtype, "vals", &in) < 0)
+    if (vals_obj && ps__py_view_get(vals_obj, 0, dtype, "vals", &in) < 0)
         goto out;
-    if (out_obj && pyps_view_get(out_obj, 1, dtype, "out", &out) < 0)
+    if (out_obj && ps__py_view_get(out_obj, 1, dtype, "out", &out) < 0)
         goto out;
     if (in && out) {
         if (in->type != out->type) {
             PyErr_Format(PyExc_ValueError, "out holds %s, vals holds %s: push_pull needs one dtype",
-                         pyps_dtype_name(out->type), pyps_dtype_name(in->type));
+                         ps__py_dtype_name(out->type), ps__py_dtype_name(in->type));
             goto out;
         }
         if (out->view.len != in->view.len) {
@@ -342,8 +342,8 @@ static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject
             goto out;
         }
     }
-    pyps_view_t *first = in ? in : out;
-    if (lens_get(lens_obj, num_keys, (size_t)first->view.len, pyps_dtype_size(first->type),
+    ps__py_view_t *first = in ? in : out;
+    if (lens_get(lens_obj, num_keys, (size_t)first->view.len, ps__py_dtype_size(first->type),
                  in ? "vals" : "out", &lens) < 0)
         goto out;
 
@@ -362,7 +362,7 @@ static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject
         out_wrapped = 1;
     }
 
-    pyps_done_t *d = malloc(sizeof(*d));
+    done_t *d = malloc(sizeof(*d));
     if (!d) {
         PyErr_NoMemory();
         goto out;
@@ -370,7 +370,7 @@ static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject
     atomic_init(&d->refs, 2);
     atomic_init(&d->fired, 0);
     d->status = PS_INPROGRESS;
-    pyps_handle_obj_t *h = PyObject_New(pyps_handle_obj_t, g_handle_type);
+    handle_obj_t *h = PyObject_New(handle_obj_t, g_handle_type);
     if (!h) {
         free(d);
         goto out;
@@ -400,7 +400,7 @@ static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject
         /* Not accepted: the callback will not run. */
         done_unref(d);
         Py_DECREF(h);
-        pyps_raise(st, kOpWhat[op]);
+        ps__py_raise(st, kOpWhat[op]);
         goto out;
     }
     h->ts = ts;
@@ -410,14 +410,14 @@ out:
     if (in_wrapped)
         ps_slice_unref(&in_kvs.vals);
     else
-        pyps_view_free(in);
+        ps__py_view_free(in);
     if (out_wrapped)
         ps_slice_unref(&out_kvs.vals);
     else
-        pyps_view_free(out);
+        ps__py_view_free(out);
     ps_slice_unref(&keys);
     ps_slice_unref(&lens);
-    pyps_sweep();
+    ps__py_sweep();
     return ret;
 }
 
@@ -439,7 +439,7 @@ static PyObject *worker_push_pull(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *worker_stats(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    ps_kv_worker_t *worker = pyps_worker_get(self);
+    ps_kv_worker_t *worker = ps__py_worker_get(self);
     if (!worker)
         return NULL;
     ps_kv_worker_stats_t s;
@@ -455,13 +455,13 @@ static PyObject *worker_stats(PyObject *self, PyObject *unused)
 static PyObject *worker_app_id(PyObject *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromLong(((pyps_worker_obj_t *)self)->app_id);
+    return PyLong_FromLong(((worker_obj_t *)self)->app_id);
 }
 
 static PyObject *worker_customer_id(PyObject *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromLong(((pyps_worker_obj_t *)self)->customer_id);
+    return PyLong_FromLong(((worker_obj_t *)self)->customer_id);
 }
 
 #define KW_METHOD(fn) (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS
@@ -495,13 +495,13 @@ static PyType_Slot kWorkerSlots[] = {
 };
 
 static PyType_Spec kWorkerSpec = {
-    "ps._KVWorker", sizeof(pyps_worker_obj_t), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    "ps._KVWorker", sizeof(worker_obj_t), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     kWorkerSlots,
 };
 
-int pyps_worker_add(PyObject *module)
+int ps__py_worker_add(PyObject *module)
 {
-    g_worker_type = pyps_add_type(module, &kWorkerSpec, "KVWorker");
-    g_handle_type = pyps_add_type(module, &kHandleSpec, "Handle");
+    g_worker_type = ps__py_add_type(module, &kWorkerSpec, "KVWorker");
+    g_handle_type = ps__py_add_type(module, &kHandleSpec, "Handle");
     return g_worker_type && g_handle_type ? 0 : -1;
 }

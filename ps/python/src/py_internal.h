@@ -8,8 +8,8 @@
  * happened in C (a flag, a queue, a list of views to release), and Python
  * code picks it up on a thread that holds the GIL.
  */
-#ifndef PS_PYTHON_SRC_PYPS_H_
-#define PS_PYTHON_SRC_PYPS_H_
+#ifndef PS_PYTHON_SRC_PY_INTERNAL_H_
+#define PS_PYTHON_SRC_PY_INTERNAL_H_
 
 #include <Python.h>
 #include <stddef.h>
@@ -21,36 +21,36 @@
 #include "ps/net/postoffice.h"
 
 /* The started postoffice, NULL before init() and after finalize(). */
-extern ps_postoffice_t *pyps_po;
+extern ps_postoffice_t *ps__py_po;
 
 /* Raises the exception class of `status` (ps.TimedOut, ps.PeerGone, ...)
  * with "<what>: <status words>"; returns NULL. */
-PyObject *pyps_raise(ps_status_t status, const char *what);
+PyObject *ps__py_raise(ps_status_t status, const char *what);
 /* 0 when the postoffice is started; else raises ps.BadState, -1. */
-int pyps_require_started(void);
+int ps__py_require_started(void);
 /* Creates the exception classes and adds them to the module. */
-int pyps_errors_add(PyObject *module);
+int ps__py_errors_add(PyObject *module);
 
 /* ---- element types ---- */
 
 /* The data type's name ("float32", ...), NULL for an unknown one. */
-const char *pyps_dtype_name(ps_data_type_t type);
+const char *ps__py_dtype_name(ps_data_type_t type);
 /* Element size in bytes (1 for CHAR / OTHER). */
-size_t pyps_dtype_size(ps_data_type_t type);
+size_t ps__py_dtype_size(ps_data_type_t type);
 /* A struct-module format for the type's elements ("f", "e", ...). */
-const char *pyps_dtype_format(ps_data_type_t type);
+const char *ps__py_dtype_format(ps_data_type_t type);
 /* Parses a dtype name; -1 with ValueError for an unknown one. */
-int pyps_dtype_parse(PyObject *name, ps_data_type_t *type_p);
+int ps__py_dtype_parse(PyObject *name, ps_data_type_t *type_p);
 
 /* ---- zero-copy views of Python buffers ---- */
 
 /* A Python buffer held while ps may use its bytes. Released under the GIL:
- * a ps thread that lets go of it only queues it (pyps_sweep releases). */
-typedef struct pyps_view {
+ * a ps thread that lets go of it only queues it (ps__py_sweep releases). */
+typedef struct ps__py_view {
     Py_buffer view;
     ps_data_type_t type;
-    struct pyps_view *next;
-} pyps_view_t;
+    struct ps__py_view *next;
+} ps__py_view_t;
 
 /* Takes a C-contiguous buffer of `obj` (writable when `writable`) and its
  * element type: the buffer's format, or `dtype` (a name, may be NULL or
@@ -58,45 +58,45 @@ typedef struct pyps_view {
  * `what` names the argument in error messages. ValueError for a
  * non-contiguous, read-only (when writable), big-endian or untyped buffer;
  * TypeError for an object without the buffer protocol that the converter
- * (pyps_set_converter) does not turn into one. */
-int pyps_view_get(PyObject *obj, int writable, PyObject *dtype, const char *what,
-                  pyps_view_t **view_p);
+ * (ps__py_set_converter) does not turn into one. */
+int ps__py_view_get(PyObject *obj, int writable, PyObject *dtype, const char *what,
+                  ps__py_view_t **view_p);
 /* Sets the callable that turns other objects (torch tensors) into buffers:
  * fn(obj, dtype) -> (buffer, dtype); None removes it. */
-int pyps_set_converter(PyObject *fn);
+int ps__py_set_converter(PyObject *fn);
 /* Releases a view that was never handed to ps (GIL held). */
-void pyps_view_free(pyps_view_t *view);
+void ps__py_view_free(ps__py_view_t *view);
 /* Wraps the view's bytes as a slice without a copy; the view is released
- * (through pyps_sweep) once ps dropped its last reference. On failure the
+ * (through ps__py_sweep) once ps dropped its last reference. On failure the
  * view is released at once. */
-ps_status_t pyps_view_slice(pyps_view_t *view, ps_slice_t *slice_p);
+ps_status_t ps__py_view_slice(ps__py_view_t *view, ps_slice_t *slice_p);
 /* Releases every view ps let go of (GIL held). */
-void pyps_sweep(void);
+void ps__py_sweep(void);
 
 /* Keys from an int, a sequence of ints or a uint64 buffer, as a slice of
  * its own (copied, sorted check included). -1 with an exception. */
-int pyps_keys_get(PyObject *obj, ps_slice_t *slice_p, size_t *num_p);
+int ps__py_keys_get(PyObject *obj, ps_slice_t *slice_p, size_t *num_p);
 
 /* ---- types ---- */
 
-int pyps_worker_add(PyObject *module);
-int pyps_server_add(PyObject *module);
-int pyps_sum_add(PyObject *module);
+int ps__py_worker_add(PyObject *module);
+int ps__py_server_add(PyObject *module);
+int ps__py_sum_add(PyObject *module);
 
 /* The C worker of a ps.KVWorker object (raises and NULL when closed). */
-ps_kv_worker_t *pyps_worker_get(PyObject *obj);
+ps_kv_worker_t *ps__py_worker_get(PyObject *obj);
 /* Timeout in seconds (None: the default) as milliseconds (-1 default). */
-int pyps_timeout_ms(PyObject *timeout, int *ms_p);
+int ps__py_timeout_ms(PyObject *timeout, int *ms_p);
 /* Parses the one optional argument `timeout` of a method. */
-int pyps_timeout_arg(PyObject *args, PyObject *kw, int *ms_p);
+int ps__py_timeout_arg(PyObject *args, PyObject *kw, int *ms_p);
 /* Parses the one optional argument `app_id` of a constructor and checks
  * that ps is started. */
-int pyps_app_id_arg(PyObject *args, PyObject *kw, int *app_id_p);
+int ps__py_app_id_arg(PyObject *args, PyObject *kw, int *app_id_p);
 
 /* Makes the type of `spec` and adds it to the module as `name`; NULL with
  * an exception. */
-PyTypeObject *pyps_add_type(PyObject *module, PyType_Spec *spec, const char *name);
+PyTypeObject *ps__py_add_type(PyObject *module, PyType_Spec *spec, const char *name);
 /* The end of a dealloc of one of the module's (heap) types. */
-void pyps_free_object(PyObject *self);
+void ps__py_free_object(PyObject *self);
 
-#endif /* PS_PYTHON_SRC_PYPS_H_ */
+#endif /* PS_PYTHON_SRC_PY_INTERNAL_H_ */
