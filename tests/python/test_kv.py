@@ -36,3 +36,10 @@ def test_errors_and_handler_exception():
 def test_gil_released_and_van_not_held_by_handler():
     job = run("gil", workers=1)
     assert "van not held up by the handler" in job.output("worker", 0)
+
+
+def test_init_from_keywords():
+    cmd = pyjob.node_cmd("init_node.py")
+    job = pyjob.run(cmd, 1, 1, deadline_s=60, scheduler_cmd=cmd)
+    job.check()
+    assert "PASS worker" in job.output("worker", 0)
