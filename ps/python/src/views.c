@@ -337,8 +337,10 @@ int ps__py_timeout_arg(PyObject *args, PyObject *kw, int *ms_p)
 {
     static char *kwlist[] = {"timeout", NULL};
     PyObject *timeout = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &timeout))
-        return -1;
+    if (kw || PyTuple_Size(args) > 0) {
+        if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &timeout))
+            return -1;
+    }
     return ps__py_timeout_ms(timeout, ms_p);
 }
 
