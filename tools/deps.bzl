@@ -70,6 +70,40 @@ _local_cuda = repository_rule(
     local = True,
 )
 
+def _local_python_impl(rctx):
+    # The headers of Debian's python3-dev (the interpreter the Python package
+    # targets), found by asking that interpreter; absent, the extension's
+    # targets become incompatible and //... skips them.
+    python = rctx.os.environ.get("PS_PYTHON", "/usr/bin/python3")
+    res = rctx.execute([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"])
+    include = res.stdout.strip() if res.return_code == 0 else ""
+    if include and rctx.path(include + "/Python.h").exists:
+        rctx.symlink(include, "include")
+        rctx.file("BUILD", "\n".join([
+            "package(default_visibility = [\"//visibility:public\"])",
+            "cc_library(",
+            "    name = \"headers\",",
+            "    hdrs = glob([\"include/**/*.h\"]),",
+            "    includes = [\"include\"],",
+            ")",
+            "",
+        ]))
+    else:
+        rctx.file("BUILD", "\n".join([
+            "package(default_visibility = [\"//visibility:public\"])",
+            "# No Python.h for %s: targets needing it are incompatible." % python,
+            "constraint_setting(name = \"python_presence\")",
+            "constraint_value(name = \"python_missing\", constraint_setting = \":python_presence\")",
+            "cc_library(name = \"headers\", target_compatible_with = [\":python_missing\"])",
+            "",
+        ]))
+
+_local_python = repository_rule(
+    implementation = _local_python_impl,
+    environ = ["PS_PYTHON"],
+    local = True,
+)
+
 def ps_dependencies():
     """Declares every external repository of ps. Call once from WORKSPACE."""
     existing = native.existing_rules()
@@ -85,6 +119,8 @@ def ps_dependencies():
             build_file = Label("//third_party:cuda.BUILD"),
             stub_build_file = Label("//third_party:cuda_absent.BUILD"),
         )
+    if "local_python" not in existing:
+        _local_python(name = "local_python")
     if "com_google_googletest" not in existing:
         native.new_local_repository(
             name = "com_google_googletest",

@@ -14,7 +14,8 @@ never count as readers):
              first argument of ps_config_set(), or "<NAME>" read with
              getenv() or an environment-reading helper (a C function that
              calls getenv(<parameter>) and no setenv(); Python's
-             os.environ.get / os.environ[...] / os.getenv, and the helpers
+             os.environ.get / os.environ[...] / os.getenv (an assignment to
+             os.environ[...] sets, it does not read), and the helpers
              in PY_READ_HELPERS). An alias is honoured by the table reader
              whenever its entry is read, so it needs no reader of its own.
   untabled   every name read as above is in the table (as a name or alias)
@@ -93,6 +94,8 @@ NOT_IN_TABLE = {
     "PS_FABRIC_TEST_PROVIDER": (TEST_KNOB, "tests"),
     "PS_FABRIC_TEST_CHILD": (TEST_KNOB, "tests"),
     "PS_SIGKEEP_TEST_VAR": (TEST_KNOB, "tests"),
+    "PS_PYTHON": (TEST_KNOB + " (the interpreter the Python tests start their nodes with)",
+                  "tests"),
 }
 
 # Library files that read table names with getenv(), and why.
@@ -124,10 +127,10 @@ GETENV_ANY_RE = re.compile(r'\b(?:secure_)?getenv\s*\(\s*([^)"\s][^)]*)\)')
 CFG_RE = re.compile(r'\bPS_CFG_([A-Z0-9_]+)\b')
 PY_LIT_RE = re.compile(
     r'\b(?:os\.)?(?:environ\.get|getenv)\s*\(\s*["\']([A-Za-z0-9_]+)["\']'
-    r'|\benviron\s*\[\s*["\']([A-Za-z0-9_]+)["\']\s*\]')
+    r'|\benviron\s*\[\s*["\']([A-Za-z0-9_]+)["\']\s*\](?!\s*=[^=])')
 PY_ANY_RE = re.compile(
     r'\b(?:os\.)?(?:environ\.get|getenv)\s*\(\s*([^"\'\s)][^,)]*)'
-    r'|\benviron\s*\[\s*([^"\'\s\]][^\]]*)\]')
+    r'|\benviron\s*\[\s*([^"\'\s\]][^\]]*)\](?!\s*=[^=])')
 C_EXT = (".c", ".h", ".cc")
 
 

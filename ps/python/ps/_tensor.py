@@ -1,0 +1,36 @@
+"""Objects ps sends without a copy: anything with the buffer protocol, and
+PyTorch CPU tensors (through .numpy(), which shares the tensor's memory)."""
+import sys
+
+
+def as_buffer(obj, dtype=None):
+    """(buffer, dtype) for obj: obj itself when it has the buffer protocol; a
+    CPU torch tensor as a numpy view of its memory (bfloat16 as int16 bits
+    with dtype 'bfloat16'). ValueError for a tensor ps cannot carry."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor):
+        return obj, dtype
+    if obj.device.type != "cpu":
+        raise ValueError("a %s tensor: this build of ps carries CPU tensors only "
+                         "(copy it with .cpu() first)" % obj.device.type)
+    t = obj.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy(), "bfloat16"
+    if t.dtype == torch.bool or t.is_complex():
+        raise ValueError("ps does not carry %s tensors" % t.dtype)
+    return t.numpy(), dtype
+
+
+def empty(shape, dtype="float32", align=4096):
+    """An uninitialised numpy array whose data starts on an `align`-byte
+    boundary (a page by default). Large transfers from and into
+    page-aligned buffers are markedly faster over the TCP van than from
+    numpy's own allocations (16 bytes past a page): docs/PERF.md, "Python"."""
+    import numpy as np
+
+    dt = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64)) if np.ndim(shape) else int(shape)
+    nbytes = count * dt.itemsize
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + nbytes].view(dt).reshape(shape)

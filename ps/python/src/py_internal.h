@@ -1,0 +1,102 @@
+/*
+ * Internals of the _ps extension module (the C half of the Python package
+ * `ps`): written against CPython's stable ABI (Py_LIMITED_API 3.11, set by
+ * the build), one module-wide postoffice per process.
+ *
+ * Threads: ps calls back on its own threads (request completions, server
+ * handlers, buffer releases). Those never take the GIL: they record what
+ * happened in C (a flag, a queue, a list of views to release), and Python
+ * code picks it up on a thread that holds the GIL.
+ */
+#ifndef PS_PYTHON_SRC_PY_INTERNAL_H_
+#define PS_PYTHON_SRC_PY_INTERNAL_H_
+
+#include <Python.h>
+#include <stddef.h>
+
+#include "ps/app/kv.h"
+#include "ps/base/buffer.h"
+#include "ps/base/status.h"
+#include "ps/net/codec/message.h"
+#include "ps/net/postoffice.h"
+
+/* The started postoffice, NULL before init() and after finalize(). */
+extern ps_postoffice_t *ps__py_po;
+
+/* Raises the exception class of `status` (ps.TimedOut, ps.PeerGone, ...)
+ * with "<what>: <status words>"; returns NULL. */
+PyObject *ps__py_raise(ps_status_t status, const char *what);
+/* 0 when the postoffice is started; else raises ps.BadState, -1. */
+int ps__py_require_started(void);
+/* Creates the exception classes and adds them to the module. */
+int ps__py_errors_add(PyObject *module);
+
+/* ---- element types ---- */
+
+/* The data type's name ("float32", ...), NULL for an unknown one. */
+const char *ps__py_dtype_name(ps_data_type_t type);
+/* Element size in bytes (1 for CHAR / OTHER). */
+size_t ps__py_dtype_size(ps_data_type_t type);
+/* A struct-module format for the type's elements ("f", "e", ...). */
+const char *ps__py_dtype_format(ps_data_type_t type);
+/* Parses a dtype name; -1 with ValueError for an unknown one. */
+int ps__py_dtype_parse(PyObject *name, ps_data_type_t *type_p);
+
+/* ---- zero-copy views of Python buffers ---- */
+
+/* A Python buffer held while ps may use its bytes. Released under the GIL:
+ * a ps thread that lets go of it only queues it (ps__py_sweep releases). */
+typedef struct ps__py_view {
+    Py_buffer view;
+    ps_data_type_t type;
+    struct ps__py_view *next;
+} ps__py_view_t;
+
+/* Takes a C-contiguous buffer of `obj` (writable when `writable`) and its
+ * element type: the buffer's format, or `dtype` (a name, may be NULL or
+ * None) which must agree with the item size (or reinterpret raw bytes).
+ * `what` names the argument in error messages. ValueError for a
+ * non-contiguous, read-only (when writable), big-endian or untyped buffer;
+ * TypeError for an object without the buffer protocol that the converter
+ * (ps__py_set_converter) does not turn into one. */
+int ps__py_view_get(PyObject *obj, int writable, PyObject *dtype, const char *what,
+                  ps__py_view_t **view_p);
+/* Sets the callable that turns other objects (torch tensors) into buffers:
+ * fn(obj, dtype) -> (buffer, dtype); None removes it. */
+int ps__py_set_converter(PyObject *fn);
+/* Releases a view that was never handed to ps (GIL held). */
+void ps__py_view_free(ps__py_view_t *view);
+/* Wraps the view's bytes as a slice without a copy; the view is released
+ * (through ps__py_sweep) once ps dropped its last reference. On failure the
+ * view is released at once. */
+ps_status_t ps__py_view_slice(ps__py_view_t *view, ps_slice_t *slice_p);
+/* Releases every view ps let go of (GIL held). */
+void ps__py_sweep(void);
+
+/* Keys from an int, a sequence of ints or a uint64 buffer, as a slice of
+ * its own (copied, sorted check included). -1 with an exception. */
+int ps__py_keys_get(PyObject *obj, ps_slice_t *slice_p, size_t *num_p);
+
+/* ---- types ---- */
+
+int ps__py_worker_add(PyObject *module);
+int ps__py_server_add(PyObject *module);
+int ps__py_sum_add(PyObject *module);
+
+/* The C worker of a ps.KVWorker object (raises and NULL when closed). */
+ps_kv_worker_t *ps__py_worker_get(PyObject *obj);
+/* Timeout in seconds (None: the default) as milliseconds (-1 default). */
+int ps__py_timeout_ms(PyObject *timeout, int *ms_p);
+/* Parses the one optional argument `timeout` of a method. */
+int ps__py_timeout_arg(PyObject *args, PyObject *kw, int *ms_p);
+/* Parses the one optional argument `app_id` of a constructor and checks
+ * that ps is started. */
+int ps__py_app_id_arg(PyObject *args, PyObject *kw, int *app_id_p);
+
+/* Makes the type of `spec` and adds it to the module as `name`; NULL with
+ * an exception. */
+PyTypeObject *ps__py_add_type(PyObject *module, PyType_Spec *spec, const char *name);
+/* The end of a dealloc of one of the module's (heap) types. */
+void ps__py_free_object(PyObject *self);
+
+#endif /* PS_PYTHON_SRC_PY_INTERNAL_H_ */

@@ -1,0 +1,519 @@
+/*
+ * ps.KVWorker (the C part): push, pull and push-pull of Python buffers
+ * without a copy, each returning a _ps.Handle whose wait() blocks without
+ * the GIL.
+ *
+ * A request's completion callback runs on a ps thread: it only stores the
+ * status in a small record shared (reference-counted) with the handle, so
+ * a handle may be dropped before its request ended.
+ */
+#include "ps/python/src/py_internal.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    ps_kv_worker_t *worker;
+    int app_id;
+    int customer_id;
+    int waiters; /* threads in wait() (GIL-protected) */
+} worker_obj_t;
+
+/* What a request's callback and its handle share. */
+typedef struct {
+    atomic_int refs;
+    atomic_int fired;
+    ps_status_t status;
+} done_t;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *worker; /* keeps the worker open while the handle lives */
+    PyObject *result; /* what wait() returns (the destination), or None */
+    done_t *done;
+    int ts;
+    int finished; /* wait() saw the end */
+    ps_status_t status;
+    const char *what;
+} handle_obj_t;
+
+static PyTypeObject *g_worker_type;
+static PyTypeObject *g_handle_type;
+
+static void done_unref(done_t *d)
+{
+    if (atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) == 1)
+        free(d);
+}
+
+static void on_done(void *arg, int ts, ps_status_t status)
+{
+    (void)ts;
+    done_t *d = arg;
+    d->status = status;
+    atomic_store_explicit(&d->fired, 1, memory_order_release);
+    done_unref(d);
+}
+
+ps_kv_worker_t *ps__py_worker_get(PyObject *obj)
+{
+    if (!PyObject_TypeCheck(obj, g_worker_type)) {
+        PyErr_SetString(PyExc_TypeError, "expected a ps.KVWorker");
+        return NULL;
+    }
+    worker_obj_t *w = (worker_obj_t *)obj;
+    if (!w->worker) {
+        ps__py_raise(PS_ERR_BAD_STATE, "the KVWorker is closed");
+        return NULL;
+    }
+    return w->worker;
+}
+
+/* ---- Handle ---- */
+
+static void handle_dealloc(PyObject *self)
+{
+    handle_obj_t *h = (handle_obj_t *)self;
+    if (h->done)
+        done_unref(h->done);
+    Py_XDECREF(h->worker);
+    Py_XDECREF(h->result);
+    ps__py_free_object(self);
+}
+
+static PyObject *handle_wait(PyObject *self, PyObject *args, PyObject *kw)
+{
+    handle_obj_t *h = (handle_obj_t *)self;
+    int ms;
+    if (ps__py_timeout_arg(args, kw, &ms) < 0)
+        return NULL;
+    ps__py_sweep();
+    if (!h->finished) {
+        ps_status_t st = PS_OK;
+        if (!atomic_load_explicit(&h->done->fired, memory_order_acquire)) {
+            worker_obj_t *w = (worker_obj_t *)h->worker;
+            if (!w->worker)
+                return ps__py_raise(PS_ERR_SHUTDOWN, "the KVWorker was closed");
+            ps_kv_worker_t *worker = w->worker;
+            w->waiters++;
+            Py_BEGIN_ALLOW_THREADS
+            st = ps_kv_wait(worker, h->ts, ms);
+            Py_END_ALLOW_THREADS
+            w->waiters--;
+            if (st == PS_ERR_TIMED_OUT && !atomic_load_explicit(&h->done->fired,
+                                                                memory_order_acquire))
+                return ps__py_raise(st, h->what);
+        }
+        if (atomic_load_explicit(&h->done->fired, memory_order_acquire))
+            st = h->done->status;
+        h->finished = 1;
+        h->status = st;
+        ps__py_sweep();
+    }
+    if (h->status != PS_OK)
+        return ps__py_raise(h->status, h->what);
+    Py_INCREF(h->result);
+    return h->result;
+}
+
+static PyObject *handle_done(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    handle_obj_t *h = (handle_obj_t *)self;
+    return PyBool_FromLong(h->finished ||
+                           atomic_load_explicit(&h->done->fired, memory_order_acquire));
+}
+
+static PyObject *handle_ts(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(((handle_obj_t *)self)->ts);
+}
+
+static PyMethodDef kHandleMethods[] = {
+    {"wait", (PyCFunction)(void (*)(void))handle_wait, METH_VARARGS | METH_KEYWORDS,
+     "wait(timeout=None): blocks (without the GIL) until the request ended; returns the "
+     "destination (pull, push_pull) or None, raises ps.Error on failure, ps.TimedOut when "
+     "timeout seconds passed (the request stays outstanding)."},
+    {"done", handle_done, METH_NOARGS, "True once the request ended."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef kHandleGetSet[] = {
+    {"timestamp", handle_ts, NULL, "The request's timestamp.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot kHandleSlots[] = {
+    {Py_tp_dealloc, handle_dealloc},
+    {Py_tp_methods, kHandleMethods},
+    {Py_tp_getset, kHandleGetSet},
+    {Py_tp_doc, "A request in flight; wait() for its end."},
+    {0, NULL},
+};
+
+static PyType_Spec kHandleSpec = {
+    "ps.Handle", sizeof(handle_obj_t), 0, Py_TPFLAGS_DEFAULT, kHandleSlots,
+};
+
+/* ---- KVWorker ---- */
+
+static int worker_init(PyObject *self, PyObject *args, PyObject *kw)
+{
+    worker_obj_t *w = (worker_obj_t *)self;
+    static char *kwlist[] = {"app_id", "customer_id", NULL};
+    int app_id = 0, customer_id = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ii", kwlist, &app_id, &customer_id))
+        return -1;
+    if (ps__py_require_started() < 0)
+        return -1;
+    if (w->worker) {
+        ps__py_raise(PS_ERR_BAD_STATE, "KVWorker already initialised");
+        return -1;
+    }
+    ps_status_t st = ps_kv_worker_create(ps__py_po, app_id, customer_id, &w->worker);
+    if (st != PS_OK) {
+        ps__py_raise(st, "creating the KV worker");
+        return -1;
+    }
+    w->app_id = app_id;
+    w->customer_id = customer_id;
+    return 0;
+}
+
+static void worker_destroy(worker_obj_t *w)
+{
+    ps_kv_worker_t *worker = w->worker;
+    w->worker = NULL;
+    if (!worker)
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    ps_kv_worker_destroy(worker);
+    Py_END_ALLOW_THREADS
+    ps__py_sweep();
+}
+
+static PyObject *worker_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    worker_obj_t *w = (worker_obj_t *)self;
+    if (w->waiters > 0)
+        return ps__py_raise(PS_ERR_BAD_STATE, "closing a KVWorker while a thread waits on it");
+    worker_destroy(w);
+    Py_RETURN_NONE;
+}
+
+static void worker_dealloc(PyObject *self)
+{
+    worker_destroy((worker_obj_t *)self);
+    ps__py_free_object(self);
+}
+
+/* Per-key lengths (elements) as an int32 slice; checks they cover `bytes`
+ * of `elem`-byte elements. Without lens, checks the uniform split. */
+static int lens_get(PyObject *lens, size_t num_keys, size_t bytes, size_t elem, const char *what,
+                    ps_slice_t *slice_p)
+{
+    *slice_p = (ps_slice_t)PS_SLICE_EMPTY_INIT;
+    if (!lens || lens == Py_None) {
+        if (num_keys == 0 || bytes % (num_keys * elem) != 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s holds %zu bytes, which do not split evenly into %zu key(s) of "
+                         "%zu-byte elements (pass lens=)", what, bytes, num_keys, elem);
+            return -1;
+        }
+        return 0;
+    }
+    PyObject *seq = PySequence_Fast(lens, "lens must be a sequence of ints");
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Size(seq);
+    if (n != (Py_ssize_t)num_keys) {
+        PyErr_Format(PyExc_ValueError, "lens has %zd entries for %zu keys", n, num_keys);
+        Py_DECREF(seq);
+        return -1;
+    }
+    ps_status_t st = ps_slice_alloc((size_t)n * sizeof(int32_t), 0, slice_p);
+    if (st != PS_OK) {
+        Py_DECREF(seq);
+        ps__py_raise(st, "allocating lens");
+        return -1;
+    }
+    int32_t *out = ps_slice_ptr(slice_p);
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetItem(seq, i);
+        long v = item ? PyLong_AsLong(item) : -1;
+        Py_XDECREF(item);
+        if (PyErr_Occurred() || v < 0 || v > INT32_MAX) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "lens must be ints in 0 .. 2**31-1");
+            goto fail;
+        }
+        out[i] = (int32_t)v;
+        total += (size_t)v;
+    }
+    Py_DECREF(seq);
+    if (total * elem != bytes) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zu bytes but lens add up to %zu elements of %zu "
+                     "bytes", what, bytes, total, elem);
+        ps_slice_unref(slice_p);
+        return -1;
+    }
+    return 0;
+fail:
+    Py_DECREF(seq);
+    ps_slice_unref(slice_p);
+    return -1;
+}
+
+enum { OP_PUSH, OP_PULL, OP_PUSH_PULL };
+
+static const char *kOpWhat[] = {"push", "pull", "push_pull"};
+
+/* Builds the pairs of one buffer (keys shared, lens shared): takes the
+ * view and wraps it. */
+static int pairs_of(ps__py_view_t *view, const ps_slice_t *keys, const ps_slice_t *lens,
+                    ps_kv_pairs_t *kvs)
+{
+    memset(kvs, 0, sizeof(*kvs));
+    kvs->type = view->type;
+    ps_status_t st = ps__py_view_slice(view, &kvs->vals);
+    if (st != PS_OK) {
+        ps__py_raise(st, "wrapping a buffer");
+        return -1;
+    }
+    kvs->keys = *keys;
+    kvs->lens = *lens;
+    return 0;
+}
+
+static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject *kw)
+{
+    worker_obj_t *w = (worker_obj_t *)self;
+    static char *kwlist_push[] = {"keys", "vals", "lens", "cmd", "dtype", NULL};
+    static char *kwlist_pull[] = {"keys", "out", "lens", "cmd", "dtype", NULL};
+    static char *kwlist_pp[] = {"keys", "vals", "out", "lens", "cmd", "dtype", NULL};
+    PyObject *keys_obj, *vals_obj = NULL, *out_obj = NULL, *lens_obj = Py_None, *dtype = Py_None;
+    int cmd = 0, ok;
+    Py_ssize_t nargs = PyTuple_Size(args);
+    if (!kw && nargs == (op == OP_PUSH_PULL ? 3 : 2)) {
+        /* The common call, positional keys and buffers only: no keyword
+         * parsing (a measurable share of a small round trip). */
+        keys_obj = PyTuple_GetItem(args, 0);
+        if (op == OP_PULL) {
+            out_obj = PyTuple_GetItem(args, 1);
+        } else {
+            vals_obj = PyTuple_GetItem(args, 1);
+            out_obj = op == OP_PUSH_PULL ? PyTuple_GetItem(args, 2) : NULL;
+        }
+        ok = 1;
+    } else if (op == OP_PUSH)
+        ok = PyArg_ParseTupleAndKeywords(args, kw, "OO|OiO", kwlist_push, &keys_obj, &vals_obj,
+                                         &lens_obj, &cmd, &dtype);
+    else if (op == OP_PULL)
+        ok = PyArg_ParseTupleAndKeywords(args, kw, "OO|OiO", kwlist_pull, &keys_obj, &out_obj,
+                                         &lens_obj, &cmd, &dtype);
+    else
+        ok = PyArg_ParseTupleAndKeywords(args, kw, "OOO|OiO", kwlist_pp, &keys_obj, &vals_obj,
+                                         &out_obj, &lens_obj, &cmd, &dtype);
+    if (!ok)
+        return NULL;
+    if (!w->worker)
+        return ps__py_raise(PS_ERR_BAD_STATE, "the KVWorker is closed");
+    ps__py_sweep();
+
+    ps_slice_t keys = PS_SLICE_EMPTY_INIT, lens = PS_SLICE_EMPTY_INIT;
+    ps__py_view_t *in = NULL, *out = NULL;
+    ps_kv_pairs_t in_kvs, out_kvs;
+    int in_wrapped = 0, out_wrapped = 0;
+    size_t num_keys = 0;
+    PyObject *ret = NULL;
+    if (ps__py_keys_get(keys_obj, &keys, &num_keys) < 0)
+        return NULL;
+    if (vals_obj && ps__py_view_get(vals_obj, 0, dtype, "vals", &in) < 0)
+        goto out;
+    if (out_obj && ps__py_view_get(out_obj, 1, dtype, "out", &out) < 0)
+        goto out;
+    if (in && out) {
+        if (in->type != out->type) {
+            PyErr_Format(PyExc_ValueError, "out holds %s, vals holds %s: push_pull needs one dtype",
+                         ps__py_dtype_name(out->type), ps__py_dtype_name(in->type));
+            goto out;
+        }
+        if (out->view.len != in->view.len) {
+            PyErr_Format(PyExc_ValueError, "out holds %zd bytes, vals %zd: the destination of "
+                         "push_pull must be exactly as large", out->view.len, in->view.len);
+            goto out;
+        }
+        if (out->view.buf == in->view.buf) {
+            PyErr_SetString(PyExc_ValueError, "push_pull needs out to be another buffer than vals "
+                            "(the transport may still read vals when the answer arrives)");
+            goto out;
+        }
+    }
+    ps__py_view_t *first = in ? in : out;
+    if (lens_get(lens_obj, num_keys, (size_t)first->view.len, ps__py_dtype_size(first->type),
+                 in ? "vals" : "out", &lens) < 0)
+        goto out;
+
+    if (in) {
+        if (pairs_of(in, &keys, &lens, &in_kvs) < 0) {
+            in = NULL;
+            goto out;
+        }
+        in_wrapped = 1;
+    }
+    if (out) {
+        if (pairs_of(out, &keys, &lens, &out_kvs) < 0) {
+            out = NULL;
+            goto out;
+        }
+        out_wrapped = 1;
+    }
+
+    done_t *d = malloc(sizeof(*d));
+    if (!d) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    atomic_init(&d->refs, 2);
+    atomic_init(&d->fired, 0);
+    d->status = PS_INPROGRESS;
+    handle_obj_t *h = PyObject_New(handle_obj_t, g_handle_type);
+    if (!h) {
+        free(d);
+        goto out;
+    }
+    h->worker = self;
+    Py_INCREF(self);
+    h->result = out_obj ? out_obj : Py_None;
+    Py_INCREF(h->result);
+    h->done = d;
+    h->finished = 0;
+    h->status = PS_INPROGRESS;
+    h->what = kOpWhat[op];
+    h->ts = -1;
+
+    ps_kv_worker_t *worker = w->worker;
+    ps_status_t st;
+    int ts = -1;
+    Py_BEGIN_ALLOW_THREADS
+    if (op == OP_PUSH)
+        st = ps_kv_zpush(worker, &in_kvs, cmd, on_done, d, &ts);
+    else if (op == OP_PULL)
+        st = ps_kv_zpull(worker, &out_kvs, cmd, on_done, d, &ts);
+    else
+        st = ps_kv_zpushpull(worker, &in_kvs, &out_kvs, cmd, on_done, d, &ts);
+    Py_END_ALLOW_THREADS
+    if (st != PS_OK) {
+        /* Not accepted: the callback will not run. */
+        done_unref(d);
+        Py_DECREF(h);
+        ps__py_raise(st, kOpWhat[op]);
+        goto out;
+    }
+    h->ts = ts;
+    ret = (PyObject *)h;
+out:
+    /* The worker holds its own references now (or none: refused). */
+    if (in_wrapped)
+        ps_slice_unref(&in_kvs.vals);
+    else
+        ps__py_view_free(in);
+    if (out_wrapped)
+        ps_slice_unref(&out_kvs.vals);
+    else
+        ps__py_view_free(out);
+    ps_slice_unref(&keys);
+    ps_slice_unref(&lens);
+    ps__py_sweep();
+    return ret;
+}
+
+static PyObject *worker_push(PyObject *self, PyObject *args, PyObject *kw)
+{
+    return worker_request(self, OP_PUSH, args, kw);
+}
+
+static PyObject *worker_pull(PyObject *self, PyObject *args, PyObject *kw)
+{
+    return worker_request(self, OP_PULL, args, kw);
+}
+
+static PyObject *worker_push_pull(PyObject *self, PyObject *args, PyObject *kw)
+{
+    return worker_request(self, OP_PUSH_PULL, args, kw);
+}
+
+static PyObject *worker_stats(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    ps_kv_worker_t *worker = ps__py_worker_get(self);
+    if (!worker)
+        return NULL;
+    ps_kv_worker_stats_t s;
+    ps_kv_worker_stats(worker, &s);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "requests", (unsigned long long)s.requests,
+                         "messages", (unsigned long long)s.messages, "pull_bytes_in_place",
+                         (unsigned long long)s.pull_bytes_in_place, "pull_bytes_copied",
+                         (unsigned long long)s.pull_bytes_copied, "pull_bytes_small",
+                         (unsigned long long)s.pull_bytes_small, "lane_messages",
+                         (unsigned long long)s.lane_messages);
+}
+
+static PyObject *worker_app_id(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(((worker_obj_t *)self)->app_id);
+}
+
+static PyObject *worker_customer_id(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(((worker_obj_t *)self)->customer_id);
+}
+
+#define KW_METHOD(fn) (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS
+
+static PyMethodDef kWorkerMethods[] = {
+    {"push", KW_METHOD(worker_push),
+     "push(keys, vals, lens=None, cmd=0, dtype=None) -> Handle"},
+    {"pull", KW_METHOD(worker_pull),
+     "pull(keys, out, lens=None, cmd=0, dtype=None) -> Handle (wait() returns out)"},
+    {"push_pull", KW_METHOD(worker_push_pull),
+     "push_pull(keys, vals, out, lens=None, cmd=0, dtype=None) -> Handle"},
+    {"close", worker_close, METH_NOARGS, "Waits for outstanding requests (bounded), frees."},
+    {"stats", worker_stats, METH_NOARGS, "The worker's counters."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef kWorkerGetSet[] = {
+    {"app_id", worker_app_id, NULL, "The KV app id.", NULL},
+    {"customer_id", worker_customer_id, NULL, "The customer id.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot kWorkerSlots[] = {
+    {Py_tp_init, worker_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, worker_dealloc},
+    {Py_tp_methods, kWorkerMethods},
+    {Py_tp_getset, kWorkerGetSet},
+    {Py_tp_doc, "KVWorker(app_id=0, customer_id=0): a KV worker of the started job."},
+    {0, NULL},
+};
+
+static PyType_Spec kWorkerSpec = {
+    "ps._KVWorker", sizeof(worker_obj_t), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    kWorkerSlots,
+};
+
+int ps__py_worker_add(PyObject *module)
+{
+    g_worker_type = ps__py_add_type(module, &kWorkerSpec, "KVWorker");
+    g_handle_type = ps__py_add_type(module, &kHandleSpec, "Handle");
+    return g_worker_type && g_handle_type ? 0 : -1;
+}

@@ -1,0 +1,59 @@
+"""The Python side of bench_py_vs_c.py: a worker of a test_benchmark job
+(its scheduler and server are the C program) that does what
+test_benchmark's mode 4 does — one push-pull round trip at a time of one
+key — from Python, with a float32 numpy array, and prints the same figures
+as a JSON line (cpu_s: the process's CPU time over the rounds, user and
+system, as test_benchmark's).
+
+  bench_push_pull_worker.py LEN_BYTES ROUNDS [page|numpy]
+
+page (the default): the arrays are page-aligned (ps.empty), as
+test_benchmark's buffers; numpy: numpy's own allocations.
+"""
+import json
+import sys
+import time
+
+import numpy as np
+
+import ps
+
+
+def main():
+    nbytes, rounds = int(sys.argv[1]), int(sys.argv[2])
+    # As test_benchmark: join without the start barrier, then barrier with
+    # everyone (the server registered its handler by then).
+    ps.init(do_barrier=False)
+    ps.barrier()
+    w = ps.KVWorker(app_id=0, customer_id=0)
+    alloc = sys.argv[3] if len(sys.argv) > 3 else "page"
+    n = max(nbytes // 4, 1)
+    if alloc == "page":
+        vals, out = ps.empty(n, np.float32), ps.empty(n, np.float32)
+        vals[:], out[:] = 1.0, 0.0
+    else:
+        vals = np.ones(n, dtype=np.float32)
+        out = np.zeros_like(vals)
+    w.push(0, vals).wait()  # warm-up as test_benchmark's: the server sizes its store
+    each = [0] * rounds
+    clock = time.perf_counter_ns
+    t0, cpu0 = clock(), time.process_time()
+    for i in range(rounds):
+        t = clock()
+        w.push_pull(0, vals, out).wait()
+        each[i] = clock() - t
+    elapsed, cpu = clock() - t0, time.process_time() - cpu0
+    each.sort()
+    assert np.array_equal(out, vals)
+    print(json.dumps({"bench": "python_push_pull", "len": vals.nbytes, "rounds": rounds,
+                      "gbps": 8.0 * vals.nbytes * rounds / elapsed,
+                      "lat_us_mean": elapsed / rounds / 1000.0, "van": ps.van_name(),
+                      "alloc": alloc, "addr_mod_4096": vals.ctypes.data % 4096, "cpu_s": cpu, "lat_us_p50": each[rounds // 2] / 1000.0}),
+          flush=True)
+    w.close()
+    ps.barrier()
+    ps.finalize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""One process of the KV jobs of test_kv.py: DMLC_ROLE says which.
+
+  kv_node.py MODE      MODE: dtypes | zerocopy | errors | gil
+
+The servers run a Python KVServer whose handler keeps each key's last
+pushed value (a copy) and answers pulls with it; it checks that a value of
+key 100+i arrives as ps.DTYPES[i], sleeps before answering keys
+SLOW_KEY..SLOW_KEY+9 and
+raises KeyError for a key never pushed. A worker runs MODE's checks, prints
+"PASS worker MODE" and leaves; any failed check raises (exit 1).
+"""
+import sys
+import threading
+import time
+
+import numpy as np
+
+import ps
+
+SLOW_KEY = 900
+SLOW_S = 1.5
+DTYPE_KEY = 100
+NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
+      "bfloat16": np.uint16, "int8": np.int8, "int16": np.int16, "int32": np.int32,
+      "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32,
+      "uint64": np.uint64, "char": np.uint8}
+
+
+def serve():
+    store = {}
+
+    def handler(req):
+        keys = req.keys
+        if req.push:
+            vals = np.frombuffer(req.vals, dtype=NP[req.dtype]).copy()
+            for k in keys:
+                if DTYPE_KEY <= k < DTYPE_KEY + len(ps.DTYPES):
+                    want = ps.DTYPES[k - DTYPE_KEY]
+                    if req.dtype != want:
+                        raise ValueError("key %d arrived as %s, pushed as %s" % (k, req.dtype, want))
+            lens = req.lens or [len(vals) // len(keys)] * len(keys)
+            off = 0
+            for k, n in zip(keys, lens):
+                store[k] = (req.dtype, vals[off:off + n])
+                off += n
+        if req.pull:
+            if any(SLOW_KEY <= k < SLOW_KEY + 10 for k in keys):
+                time.sleep(SLOW_S)
+            parts = [store[k] for k in keys]  # KeyError for a key never pushed
+            req.respond(np.concatenate([p[1] for p in parts]), [len(p[1]) for p in parts],
+                        parts[0][0])
+
+    server = ps.KVServer(handler)
+    # KV app 1 of the same process: the summation server, answered on the
+    # van's thread while the Python handler of app 0 may be sleeping.
+    ps.SumServer(app_id=1)
+    ps.wait_job_end(timeout=120)
+    print("server handled %d requests, %d handler errors" % (server.handled, server.errors))
+
+
+def sample(dtype, n, seed):
+    rng = np.random.default_rng(seed)
+    if dtype in ("float32", "float64", "float16"):
+        return rng.standard_normal(n).astype(NP[dtype])
+    info = np.iinfo(NP[dtype])
+    return rng.integers(info.min, info.max, size=n, dtype=NP[dtype], endpoint=True)
+
+
+def check_dtypes(w):
+    base = 1000 * (ps.rank() + 1)
+    for i, dtype in enumerate(ps.DTYPES):
+        key = DTYPE_KEY + i
+        a = sample(dtype, 1000 + i, seed=i)
+        if ps.rank() == 0:  # one writer per key; the others read after a barrier
+            w.push(key, a, dtype=dtype).wait(timeout=30)
+        ps.barrier("workers")
+        out = np.empty_like(a)
+        got = w.pull(key, out, dtype=dtype).wait(timeout=30)
+        assert got is out, "pull's wait() returns the destination itself"
+        assert np.array_equal(out, a), "round trip of %s changed the values" % dtype
+        # Several keys in one request, with per-key lengths.
+        b = sample(dtype, 30, seed=100 + i)
+        keys = [base + 10 * i + j for j in range(3)]
+        lens = [5, 15, 10]
+        w.push(keys, b, lens=lens, dtype=dtype).wait(timeout=30)
+        out = np.zeros_like(b)
+        w.pull(keys, out, lens=lens, dtype=dtype).wait(timeout=30)
+        assert np.array_equal(out, b), "multi-key round trip of %s" % dtype
+        # push_pull answers with the value just pushed.
+        c = sample(dtype, 64, seed=200 + i)
+        out = np.zeros_like(c)
+        w.push_pull(base + 500 + i, c, out, dtype=dtype).wait(timeout=30)
+        assert np.array_equal(out, c), "push_pull of %s" % dtype
+        print("dtype %s ok" % dtype)
+    # bytes and memoryview, raw.
+    w.push(base + 900, b"hello, ps!!!").wait(timeout=30)
+    dst = bytearray(12)
+    w.pull(base + 900, memoryview(dst)).wait(timeout=30)
+    assert bytes(dst) == b"hello, ps!!!", dst
+    print("bytes ok")
+    # torch CPU tensors, when torch is installed.
+    try:
+        import torch
+    except ImportError:
+        print("torch not installed: tensor round trip not run")
+        return
+    for j, dt in enumerate((torch.float32, torch.bfloat16, torch.int64, torch.float64)):
+        t = (torch.arange(257, dtype=torch.float64) * 1.5 - 100).to(dt)
+        w.push(base + 950 + j, t).wait(timeout=30)
+        out = torch.zeros_like(t)
+        got = w.pull(base + 950 + j, out).wait(timeout=30)
+        assert got is out and torch.equal(out, t), "torch %s round trip" % dt
+    print("torch tensors ok")
+
+
+def check_zerocopy(w):
+    key = 2000 + ps.rank()
+    a = np.arange(1 << 16, dtype=np.float32)
+    w.push(key, a).wait(timeout=30)
+    a[:] = -1.0  # a local change: the server must not see it
+    out = np.zeros_like(a)
+    addr = out.ctypes.data
+    before = w.stats()
+    got = w.pull(key, out).wait(timeout=30)
+    after = w.stats()
+    assert got is out and out.ctypes.data == addr
+    assert np.array_equal(out, np.arange(1 << 16, dtype=np.float32)), \
+        "the server saw a change made outside ps"
+    landed = sum(after[k] - before[k] for k in
+                 ("pull_bytes_in_place", "pull_bytes_copied", "pull_bytes_small"))
+    assert landed == out.nbytes, "ps wrote %d bytes into the destination, expected %d" % (
+        landed, out.nbytes)
+    print("pull landed in place: %d bytes, copied once on arrival: %d" % (
+        after["pull_bytes_in_place"] - before["pull_bytes_in_place"],
+        after["pull_bytes_copied"] - before["pull_bytes_copied"]))
+    w.push(key, a).wait(timeout=30)  # now through ps
+    w.pull(key, out).wait(timeout=30)
+    assert np.all(out == -1.0), "the change pushed through ps did not arrive"
+    # A buffer given to ps stays alive while the request runs, even when the
+    # caller drops it.
+    b = np.full(1 << 16, 7, dtype=np.int32)
+    h = w.push(key + 10, b)
+    del b
+    h.wait(timeout=30)
+    out = np.zeros(1 << 16, dtype=np.int32)
+    w.pull(key + 10, out).wait(timeout=30)
+    assert np.all(out == 7)
+    print("zero-copy ok")
+
+
+def expect(exc_type, words, fn):
+    try:
+        fn()
+    except exc_type as exc:
+        assert words in str(exc), "%r lacks %r" % (str(exc), words)
+        print("raised %s: %s" % (type(exc).__name__, exc))
+        return exc
+    raise AssertionError("expected %s (%s)" % (exc_type.__name__, words))
+
+
+def check_errors(w):
+    key = 3000 + 100 * ps.rank()
+    a = np.ones(64, dtype=np.float32)
+    expect(ValueError, "dtype", lambda: w.push_pull(key, a, np.zeros(64, np.float64)))
+    expect(ValueError, "C-contiguous", lambda: w.push(key, np.ones(128, np.float32)[::2]))
+    expect(ValueError, "exactly as large", lambda: w.push_pull(key, a, np.zeros(32, np.float32)))
+    expect(ValueError, "read-only", lambda: w.pull(key, b"\0" * 256))
+    expect(ValueError, "lens", lambda: w.push([key, key + 1], a, lens=[10, 10]))
+    expect(ValueError, "sorted", lambda: w.push([key + 1, key], a))
+    expect(ValueError, "format", lambda: w.push(key, np.ones(8, dtype=bool)))
+    expect(ValueError, "split evenly", lambda: w.push([key, key + 1, key + 2], a))
+    expect(TypeError, "buffer protocol", lambda: w.push(key, [1.0, 2.0]))
+    # A key never pushed: the server's handler raises, the pull fails.
+    exc = expect(ps.NotFound, "pull", lambda: w.pull(key + 55, np.zeros(4, np.float32)).wait(30))
+    assert isinstance(exc, ps.CallError) and isinstance(exc, ps.Error)
+    assert exc.name == "PS_ERR_NOT_FOUND" and exc.status == -3, (exc.name, exc.status)
+    # The server lives on.
+    w.push(key, a).wait(timeout=30)
+    out = np.zeros_like(a)
+    w.pull(key, out).wait(timeout=30)
+    assert np.array_equal(out, a), "the server stopped answering after a handler error"
+    # A wait that times out leaves the request running.
+    w.push(SLOW_KEY + ps.rank(), a).wait(timeout=30)
+    h = w.pull(SLOW_KEY + ps.rank(), np.zeros_like(a))
+    exc = expect(ps.TimedOut, "pull", lambda: h.wait(timeout=0.2))
+    assert isinstance(exc, ps.TimeError)
+    h.wait(timeout=30)
+    print("errors ok")
+
+
+def check_gil(w):
+    a = np.ones(16, dtype=np.float32)
+    w.push(SLOW_KEY, a).wait(timeout=30)
+    ps.barrier("workers")
+    count = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.05)
+    h = w.pull(SLOW_KEY, np.zeros_like(a))
+    c0 = count[0]
+    t0 = time.monotonic()
+    h.wait(timeout=30)
+    waited = time.monotonic() - t0
+    c1 = count[0]
+    stop.set()
+    t.join()
+    # While this thread waited (the server sleeps SLOW_S s), the other one
+    # ran: a wait holding the GIL would leave it at most one switch.
+    assert waited > SLOW_S / 2, "the slow pull returned after %.3f s" % waited
+    assert c1 - c0 > 10000, "another thread made %d steps during a %.2f s wait" % (c1 - c0, waited)
+    print("gil ok: %d steps in %.2f s of wait" % (c1 - c0, waited))
+    # A slow Python handler does not hold up the server's van: while it
+    # sleeps on a pull, the same server process answers app 1 (its
+    # summation server) at once.
+    sums = ps.KVWorker(app_id=1)
+    h = w.pull(SLOW_KEY, np.zeros_like(a))
+    time.sleep(0.1)  # the handler is asleep now
+    t0 = time.monotonic()
+    got = sums.push_pull(7, np.arange(8, dtype=np.float32), np.zeros(8, np.float32)).wait(10)
+    took = time.monotonic() - t0
+    assert np.array_equal(got, np.arange(8, dtype=np.float32)), got
+    assert not h.done() and took < SLOW_S / 3, \
+        "app 1 answered after %.3f s while app 0's handler slept" % took
+    h.wait(timeout=30)
+    print("van not held up by the handler: app 1 answered in %.4f s" % took)
+
+
+def main():
+    mode = sys.argv[1]
+    ps.init()
+    if ps.is_scheduler():
+        ps.wait_job_end(timeout=120)
+        return
+    if ps.is_server():
+        serve()
+        return
+    w = ps.KVWorker()
+    {"dtypes": check_dtypes, "zerocopy": check_zerocopy, "errors": check_errors,
+     "gil": check_gil}[mode](w)
+    print("PASS worker %s" % mode)
+    ps.finalize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs pytest suites of the Python package with Debian's interpreter, the
+# package taken from the runfiles (the extension module next to its Python
+# files): run_pytest.sh MODULE... [-- PYTHON_MODULE_NEEDED...]
+# A missing interpreter or module (python3-numpy, python3-pytest,
+# python3-torch) makes the test SKIPPED, never a silent pass.
+set -uo pipefail
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
+
+python=${PS_PYTHON:-/usr/bin/python3}
+tests=()
+needs=(numpy pytest)
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do tests+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+needs+=("$@")
+
+[ -x "$python" ] || job_skip "no $python (python3)"
+for m in "${needs[@]}"; do
+  "$python" -c "import $m" 2>/dev/null || job_skip "$python lacks module $m (tools/install_deps.sh installs it)"
+done
+
+root="$TEST_SRCDIR/$TEST_WORKSPACE"
+export PYTHONPATH="$root/ps/python:$root/tests/python"
+export PYTHONDONTWRITEBYTECODE=1
+cd "$root/tests/python" || exit 1
+exec "$python" -m pytest -v -p no:cacheprovider "${tests[@]}"

@@ -1,0 +1,45 @@
+"""ps.KVWorker against a Python ps.KVServer, in jobs of separate processes."""
+import pytest
+
+import pyjob
+
+
+def run(mode, van="tcp", workers=2, servers=1):
+    job = pyjob.run(pyjob.node_cmd("kv_node.py", mode), workers, servers, van=van, deadline_s=90)
+    job.check()
+    for rank in range(workers):
+        assert "PASS worker %s" % mode in job.output("worker", rank)
+    return job
+
+
+@pytest.mark.parametrize("van", ["tcp", "shm"])
+def test_every_dtype_round_trips(van):
+    job = run("dtypes", van, servers=2)
+    for dtype in ("float32", "bfloat16", "uint64", "char"):
+        assert "dtype %s ok" % dtype in job.output("worker", 0)
+
+
+@pytest.mark.parametrize("van", ["tcp", "shm"])
+def test_zero_copy(van):
+    run("zerocopy", van)
+
+
+def test_errors_and_handler_exception():
+    job = run("errors")
+    server = job.output("server")
+    # The handler's KeyError was reported (twice: a pull of each worker),
+    # and the server went on and left cleanly.
+    assert "the handler failed on a pull request" in server and "KeyError" in server
+    assert "2 handler errors" in server, server
+
+
+def test_gil_released_and_van_not_held_by_handler():
+    job = run("gil", workers=1)
+    assert "van not held up by the handler" in job.output("worker", 0)
+
+
+def test_init_from_keywords():
+    cmd = pyjob.node_cmd("init_node.py")
+    job = pyjob.run(cmd, 1, 1, deadline_s=60, scheduler_cmd=cmd)
+    job.check()
+    assert "PASS worker" in job.output("worker", 0)
