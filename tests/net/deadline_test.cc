@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -287,7 +288,11 @@ TEST(Deadline, BusyWaitersRacingFinalize)
         ps_customer_t *sc, *wc;
         ASSERT_EQ(PS_OK, ps_customer_create(job.po[1], 0, 0, echo_recv, &echo, &sc));
         ASSERT_EQ(PS_OK, ps_customer_create(job.po[2], 0, 0, count_recv, nullptr, &wc));
-        std::atomic<bool> finalizing{false};
+        ps_postoffice_t *worker = job.po[2];
+        // Sends stop before finalize (the postoffice goes with it); waits
+        // go on across it.
+        std::mutex send_mu;
+        bool finalizing = false;
         std::atomic<int> answered{0};
         std::vector<std::thread> waiters;
         for (int w = 0; w < 3; w++) {
@@ -296,14 +301,22 @@ TEST(Deadline, BusyWaitersRacingFinalize)
                 for (;;) {
                     int ts;
                     if (ps_customer_new_request(wc, 1, &server, 1, &ts) != PS_OK)
-                        return;
-                    if (send_byte(job.po[2], 8, 0, 0, ts, true) != PS_OK && finalizing)
-                        return;
+                        return; // closed
+                    {
+                        std::lock_guard<std::mutex> g(send_mu);
+                        // Once finalizing, the request is never answered:
+                        // its wait ends when finalize fails it.
+                        if (!finalizing) {
+                            EXPECT_EQ(PS_OK, send_byte(worker, 8, 0, 0, ts, true));
+                        }
+                    }
                     ps_status_t st;
                     while ((st = ps_customer_wait(wc, ts, 1)) == PS_ERR_TIMED_OUT) {
                     }
-                    if (st != PS_OK)
+                    if (st != PS_OK) {
+                        EXPECT_EQ(PS_ERR_SHUTDOWN, st);
                         return;
+                    }
                     answered++;
                 }
             });
@@ -312,8 +325,10 @@ TEST(Deadline, BusyWaitersRacingFinalize)
         while (answered.load() < 50 && Clock::now() < until)
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         EXPECT_GE(answered.load(), 50);
-        finalizing = true;
-        ps_postoffice_t *worker = job.po[2];
+        {
+            std::lock_guard<std::mutex> g(send_mu);
+            finalizing = true;
+        }
         job.po[2] = nullptr;
         EXPECT_EQ(PS_OK, ps_postoffice_finalize(worker, 0));
         for (auto &t : waiters)
