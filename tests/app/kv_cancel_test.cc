@@ -18,7 +18,7 @@ extern "C" {
 #include "ps/app/kv.h"
 #include "ps/base/buffer.h"
 #include "ps/net/postoffice.h"
-#include "tests/lib/free_port.h"
+#include "tests/lib/small_job.h"
 }
 
 namespace {
@@ -26,44 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kBytes = 1 << 20; // a full message (not the small lane): received in place
 constexpr uint8_t kPoison = 0xA5;
-
-// One scheduler, one server, one worker on `van`, in this process.
-struct Job {
-    ps_postoffice_t *po[3] = {nullptr, nullptr, nullptr};
-    ps_status_t st[3] = {PS_INPROGRESS, PS_INPROGRESS, PS_INPROGRESS};
-
-    explicit Job(const std::string &van)
-    {
-        int port = test_free_port(0);
-        std::vector<std::thread> threads;
-        for (int i = 0; i < 3; i++) {
-            ps_start_params_t p;
-            ps_start_params_init(&p);
-            p.role = i == 0 ? PS_ROLE_SCHEDULER : (i == 1 ? PS_ROLE_SERVER : PS_ROLE_WORKER);
-            snprintf(p.scheduler_host, sizeof(p.scheduler_host), "127.0.0.1");
-            snprintf(p.node_host, sizeof(p.node_host), "127.0.0.1");
-            snprintf(p.van, sizeof(p.van), "%s", van.c_str());
-            p.scheduler_port = port;
-            p.num_servers = 1;
-            p.num_workers = 1;
-            p.start_timeout_ms = 15000;
-            p.finalize_timeout_ms = 15000;
-            threads.emplace_back([this, i, p] { st[i] = ps_postoffice_start(&p, 1, &po[i]); });
-        }
-        for (auto &t : threads)
-            t.join();
-    }
-    bool ok() const { return st[0] == PS_OK && st[1] == PS_OK && st[2] == PS_OK; }
-    ~Job()
-    {
-        std::vector<std::thread> threads;
-        for (auto *p : po)
-            if (p != nullptr)
-                threads.emplace_back([p] { (void)ps_postoffice_finalize(p, 1); });
-        for (auto &t : threads)
-            t.join();
-    }
-};
 
 // A server that answers each pull when the test says so, with every value
 // byte equal to the request's timestamp's low byte plus one.
@@ -121,7 +83,29 @@ bool all_bytes(const std::vector<uint8_t> &b, uint8_t v)
     return true;
 }
 
-class KvCancel : public ::testing::TestWithParam<std::string> {};
+// A job on the van of the parameter, with a stalling server and a worker.
+class KvCancel : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override
+    {
+        small_job_opts_t o = {GetParam().c_str(), 0, 0};
+        ASSERT_EQ(PS_OK, small_job_start(&o, po_));
+        ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 0, Stalling::Handle,
+                                             &server_, &srv_));
+        ASSERT_EQ(PS_OK, ps_kv_worker_create(po_[SMALL_JOB_WORKER], 0, 0, &w_));
+    }
+    void TearDown() override
+    {
+        ps_kv_worker_destroy(w_);
+        ps_kv_server_destroy(srv_);
+        small_job_finalize(po_, 1);
+    }
+
+    ps_postoffice_t *po_[SMALL_JOB_NODES] = {nullptr, nullptr, nullptr};
+    Stalling server_;
+    ps_kv_server_t *srv_ = nullptr;
+    ps_kv_worker_t *w_ = nullptr;
+};
 
 } // namespace
 
@@ -130,13 +114,8 @@ class KvCancel : public ::testing::TestWithParam<std::string> {};
 // following pull is answered in full).
 TEST_P(KvCancel, ALateAnswerDoesNotTouchTheBuffer)
 {
-    Job job(GetParam());
-    ASSERT_TRUE(job.ok());
-    Stalling server;
-    ps_kv_server_t *srv;
-    ps_kv_worker_t *w;
-    ASSERT_EQ(PS_OK, ps_kv_server_create(job.po[1], 0, Stalling::Handle, &server, &srv));
-    ASSERT_EQ(PS_OK, ps_kv_worker_create(job.po[2], 0, 0, &w));
+    ps_kv_worker_t *w = w_;
+    Stalling &server = server_;
 
     std::vector<uint8_t> buf(kBytes, kPoison);
     ps_key_t key = 5;
@@ -164,22 +143,14 @@ TEST_P(KvCancel, ALateAnswerDoesNotTouchTheBuffer)
     ps_kv_worker_stats_t stats;
     ps_kv_worker_stats(w, &stats);
     EXPECT_EQ(kBytes, stats.pull_bytes_in_place); // the van wrote into the destination
-
-    ps_kv_worker_destroy(w);
-    ps_kv_server_destroy(srv);
 }
 
 // Answers racing the cancel: whatever landed before cancel returned may be
 // there, nothing changes after it.
 TEST_P(KvCancel, NothingChangesAfterCancelReturned)
 {
-    Job job(GetParam());
-    ASSERT_TRUE(job.ok());
-    Stalling server;
-    ps_kv_server_t *srv;
-    ps_kv_worker_t *w;
-    ASSERT_EQ(PS_OK, ps_kv_server_create(job.po[1], 0, Stalling::Handle, &server, &srv));
-    ASSERT_EQ(PS_OK, ps_kv_worker_create(job.po[2], 0, 0, &w));
+    ps_kv_worker_t *w = w_;
+    Stalling &server = server_;
     std::mt19937 rng(7);
     ps_key_t key = 9;
     int changed = 0, cancelled = 0;
@@ -210,10 +181,7 @@ TEST_P(KvCancel, NothingChangesAfterCancelReturned)
             << "round " << round;
     }
     EXPECT_EQ(0, changed) << "of " << cancelled << " cancelled pulls";
-    EXPECT_GT(cancelled, 0);
-    ps_kv_worker_destroy(w);
-    ps_kv_server_destroy(srv);
-}
+    EXPECT_GT(cancelled, 0);}
 
 INSTANTIATE_TEST_SUITE_P(Vans, KvCancel, ::testing::Values("tcp", "shm"),
                          [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });

@@ -17,67 +17,36 @@ extern "C" {
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
-#include "tests/lib/free_port.h"
+#include "tests/lib/po_send.h"
+#include "tests/lib/small_job.h"
 }
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One job on tcp: index 0 the scheduler, 1 the server, 2 the worker.
+// Scheduler, server (node 8) and worker on tcp in this process.
 struct Job {
-    ps_postoffice_t *po[3] = {nullptr, nullptr, nullptr};
-    ps_status_t st[3] = {PS_INPROGRESS, PS_INPROGRESS, PS_INPROGRESS};
+    ps_postoffice_t *po[SMALL_JOB_NODES] = {nullptr, nullptr, nullptr};
+    ps_status_t st;
 
-    explicit Job(bool busy_poll, int worker_finalize_ms = 15000)
+    explicit Job(bool busy_poll, int worker_finalize_ms = 0)
     {
-        int port = test_free_port(0);
-        std::vector<std::thread> threads;
-        for (int i = 0; i < 3; i++) {
-            ps_start_params_t p;
-            ps_start_params_init(&p);
-            p.role = i == 0 ? PS_ROLE_SCHEDULER : (i == 1 ? PS_ROLE_SERVER : PS_ROLE_WORKER);
-            snprintf(p.scheduler_host, sizeof(p.scheduler_host), "127.0.0.1");
-            snprintf(p.node_host, sizeof(p.node_host), "127.0.0.1");
-            snprintf(p.van, sizeof(p.van), "tcp");
-            p.scheduler_port = port;
-            p.num_servers = 1;
-            p.num_workers = 1;
-            p.start_timeout_ms = 15000;
-            p.finalize_timeout_ms = i == 2 ? worker_finalize_ms : 15000;
-            p.busy_poll = busy_poll && i == 2;
-            threads.emplace_back([this, i, p] { st[i] = ps_postoffice_start(&p, 1, &po[i]); });
-        }
-        for (auto &t : threads)
-            t.join();
+        small_job_opts_t o = {"tcp", busy_poll ? 1 : 0, worker_finalize_ms};
+        st = small_job_start(&o, po);
     }
-    bool ok() const { return st[0] == PS_OK && st[1] == PS_OK && st[2] == PS_OK; }
+    bool ok() const { return st == PS_OK; }
     // Every node still up leaves without a barrier.
-    void finalize()
-    {
-        for (auto *&p : po) {
-            if (p != nullptr)
-                (void)ps_postoffice_finalize(p, 0);
-            p = nullptr;
-        }
-    }
+    void finalize() { small_job_finalize(po, 0); }
 };
 
-ps_status_t send_byte(ps_postoffice_t *po, int to, int app, int cust, int ts, bool request)
+// A request of one byte to customer (app, cust) of node `to`.
+ps_status_t send_byte(ps_postoffice_t *po, int to, int app, int cust, int ts)
 {
-    ps_msg_t msg;
-    ps_msg_init(&msg);
-    msg.meta.recver = to;
-    msg.meta.app_id = app;
-    msg.meta.customer_id = cust;
-    msg.meta.timestamp = ts;
-    msg.meta.request = request;
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
     EXPECT_EQ(PS_OK, ps_slice_alloc(1, 0, &s));
     *static_cast<uint8_t *>(ps_slice_ptr(&s)) = 7;
-    ps_msg_add_data(&msg, &s, PS_DATA_UINT8);
-    ps_status_t st = ps_postoffice_send(po, &msg);
-    ps_msg_release(&msg);
+    ps_status_t st = po_send_request(po, to, app, cust, ts, 0, false, &s, PS_DATA_UINT8);
     ps_slice_unref(&s);
     return st;
 }
@@ -135,7 +104,7 @@ TEST(Deadline, CustomerDestroyTimesOutWhileItsHandlerRuns)
     ASSERT_EQ(PS_OK, ps_customer_create(job.po[2], 3, 0, count_recv, nullptr, &wc));
     int server = 8, ts;
     ASSERT_EQ(PS_OK, ps_customer_new_request(wc, 1, &server, 1, &ts));
-    ASSERT_EQ(PS_OK, send_byte(job.po[2], 8, 3, 0, ts, true));
+    ASSERT_EQ(PS_OK, send_byte(job.po[2], 8, 3, 0, ts));
     ASSERT_TRUE(gate.wait_entered());
 
     auto t0 = Clock::now();
@@ -223,8 +192,7 @@ void echo_recv(void *arg, ps_customer_t *, const ps_msg_t *msg)
 {
     auto *e = static_cast<Echo *>(arg);
     if (msg->meta.request)
-        (void)send_byte(e->po, msg->meta.sender, msg->meta.app_id, msg->meta.customer_id,
-                        msg->meta.timestamp, false);
+        (void)po_send_reply(e->po, msg, nullptr, PS_DATA_UINT8);
 }
 
 } // namespace
@@ -239,6 +207,7 @@ TEST(Deadline, FinalizeLeavesTheVanToAWaiterStuckInItsLoop)
     ASSERT_EQ(PS_OK, ps_customer_create(job.po[1], 0, 0, echo_recv, &echo, &sc));
     ASSERT_EQ(PS_OK, ps_customer_create(job.po[2], 0, 0, driver_recv, &d, &wc));
     std::atomic<int> last{PS_OK};
+    ps_postoffice_t *worker = job.po[2];
     std::thread waiter([&] {
         d.waiter = std::this_thread::get_id();
         int server = 8;
@@ -248,7 +217,7 @@ TEST(Deadline, FinalizeLeavesTheVanToAWaiterStuckInItsLoop)
             int ts;
             if (ps_customer_new_request(wc, 1, &server, 1, &ts) != PS_OK)
                 break;
-            if (send_byte(job.po[2], 8, 0, 0, ts, true) != PS_OK)
+            if (send_byte(worker, 8, 0, 0, ts) != PS_OK)
                 break;
             ps_status_t st;
             while ((st = ps_customer_wait(wc, ts, 2)) == PS_ERR_TIMED_OUT && !d.gate.entered &&
@@ -259,7 +228,6 @@ TEST(Deadline, FinalizeLeavesTheVanToAWaiterStuckInItsLoop)
     });
     ASSERT_TRUE(d.gate.wait_entered()) << d.answers.load() << " answers, none on the waiter";
 
-    ps_postoffice_t *worker = job.po[2];
     job.po[2] = nullptr;
     auto t0 = Clock::now();
     EXPECT_EQ(PS_ERR_TIMED_OUT, ps_postoffice_finalize(worker, 0));
@@ -307,7 +275,7 @@ TEST(Deadline, BusyWaitersRacingFinalize)
                         // Once finalizing, the request is never answered:
                         // its wait ends when finalize fails it.
                         if (!finalizing) {
-                            EXPECT_EQ(PS_OK, send_byte(worker, 8, 0, 0, ts, true));
+                            EXPECT_EQ(PS_OK, send_byte(worker, 8, 0, 0, ts));
                         }
                     }
                     ps_status_t st;
