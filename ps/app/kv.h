@@ -173,6 +173,9 @@ typedef void (*ps_kv_handler_func_t)(void *arg, const ps_kv_meta_t *meta,
 ps_status_t ps_kv_server_create(ps_postoffice_t *po, int app_id,
                                 ps_kv_handler_func_t handler, void *arg,
                                 ps_kv_server_t **server_p);
+/* Waits up to the postoffice's finalize_timeout_ms for a handler call in
+ * progress; when one still runs then, logs an error and leaves the server
+ * allocated (never freed under it). */
 void ps_kv_server_destroy(ps_kv_server_t *server);
 
 /* Answers a request: `res` NULL (or no keys) for a push acknowledgement;
