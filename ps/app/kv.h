@@ -26,6 +26,11 @@
  * On success it runs before ps_kv_wait() returns; on failure (peer gone,
  * protocol error, shut down) it may run just after. A request whose wait
  * timed out stays outstanding and may still complete later.
+ *
+ * A pull's destination: after its wait returned PS_OK nothing writes into
+ * it any more. After a timed-out or failed wait a response may still be
+ * landing in it (a van receiving in place, PS_CAP_RECV_INTO_DEST): call
+ * ps_kv_cancel() and reuse or free the buffer only once it returned PS_OK.
  */
 #ifndef PS_APP_KV_H_
 #define PS_APP_KV_H_
@@ -70,6 +75,11 @@ ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id
  * the rest with PS_ERR_SHUTDOWN (callbacks run), then frees. Also valid
  * after ps_postoffice_finalize(). Not while a thread waits in ps_kv_wait. */
 void ps_kv_worker_destroy(ps_kv_worker_t *worker);
+/* The same, waiting up to timeout_ms (< 0: PS_REQUEST_TIMEOUT_MS) in all:
+ * PS_OK (freed), or PS_ERR_TIMED_OUT when a handler of the worker still
+ * runs or a van still holds a failed pull's destination then; the worker
+ * is left allocated (and logged) rather than freed under them. */
+ps_status_t ps_kv_worker_destroy_timed(ps_kv_worker_t *worker, int timeout_ms);
 
 /* Pull responses land straight in the destination when the van can
  * (PS_CAP_RECV_INTO_DEST) — the default, enable 1. With 0 the van receives
@@ -111,6 +121,15 @@ ps_status_t ps_kv_zpushpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
 /* Blocks until request ts completed; timeout_ms < 0 = PS_REQUEST_TIMEOUT_MS.
  * Returns PS_OK or why not (timed out, peer gone, shut down, ...). */
 ps_status_t ps_kv_wait(ps_kv_worker_t *worker, int ts, int timeout_ms);
+
+/* Gives request ts up: if it is still outstanding it completes with
+ * PS_ERR_CANCELLED (its callback runs), so no response is taken from now
+ * on; then waits up to timeout_ms (< 0: PS_REQUEST_TIMEOUT_MS) until no
+ * van or response still holds its pull destination. PS_OK: the
+ * destination is the caller's again (also for a request that completed,
+ * however). PS_ERR_TIMED_OUT: something may still write into it; call
+ * again before freeing it. PS_ERR_INVALID_ARG for a bad worker or ts. */
+ps_status_t ps_kv_cancel(ps_kv_worker_t *worker, int ts, int timeout_ms);
 
 /* Counters of a worker since its creation (for benchmarks and tests). */
 typedef struct ps_kv_worker_stats {
@@ -154,6 +173,9 @@ typedef void (*ps_kv_handler_func_t)(void *arg, const ps_kv_meta_t *meta,
 ps_status_t ps_kv_server_create(ps_postoffice_t *po, int app_id,
                                 ps_kv_handler_func_t handler, void *arg,
                                 ps_kv_server_t **server_p);
+/* Waits up to the postoffice's finalize_timeout_ms for a handler call in
+ * progress; when one still runs then, logs an error and leaves the server
+ * allocated (never freed under it). */
 void ps_kv_server_destroy(ps_kv_server_t *server);
 
 /* Answers a request: `res` NULL (or no keys) for a push acknowledgement;

@@ -168,7 +168,12 @@ void ps_kv_server_destroy(ps_kv_server_t *server)
 {
     if (!server)
         return;
-    ps_customer_destroy(server->customer);
+    if (ps_customer_destroy_timed(server->customer, -1) != PS_OK) {
+        /* The handler still runs with this server: it stays. */
+        ps_error(PS_LOG_APP, "kv server app %d: its handler still runs; leaving the server "
+                 "allocated", server->app_id);
+        return;
+    }
     ps_buf_unref(atomic_exchange(&server->lane_spare, NULL));
     free(server);
 }

@@ -42,10 +42,22 @@ typedef struct {
     ps_slice_t keys;  /* its keys, to check the response against */
     ps_slice_t lens;  /* expected per-key lengths of a pull (empty: uniform) */
     ps_slice_t dest;  /* pull: where its values go */
+    /* Receive in place: the van writes into `dest` through `proxy`, a
+     * buffer over the same memory whose release says the van let go.
+     * `lent` keeps dest's buffer (and its registrations) meanwhile. */
+    struct kv_req *req;
+    atomic_int lending;
+    ps_slice_t lent;
+    ps_buf_t proxy;
 } kv_part_t;
 
 typedef struct kv_req {
     atomic_int refs;
+    /* Holders of a destination outside the request: responses copying
+     * into it, vans receiving into it. None once the request completed
+     * and this is 0: its destinations are nobody's then (ps_kv_cancel). */
+    atomic_int holders;
+    struct ps_kv_worker *w;
     atomic_int fired;     /* the completion callback ran */
     int pull;
     size_t elem_size;
@@ -93,7 +105,17 @@ struct ps_kv_worker {
     atomic_size_t outstanding;
     atomic_int idle_waiters;
     ps_mutex_t lock;
-    ps_cond_t idle;
+    ps_cond_t idle; /* also: a request's last holder let go */
+
+    /* Under `lock`: failed pulls whose destination a holder still had
+     * when they failed, each referenced, for ps_kv_cancel to find by ts
+     * (their tracker forgot them). Entries whose holders are gone are
+     * pruned as new ones come. */
+    struct kv_draining {
+        int ts;
+        kv_req_t *r;
+    } *draining;
+    size_t num_draining, draining_cap;
 };
 
 size_t ps_kv_pairs_num_keys(const ps_kv_pairs_t *kvs)
@@ -180,15 +202,77 @@ static void outstanding_drop(ps_kv_worker_t *w)
     }
 }
 
+/* A holder of one of r's destinations let go: wakes the cancels (and
+ * destroy) that wait on `idle` for it (see outstanding_drop). */
+static void holder_drop(ps_kv_worker_t *w, kv_req_t *r)
+{
+    if (atomic_fetch_sub(&r->holders, 1) == 1 && atomic_load(&w->idle_waiters) > 0) {
+        ps_mutex_lock(&w->lock);
+        ps_cond_broadcast(&w->idle);
+        ps_mutex_unlock(&w->lock);
+    }
+}
+
+/* Drops the entries of requests nobody holds any more (lock held); the
+ * references go to *free_p (a caller-provided list, released after the
+ * lock) — at most `cap` of them. */
+static size_t draining_prune(ps_kv_worker_t *w, kv_req_t **free_p, size_t cap)
+{
+    size_t n = 0, j = 0;
+    for (size_t i = 0; i < w->num_draining; i++) {
+        if (n < cap && atomic_load(&w->draining[i].r->holders) == 0)
+            free_p[n++] = w->draining[i].r;
+        else
+            w->draining[j++] = w->draining[i];
+    }
+    w->num_draining = j;
+    return n;
+}
+
+#define KV_PRUNE_BATCH 8
+
+/* A failed pull whose destination is still held: kept for ps_kv_cancel. */
+static void draining_add(ps_kv_worker_t *w, int ts, kv_req_t *r)
+{
+    kv_req_t *done[KV_PRUNE_BATCH];
+    atomic_fetch_add(&r->refs, 1);
+    ps_mutex_lock(&w->lock);
+    size_t n = draining_prune(w, done, KV_PRUNE_BATCH);
+    if (w->num_draining == w->draining_cap) {
+        size_t cap = w->draining_cap ? 2 * w->draining_cap : 8;
+        struct kv_draining *d = realloc(w->draining, cap * sizeof(*d));
+        if (d != NULL) {
+            w->draining = d;
+            w->draining_cap = cap;
+        }
+    }
+    int kept = w->num_draining < w->draining_cap;
+    if (kept)
+        w->draining[w->num_draining++] = (struct kv_draining){ts, r};
+    ps_mutex_unlock(&w->lock);
+    for (size_t i = 0; i < n; i++)
+        req_unref(w, done[i]);
+    if (!kept) {
+        ps_warn(PS_LOG_APP, "kv worker app %d: out of memory: ps_kv_cancel cannot see ts %d",
+                w->app_id, ts);
+        req_unref(w, r);
+    }
+}
+
 /* The customer's done hook: the request ended (failed, or all responses
  * counted other than by take_response). */
 static void worker_done(void *arg, ps_customer_t *customer, int ts, void *ctx,
                         ps_status_t status)
 {
     ps_kv_worker_t *w = arg;
+    kv_req_t *r = ctx;
     (void)customer;
-    fire_callback(ctx, ts, status);
-    req_unref(w, ctx); /* the tracker's reference */
+    /* No holder comes after completion (claims fail): one still there may
+     * be writing into the caller's buffer. */
+    if (status != PS_OK && r->pull && atomic_load(&r->holders) > 0)
+        draining_add(w, ts, r);
+    fire_callback(r, ts, status);
+    req_unref(w, r); /* the tracker's reference */
     outstanding_drop(w);
 }
 
@@ -217,7 +301,7 @@ typedef struct {
 /* Checks a pull response from one server against what was asked, and puts
  * its values in place. */
 static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, const kv_part_t *p,
-                                      const kv_resp_t *rp)
+                                      const ps_slice_t *dest, const kv_resp_t *rp)
 {
     size_t nk = p->keys.len / sizeof(ps_key_t);
     int sender = rp->sender;
@@ -260,21 +344,21 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
     }
 
     size_t got_bytes = rp->vals_len;
-    if (got_bytes != p->dest.len) {
+    if (got_bytes != dest->len) {
         ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d has %zu value bytes, expected %zu",
-                ts, sender, got_bytes, p->dest.len);
+                ts, sender, got_bytes, dest->len);
         return PS_ERR_PROTOCOL;
     }
     /* Landed in place (the van asked recv_buffer): nothing to copy. */
     if (got_bytes == 0)
         return PS_OK;
-    if (rp->vals == ps_slice_ptr(&p->dest)) {
+    if (rp->vals == ps_slice_ptr(dest)) {
         atomic_fetch_add_explicit(&w->n_in_place, got_bytes, memory_order_relaxed);
         return PS_OK;
     }
     atomic_fetch_add_explicit(rp->lane ? &w->n_small : &w->n_copied, got_bytes,
                               memory_order_relaxed);
-    return ps_slice_copy_in(&p->dest, 0, rp->vals, got_bytes);
+    return ps_slice_copy_in(dest, 0, rp->vals, got_bytes);
 }
 
 /* Which request and part a response answers (see claim_part). */
@@ -283,6 +367,8 @@ typedef struct {
     kv_req_t *r;
     kv_part_t *p;
 } kv_claim_t;
+
+/* A claim of a pull holds its destination until the values are in. */
 
 /* Under the customer's claim (the request cannot end meanwhile): the part
  * of `sender`, if it has not answered yet, now answered and referenced. */
@@ -298,6 +384,8 @@ static ps_status_t claim_part(void *ctx, void *arg)
         return PS_ERR_NOT_FOUND;
     p->responded = 1;
     atomic_fetch_add(&r->refs, 1);
+    if (r->pull)
+        atomic_fetch_add(&r->holders, 1);
     c->r = r;
     c->p = p;
     return PS_OK;
@@ -316,7 +404,11 @@ static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
     }
 
     kv_req_t *r = claim.r;
-    ps_status_t st = r->pull ? take_pull_response(w, r, claim.p, rp) : PS_OK;
+    ps_status_t st = PS_OK;
+    if (r->pull) {
+        st = take_pull_response(w, r, claim.p, &claim.p->dest, rp);
+        holder_drop(w, r);
+    }
     if (st != PS_OK) {
         ps_customer_fail_request(w->customer, ts, st);
     } else {
@@ -395,19 +487,55 @@ typedef struct {
     ps_slice_t *slice_p;
 } kv_dest_claim_t;
 
-/* Under the customer's claim: a reference on the destination of
- * `sender`'s part of a pull, when it still waits for exactly len bytes. */
+/* The van let go of a part's destination (the last reference on its
+ * proxy). */
+static void proxy_released(void *data, size_t len, void *arg)
+{
+    kv_part_t *p = arg;
+    kv_req_t *r = p->req;
+    ps_kv_worker_t *w = r->w;
+    (void)data;
+    (void)len;
+    ps_slice_unref(&p->lent);
+    atomic_store(&p->lending, 0);
+    holder_drop(w, r);
+    req_unref(w, r);
+}
+
+/* Under the customer's claim: a slice over the destination of `sender`'s
+ * part of a pull, when it still waits for exactly len bytes, through the
+ * part's proxy (one van at a time), so that the request knows when the
+ * van lets go. */
 static ps_status_t claim_dest(void *ctx, void *arg)
 {
-    const kv_req_t *r = ctx;
+    kv_req_t *r = ctx;
     kv_dest_claim_t *c = arg;
     int rank = ps_id_to_rank(c->sender);
     if (!r->pull || rank < 0 || rank >= r->num_parts)
         return PS_ERR_NOT_FOUND;
-    const kv_part_t *p = &r->parts[rank];
-    if (p->server_id != c->sender || p->responded || p->dest.len != c->len || c->len == 0)
+    kv_part_t *p = &r->parts[rank];
+    if (p->server_id != c->sender || p->responded || p->dest.len != c->len || c->len == 0 ||
+        atomic_exchange(&p->lending, 1) != 0)
         return PS_ERR_NOT_FOUND;
-    *c->slice_p = ps_slice_ref(&p->dest);
+    ps_buf_t *real = p->dest.buf;
+    p->req = r;
+    p->lent = ps_slice_ref(&p->dest);
+    ps_buf_init_wrapped(&p->proxy, real->data, real->length, proxy_released, p);
+    p->proxy.mem_kind = real->mem_kind;
+    p->proxy.device = real->device;
+    /* The van finds the memory's registrations where it would on dest's
+     * own buffer; undoing them stays dest's (lent keeps it). */
+    for (unsigned i = 0; i < PS_BUF_REG_SLOTS; i++) {
+        void *reg = ps_buf_reg_get(real, i);
+        if (reg != NULL)
+            (void)ps_buf_reg_attach(&p->proxy, i, reg, NULL);
+    }
+    atomic_fetch_add(&r->refs, 1);
+    atomic_fetch_add(&r->holders, 1);
+    /* The proxy's first reference is the slice's. */
+    c->slice_p->buf = &p->proxy;
+    c->slice_p->off = p->dest.off;
+    c->slice_p->len = c->len;
     return PS_OK;
 }
 
@@ -498,12 +626,71 @@ void ps_kv_worker_set_recv_in_place(ps_kv_worker_t *w, int enable)
                                      enable && can ? w : NULL);
 }
 
-/* Valid after ps_postoffice_finalize() too (the customer is). */
-void ps_kv_worker_destroy(ps_kv_worker_t *w)
+/* Waits until no holder has a destination of r (lock held), up to
+ * `deadline`; 1 when none has. */
+static int wait_unheld_locked(ps_kv_worker_t *w, kv_req_t *r, ps_deadline_t deadline)
+{
+    atomic_fetch_add(&w->idle_waiters, 1);
+    while (atomic_load(&r->holders) > 0 && !ps_deadline_expired(deadline))
+        (void)ps_cond_wait(&w->idle, &w->lock, deadline);
+    atomic_fetch_sub(&w->idle_waiters, 1);
+    return atomic_load(&r->holders) == 0;
+}
+
+/* Under the customer's claim: a reference on the outstanding request. */
+static ps_status_t claim_ref(void *ctx, void *arg)
+{
+    kv_req_t *r = ctx;
+    atomic_fetch_add(&r->refs, 1);
+    *(kv_req_t **)arg = r;
+    return PS_OK;
+}
+
+ps_status_t ps_kv_cancel(ps_kv_worker_t *w, int ts, int timeout_ms)
+{
+    if (!w || ts < 0)
+        return PS_ERR_INVALID_ARG;
+    if (timeout_ms < 0)
+        timeout_ms = w->request_timeout_ms;
+    ps_deadline_t deadline = ps_deadline_from_ms(timeout_ms);
+    kv_req_t *r = NULL;
+    if (ps_customer_claim_request(w->customer, ts, claim_ref, &r) == PS_OK) {
+        /* No response is taken, no van is lent a destination, from now on. */
+        ps_customer_fail_request(w->customer, ts, PS_ERR_CANCELLED);
+        ps_mutex_lock(&w->lock);
+    } else {
+        /* Completed: only a failed one may still be held. */
+        ps_mutex_lock(&w->lock);
+        for (size_t i = 0; i < w->num_draining; i++) {
+            if (w->draining[i].ts == ts) {
+                r = w->draining[i].r;
+                atomic_fetch_add(&r->refs, 1);
+                break;
+            }
+        }
+    }
+    if (r == NULL) {
+        ps_mutex_unlock(&w->lock);
+        return PS_OK;
+    }
+    int unheld = wait_unheld_locked(w, r, deadline);
+    ps_mutex_unlock(&w->lock);
+    req_unref(w, r);
+    if (!unheld) {
+        ps_warn(PS_LOG_APP, "kv worker app %d: request %d's destination is still held after "
+                "%d ms", w->app_id, ts, timeout_ms);
+        return PS_ERR_TIMED_OUT;
+    }
+    return PS_OK;
+}
+
+ps_status_t ps_kv_worker_destroy_timed(ps_kv_worker_t *w, int timeout_ms)
 {
     if (!w)
-        return;
-    ps_deadline_t dl = ps_deadline_from_ms(w->request_timeout_ms);
+        return PS_OK;
+    if (timeout_ms < 0)
+        timeout_ms = w->request_timeout_ms;
+    ps_deadline_t dl = ps_deadline_from_ms(timeout_ms);
     ps_mutex_lock(&w->lock);
     atomic_fetch_add(&w->idle_waiters, 1);
     while (atomic_load(&w->outstanding) > 0) {
@@ -519,7 +706,27 @@ void ps_kv_worker_destroy(ps_kv_worker_t *w)
 
     /* Fails what is still outstanding with PS_ERR_SHUTDOWN: worker_done
      * runs for each and drops its reference. */
-    ps_customer_destroy(w->customer);
+    ps_status_t st = ps_customer_destroy_timed(w->customer, ps_deadline_remaining_ms(dl));
+    if (st != PS_OK) {
+        ps_error(PS_LOG_APP, "kv worker app %d: its customer is still in use; leaving the "
+                 "worker allocated", w->app_id);
+        return st;
+    }
+    /* A van still holding a failed pull's destination calls back into the
+     * worker when it lets go. */
+    ps_mutex_lock(&w->lock);
+    int unheld = 1;
+    for (size_t i = 0; i < w->num_draining && unheld; i++)
+        unheld = wait_unheld_locked(w, w->draining[i].r, dl);
+    ps_mutex_unlock(&w->lock);
+    if (!unheld) {
+        ps_error(PS_LOG_APP, "kv worker app %d: a van still holds a pull's destination; leaving "
+                 "the worker allocated", w->app_id);
+        return PS_ERR_TIMED_OUT;
+    }
+    for (size_t i = 0; i < w->num_draining; i++)
+        req_unref(w, w->draining[i].r);
+    free(w->draining);
     release_retired(w); /* no response is running any more */
     ps_cond_destroy(&w->idle);
     ps_mutex_destroy(&w->lock);
@@ -530,6 +737,13 @@ void ps_kv_worker_destroy(ps_kv_worker_t *w)
     free(w->server_ids);
     free(w->ranges);
     free(w);
+    return PS_OK;
+}
+
+/* Valid after ps_postoffice_finalize() too (the customer is). */
+void ps_kv_worker_destroy(ps_kv_worker_t *w)
+{
+    (void)ps_kv_worker_destroy_timed(w, -1);
 }
 
 /* ---- issuing requests ---- */
@@ -704,6 +918,7 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
         return st;
     memset(r, 0, req_size(ns));
     atomic_init(&r->refs, 1); /* issue's own, for the sends below */
+    r->w = w;
     r->done = done;
     r->done_arg = arg;
     r->num_parts = ns;

@@ -82,7 +82,11 @@ void ps_simple_app_destroy(ps_simple_app_t *app)
 {
     if (!app)
         return;
-    ps_customer_destroy(app->customer);
+    if (ps_customer_destroy_timed(app->customer, -1) != PS_OK) {
+        /* Its handler still runs with this app: it stays. */
+        ps_error(PS_LOG_APP, "simple app: its handler still runs; leaving the app allocated");
+        return;
+    }
     free(app);
 }
 

@@ -41,6 +41,9 @@ ps_status_t ps_simple_app_create(ps_postoffice_t *po, int app_id, int customer_i
                                  ps_simple_handler_func_t request_handler, void *request_arg,
                                  ps_simple_handler_func_t response_handler, void *response_arg,
                                  ps_simple_app_t **app_p);
+/* Waits up to the postoffice's finalize_timeout_ms for a handler call in
+ * progress; when one still runs then, logs an error and leaves the app
+ * allocated (never freed under it). */
 void ps_simple_app_destroy(ps_simple_app_t *app);
 
 /* Sends (head, body) to every node of `recv_group` (PS_GROUP_* bits, or a

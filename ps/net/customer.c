@@ -44,6 +44,8 @@ struct ps_customer {
     int app_id;
     int customer_id;
     int request_timeout_ms;
+    int destroy_timeout_ms; /* PS_FINALIZE_TIMEOUT_MS of its postoffice */
+    int destroy_timed_out;  /* (under the registry lock) a destroy gave up */
     ps_customer_recv_func_t recv;
     ps_customer_lane_func_t lane; /* NULL: lane messages for it are dropped */
     void *recv_arg;               /* recv's and lane's */
@@ -768,6 +770,7 @@ ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int custome
     c->app_id = app_id;
     c->customer_id = customer_id;
     c->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
+    c->destroy_timeout_ms = ps_postoffice_finalize_timeout_ms(po);
     c->recv = recv;
     c->lane = lane;
     c->recv_arg = arg;
@@ -817,15 +820,18 @@ ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int custome
     return PS_OK;
 }
 
-void ps_customer_destroy(ps_customer_t *c)
+ps_status_t ps_customer_destroy_timed(ps_customer_t *c, int timeout_ms)
 {
     if (c == NULL)
-        return;
+        return PS_OK;
     if (tls_in_customer == c) {
         ps_error(PS_LOG_CORE, "app %d customer %d destroyed from its own receive or done "
                  "function; leaking it instead", c->app_id, c->customer_id);
-        return;
+        return PS_ERR_INVALID_ARG;
     }
+    if (timeout_ms < 0)
+        timeout_ms = c->destroy_timeout_ms;
+    ps_deadline_t deadline = ps_deadline_from_ms(timeout_ms);
     ps__registry_t *reg = __atomic_load_n(&c->reg, __ATOMIC_SEQ_CST);
     if (reg != NULL) {
         /* The registry may be destroyed concurrently only if the caller
@@ -841,19 +847,45 @@ void ps_customer_destroy(ps_customer_t *c)
             reg_update_steer_mask(reg);
         }
         reg_fast_withdraw(reg, c);
-        if (c->fast_slot >= 0)
+        /* A second call after a timed-out one finds the slot's count
+         * already raised. */
+        if (c->fast_slot >= 0 && !c->destroy_timed_out)
             reg->fast[c->fast_slot].destroying++;
         __atomic_add_fetch(&reg->pin_waiters, 1, __ATOMIC_SEQ_CST);
-        while (__atomic_load_n(&c->users, __ATOMIC_SEQ_CST) > 0 || reg_fast_users(reg, c) > 0)
-            (void)ps_cond_wait(&reg->cond, &reg->lock, ps_deadline_infinite());
+        int busy;
+        for (;;) {
+            busy = __atomic_load_n(&c->users, __ATOMIC_SEQ_CST) > 0 || reg_fast_users(reg, c) > 0;
+            if (!busy || ps_deadline_expired(deadline))
+                break;
+            (void)ps_cond_wait(&reg->cond, &reg->lock, deadline);
+        }
+        __atomic_sub_fetch(&reg->pin_waiters, 1, __ATOMIC_SEQ_CST);
+        if (busy) {
+            /* A receive, lane, hook or done function of it still runs:
+             * freeing would pull the customer (and its tracker) from under
+             * it. It stays unlinked and allocated, and keeps its fast slot
+             * reserved (that slot's count may still stand for it); a later
+             * call may finish the job. */
+            c->destroy_timed_out = 1;
+            ps_mutex_unlock(&reg->lock);
+            ps_error(PS_LOG_CORE, "app %d customer %d: a function of it still runs after %d ms; "
+                     "destroy leaves it allocated", c->app_id, c->customer_id, timeout_ms);
+            return PS_ERR_TIMED_OUT;
+        }
         if (c->fast_slot >= 0)
             reg->fast[c->fast_slot].destroying--;
-        __atomic_sub_fetch(&reg->pin_waiters, 1, __ATOMIC_SEQ_CST);
+        c->fast_slot = -1;
         ps_mutex_unlock(&reg->lock);
     }
     ps__tracker_close(c->tracker, PS_ERR_SHUTDOWN);
     ps__tracker_destroy(c->tracker);
     free(c);
+    return PS_OK;
+}
+
+void ps_customer_destroy(ps_customer_t *c)
+{
+    (void)ps_customer_destroy_timed(c, -1);
 }
 
 /* A change of what steers deliveries to the customer (its recv_buffer hook
@@ -1023,19 +1055,15 @@ static void drive_exit(ps__registry_t *reg)
     __atomic_sub_fetch(&reg->drivers, 1, __ATOMIC_SEQ_CST);
 }
 
-void ps__registry_stop_driving(ps__registry_t *reg)
+ps_status_t ps__registry_stop_driving(ps__registry_t *reg, ps_deadline_t deadline)
 {
     __atomic_store_n(&reg->drive_off, 1, __ATOMIC_SEQ_CST);
-    /* A driver hands the loop back within PS__CUSTOMER_SPIN_NS. */
-    ps_deadline_t deadline = ps_deadline_from_ms(1000);
     while (__atomic_load_n(&reg->drivers, __ATOMIC_SEQ_CST) > 0) {
-        if (ps_deadline_expired(deadline)) {
-            ps_warn(PS_LOG_CORE, "a busy-poll waiter still runs the van's loop after 1 s; "
-                    "closing the van anyway");
-            return;
-        }
+        if (ps_deadline_expired(deadline))
+            return PS_ERR_TIMED_OUT;
         sched_yield();
     }
+    return PS_OK;
 }
 
 ps_status_t ps_customer_wait(ps_customer_t *c, int ts, int timeout_ms)

@@ -72,8 +72,18 @@ ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int custome
  * requests still outstanding with PS_ERR_SHUTDOWN (done functions run) and
  * frees. Not from the customer's own receive or done function, nor while
  * a thread waits in ps_customer_wait(). Also valid after
- * ps_postoffice_finalize(). */
+ * ps_postoffice_finalize(). Waits up to the postoffice's
+ * finalize_timeout_ms (PS_FINALIZE_TIMEOUT_MS) and logs an error when a
+ * function of the customer still runs then; see below. */
 void ps_customer_destroy(ps_customer_t *customer);
+/* The same, waiting up to timeout_ms (< 0: finalize_timeout_ms) for the
+ * customer's functions in progress. PS_OK: freed. PS_ERR_TIMED_OUT: one
+ * of them still runs, so the customer stays unregistered but allocated
+ * (its requests stay as they are) and what its functions' arg points to
+ * must stay valid; calling this again before ps_postoffice_finalize()
+ * finishes the job once they returned. PS_ERR_INVALID_ARG from its own
+ * function (it is left as it is). */
+ps_status_t ps_customer_destroy_timed(ps_customer_t *customer, int timeout_ms);
 
 /* Hooks; set them before traffic for this customer can arrive (right after
  * create). NULL fn removes the hook. */

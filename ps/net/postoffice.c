@@ -1038,7 +1038,10 @@ static void *po_timer_main(void *arg)
 
 /* ---- teardown ---- */
 
-static void po_free(ps_postoffice_t *po)
+/* Frees the postoffice once nothing runs in it; PS_ERR_TIMED_OUT (and
+ * nothing freed) when a busy-poll waiter still ran the van's loop at
+ * `deadline`. */
+static ps_status_t po_free(ps_postoffice_t *po, ps_deadline_t deadline)
 {
     if (po->timer_started) {
         ps_mutex_lock(&po->lock);
@@ -1049,8 +1052,16 @@ static void po_free(ps_postoffice_t *po)
         po->timer_started = 0;
     }
     __atomic_store_n(&po->closing, 1, __ATOMIC_RELEASE);
-    if (po->reg != NULL)
-        ps__registry_stop_driving(po->reg);
+    if (po->reg != NULL && ps__registry_stop_driving(po->reg, deadline) != PS_OK) {
+        /* Its thread is inside the van (say, in a receive function that
+         * blocks): closing the van, or freeing the registry it leaves
+         * through, would pull them from under it. Outstanding requests
+         * fail; the van, the registry and the postoffice stay. */
+        ps__registry_close(po->reg, PS_ERR_SHUTDOWN);
+        ps_error(PS_LOG_CORE, "a busy-poll waiter still runs the van's loop at the deadline; "
+                 "leaving the van open and the postoffice allocated");
+        return PS_ERR_TIMED_OUT;
+    }
     if (po->van != NULL)
         po->van->ops->close(po->van);
     po->van = NULL;
@@ -1074,6 +1085,7 @@ static void po_free(ps_postoffice_t *po)
     ps_cond_destroy(&po->cond);
     ps_mutex_destroy(&po->lock);
     free(po);
+    return PS_OK;
 }
 
 /* ---- the scheduler leaves last ---- */
@@ -1365,7 +1377,7 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     return PS_OK;
 
 err:
-    po_free(po);
+    (void)po_free(po, ps_deadline_from_ms(PS__DRIVERS_MIN_MS));
     return st;
 }
 
@@ -1413,8 +1425,15 @@ ps_status_t ps_postoffice_finalize(ps_postoffice_t *po, int do_barrier)
         ps_deadline_t linger = ps_deadline_min(deadline, ps_deadline_from_ms(PS__LINGER_MS));
         ps__po_linger(po, po->num_nodes > 0 ? po->num_nodes - 1 : 0, linger);
     }
+    /* However long the barrier took, drivers get a moment to hand the
+     * van's loop back. */
+    ps_deadline_t drivers = ps_deadline_from_ms(PS__DRIVERS_MIN_MS);
+    if (ps_deadline_is_infinite(deadline) ||
+        ps_deadline_remaining_ns(deadline) > ps_deadline_remaining_ns(drivers))
+        drivers = deadline;
+    if (po_free(po, drivers) != PS_OK)
+        return PS_ERR_TIMED_OUT;
     ps_info(PS_LOG_CORE, "finalized");
-    po_free(po);
     return st;
 }
 
@@ -1455,6 +1474,11 @@ int ps_postoffice_num_servers(const ps_postoffice_t *po)
 int ps_postoffice_request_timeout_ms(const ps_postoffice_t *po)
 {
     return po->params.request_timeout_ms;
+}
+
+int ps_postoffice_finalize_timeout_ms(const ps_postoffice_t *po)
+{
+    return po->params.finalize_timeout_ms;
 }
 
 int ps_postoffice_group_ids(const ps_postoffice_t *po, int group_or_id, int *ids, int cap)
@@ -1740,19 +1764,38 @@ static void po_remove_from(ps__po_node_cb_t *list, size_t *n, ps_node_event_func
     *n = j;
 }
 
-void ps_postoffice_remove_node_callback(ps_postoffice_t *po, ps_node_event_func_t fn,
-                                        void *arg)
+ps_status_t ps_postoffice_remove_node_callback_timed(ps_postoffice_t *po,
+                                                     ps_node_event_func_t fn, void *arg,
+                                                     int timeout_ms)
 {
     if (po == NULL)
-        return;
+        return PS_ERR_INVALID_ARG;
+    if (timeout_ms < 0)
+        timeout_ms = po->params.finalize_timeout_ms;
+    ps_deadline_t deadline = ps_deadline_from_ms(timeout_ms);
+    ps_status_t st = PS_OK;
     ps_mutex_lock(&po->cb_lock);
     po_remove_from(po->failed_cbs, &po->num_failed_cbs, fn, arg);
     po_remove_from(po->recovered_cbs, &po->num_recovered_cbs, fn, arg);
     /* A call that took its snapshot before may still run: wait for it,
      * unless it is this thread's (it would wait for itself). */
-    while (po->cb_running > 0 && tls_in_node_cb != po)
-        (void)ps_cond_wait(&po->cb_cond, &po->cb_lock, ps_deadline_infinite());
+    while (po->cb_running > 0 && tls_in_node_cb != po) {
+        if (ps_deadline_expired(deadline)) {
+            st = PS_ERR_TIMED_OUT;
+            break;
+        }
+        (void)ps_cond_wait(&po->cb_cond, &po->cb_lock, deadline);
+    }
     ps_mutex_unlock(&po->cb_lock);
+    return st;
+}
+
+void ps_postoffice_remove_node_callback(ps_postoffice_t *po, ps_node_event_func_t fn,
+                                        void *arg)
+{
+    if (ps_postoffice_remove_node_callback_timed(po, fn, arg, -1) == PS_ERR_TIMED_OUT)
+        ps_error(PS_LOG_CORE, "a node callback still runs after %d ms; removed the registration "
+                 "without waiting for it", po->params.finalize_timeout_ms);
 }
 
 /* ---- internal accessors ---- */

@@ -147,7 +147,12 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
  * frees the postoffice (and every node-event registration). Never hangs:
  * bounded by finalize_timeout_ms. With `do_barrier`, PS_ERR_TIMED_OUT or
  * PS_ERR_PEER_GONE (a node is dead, or the scheduler is lost) say the job
- * did not end together; the postoffice is freed all the same. */
+ * did not end together; the postoffice is freed all the same. One
+ * exception: when a busy-poll waiter (PS_BUSY_POLL) still runs the van's
+ * loop after the deadline (at least 1 s), say in a receive function that
+ * blocks, the van must outlive it: its outstanding requests fail with
+ * PS_ERR_SHUTDOWN, the van stays open, the postoffice stays allocated
+ * (and unusable) and finalize returns PS_ERR_TIMED_OUT. */
 ps_status_t ps_postoffice_finalize(ps_postoffice_t *po, int do_barrier);
 
 /* Blocks until every node of `group` reached the barrier: PS_OK,
@@ -163,6 +168,8 @@ ps_role_t ps_postoffice_role(const ps_postoffice_t *po);
 int ps_postoffice_num_workers(const ps_postoffice_t *po);
 int ps_postoffice_num_servers(const ps_postoffice_t *po);
 int ps_postoffice_request_timeout_ms(const ps_postoffice_t *po);
+/* finalize_timeout_ms: also what destroy and remove calls wait by default. */
+int ps_postoffice_finalize_timeout_ms(const ps_postoffice_t *po);
 
 /* Node ids of a group (bit flags above) or of a single node id. Returns the
  * count (may exceed cap; only cap are written). */
@@ -257,6 +264,14 @@ ps_status_t ps_postoffice_on_node_recovered(ps_postoffice_t *po, ps_node_event_f
  * needed: finalize drops every registration. */
 void ps_postoffice_remove_node_callback(ps_postoffice_t *po, ps_node_event_func_t fn,
                                         void *arg);
+/* The same, waiting up to timeout_ms (< 0: finalize_timeout_ms) for a call
+ * in progress: PS_OK, or PS_ERR_TIMED_OUT when a call (of any callback)
+ * still runs then: the registration is gone, but arg must stay valid
+ * until that call returned (a later call of this says when). The plain
+ * call waits finalize_timeout_ms and logs an error when it gave up. */
+ps_status_t ps_postoffice_remove_node_callback_timed(ps_postoffice_t *po,
+                                                     ps_node_event_func_t fn, void *arg,
+                                                     int timeout_ms);
 
 #ifdef __cplusplus
 }

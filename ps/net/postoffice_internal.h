@@ -80,9 +80,11 @@ int ps__registry_fail_request(ps__registry_t *reg, const ps_meta_t *meta, ps_sta
 void ps__registry_close(ps__registry_t *reg, ps_status_t why);
 
 /* Before the van closes: busy-poll waiters stop running its loop (those
- * inside hand it back within their 2 ms spin; this waits for them, at most
- * 1 s) and no new one starts. */
-void ps__registry_stop_driving(ps__registry_t *reg);
+ * inside hand it back within their 2 ms spin, unless a function they run
+ * blocks) and no new one starts. PS_OK when none runs it any more,
+ * PS_ERR_TIMED_OUT when one still did at `deadline`: the van (and this
+ * registry, which the driver leaves through) must then stay. */
+ps_status_t ps__registry_stop_driving(ps__registry_t *reg, ps_deadline_t deadline);
 
 /* Drops pending messages older than PS__PENDING_TIMEOUT_NS (one warning
  * line each, rate-limited). Returns when the next one expires (monotonic

@@ -30,6 +30,9 @@
 #define PS__TEMP_ID_BASE 8
 /* How long the scheduler waits for nodes it told to leave to disconnect. */
 #define PS__LINGER_MS 3000
+/* How long finalize waits at least for busy-poll waiters to hand the van's
+ * loop back, whatever is left of its deadline. */
+#define PS__DRIVERS_MIN_MS 1000
 /* Between attempts to reach a scheduler that is not up yet. */
 #define PS__RECONNECT_MS 200
 /* How much longer than the scheduler a node waits for the node table. */

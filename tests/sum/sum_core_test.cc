@@ -4,6 +4,7 @@
 // blocking) and async mode.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ps/app/kv_sum.h"
@@ -525,6 +527,58 @@ TEST_P(SumModes, ShutdownAnswersWaitingPulls)
     EXPECT_EQ(FAIL, s.Get(1, 3).kind);
     s.Push(1, 4, 8, Values(10, 1)); // dropped
     EXPECT_FALSE(s.cap_.Has(ps_worker_rank_to_id(1), 4));
+}
+
+// A responder that blocks until released (20 s at most).
+struct StuckResponder {
+    std::atomic<bool> entered{false};
+    std::atomic<bool> release{false};
+
+    static ps_status_t Respond(void *arg, ps_kv_server_t *, const ps_kv_meta_t *,
+                               const ps_kv_pairs_t *)
+    {
+        auto *r = static_cast<StuckResponder *>(arg);
+        r->entered = true;
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!r->release && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return PS_OK;
+    }
+};
+
+// A handler call that never returns: shutdown gives up at its deadline
+// instead of waiting for it, refuses what comes next, and finishes when
+// called again once the call returned.
+TEST(SumShutdown, TimesOutWhileAHandlerCallRuns)
+{
+    // Blocking mode answers a push on the handler's thread.
+    Server s(1, kModes[3]);
+    StuckResponder stuck;
+    ps_sum_set_responder(s.sum_, StuckResponder::Respond, &stuck);
+    std::atomic<bool> returned{false};
+    std::thread pusher([&] {
+        s.Push(0, 1, 8, Values(4, 1));
+        returned = true;
+    });
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!stuck.entered && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(stuck.entered.load());
+
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_sum_shutdown_timed(s.sum_, 200));
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+    EXPECT_GE(took, 190);
+    EXPECT_LT(took, 2000);
+    EXPECT_FALSE(returned.load());
+    stuck.release = true;
+    pusher.join();
+    ps_sum_set_responder(s.sum_, Capture::Respond, &s.cap_);
+    EXPECT_EQ(PS_OK, ps_sum_shutdown_timed(s.sum_, 10000));
+    s.Pull(0, 2, 8); // after shutdown: answered at once with no value
+    EXPECT_EQ(FAIL, s.Get(0, 2).kind);
 }
 
 TEST_P(SumModes, BytePSInitRoundOnlyInitialises)

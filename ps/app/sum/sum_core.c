@@ -18,6 +18,7 @@
  * it waits. A round whose sum is complete while out is still being pulled
  * waits (`complete`) and is promoted when out retires.
  */
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,9 @@
 
 #define STORE_ALIGN 4096 /* page-aligned stores, as upstream */
 #define MAX_WORKERS 65536
+
+/* Where ps_sum_shutdown_timed is, past refusing requests. */
+enum { SHUT_OPEN, SHUT_RUNNING, SHUT_DONE };
 
 /* ---- types ---- */
 
@@ -138,7 +142,8 @@ struct ps_sum {
     ps_mutex_t life_lock;
     ps_cond_t life_cond;
     int active;
-    int closing;
+    int closing;    /* requests are refused */
+    int shut_state; /* SHUT_*: the rest of shutdown */
 
     /* dead workers: bits only ever set (atomically) */
     uint64_t *dead;
@@ -1318,23 +1323,57 @@ void ps_sum_stats(ps_sum_t *s, ps_sum_stats_t *stats_p)
     *stats_p = x;
 }
 
-void ps_sum_shutdown(ps_sum_t *s)
+/* The deadline of a teardown call given timeout_ms (< 0: the postoffice's
+ * finalize_timeout_ms, or PS_FINALIZE_TIMEOUT_MS without one). */
+static ps_deadline_t shutdown_deadline(const ps_sum_t *s, int timeout_ms)
+{
+    if (timeout_ms < 0 && s->po != NULL)
+        timeout_ms = ps_postoffice_finalize_timeout_ms(s->po);
+    if (timeout_ms < 0) {
+        int64_t v = 30000;
+        (void)ps_config_get_int(PS_CFG_PS_FINALIZE_TIMEOUT_MS, &v);
+        timeout_ms = v > INT_MAX ? INT_MAX : (int)v;
+    }
+    return ps_deadline_from_ms(timeout_ms);
+}
+
+ps_status_t ps_sum_shutdown_timed(ps_sum_t *s, int timeout_ms)
 {
     if (!s)
-        return;
+        return PS_ERR_INVALID_ARG;
+    ps_deadline_t deadline = shutdown_deadline(s, timeout_ms);
     ps_mutex_lock(&s->life_lock);
-    if (s->closing) {
-        ps_mutex_unlock(&s->life_lock);
-        return;
-    }
     s->closing = 1;
-    while (s->active > 0)
-        ps_cond_wait(&s->life_cond, &s->life_lock, ps_deadline_infinite());
+    /* Handlers in progress finish first; so does another shutdown. */
+    while ((s->active > 0 || s->shut_state == SHUT_RUNNING) && !ps_deadline_expired(deadline))
+        (void)ps_cond_wait(&s->life_cond, &s->life_lock, deadline);
+    if (s->shut_state == SHUT_DONE) {
+        ps_mutex_unlock(&s->life_lock);
+        return PS_OK;
+    }
+    if (s->active > 0 || s->shut_state == SHUT_RUNNING) {
+        int active = s->active;
+        ps_mutex_unlock(&s->life_lock);
+        ps_warn(PS_LOG_APP, "sum: %d handler calls still run at the shutdown's deadline", active);
+        return PS_ERR_TIMED_OUT;
+    }
+    s->shut_state = SHUT_RUNNING;
     ps_mutex_unlock(&s->life_lock);
 
     if (s->registered) {
-        /* When this returns no callback runs any more. */
-        ps_postoffice_remove_node_callback(s->po, on_node_failed, s);
+        /* When this returns PS_OK no callback runs any more. */
+        int64_t left = ps_deadline_remaining_ns(deadline);
+        int ms = left < 0 ? -1 : (int)(left / 1000000);
+        if (ps_postoffice_remove_node_callback_timed(s->po, on_node_failed, s,
+                                                     ms < 0 ? INT_MAX : ms) != PS_OK) {
+            ps_mutex_lock(&s->life_lock);
+            s->shut_state = SHUT_OPEN;
+            ps_cond_broadcast(&s->life_cond);
+            ps_mutex_unlock(&s->life_lock);
+            ps_warn(PS_LOG_APP, "sum: its node-failure callback still runs at the shutdown's "
+                    "deadline");
+            return PS_ERR_TIMED_OUT;
+        }
         s->registered = 0;
     }
     ps_mutex_lock(&s->watch_lock);
@@ -1369,13 +1408,30 @@ void ps_sum_shutdown(ps_sum_t *s)
     if (answered)
         ps_warn(PS_LOG_APP, "sum: shut down with %zu pulls waiting; answered them with no value",
                 answered);
+    ps_mutex_lock(&s->life_lock);
+    s->shut_state = SHUT_DONE;
+    ps_cond_broadcast(&s->life_cond);
+    ps_mutex_unlock(&s->life_lock);
+    return PS_OK;
 }
+
+void ps_sum_shutdown(ps_sum_t *s)
+{
+    if (ps_sum_shutdown_timed(s, -1) == PS_ERR_TIMED_OUT)
+        ps_error(PS_LOG_APP, "sum: shutdown gave up at its deadline; requests are refused, but "
+                 "what is in progress goes on");
+}
+
 
 void ps_sum_destroy(ps_sum_t *s)
 {
     if (!s)
         return;
-    ps_sum_shutdown(s);
+    if (ps_sum_shutdown_timed(s, -1) != PS_OK) {
+        /* A handler or callback still uses it. */
+        ps_error(PS_LOG_APP, "sum: still in use at the shutdown's deadline; leaving it allocated");
+        return;
+    }
     for (size_t i = 0; i < s->nbuckets; i++) {
         for (sum_key_t *k = s->buckets[i], *n; k; k = n) {
             n = k->hnext;

@@ -138,9 +138,17 @@ void ps_sum_stats(ps_sum_t *sum, ps_sum_stats_t *stats_p);
 /* Stops taking requests (later ones are dropped, pulls answered "no
  * value"), stops the engine threads, answers every waiting pull with "no
  * value" so that no worker waits for a server that left. Call it while
- * the responder (the KV server) can still send. Idempotent. */
+ * the responder (the KV server) can still send. Idempotent. Waits for
+ * handler calls in progress up to the postoffice's finalize_timeout_ms
+ * (PS_FINALIZE_TIMEOUT_MS without one) and logs an error if it gave up. */
 void ps_sum_shutdown(ps_sum_t *sum);
-/* Shuts down if not done, frees. */
+/* The same, waiting up to timeout_ms (< 0: as above) for the handler calls
+ * and the node-failure callback in progress: PS_OK, or PS_ERR_TIMED_OUT
+ * when one still runs then (requests are refused from now on; call it
+ * again to finish). */
+ps_status_t ps_sum_shutdown_timed(ps_sum_t *sum, int timeout_ms);
+/* Shuts down if not done, frees; when the shutdown gave up (see above) it
+ * logs an error and leaves the sum allocated, as a handler still uses it. */
 void ps_sum_destroy(ps_sum_t *sum);
 
 /* ---- a ready server ---- */
