@@ -17,21 +17,6 @@
 #include "tests/fuzz/corpus_file.h"
 #include "tests/fuzz/corpus_frame.h"
 
-static void push_meta(ps_meta_t *m)
-{
-    ps_meta_init(m);
-    m->timestamp = 41;
-    m->sender = 9;
-    m->recver = 8;
-    m->request = true;
-    m->push = true;
-    m->key = 7;
-    m->val_len = 8;
-    m->data_size = 8;
-    m->num_data_types = 1;
-    m->data_types[0] = PS_DATA_CHAR;
-}
-
 static ps__fab_hdr_t header(uint16_t flags)
 {
     ps__fab_hdr_t h;
@@ -63,7 +48,7 @@ int main(int argc, char **argv)
     int bad = 0;
     ps_meta_t m;
 
-    push_meta(&m);
+    fuzz_kv_push_meta(&m);
     n = fuzz_frame_build(&m, 0, "abcdefgh", 8, frame, sizeof(frame));
     bad |= n == 0 || emit(dir, "push_inline", header(PS__FAB_F_INLINE), frame, n);
     n = fuzz_frame_build(&m, 1, "abcdefgh", 8, frame, sizeof(frame));
@@ -85,7 +70,7 @@ int main(int argc, char **argv)
     /* Its answer, written by RMA. */
     ps__fab_hdr_t h = header(PS__FAB_F_RDV | PS__FAB_F_RMA);
     h.rdv_slot = 5;
-    push_meta(&m);
+    fuzz_kv_push_meta(&m);
     m.push = false;
     m.pull = true;
     m.request = false;

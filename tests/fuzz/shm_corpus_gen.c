@@ -17,38 +17,19 @@
 #include "ps/net/shm/shm_proto.h"
 #include "ps/net/shm/shm_ring.h"
 #include "tests/fuzz/corpus_file.h"
+#include "tests/fuzz/corpus_frame.h"
 
 #define RING 4096u
 
 static uint8_t ring[RING];
 static size_t used; /* bytes of ring written from offset 0 */
 
-/* A KV push: key 7, 8 bytes of values. */
-static void push_meta(ps_meta_t *m)
-{
-    ps_meta_init(m);
-    m->head = 0;
-    m->app_id = 0;
-    m->customer_id = 0;
-    m->timestamp = 41;
-    m->sender = 9;
-    m->recver = 8;
-    m->request = true;
-    m->push = true;
-    m->key = 7;
-    m->val_len = 8;
-    m->data_size = 16;
-    m->num_data_types = 2;
-    m->data_types[0] = PS_DATA_UINT64;
-    m->data_types[1] = PS_DATA_CHAR;
-}
-
 /* A MSG record at ring offset `at`: its meta (compact or protobuf) and one
  * segment of kind `kind` (inline: the bytes follow). Returns its length. */
 static uint32_t put_msg(size_t at, int fast, int kind, int streamed)
 {
     ps_meta_t m;
-    push_meta(&m);
+    fuzz_kv_push_meta(&m);
     uint8_t meta[1024];
     size_t meta_len = 0;
     if (fast) {
@@ -192,7 +173,7 @@ int main(int argc, char **argv)
 
     /* A compact meta alone. */
     ps_meta_t m;
-    push_meta(&m);
+    fuzz_kv_push_meta(&m);
     uint8_t meta[1024];
     size_t meta_len = 0;
     if (ps__shm_meta_fast_size(&m, &meta_len) && meta_len <= sizeof(meta)) {

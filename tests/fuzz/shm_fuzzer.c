@@ -5,7 +5,8 @@
  * forms (the compact one of shm_meta.h and the codec's).
  *
  * Input: start u64 | tail u64 (little-endian) | ring bytes. The consumer
- * starts at `start` with the producer's tail at `tail`, over a 4 KiB ring
+ * starts at `start` rounded down to a record boundary (its position is its
+ * own, always a multiple of 8) with the producer's tail at `tail`, over a 4 KiB ring
  * holding the rest of the input (zeros after it), and takes records until
  * the ring is empty or refused. Whatever the bytes, nothing is read outside
  * the ring; every record it hands out lies inside the ring, before the
@@ -114,7 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     compact_meta(data, size);
     if (size < 16)
         return 0;
-    uint64_t start = get_le64(data);
+    uint64_t start = get_le64(data) & ~(uint64_t)(PS__SHM_REC_ALIGN - 1);
     uint64_t tail = get_le64(data + 8);
     /* The ring as the van maps it: control block, then the data area. */
     uint8_t *mem = aligned_alloc(PS__SHM_CACHELINE, ps__shm_ring_bytes(RING_SIZE));

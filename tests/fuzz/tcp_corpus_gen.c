@@ -68,19 +68,6 @@ static void auth(ps_meta_t *m, char type, const uint8_t *body, size_t len)
     m->body_len = len;
 }
 
-static void push(ps_meta_t *m)
-{
-    ps_meta_init(m);
-    m->timestamp = 41;
-    m->request = true;
-    m->push = true;
-    m->key = 7;
-    m->val_len = 8;
-    m->data_size = 8;
-    m->num_data_types = 1;
-    m->data_types[0] = PS_DATA_CHAR;
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -90,16 +77,9 @@ int main(int argc, char **argv)
     const char *dir = argv[1];
     int bad = 0;
     ps_meta_t m;
-    ps_auth_transcript_t t;
-    memset(&t, 0, sizeof(t));
-    memset(t.nonce_i, 0x11, sizeof(t.nonce_i));
-    memset(t.nonce_r, 0x22, sizeof(t.nonce_r));
-    t.id_i = 9;
-    t.id_r = 8;
     uint8_t init[PS_AUTH_INIT_BYTES], chal[PS_AUTH_CHALLENGE_BYTES], proof[PS_AUTH_PROOF_BYTES];
+    fuzz_auth_payloads(init, chal);
     memset(proof, 0x33, sizeof(proof));
-    ps_auth_init_pack(&t, init);
-    ps_auth_challenge_pack(&t, proof, chal);
     int wait_init = ps__tcp_test_auth_wait_init();
     int done = ps__tcp_test_auth_done();
 
@@ -108,7 +88,7 @@ int main(int argc, char **argv)
     begin(0, 0, 0);
     hello(&m, 9, 1, 0, 1);
     bad |= add(&m, 0, NULL);
-    push(&m);
+    fuzz_kv_push_meta(&m);
     bad |= add(&m, 1, "abcdefgh");
     bad |= fuzz_corpus_write(dir, "hello_then_push", NULL, 0, conn, used);
     begin(OUT, 0, 1);
@@ -116,7 +96,7 @@ int main(int argc, char **argv)
     bad |= add(&m, 0, NULL);
     bad |= fuzz_corpus_write(dir, "hello_stream_1_of_2", NULL, 0, conn, used);
     begin(0, 0, 0);
-    push(&m);
+    fuzz_kv_push_meta(&m);
     bad |= add(&m, 0, "abcdefgh");
     bad |= fuzz_corpus_write(dir, "push_before_hello", NULL, 0, conn, used);
     begin(0, 0, 0);
@@ -158,7 +138,7 @@ int main(int argc, char **argv)
     begin(SECRET, done, 0);
     hello(&m, 9, 1, 0, 1);
     bad |= add(&m, 0, NULL);
-    push(&m);
+    fuzz_kv_push_meta(&m);
     bad |= add(&m, 1, "abcdefgh");
     auth(&m, 'P', proof, sizeof(proof));
     bad |= add(&m, 0, NULL);

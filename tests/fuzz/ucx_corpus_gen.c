@@ -51,18 +51,8 @@ int main(int argc, char **argv)
     bad |= fuzz_corpus_write(dir, "bad_hs_short", NULL, 0, rec, sizeof(rec) - 1);
 
     /* The job-secret payloads. */
-    ps_auth_transcript_t t;
-    memset(&t, 0, sizeof(t));
-    memset(t.nonce_i, 0x11, sizeof(t.nonce_i));
-    memset(t.nonce_r, 0x22, sizeof(t.nonce_r));
-    t.id_i = 9;
-    t.role_i = 1;
-    t.id_r = 8;
-    t.role_r = 2;
-    uint8_t init[PS_AUTH_INIT_BYTES], chal[PS_AUTH_CHALLENGE_BYTES], proof[PS_AUTH_PROOF_BYTES];
-    memset(proof, 0x33, sizeof(proof));
-    ps_auth_init_pack(&t, init);
-    ps_auth_challenge_pack(&t, proof, chal);
+    uint8_t init[PS_AUTH_INIT_BYTES], chal[PS_AUTH_CHALLENGE_BYTES];
+    fuzz_auth_payloads(init, chal);
     bad |= fuzz_corpus_write(dir, "auth_init", NULL, 0, init, sizeof(init));
     bad |= fuzz_corpus_write(dir, "auth_challenge", NULL, 0, chal, sizeof(chal));
 
