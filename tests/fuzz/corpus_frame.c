@@ -19,10 +19,10 @@ size_t fuzz_frame_build(const ps_meta_t *m, int fast, const void *data, size_t d
     if ((fast ? ps_meta_compact_encode(m, meta, sizeof(meta), &meta_len)
               : ps_meta_encode(m, meta, sizeof(meta), &meta_len)) != PS_OK)
         return 0;
-    if ((fast ? ps_frame_header_build_compact((uint32_t)meta_len, lens, data_len ? 1 : 0, NULL,
-                                              out, cap, &hdr_len)
-              : ps_frame_header_build(0, (uint32_t)meta_len, lens, data_len ? 1 : 0, NULL, out,
-                                      cap, &hdr_len)) != PS_OK ||
+    if ((fast ? ps_frame_header_build_compact((uint32_t)meta_len, lens, data_len ? 1 : 0, NULL, out,
+                                              cap, &hdr_len)
+              : ps_frame_header_build(0, (uint32_t)meta_len, lens, data_len ? 1 : 0, NULL, out, cap,
+                                      &hdr_len)) != PS_OK ||
         hdr_len + meta_len + data_len > cap)
         return 0;
     memcpy(out + hdr_len, meta, meta_len);

@@ -30,8 +30,7 @@ static ps__fab_hdr_t header(uint16_t flags)
     return h;
 }
 
-static int emit(const char *dir, const char *name, ps__fab_hdr_t h, const uint8_t *body,
-                size_t len)
+static int emit(const char *dir, const char *name, ps__fab_hdr_t h, const uint8_t *body, size_t len)
 {
     return fuzz_corpus_write(dir, name, &h, sizeof(h), body, len);
 }
@@ -61,8 +60,8 @@ int main(int argc, char **argv)
     m.request = true;
     m.pull = true;
     m.key = 7;
-    ps__fab_rdv_desc_t d = {.magic = PS__FAB_RDV_MAGIC, .slot = 5, .addr = 0x10000,
-                            .key = 77, .len = 8};
+    ps__fab_rdv_desc_t d = {
+        .magic = PS__FAB_RDV_MAGIC, .slot = 5, .addr = 0x10000, .key = 77, .len = 8};
     memcpy(m.van_data, &d, sizeof(d));
     m.van_data_len = sizeof(d);
     n = fuzz_frame_build(&m, 0, NULL, 0, frame, sizeof(frame));
@@ -103,9 +102,13 @@ int main(int argc, char **argv)
 
     /* An endpoint blob with a 16-byte address, and one whose address
      * passes its end. */
-    ps__fab_ep_blob_t b = {.magic = PS__FAB_EP_MAGIC, .version = PS__FAB_VERSION,
-                           .addr_len = 16, .pid = 4242, .prov_hash = 0x811c9dc5,
-                           .host_id = 99, .pid_ns = 7};
+    ps__fab_ep_blob_t b = {.magic = PS__FAB_EP_MAGIC,
+                           .version = PS__FAB_VERSION,
+                           .addr_len = 16,
+                           .pid = 4242,
+                           .prov_hash = 0x811c9dc5,
+                           .host_id = 99,
+                           .pid_ns = 7};
     uint8_t addr[16];
     memset(addr, 0xab, sizeof(addr));
     bad |= fuzz_corpus_write(dir, "ep_blob", &b, sizeof(b), addr, sizeof(addr));

@@ -54,7 +54,8 @@ static void frame_and_meta(const uint8_t *buf, size_t len, const ps_frame_limits
                          ? ps_meta_fast_decode(mp, fh.meta_len, &meta)
                          : ps_meta_decode_grow(mp, fh.meta_len, &meta, &nodes, &cap, 8192);
     if (st == PS_OK) {
-        check(meta.body_len == 0 || (meta.body >= mp && meta.body + meta.body_len <= mp + fh.meta_len),
+        check(meta.body_len == 0 ||
+                  (meta.body >= mp && meta.body + meta.body_len <= mp + fh.meta_len),
               "a meta's body out of the message");
         check(meta.van_data_len <= sizeof(meta.van_data), "van_data longer than its array");
         ps__fab_rdv_desc_t d;

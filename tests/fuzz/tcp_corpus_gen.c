@@ -17,7 +17,10 @@
 #include "tests/fuzz/corpus_file.h"
 #include "tests/fuzz/corpus_frame.h"
 
-enum { OUT = 1, SECRET = 2 };
+enum {
+    OUT = 1,
+    SECRET = 2
+};
 
 static uint8_t conn[8192];
 static size_t used;

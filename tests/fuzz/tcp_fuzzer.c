@@ -55,8 +55,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int has_secret = (data[0] >> 1) & 1;
     int start = data[1] % ps__tcp_test_auth_states();
     int peer = data[2] == 0 ? PS_NODE_EMPTY : data[2] == 1 ? PS_SCHEDULER_ID : 9;
-    ps__tcp_test_conn_t *c =
-        ps__tcp_test_conn_new(outgoing, peer, has_secret ? secret : NULL, start);
+    ps__tcp_test_conn_t *c = ps__tcp_test_conn_new(outgoing, peer, has_secret ? secret : NULL,
+                                                   start);
     check(c != NULL, "out of memory");
     ps_frame_limits_t limits = ps_frame_limits_default();
     ps_node_t *nodes = NULL;

@@ -29,12 +29,9 @@ int main(int argc, char **argv)
         const char *name;
         int type;
     } recs[] = {
-        {"hs_hello", PS__UCX_HS_HELLO},
-        {"hs_ack", PS__UCX_HS_ACK},
-        {"hs_auth_init", PS__UCX_HS_AUTH_INIT},
-        {"hs_auth_challenge", PS__UCX_HS_AUTH_CHALLENGE},
-        {"hs_auth_proof", PS__UCX_HS_AUTH_PROOF},
-        {"hs_auth_refused", PS__UCX_HS_AUTH_REFUSED},
+        {"hs_hello", PS__UCX_HS_HELLO},           {"hs_ack", PS__UCX_HS_ACK},
+        {"hs_auth_init", PS__UCX_HS_AUTH_INIT},   {"hs_auth_challenge", PS__UCX_HS_AUTH_CHALLENGE},
+        {"hs_auth_proof", PS__UCX_HS_AUTH_PROOF}, {"hs_auth_refused", PS__UCX_HS_AUTH_REFUSED},
     };
     for (size_t i = 0; i < sizeof(recs) / sizeof(recs[0]); ++i) {
         ps__ucx_hs_pack(rec, recs[i].type, 9, 0xc0ffee, 0x1122334455667788ull, 1000);

@@ -4,8 +4,8 @@
 // through shared memory; a peer nobody listens for at connect() goes to
 // the network van, which retries until it listens.
 
-#include "gtest/gtest.h"
 #include "tests/van/van_conformance.h"
+#include "gtest/gtest.h"
 
 extern "C" {
 #include "ps/base/status.h"

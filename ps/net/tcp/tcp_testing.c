@@ -48,9 +48,9 @@ void ps__tcp_test_conn_free(ps__tcp_test_conn_t *c)
     }
 }
 
-ps_status_t ps__tcp_test_conn_rx(ps__tcp_test_conn_t *c, const ps_meta_t *meta,
-                                 uint16_t num_data, int *consumed_p, int *hello_p,
-                                 uint64_t *nonce_p, int *stream_p, int *nstreams_p)
+ps_status_t ps__tcp_test_conn_rx(ps__tcp_test_conn_t *c, const ps_meta_t *meta, uint16_t num_data,
+                                 int *consumed_p, int *hello_p, uint64_t *nonce_p, int *stream_p,
+                                 int *nstreams_p)
 {
     c->conn.hdr.num_data = num_data;
     *hello_p = 0;

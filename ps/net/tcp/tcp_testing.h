@@ -31,9 +31,9 @@ void ps__tcp_test_conn_free(ps__tcp_test_conn_t *c);
  * status other than PS_OK closes the connection in the van. *consumed_p:
  * the handshake took the frame; *hello_p: it is a hello (then *nonce_p,
  * *stream_p, *nstreams_p are what it announces). */
-ps_status_t ps__tcp_test_conn_rx(ps__tcp_test_conn_t *c, const ps_meta_t *meta,
-                                 uint16_t num_data, int *consumed_p, int *hello_p,
-                                 uint64_t *nonce_p, int *stream_p, int *nstreams_p);
+ps_status_t ps__tcp_test_conn_rx(ps__tcp_test_conn_t *c, const ps_meta_t *meta, uint16_t num_data,
+                                 int *consumed_p, int *hello_p, uint64_t *nonce_p, int *stream_p,
+                                 int *nstreams_p);
 
 /* The connection's handshake state (ps__tcp_auth_state_t). */
 int ps__tcp_test_conn_auth(const ps__tcp_test_conn_t *c);

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PS__FAB_MAGIC 0x42465350u     /* "PSFB" */
+#define PS__FAB_MAGIC 0x42465350u /* "PSFB" */
 #define PS__FAB_VERSION 2
 #define PS__FAB_RDV_MAGIC 0x56445246u /* "FRDV" */
 #define PS__FAB_EP_MAGIC 0x45465350u  /* "PSFE" */

@@ -38,8 +38,8 @@ void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint6
     ps_put_le64(out + 24, seq0);
 }
 
-int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p,
-                     uint32_t *cookie_p, uint64_t *nonce_p, uint64_t *seq0_p)
+int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p, uint32_t *cookie_p,
+                     uint64_t *nonce_p, uint64_t *seq0_p)
 {
     if (len != PS__UCX_HS_LEN || memcmp(in, HS_MAGIC, 4) != 0 || in[4] != HS_VERSION ||
         in[5] < PS__UCX_HS_HELLO || in[5] > PS__UCX_HS_AUTH_REFUSED) { /* + job-secret steps */

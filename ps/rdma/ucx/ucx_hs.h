@@ -27,8 +27,8 @@ void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint6
                      uint64_t seq0);
 /* Reads the record at in (len bytes): 1 when it is one of this version
  * and of a known type, 0 if not (nothing written). */
-int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p,
-                     uint32_t *cookie_p, uint64_t *nonce_p, uint64_t *seq0_p);
+int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p, uint32_t *cookie_p,
+                     uint64_t *nonce_p, uint64_t *seq0_p);
 /* The meta that re-announces node my_id. */
 void ps__ucx_hello_meta(ps_meta_t *meta, int my_id);
 /* 1 when meta is such a re-announcement (of this version, no control). */
