@@ -50,8 +50,6 @@
 
 /* Data bytes of each ring of a channel. */
 #define PS__SHM_RING_BYTES (1u << 20)
-/* Segments up to this size travel inside the MSG record. */
-#define PS__SHM_INLINE_MAX (16u << 10)
 /* A MSG record (descriptors, meta, inline bytes) at most this big; a
  * bigger meta is streamed. */
 #define PS__SHM_MSG_MAX (PS__SHM_RING_BYTES / 4)

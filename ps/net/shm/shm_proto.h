@@ -38,8 +38,10 @@
 #ifndef PS_NET_SHM_SHM_PROTO_H_
 #define PS_NET_SHM_SHM_PROTO_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "ps/base/status.h"
 #include "ps/net/shm/shm_job.h"
 #include "ps/net/shm/shm_ring.h"
 
@@ -118,6 +120,9 @@ typedef struct {
 } ps__shm_seg_desc_t;
 
 /* MSG record flags (ps__shm_rec_t.flags). */
+/* Segments up to this size travel inside the MSG record. */
+#define PS__SHM_INLINE_MAX (16u << 10)
+
 #define PS__SHM_MSG_FAST_META 1u /* the meta is in the compact form (shm_meta.h) */
 
 typedef struct {
@@ -151,6 +156,28 @@ typedef struct {
     int32_t node_id;
     uint32_t pad;
 } ps__shm_rec_id_t;
+
+/* ---- reading a MSG record (shm_rec.c) ----
+ * The peer writes the ring, so everything here is checked before use;
+ * peer_id only names the sender in the log line of a refusal. */
+
+/* The fixed part of the MSG record at rec (rec_len bytes) into *h_p, and
+ * in *head_p the bytes before its inline data (descriptors and, unless
+ * streamed, the meta), which lie inside the record. PS_ERR_PROTOCOL when
+ * it has too many segments, no meta or one over max_meta bytes, or is
+ * truncated. */
+ps_status_t ps__shm_rec_msg_head(const uint8_t *rec, uint32_t rec_len, uint32_t max_meta,
+                                 int peer_id, ps__shm_rec_msg_t *h_p, size_t *head_p);
+
+/* The n segment descriptors of a MSG record whose head (descriptors and
+ * meta) is `head` of its rec_len bytes: each of a known kind and at most
+ * max_message bytes, an inline one inside the record after the head and
+ * at most PS__SHM_INLINE_MAX bytes, every one streamed when the meta is;
+ * PS_ERR_PROTOCOL if not. PS_ERR_TOO_LARGE when together they pass
+ * max_message. */
+ps_status_t ps__shm_rec_descs_check(const ps__shm_seg_desc_t *desc, uint32_t n, int meta_streamed,
+                                    size_t head, uint32_t rec_len, uint64_t max_message,
+                                    int peer_id);
 
 static inline uint32_t ps__shm_align8(uint64_t n)
 {

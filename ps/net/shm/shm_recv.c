@@ -478,37 +478,6 @@ static ps_status_t take_segments(ps__shm_chan_t *ch, const ps__shm_seg_desc_t *d
     return PS_OK;
 }
 
-/* Checks the descriptors of a MSG record of rec_len bytes whose head
- * (header, descriptors, meta) is `head` bytes. */
-static ps_status_t check_descs(ps__shm_chan_t *ch, const ps__shm_seg_desc_t *desc, uint32_t n,
-                               int meta_streamed, uint32_t head, uint32_t rec_len)
-{
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-        const ps__shm_seg_desc_t *d = &desc[i];
-        int ok = d->kind >= PS__SHM_SEG_INLINE && d->kind <= PS__SHM_SEG_PLACED &&
-                 d->len <= ch->van->max_message;
-        if (ok && d->kind == PS__SHM_SEG_INLINE) {
-            ok = d->len <= PS__SHM_INLINE_MAX && d->a >= head && d->a <= rec_len &&
-                 d->len <= rec_len - d->a;
-        }
-        if (ok && meta_streamed) {
-            ok = d->kind == PS__SHM_SEG_STREAM;
-        }
-        if (!ok) {
-            ps_error(PS_LOG_SHM, "node %d sent a bad segment descriptor; closing", ch->peer_id);
-            return PS_ERR_PROTOCOL;
-        }
-        total += d->len;
-    }
-    if (total > ch->van->max_message) {
-        ps_error(PS_LOG_SHM, "node %d sent a message of %llu bytes, over the limit; closing",
-                 ch->peer_id, (unsigned long long)total);
-        return PS_ERR_TOO_LARGE;
-    }
-    return PS_OK;
-}
-
 static ps_status_t on_msg(ps__shm_chan_t *ch, const uint8_t *rec, uint32_t rec_len, int *done_p)
 {
     if (ch->phase != PS__SHM_RX_IDLE) {
@@ -516,21 +485,12 @@ static ps_status_t on_msg(ps__shm_chan_t *ch, const uint8_t *rec, uint32_t rec_l
         return PS_ERR_PROTOCOL;
     }
     ps__shm_rec_msg_t h;
-    if (rec_len < sizeof(h)) {
-        return PS_ERR_PROTOCOL;
-    }
-    memcpy(&h, rec, sizeof(h));
-    if (h.num_seg > PS_MSG_MAX_DATA || h.meta_len == 0 || h.meta_len > ch->van->max_meta) {
-        ps_error(PS_LOG_SHM, "node %d sent a message with %u segments and %u meta bytes; closing",
-                 ch->peer_id, h.num_seg, h.meta_len);
-        return PS_ERR_PROTOCOL;
+    size_t head;
+    ps_status_t st = ps__shm_rec_msg_head(rec, rec_len, ch->van->max_meta, ch->peer_id, &h, &head);
+    if (st != PS_OK) {
+        return st;
     }
     size_t descs = (size_t)h.num_seg * sizeof(ps__shm_seg_desc_t);
-    size_t head = sizeof(h) + descs + (h.meta_streamed ? 0 : h.meta_len);
-    if (head > rec_len) {
-        ps_error(PS_LOG_SHM, "node %d sent a truncated message record; closing", ch->peer_id);
-        return PS_ERR_PROTOCOL;
-    }
     /* The head out of shared memory, so that it cannot change under us. */
     if (ch->scratch_cap < head) {
         uint8_t *s = realloc(ch->scratch, head);
@@ -542,7 +502,8 @@ static ps_status_t on_msg(ps__shm_chan_t *ch, const uint8_t *rec, uint32_t rec_l
     }
     memcpy(ch->scratch, rec, head);
     const ps__shm_seg_desc_t *desc = (const ps__shm_seg_desc_t *)(void *)(ch->scratch + sizeof(h));
-    ps_status_t st = check_descs(ch, desc, h.num_seg, h.meta_streamed, (uint32_t)head, rec_len);
+    st = ps__shm_rec_descs_check(desc, h.num_seg, h.meta_streamed, head, rec_len,
+                                 ch->van->max_message, ch->peer_id);
     if (st != PS_OK) {
         return st;
     }

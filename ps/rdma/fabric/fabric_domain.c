@@ -446,9 +446,7 @@ ps_status_t ps__fab_parse_blob(ps__fab_van_t *van, const ps_node_t *peer, const 
                  peer->id, peer->endpoint_name_len);
         return PS_ERR_PROTOCOL;
     }
-    memcpy(&b, peer->endpoint_name, sizeof(b));
-    if (b.magic != PS__FAB_EP_MAGIC || b.version != PS__FAB_VERSION ||
-        sizeof(b) + b.addr_len > peer->endpoint_name_len) {
+    if (!ps__fab_blob_read(peer->endpoint_name, peer->endpoint_name_len, &b)) {
         ps_error(PS_LOG_FABRIC, "node %d's endpoint name is not a fabric address of this "
                  "version (another van or ps version on that node?)", peer->id);
         return PS_ERR_PROTOCOL;

@@ -8,7 +8,7 @@
  *   fabric_recv.c     posted meta receives, message assembly, in-order
  *                     delivery
  *   fabric_progress.c the progress thread: completions, errors, waiting
- *   fabric_wire.c     tags, the provider hash, the host id
+ *   fabric_wire.c     wire checks, tags, the provider hash, the host id (fabric_wire.h)
  *
  * Protocol (one RDM endpoint per van, messages, tagged messages, RMA):
  *   - every message starts as a META message (untagged, so that any posted
@@ -64,6 +64,7 @@
 #include "ps/rdma/common/mr_cache.h"
 #include "ps/rdma/common/rdv_table.h"
 #include "ps/rdma/common/slot_pool.h"
+#include "ps/rdma/fabric/fabric_wire.h"
 
 /* A posted meta receive: header + frame + meta (+ inline data). */
 #define PS__FAB_META_BUF 8192u
@@ -137,65 +138,7 @@
  * many idle rounds (a power of two). */
 #define PS__FAB_BUSY_YIELD_EVERY 256u
 
-/* ---- wire (fabric_wire.c) ---- */
-
-#define PS__FAB_MAGIC 0x42465350u     /* "PSFB" */
-#define PS__FAB_VERSION 2
-#define PS__FAB_RDV_MAGIC 0x56445246u /* "FRDV" */
-#define PS__FAB_EP_MAGIC 0x45465350u  /* "PSFE" */
-
-enum {
-    PS__FAB_F_INLINE = 1u << 0, /* data bytes follow the meta */
-    PS__FAB_F_DATA = 1u << 1,   /* a DATA message follows */
-    PS__FAB_F_EXT = 1u << 2,    /* frame + meta follow as an EXT message */
-    PS__FAB_F_RMA = 1u << 3,    /* segment rma_seg was written by RMA */
-    PS__FAB_F_RDV = 1u << 4,    /* answers the pending pull rdv_slot */
-    PS__FAB_F_LANE = 1u << 5,   /* a lane message follows (ps/net/codec/lane.h) */
-};
-
-enum {
-    PS__FAB_KIND_EXT = 2,
-    PS__FAB_KIND_DATA = 3,
-};
-
-/* Little-endian hosts only (the header is copied as is). */
-typedef struct {
-    uint32_t magic;
-    uint16_t version;
-    uint16_t flags;
-    int32_t sender;
-    uint32_t seq;
-    uint32_t epoch;
-    uint32_t ext_len;  /* EXT: frame + meta bytes in the EXT message */
-    uint32_t rdv_slot; /* RDV */
-    uint32_t rma_seg;  /* RMA */
-} ps__fab_hdr_t;
-
-/* In a pull request's van_data: where the response's values may go. */
-typedef struct {
-    uint32_t magic;
-    uint32_t slot;
-    uint64_t addr; /* as the target's fi_write wants it (virtual or offset) */
-    uint64_t key;
-    uint64_t len;
-} ps__fab_rdv_desc_t;
-
-/* node->endpoint_name: this header, then the provider's address. */
-typedef struct {
-    uint32_t magic;
-    uint16_t version;
-    uint16_t addr_len;
-    uint32_t pid;
-    uint32_t prov_hash;
-    uint64_t host_id;
-    uint64_t pid_ns; /* its PID namespace (0: unknown): whether `pid` means
-                      * anything here */
-} ps__fab_ep_blob_t;
-
-uint64_t ps__fab_tag(int kind, uint32_t epoch, int sender, uint32_t seq);
-uint32_t ps__fab_hash(const char *s);
-uint64_t ps__fab_host_id(void);
-uint64_t ps__fab_pid_ns(void);
+/* ---- wire: fabric_wire.h ---- */
 
 /* ---- objects ---- */
 

@@ -721,8 +721,7 @@ static void on_lane(ps__fab_van_t *van, ps__fab_mrecv_t *m, ps__fab_peer_t *peer
                     ps__fab_rxs_t *rxs, const ps__fab_hdr_t *hdr, const uint8_t *bytes,
                     size_t len)
 {
-    if (len < PS_LANE_HDR_LEN || len > PS_LANE_MAX_BYTES ||
-        (hdr->flags & ~PS__FAB_F_LANE) != 0) {
+    if (!ps__fab_lane_valid(hdr, len)) {
         post_mrecv(van, m);
         ps_error(PS_LOG_FABRIC, "node %d sent a bad lane message (%zu bytes, flags 0x%x)",
                  hdr->sender, len, hdr->flags);
@@ -761,8 +760,7 @@ void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr
         return;
     }
     memcpy(&hdr, p, sizeof(hdr));
-    if (hdr.magic != PS__FAB_MAGIC || hdr.version != PS__FAB_VERSION || hdr.sender <= 0 ||
-        hdr.sender >= PS_NODE_EMPTY) {
+    if (!ps__fab_hdr_valid(&hdr)) {
         ps_warn_ratelimited(PS_LOG_FABRIC, "dropped a message that is not of this protocol "
                             "(magic 0x%x, version %u, sender %d)", hdr.magic, hdr.version,
                             hdr.sender);
@@ -842,8 +840,7 @@ void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr
 
     if (hdr.flags & PS__FAB_F_EXT) {
         post_mrecv(van, m);
-        if (hdr.ext_len == 0 ||
-            hdr.ext_len > (uint64_t)van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN ||
+        if (!ps__fab_ext_len_valid(&hdr, van->limits.max_meta_bytes) ||
             ps_rdma_buf_pool_get(van->pool, hdr.ext_len, &rx->ext) != PS_OK) {
             ps_error(PS_LOG_FABRIC, "node %d announced a %u-byte meta: refused", hdr.sender,
                      hdr.ext_len);

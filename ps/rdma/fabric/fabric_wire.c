@@ -1,17 +1,52 @@
 /*
- * Small wire helpers of the libfabric van: tags, the provider hash and the
- * host id carried in endpoint blobs.
+ * The libfabric van's wire helpers (fabric_wire.h): the checks of what a
+ * peer sends, tags, the provider hash and the host id carried in endpoint
+ * blobs.
  */
+#include "ps/rdma/fabric/fabric_wire.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ps/rdma/fabric/fabric_internal.h"
+#include "ps/net/codec/frame.h"
+#include "ps/net/codec/lane.h"
+#include "ps/net/codec/message.h"
 
 #define KIND_SHIFT 60
 #define EPOCH_SHIFT 48
 #define SENDER_SHIFT 32
+
+int ps__fab_hdr_valid(const ps__fab_hdr_t *hdr)
+{
+    return hdr->magic == PS__FAB_MAGIC && hdr->version == PS__FAB_VERSION && hdr->sender > 0 &&
+           hdr->sender < PS_NODE_EMPTY;
+}
+
+int ps__fab_lane_valid(const ps__fab_hdr_t *hdr, size_t len)
+{
+    return len >= PS_LANE_HDR_LEN && len <= PS_LANE_MAX_BYTES &&
+           (hdr->flags & ~PS__FAB_F_LANE) == 0;
+}
+
+int ps__fab_ext_len_valid(const ps__fab_hdr_t *hdr, uint64_t max_meta)
+{
+    return hdr->ext_len != 0 && hdr->ext_len <= max_meta + PS_FRAME_MAX_HEADER_LEN;
+}
+
+int ps__fab_blob_read(const uint8_t *name, size_t len, ps__fab_ep_blob_t *b_p)
+{
+    ps__fab_ep_blob_t b;
+    if (len < sizeof(b))
+        return 0;
+    memcpy(&b, name, sizeof(b));
+    if (b.magic != PS__FAB_EP_MAGIC || b.version != PS__FAB_VERSION ||
+        sizeof(b) + b.addr_len > len)
+        return 0;
+    *b_p = b;
+    return 1;
+}
 
 uint64_t ps__fab_tag(int kind, uint32_t epoch, int sender, uint32_t seq)
 {

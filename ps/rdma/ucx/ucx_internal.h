@@ -135,6 +135,7 @@
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/van.h"
+#include "ps/rdma/ucx/ucx_hs.h"
 
 /* ---- tags (ucx_wire.c): DATA tags, and META headers (little-endian) ----
  *   bits 63..62  kind: META (meta, maybe small segments inline) or DATA
@@ -185,17 +186,7 @@ static inline unsigned ps__ucx_tag_low(ucp_tag_t tag)
  * for a reordering (the connection fails) rather than a stranger's guess
  * (dropped). */
 #define PS__UCX_ORDER_WINDOW 512
-/* HELLO/ACK record: "PSUX" ver type 0 0 | id i32 | cookie u32 | nonce u64 |
- * seq0 u64. */
-#define PS__UCX_HS_LEN 32
-#define PS__UCX_HS_HELLO 1
-#define PS__UCX_HS_ACK 2
-/* Job-secret handshake steps (ucx_auth.c), before HELLO. */
-#define PS__UCX_HS_AUTH_INIT 3
-#define PS__UCX_HS_AUTH_CHALLENGE 4
-#define PS__UCX_HS_AUTH_PROOF 5
-#define PS__UCX_HS_AUTH_REFUSED 6
-#define PS__UCX_AUTH_MAX 80 /* largest payload of those */
+/* The handshake records (HELLO/ACK, job-secret steps): ucx_hs.h. */
 enum {
     PS__UCX_AUTH_NONE,
     PS__UCX_AUTH_WAIT_INIT,
@@ -640,12 +631,5 @@ void ps__ucx_rx_free_all(ps__ucx_van_t *van);
 ps_status_t ps__ucx_encode_frame(ps__ucx_van_t *van, const ps_meta_t *meta, const uint64_t *lens,
                                  uint32_t num_data, uint8_t *buf, size_t cap, uint8_t **hm_p,
                                  size_t *len_p, uint8_t **heap_p);
-void ps__ucx_hs_pack(uint8_t *out, int type, int node_id, uint32_t cookie, uint64_t nonce,
-                     uint64_t seq0);
-int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p,
-                     uint32_t *cookie_p, uint64_t *nonce_p, uint64_t *seq0_p);
-void ps__ucx_hello_meta(ps_meta_t *meta, int my_id);
-int ps__ucx_is_hello(const ps_meta_t *meta);
-int ps__ucx_looks_like_hello(const ps_meta_t *meta);
 
 #endif /* PS_RDMA_UCX_UCX_INTERNAL_H_ */
