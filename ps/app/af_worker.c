@@ -594,8 +594,8 @@ ps_status_t ps_af_worker_wait(ps_af_worker_t *w, ps_af_handle_t *h, int timeout_
     if (!w || !h)
         return PS_ERR_INVALID_ARG;
     ps_deadline_t dl = ps_deadline_from_ms(timeout_ms < 0 ? w->request_timeout_ms : timeout_ms);
-    if (w->busy_poll) {
-        /* Spin on the batch's count; every few hundred turns let another
+    if (w->busy_poll && !ps_customer_waits_drive(w->customer)) {
+        /* No loop to drive: spin on the batch's count; every few hundred turns let another
          * thread of this core run (the van's, on a small machine). */
         unsigned spins = 0;
         while (atomic_load(&h->remaining) > 0) {
@@ -608,6 +608,9 @@ ps_status_t ps_af_worker_wait(ps_af_worker_t *w, ps_af_handle_t *h, int timeout_
         }
         return (ps_status_t)atomic_load(&h->status);
     }
+    /* Sleeping waits, or, where waits drive the van, busy ones that run its
+     * loop on this thread: each answer is handled here, with no other
+     * thread to be scheduled first. */
     for (int k = 0; k < h->num_ts; k++) {
         int left = ps_deadline_remaining_ms(dl);
         ps_status_t st = ps_customer_wait(w->customer, h->ts[k], left > 0 ? left : 0);

@@ -1061,3 +1061,8 @@ ps_status_t ps_customer_wait(ps_customer_t *c, int ts, int timeout_ms)
     }
     return ps__tracker_wait(c->tracker, ts, timeout_ms);
 }
+
+int ps_customer_waits_drive(const ps_customer_t *c)
+{
+    return c != NULL && c->progress != NULL;
+}

@@ -147,6 +147,12 @@ int ps_customer_num_responses(ps_customer_t *customer, int ts);
  * O(outstanding requests + 4096). */
 ps_status_t ps_customer_wait(ps_customer_t *customer, int ts, int timeout_ms);
 
+/* 1 when ps_customer_wait() drives the van itself (PS_BUSY_POLL with a van
+ * that has a progress op): a busy waiter then gets its answers on its own
+ * thread rather than through the van's, so it should wait there instead of
+ * spinning on its own. */
+int ps_customer_waits_drive(const ps_customer_t *customer);
+
 #ifdef __cplusplus
 }
 #endif
