@@ -448,6 +448,10 @@ ps_status_t ps_af_server_get_batch(ps_af_server_t *s, ps_af_batch_t **batches_p,
         return PS_ERR_BAD_STATE;
     ps_deadline_t dl = ps_deadline_from_ms(timeout_ms < 0 ? s->request_timeout_ms : timeout_ms);
     ps_status_t st = PS_OK;
+    /* Busy polling where waits drive the van: run its loop here (the
+     * batches arrive on this thread) rather than wait for its thread. */
+    int drive = s->busy_poll && ps_customer_waits_drive(s->customer);
+    int drove = 0;
     ps_mutex_lock(&s->lock);
     s->pollers++;
     for (;;) {
@@ -461,9 +465,13 @@ ps_status_t ps_af_server_get_batch(ps_af_server_t *s, ps_af_batch_t **batches_p,
         }
         if (s->busy_poll) {
             ps_mutex_unlock(&s->lock);
-            for (int k = 0; k < 256; k++)
-                ps_cpu_relax();
-            sched_yield();
+            int handled = drive ? ps_customer_drive(s->customer, 16) : -1;
+            drove |= handled >= 0;
+            if (handled <= 0) {
+                for (int k = 0; k < 256; k++)
+                    ps_cpu_relax();
+                sched_yield();
+            }
             ps_mutex_lock(&s->lock);
             if (ps_deadline_expired(dl)) {
                 if (take_round(s, batches_p)) {
@@ -482,6 +490,10 @@ ps_status_t ps_af_server_get_batch(ps_af_server_t *s, ps_af_batch_t **batches_p,
             break;
         }
     }
+    /* The van's thread takes the loop back (a hand-back runs no receive
+     * function, so under the lock; before destroy may free the customer). */
+    if (drove)
+        (void)ps_customer_drive(s->customer, 0);
     if (--s->pollers == 0 && s->closing)
         ps_cond_broadcast(&s->ready);
     ps_mutex_unlock(&s->lock);

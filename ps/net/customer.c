@@ -1066,3 +1066,15 @@ int ps_customer_waits_drive(const ps_customer_t *c)
 {
     return c != NULL && c->progress != NULL;
 }
+
+int ps_customer_drive(ps_customer_t *c, unsigned budget)
+{
+    if (c == NULL || c->progress == NULL || tls_in_customer != NULL)
+        return -1;
+    ps__registry_t *driving = drive_enter(c);
+    if (driving == NULL)
+        return -1;
+    int handled = c->progress(c->van, budget);
+    drive_exit(driving);
+    return handled;
+}
