@@ -191,7 +191,9 @@ void ps_af_server_destroy(ps_af_server_t *server);
  * count is returned in *num_p). PS_ERR_TIMED_OUT when timeout_ms (< 0:
  * PS_REQUEST_TIMEOUT_MS) passed first, PS_ERR_BAD_STATE for a server with
  * a handler, PS_ERR_SHUTDOWN once destroy began. Spins while it waits
- * when STEPMESH_BUSY_POLL_ENABLE is 1 (the default), else sleeps. */
+ * when STEPMESH_BUSY_POLL_ENABLE is 1 (the default), running the van's
+ * loop itself where PS_BUSY_POLL is also on (see ps_af_worker_wait), else
+ * sleeps. */
 ps_status_t ps_af_server_get_batch(ps_af_server_t *server, ps_af_batch_t **batches_p, size_t cap,
                                    size_t *num_p, int timeout_ms);
 
