@@ -138,7 +138,11 @@ ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *worker, const ps_af_ten
 /* Blocks until the batch completed or timeout_ms passed (< 0 means
  * PS_REQUEST_TIMEOUT_MS): PS_OK, PS_ERR_TIMED_OUT (the batch stays
  * outstanding; wait again or release), or why it failed (PS_ERR_PEER_GONE,
- * PS_ERR_PROTOCOL for an answer that does not fit its slot, ...). */
+ * PS_ERR_PROTOCOL for an answer that does not fit its slot, ...). With
+ * STEPMESH_BUSY_POLL_ENABLE (the default) it spins; where PS_BUSY_POLL is
+ * also on and the van has a progress op (shm, tcp) it spins as
+ * ps_customer_wait does, running the van's loop itself (the answers are
+ * handled on this thread) for up to 2 ms per request before it sleeps. */
 ps_status_t ps_af_worker_wait(ps_af_worker_t *worker, ps_af_handle_t *handle, int timeout_ms);
 /* Pull slots of the batch (num_pull), for ps_af_worker_fetch_trace. */
 size_t ps_af_handle_num_slots(const ps_af_handle_t *handle);
@@ -187,7 +191,9 @@ void ps_af_server_destroy(ps_af_server_t *server);
  * count is returned in *num_p). PS_ERR_TIMED_OUT when timeout_ms (< 0:
  * PS_REQUEST_TIMEOUT_MS) passed first, PS_ERR_BAD_STATE for a server with
  * a handler, PS_ERR_SHUTDOWN once destroy began. Spins while it waits
- * when STEPMESH_BUSY_POLL_ENABLE is 1 (the default), else sleeps. */
+ * when STEPMESH_BUSY_POLL_ENABLE is 1 (the default), running the van's
+ * loop itself where PS_BUSY_POLL is also on (see ps_af_worker_wait), else
+ * sleeps. */
 ps_status_t ps_af_server_get_batch(ps_af_server_t *server, ps_af_batch_t **batches_p, size_t cap,
                                    size_t *num_p, int timeout_ms);
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ps/app/af.h"
+#include "ps/app/af_block.h"
 #include "ps/app/af_order.h"
 #include "ps/app/af_wire.h"
 #include "ps/base/buffer.h"
@@ -86,15 +87,7 @@ static void batch_free(af_batch_t *b)
         return;
     for (uint32_t i = 0; i < b->count && b->data; i++)
         ps_slice_unref(&b->data[i]);
-    free(b->tensors);
-    free(b->slot_bytes);
-    free(b->data);
-    free(b->ts);
-    free(b->addr);
-    free(b->trace);
-    free(b->present);
-    free(b->answered);
-    free(b);
+    free(b); /* one block with its arrays */
 }
 
 static void drop_item(void *arg, void *item)
@@ -103,28 +96,35 @@ static void drop_item(void *arg, void *item)
     batch_free(item);
 }
 
+/* A batch and all its arrays in one allocation. */
 static af_batch_t *batch_alloc(int sender, int customer_id, const ps__af_hdr_t *hdr)
 {
-    af_batch_t *b = calloc(1, sizeof(*b));
-    if (!b)
-        return NULL;
     size_t n = hdr->count;
+    af_batch_t *b = NULL;
+    size_t end = sizeof(*b);
+    size_t o_tensors = PS__AF_BLOCK_TAKE(&end, n, b->tensors);
+    size_t o_bytes = PS__AF_BLOCK_TAKE(&end, n, b->slot_bytes);
+    size_t o_data = PS__AF_BLOCK_TAKE(&end, n, b->data);
+    size_t o_ts = PS__AF_BLOCK_TAKE(&end, n, b->ts);
+    size_t o_addr = PS__AF_BLOCK_TAKE(&end, n, b->addr);
+    size_t o_trace = PS__AF_BLOCK_TAKE(&end, n, b->trace);
+    size_t o_present = PS__AF_BLOCK_TAKE(&end, n, b->present);
+    size_t o_answered = PS__AF_BLOCK_TAKE(&end, n, b->answered);
+    char *block = calloc(1, end);
+    if (!block)
+        return NULL;
+    b = (af_batch_t *)block;
     b->count = hdr->count;
     b->num_push = hdr->num_push;
     b->customer_id = customer_id;
-    b->tensors = calloc(n, sizeof(*b->tensors));
-    b->slot_bytes = calloc(n, sizeof(*b->slot_bytes));
-    b->data = calloc(n, sizeof(*b->data));
-    b->ts = calloc(n, sizeof(*b->ts));
-    b->addr = calloc(n, sizeof(*b->addr));
-    b->trace = calloc(n, sizeof(*b->trace));
-    b->present = calloc(n, sizeof(*b->present));
-    b->answered = calloc(n, sizeof(*b->answered));
-    if (!b->tensors || !b->slot_bytes || !b->data || !b->ts || !b->addr || !b->trace ||
-        !b->present || !b->answered) {
-        batch_free(b);
-        return NULL;
-    }
+    b->tensors = (ps_af_tensor_t *)(block + o_tensors);
+    b->slot_bytes = (uint64_t *)(block + o_bytes);
+    b->data = (ps_slice_t *)(block + o_data);
+    b->ts = (int32_t *)(block + o_ts);
+    b->addr = (uint64_t *)(block + o_addr);
+    b->trace = (ps_trace_t *)(block + o_trace);
+    b->present = (uint8_t *)(block + o_present);
+    b->answered = (atomic_uchar *)(block + o_answered);
     b->pub.sender = sender;
     b->pub.worker_rank = ps_id_to_rank(sender);
     b->pub.seq = hdr->seq;
@@ -448,6 +448,10 @@ ps_status_t ps_af_server_get_batch(ps_af_server_t *s, ps_af_batch_t **batches_p,
         return PS_ERR_BAD_STATE;
     ps_deadline_t dl = ps_deadline_from_ms(timeout_ms < 0 ? s->request_timeout_ms : timeout_ms);
     ps_status_t st = PS_OK;
+    /* Busy polling where waits drive the van: run its loop here (the
+     * batches arrive on this thread) rather than wait for its thread. */
+    int drive = s->busy_poll && ps_customer_waits_drive(s->customer);
+    int drove = 0;
     ps_mutex_lock(&s->lock);
     s->pollers++;
     for (;;) {
@@ -461,9 +465,13 @@ ps_status_t ps_af_server_get_batch(ps_af_server_t *s, ps_af_batch_t **batches_p,
         }
         if (s->busy_poll) {
             ps_mutex_unlock(&s->lock);
-            for (int k = 0; k < 256; k++)
-                ps_cpu_relax();
-            sched_yield();
+            int handled = drive ? ps_customer_drive(s->customer, 16) : -1;
+            drove |= handled >= 0;
+            if (handled <= 0) {
+                for (int k = 0; k < 256; k++)
+                    ps_cpu_relax();
+                sched_yield();
+            }
             ps_mutex_lock(&s->lock);
             if (ps_deadline_expired(dl)) {
                 if (take_round(s, batches_p)) {
@@ -482,6 +490,10 @@ ps_status_t ps_af_server_get_batch(ps_af_server_t *s, ps_af_batch_t **batches_p,
             break;
         }
     }
+    /* The van's thread takes the loop back (a hand-back runs no receive
+     * function, so under the lock; before destroy may free the customer). */
+    if (drove)
+        (void)ps_customer_drive(s->customer, 0);
     if (--s->pollers == 0 && s->closing)
         ps_cond_broadcast(&s->ready);
     ps_mutex_unlock(&s->lock);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "ps/app/af.h"
+#include "ps/app/af_block.h"
 #include "ps/app/af_wire.h"
 #include "ps/base/buffer.h"
 #include "ps/base/config.h"
@@ -84,15 +85,7 @@ static void handle_free(ps_af_handle_t *h)
         ps_slice_unref(&h->push[i]);
     for (int i = 0; i < h->num_servers * h->per_server; i++)
         ps_slice_unref(&h->dest[i]);
-    free(h->ts);
-    free(h->push);
-    free(h->dest);
-    free(h->dest_key);
-    free(h->answered);
-    free(h->traced);
-    free(h->req_trace);
-    free(h->rsp_trace);
-    free(h);
+    free(h); /* one block with its arrays */
 }
 
 static void handle_unref(ps_af_handle_t *h, int n)
@@ -101,29 +94,38 @@ static void handle_unref(ps_af_handle_t *h, int n)
         handle_free(h);
 }
 
+/* A handle and all its per-batch arrays in one allocation: a batch costs
+ * one malloc, not one per array. */
 static ps_status_t handle_alloc(int ns, int num_push, int per_server, ps_af_handle_t **h_p)
 {
-    ps_af_handle_t *h = calloc(1, sizeof(*h));
-    if (!h)
+    size_t nd = (size_t)ns * (size_t)per_server;
+    size_t num_ts = (size_t)num_push + (size_t)per_server;
+    ps_af_handle_t *h = NULL;
+    size_t off = sizeof(*h);
+    size_t o_ts = PS__AF_BLOCK_TAKE(&off, num_ts, h->ts);
+    size_t o_push = PS__AF_BLOCK_TAKE(&off, (size_t)num_push + 1, h->push);
+    size_t o_dest = PS__AF_BLOCK_TAKE(&off, nd + 1, h->dest);
+    size_t o_key = PS__AF_BLOCK_TAKE(&off, nd + 1, h->dest_key);
+    size_t o_answered = PS__AF_BLOCK_TAKE(&off, num_ts * (size_t)ns, h->answered);
+    size_t o_traced = PS__AF_BLOCK_TAKE(&off, nd + 1, h->traced);
+    size_t o_req = PS__AF_BLOCK_TAKE(&off, nd + 1, h->req_trace);
+    size_t o_rsp = PS__AF_BLOCK_TAKE(&off, nd + 1, h->rsp_trace);
+    char *block = calloc(1, off);
+    if (!block)
         return PS_ERR_NO_MEMORY;
-    int nd = ns * per_server;
+    h = (ps_af_handle_t *)block;
     h->num_servers = ns;
     h->num_push = num_push;
     h->per_server = per_server;
-    h->num_ts = num_push + per_server;
-    h->ts = calloc((size_t)h->num_ts, sizeof(*h->ts));
-    h->push = calloc((size_t)num_push + 1, sizeof(*h->push));
-    h->dest = calloc((size_t)nd + 1, sizeof(*h->dest));
-    h->dest_key = calloc((size_t)nd + 1, sizeof(*h->dest_key));
-    h->answered = calloc((size_t)h->num_ts * (size_t)ns, sizeof(*h->answered));
-    h->traced = calloc((size_t)nd + 1, sizeof(*h->traced));
-    h->req_trace = calloc((size_t)nd + 1, sizeof(*h->req_trace));
-    h->rsp_trace = calloc((size_t)nd + 1, sizeof(*h->rsp_trace));
-    if (!h->ts || !h->push || !h->dest || !h->dest_key || !h->answered || !h->traced ||
-        !h->req_trace || !h->rsp_trace) {
-        handle_free(h);
-        return PS_ERR_NO_MEMORY;
-    }
+    h->num_ts = (int)num_ts;
+    h->ts = (int *)(block + o_ts);
+    h->push = (ps_slice_t *)(block + o_push);
+    h->dest = (ps_slice_t *)(block + o_dest);
+    h->dest_key = (uint64_t *)(block + o_key);
+    h->answered = (atomic_uchar *)(block + o_answered);
+    h->traced = (atomic_uchar *)(block + o_traced);
+    h->req_trace = (ps_af_trace_t *)(block + o_req);
+    h->rsp_trace = (ps_af_trace_t *)(block + o_rsp);
     *h_p = h;
     return PS_OK;
 }
@@ -594,8 +596,8 @@ ps_status_t ps_af_worker_wait(ps_af_worker_t *w, ps_af_handle_t *h, int timeout_
     if (!w || !h)
         return PS_ERR_INVALID_ARG;
     ps_deadline_t dl = ps_deadline_from_ms(timeout_ms < 0 ? w->request_timeout_ms : timeout_ms);
-    if (w->busy_poll) {
-        /* Spin on the batch's count; every few hundred turns let another
+    if (w->busy_poll && !ps_customer_waits_drive(w->customer)) {
+        /* No loop to drive: spin on the batch's count; every few hundred turns let another
          * thread of this core run (the van's, on a small machine). */
         unsigned spins = 0;
         while (atomic_load(&h->remaining) > 0) {
@@ -608,6 +610,9 @@ ps_status_t ps_af_worker_wait(ps_af_worker_t *w, ps_af_handle_t *h, int timeout_
         }
         return (ps_status_t)atomic_load(&h->status);
     }
+    /* Sleeping waits, or, where waits drive the van, busy ones that run its
+     * loop on this thread: each answer is handled here, with no other
+     * thread to be scheduled first. */
     for (int k = 0; k < h->num_ts; k++) {
         int left = ps_deadline_remaining_ms(dl);
         ps_status_t st = ps_customer_wait(w->customer, h->ts[k], left > 0 ? left : 0);

@@ -1089,3 +1089,20 @@ ps_status_t ps_customer_wait(ps_customer_t *c, int ts, int timeout_ms)
     }
     return ps__tracker_wait(c->tracker, ts, timeout_ms);
 }
+
+int ps_customer_waits_drive(const ps_customer_t *c)
+{
+    return c != NULL && c->progress != NULL;
+}
+
+int ps_customer_drive(ps_customer_t *c, unsigned budget)
+{
+    if (c == NULL || c->progress == NULL || tls_in_customer != NULL)
+        return -1;
+    ps__registry_t *driving = drive_enter(c);
+    if (driving == NULL)
+        return -1;
+    int handled = c->progress(c->van, budget);
+    drive_exit(driving);
+    return handled;
+}

@@ -157,6 +157,23 @@ int ps_customer_num_responses(ps_customer_t *customer, int ts);
  * O(outstanding requests + 4096). */
 ps_status_t ps_customer_wait(ps_customer_t *customer, int ts, int timeout_ms);
 
+/* 1 when ps_customer_wait() drives the van itself (PS_BUSY_POLL with a van
+ * that has a progress op): a busy waiter then gets its answers on its own
+ * thread rather than through the van's, so it should wait there instead of
+ * spinning on its own. */
+int ps_customer_waits_drive(const ps_customer_t *customer);
+
+/* For a busy waiter on something other than a request (say, a queue its
+ * receive function fills), where ps_customer_waits_drive() is 1: runs one
+ * round of the van's loop on the calling thread, handling at most `budget`
+ * events, and returns how many it handled (receive and done functions of
+ * this process may run inside). A caller that stops calling (to sleep or
+ * return) calls it once with budget 0, which hands the loop back to the
+ * van's thread. -1, doing nothing, where waits do not drive, from a receive
+ * or done function, or once the van is closing. Not while holding a lock
+ * that a receive function takes. */
+int ps_customer_drive(ps_customer_t *customer, unsigned budget);
+
 #ifdef __cplusplus
 }
 #endif
