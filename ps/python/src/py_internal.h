@@ -82,6 +82,7 @@ int ps__py_keys_get(PyObject *obj, ps_slice_t *slice_p, size_t *num_p);
 int ps__py_worker_add(PyObject *module);
 int ps__py_server_add(PyObject *module);
 int ps__py_sum_add(PyObject *module);
+int ps__py_af_add(PyObject *module);
 
 /* The C worker of a ps.KVWorker object (raises and NULL when closed). */
 ps_kv_worker_t *ps__py_worker_get(PyObject *obj);
