@@ -93,6 +93,9 @@ int ps__py_timeout_arg(PyObject *args, PyObject *kw, int *ms_p);
 /* Parses the one optional argument `app_id` of a constructor and checks
  * that ps is started. */
 int ps__py_app_id_arg(PyObject *args, PyObject *kw, int *app_id_p);
+/* Parses the optional arguments `app_id`, `customer_id` of a worker's
+ * constructor and checks that ps is started. */
+int ps__py_worker_args(PyObject *args, PyObject *kw, int *app_id_p, int *customer_id_p);
 
 /* Makes the type of `spec` and adds it to the module as `name`; NULL with
  * an exception. */
