@@ -6,7 +6,8 @@ sum: every worker sends ROUNDS batches of two random bfloat16 tensors
 (seeded by worker rank and round, so every node knows them all) and one
 pull slot per server; server s answers each slot with (s + 1) times the sum
 of both tensors of every worker's batch of that round, and the worker
-checks its pulls against that to bfloat16 tolerance. With
+checks its pulls against that to bfloat16 tolerance. The servers register
+receive tensors for the pushes and check that they landed there. With
 STEPMESH_ENABLE_TRACE=1 the worker also checks the slots' stamps.
 
 errors (1 worker, 1 server): get_batch timing out, respond refusing a
@@ -45,7 +46,13 @@ def expected_sum(rnd):
 
 def serve_sum():
     server = ps.af.Server()
-    me = ps.rank()
+    me, workers = ps.rank(), ps.num_workers()
+    # Every worker's pushes of each key land in its part of one tensor.
+    recv = {key: torch.empty((workers,) + SHAPE, dtype=torch.bfloat16) for key in PUSH_KEYS}
+    for key, t in recv.items():
+        server.register_recv_tensor(t, list(range(workers)), [key] * workers)
+    part_bytes = recv[PUSH_KEYS[0]][0].numel() * 2
+    ps.barrier("servers+workers", timeout=30)  # registered before the first push
     for rnd in range(ROUNDS):
         batches = server.get_batch(timeout=30)
         assert [b.worker_rank for b in batches] == list(range(ps.num_workers()))
@@ -59,6 +66,9 @@ def serve_sum():
             for (key, t), want in zip(got, pushes(b.worker_rank, rnd)):
                 assert t.dtype == torch.bfloat16 and tuple(t.shape) == SHAPE
                 assert torch.equal(t, want), "push %d of worker %d differs" % (key, b.worker_rank)
+                assert t.data_ptr() == recv[key].data_ptr() + b.worker_rank * part_bytes, \
+                    "push %d of worker %d did not land in its registered part" % (key, b.worker_rank)
+                assert torch.equal(recv[key][b.worker_rank], want)
                 total += t.float()
         # numpy views of the same bytes agree.
         arr = ps.af.arrays(batches[0])[0][1]
@@ -67,6 +77,9 @@ def serve_sum():
         for b in batches:
             server.respond(b, [(PULL_KEY, result)])
             assert b.answered
+    stats = server.stats()
+    assert stats["batches"] == ROUNDS * workers, stats
+    assert stats["push_bytes_in_place"] == stats["push_bytes"] > 0, stats
     print("PASS server sum")
 
 
@@ -74,6 +87,7 @@ def work_sum():
     worker = ps.af.Worker()
     servers = ps.num_servers()
     trace = os.environ.get("STEPMESH_ENABLE_TRACE") == "1"
+    ps.barrier("servers+workers", timeout=30)
     for rnd in range(ROUNDS):
         push = pushes(ps.rank(), rnd)
         outs = [torch.empty(SHAPE, dtype=torch.bfloat16) for _ in range(servers)]
