@@ -10,7 +10,8 @@ checks its pulls against that to bfloat16 tolerance. The servers register
 receive tensors for the pushes and check that they landed there. With
 STEPMESH_ENABLE_TRACE=1 the worker also checks the slots' stamps.
 
-errors (1 worker, 1 server): get_batch timing out, respond refusing a
+errors (1 worker, 1 server): get_batch timing out (without holding the
+GIL), respond refusing a
 result of the wrong size, an unknown key and a second answer, and the
 worker refusing buffers it cannot send.
 
@@ -18,6 +19,8 @@ Each node prints "PASS <role> MODE" and leaves; a failed check raises.
 """
 import os
 import sys
+import threading
+import time
 
 import numpy as np
 import torch
@@ -112,11 +115,26 @@ def work_sum():
 
 def serve_errors():
     server = ps.af.Server()
+    ticks, stop = [], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.01)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
     try:
-        server.get_batch(timeout=0.3)
+        server.get_batch(timeout=0.5)
         raise AssertionError("get_batch returned with no batch sent")
     except ps.TimedOut:
         print("get_batch timed out")
+    finally:
+        stop.set()
+        ticker.join()
+    # Holding the GIL for 0.5 s would have left the other thread a tick or two.
+    assert len(ticks) >= 10, "another thread ran %d times during get_batch" % len(ticks)
+    print("another thread ran during get_batch")
     ps.barrier("servers+workers", timeout=30)
     (b,) = server.get_batch(timeout=30)
     assert b.pull == [(PULL_KEY, "float32", (8,))], b.pull
