@@ -6,7 +6,8 @@ sum: every worker sends ROUNDS batches of two random bfloat16 tensors
 (seeded by worker rank and round, so every node knows them all) and one
 pull slot per server; server s answers each slot with (s + 1) times the sum
 of both tensors of every worker's batch of that round, and the worker
-checks its pulls against that to bfloat16 tolerance. The servers register
+checks its pulls against that to bfloat16 tolerance (odd rounds push slices
+of a tensor the worker registered). The servers register
 receive tensors for the pushes and check that they landed there. With
 STEPMESH_ENABLE_TRACE=1 the worker also checks the slots' stamps.
 
@@ -90,9 +91,22 @@ def work_sum():
     worker = ps.af.Worker()
     servers = ps.num_servers()
     trace = os.environ.get("STEPMESH_ENABLE_TRACE") == "1"
+    # Odd rounds push slices of one registered tensor (StepMesh's
+    # micro-batch buffers); registering it again is refused.
+    pool = torch.empty((len(PUSH_KEYS),) + SHAPE, dtype=torch.bfloat16)
+    worker.register_tensor(pool)
+    try:
+        worker.register_tensor(pool[0])
+        raise AssertionError("register_tensor took an overlapping region")
+    except ps.Error:
+        pass
     ps.barrier("servers+workers", timeout=30)
     for rnd in range(ROUNDS):
         push = pushes(ps.rank(), rnd)
+        if rnd % 2:
+            for i, t in enumerate(push):
+                pool[i].copy_(t)
+            push = [pool[i] for i in range(len(push))]
         outs = [torch.empty(SHAPE, dtype=torch.bfloat16) for _ in range(servers)]
         if rnd % 2:
             h = worker.push_pull(push, list(PUSH_KEYS), outs, [PULL_KEY] * servers)
