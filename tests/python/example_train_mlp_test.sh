@@ -4,18 +4,11 @@
 # and that the loss went down.
 set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
-run=$1 launcher=$2 example=$3
-python=${PS_PYTHON:-/usr/bin/python3}
-"$python" -c "import torch, numpy" 2>/dev/null || job_skip "$python lacks torch or numpy"
-export RUNFILES_DIR="$TEST_SRCDIR"
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/python/example_job.sh"
 steps=12
 for van in tcp shm; do
-  job_use_van "$van"
   log="$TEST_TMPDIR/train.$van.log"
-  PS_EXAMPLE_TIMEOUT_S=120 "$run" "$launcher" "$example" -s 1 -w 2 -- --steps "$steps" >"$log" 2>&1
-  rc=$?
-  cat "$log"
-  [ "$rc" -eq 0 ] || { echo "FAILED: the $van job exited $rc"; exit 1; }
+  example_job "$1" "$2" "$3" "$van" "$log" -s 1 -w 2 -- --steps "$steps"
   for w in 0 1; do
     grep -q "worker $w of 2 joined over van $van" "$log" || { echo "FAILED: worker $w not on $van"; exit 1; }
     n=$(grep -cE "worker $w step [0-9]+ loss [0-9.]+$" "$log")

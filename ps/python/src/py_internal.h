@@ -82,6 +82,7 @@ int ps__py_keys_get(PyObject *obj, ps_slice_t *slice_p, size_t *num_p);
 int ps__py_worker_add(PyObject *module);
 int ps__py_server_add(PyObject *module);
 int ps__py_sum_add(PyObject *module);
+int ps__py_af_add(PyObject *module);
 
 /* The C worker of a ps.KVWorker object (raises and NULL when closed). */
 ps_kv_worker_t *ps__py_worker_get(PyObject *obj);
@@ -92,6 +93,9 @@ int ps__py_timeout_arg(PyObject *args, PyObject *kw, int *ms_p);
 /* Parses the one optional argument `app_id` of a constructor and checks
  * that ps is started. */
 int ps__py_app_id_arg(PyObject *args, PyObject *kw, int *app_id_p);
+/* Parses the optional arguments `app_id`, `customer_id` of a worker's
+ * constructor and checks that ps is started. */
+int ps__py_worker_args(PyObject *args, PyObject *kw, int *app_id_p, int *customer_id_p);
 
 /* Makes the type of `spec` and adds it to the module as `name`; NULL with
  * an exception. */

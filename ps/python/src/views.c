@@ -352,3 +352,13 @@ int ps__py_app_id_arg(PyObject *args, PyObject *kw, int *app_id_p)
         return -1;
     return ps__py_require_started();
 }
+
+int ps__py_worker_args(PyObject *args, PyObject *kw, int *app_id_p, int *customer_id_p)
+{
+    static char *kwlist[] = {"app_id", "customer_id", NULL};
+    *app_id_p = 0;
+    *customer_id_p = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ii", kwlist, app_id_p, customer_id_p))
+        return -1;
+    return ps__py_require_started();
+}

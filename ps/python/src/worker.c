@@ -163,11 +163,8 @@ static PyType_Spec kHandleSpec = {
 static int worker_init(PyObject *self, PyObject *args, PyObject *kw)
 {
     worker_obj_t *w = (worker_obj_t *)self;
-    static char *kwlist[] = {"app_id", "customer_id", NULL};
-    int app_id = 0, customer_id = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ii", kwlist, &app_id, &customer_id))
-        return -1;
-    if (ps__py_require_started() < 0)
+    int app_id, customer_id;
+    if (ps__py_worker_args(args, kw, &app_id, &customer_id) < 0)
         return -1;
     if (w->worker) {
         ps__py_raise(PS_ERR_BAD_STATE, "KVWorker already initialised");
