@@ -248,12 +248,12 @@ static void *loop_main(void *arg)
         /* Sleep. `sleeping` first, then arm (which looks again for work
          * handed over without a wake-up): a thread that publishes work
          * before it sees `sleeping` is caught by arm, one after it wakes
-         * us. */
+         * us. Once armed, the thread sleeps (arm may have told peers so). */
         __atomic_store_n(&loop->sleeping, 1, __ATOMIC_SEQ_CST);
         int64_t timeout_ns = -1;
-        if ((ops->arm != NULL && ops->arm(va, &timeout_ns) != PS_VAN_LOOP_SLEEP) ||
-            __atomic_load_n(&loop->handed, __ATOMIC_SEQ_CST) ||
-            __atomic_load_n(&loop->stop, __ATOMIC_SEQ_CST)) {
+        if (__atomic_load_n(&loop->handed, __ATOMIC_SEQ_CST) ||
+            __atomic_load_n(&loop->stop, __ATOMIC_SEQ_CST) ||
+            (ops->arm != NULL && ops->arm(va, &timeout_ns) != PS_VAN_LOOP_SLEEP)) {
             __atomic_store_n(&loop->sleeping, 0, __ATOMIC_RELAXED);
             last_work = now = ps_time_now_ns();
             continue;
@@ -322,7 +322,7 @@ static void drain(ps_van_loop_t *loop)
         }
         if (now - start > PS_VAN_LOOP_DRAIN_MS * PS_NSEC_PER_MSEC ||
             now - last_move > PS_VAN_LOOP_DRAIN_IDLE_MS * PS_NSEC_PER_MSEC) {
-            ps_info(loop->params.log, "closing with %lld sends still outstanding",
+            ps_info(loop->params.log, "closing with %lld sends unfinished",
                     (long long)left);
             return;
         }
