@@ -268,6 +268,15 @@ static void handle_events(ps__shm_van_t *van, struct epoll_event *evs, int n)
     }
 }
 
+/* What the sockets have within timeout_ns (0: now); returns how many. */
+static int watch_sockets(ps__shm_van_t *van, int64_t timeout_ns)
+{
+    struct epoll_event evs[PS__SHM_MAX_EVENTS];
+    int n = ps_van_epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, timeout_ns, PS_LOG_SHM);
+    handle_events(van, evs, n);
+    return n;
+}
+
 /* A round: the channels (up to `budget` records each), and every
  * PS__SHM_EPOLL_EVERY rounds the sockets and timers. */
 static int shm_poll(void *arg, unsigned budget)
@@ -275,12 +284,7 @@ static int shm_poll(void *arg, unsigned budget)
     ps__shm_van_t *van = arg;
     int work = poll_chans(van, budget < PS__SHM_RX_BUDGET ? budget : PS__SHM_RX_BUDGET);
     if (++van->rounds % PS__SHM_EPOLL_EVERY == 0) {
-        struct epoll_event evs[PS__SHM_MAX_EVENTS];
-        int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, 0);
-        if (n > 0) {
-            handle_events(van, evs, n);
-            work += n;
-        }
+        work += watch_sockets(van, 0);
         (void)ps__shm_run_timers(van);
     }
     return work;
@@ -302,30 +306,15 @@ static int shm_arm(void *arg, int64_t *timeout_ns_p)
 static int shm_wait(void *arg, int64_t timeout_ns)
 {
     ps__shm_van_t *van = arg;
-    struct epoll_event evs[PS__SHM_MAX_EVENTS];
-    int ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + (int64_t)PS_NSEC_PER_MSEC - 1) / (int64_t)PS_NSEC_PER_MSEC);
-    int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, ms);
+    (void)watch_sockets(van, timeout_ns);
     after_sleep(van);
-    if (n < 0) {
-        if (errno != EINTR) {
-            ps_error(PS_LOG_SHM, "epoll_wait: %m");
-            ps_sleep_ms(1);
-        }
-        return 0;
-    }
-    handle_events(van, evs, n);
     return 0;
 }
 
 /* Back from a park: what woke it, and the sockets. */
 static void shm_woke(void *arg)
 {
-    ps__shm_van_t *van = arg;
-    struct epoll_event evs[PS__SHM_MAX_EVENTS];
-    int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, 0);
-    if (n > 0) {
-        handle_events(van, evs, n);
-    }
+    (void)watch_sockets(arg, 0);
 }
 
 static void shm_handover(void *arg)
@@ -374,6 +363,7 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     }
     van->base.ops = &sv_ops;
     van->base.name = "shm";
+    van->base.loop = &van->loop;
     van->params = *params;
     if (cb != NULL) {
         van->cb = *cb;
@@ -638,11 +628,6 @@ static void sv_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
     }
 }
 
-static int sv_progress(ps_van_t *v, unsigned budget)
-{
-    return ps_van_loop_drive(&sv_of(v)->loop, budget);
-}
-
 static const ps_van_ops_t sv_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = sv_open,
@@ -656,7 +641,7 @@ static const ps_van_ops_t sv_ops = {
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = sv_stats,
-    .progress = sv_progress,
+    .progress = ps_van_loop_progress,
 };
 
 /* Sealed memfds and SCM_RIGHTS are all the van needs from the kernel. */

@@ -213,25 +213,19 @@ static void bury(ps__tcp_van_t *van)
 }
 
 /* One round of the event loop (the loop held): timers, then what epoll
- * has within `timeout` ms (-1: until something happens), at most `max`
+ * has within `timeout_ns` (-1: until something happens), at most `max`
  * events. Returns how many events it handled. */
-static int run_round(ps__tcp_van_t *van, int timeout, unsigned max)
+static int run_round(ps__tcp_van_t *van, int64_t timeout_ns, unsigned max)
 {
     struct epoll_event evs[PS__TCP_MAX_EVENTS];
     int t = ps__tcp_run_timers(van);
     bury(van);
-    if (t >= 0 && (timeout < 0 || t < timeout)) {
-        timeout = t;
+    int64_t t_ns = t < 0 ? -1 : (int64_t)t * (int64_t)PS_NSEC_PER_MSEC;
+    if (t_ns >= 0 && (timeout_ns < 0 || t_ns < timeout_ns)) {
+        timeout_ns = t_ns;
     }
     int cap = max < PS__TCP_MAX_EVENTS ? (int)max : PS__TCP_MAX_EVENTS;
-    int n = epoll_wait(van->epfd, evs, cap, timeout);
-    if (n < 0) {
-        if (errno != EINTR) {
-            ps_error(PS_LOG_TCP, "epoll_wait: %m");
-            ps_sleep_ms(1);
-        }
-        return 0;
-    }
+    int n = ps_van_epoll_wait(van->epfd, evs, cap, timeout_ns, PS_LOG_TCP);
     for (int i = 0; i < n; ++i) {
         ps__tcp_handle_t *h = evs[i].data.ptr;
         switch (h->kind) {
@@ -259,8 +253,7 @@ static int tcp_poll(void *arg, unsigned budget)
 /* Sleeping is epoll_wait itself, which handles what woke it. */
 static int tcp_wait(void *arg, int64_t timeout_ns)
 {
-    int64_t ms = timeout_ns < 0 ? -1 : (timeout_ns + (int64_t)PS_NSEC_PER_MSEC - 1) / (int64_t)PS_NSEC_PER_MSEC;
-    return run_round(arg, ms > INT_MAX ? INT_MAX : (int)ms, PS__TCP_MAX_EVENTS);
+    return run_round(arg, timeout_ns, PS__TCP_MAX_EVENTS);
 }
 
 static void tcp_handover(void *arg)
@@ -282,11 +275,6 @@ static const ps_van_loop_ops_t tcp_loop_ops = {
     .handover = tcp_handover,
     .outstanding = tcp_outstanding,
 };
-
-static int tcp_progress(ps_van_t *v, unsigned budget)
-{
-    return ps_van_loop_drive(&((ps__tcp_van_t *)v)->loop, budget);
-}
 
 /* ---- ops ---- */
 
@@ -310,6 +298,7 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     }
     van->base.ops = &tcp_ops;
     van->base.name = "tcp";
+    van->base.loop = &van->loop;
     van->params = *params;
     if (cb != NULL) {
         van->cb = *cb;
@@ -548,7 +537,7 @@ static const ps_van_ops_t tcp_ops = {
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = tcp_stats,
-    .progress = tcp_progress,
+    .progress = ps_van_loop_progress,
 };
 
 const ps_van_component_t ps__tcp_component = {

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -20,16 +21,6 @@ int ps_van_loop_is_running_here(const ps_van_loop_t *loop)
     return tls_loop == loop;
 }
 
-static void write_wakefd(int wakefd)
-{
-    uint64_t one = 1;
-    ssize_t r;
-    do {
-        r = write(wakefd, &one, sizeof(one));
-    } while (r < 0 && errno == EINTR);
-    /* EAGAIN: the counter is already non-zero, a wake-up is pending. */
-}
-
 void ps_van_loop_clear_wake(ps_van_loop_t *loop)
 {
     uint64_t v;
@@ -41,14 +32,14 @@ void ps_van_loop_wake(ps_van_loop_t *loop)
 {
     __atomic_store_n(&loop->handed, 1, __ATOMIC_SEQ_CST);
     if (loop->wakefd >= 0) {
-        write_wakefd(loop->wakefd);
+        ps_van_wake_fd(loop->wakefd);
     }
 }
 
 void ps_van_loop_kick(ps_van_loop_t *loop)
 {
     if (__atomic_load_n(&loop->sleeping, __ATOMIC_SEQ_CST) && loop->wakefd >= 0) {
-        write_wakefd(loop->wakefd);
+        ps_van_wake_fd(loop->wakefd);
     }
 }
 
@@ -336,7 +327,7 @@ ps_status_t ps_van_loop_stop(ps_van_loop_t *loop)
     if (__atomic_load_n(&loop->started, __ATOMIC_ACQUIRE)) {
         drain(loop);
         __atomic_store_n(&loop->stop, 1, __ATOMIC_SEQ_CST);
-        write_wakefd(loop->wakefd);
+        ps_van_wake_fd(loop->wakefd);
         ps_deadline_t deadline = loop->params.stop_ms > 0
                                      ? ps_deadline_from_ms(loop->params.stop_ms)
                                      : ps_deadline_infinite();
@@ -364,7 +355,7 @@ int ps_van_loop_drive(ps_van_loop_t *loop, unsigned budget)
     }
     if (budget == 0) {
         __atomic_store_n(&loop->handback, 1, __ATOMIC_RELEASE);
-        write_wakefd(loop->wakefd);
+        ps_van_wake_fd(loop->wakefd);
         return 0;
     }
     __atomic_add_fetch(&loop->drive_seq, 1, __ATOMIC_ACQ_REL);
@@ -373,7 +364,7 @@ int ps_van_loop_drive(ps_van_loop_t *loop, unsigned budget)
          * it sees the driver and parks. */
         if (__atomic_load_n(&loop->sleeping, __ATOMIC_SEQ_CST) &&
             !__atomic_exchange_n(&loop->kicked, 1, __ATOMIC_ACQ_REL)) {
-            write_wakefd(loop->wakefd);
+            ps_van_wake_fd(loop->wakefd);
         }
         return 0;
     }
@@ -388,5 +379,29 @@ int ps_van_loop_drive(ps_van_loop_t *loop, unsigned budget)
         tls_loop = outer;
     }
     pthread_mutex_unlock(&loop->lock);
+    return n;
+}
+
+int ps_van_loop_progress(ps_van_t *van, unsigned budget)
+{
+    return van->loop != NULL ? ps_van_loop_drive(van->loop, budget) : 0;
+}
+
+int ps_van_epoll_wait(int epfd, struct epoll_event *evs, int max, int64_t timeout_ns,
+                      ps_log_component_t log)
+{
+    int64_t ms = -1;
+    if (timeout_ns >= 0) {
+        ms = (timeout_ns + (int64_t)PS_NSEC_PER_MSEC - 1) / (int64_t)PS_NSEC_PER_MSEC;
+        ms = ms > INT_MAX ? INT_MAX : ms;
+    }
+    int n = epoll_wait(epfd, evs, max, (int)ms);
+    if (n < 0) {
+        if (errno != EINTR) {
+            ps_error(log, "epoll_wait: %m");
+            ps_sleep_ms(1);
+        }
+        return 0;
+    }
     return n;
 }

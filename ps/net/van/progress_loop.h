@@ -40,6 +40,9 @@
 #include "ps/base/status.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
+#include "ps/net/van/van.h"
+
+struct epoll_event;
 
 #ifdef __cplusplus
 extern "C" {
@@ -178,6 +181,16 @@ int ps_van_loop_drive(ps_van_loop_t *loop, unsigned budget);
 
 /* Clears the wake eventfd (for a van's wait op that saw it readable). */
 void ps_van_loop_clear_wake(ps_van_loop_t *loop);
+
+/* The progress op of a van whose base names its loop (van->loop): the
+ * ops table points here. */
+int ps_van_loop_progress(ps_van_t *van, unsigned budget);
+
+/* epoll_wait for a van's poll or wait op: `timeout_ns` rounded up to
+ * milliseconds (-1: no limit). Returns the events; 0 after EINTR, or after
+ * an error (logged under `log`, then a millisecond's pause). */
+int ps_van_epoll_wait(int epfd, struct epoll_event *evs, int max, int64_t timeout_ns,
+                      ps_log_component_t log);
 
 /* Whether the calling thread runs this loop now (its thread, or a driver
  * inside a round). */

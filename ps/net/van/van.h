@@ -144,6 +144,9 @@ typedef struct ps_van_ops {
 struct ps_van {
     const ps_van_ops_t *ops;
     const char *name;
+    /* The van's progress loop (progress_loop.h), which ps_van_loop_progress
+     * drives; NULL for a van without one. */
+    struct ps_van_loop *loop;
 };
 
 /* A van implementation registers one component (see PS_VAN_REGISTER). */
@@ -198,6 +201,10 @@ uint64_t ps_van_random(void);
 /* The connect timeout a van uses: `requested_ms` (the params') when > 0,
  * else PS_CONNECT_TIMEOUT_MS, else `fallback_ms`. */
 int ps_van_connect_timeout_ms(int requested_ms, int fallback_ms);
+
+/* Wakes a thread sleeping on eventfd `fd` (EAGAIN: a wake-up is pending
+ * already). */
+void ps_van_wake_fd(int fd);
 
 /* The van's progress op, or NULL when it has none that does anything (a
  * table built before the op existed, or set to ps_van_no_progress). */

@@ -567,9 +567,6 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van);
  * a timeout status when it is stuck inside the provider (then nothing it
  * may touch can be freed). */
 ps_status_t ps__fab_stop_progress(ps__fab_van_t *van);
-/* The van's progress op (ps/net/van/van.h): one round of the loop on the
- * calling thread (busy polling), the progress thread standing back. */
-int ps__fab_progress(ps_van_t *v, unsigned budget);
 
 /* ---- testing (fabric_testing.h) ---- */
 extern int ps__fab_rma_disabled;

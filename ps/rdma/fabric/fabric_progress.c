@@ -331,11 +331,6 @@ static const ps_van_loop_ops_t fab_loop_ops = {
     .idle_spin_ns = fab_idle_spin_ns,
 };
 
-int ps__fab_progress(ps_van_t *v, unsigned budget)
-{
-    return ps_van_loop_drive(&ps__fab_of(v)->loop, budget);
-}
-
 ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
 {
     const ps_van_loop_params_t lp = {
@@ -348,6 +343,7 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
     ps_status_t st = ps_van_loop_init(&van->loop, &lp, &fab_loop_ops, van);
     if (st != PS_OK)
         return st;
+    van->base.loop = &van->loop;
     van->last_liveness_ns = ps_time_now_ns();
     van->last_active_ns = van->last_liveness_ns;
     van->pause_ns = PS__FAB_SLEEP_MIN_NS;

@@ -653,7 +653,7 @@ static const ps_van_ops_t ps__fab_ops = {
     .register_mem = fab_register_mem,
     .deregister_mem = fab_deregister_mem,
     .stats = fab_stats,
-    .progress = ps__fab_progress,
+    .progress = ps_van_loop_progress,
     .send_lane = fab_send_lane,
 };
 

@@ -31,7 +31,9 @@
 /* ucp_worker_progress() calls at most per worker when draining it (before
  * blocking, at close). */
 #define PS__UCX_PROGRESS_BURST 64
-/* Rounds of the loop one progress-op call runs at most while idle. */
+/* Rounds of the loop one progress-op call runs at most while idle: a
+ * waiter's turn around the loop (taking it, the tracker's poll) costs about
+ * as much as a round, and a message is found only in a round. */
 #define PS__UCX_DRIVE_ROUNDS 8
 /* Once sends have drained, endpoints get this long to close. */
 #define PS__UCX_CLOSE_MS 1000
@@ -266,14 +268,6 @@ static const ps_van_loop_ops_t ucx_loop_ops = {
     .outstanding = ucx_outstanding,
 };
 
-/* The progress op. While nothing comes, a few rounds per call: a waiter's
- * turn around the loop (taking it, the tracker's poll) costs about as much
- * as a round, and a message is found only in a round. */
-static int ucx_progress(ps_van_t *v, unsigned budget)
-{
-    return ps_van_loop_drive(&((ps__ucx_van_t *)v)->loop, budget);
-}
-
 /* ---- ops ---- */
 
 static ps__ucx_van_t *ucx_of(ps_van_t *van)
@@ -309,6 +303,7 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
     }
     van->base.ops = &ucx_ops;
     van->base.name = "ucx";
+    van->base.loop = &van->loop;
     van->params = *params;
     if (cb != NULL) {
         van->cb = *cb;
@@ -578,7 +573,7 @@ static const ps_van_ops_t ucx_ops = {
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = ucx_stats,
-    .progress = ucx_progress,
+    .progress = ps_van_loop_progress,
     .send_lane = ucx_send_lane,
 };
 

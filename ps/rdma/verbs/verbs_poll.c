@@ -632,15 +632,7 @@ static int vb_wait(void *arg, int64_t timeout_ns)
 {
     ps__vb_van_t *van = arg;
     struct epoll_event evs[MAX_EVENTS];
-    int ms = timeout_ns < 0 ? -1 : (int)(timeout_ns / (int64_t)PS_NSEC_PER_MSEC);
-    int n = epoll_wait(van->poll_epfd, evs, MAX_EVENTS, ms);
-    if (n < 0) {
-        if (errno != EINTR) {
-            ps_error(PS_LOG_RDMA, "epoll_wait in the completion thread: %m");
-            ps_sleep_ms(1);
-        }
-        return 0;
-    }
+    int n = ps_van_epoll_wait(van->poll_epfd, evs, MAX_EVENTS, timeout_ns, PS_LOG_RDMA);
     drain_events(van, evs, n);
     return 0;
 }

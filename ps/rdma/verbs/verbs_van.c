@@ -35,15 +35,6 @@ int ps__vb_my_id(ps__vb_van_t *van)
     return __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
 }
 
-static void wake_fd(int fd)
-{
-    uint64_t one = 1;
-    ssize_t r;
-    do {
-        r = write(fd, &one, sizeof(one));
-    } while (r < 0 && errno == EINTR);
-}
-
 void ps__vb_poll_wake(ps__vb_van_t *van)
 {
     if (van->loop.wakefd >= 0)
@@ -53,7 +44,7 @@ void ps__vb_poll_wake(ps__vb_van_t *van)
 void ps__vb_cm_wake(ps__vb_van_t *van)
 {
     if (van->cm_wakefd >= 0)
-        wake_fd(van->cm_wakefd);
+        ps_van_wake_fd(van->cm_wakefd);
 }
 
 /* ---- connections ---- */
