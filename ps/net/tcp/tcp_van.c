@@ -23,9 +23,6 @@
 #include "ps/net/tcp/tcp_internal.h"
 
 #define PS__TCP_MAX_EVENTS 64
-/* A spinning progress thread yields the CPU after this many empty polls
- * (a power of two): a yield that switches costs more than a round trip. */
-#define PS__TCP_YIELD_EVERY 256
 /* Free receive buffers the pool keeps. */
 #define PS__TCP_POOL_CACHE (256u << 20)
 #define PS__TCP_DEFAULT_CONNECT_MS 10000
@@ -340,7 +337,6 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
         .thread_name = "ps-tcp-progress",
         .log = PS_LOG_TCP,
         .busy_poll = params->busy_poll,
-        .yield_every = PS__TCP_YIELD_EVERY,
         .budget = PS__TCP_MAX_EVENTS,
     };
     ps_status_t st = ps_van_loop_init(&van->loop, &lp, &tcp_loop_ops, van);

@@ -56,7 +56,7 @@ ps_status_t ps_van_loop_init(ps_van_loop_t *loop, const ps_van_loop_params_t *pa
     }
     if (loop->params.yield_every == 0 ||
         (loop->params.yield_every & (loop->params.yield_every - 1)) != 0) {
-        loop->params.yield_every = 1;
+        loop->params.yield_every = PS_VAN_LOOP_YIELD_EVERY;
     }
     loop->ops = ops;
     loop->arg = arg;
@@ -211,10 +211,7 @@ static void *loop_main(void *arg)
                 work_since = 0;
             }
         }
-        uint64_t window = spin_ns;
-        if (!busy && ops->idle_spin_ns != NULL) {
-            window = ops->idle_spin_ns(va);
-        }
+        uint64_t window = ops->spin_ns != NULL ? ops->spin_ns(va) : spin_ns;
         if (now - last_work < window) {
             spun = 1;
             if ((++idle & yield_mask) == 0) {

@@ -65,6 +65,11 @@ extern "C" {
  * early once nothing has moved for PS_VAN_LOOP_DRAIN_IDLE_MS. */
 #define PS_VAN_LOOP_DRAIN_MS 2000
 #define PS_VAN_LOOP_DRAIN_IDLE_MS 200
+/* A spinning thread yields the CPU every this many empty rounds unless
+ * the van says otherwise: on a small machine the application may share its
+ * core, but a yield that switches costs more than a round trip, and a
+ * message arriving meanwhile waits for the system call. */
+#define PS_VAN_LOOP_YIELD_EVERY 256u
 /* Events a poll on the loop's thread may handle (the budget). */
 #define PS_VAN_LOOP_BUDGET 64u
 /* The spinning thread reads the clock every this many empty rounds (a
@@ -103,9 +108,11 @@ typedef struct ps_van_loop_ops {
     /* Optional. Someone called ps_van_loop_wake(): take the work handed
      * over. */
     void (*handover)(void *arg);
-    /* Optional: the idle spin now, instead of params.idle_spin_ns (a van
-     * that spins longer while its transfers need polling). */
-    uint64_t (*idle_spin_ns)(void *arg);
+    /* Optional: how long the thread spins after work now, in place of the
+     * loop's choice (PS_VAN_LOOP_BUSY_SPIN_NS or idle_spin_ns): a van that
+     * spins longer while its transfers need polling, or for ever where
+     * busy polling left it nothing to sleep on. */
+    uint64_t (*spin_ns)(void *arg);
     /* Optional, for the drain on close (thread-safe): how many sends are
      * outstanding, and in *moved_p a figure that changes while they move. */
     int64_t (*outstanding)(void *arg, uint64_t *moved_p);
@@ -118,7 +125,8 @@ typedef struct ps_van_loop_params {
     uint64_t idle_spin_ns;      /* without busy polling; 0: sleep at once */
     int adaptive_idle_spin;     /* the idle spin doubles after it caught work
                                    and halves after it ran dry */
-    unsigned yield_every;       /* empty spinning rounds per sched_yield (power of two) */
+    unsigned yield_every;       /* empty spinning rounds per sched_yield (a power
+                                   of two; 0: PS_VAN_LOOP_YIELD_EVERY) */
     unsigned budget;            /* poll budget on the thread; 0: PS_VAN_LOOP_BUDGET */
     unsigned drive_rounds;      /* polls per drive call while nothing comes; 0: 1 */
     int stop_ms;                /* stop waits this long for the thread; 0: for ever */

@@ -130,13 +130,13 @@
 /* A spinning progress loop reads the clock every this many rounds (a
  * fraction of a microsecond each). */
 #define PS__FAB_CLOCK_EVERY 32u
-/* The spinning progress thread yields the CPU every this many idle rounds
- * (powers of two). A sched_yield() costs ~1 us here, several idle rounds:
- * busy polling (which owns its core by choice) yields as seldom as a
- * driving waiter does (ps/net/customer.c), every ~25 us, not every ~2 us,
- * or a message would find the thread inside the syscall a third of the
- * time. */
-#define PS__FAB_BUSY_YIELD_EVERY 256u
+/* Without busy polling the spinning progress thread yields the CPU every
+ * this many idle rounds: a machine with few cores often has more runnable
+ * threads than cores (the app thread this one is about to wake, the peer's
+ * progress thread). Busy polling (which owns its core by choice) yields as
+ * seldom as a driving waiter does (PS_VAN_LOOP_YIELD_EVERY, every ~25 us):
+ * a sched_yield() costs ~1 us here, several idle rounds, and a message
+ * would find the thread inside it a third of the time. */
 #define PS__FAB_IDLE_YIELD_EVERY 16u
 
 /* ---- wire (fabric_wire.c) ---- */

@@ -8,7 +8,9 @@
  * wake-up of an idle vCPU costs tens of microseconds; longer while
  * transfers are in flight) it sleeps on the completion queue's wait fd,
  * after fi_trywait() says that is safe. Providers without a wait object
- * (shm) get pauses doubling up to a millisecond.
+ * (shm) get pauses doubling up to a millisecond; PS_BUSY_POLL=1 spins all
+ * the time (the queue then has no wait object), and a thread waiting for a
+ * request may run the loop itself while this thread parks.
  *
  * Errors: a failed send or data receive fails that peer's link (the
  * postoffice hears PS_ERR_LINK_FAILED), never the process. An op that
@@ -280,11 +282,15 @@ static int fab_poll(void *arg, unsigned budget)
     return n;
 }
 
-/* Manual progress moves a large message only while someone polls: spin
+/* Busy polling opens the completion queue without a wait object (see
+ * fabric_domain.c): the thread spins for ever, as the tools do. Otherwise
+ * manual progress moves a large message only while someone polls: spin
  * longer while transfers are in flight. */
-static uint64_t fab_idle_spin_ns(void *arg)
+static uint64_t fab_spin_ns(void *arg)
 {
     ps__fab_van_t *van = arg;
+    if (van->params.busy_poll)
+        return UINT64_MAX;
     return __atomic_load_n(&van->ops_in_flight, __ATOMIC_RELAXED) > 0 ? PS__FAB_SPIN_INFLIGHT_NS
                                                                        : PS_VAN_LOOP_IDLE_SPIN_NS;
 }
@@ -328,7 +334,7 @@ static const ps_van_loop_ops_t fab_loop_ops = {
     .poll = fab_poll,
     .arm = fab_arm,
     .woke = fab_woke,
-    .idle_spin_ns = fab_idle_spin_ns,
+    .spin_ns = fab_spin_ns,
 };
 
 ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
@@ -337,7 +343,7 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
         .thread_name = "ps-fabric",
         .log = PS_LOG_FABRIC,
         .busy_poll = van->params.busy_poll,
-        .yield_every = van->params.busy_poll ? PS__FAB_BUSY_YIELD_EVERY : PS__FAB_IDLE_YIELD_EVERY,
+        .yield_every = van->params.busy_poll ? PS_VAN_LOOP_YIELD_EVERY : PS__FAB_IDLE_YIELD_EVERY,
         .stop_ms = PS__FAB_STOP_MS,
     };
     ps_status_t st = ps_van_loop_init(&van->loop, &lp, &fab_loop_ops, van);

@@ -24,10 +24,6 @@
 #include "ps/rdma/probe.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
-/* A spinning progress thread yields its core every this many idle turns:
- * a sched_yield() is a system call, and a message arriving meanwhile waits
- * for it. */
-#define PS__UCX_YIELD_EVERY 256
 /* ucp_worker_progress() calls at most per worker when draining it (before
  * blocking, at close). */
 #define PS__UCX_PROGRESS_BURST 64
@@ -339,7 +335,6 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
         .log = PS_LOG_UCX,
         .busy_poll = params->busy_poll,
         .idle_spin_ns = PS_VAN_LOOP_IDLE_SPIN_NS,
-        .yield_every = PS__UCX_YIELD_EVERY,
         .budget = PS__UCX_PROGRESS_BURST,
         .drive_rounds = PS__UCX_DRIVE_ROUNDS,
     };
