@@ -539,7 +539,7 @@ TEST(TcpVanProgress, OtherVansGetTheNoOp)
     ps_van_ops_t ops;
     memset(&ops, 0, sizeof(ops));
     ops.size = offsetof(ps_van_ops_t, progress); // built before the op existed
-    ps_van_t v = {&ops, "old"};
+    ps_van_t v = {&ops, "old", nullptr};
     EXPECT_EQ(ps_van_progress_op(&v), nullptr);
     ops.size = sizeof(ops);
     ops.progress = ps_van_no_progress;

@@ -46,6 +46,7 @@
 #include "ps/net/shm/shm_stage.h"
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
+#include "ps/net/van/progress_loop.h"
 #include "ps/net/van/van.h"
 
 /* Data bytes of each ring of a channel. */
@@ -226,8 +227,7 @@ struct ps__shm_van {
     uint32_t max_meta;
     uint64_t max_message;
 
-    int epfd;
-    int wakefd;
+    int epfd;                /* the sockets and the loop's wake eventfd */
     ps__shm_handle_t wake_handle;
     ps__shm_handle_t listen_handle;
     int listen_fd;           /* atomic */
@@ -235,17 +235,11 @@ struct ps__shm_van {
     char listen_host[PS_NODE_HOSTNAME_MAX];
     int listen_port;
 
-    ps_thread_t thread;
-    int thread_started;
-    int stop;                /* atomic */
-    /* The loop (polling the channels, the sockets, the timers) runs under
-     * prog_lock: on the progress thread, or on a thread waiting for a
-     * completion that drives it (the progress op, busy polling only). */
-    pthread_mutex_t prog_lock;
-    uint64_t drive_seq;      /* atomic: bumped by every progress call */
-    int handback;            /* atomic: the driver stopped; take the loop back */
-    int blocked;             /* atomic: the thread sleeps in epoll holding the loop */
-    int kicked;              /* atomic: a driver woke it once already */
+    /* The progress loop (polling the channels, the sockets, the timers):
+     * its thread, or a thread waiting for a completion that drives it (the
+     * progress op, busy polling only). */
+    ps_van_loop_t loop;
+    unsigned rounds;         /* polls so far (the sockets' turn) */
 
     pthread_rwlock_t peers_lock;
     ps_van_peer_slots_t peers; /* ps__shm_peer_t by node id */
@@ -256,7 +250,7 @@ struct ps__shm_van {
     int ack_kick;             /* atomic: some channel has acks to flush */
     int tx_kick;              /* atomic: some channel queued a send */
 
-    /* Under prog_lock (the progress thread, or a driving waiter). */
+    /* The loop's (the progress thread, or a driving waiter). */
     ps__shm_chan_t **chans;
     size_t nchans, chans_cap;
     ps_node_t *scratch_nodes;

@@ -2,30 +2,24 @@
  * The shared-memory van: lifecycle, the peer table, the progress thread
  * and the ops table registered as component "shm".
  *
- * The progress thread polls every channel's in ring (a shared load each)
- * and flushes what senders could not write. When nothing moves it keeps
- * polling for a while — PS__SHM_SPIN_NS with busy_poll (PS_BUSY_POLL),
- * PS__SHM_IDLE_SPIN_NS without — and then sleeps in epoll: it tells every
- * peer that it sleeps (shm_ring.h), and a peer that writes then sends one
- * byte on the channel's socket. So an idle van uses no CPU, a busy one
- * makes no system call per message, and sockets (new channels, segments
- * announced, a peer's death) are watched in both cases.
- *
- * With busy polling, a thread waiting for a completion may drive the loop
- * itself (the progress op, see van.h): the loop runs under prog_lock, and
- * the progress thread parks while the calls go on, so that a process has
- * one spinning thread, and an answer is handled on the thread that waits
- * for it.
+ * The progress loop (ps/net/van/progress_loop.h) polls every channel's
+ * in ring (a shared load each) and flushes what senders could not write.
+ * When nothing moves it keeps polling for a while (without busy polling, a
+ * short adaptive spin) and then sleeps in epoll: it tells every peer that
+ * it sleeps (shm_ring.h), and a peer that writes then sends one byte on the
+ * channel's socket. So an idle van uses no CPU, a busy one makes no system
+ * call per message, and sockets (new channels, segments announced, a
+ * peer's death) are watched in both cases. With busy polling a waiting
+ * thread may drive the loop itself (the progress op), and an answer is
+ * handled on the thread that waits for it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -36,14 +30,6 @@
 #include "ps/net/shm/shm_internal.h"
 #include "ps/net/shm/shm_van.h"
 
-/* busy_poll: how long the thread polls without any traffic before it
- * sleeps. */
-#define PS__SHM_SPIN_NS (200ull * PS_NSEC_PER_MSEC)
-/* Without busy_poll: a short poll after traffic, which catches the answer
- * to what was just sent without the cost of a wake-up (tens of
- * microseconds on a VM); at most this long, adapted (see progress_main). */
-#define PS__SHM_IDLE_SPIN_NS (50ull * PS_NSEC_PER_USEC)
-#define PS__SHM_IDLE_PROBE 64
 /* While polling, look at the sockets every this many rounds. */
 #define PS__SHM_EPOLL_EVERY 64
 /* While polling without traffic, yield the CPU every this many rounds (on
@@ -54,27 +40,18 @@
 #define PS__SHM_MAX_EVENTS 64
 /* Records handled per channel per round (fairness between channels). */
 #define PS__SHM_RX_BUDGET 64
-/* close() lets queued sends and outstanding tokens drain this long. */
-#define PS__SHM_DRAIN_MS 2000
-#define PS__SHM_DRAIN_IDLE_MS 200
 #define PS__SHM_DEFAULT_CONNECT_MS 10000
-/* While a waiting thread drives the loop, the progress thread checks this
- * often whether it still does. */
-#define PS__SHM_PARK_MS 1
 
 void ps__shm_wake(ps__shm_van_t *van)
 {
-    ps_van_wake_fd(van->wakefd);
+    ps_van_loop_wake(&van->loop);
 }
 
-/* The van whose loop this thread runs now: its progress thread, or a
- * waiter inside the progress op (NULL on other threads). Sends from here
- * flush and acknowledge inline instead of kicking the thread. */
-static __thread const ps__shm_van_t *tls_progress_van;
-
+/* Sends from the loop's own thread (or a waiter driving it) flush and
+ * acknowledge inline instead of kicking the thread. */
 int ps__shm_on_progress(const ps__shm_van_t *van)
 {
-    return tls_progress_van == van;
+    return ps_van_loop_is_running_here(&van->loop);
 }
 
 uint64_t ps__shm_random(ps__shm_van_t *van)
@@ -193,13 +170,6 @@ static void prune_chans(ps__shm_van_t *van)
 
 /* ---- progress thread ---- */
 
-static void drain_wakefd(ps__shm_van_t *van)
-{
-    uint64_t v;
-    while (read(van->wakefd, &v, sizeof(v)) > 0) {
-    }
-}
-
 /* One round over every channel: receive, then flush. Returns the number of
  * things that moved. */
 static int poll_chans(ps__shm_van_t *van, unsigned budget)
@@ -286,8 +256,7 @@ static void handle_events(ps__shm_van_t *van, struct epoll_event *evs, int n)
         ps__shm_handle_t *h = evs[i].data.ptr;
         switch (h->kind) {
         case PS__SHM_H_WAKE:
-            drain_wakefd(van);
-            ps__shm_take_pending(van);
+            ps_van_loop_clear_wake(&van->loop); /* the work: shm_handover */
             break;
         case PS__SHM_H_LISTEN:
             ps__shm_accept_all(van);
@@ -299,156 +268,71 @@ static void handle_events(ps__shm_van_t *van, struct epoll_event *evs, int n)
     }
 }
 
-/* One polling round while spinning: the channels (up to `budget` records
- * each), and every PS__SHM_EPOLL_EVERY rounds the sockets and timers
- * (prog_lock held). Returns the work done. */
-static int spin_round(ps__shm_van_t *van, unsigned rounds, unsigned budget)
+/* What the sockets have within timeout_ns (0: now); returns how many. */
+static int watch_sockets(ps__shm_van_t *van, int64_t timeout_ns)
 {
-    int work = poll_chans(van, budget);
-    if (rounds % PS__SHM_EPOLL_EVERY == 0) {
-        struct epoll_event evs[PS__SHM_MAX_EVENTS];
-        int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, 0);
-        if (n > 0) {
-            handle_events(van, evs, n);
-            work += n;
-        }
+    struct epoll_event evs[PS__SHM_MAX_EVENTS];
+    int n = ps_van_epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, timeout_ns, PS_LOG_SHM);
+    handle_events(van, evs, n);
+    return n;
+}
+
+/* A round: the channels (up to `budget` records each), and every
+ * PS__SHM_EPOLL_EVERY rounds the sockets and timers. */
+static int shm_poll(void *arg, unsigned budget)
+{
+    ps__shm_van_t *van = arg;
+    int work = poll_chans(van, budget < PS__SHM_RX_BUDGET ? budget : PS__SHM_RX_BUDGET);
+    if (++van->rounds % PS__SHM_EPOLL_EVERY == 0) {
+        work += watch_sockets(van, 0);
         (void)ps__shm_run_timers(van);
     }
     return work;
 }
 
-/* Busy polling, while a waiting thread drives the loop: the progress
- * thread stays out of its way (two spinners per process do not fit two
- * cores), checking every PS__SHM_PARK_MS whether the driving went on. It
- * comes back at once for work handed over through the eventfd (new
- * channels, a queued send or ack from another thread, stop, the driver's
- * hand-back); the driver watches the sockets itself meanwhile. */
-static void park(ps__shm_van_t *van, uint64_t *seen)
-{
-    (void)ps_van_park(van->wakefd, PS__SHM_PARK_MS, &van->stop, &van->handback, &van->drive_seq,
-                      seen);
-}
-
-static void *progress_main(void *arg)
+static int shm_arm(void *arg, int64_t *timeout_ns_p)
 {
     ps__shm_van_t *van = arg;
-    tls_progress_van = van;
-    struct epoll_event evs[PS__SHM_MAX_EVENTS];
-    uint64_t spin_ns = van->params.busy_poll ? PS__SHM_SPIN_NS : PS__SHM_IDLE_SPIN_NS;
-    /* Without busy_poll the short poll adapts: it doubles after it caught
-     * something and halves after it ran dry (on a loaded machine polling
-     * only takes the CPU the peer needs to answer); every
-     * PS__SHM_IDLE_PROBE sleeps it is tried again at full length. */
-    int adapt = !van->params.busy_poll;
-    unsigned sleeps = 0;
-    int spun = 0; /* polled without traffic since the last work */
-    uint64_t last_work = ps_time_now_ns();
-    unsigned rounds = 0;
-    uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-    pthread_mutex_lock(&van->prog_lock);
-    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        if (van->params.busy_poll) {
-            uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-            if (cur != seen) {
-                seen = cur;
-                pthread_mutex_unlock(&van->prog_lock);
-                park(van, &seen);
-                pthread_mutex_lock(&van->prog_lock);
-                last_work = ps_time_now_ns();
-                /* What woke us (the eventfd drained here, or it would
-                 * wake us again at once), and the sockets. */
-                int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, 0);
-                if (n > 0) {
-                    handle_events(van, evs, n);
-                }
-            }
-        }
-        int work = poll_chans(van, PS__SHM_RX_BUDGET);
-        uint64_t now = ps_time_now_ns();
-        if (work > 0) {
-            if (adapt && spun) {
-                spin_ns = spin_ns * 2 + PS_NSEC_PER_USEC;
-                if (spin_ns > PS__SHM_IDLE_SPIN_NS) {
-                    spin_ns = PS__SHM_IDLE_SPIN_NS;
-                }
-            }
-            spun = 0;
-            last_work = now;
-        }
-        if (now - last_work < spin_ns) {
-            spun = work == 0;
-            if (++rounds % PS__SHM_EPOLL_EVERY == 0) {
-                int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, 0);
-                if (n > 0) {
-                    handle_events(van, evs, n);
-                    last_work = ps_time_now_ns();
-                }
-                (void)ps__shm_run_timers(van);
-            }
-            if (work == 0) {
-                /* On a small machine the thread we wait for may need this
-                 * core (and a driving waiter the loop). */
-                if (rounds % PS__SHM_YIELD_EVERY == 0) {
-                    pthread_mutex_unlock(&van->prog_lock);
-                    sched_yield();
-                    pthread_mutex_lock(&van->prog_lock);
-                } else {
-                    ps_cpu_relax();
-                }
-            }
-            continue;
-        }
-        int timeout = ps__shm_run_timers(van);
-        if (!prepare_sleep(van)) {
-            last_work = ps_time_now_ns();
-            continue;
-        }
-        if (adapt) {
-            spin_ns = spun ? spin_ns / 2 : spin_ns;
-            if (++sleeps % PS__SHM_IDLE_PROBE == 0) {
-                spin_ns = PS__SHM_IDLE_SPIN_NS;
-            }
-            spun = 0;
-        }
-        __atomic_store_n(&van->blocked, 1, __ATOMIC_RELEASE);
-        int n = epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, timeout);
-        __atomic_store_n(&van->blocked, 0, __ATOMIC_RELEASE);
-        __atomic_store_n(&van->kicked, 0, __ATOMIC_RELEASE);
-        after_sleep(van);
-        if (n < 0) {
-            if (errno != EINTR) {
-                ps_error(PS_LOG_SHM, "epoll_wait: %m");
-                ps_sleep_ms(1);
-            }
-            continue;
-        }
-        handle_events(van, evs, n);
-        last_work = ps_time_now_ns();
+    int ms = ps__shm_run_timers(van);
+    if (!prepare_sleep(van)) {
+        return PS_VAN_LOOP_BUSY;
     }
-    pthread_mutex_unlock(&van->prog_lock);
-    return NULL;
+    *timeout_ns_p = ms < 0 ? -1 : (int64_t)ms * (int64_t)PS_NSEC_PER_MSEC;
+    return PS_VAN_LOOP_SLEEP;
 }
 
-/* The progress op: one spinning round of the loop on the caller's thread,
- * if no one else runs it right now. Budget 0 hands the loop back. */
-static int shm_progress(ps__shm_van_t *van, unsigned budget)
+/* The sleep: epoll on the sockets and the wake eventfd. Returns 0: the
+ * rings still want a poll. */
+static int shm_wait(void *arg, int64_t timeout_ns)
 {
-    uint64_t seq;
-    if (!ps_van_drive_enter(budget, &van->prog_lock, van->wakefd, &van->drive_seq,
-                            &van->handback, &van->blocked, &van->kicked, &seq)) {
-        return 0;
-    }
-    int work = 0;
-    if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        const ps__shm_van_t *outer = tls_progress_van;
-        tls_progress_van = van;
-        unsigned per_chan = budget < PS__SHM_RX_BUDGET ? budget : PS__SHM_RX_BUDGET;
-        work = spin_round(van, (unsigned)seq, per_chan);
-        tls_progress_van = outer;
-    }
-    pthread_mutex_unlock(&van->prog_lock);
-    return work;
+    ps__shm_van_t *van = arg;
+    (void)watch_sockets(van, timeout_ns);
+    after_sleep(van);
+    return 0;
 }
+
+/* Back from a park: what woke it, and the sockets. */
+static void shm_woke(void *arg)
+{
+    (void)watch_sockets(arg, 0);
+}
+
+static void shm_handover(void *arg)
+{
+    ps__shm_take_pending(arg);
+}
+
+static int64_t shm_outstanding(void *arg, uint64_t *moved_p);
+
+static const ps_van_loop_ops_t shm_loop_ops = {
+    .size = sizeof(ps_van_loop_ops_t),
+    .poll = shm_poll,
+    .arm = shm_arm,
+    .wait = shm_wait,
+    .woke = shm_woke,
+    .handover = shm_handover,
+    .outstanding = shm_outstanding,
+};
 
 /* ---- ops ---- */
 
@@ -479,6 +363,7 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     }
     van->base.ops = &sv_ops;
     van->base.name = "shm";
+    van->base.loop = &van->loop;
     van->params = *params;
     if (cb != NULL) {
         van->cb = *cb;
@@ -497,17 +382,29 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     van->allow_stage = 1;
     van->listen_fd = -1;
     van->epfd = -1;
-    van->wakefd = -1;
     van->my_id = PS_NODE_EMPTY;
     ps_van_random_bytes(van->cookie, sizeof(van->cookie));
     van->wake_handle.kind = PS__SHM_H_WAKE;
     van->listen_handle.kind = PS__SHM_H_LISTEN;
+    const ps_van_loop_params_t lp = {
+        .thread_name = "ps-shm-progress",
+        .log = PS_LOG_SHM,
+        .busy_poll = params->busy_poll,
+        .idle_spin_ns = PS_VAN_LOOP_IDLE_SPIN_NS,
+        .adaptive_idle_spin = 1,
+        .yield_every = PS__SHM_YIELD_EVERY,
+        .budget = PS__SHM_RX_BUDGET,
+    };
+    ps_status_t st = ps_van_loop_init(&van->loop, &lp, &shm_loop_ops, van);
+    if (st != PS_OK) {
+        free(van);
+        return st;
+    }
     pthread_rwlock_init(&van->peers_lock, NULL);
     pthread_mutex_init(&van->pending_lock, NULL);
     pthread_mutex_init(&van->hints_lock, NULL);
-    pthread_mutex_init(&van->prog_lock, NULL);
 
-    ps_status_t st = ps__shm_pool_create(PS__SHM_POOL_CACHE, &van->pool);
+    st = ps__shm_pool_create(PS__SHM_POOL_CACHE, &van->pool);
     if (st == PS_OK) {
         st = ps__shm_stage_create(PS__SHM_STAGE_OUT, PS__SHM_STAGE_CACHE, &van->stage);
     }
@@ -516,9 +413,8 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
         return st;
     }
     van->epfd = epoll_create1(EPOLL_CLOEXEC);
-    van->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (van->epfd < 0 || van->wakefd < 0) {
-        ps_error(PS_LOG_SHM, "cannot create the progress thread's epoll/eventfd: %m");
+    if (van->epfd < 0) {
+        ps_error(PS_LOG_SHM, "cannot create the progress thread's epoll: %m");
         sv_close(&van->base);
         return PS_ERR_NO_RESOURCE;
     }
@@ -526,18 +422,16 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN;
     ev.data.ptr = &van->wake_handle;
-    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->wakefd, &ev) != 0) {
+    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->loop.wakefd, &ev) != 0) {
         ps_error(PS_LOG_SHM, "epoll_ctl for the wake-up eventfd: %m");
         sv_close(&van->base);
         return PS_ERR_NO_RESOURCE;
     }
-    st = ps_thread_create("ps-shm-progress", PS_THREAD_NO_CPU, progress_main, van, &van->thread);
+    st = ps_van_loop_start(&van->loop, NULL, 0);
     if (st != PS_OK) {
-        ps_error(PS_LOG_SHM, "cannot start the progress thread (%s)", ps_status_str(st));
         sv_close(&van->base);
         return st;
     }
-    van->thread_started = 1;
     ps_debug(PS_LOG_SHM, "opened (job '%s', %s)", van->job,
              van->params.busy_poll ? "busy-polling" : "sleeping when idle");
     *van_p = &van->base;
@@ -546,8 +440,9 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
 
 /* Whether queued sends or outstanding tokens are still waiting for a live
  * peer (for close's drain). */
-static int tx_outstanding(ps__shm_van_t *van, uint64_t *moved_p)
+static int64_t shm_outstanding(void *arg, uint64_t *moved_p)
 {
+    ps__shm_van_t *van = arg;
     int busy = 0;
     uint64_t moved = 0;
     pthread_rwlock_rdlock(&van->peers_lock);
@@ -584,7 +479,7 @@ static int tx_outstanding(ps__shm_van_t *van, uint64_t *moved_p)
 void ps__shm_stop(ps_van_t *v)
 {
     ps__shm_van_t *van = sv_of(v);
-    if (van->thread_started) {
+    if (__atomic_load_n(&van->loop.started, __ATOMIC_ACQUIRE)) {
         /* How the values travelled (see ps__shm_test_counters): the first
          * thing to look at when a figure is off. */
         uint64_t k[PS__SHM_TEST_KINDS];
@@ -594,30 +489,10 @@ void ps__shm_stop(ps_van_t *v)
                 "shared buffers, %llu streamed, %llu placed in the peer's buffer",
                 (unsigned long long)k[0], (unsigned long long)k[1], (unsigned long long)k[2],
                 (unsigned long long)k[3], (unsigned long long)k[4], (unsigned long long)k[5]);
-        /* Let queued sends leave, and peers finish reading what they read
-         * from our memory, while that makes progress (bounded). */
-        uint64_t start = ps_time_now_ns();
-        uint64_t last_move = start;
-        uint64_t last = 0;
-        uint64_t moved = 0;
-        while (tx_outstanding(van, &moved)) {
-            uint64_t now = ps_time_now_ns();
-            if (moved != last) {
-                last = moved;
-                last_move = now;
-            }
-            if (now - start > PS__SHM_DRAIN_MS * PS_NSEC_PER_MSEC ||
-                now - last_move > PS__SHM_DRAIN_IDLE_MS * PS_NSEC_PER_MSEC) {
-                ps_info(PS_LOG_SHM, "closing with sends or peer reads still outstanding");
-                break;
-            }
-            ps_sleep_ms(1);
-        }
-        __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
-        ps__shm_wake(van);
-        ps_thread_join(&van->thread, NULL);
-        van->thread_started = 0;
     }
+    /* Queued sends leave, and peers finish reading what they read from
+     * our memory, while that makes progress (bounded). */
+    (void)ps_van_loop_stop(&van->loop);
     ps__shm_close_all(van);
     ps__shm_hints_clear(van);
 }
@@ -638,16 +513,13 @@ static void sv_close(ps_van_t *v)
     if (van->epfd >= 0) {
         close(van->epfd);
     }
-    if (van->wakefd >= 0) {
-        close(van->wakefd);
-    }
     free(van->scratch_nodes);
     ps__shm_pool_release(van->pool);
     ps__shm_stage_release(van->stage);
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->pending_lock);
     pthread_mutex_destroy(&van->hints_lock);
-    pthread_mutex_destroy(&van->prog_lock);
+    ps_van_loop_cleanup(&van->loop);
     free(van);
 }
 
@@ -756,11 +628,6 @@ static void sv_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
     }
 }
 
-static int sv_progress(ps_van_t *v, unsigned budget)
-{
-    return shm_progress(sv_of(v), budget);
-}
-
 static const ps_van_ops_t sv_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = sv_open,
@@ -774,7 +641,7 @@ static const ps_van_ops_t sv_ops = {
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = sv_stats,
-    .progress = sv_progress,
+    .progress = ps_van_loop_progress,
 };
 
 /* Sealed memfds and SCM_RIGHTS are all the van needs from the kernel. */

@@ -9,7 +9,7 @@
  * reading, and the flushing of queued sends; any thread may call send().
  * With busy polling a waiting thread may run the event loop instead
  * (tcp_van.c, the progress op): "the progress thread" below means whoever
- * holds van->prog_lock.
+ * runs van->loop (ps/net/van/progress_loop.h).
  *   - van->peers (id -> connections) is guarded by peers_lock (a rwlock:
  *     senders read it, connection set-up and teardown write it).
  *   - conn->send_lock guards a connection's send queue, its state as
@@ -59,6 +59,7 @@
 #include "ps/net/tcp/tcp_pool.h"
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
+#include "ps/net/van/progress_loop.h"
 #include "ps/net/van/van.h"
 
 /* Most streams (connections) per peer this van opens or indexes. */
@@ -233,25 +234,16 @@ struct ps__tcp_van {
     int sockbuf;            /* PS_TCP_SOCKBUF, 0 = kernel default */
     int conns_per_peer;
 
-    int epfd;
-    int wakefd;             /* eventfd */
+    int epfd;               /* the sockets and the loop's wake eventfd */
     ps__tcp_handle_t wake_handle;
     ps__tcp_handle_t listen_handle;
     int listen_fd;
     ps_sockaddr_t listen_addr;
 
-    ps_thread_t thread;
-    int thread_started;
-    int stop;               /* atomic */
-
-    /* Who runs the event loop: the progress thread, or (busy polling) a
-     * thread waiting for a completion, through the progress op. Whoever
-     * holds prog_lock owns everything marked "progress thread only". */
-    pthread_mutex_t prog_lock;
-    uint64_t drive_seq;     /* atomic: bumped by every progress() call */
-    int handback;           /* atomic: a driver stopped; the thread takes over */
-    int blocked;            /* atomic: the thread sleeps in epoll_wait holding prog_lock */
-    int kicked;             /* atomic: a driver already woke it from there */
+    /* The progress loop: its thread, or (busy polling) a thread waiting
+     * for a completion through the progress op, runs everything marked
+     * "progress thread only". */
+    ps_van_loop_t loop;
 
     pthread_rwlock_t peers_lock;
     ps_van_peer_slots_t peers; /* ps__tcp_peer_t by node id */

@@ -3,27 +3,18 @@
  * table registered as component "tcp" (aliases "zmq" and "0", the names
  * upstream jobs use for its ZMQ van).
  *
- * The progress thread waits in epoll on the listening socket, every
- * connection and an eventfd other threads use to hand it work (new
- * connections to start, connections to close, stop). By default it blocks;
- * with busy_poll it polls epoll without sleeping while traffic flows and
- * falls back to blocking after PS__TCP_SPIN_NS without an event, so an
- * idle van never burns a core.
- *
- * With busy_poll, a thread waiting for a completion (ps_customer_wait)
- * runs the same loop through the progress op instead: whoever holds
- * prog_lock runs it. The progress thread sees the drivers (drive_seq) and
- * parks outside the loop until they stop, so a busy process spins on one
- * thread, not two (on two cores, three spinners for a round trip between
- * two processes cost 3x a raw TCP ping-pong).
+ * The progress loop (ps/net/van/progress_loop.h: when to spin, sleep or
+ * stand back for a driving waiter) runs this van's epoll: the listening
+ * socket, every connection and the loop's wake eventfd, through which
+ * other threads hand it work (new connections to start, connections to
+ * close). Without busy polling it sleeps in epoll_wait itself; with it, it
+ * polls epoll without sleeping while traffic flows.
  */
 #include <errno.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "ps/base/config.h"
@@ -31,26 +22,14 @@
 #include "ps/base/time.h"
 #include "ps/net/tcp/tcp_internal.h"
 
-/* How long busy-polling goes on without an event before it blocks. */
-#define PS__TCP_SPIN_NS (200ull * PS_NSEC_PER_MSEC)
 #define PS__TCP_MAX_EVENTS 64
-/* While a waiting thread drives the loop, the progress thread checks this
- * often whether it still does. */
-#define PS__TCP_PARK_MS 1
-/* A spinning progress thread yields the CPU after this many empty polls
- * (a power of two). */
-#define PS__TCP_YIELD_EVERY 256
 /* Free receive buffers the pool keeps. */
 #define PS__TCP_POOL_CACHE (256u << 20)
-/* close() lets queued sends leave for at most this long, and stops early
- * once nothing has moved for PS__TCP_DRAIN_IDLE_MS. */
-#define PS__TCP_DRAIN_MS 2000
-#define PS__TCP_DRAIN_IDLE_MS 200
 #define PS__TCP_DEFAULT_CONNECT_MS 10000
 
 void ps__tcp_wake(ps__tcp_van_t *van)
 {
-    ps_van_wake_fd(van->wakefd);
+    ps_van_loop_wake(&van->loop);
 }
 
 uint64_t ps__tcp_random(ps__tcp_van_t *van)
@@ -220,13 +199,6 @@ static void handle_conn_event(ps__tcp_conn_t *conn, uint32_t events)
     }
 }
 
-static void drain_wakefd(ps__tcp_van_t *van)
-{
-    uint64_t v;
-    while (read(van->wakefd, &v, sizeof(v)) > 0) {
-    }
-}
-
 static void bury(ps__tcp_van_t *van)
 {
     while (van->graveyard != NULL) {
@@ -237,32 +209,25 @@ static void bury(ps__tcp_van_t *van)
     }
 }
 
-/* One round of the event loop (prog_lock held): timers, then what epoll
- * has within `timeout` ms (-1: until something happens), at most `max`
+/* One round of the event loop (the loop held): timers, then what epoll
+ * has within `timeout_ns` (-1: until something happens), at most `max`
  * events. Returns how many events it handled. */
-static int run_round(ps__tcp_van_t *van, int timeout, unsigned max)
+static int run_round(ps__tcp_van_t *van, int64_t timeout_ns, unsigned max)
 {
     struct epoll_event evs[PS__TCP_MAX_EVENTS];
     int t = ps__tcp_run_timers(van);
     bury(van);
-    if (t >= 0 && (timeout < 0 || t < timeout)) {
-        timeout = t;
+    int64_t t_ns = t < 0 ? -1 : (int64_t)t * (int64_t)PS_NSEC_PER_MSEC;
+    if (t_ns >= 0 && (timeout_ns < 0 || t_ns < timeout_ns)) {
+        timeout_ns = t_ns;
     }
     int cap = max < PS__TCP_MAX_EVENTS ? (int)max : PS__TCP_MAX_EVENTS;
-    int n = epoll_wait(van->epfd, evs, cap, timeout);
-    if (n < 0) {
-        if (errno != EINTR) {
-            ps_error(PS_LOG_TCP, "epoll_wait: %m");
-            ps_sleep_ms(1);
-        }
-        return 0;
-    }
+    int n = ps_van_epoll_wait(van->epfd, evs, cap, timeout_ns, PS_LOG_TCP);
     for (int i = 0; i < n; ++i) {
         ps__tcp_handle_t *h = evs[i].data.ptr;
         switch (h->kind) {
         case PS__TCP_H_WAKE:
-            drain_wakefd(van);
-            ps__tcp_start_pending(van);
+            ps_van_loop_clear_wake(&van->loop); /* the work: tcp_handover */
             break;
         case PS__TCP_H_LISTEN:
             ps__tcp_accept_all(van);
@@ -277,78 +242,36 @@ static int run_round(ps__tcp_van_t *van, int timeout, unsigned max)
     return n;
 }
 
-/* Busy polling, while a waiting thread drives the loop: the progress
- * thread stays out of its way (two spinners per process do not fit two
- * cores), checking every PS__TCP_PARK_MS whether the driving went on. It
- * comes back at once for work handed over through the eventfd (connects,
- * closes, stop, a driver's hand-back), which its next round drains. */
-static void park(ps__tcp_van_t *van, uint64_t *seen)
+static int tcp_poll(void *arg, unsigned budget)
 {
-    (void)ps_van_park(van->wakefd, PS__TCP_PARK_MS, &van->stop, &van->handback, &van->drive_seq,
-                      seen);
+    return run_round(arg, 0, budget);
 }
 
-static void *progress_main(void *arg)
+/* Sleeping is epoll_wait itself, which handles what woke it. */
+static int tcp_wait(void *arg, int64_t timeout_ns)
+{
+    return run_round(arg, timeout_ns, PS__TCP_MAX_EVENTS);
+}
+
+static void tcp_handover(void *arg)
+{
+    ps__tcp_start_pending(arg);
+}
+
+static int64_t tcp_outstanding(void *arg, uint64_t *moved_p)
 {
     ps__tcp_van_t *van = arg;
-    uint64_t last_event = ps_time_now_ns();
-    uint64_t spin_ns = van->params.busy_poll ? PS__TCP_SPIN_NS : 0;
-    uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-    unsigned idle = 0;
-    pthread_mutex_lock(&van->prog_lock);
-    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        int timeout = spin_ns && ps_time_now_ns() - last_event < spin_ns ? 0 : -1;
-        if (timeout != 0) {
-            __atomic_store_n(&van->blocked, 1, __ATOMIC_RELEASE);
-        }
-        int n = run_round(van, timeout, PS__TCP_MAX_EVENTS);
-        if (timeout != 0) {
-            __atomic_store_n(&van->blocked, 0, __ATOMIC_RELEASE);
-            __atomic_store_n(&van->kicked, 0, __ATOMIC_RELEASE);
-        }
-        if (!spin_ns) {
-            continue;
-        }
-        if (n > 0) {
-            last_event = ps_time_now_ns();
-        }
-        uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-        if (cur != seen) {
-            seen = cur;
-            pthread_mutex_unlock(&van->prog_lock);
-            park(van, &seen);
-            pthread_mutex_lock(&van->prog_lock);
-            last_event = ps_time_now_ns();
-        } else if (n == 0 && timeout == 0 && (++idle & (PS__TCP_YIELD_EVERY - 1)) == 0) {
-            /* Spinning: now and then let a thread waiting for this core
-             * (or for the loop) run; on a small machine the application
-             * may share it. Not after every empty poll: a yield that
-             * switches costs more than a round trip. */
-            pthread_mutex_unlock(&van->prog_lock);
-            sched_yield();
-            pthread_mutex_lock(&van->prog_lock);
-        }
-    }
-    pthread_mutex_unlock(&van->prog_lock);
-    return NULL;
+    *moved_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+    return __atomic_load_n(&van->queued, __ATOMIC_ACQUIRE);
 }
 
-/* The progress op: one round of the loop on the caller's thread, if no
- * one else runs it right now. */
-static int tcp_progress(ps_van_t *v, unsigned budget)
-{
-    ps__tcp_van_t *van = (ps__tcp_van_t *)v;
-    if (!ps_van_drive_enter(budget, &van->prog_lock, van->wakefd, &van->drive_seq,
-                            &van->handback, &van->blocked, &van->kicked, NULL)) {
-        return 0;
-    }
-    int n = 0;
-    if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        n = run_round(van, 0, budget);
-    }
-    pthread_mutex_unlock(&van->prog_lock);
-    return n;
-}
+static const ps_van_loop_ops_t tcp_loop_ops = {
+    .size = sizeof(ps_van_loop_ops_t),
+    .poll = tcp_poll,
+    .wait = tcp_wait,
+    .handover = tcp_handover,
+    .outstanding = tcp_outstanding,
+};
 
 /* ---- ops ---- */
 
@@ -372,6 +295,7 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     }
     van->base.ops = &tcp_ops;
     van->base.name = "tcp";
+    van->base.loop = &van->loop;
     van->params = *params;
     if (cb != NULL) {
         van->cb = *cb;
@@ -409,17 +333,25 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     van->wake_handle.kind = PS__TCP_H_WAKE;
     van->listen_handle.kind = PS__TCP_H_LISTEN;
     van->epfd = -1;
-    van->wakefd = -1;
+    const ps_van_loop_params_t lp = {
+        .thread_name = "ps-tcp-progress",
+        .log = PS_LOG_TCP,
+        .busy_poll = params->busy_poll,
+        .budget = PS__TCP_MAX_EVENTS,
+    };
+    ps_status_t st = ps_van_loop_init(&van->loop, &lp, &tcp_loop_ops, van);
+    if (st != PS_OK) {
+        free(van);
+        return st;
+    }
     pthread_rwlock_init(&van->peers_lock, NULL);
     pthread_mutex_init(&van->pending_lock, NULL);
-    pthread_mutex_init(&van->prog_lock, NULL);
 
-    ps_status_t st = ps_mpool_init(&van->entries, "tcp send queue", sizeof(ps__tcp_entry_t), 64,
-                                   64, 0);
+    st = ps_mpool_init(&van->entries, "tcp send queue", sizeof(ps__tcp_entry_t), 64, 64, 0);
     if (st != PS_OK) {
         pthread_rwlock_destroy(&van->peers_lock);
         pthread_mutex_destroy(&van->pending_lock);
-        pthread_mutex_destroy(&van->prog_lock);
+        ps_van_loop_cleanup(&van->loop);
         free(van);
         return st;
     }
@@ -429,9 +361,8 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
         return st;
     }
     van->epfd = epoll_create1(EPOLL_CLOEXEC);
-    van->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (van->epfd < 0 || van->wakefd < 0) {
-        ps_error(PS_LOG_TCP, "cannot create the progress thread's epoll/eventfd: %m");
+    if (van->epfd < 0) {
+        ps_error(PS_LOG_TCP, "cannot create the progress thread's epoll: %m");
         tcp_close(&van->base);
         return PS_ERR_NO_RESOURCE;
     }
@@ -439,18 +370,16 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN;
     ev.data.ptr = &van->wake_handle;
-    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->wakefd, &ev) != 0) {
+    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->loop.wakefd, &ev) != 0) {
         ps_error(PS_LOG_TCP, "epoll_ctl for the wake-up eventfd: %m");
         tcp_close(&van->base);
         return PS_ERR_NO_RESOURCE;
     }
-    st = ps_thread_create("ps-tcp-progress", PS_THREAD_NO_CPU, progress_main, van, &van->thread);
+    st = ps_van_loop_start(&van->loop, NULL, 0);
     if (st != PS_OK) {
-        ps_error(PS_LOG_TCP, "cannot start the progress thread (%s)", ps_status_str(st));
         tcp_close(&van->base);
         return st;
     }
-    van->thread_started = 1;
     *van_p = &van->base;
     return PS_OK;
 }
@@ -461,35 +390,8 @@ static void tcp_close(ps_van_t *v)
         return;
     }
     ps__tcp_van_t *van = tcp_of(v);
-    if (van->thread_started) {
-        /* Let queued frames leave while they still move (bounded). */
-        uint64_t start = ps_time_now_ns();
-        uint64_t last_move = start;
-        uint64_t last_sent = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
-        while (__atomic_load_n(&van->queued, __ATOMIC_ACQUIRE) > 0) {
-            uint64_t now = ps_time_now_ns();
-            uint64_t sent = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
-            if (sent != last_sent) {
-                last_sent = sent;
-                last_move = now;
-            }
-            if (now - start > PS__TCP_DRAIN_MS * PS_NSEC_PER_MSEC ||
-                now - last_move > PS__TCP_DRAIN_IDLE_MS * PS_NSEC_PER_MSEC) {
-                ps_info(PS_LOG_TCP, "closing with %lld frames still queued",
-                        (long long)__atomic_load_n(&van->queued, __ATOMIC_RELAXED));
-                break;
-            }
-            ps_sleep_ms(1);
-        }
-        __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
-        ps__tcp_wake(van);
-        ps_thread_join(&van->thread, NULL);
-        van->thread_started = 0;
-    }
-    /* The thread is gone; a driver still in a round finishes it first,
-     * and later ones see stop. Then everything below is ours alone. */
-    pthread_mutex_lock(&van->prog_lock);
-    pthread_mutex_unlock(&van->prog_lock);
+    /* Queued frames leave first (bounded); then everything is ours alone. */
+    (void)ps_van_loop_stop(&van->loop);
     ps__tcp_close_all(van);
     bury(van);
     ps_van_peer_slots_free(&van->peers);
@@ -500,15 +402,12 @@ static void tcp_close(ps_van_t *v)
     if (van->epfd >= 0) {
         close(van->epfd);
     }
-    if (van->wakefd >= 0) {
-        close(van->wakefd);
-    }
     free(van->scratch_nodes);
     ps__tcp_pool_release(van->pool);
     ps_mpool_cleanup(&van->entries);
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->pending_lock);
-    pthread_mutex_destroy(&van->prog_lock);
+    ps_van_loop_cleanup(&van->loop);
     free(van);
 }
 
@@ -634,7 +533,7 @@ static const ps_van_ops_t tcp_ops = {
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = tcp_stats,
-    .progress = tcp_progress,
+    .progress = ps_van_loop_progress,
 };
 
 const ps_van_component_t ps__tcp_component = {

@@ -1,6 +1,7 @@
 /*
  * Small helpers every van implementation needs the same way (van.h).
  */
+#include <errno.h>
 #include <limits.h>
 #include <sodium.h>
 #include <stdint.h>
@@ -9,6 +10,18 @@
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/van/van.h"
+
+#include <unistd.h>
+
+void ps_van_wake_fd(int fd)
+{
+    uint64_t one = 1;
+    ssize_t r;
+    do {
+        r = write(fd, &one, sizeof(one));
+    } while (r < 0 && errno == EINTR);
+    /* EAGAIN: the counter is already non-zero, a wake-up is pending. */
+}
 
 void ps_van_random_bytes(void *buf, size_t len)
 {

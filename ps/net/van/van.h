@@ -116,7 +116,8 @@ typedef struct ps_van_ops {
     /* bytes sent and received so far (for benchmarks and logs) */
     void (*stats)(ps_van_t *van, uint64_t *sent_p, uint64_t *recv_p);
 
-    /* Optional (see ps_van_progress): with busy polling, a thread waiting
+    /* Optional (see ps_van_progress; a van implements it with
+     * ps_van_loop_drive, progress_loop.h): with busy polling, a thread waiting
      * for a completion drives the van itself, so that a process has one
      * spinning thread, not the waiter and the van's thread both (UCX's
      * model). Handles what is ready now, at most `budget` events, and
@@ -143,6 +144,9 @@ typedef struct ps_van_ops {
 struct ps_van {
     const ps_van_ops_t *ops;
     const char *name;
+    /* The van's progress loop (progress_loop.h), which ps_van_loop_progress
+     * drives; NULL for a van without one. */
+    struct ps_van_loop *loop;
 };
 
 /* A van implementation registers one component (see PS_VAN_REGISTER). */
@@ -198,30 +202,9 @@ uint64_t ps_van_random(void);
  * else PS_CONNECT_TIMEOUT_MS, else `fallback_ms`. */
 int ps_van_connect_timeout_ms(int requested_ms, int fallback_ms);
 
-/* Wakes a van's progress thread through its eventfd (EAGAIN: a wake-up is
- * pending already). */
-void ps_van_wake_fd(int wakefd);
-
-/* The waiter's side of a van's progress op, the same in every van. Budget
- * 0 hands the loop back to the progress thread (*handback set, woken
- * through wakefd) and returns 0. Otherwise the drive is counted in
- * *drive_seq (the new count in *seq_p if not NULL) and prog_lock is tried:
- * 1 means the caller holds it now, runs one round of the loop and unlocks
- * it; 0 means the progress thread has the loop, and if it sleeps there
- * (*sleeping) it is woken once (*kicked) so that it sees the driver and
- * stands back (ps_van_park). */
-int ps_van_drive_enter(unsigned budget, pthread_mutex_t *prog_lock, int wakefd,
-                       uint64_t *drive_seq, int *handback, const int *sleeping, int *kicked,
-                       uint64_t *seq_p);
-
-/* For a van's progress thread while busy-poll waiters drive its loop
- * (progress op): waits, without the loop, until the driving stops — a
- * driver's hand-back (budget 0), no progress call for a whole park_ms, stop
- * set, or something on wakefd (handed-over work). `seen` is the last
- * drive_seq the thread saw; updated. Returns 1 when woken through wakefd
- * (which is left for the caller to drain or not), else 0. */
-int ps_van_park(int wakefd, int park_ms, const int *stop, int *handback,
-                const uint64_t *drive_seq, uint64_t *seen);
+/* Wakes a thread sleeping on eventfd `fd` (EAGAIN: a wake-up is pending
+ * already). */
+void ps_van_wake_fd(int fd);
 
 /* The van's progress op, or NULL when it has none that does anything (a
  * table built before the op existed, or set to ps_van_no_progress). */

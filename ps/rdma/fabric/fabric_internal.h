@@ -55,6 +55,7 @@
 
 #include "ps/base/buffer.h"
 #include "ps/base/status.h"
+#include "ps/net/van/progress_loop.h"
 #include "ps/base/thread.h"
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
@@ -101,10 +102,9 @@
  * remembered destinations (server). */
 #define PS__FAB_RDV_SLOTS 10240u
 #define PS__FAB_RDV_ENTRIES 65536u
-/* Waiting without a wait object: spin this long after the last activity,
- * then sleep in steps doubling up to the cap. */
-#define PS__FAB_SPIN_NS (50 * 1000ull)
-/* While transfers are in flight the thread keeps spinning this long after
+/* Without busy polling the thread spins PS_VAN_LOOP_IDLE_SPIN_NS after the
+ * last activity (progress_loop.h); without a wait object it then sleeps in
+ * steps doubling up to the cap. While transfers are in flight the thread keeps spinning this long after
  * the last completion: manual progress moves a large message only while
  * someone polls, and waking up for every socket event costs more. */
 #define PS__FAB_SPIN_INFLIGHT_NS (5 * 1000 * 1000ull)
@@ -123,9 +123,6 @@
  * taken as alive by a post; see peer_dead() in fabric_send.c. */
 #define PS__FAB_PID_CHECK_NS (1000 * 1000ull)
 #define PS__FAB_STALL_MS_DEFAULT 10000
-/* While a waiting thread drives the loop, the progress thread checks this
- * often whether it still does. */
-#define PS__FAB_PARK_MS 1
 /* close() waits this long for the progress thread to stop. It stops within
  * a round unless a provider call never returns: libfabric 1.17's shm spins
  * on a peer region's lock, which a process that died holding it never
@@ -134,9 +131,14 @@
 /* A spinning progress loop reads the clock every this many rounds (a
  * fraction of a microsecond each). */
 #define PS__FAB_CLOCK_EVERY 32u
-/* Busy polling: the spinning progress thread yields the CPU every this
- * many idle rounds (a power of two). */
-#define PS__FAB_BUSY_YIELD_EVERY 256u
+/* Without busy polling the spinning progress thread yields the CPU every
+ * this many idle rounds: a machine with few cores often has more runnable
+ * threads than cores (the app thread this one is about to wake, the peer's
+ * progress thread). Busy polling (which owns its core by choice) yields as
+ * seldom as a driving waiter does (PS_VAN_LOOP_YIELD_EVERY, every ~25 us):
+ * a sched_yield() costs ~1 us here, several idle rounds, and a message
+ * would find the thread inside it a third of the time. */
+#define PS__FAB_IDLE_YIELD_EVERY 16u
 
 /* ---- wire: fabric_wire.h ---- */
 
@@ -312,8 +314,6 @@ struct ps__fab_van {
     struct fid_cq *cq;
     struct fid_ep *ep;
     int cq_fd;             /* -1: no wait object */
-    int epfd;
-    int wakefd;
     pthread_mutex_t ep_lock;
     uint64_t next_key;     /* atomic: requested keys without FI_MR_PROV_KEY */
     uint8_t my_addr[PS_NODE_ENDPOINT_MAX];
@@ -359,20 +359,12 @@ struct ps__fab_van {
     ps__fab_peer_t *blocked;    /* peers with queued sends */
     int fail_pending;           /* atomic: some peer has fail_pending */
 
-    /* progress thread */
-    ps_thread_t thread;
-    int thread_started;
-    ps_event_t thread_exited;   /* set by the progress thread as it ends */
-    int stop;                   /* atomic */
-    int sleeping;               /* atomic */
-    /* The loop runs under prog_lock: on the progress thread, or (busy
-     * polling) on a waiting thread that drives it through the progress
-     * op while the progress thread parks. "Progress thread only" state
-     * below belongs to whoever holds it. */
-    pthread_mutex_t prog_lock;
-    uint64_t drive_seq;         /* atomic: progress-op calls so far */
-    int handback;               /* atomic: a driver stopped; the thread takes over */
-    int kicked;                 /* atomic: a driver woke the sleeping thread */
+    /* The progress loop: its thread, or (busy polling) a waiting thread
+     * that drives it through the progress op while the thread parks.
+     * "Progress thread only" state below belongs to whoever runs it. */
+    ps_van_loop_t loop;
+    uint64_t last_active_ns;    /* the loop's last completion */
+    uint64_t pause_ns;          /* the next sleep without a wait object */
     ps__fab_rxs_t **rxs;        /* by sender id */
     int rxs_cap;
     ps__fab_rx_t *rx_all;
@@ -395,7 +387,7 @@ struct ps__fab_van {
      * a round that delivered an answer delayed the answer: clock_gettime
      * costs ~24 ns in a VM), and after a sleep; what a round handles is
      * stamped with it (a few microseconds old at most while spinning, up
-     * to PS__FAB_PARK_MS when a driver comes back). Written by the loop's
+     * to PS_VAN_LOOP_PARK_MS when a driver comes back). Written by the loop's
      * holder, read by busy-polling senders too: ps__fab_round_now(). */
     uint64_t round_now_ns;
     unsigned clock_rounds;
@@ -515,12 +507,9 @@ void ps__fab_rx_free_all(ps__fab_van_t *van);
 /* ---- fabric_progress.c ---- */
 ps_status_t ps__fab_start_progress(ps__fab_van_t *van);
 /* Stops the progress thread, waiting at most PS__FAB_STOP_MS: PS_OK, or
- * PS_ERR_TIMED_OUT when it is stuck inside the provider (then nothing it
+ * a timeout status when it is stuck inside the provider (then nothing it
  * may touch can be freed). */
 ps_status_t ps__fab_stop_progress(ps__fab_van_t *van);
-/* The van's progress op (ps/net/van/van.h): one round of the loop on the
- * calling thread (busy polling), the progress thread standing back. */
-int ps__fab_progress(ps_van_t *v, unsigned budget);
 
 /* ---- testing (fabric_testing.h) ---- */
 extern int ps__fab_rma_disabled;

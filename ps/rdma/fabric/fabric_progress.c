@@ -3,13 +3,14 @@
  * completion, and every step of a provider's own protocol, happens when
  * this thread reads the completion queue.
  *
- * Idle, it does not burn a core: after a short spin (a wake-up of an idle
- * vCPU costs tens of microseconds) it sleeps in epoll on the completion
- * queue's wait fd and an eventfd other threads kick, after fi_trywait()
- * says that is safe. Providers without a wait object (shm) get polls with
- * pauses doubling up to a millisecond; PS_BUSY_POLL=1 spins all the time,
- * and then a thread waiting for a request may run the loop itself (the
- * progress op) while this thread parks: one spinner per process.
+ * The progress loop (ps/net/van/progress_loop.h) decides when to spin,
+ * sleep or park; idle, it does not burn a core: after a short spin (a
+ * wake-up of an idle vCPU costs tens of microseconds; longer while
+ * transfers are in flight) it sleeps on the completion queue's wait fd,
+ * after fi_trywait() says that is safe. Providers without a wait object
+ * (shm) get pauses doubling up to a millisecond; PS_BUSY_POLL=1 spins all
+ * the time (the queue then has no wait object), and a thread waiting for a
+ * request may run the loop itself while this thread parks.
  *
  * Errors: a failed send or data receive fails that peer's link (the
  * postoffice hears PS_ERR_LINK_FAILED), never the process. An op that
@@ -19,13 +20,9 @@
  * liveness check (shm never fails a send to a dead process: it waits for
  * the peer to take it, forever).
  */
-#include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <rdma/fi_errno.h>
@@ -236,48 +233,6 @@ static int have_handoffs(ps__fab_van_t *van)
            van->rx_blocked != NULL || van->mrecv_blocked || van->mrecv_ndefer != 0;
 }
 
-static void drain_wakefd(ps__fab_van_t *van)
-{
-    uint64_t v;
-    ssize_t n = read(van->wakefd, &v, sizeof(v));
-    (void)n;
-}
-
-/* Sleeps until the completion queue or a kick needs us, or `timeout_ms`. */
-static void wait_fd(ps__fab_van_t *van, int timeout_ms)
-{
-    __atomic_store_n(&van->sleeping, 1, __ATOMIC_SEQ_CST);
-    if (!have_handoffs(van) && !__atomic_load_n(&van->stop, __ATOMIC_SEQ_CST)) {
-        struct fid *fids[1] = {&van->cq->fid};
-        ps__fab_ep_lock(van);
-        int ret = fi_trywait(van->fabric, fids, 1);
-        ps__fab_ep_unlock(van);
-        if (ret == 0) {
-            struct epoll_event ev[2];
-            int n = epoll_wait(van->epfd, ev, 2, timeout_ms);
-            for (int i = 0; i < n; i++) {
-                if (ev[i].data.fd == van->wakefd)
-                    drain_wakefd(van);
-            }
-        }
-    }
-    __atomic_store_n(&van->sleeping, 0, __ATOMIC_SEQ_CST);
-}
-
-/* No wait object: a pause of `ns`, cut short by a kick. */
-static void wait_poll(ps__fab_van_t *van, uint64_t ns)
-{
-    __atomic_store_n(&van->sleeping, 1, __ATOMIC_SEQ_CST);
-    if (!have_handoffs(van) && !__atomic_load_n(&van->stop, __ATOMIC_SEQ_CST)) {
-        struct pollfd pfd = {.fd = van->wakefd, .events = POLLIN};
-        struct timespec ts = {.tv_sec = (time_t)(ns / PS_NSEC_PER_SEC),
-                              .tv_nsec = (long)(ns % PS_NSEC_PER_SEC)};
-        if (ppoll(&pfd, 1, &ts, NULL) > 0)
-            drain_wakefd(van);
-    }
-    __atomic_store_n(&van->sleeping, 0, __ATOMIC_SEQ_CST);
-}
-
 /* One round of the loop; returns how many completions it handled.
  * Inlined into its two callers (a call of its own per idle round cost
  * more than its checks). */
@@ -305,176 +260,110 @@ static inline __attribute__((always_inline)) int run_round(ps__fab_van_t *van, u
     return n;
 }
 
-/* Busy polling while a waiting thread drives the loop: the progress
- * thread stays out of its way (two spinners per process do not fit two
- * cores), checking every PS__FAB_PARK_MS whether the driving went on.
- * Hand-offs from senders are the driver's now (it runs the same round), so
- * `sleeping` stays 0; stop and a driver's hand-back bring it back at once.
- * prog_lock is not held. */
-static void park(ps__fab_van_t *van, uint64_t *seen)
-{
-    if (ps_van_park(van->wakefd, PS__FAB_PARK_MS, &van->stop, &van->handback, &van->drive_seq,
-                    seen))
-        drain_wakefd(van);
-}
-
 /* After a sleep the last reading is old: read the clock now (what the
  * next round handles is stamped with it) and at the end of the round. */
-static void fresh_clock(ps__fab_van_t *van)
+static void fab_woke(void *arg)
 {
+    ps__fab_van_t *van = arg;
     ps__fab_set_round_now(van, ps_time_now_ns());
     van->clock_rounds = PS__FAB_CLOCK_EVERY;
 }
 
-static void *progress_main(void *arg)
+static int fab_poll(void *arg, unsigned budget)
 {
     ps__fab_van_t *van = arg;
-    uint64_t last_active = ps_time_now_ns();
-    uint64_t pause = PS__FAB_SLEEP_MIN_NS;
-    unsigned spins = 0;
-    uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-    pthread_mutex_lock(&van->prog_lock);
-    ps__fab_set_round_now(van, last_active);
-    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        uint64_t now;
-        int n = run_round(van, &now);
-        if (n > 0) {
-            last_active = now;
-            pause = PS__FAB_SLEEP_MIN_NS;
-        }
-        if (van->params.busy_poll) {
-            uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-            if (cur != seen) {
-                seen = cur;
-                pthread_mutex_unlock(&van->prog_lock);
-                park(van, &seen);
-                pthread_mutex_lock(&van->prog_lock);
-                last_active = ps_time_now_ns();
-                ps__fab_set_round_now(van, last_active);
-                continue;
-            }
-        }
-        if (n > 0)
-            continue;
-        uint64_t spin = __atomic_load_n(&van->ops_in_flight, __ATOMIC_RELAXED) > 0
-                            ? PS__FAB_SPIN_INFLIGHT_NS
-                            : PS__FAB_SPIN_NS;
-        if (van->params.busy_poll || now - last_active < spin) {
-            /* Spinning; but a machine with few cores often has more
-             * runnable threads than cores (the app thread this thread is
-             * about to wake, the peer's progress thread): let them run.
-             * A sched_yield() costs ~1 us here, several idle rounds: busy
-             * polling (which owns its core by choice) yields as seldom as
-             * a driving waiter does (ps/net/customer.c), every ~25 us,
-             * not every ~2 us, or a message would find the thread inside
-             * the syscall a third of the time. */
-            if ((++spins & (van->params.busy_poll ? PS__FAB_BUSY_YIELD_EVERY - 1 : 15)) == 0) {
-                pthread_mutex_unlock(&van->prog_lock);
-                sched_yield();
-                pthread_mutex_lock(&van->prog_lock);
-            } else {
-                ps_cpu_relax();
-            }
-            continue;
-        }
-        if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) != NULL) {
-            /* The provider pushed back and nothing completed: let it
-             * breathe before the next try. */
-            ps_sleep_ns(PS__FAB_SLEEP_MIN_NS);
-            fresh_clock(van);
-            continue;
-        }
-        if (van->cq_fd >= 0) {
-            wait_fd(van, (int)(PS__FAB_LIVENESS_NS / PS_NSEC_PER_MSEC));
-        } else {
-            wait_poll(van, pause);
-            /* Short pauses while traffic is recent (a 4 MB copy by the
-             * peer leaves a gap of a millisecond), long ones when idle. */
-            uint64_t cap = now - last_active < PS__FAB_ACTIVE_NS ? PS__FAB_SLEEP_ACTIVE_NS
-                                                                 : PS__FAB_SLEEP_MAX_NS;
-            pause = pause * 2 > cap ? cap : pause * 2;
-        }
-        fresh_clock(van);
-        __atomic_store_n(&van->kicked, 0, __ATOMIC_RELEASE);
+    (void)budget; /* a round takes what the queue has */
+    uint64_t now;
+    int n = run_round(van, &now);
+    if (n > 0) {
+        van->last_active_ns = now;
+        van->pause_ns = PS__FAB_SLEEP_MIN_NS;
     }
-    pthread_mutex_unlock(&van->prog_lock);
-    ps_event_set(&van->thread_exited);
-    return NULL;
-}
-
-int ps__fab_progress(ps_van_t *v, unsigned budget)
-{
-    ps__fab_van_t *van = ps__fab_of(v);
-    if (!__atomic_load_n(&van->thread_started, __ATOMIC_ACQUIRE))
-        return 0; /* not bound (or the scheduler): nothing to drive */
-    if (!ps_van_drive_enter(budget, &van->prog_lock, van->wakefd, &van->drive_seq,
-                            &van->handback, &van->sleeping, &van->kicked, NULL))
-        return 0;
-    int n = 0;
-    if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        uint64_t now;
-        n = run_round(van, &now);
-    }
-    pthread_mutex_unlock(&van->prog_lock);
     return n;
 }
 
+/* Busy polling opens the completion queue without a wait object (see
+ * fabric_domain.c): the thread spins for ever, as the tools do. Otherwise
+ * manual progress moves a large message only while someone polls: spin
+ * longer while transfers are in flight. */
+static uint64_t fab_spin_ns(void *arg)
+{
+    ps__fab_van_t *van = arg;
+    if (van->params.busy_poll)
+        return UINT64_MAX;
+    return __atomic_load_n(&van->ops_in_flight, __ATOMIC_RELAXED) > 0 ? PS__FAB_SPIN_INFLIGHT_NS
+                                                                       : PS_VAN_LOOP_IDLE_SPIN_NS;
+}
+
+/* Before sleeping: hand-offs published before the loop said it sleeps are
+ * taken first (see ps__fab_kick); with a wait object, fi_trywait() says
+ * whether sleeping on it is safe; without one, the pause doubles. */
+static int fab_arm(void *arg, int64_t *timeout_ns_p)
+{
+    ps__fab_van_t *van = arg;
+    if (__atomic_load_n(&van->blocked, __ATOMIC_ACQUIRE) != NULL) {
+        /* The provider pushed back and nothing completed: let it breathe
+         * before the next try. */
+        *timeout_ns_p = (int64_t)PS__FAB_SLEEP_MIN_NS;
+        return PS_VAN_LOOP_SLEEP;
+    }
+    if (have_handoffs(van))
+        return PS_VAN_LOOP_BUSY;
+    if (van->cq_fd >= 0) {
+        struct fid *fids[1] = {&van->cq->fid};
+        ps__fab_ep_lock(van);
+        int ret = fi_trywait(van->fabric, fids, 1);
+        ps__fab_ep_unlock(van);
+        if (ret != 0)
+            return PS_VAN_LOOP_BUSY;
+        *timeout_ns_p = (int64_t)PS__FAB_LIVENESS_NS;
+        return PS_VAN_LOOP_SLEEP;
+    }
+    /* Short pauses while traffic is recent (a 4 MB copy by the peer leaves
+     * a gap of a millisecond), long ones when idle. */
+    uint64_t now = ps__fab_round_now(van);
+    *timeout_ns_p = (int64_t)van->pause_ns;
+    uint64_t cap = now - van->last_active_ns < PS__FAB_ACTIVE_NS ? PS__FAB_SLEEP_ACTIVE_NS
+                                                                 : PS__FAB_SLEEP_MAX_NS;
+    van->pause_ns = van->pause_ns * 2 > cap ? cap : van->pause_ns * 2;
+    return PS_VAN_LOOP_SLEEP;
+}
+
+static const ps_van_loop_ops_t fab_loop_ops = {
+    .size = sizeof(ps_van_loop_ops_t),
+    .poll = fab_poll,
+    .arm = fab_arm,
+    .woke = fab_woke,
+    .spin_ns = fab_spin_ns,
+};
+
 ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
 {
-    van->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (van->wakefd < 0) {
-        ps_error(PS_LOG_FABRIC, "eventfd: %m");
-        return PS_ERR_NO_RESOURCE;
-    }
-    if (van->cq_fd >= 0) {
-        van->epfd = epoll_create1(EPOLL_CLOEXEC);
-        if (van->epfd < 0) {
-            ps_error(PS_LOG_FABRIC, "epoll_create1: %m");
-            return PS_ERR_NO_RESOURCE;
-        }
-        struct epoll_event ev = {.events = EPOLLIN};
-        ev.data.fd = van->wakefd;
-        if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->wakefd, &ev) != 0) {
-            ps_error(PS_LOG_FABRIC, "epoll_ctl: %m");
-            return PS_ERR_NO_RESOURCE;
-        }
-        ev.data.fd = van->cq_fd;
-        if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->cq_fd, &ev) != 0) {
-            ps_error(PS_LOG_FABRIC, "epoll_ctl on the completion queue's fd: %m");
-            return PS_ERR_NO_RESOURCE;
-        }
-    }
-    van->last_liveness_ns = ps_time_now_ns();
-    ps__fab_set_round_now(van, van->last_liveness_ns);
-    ps_status_t st = ps_event_init(&van->thread_exited, 0);
+    const ps_van_loop_params_t lp = {
+        .thread_name = "ps-fabric",
+        .log = PS_LOG_FABRIC,
+        .busy_poll = van->params.busy_poll,
+        .yield_every = van->params.busy_poll ? PS_VAN_LOOP_YIELD_EVERY : PS__FAB_IDLE_YIELD_EVERY,
+        .stop_ms = PS__FAB_STOP_MS,
+    };
+    ps_status_t st = ps_van_loop_init(&van->loop, &lp, &fab_loop_ops, van);
     if (st != PS_OK)
         return st;
-    st = ps_thread_create("ps-fabric", PS_THREAD_NO_CPU, progress_main, van, &van->thread);
-    if (st != PS_OK) {
-        ps_event_destroy(&van->thread_exited);
-        return st;
-    }
-    __atomic_store_n(&van->thread_started, 1, __ATOMIC_RELEASE);
-    return PS_OK;
+    van->base.loop = &van->loop;
+    van->last_liveness_ns = ps_time_now_ns();
+    van->last_active_ns = van->last_liveness_ns;
+    van->pause_ns = PS__FAB_SLEEP_MIN_NS;
+    ps__fab_set_round_now(van, van->last_liveness_ns);
+    return ps_van_loop_start(&van->loop, &van->cq_fd, van->cq_fd >= 0 ? 1 : 0);
 }
 
 ps_status_t ps__fab_stop_progress(ps__fab_van_t *van)
 {
-    if (van->thread_started) {
-        __atomic_store_n(&van->stop, 1, __ATOMIC_SEQ_CST);
-        ps_van_wake_fd(van->wakefd);
-        ps_status_t st = ps_event_wait(&van->thread_exited, ps_deadline_from_ms(PS__FAB_STOP_MS));
-        if (st != PS_OK)
-            return st; /* stuck: it keeps the van (and its fds) */
-        ps_thread_join(&van->thread, NULL);
-        ps_event_destroy(&van->thread_exited);
-        van->thread_started = 0;
-    }
-    if (van->epfd >= 0)
-        close(van->epfd);
-    van->epfd = -1;
-    if (van->wakefd >= 0)
-        close(van->wakefd);
-    van->wakefd = -1;
+    if (van->loop.wakefd < 0)
+        return PS_OK; /* never started */
+    ps_status_t st = ps_van_loop_stop(&van->loop);
+    if (st != PS_OK)
+        return st; /* stuck: it keeps the van (and its fds) */
+    ps_van_loop_cleanup(&van->loop);
     return PS_OK;
 }

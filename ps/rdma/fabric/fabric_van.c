@@ -213,8 +213,7 @@ static void watch_process(ps__fab_van_t *van, ps__fab_peer_t *p, pid_t pid, int 
  * the other. */
 void ps__fab_kick(ps__fab_van_t *van)
 {
-    if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST) && van->wakefd >= 0)
-        ps_van_wake_fd(van->wakefd);
+    ps_van_loop_kick(&van->loop);
 }
 
 /* Pending pulls of one peer (slot drain callbacks). */
@@ -291,8 +290,7 @@ static ps_status_t fab_open_body(const ps_van_params_t *params, const ps_van_cal
     van->params = *params;
     van->cb = *cb;
     van->my_id = params->is_scheduler ? PS_SCHEDULER_ID : PS_NODE_EMPTY;
-    van->wakefd = -1;
-    van->epfd = -1;
+    van->loop.wakefd = -1; /* no loop before bind */
     van->cq_fd = -1;
     van->limits = ps_frame_limits_default();
     if (params->max_meta_bytes > 0 && params->max_meta_bytes <= UINT32_MAX)
@@ -307,7 +305,6 @@ static ps_status_t fab_open_body(const ps_van_params_t *params, const ps_van_cal
     if (van->peers == NULL || pthread_rwlock_init(&van->peers_lock, NULL) != 0 ||
         pthread_mutex_init(&van->blocked_lock, NULL) != 0 ||
         pthread_mutex_init(&van->ep_lock, NULL) != 0 ||
-        pthread_mutex_init(&van->prog_lock, NULL) != 0 ||
         pthread_mutex_init(&van->tx_cache_lock, NULL) != 0) {
         free(van->peers);
         free(van);
@@ -389,7 +386,6 @@ static void fab_close(ps_van_t *v)
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->blocked_lock);
     pthread_mutex_destroy(&van->ep_lock);
-    pthread_mutex_destroy(&van->prog_lock);
     pthread_mutex_destroy(&van->tx_cache_lock);
     free(van);
 }
@@ -657,7 +653,7 @@ static const ps_van_ops_t ps__fab_ops = {
     .register_mem = fab_register_mem,
     .deregister_mem = fab_deregister_mem,
     .stats = fab_stats,
-    .progress = ps__fab_progress,
+    .progress = ps_van_loop_progress,
     .send_lane = fab_send_lane,
 };
 
@@ -679,7 +675,7 @@ void ps__fabric_test_dump(struct ps_van *v)
     for (int i = 0; i < PS__FAB_META_DEPTH; i++)
         posted += van->mrecv[i].posted;
     ps_warn(PS_LOG_FABRIC, "dump: meta posted %d blocked %d rx_blocked %p sleeping %d", posted,
-            van->mrecv_blocked, (void *)van->rx_blocked, van->sleeping);
+            van->mrecv_blocked, (void *)van->rx_blocked, ps_van_loop_sleeping(&van->loop));
     for (int id = 0; id < van->rxs_cap; id++) {
         ps__fab_rxs_t *r = van->rxs[id];
         if (r == NULL)

@@ -1217,7 +1217,7 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
     /* Whole messages that arrived before the end are still delivered
      * (not after a broken frame, nor while closing). */
     int busy = ps__ucx_rx_drop_conn(van, conn, why != PS_ERR_PROTOCOL &&
-                                                   !__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE));
+                                                   !ps_van_loop_stopping(&van->loop));
     /* A flush close is the polite one, but only for an endpoint on which
      * UCX holds no request of a protocol in progress. With peer-failure
      * handling UCX tracks such requests (the sender's side of a

@@ -100,10 +100,11 @@
  * ucp_worker_progress, with UCX's worker lock held) and owns endpoint
  * lifecycles, receives and timers; with busy polling, a thread waiting for
  * a request may drive that loop instead (the progress op) while the
- * progress thread stands back. Whoever runs the loop holds prog_lock, and
- * "progress thread" below means that one. Any thread may call send(),
+ * progress thread stands back. Whoever runs the loop (van->loop,
+ * ps/net/van/progress_loop.h) holds its lock, and "progress thread" below
+ * means that one. Any thread may call send(),
  * which posts to UCX directly under the connection's lock. Lock order:
- * prog_lock -> peers_lock -> conn->lock -> (UCX worker lock); ev_lock and
+ * the loop's lock -> peers_lock -> conn->lock -> (UCX worker lock); ev_lock and
  * ops_lock are leaves. UCX callbacks therefore never take a ps lock other
  * than ev_lock, and never call back into the postoffice: they record what
  * happened, and the progress thread acts on it after ucp_worker_progress()
@@ -134,6 +135,7 @@
 #include "ps/net/message.h"
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
+#include "ps/net/van/progress_loop.h"
 #include "ps/net/van/van.h"
 #include "ps/rdma/ucx/ucx_hs.h"
 
@@ -404,20 +406,12 @@ struct ps__ucx_van {
     char listen_str[PS_SOCKADDR_STRLEN];
     ps_van_admission_t adm;    /* accepted connections before their hello */
 
-    int epfd;
-    int wakefd;
-    int sleeping;              /* atomic: the progress thread may block */
-    /* The loop (everything "progress thread only" below) runs under
-     * prog_lock: on the progress thread, or on a waiting thread that
-     * drives it through the progress op (busy polling). */
-    pthread_mutex_t prog_lock;
-    uint64_t drive_seq;        /* atomic: progress-op calls so far */
-    int handback;              /* atomic: a driver stopped; the thread takes over */
-    int kicked;                /* atomic: a driver woke the sleeping thread */
+    /* The loop (everything "progress thread only" below): on the progress
+     * thread, or on a waiting thread that drives it through the progress
+     * op (busy polling). It sleeps on efd and defd. */
+    ps_van_loop_t loop;
     uint64_t posted;           /* atomic: sends left in progress by other threads */
-    ps_thread_t thread;
-    int thread_started;
-    int stop;                  /* atomic */
+    uint64_t posted_seen;      /* `posted` at the start of the loop's last poll */
 
     pthread_rwlock_t peers_lock;
     ps_van_peer_slots_t peers; /* ps__ucx_peer_t by node id */

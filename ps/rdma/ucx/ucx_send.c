@@ -279,9 +279,7 @@ static int post(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
         pthread_mutex_unlock(&van->ops_lock);
         /* Pairs with the progress thread's `sleeping` then `posted`. */
         __atomic_add_fetch(&van->posted, 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST)) {
-            ps__ucx_wake(van);
-        }
+        ps_van_loop_kick(&van->loop);
     }
     return ok && !in_flight;
 }

@@ -6,20 +6,14 @@
  * The progress thread drives the workers (the data worker every turn, the
  * control worker less often: ucx_internal.h): ucp_worker_progress(), then
  * the META messages its handler took, then what the callbacks recorded.
- * When nothing moves it arms the workers and blocks in epoll on their
- * event fds and an eventfd other threads use to hand it work, so
- * an idle van sleeps (after PS__UCX_IDLE_SPIN_NS without an event). With
- * busy_poll it keeps polling while traffic flows and blocks after
- * PS__UCX_SPIN_NS without an event; and a thread waiting
- * for a request may run the same loop itself (the progress op), so that a
- * busy process has one spinning thread: the progress thread then parks.
+ * The progress loop (ps/net/van/progress_loop.h) decides when to spin,
+ * sleep or stand back for a waiter that drives it; before it sleeps, this
+ * van drains and arms the workers (ucp_worker_arm), and it sleeps on their
+ * event fds.
  */
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "ps/base/config.h"
@@ -30,33 +24,20 @@
 #include "ps/rdma/probe.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
-/* How long busy-polling goes on without an event before it blocks. */
-#define PS__UCX_SPIN_NS (200ull * PS_NSEC_PER_MSEC)
-/* Without busy polling, the thread still looks a little longer before it
- * blocks: an answer often comes within a round trip, and waking a sleeping
- * thread through the worker's event fd costs tens of microseconds. */
-#define PS__UCX_IDLE_SPIN_NS (50ull * 1000ull)
-/* A spinning progress thread yields its core every this many idle turns. */
-#define PS__UCX_YIELD_EVERY 256
 /* ucp_worker_progress() calls at most per worker when draining it (before
  * blocking, at close). */
 #define PS__UCX_PROGRESS_BURST 64
-/* Rounds of the loop one progress-op call runs at most while idle. */
+/* Rounds of the loop one progress-op call runs at most while idle: a
+ * waiter's turn around the loop (taking it, the tracker's poll) costs about
+ * as much as a round, and a message is found only in a round. */
 #define PS__UCX_DRIVE_ROUNDS 8
-/* While a waiting thread drives the loop, the progress thread checks this
- * often whether it still does. */
-#define PS__UCX_PARK_MS 1
-/* close() lets queued sends leave for at most this long, and stops early
- * once nothing has moved for PS__UCX_DRAIN_IDLE_MS; endpoints then get
- * PS__UCX_CLOSE_MS to close. */
-#define PS__UCX_DRAIN_MS 2000
-#define PS__UCX_DRAIN_IDLE_MS 200
+/* Once sends have drained, endpoints get this long to close. */
 #define PS__UCX_CLOSE_MS 1000
 #define PS__UCX_DEFAULT_CONNECT_MS 10000
 
 void ps__ucx_wake(ps__ucx_van_t *van)
 {
-    ps_van_wake_fd(van->wakefd);
+    ps_van_loop_wake(&van->loop);
 }
 
 uint64_t ps__ucx_random(ps__ucx_van_t *van)
@@ -76,9 +57,7 @@ void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
     }
     van->ev_tail = ev;
     pthread_mutex_unlock(&van->ev_lock);
-    if (__atomic_load_n(&van->sleeping, __ATOMIC_SEQ_CST)) {
-        ps__ucx_wake(van);
-    }
+    ps_van_loop_kick(&van->loop);
 }
 
 static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
@@ -138,13 +117,6 @@ static int events_waiting(ps__ucx_van_t *van)
     int waiting = van->ev_head != NULL || van->done_ops != NULL;
     pthread_mutex_unlock(&van->ev_lock);
     return waiting;
-}
-
-static void drain_wakefd(ps__ucx_van_t *van)
-{
-    uint64_t v;
-    while (read(van->wakefd, &v, sizeof(v)) > 0) {
-    }
 }
 
 static int progress_worker(ucp_worker_h worker, unsigned burst)
@@ -210,19 +182,6 @@ static int progress_once(ps__ucx_van_t *van, unsigned burst, int all)
     return did;
 }
 
-/* Busy polling while a waiting thread drives the loop: the progress
- * thread stays out of its way (two spinners per process do not fit two
- * cores), checking every PS__UCX_PARK_MS whether the driving went on. It
- * comes back at once for work handed over through the eventfd (connects,
- * closes, stop, a driver's hand-back). prog_lock is not held. */
-static void park(ps__ucx_van_t *van, uint64_t *seen)
-{
-    if (ps_van_park(van->wakefd, PS__UCX_PARK_MS, &van->stop, &van->handback, &van->drive_seq,
-                    seen)) {
-        drain_wakefd(van);
-    }
-}
-
 /* The loop's clock, read every PS__UCX_CLOCK_EVERY turns (or at once
  * when connections changed); runs the timers when it is read. Returns 1
  * when it read the clock. */
@@ -237,132 +196,73 @@ static int loop_clock(ps__ucx_van_t *van, uint64_t *now_p)
     return 1;
 }
 
-static void *progress_main(void *arg)
+/* A turn of the loop (see progress_once); `budget` bounds a worker's
+ * burst when draining. */
+static int ucx_poll(void *arg, unsigned budget)
 {
     ps__ucx_van_t *van = arg;
-    struct epoll_event evs[4];
-    uint64_t now = ps_time_now_ns();
-    uint64_t last_event = now;
-    int event_since = 0; /* an event since `now` was read: last_event is due */
-    unsigned idle = 0; /* turns without an event */
-    uint64_t seen = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-    pthread_mutex_lock(&van->prog_lock);
-    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        uint64_t posted = __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST);
-        if (ps__ucx_handover_waiting(van)) {
-            ps__ucx_start_pending(van);
-        }
-        int did = progress_once(van, PS__UCX_PROGRESS_BURST, 0);
-        if (did) {
-            event_since = 1;
-            idle = 0;
-        }
-        /* `now` lags the truth by fewer than PS__UCX_CLOCK_EVERY turns, and
-         * last_event is the first reading after an event: the spin below
-         * ends that many turns late at most, never early. */
-        if (loop_clock(van, &now) && event_since) {
-            last_event = now;
-            event_since = 0;
-        }
-        if (van->params.busy_poll) {
-            uint64_t cur = __atomic_load_n(&van->drive_seq, __ATOMIC_ACQUIRE);
-            if (cur != seen) {
-                seen = cur;
-                pthread_mutex_unlock(&van->prog_lock);
-                park(van, &seen);
-                pthread_mutex_lock(&van->prog_lock);
-                last_event = now = ps_time_now_ns();
-                event_since = 0;
-                continue;
-            }
-        }
-        if (did || event_since) {
-            continue;
-        }
-        if (now - last_event < (van->params.busy_poll ? PS__UCX_SPIN_NS : PS__UCX_IDLE_SPIN_NS)) {
-            /* Spinning: let a thread waiting for this core run (on a small
-             * machine the application may share it with us) — every few
-             * turns, not every turn: a sched_yield() is a system call, and
-             * a message arriving meanwhile waits for it. */
-            if (++idle % PS__UCX_YIELD_EVERY == 0) {
-                pthread_mutex_unlock(&van->prog_lock);
-                sched_yield();
-                pthread_mutex_lock(&van->prog_lock);
-                van->clock_tick = PS__UCX_CLOCK_EVERY; /* the yield may have taken long */
-            }
-            continue;
-        }
-        /* Block. The timers first, with a fresh clock (the wait ends at
-         * the next one); every worker gets its turn (ucp_worker_arm wants
-         * them drained). `sleeping` first, then look again: a sender that
-         * posted before it sees `sleeping` is caught by the checks below,
-         * one that posts after it wakes us. */
-        now = ps_time_now_ns();
-        int timeout = ps__ucx_run_timers(van, now);
-        if (progress_once(van, PS__UCX_PROGRESS_BURST, 1)) {
-            last_event = now = ps_time_now_ns();
-            continue;
-        }
-        __atomic_store_n(&van->sleeping, 1, __ATOMIC_SEQ_CST);
-        ucs_status_t st = ucp_worker_arm(van->worker);
-        if (st == UCS_OK && van->dworker != NULL) {
-            st = ucp_worker_arm(van->dworker);
-        }
-        if (st == UCS_ERR_BUSY || events_waiting(van) ||
-            __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST) != posted ||
-            __atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-            __atomic_store_n(&van->sleeping, 0, __ATOMIC_RELAXED);
-            continue;
-        }
-        if (st != UCS_OK) {
-            ps_warn_ratelimited(PS_LOG_UCX, "ucp_worker_arm: %s", ucs_status_string(st));
-            timeout = timeout < 0 || timeout > 1 ? 1 : timeout;
-        }
-        int n = epoll_wait(van->epfd, evs, 4, timeout);
-        __atomic_store_n(&van->sleeping, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&van->kicked, 0, __ATOMIC_RELEASE);
-        if (n < 0 && errno != EINTR) {
-            ps_error(PS_LOG_UCX, "epoll_wait: %m");
-            ps_sleep_ms(1);
-        }
-        for (int i = 0; i < n; ++i) {
-            if (evs[i].data.fd == van->wakefd) {
-                drain_wakefd(van);
-            }
-        }
-        van->ctl_tick = PS__UCX_CTL_EVERY; /* whichever worker woke us: both next */
-        last_event = now = ps_time_now_ns();
-    }
-    pthread_mutex_unlock(&van->prog_lock);
-    return NULL;
-}
-
-/* The progress op: one round of the loop on the caller's thread, unless
- * the progress thread runs it right now (then it is told to stand back). */
-static int ucx_progress(ps_van_t *v, unsigned budget)
-{
-    ps__ucx_van_t *van = (ps__ucx_van_t *)v;
-    if (!ps_van_drive_enter(budget, &van->prog_lock, van->wakefd, &van->drive_seq,
-                            &van->handback, &van->sleeping, &van->kicked, NULL)) {
+    if (van->worker == NULL) {
         return 0;
     }
-    int n = 0;
-    if (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE) && van->worker != NULL) {
-        if (ps__ucx_handover_waiting(van)) {
-            ps__ucx_start_pending(van);
-        }
-        /* While nothing comes, a few rounds per call: a waiter's turn
-         * around the loop (taking it, the tracker's poll) costs about as
-         * much as a round, and a message is found only in a round. */
-        for (unsigned i = 0; i < PS__UCX_DRIVE_ROUNDS && n == 0; ++i) {
-            n = progress_once(van, budget, 0);
-            uint64_t now;
-            (void)loop_clock(van, &now);
-        }
+    van->posted_seen = __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST);
+    if (ps__ucx_handover_waiting(van)) {
+        ps__ucx_start_pending(van);
     }
-    pthread_mutex_unlock(&van->prog_lock);
-    return n;
+    int did = progress_once(van, budget, 0);
+    uint64_t now;
+    (void)loop_clock(van, &now);
+    return did;
 }
+
+/* Before sleeping: the timers with a fresh clock (the sleep ends at the
+ * next one); every worker gets its turn (ucp_worker_arm wants them
+ * drained), then is armed. The loop announced its sleep first: a sender
+ * that posted before it saw that is caught by the checks here, one that
+ * posts after it wakes us. */
+static int ucx_arm(void *arg, int64_t *timeout_ns_p)
+{
+    ps__ucx_van_t *van = arg;
+    int timeout = ps__ucx_run_timers(van, ps_time_now_ns());
+    if (progress_once(van, PS__UCX_PROGRESS_BURST, 1)) {
+        return PS_VAN_LOOP_BUSY;
+    }
+    ucs_status_t st = ucp_worker_arm(van->worker);
+    if (st == UCS_OK && van->dworker != NULL) {
+        st = ucp_worker_arm(van->dworker);
+    }
+    if (st == UCS_ERR_BUSY || events_waiting(van) ||
+        __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST) != van->posted_seen) {
+        return PS_VAN_LOOP_BUSY;
+    }
+    if (st != UCS_OK) {
+        ps_warn_ratelimited(PS_LOG_UCX, "ucp_worker_arm: %s", ucs_status_string(st));
+        timeout = timeout < 0 || timeout > 1 ? 1 : timeout;
+    }
+    *timeout_ns_p = timeout < 0 ? -1 : (int64_t)timeout * (int64_t)PS_NSEC_PER_MSEC;
+    return PS_VAN_LOOP_SLEEP;
+}
+
+static void ucx_woke(void *arg)
+{
+    ps__ucx_van_t *van = arg;
+    van->ctl_tick = PS__UCX_CTL_EVERY; /* whichever worker woke us: both next */
+    van->clock_tick = PS__UCX_CLOCK_EVERY;
+}
+
+static int64_t ucx_outstanding(void *arg, uint64_t *moved_p)
+{
+    ps__ucx_van_t *van = arg;
+    *moved_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+    return __atomic_load_n(&van->inflight_ops, __ATOMIC_ACQUIRE);
+}
+
+static const ps_van_loop_ops_t ucx_loop_ops = {
+    .size = sizeof(ps_van_loop_ops_t),
+    .poll = ucx_poll,
+    .arm = ucx_arm,
+    .woke = ucx_woke,
+    .outstanding = ucx_outstanding,
+};
 
 /* ---- ops ---- */
 
@@ -399,6 +299,7 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
     }
     van->base.ops = &ucx_ops;
     van->base.name = "ucx";
+    van->base.loop = &van->loop;
     van->params = *params;
     if (cb != NULL) {
         van->cb = *cb;
@@ -429,20 +330,30 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
     van->my_id = PS_NODE_EMPTY;
     van->efd = -1;
     van->defd = -1;
-    van->epfd = -1;
-    van->wakefd = -1;
+    const ps_van_loop_params_t lp = {
+        .thread_name = "ps-ucx-progress",
+        .log = PS_LOG_UCX,
+        .busy_poll = params->busy_poll,
+        .idle_spin_ns = PS_VAN_LOOP_IDLE_SPIN_NS,
+        .budget = PS__UCX_PROGRESS_BURST,
+        .drive_rounds = PS__UCX_DRIVE_ROUNDS,
+    };
+    ps_status_t st = ps_van_loop_init(&van->loop, &lp, &ucx_loop_ops, van);
+    if (st != PS_OK) {
+        free(van);
+        return st;
+    }
     pthread_rwlock_init(&van->peers_lock, NULL);
     pthread_mutex_init(&van->pending_lock, NULL);
     pthread_mutex_init(&van->ev_lock, NULL);
     pthread_mutex_init(&van->ops_lock, NULL);
-    pthread_mutex_init(&van->prog_lock, NULL);
-    ps_status_t st = ps_mpool_init(&van->ops, "ucx send ops", sizeof(ps__ucx_op_t), 64, 64, 0);
+    st = ps_mpool_init(&van->ops, "ucx send ops", sizeof(ps__ucx_op_t), 64, 64, 0);
     if (st != PS_OK) {
         pthread_rwlock_destroy(&van->peers_lock);
         pthread_mutex_destroy(&van->pending_lock);
         pthread_mutex_destroy(&van->ev_lock);
         pthread_mutex_destroy(&van->ops_lock);
-        pthread_mutex_destroy(&van->prog_lock);
+        ps_van_loop_cleanup(&van->loop);
         free(van);
         return st;
     }
@@ -493,32 +404,12 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
             return ps__ucx_status(ust);
         }
     }
-    van->epfd = epoll_create1(EPOLL_CLOEXEC);
-    van->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (van->epfd < 0 || van->wakefd < 0) {
-        ps_error(PS_LOG_UCX, "cannot create the progress thread's epoll/eventfd: %m");
-        ucx_close(&van->base);
-        return PS_ERR_NO_RESOURCE;
-    }
-    int fds[3] = {van->efd, van->wakefd, van->defd};
-    for (int i = 0; i < (van->defd >= 0 ? 3 : 2); ++i) {
-        struct epoll_event ev;
-        memset(&ev, 0, sizeof(ev));
-        ev.events = EPOLLIN;
-        ev.data.fd = fds[i];
-        if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
-            ps_error(PS_LOG_UCX, "epoll_ctl for the progress thread: %m");
-            ucx_close(&van->base);
-            return PS_ERR_NO_RESOURCE;
-        }
-    }
-    st = ps_thread_create("ps-ucx-progress", PS_THREAD_NO_CPU, progress_main, van, &van->thread);
+    int fds[2] = {van->efd, van->defd};
+    st = ps_van_loop_start(&van->loop, fds, van->defd >= 0 ? 2 : 1);
     if (st != PS_OK) {
-        ps_error(PS_LOG_UCX, "cannot start the progress thread (%s)", ps_status_str(st));
         ucx_close(&van->base);
         return st;
     }
-    van->thread_started = 1;
     *van_p = &van->base;
     return PS_OK;
 }
@@ -550,34 +441,8 @@ static void ucx_close(ps_van_t *v)
         return;
     }
     ps__ucx_van_t *van = ucx_of(v);
-    if (van->thread_started) {
-        /* Let sends leave while they still move (bounded). */
-        uint64_t start = ps_time_now_ns();
-        uint64_t last_move = start;
-        uint64_t last_sent = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
-        int64_t last_ops = __atomic_load_n(&van->inflight_ops, __ATOMIC_ACQUIRE);
-        while (__atomic_load_n(&van->inflight_ops, __ATOMIC_ACQUIRE) > 0) {
-            uint64_t now = ps_time_now_ns();
-            uint64_t sent = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
-            int64_t ops = __atomic_load_n(&van->inflight_ops, __ATOMIC_ACQUIRE);
-            if (sent != last_sent || ops != last_ops) {
-                last_sent = sent;
-                last_ops = ops;
-                last_move = now;
-            }
-            if (now - start > PS__UCX_DRAIN_MS * PS_NSEC_PER_MSEC ||
-                now - last_move > PS__UCX_DRAIN_IDLE_MS * PS_NSEC_PER_MSEC) {
-                ps_info(PS_LOG_UCX, "closing with %lld sends unfinished", (long long)ops);
-                break;
-            }
-            ps_sleep_ms(1);
-        }
-        __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
-        ps__ucx_wake(van);
-        ps_thread_join(&van->thread, NULL);
-        van->thread_started = 0;
-    }
-    __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
+    /* Sends leave while they still move (bounded); then the thread stops. */
+    (void)ps_van_loop_stop(&van->loop);
     /* The thread is gone: everything below is ours alone. */
     if (van->worker != NULL) {
         close_endpoints(van);
@@ -613,12 +478,6 @@ static void ucx_close(ps_van_t *v)
     free(van->cookies);
     ps_van_peer_slots_free(&van->peers);
     free(van->scratch_nodes);
-    if (van->epfd >= 0) {
-        close(van->epfd);
-    }
-    if (van->wakefd >= 0) {
-        close(van->wakefd);
-    }
     if (van->pool != NULL) {
         ps_rdma_buf_pool_stats_t ps;
         ps_rdma_buf_pool_stats(van->pool, &ps);
@@ -632,7 +491,7 @@ static void ucx_close(ps_van_t *v)
     pthread_mutex_destroy(&van->pending_lock);
     pthread_mutex_destroy(&van->ev_lock);
     pthread_mutex_destroy(&van->ops_lock);
-    pthread_mutex_destroy(&van->prog_lock);
+    ps_van_loop_cleanup(&van->loop);
     free(van);
 }
 
@@ -709,7 +568,7 @@ static const ps_van_ops_t ucx_ops = {
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = ucx_stats,
-    .progress = ucx_progress,
+    .progress = ps_van_loop_progress,
     .send_lane = ucx_send_lane,
 };
 

@@ -59,6 +59,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/van/van.h"
+#include "ps/net/van/progress_loop.h"
 #include "ps/rdma/common/buf_pool.h"
 #include "ps/rdma/common/mr_cache.h"
 #include "ps/rdma/common/rdv_table.h"
@@ -90,15 +91,10 @@
 #define PS__VB_BACKOFF_MAX_MS 1000
 /* Completions taken per ibv_poll_cq. */
 #define PS__VB_POLL_BATCH 64
-/* busy_poll: spin this long without a completion before blocking. */
-#define PS__VB_SPIN_NS (200ull * 1000 * 1000)
 /* A dead connection's QPs go once their WRs flushed, or after this. */
 #define PS__VB_REAP_MS 5000
 /* Remembered pull destinations (server side). */
 #define PS__VB_RDV_ENTRIES 65536u
-/* close() lets queued sends leave for at most this long. */
-#define PS__VB_DRAIN_MS 2000
-#define PS__VB_DRAIN_IDLE_MS 200
 /* Frame header + meta a tx keeps in itself. */
 #define PS__VB_FM_INLINE 512u
 #define PS__VB_QPMAP_BUCKETS 1024u
@@ -345,13 +341,15 @@ struct ps__vb_van {
     ps_rdma_slot_pool_t *pulls;
     ps_rdma_rdv_table_t *dests;
 
-    ps_thread_t cm_thread, poll_thread;
-    int cm_started, poll_started;
-    int stop;                /* atomic */
+    ps_thread_t cm_thread;
+    int cm_started;
+    int stop;                /* atomic: the CM thread ends */
     int cm_wakefd;
-    int poll_wakefd;
+    /* The completion loop: it sleeps in epoll on poll_epfd (every
+     * device's completion channel and the loop's wake eventfd). */
+    ps_van_loop_t loop;
     int poll_epfd;
-    int poll_sleeping;       /* atomic */
+    int poll_blocked;        /* the loop's: a connection waits for send room */
 
     int my_id;               /* atomic */
     /* CM thread: QP groups lately refused for want of the job secret (one
@@ -458,6 +456,7 @@ void ps__vb_tx_free_all(ps__vb_van_t *van);
 
 /* ---- verbs_poll.c ---- */
 ps_status_t ps__vb_poll_start(ps__vb_van_t *van);
+/* Drains outstanding sends (bounded) and stops the completion loop. */
 void ps__vb_poll_stop(ps__vb_van_t *van);
 /* Adds a device's completion channel to the poller. */
 ps_status_t ps__vb_poll_add_dev(ps__vb_van_t *van, ps__vb_dev_t *dev);

@@ -1,11 +1,11 @@
 /*
- * The completion thread of the ibverbs van: one thread for every device's
- * CQ. It polls while completions come; when none are left it arms the CQs
- * (ibv_req_notify_cq), polls once more to close the race, and sleeps in
- * epoll on the completion channels and a wake-up eventfd. With busy_poll it
- * keeps polling for PS__VB_SPIN_NS after the last completion before it
- * sleeps, so an idle van never burns a core. (Upstream polled busily for
- * ever, one core per process.)
+ * The completion loop of the ibverbs van (ps/net/van/progress_loop.h): one
+ * thread for every device's CQ. It polls while completions come; when none
+ * are left it arms the CQs (ibv_req_notify_cq), polls once more to close
+ * the race, and sleeps in epoll on the completion channels and the loop's
+ * wake-up eventfd. With busy_poll it keeps polling for a while after the
+ * last completion before it sleeps, so an idle van never burns a core.
+ * (Upstream polled busily for ever, one core per process.)
  *
  * Receives (all through the devices' SRQs):
  *   SEND               an eager message, or a rendezvous control message;
@@ -19,7 +19,6 @@
  * PS_ERR_LINK_FAILED (the postoffice hears peer_failed); it never aborts.
  */
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -582,9 +581,7 @@ static void drain_events(ps__vb_van_t *van, struct epoll_event *evs, int n)
     for (int i = 0; i < n; i++) {
         ps__vb_dev_t *dev = evs[i].data.ptr;
         if (dev == NULL) {
-            uint64_t v;
-            while (read(van->poll_wakefd, &v, sizeof(v)) > 0) {
-            }
+            ps_van_loop_clear_wake(&van->loop);
             continue;
         }
         struct ibv_cq *cq;
@@ -598,53 +595,74 @@ static void drain_events(ps__vb_van_t *van, struct epoll_event *evs, int n)
     }
 }
 
-static void *poll_main(void *arg)
+static int vb_poll(void *arg, unsigned budget)
+{
+    ps__vb_van_t *van = arg;
+    (void)budget; /* PS__VB_POLL_BATCH per CQ */
+    struct ibv_wc wcs[PS__VB_POLL_BATCH];
+    int did = poll_cqs(van, wcs);
+    send_regrants(van);
+    van->poll_blocked = kick_blocked(van);
+    return did;
+}
+
+/* Arm, then look once more: a completion between the last poll and the
+ * arming would otherwise wait for the next one. */
+static int vb_arm(void *arg, int64_t *timeout_ns_p)
 {
     ps__vb_van_t *van = arg;
     struct ibv_wc wcs[PS__VB_POLL_BATCH];
-    struct epoll_event evs[MAX_EVENTS];
-    uint64_t last = ps_time_now_ns();
-    while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        int did = poll_cqs(van, wcs);
-        send_regrants(van);
-        int blocked = kick_blocked(van);
-        if (did > 0) {
-            last = ps_time_now_ns();
-            continue;
-        }
-        if (van->params.busy_poll && ps_time_now_ns() - last < PS__VB_SPIN_NS) {
-            sched_yield();
-            continue;
-        }
-        /* Arm, then look once more: a completion between the last poll and
-         * the arming would otherwise wait for the next one. */
-        int ndevs = __atomic_load_n(&van->ndevs, __ATOMIC_ACQUIRE);
-        for (int i = 0; i < ndevs; i++)
-            (void)ibv_req_notify_cq(van->devs[i]->cq, 0);
-        if (poll_cqs(van, wcs) > 0) {
-            last = ps_time_now_ns();
-            continue;
-        }
-        int timeout = blocked ? 1 : -1;
-        for (int i = 0; i < ndevs && timeout < 0; i++) {
-            if (van->devs[i]->rx_missing > 0)
-                timeout = 100;
-        }
-        int n = epoll_wait(van->poll_epfd, evs, MAX_EVENTS, timeout);
-        if (n < 0) {
-            if (errno != EINTR) {
-                ps_error(PS_LOG_RDMA, "epoll_wait in the completion thread: %m");
-                ps_sleep_ms(1);
-            }
-            continue;
-        }
-        drain_events(van, evs, n);
+    int ndevs = __atomic_load_n(&van->ndevs, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < ndevs; i++)
+        (void)ibv_req_notify_cq(van->devs[i]->cq, 0);
+    if (poll_cqs(van, wcs) > 0)
+        return PS_VAN_LOOP_BUSY;
+    int timeout_ms = van->poll_blocked ? 1 : -1;
+    for (int i = 0; i < ndevs && timeout_ms < 0; i++) {
+        if (van->devs[i]->rx_missing > 0)
+            timeout_ms = 100;
     }
-    return NULL;
+    *timeout_ns_p = timeout_ms < 0 ? -1 : (int64_t)timeout_ms * (int64_t)PS_NSEC_PER_MSEC;
+    return PS_VAN_LOOP_SLEEP;
 }
+
+/* The sleep: epoll on the completion channels (whose events are acked)
+ * and the wake eventfd. 0: the CQs still want a poll. */
+static int vb_wait(void *arg, int64_t timeout_ns)
+{
+    ps__vb_van_t *van = arg;
+    struct epoll_event evs[MAX_EVENTS];
+    int n = ps_van_epoll_wait(van->poll_epfd, evs, MAX_EVENTS, timeout_ns, PS_LOG_RDMA);
+    drain_events(van, evs, n);
+    return 0;
+}
+
+static int64_t vb_outstanding(void *arg, uint64_t *moved_p)
+{
+    ps__vb_van_t *van = arg;
+    *moved_p = 0; /* the count itself says when sends complete */
+    return __atomic_load_n(&van->queued, __ATOMIC_ACQUIRE);
+}
+
+static const ps_van_loop_ops_t vb_loop_ops = {
+    .size = sizeof(ps_van_loop_ops_t),
+    .poll = vb_poll,
+    .arm = vb_arm,
+    .wait = vb_wait,
+    .outstanding = vb_outstanding,
+};
 
 ps_status_t ps__vb_poll_start(ps__vb_van_t *van)
 {
+    const ps_van_loop_params_t lp = {
+        .thread_name = "ps-rdma-cq",
+        .log = PS_LOG_RDMA,
+        .busy_poll = van->params.busy_poll,
+        .yield_every = 1, /* spinning only with busy polling: yield every round */
+    };
+    ps_status_t st = ps_van_loop_init(&van->loop, &lp, &vb_loop_ops, van);
+    if (st != PS_OK)
+        return st;
     van->poll_epfd = epoll_create1(EPOLL_CLOEXEC);
     if (van->poll_epfd < 0) {
         ps_error(PS_LOG_RDMA, "epoll_create1 for the completion thread: %m");
@@ -654,18 +672,11 @@ ps_status_t ps__vb_poll_start(ps__vb_van_t *van)
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN;
     ev.data.ptr = NULL;
-    if (epoll_ctl(van->poll_epfd, EPOLL_CTL_ADD, van->poll_wakefd, &ev) != 0) {
+    if (epoll_ctl(van->poll_epfd, EPOLL_CTL_ADD, van->loop.wakefd, &ev) != 0) {
         ps_error(PS_LOG_RDMA, "epoll_ctl for the wake-up eventfd: %m");
         return PS_ERR_NO_RESOURCE;
     }
-    ps_status_t st = ps_thread_create("ps-rdma-cq", PS_THREAD_NO_CPU, poll_main, van,
-                                      &van->poll_thread);
-    if (st != PS_OK) {
-        ps_error(PS_LOG_RDMA, "cannot start the completion thread (%s)", ps_status_str(st));
-        return st;
-    }
-    van->poll_started = 1;
-    return PS_OK;
+    return ps_van_loop_start(&van->loop, NULL, 0);
 }
 
 ps_status_t ps__vb_poll_add_dev(ps__vb_van_t *van, ps__vb_dev_t *dev)
@@ -683,10 +694,6 @@ ps_status_t ps__vb_poll_add_dev(ps__vb_van_t *van, ps__vb_dev_t *dev)
 
 void ps__vb_poll_stop(ps__vb_van_t *van)
 {
-    if (!van->poll_started)
-        return;
-    __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
-    ps__vb_poll_wake(van);
-    ps_thread_join(&van->poll_thread, NULL);
-    van->poll_started = 0;
+    if (van->loop.wakefd >= 0)
+        (void)ps_van_loop_stop(&van->loop);
 }

@@ -36,25 +36,16 @@ int ps__vb_my_id(ps__vb_van_t *van)
     return __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
 }
 
-static void wake_fd(int fd)
-{
-    uint64_t one = 1;
-    ssize_t r;
-    do {
-        r = write(fd, &one, sizeof(one));
-    } while (r < 0 && errno == EINTR);
-}
-
 void ps__vb_poll_wake(ps__vb_van_t *van)
 {
-    if (van->poll_wakefd >= 0)
-        wake_fd(van->poll_wakefd);
+    if (van->loop.wakefd >= 0)
+        ps_van_loop_wake(&van->loop);
 }
 
 void ps__vb_cm_wake(ps__vb_van_t *van)
 {
     if (van->cm_wakefd >= 0)
-        wake_fd(van->cm_wakefd);
+        ps_van_wake_fd(van->cm_wakefd);
 }
 
 /* ---- connections ---- */
@@ -451,7 +442,7 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
     van->pool_slots = clamp_cfg(PS_CFG_BYTEPS_ADDRESS_POOL_SIZE, 10240, 16, PS_RDMA_SLOT_POOL_MAX);
     van->print_log = ps_config_bool_or(PS_CFG_BYTEPS_PRINT_RDMA_LOG, 0);
     van->my_id = PS_NODE_EMPTY;
-    van->cm_wakefd = van->poll_wakefd = van->poll_epfd = -1;
+    van->cm_wakefd = van->loop.wakefd = van->poll_epfd = -1;
     pthread_mutex_init(&van->lock, NULL);
     pthread_cond_init(&van->cond, NULL);
     pthread_rwlock_init(&van->peers_lock, NULL);
@@ -475,9 +466,8 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
         goto fail;
     }
     van->cm_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    van->poll_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (van->cm_wakefd < 0 || van->poll_wakefd < 0) {
-        ps_error(PS_LOG_RDMA, "cannot create the van's eventfds: %m");
+    if (van->cm_wakefd < 0) {
+        ps_error(PS_LOG_RDMA, "cannot create the CM thread's eventfd: %m");
         st = PS_ERR_NO_RESOURCE;
         goto fail;
     }
@@ -502,30 +492,10 @@ static void vb_close(ps_van_t *v)
     if (v == NULL)
         return;
     ps__vb_van_t *van = ps__vb_of(v);
-    if (van->poll_started) {
-        /* Let queued sends leave while they still move (bounded; stops
-         * early when nothing has completed for a while). */
-        uint64_t start = ps_time_now_ns();
-        uint64_t last_move = start;
-        int64_t last = __atomic_load_n(&van->queued, __ATOMIC_ACQUIRE);
-        while (last > 0) {
-            uint64_t now = ps_time_now_ns();
-            int64_t q = __atomic_load_n(&van->queued, __ATOMIC_ACQUIRE);
-            if (q != last) {
-                last = q;
-                last_move = now;
-            }
-            if (now - start > PS__VB_DRAIN_MS * PS_NSEC_PER_MSEC ||
-                now - last_move > PS__VB_DRAIN_IDLE_MS * PS_NSEC_PER_MSEC) {
-                ps_info(PS_LOG_RDMA, "closing with %lld sends not completed", (long long)q);
-                break;
-            }
-            ps_sleep_ms(1);
-        }
-    }
+    /* Queued sends leave while they still move (bounded). */
+    ps__vb_poll_stop(van);
     __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
     ps__vb_cm_stop(van);
-    ps__vb_poll_stop(van);
     /* The threads are gone: everything below is ours alone. */
     while (van->blocked != NULL) {
         ps__vb_conn_t *c = van->blocked;
@@ -546,8 +516,7 @@ static void vb_close(ps_van_t *v)
         rdma_destroy_event_channel(van->channel);
     if (van->cm_wakefd >= 0)
         close(van->cm_wakefd);
-    if (van->poll_wakefd >= 0)
-        close(van->poll_wakefd);
+    ps_van_loop_cleanup(&van->loop);
     if (van->poll_epfd >= 0)
         close(van->poll_epfd);
     free(van->peers);
