@@ -76,9 +76,12 @@ ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id
  * after ps_postoffice_finalize(). Not while a thread waits in ps_kv_wait. */
 void ps_kv_worker_destroy(ps_kv_worker_t *worker);
 /* The same, waiting up to timeout_ms (< 0: PS_REQUEST_TIMEOUT_MS) in all:
- * PS_OK (freed), or PS_ERR_TIMED_OUT when a handler of the worker still
- * runs or a van still holds a failed pull's destination then; the worker
- * is left allocated (and logged) rather than freed under them. */
+ * PS_OK, or PS_ERR_TIMED_OUT when a handler of the worker still runs then
+ * (the worker is left allocated, and logged, rather than freed under it).
+ * A van may keep a failed pull's destination until the van closes (a dead
+ * peer's posted receive); destroy does not wait for it: the worker's last
+ * memory goes when the van lets go, and ps_kv_cancel, called before
+ * destroy, says when such a buffer may be freed. */
 ps_status_t ps_kv_worker_destroy_timed(ps_kv_worker_t *worker, int timeout_ms);
 
 /* Pull responses land straight in the destination when the van can

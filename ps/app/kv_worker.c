@@ -76,6 +76,10 @@ struct ps_kv_worker {
     int customer_id;
     int num_servers;
     int request_timeout_ms; /* bounds destroy's wait; po may be gone by then */
+    /* The worker's own reference plus one per destination lent to a van
+     * (a live proxy): the last one frees the worker, so destroy need not
+     * wait for a van that keeps a dead peer's receive until it closes. */
+    atomic_int users;
     int *server_ids;
     ps_kv_range_t *ranges;
 
@@ -487,6 +491,31 @@ typedef struct {
     ps_slice_t *slice_p;
 } kv_dest_claim_t;
 
+/* Frees a destroyed worker once nothing uses it (no customer, no lent
+ * destination): every failed pull in `draining` is unheld by then. */
+static void worker_free(ps_kv_worker_t *w)
+{
+    for (size_t i = 0; i < w->num_draining; i++)
+        req_unref(w, w->draining[i].r);
+    free(w->draining);
+    release_retired(w); /* no response is running any more */
+    ps_cond_destroy(&w->idle);
+    ps_mutex_destroy(&w->lock);
+    kv_req_t *spare = atomic_exchange(&w->spare, NULL);
+    if (spare != NULL)
+        ps_mpool_put(&w->reqs, spare);
+    ps_mpool_cleanup(&w->reqs);
+    free(w->server_ids);
+    free(w->ranges);
+    free(w);
+}
+
+static void worker_unuse(ps_kv_worker_t *w)
+{
+    if (atomic_fetch_sub(&w->users, 1) == 1)
+        worker_free(w);
+}
+
 /* The van let go of a part's destination (the last reference on its
  * proxy). */
 static void proxy_released(void *data, size_t len, void *arg)
@@ -500,6 +529,7 @@ static void proxy_released(void *data, size_t len, void *arg)
     atomic_store(&p->lending, 0);
     holder_drop(w, r);
     req_unref(w, r);
+    worker_unuse(w);
 }
 
 /* Under the customer's claim: a slice over the destination of `sender`'s
@@ -519,6 +549,7 @@ static ps_status_t claim_dest(void *ctx, void *arg)
         return PS_ERR_NOT_FOUND;
     ps_buf_t *real = p->dest.buf;
     p->req = r;
+    atomic_fetch_add(&r->w->users, 1);
     p->lent = ps_slice_ref(&p->dest);
     ps_buf_init_wrapped(&p->proxy, real->data, real->length, proxy_released, p);
     p->proxy.mem_kind = real->mem_kind;
@@ -573,6 +604,7 @@ ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id
     w->customer_id = customer_id;
     w->num_servers = ns;
     w->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
+    atomic_init(&w->users, 1);
     w->server_ids = calloc((size_t)ns, sizeof(int));
     w->ranges = calloc((size_t)ns, sizeof(ps_kv_range_t));
     ps_status_t st = PS_ERR_NO_MEMORY;
@@ -712,31 +744,16 @@ ps_status_t ps_kv_worker_destroy_timed(ps_kv_worker_t *w, int timeout_ms)
                  "worker allocated", w->app_id);
         return st;
     }
-    /* A van still holding a failed pull's destination calls back into the
-     * worker when it lets go. */
-    ps_mutex_lock(&w->lock);
-    int unheld = 1;
-    for (size_t i = 0; i < w->num_draining && unheld; i++)
-        unheld = wait_unheld_locked(w, w->draining[i].r, dl);
-    ps_mutex_unlock(&w->lock);
-    if (!unheld) {
-        ps_error(PS_LOG_APP, "kv worker app %d: a van still holds a pull's destination; leaving "
-                 "the worker allocated", w->app_id);
-        return PS_ERR_TIMED_OUT;
+    /* A van may keep a failed pull's destination until it closes (a dead
+     * peer's posted receive): the worker then goes when the van lets go,
+     * rather than destroy waiting for ps_postoffice_finalize. */
+    if (atomic_fetch_sub(&w->users, 1) != 1) {
+        ps_info(PS_LOG_APP, "kv worker app %d: a van still holds a failed pull's destination; "
+                "the worker is freed when it lets go (ps_kv_cancel says when a buffer is free)",
+                w->app_id);
+        return PS_OK;
     }
-    for (size_t i = 0; i < w->num_draining; i++)
-        req_unref(w, w->draining[i].r);
-    free(w->draining);
-    release_retired(w); /* no response is running any more */
-    ps_cond_destroy(&w->idle);
-    ps_mutex_destroy(&w->lock);
-    kv_req_t *spare = atomic_exchange(&w->spare, NULL);
-    if (spare != NULL)
-        ps_mpool_put(&w->reqs, spare);
-    ps_mpool_cleanup(&w->reqs);
-    free(w->server_ids);
-    free(w->ranges);
-    free(w);
+    worker_free(w);
     return PS_OK;
 }
 
