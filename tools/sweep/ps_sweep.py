@@ -25,6 +25,21 @@ is the CPU time of every process of the job (scheduler, servers, workers)
 per GB that the workers' van moved.
 
 Shapes are WxS: W workers, S servers (e.g. 1x1,2x2,8x2).
+
+AF mode (--af) runs the AF benchmark test_benchmark_af instead, one job per
+shape and van (--af-shapes as NaMf: N attention workers, M FFN servers,
+e.g. 1A1F,2A2F; --af-vans, e.g. tcp,shm), each over the batch sizes
+--batch-start..--batch-end by --batch-step with --af-warmup + --af-iter
+iterations (BENCHMARK_*). Every worker's AF_BENCH lines are collected into
+
+  OUT/af_results.csv, OUT/af_results.json   one row per (shape, van, op, batch)
+  OUT/af_latency.png                        push-pull p50 and p99 against batch
+  OUT/logs/                                 every job's output
+
+Columns: p50_us and mean_us are means over workers, p90_us, p99_us and
+max_us the worst worker, min_us the best, samples the sum over workers.
+The KV sweep, its references and its plot are not run in AF mode. Plots
+need gnuplot; without it the tables are still written.
 """
 
 import argparse
@@ -44,6 +59,9 @@ DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M"
 ROW_FIELDS = ["workers", "servers", "mode", "mode_name", "len", "keys", "rounds", "ok", "gbps",
               "gbps_per_worker", "lat_us_mean", "lat_us_p50", "lat_us_p99",
               "worker_cpu_s_per_gb", "job_cpu_s_per_gb", "elapsed_s", "busy_poll"]
+AF_FIELDS = ["workers", "servers", "van", "op", "batch", "hidden", "samples", "mean_us",
+             "min_us", "p50_us", "p90_us", "p99_us", "max_us", "ok"]
+AF_OPS = ("push", "pull", "pushpull")
 LAT_FIELDS = ["what", "busy_poll", "size", "samples", "lat_us_p50", "lat_us_p99", "lat_us_mean",
               "ok"]
 
@@ -75,6 +93,65 @@ def parse_shapes(text):
         if shapes[-1][0] < 1 or shapes[-1][1] < 1:
             raise ValueError("shape %r needs at least one worker and one server" % item)
     return shapes
+
+
+def parse_af_shapes(text):
+    """'1A1F,4a2f' -> [(1, 1), (4, 2)] as (attention workers, FFN servers)."""
+    shapes = []
+    for item in text.split(","):
+        spec = item.strip().upper()
+        a, sep, f = spec.partition("A")
+        if not sep or not f.endswith("F") or not a.isdigit() or not f[:-1].isdigit():
+            raise ValueError("AF shape %r is not NaMf (e.g. 2A2F)" % item)
+        shapes.append((int(a), int(f[:-1])))
+        if shapes[-1][0] < 1 or shapes[-1][1] < 1:
+            raise ValueError("AF shape %r needs at least one worker and one server" % item)
+    return shapes
+
+
+def parse_af_records(text):
+    """The AF_BENCH JSON records in launcher output (after any [role] prefix)."""
+    recs = []
+    for line in text.splitlines():
+        i = line.find("AF_BENCH {")
+        if i < 0:
+            continue
+        try:
+            recs.append(json.loads(line[i + len("AF_BENCH "):]))
+        except ValueError:
+            pass
+    return recs
+
+
+def af_rows(recs, workers, servers, van, batches):
+    """One row per (op, batch) of a job: ok only when every worker reported it."""
+    rows = []
+    for op in AF_OPS:
+        for b in batches:
+            got = [r for r in recs if r.get("op") == op and r.get("batch") == b]
+            row = {"workers": workers, "servers": servers, "van": van, "op": op, "batch": b,
+                   "ok": len({r.get("rank") for r in got}) == workers and len(got) == workers}
+            if got:
+                n = len(got)
+                row.update({
+                    "hidden": got[0].get("hidden"),
+                    "samples": sum(r["samples"] for r in got),
+                    "mean_us": round(sum(r["mean_us"] for r in got) / n, 3),
+                    "min_us": min(r["min_us"] for r in got),
+                    "p50_us": round(sum(r["p50_us"] for r in got) / n, 3),
+                    "p90_us": max(r["p90_us"] for r in got),
+                    "p99_us": max(r["p99_us"] for r in got),
+                    "max_us": max(r["max_us"] for r in got),
+                })
+            rows.append(row)
+    return rows
+
+
+def af_batches(start, end, step):
+    """The batch sizes test_benchmark_af runs for these BENCHMARK_BATCH_* values."""
+    if start < 1 or step < 1 or end < start:
+        raise ValueError("batches need 1 <= start <= end and step >= 1")
+    return list(range(start, end + 1, step))
 
 
 def human_size(n):
@@ -192,6 +269,30 @@ def gnuplot_script(png, series, refs, title, sizes):
     return "\n".join(lines) + "\n"
 
 
+def af_gnuplot_script(png, series, title, batches):
+    """A gnuplot script: push-pull p50 (left) and p99 (right) against batch size.
+
+    series: [(label, datafile)] with columns batch, p50_us, p99_us."""
+    lines = [
+        "set terminal pngcairo size 1600,800 font 'sans,11' noenhanced",
+        "set output '%s'" % png.replace("'", "''"),
+        "set multiplot layout 1,2 title '%s'" % title.replace("'", "''"),
+        "set grid",
+        "set key below",
+        "set xlabel 'batch size b (rows of the [b, hidden] tensors)'",
+        "set xrange [%f:%f]" % (min(batches) - 0.5, max(batches) + 0.5),
+        "set yrange [0:*]",
+        "set ylabel 'push-pull latency (us)'",
+    ]
+    for col, name in ((2, "p50"), (3, "p99")):
+        lines.append("set title 'push-pull %s'" % name)
+        plots = ["'%s' using 1:%d with linespoints lw 2 title '%s'" % (f, col, lab)
+                 for lab, f in series]
+        lines.append("plot " + ", \\\n     ".join(plots) if plots else "plot 0 notitle")
+    lines.append("unset multiplot")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------- running
 
 
@@ -211,6 +312,8 @@ def repo_paths():
                       os.path.join(root, "bazel-bin", "tests", "test_benchmark")),
         "pingpong": pick(os.path.join(root, "tests", "bench", "tcp_pingpong"),
                          os.path.join(root, "bazel-bin", "tests", "bench", "tcp_pingpong")),
+        "af_bench": pick(os.path.join(root, "tests", "test_benchmark_af"),
+                         os.path.join(root, "bazel-bin", "tests", "test_benchmark_af")),
         "launcher": os.path.join(root, "tools", "launch", "ps_launch.py"),
     }
 
@@ -227,6 +330,12 @@ def run_job(args, workers, servers, mode, size, rounds, extra_env, log_path, rol
     if args.van:
         cmd += ["--van", args.van]
     cmd += ["--", args.bench, str(size), "1", str(mode)]
+    rc, out = run_logged(cmd, log_path)
+    return rc, parse_records(out)
+
+
+def run_logged(cmd, log_path):
+    """Runs cmd, writes the command, its output and its exit to log_path; (exit, output)."""
     t0 = time.monotonic()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, errors="replace")
@@ -234,7 +343,118 @@ def run_job(args, workers, servers, mode, size, rounds, extra_env, log_path, rol
         f.write("$ %s\n" % " ".join(cmd))
         f.write(proc.stdout)
         f.write("\n# exit %d after %.1f s\n" % (proc.returncode, time.monotonic() - t0))
-    return proc.returncode, parse_records(proc.stdout)
+    return proc.returncode, proc.stdout
+
+
+def run_af_job(args, workers, servers, van, extra_env, log_path):
+    """One test_benchmark_af job over every batch size; (exit status, AF_BENCH records)."""
+    env = {"BENCHMARK_WARMUP": str(args.af_warmup), "BENCHMARK_ITER": str(args.af_iter),
+           "BENCHMARK_BATCH_START": str(args.batch_start),
+           "BENCHMARK_BATCH_END": str(args.batch_end),
+           "BENCHMARK_BATCH_STEP": str(args.batch_step),
+           "BENCHMARK_WORKER_NUMBER": str(workers),
+           # The shm and ipc vans name their sockets with the job id.
+           "PS_JOB_ID": "sweep-%d-%s" % (os.getpid(), os.path.basename(log_path)[:-4])}
+    env.update(extra_env)
+    cmd = [sys.executable, args.launcher, "-s", str(servers), "-w", str(workers),
+           "--timeout", str(args.timeout)]
+    for k, v in sorted(env.items()):
+        cmd += ["--env", "%s=%s" % (k, v)]
+    if van:
+        cmd += ["--van", van]
+    cmd += ["--", args.af_bench]
+    rc, out = run_logged(cmd, log_path)
+    return rc, parse_af_records(out)
+
+
+def run_af(args, extra_env):
+    """The AF mode: tables and plot of test_benchmark_af over shapes x vans."""
+    try:
+        shapes = parse_af_shapes(args.af_shapes)
+        batches = af_batches(args.batch_start, args.batch_end, args.batch_step)
+    except ValueError as e:
+        sys.stderr.write("ps_sweep: %s\n" % e)
+        return 2
+    vans = [v.strip() for v in args.af_vans.split(",") if v.strip()] or [None]
+    if not os.access(args.af_bench, os.X_OK):
+        sys.stderr.write("ps_sweep: no AF benchmark at %s (bazel build //tests:test_benchmark_af)\n"
+                         % args.af_bench)
+        return 2
+    log_dir = os.path.join(args.out, "logs")
+    os.makedirs(log_dir, exist_ok=True)
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    load_before = os.getloadavg()[0]
+    rows = []
+    failed = 0
+    for workers, servers in shapes:
+        for van in vans:
+            name = "af_%dA%dF_%s" % (workers, servers, van or "env")
+            print("ps_sweep: %dA%dF over %s, batches %d..%d by %d ..." % (
+                workers, servers, van or "the environment's van", batches[0], batches[-1],
+                args.batch_step), flush=True)
+            log = os.path.join(log_dir, name + ".log")
+            rc, recs = run_af_job(args, workers, servers, van, extra_env, log)
+            job_rows = af_rows(recs, workers, servers, van or "(environment)", batches)
+            if rc != 0 or not all(r["ok"] for r in job_rows):
+                for r in job_rows:
+                    r["ok"] = False
+                failed += 1
+                print("ps_sweep:   FAILED (exit %d), see %s" % (rc, log), flush=True)
+            rows += job_rows
+    load_after = os.getloadavg()[0]
+
+    with open(os.path.join(args.out, "af_results.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=AF_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    meta = {"started": started, "host": socket.gethostname(), "cpus": os.cpu_count(),
+            "loadavg_1min_before": load_before, "loadavg_1min_after": load_after,
+            "shapes": shapes, "vans": vans, "batches": batches, "warmup": args.af_warmup,
+            "iter": args.af_iter, "env": extra_env, "bench": args.af_bench}
+    with open(os.path.join(args.out, "af_results.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+    png = os.path.join(args.out, "af_latency.png")
+    series = []
+    for workers, servers in shapes:
+        for van in vans:
+            pts = [r for r in rows if r["workers"] == workers and r["servers"] == servers
+                   and r["van"] == (van or "(environment)") and r["op"] == "pushpull"
+                   and r["ok"]]
+            if not pts:
+                continue
+            dat = os.path.join(args.out, "af_%dA%dF_%s.dat" % (workers, servers, van or "env"))
+            with open(dat, "w") as f:
+                f.write("# batch p50_us p99_us\n")
+                for r in pts:
+                    f.write("%d %f %f\n" % (r["batch"], r["p50_us"], r["p99_us"]))
+            series.append(("%dA%dF %s" % (workers, servers, van or "(environment)"), dat))
+    if not args.no_plot and series and shutil.which("gnuplot"):
+        title = "ps test_benchmark_af, %d iterations x 3 micro-batches, %s, %s" % (
+            args.af_iter, socket.gethostname(), started)
+        script = os.path.join(args.out, "af_latency.gp")
+        with open(script, "w") as f:
+            f.write(af_gnuplot_script(png, series, title, batches))
+        gp = subprocess.run(["gnuplot", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, universal_newlines=True)
+        if gp.returncode != 0:
+            sys.stderr.write("ps_sweep: gnuplot failed:\n%s" % gp.stdout)
+            png = None
+    else:
+        png = None
+
+    print()
+    print(format_table([r for r in rows if r["op"] == "pushpull"],
+                       ["workers", "servers", "van", "batch", "samples", "mean_us", "p50_us",
+                        "p99_us", "ok"],
+                       ["A", "F", "van", "batch", "n", "mean us", "p50 us", "p99 us", "ok"]))
+    print("load average (1 min): %.2f before, %.2f after, %d CPUs"
+          % (load_before, load_after, os.cpu_count()))
+    print("\ntables: %s, %s%s" % (os.path.join(args.out, "af_results.csv"),
+                                  os.path.join(args.out, "af_results.json"),
+                                  ("\nplot: %s" % png) if png else ""))
+    return 1 if failed else 0
 
 
 def free_port():
@@ -321,9 +541,21 @@ def make_parser():
     ap.add_argument("--no-iperf", action="store_true", help="skip the iperf3 reference")
     ap.add_argument("--iperf-seconds", type=int, default=3)
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--af", action="store_true",
+                    help="run the AF benchmark (test_benchmark_af) instead of the KV sweep")
+    ap.add_argument("--af-shapes", default="1A1F,2A2F",
+                    help="AF job shapes NaMf: attention workers, FFN servers (default %(default)s)")
+    ap.add_argument("--af-vans", default="tcp",
+                    help="vans for the AF jobs, comma-separated (default %(default)s)")
+    ap.add_argument("--batch-start", type=int, default=1, help="BENCHMARK_BATCH_START (1)")
+    ap.add_argument("--batch-end", type=int, default=128, help="BENCHMARK_BATCH_END (128)")
+    ap.add_argument("--batch-step", type=int, default=16, help="BENCHMARK_BATCH_STEP (16)")
+    ap.add_argument("--af-warmup", type=int, default=10, help="BENCHMARK_WARMUP (10)")
+    ap.add_argument("--af-iter", type=int, default=100, help="BENCHMARK_ITER (100)")
     ap.add_argument("--out", default="sweep-results", help="output directory (default %(default)s)")
     ap.add_argument("--bench", default=paths["bench"], help="test_benchmark binary")
     ap.add_argument("--pingpong", default=paths["pingpong"], help="tcp_pingpong binary")
+    ap.add_argument("--af-bench", default=paths["af_bench"], help="test_benchmark_af binary")
     ap.add_argument("--launcher", default=paths["launcher"], help="ps_launch.py")
     return ap
 
@@ -334,9 +566,17 @@ def main(argv=None):
     # the user ran `bazel run` from.
     args.bench = os.path.abspath(args.bench)
     args.pingpong = os.path.abspath(args.pingpong)
+    args.af_bench = os.path.abspath(args.af_bench)
     args.launcher = os.path.abspath(args.launcher)
     if os.environ.get("BUILD_WORKING_DIRECTORY"):
         os.chdir(os.environ["BUILD_WORKING_DIRECTORY"])
+    if args.af:
+        try:
+            extra_env = dict(kv.split("=", 1) for kv in args.env)
+        except ValueError as e:
+            sys.stderr.write("ps_sweep: %s\n" % e)
+            return 2
+        return run_af(args, extra_env)
     try:
         sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
         shapes = parse_shapes(args.shapes)
