@@ -111,16 +111,7 @@ def parse_af_shapes(text):
 
 def parse_af_records(text):
     """The AF_BENCH JSON records in launcher output (after any [role] prefix)."""
-    recs = []
-    for line in text.splitlines():
-        i = line.find("AF_BENCH {")
-        if i < 0:
-            continue
-        try:
-            recs.append(json.loads(line[i + len("AF_BENCH "):]))
-        except ValueError:
-            pass
-    return recs
+    return parse_records(text, "AF_BENCH {")
 
 
 def af_rows(recs, workers, servers, van, batches):
@@ -167,15 +158,16 @@ def rounds_for(size, keys, bytes_per_job, min_rounds, max_rounds):
     return int(max(min_rounds, min(max_rounds, bytes_per_job // per_round)))
 
 
-def parse_records(text):
-    """JSON records in launcher output (each line may carry a [role] prefix)."""
+def parse_records(text, marker='{"bench":'):
+    """JSON records in launcher output: each from the '{' of marker to the end
+    of a line that holds marker (lines may carry a [role] prefix)."""
     recs = []
     for line in text.splitlines():
-        i = line.find('{"bench":')
+        i = line.find(marker)
         if i < 0:
             continue
         try:
-            recs.append(json.loads(line[i:]))
+            recs.append(json.loads(line[i + marker.index("{"):]))
         except ValueError:
             pass
     return recs
@@ -233,18 +225,30 @@ def format_table(rows, columns, headers=None):
     return "\n".join(lines)
 
 
+def gnuplot_head(png, title):
+    """The lines every plot starts with: a 1600x800 PNG of two plots side by side."""
+    return [
+        "set terminal pngcairo size 1600,800 font 'sans,11' noenhanced",
+        "set output '%s'" % png.replace("'", "''"),
+        "set multiplot layout 1,2 title '%s'" % title.replace("'", "''"),
+        "set grid",
+        "set key below",
+    ]
+
+
+def gnuplot_lines(series, column):
+    """Plot items: column of every series' datafile against its first, as lines."""
+    return ["'%s' using 1:%d with linespoints lw 2 title '%s'" % (f, column, lab)
+            for lab, f in series]
+
+
 def gnuplot_script(png, series, refs, title, sizes):
     """A gnuplot script: goodput (left) and latency (right) against size.
 
     series: [(label, datafile)] with columns size, gbps, lat_us_mean, lat_us_p50.
     refs: [(label, gbps)] horizontal lines on the goodput plot."""
-    lines = [
-        "set terminal pngcairo size 1600,800 font 'sans,11' noenhanced",
-        "set output '%s'" % png.replace("'", "''"),
-        "set multiplot layout 1,2 title '%s'" % title.replace("'", "''"),
+    lines = gnuplot_head(png, title) + [
         "set logscale x 2",
-        "set grid",
-        "set key below",
         "set xlabel 'value size per key (bytes)'",
         "set xtics (%s)" % ", ".join('"%s" %d' % (human_size(n), n) for n in sorted(sizes)),
         "set xrange [%d:%d]" % (min(sizes) * 0.8, max(sizes) * 1.25),
@@ -252,7 +256,7 @@ def gnuplot_script(png, series, refs, title, sizes):
         "set title 'goodput'",
         "set yrange [0:*]",
     ]
-    plots = ["'%s' using 1:2 with linespoints lw 2 title '%s'" % (f, lab) for lab, f in series]
+    plots = gnuplot_lines(series, 2)
     for i, (lab, gbps) in enumerate(refs):
         plots.append("%f with lines dt %d lw 2 lc rgb 'black' title '%s'" % (gbps, 2 + i, lab))
     lines.append("plot " + ", \\\n     ".join(plots) if plots else "plot 0 notitle")
@@ -263,7 +267,7 @@ def gnuplot_script(png, series, refs, title, sizes):
         "set title 'avg latency per key (upstream definition)'",
         "set key below",
     ]
-    plots = ["'%s' using 1:3 with linespoints lw 2 title '%s'" % (f, lab) for lab, f in series]
+    plots = gnuplot_lines(series, 3)
     lines.append("plot " + ", \\\n     ".join(plots) if plots else "plot 1 notitle")
     lines.append("unset multiplot")
     return "\n".join(lines) + "\n"
@@ -273,12 +277,7 @@ def af_gnuplot_script(png, series, title, batches):
     """A gnuplot script: push-pull p50 (left) and p99 (right) against batch size.
 
     series: [(label, datafile)] with columns batch, p50_us, p99_us."""
-    lines = [
-        "set terminal pngcairo size 1600,800 font 'sans,11' noenhanced",
-        "set output '%s'" % png.replace("'", "''"),
-        "set multiplot layout 1,2 title '%s'" % title.replace("'", "''"),
-        "set grid",
-        "set key below",
+    lines = gnuplot_head(png, title) + [
         "set xlabel 'batch size b (rows of the [b, hidden] tensors)'",
         "set xrange [%f:%f]" % (min(batches) - 0.5, max(batches) + 0.5),
         "set yrange [0:*]",
@@ -286,8 +285,7 @@ def af_gnuplot_script(png, series, title, batches):
     ]
     for col, name in ((2, "p50"), (3, "p99")):
         lines.append("set title 'push-pull %s'" % name)
-        plots = ["'%s' using 1:%d with linespoints lw 2 title '%s'" % (f, col, lab)
-                 for lab, f in series]
+        plots = gnuplot_lines(series, col)
         lines.append("plot " + ", \\\n     ".join(plots) if plots else "plot 0 notitle")
     lines.append("unset multiplot")
     return "\n".join(lines) + "\n"
@@ -403,11 +401,7 @@ def run_af(args, extra_env):
             rows += job_rows
     load_after = os.getloadavg()[0]
 
-    with open(os.path.join(args.out, "af_results.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=AF_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
+    write_csv(os.path.join(args.out, "af_results.csv"), AF_FIELDS, rows)
     meta = {"started": started, "host": socket.gethostname(), "cpus": os.cpu_count(),
             "loadavg_1min_before": load_before, "loadavg_1min_after": load_after,
             "shapes": shapes, "vans": vans, "batches": batches, "warmup": args.af_warmup,
@@ -433,13 +427,8 @@ def run_af(args, extra_env):
     if not args.no_plot and series and shutil.which("gnuplot"):
         title = "ps test_benchmark_af, %d iterations x 3 micro-batches, %s, %s" % (
             args.af_iter, socket.gethostname(), started)
-        script = os.path.join(args.out, "af_latency.gp")
-        with open(script, "w") as f:
-            f.write(af_gnuplot_script(png, series, title, batches))
-        gp = subprocess.run(["gnuplot", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, universal_newlines=True)
-        if gp.returncode != 0:
-            sys.stderr.write("ps_sweep: gnuplot failed:\n%s" % gp.stdout)
+        if not run_gnuplot(os.path.join(args.out, "af_latency.gp"),
+                           af_gnuplot_script(png, series, title, batches)):
             png = None
     else:
         png = None
@@ -455,6 +444,25 @@ def run_af(args, extra_env):
                                   os.path.join(args.out, "af_results.json"),
                                   ("\nplot: %s" % png) if png else ""))
     return 1 if failed else 0
+
+
+def run_gnuplot(script, text):
+    """Writes the gnuplot script and runs it; False (and gnuplot's output on stderr) on failure."""
+    with open(script, "w") as f:
+        f.write(text)
+    gp = subprocess.run(["gnuplot", script], stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, universal_newlines=True)
+    if gp.returncode != 0:
+        sys.stderr.write("ps_sweep: gnuplot failed:\n%s" % gp.stdout)
+    return gp.returncode == 0
+
+
+def write_csv(path, fields, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
 
 
 def free_port():
@@ -570,21 +578,17 @@ def main(argv=None):
     args.launcher = os.path.abspath(args.launcher)
     if os.environ.get("BUILD_WORKING_DIRECTORY"):
         os.chdir(os.environ["BUILD_WORKING_DIRECTORY"])
-    if args.af:
-        try:
-            extra_env = dict(kv.split("=", 1) for kv in args.env)
-        except ValueError as e:
-            sys.stderr.write("ps_sweep: %s\n" % e)
-            return 2
-        return run_af(args, extra_env)
     try:
-        sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-        shapes = parse_shapes(args.shapes)
-        modes = [int(m) for m in args.modes.split(",") if m.strip()]
         extra_env = dict(kv.split("=", 1) for kv in args.env)
+        if not args.af:
+            sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+            shapes = parse_shapes(args.shapes)
+            modes = [int(m) for m in args.modes.split(",") if m.strip()]
     except ValueError as e:
         sys.stderr.write("ps_sweep: %s\n" % e)
         return 2
+    if args.af:
+        return run_af(args, extra_env)
     if any(m not in (0, 1, 2, 3) for m in modes):
         sys.stderr.write("ps_sweep: --modes takes 0-3 (mode 4 runs with the latency section)\n")
         return 2
@@ -661,17 +665,9 @@ def main(argv=None):
         refs["iperf3_gbps"] = sum(got) / len(got) if got else None
 
     # Tables.
-    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=ROW_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
+    write_csv(os.path.join(args.out, "results.csv"), ROW_FIELDS, rows)
     if latency:
-        with open(os.path.join(args.out, "latency.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=LAT_FIELDS, extrasaction="ignore")
-            w.writeheader()
-            for r in latency:
-                w.writerow(r)
+        write_csv(os.path.join(args.out, "latency.csv"), LAT_FIELDS, latency)
     meta = {"started": started, "host": socket.gethostname(), "cpus": os.cpu_count(),
             "loadavg_1min_before": load_before, "loadavg_1min_after": load_after,
             "sizes": sizes, "shapes": shapes, "modes": modes, "keys_per_server": args.keys,
@@ -703,13 +699,8 @@ def main(argv=None):
                               refs["iperf3_gbps"]))
         title = "ps test_benchmark over loopback, %d keys/server, %s, %s" % (
             args.keys, socket.gethostname(), started)
-        script = os.path.join(args.out, "sweep.gp")
-        with open(script, "w") as f:
-            f.write(gnuplot_script(png, series, ref_lines, title, sizes))
-        gp = subprocess.run(["gnuplot", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, universal_newlines=True)
-        if gp.returncode != 0:
-            sys.stderr.write("ps_sweep: gnuplot failed:\n%s" % gp.stdout)
+        if not run_gnuplot(os.path.join(args.out, "sweep.gp"),
+                           gnuplot_script(png, series, ref_lines, title, sizes)):
             png = None
     else:
         png = None
