@@ -85,19 +85,19 @@ ps_status_t ps__shm_auth_refuse(ps__shm_chan_t *ch, const char *why)
 
 void ps__shm_auth_accepted(ps__shm_chan_t *ch)
 {
-    if (ch->van->params.auth_enabled) {
+    if (ch->van->base.params.auth_enabled) {
         ch->auth = PS__SHM_AUTH_WAIT_INIT;
     }
 }
 
 int ps__shm_auth_pending(const ps__shm_chan_t *ch)
 {
-    return !ch->outgoing && ch->van->params.auth_enabled && ch->auth != PS__SHM_AUTH_DONE;
+    return !ch->outgoing && ch->van->base.params.auth_enabled && ch->auth != PS__SHM_AUTH_DONE;
 }
 
 int ps__shm_auth_claim_ok(const ps__shm_chan_t *ch, int id)
 {
-    if (!ch->van->params.auth_enabled || ch->outgoing) {
+    if (!ch->van->base.params.auth_enabled || ch->outgoing) {
         return 1;
     }
     return ch->auth == PS__SHM_AUTH_DONE &&
@@ -112,7 +112,7 @@ ps_status_t ps__shm_auth_on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_
     if (is_auth) {
         memcpy(&p, buf, sizeof(p));
     }
-    if (!van->params.auth_enabled) {
+    if (!van->base.params.auth_enabled) {
         return ps__shm_auth_refuse(ch, "it wants a job-secret handshake, but this node has no PS_JOB_SECRET");
     }
     ps_auth_transcript_t *t = &ch->auth_t;
@@ -121,8 +121,8 @@ ps_status_t ps__shm_auth_on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_
         memcpy(t->nonce_i, p.nonce, PS_AUTH_NONCE_BYTES);
         t->id_i = p.id;
         t->role_i = p.role;
-        t->id_r = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
-        t->role_r = (int32_t)van->params.role;
+        t->id_r = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
+        t->role_r = (int32_t)van->base.params.role;
         ps_auth_nonce(t->nonce_r);
         auth_pkt_t c;
         memset(&c, 0, sizeof(c));
@@ -131,12 +131,12 @@ ps_status_t ps__shm_auth_on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_
         c.id = t->id_r;
         c.role = t->role_r;
         memcpy(c.nonce, t->nonce_r, PS_AUTH_NONCE_BYTES);
-        ps_auth_prove(&van->params.auth_key, PS_AUTH_RESPONDER, t, c.proof);
+        ps_auth_prove(&van->base.params.auth_key, PS_AUTH_RESPONDER, t, c.proof);
         ch->auth = PS__SHM_AUTH_WAIT_PROOF;
         return send_raw(ch, &c, sizeof(c));
     }
     if (is_auth && p.step == STEP_PROOF && ch->auth == PS__SHM_AUTH_WAIT_PROOF &&
-        ps_auth_verify(&van->params.auth_key, PS_AUTH_INITIATOR, t, p.proof)) {
+        ps_auth_verify(&van->base.params.auth_key, PS_AUTH_INITIATOR, t, p.proof)) {
         ch->auth = PS__SHM_AUTH_DONE;
         ps_debug(PS_LOG_SHM, "pid %d proved the job secret", (int)ch->peer_pid);
         return PS_OK;
@@ -151,7 +151,7 @@ ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id)
     ps_auth_transcript_t *t = &ch->auth_t;
     t->van = "shm";
     t->id_i = my_id;
-    t->role_i = (int32_t)van->params.role;
+    t->role_i = (int32_t)van->base.params.role;
     ps_auth_nonce(t->nonce_i);
     auth_pkt_t p;
     memset(&p, 0, sizeof(p));
@@ -165,7 +165,7 @@ ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id)
                  peer_name(ch, who, sizeof(who)));
         return PS_ERR_PEER_GONE;
     }
-    int ms = van->params.connect_timeout_ms;
+    int ms = van->base.params.connect_timeout_ms;
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     (void)setsockopt(ch->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     uint8_t answer[512];
@@ -196,11 +196,11 @@ ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id)
     memcpy(t->nonce_r, c.nonce, PS_AUTH_NONCE_BYTES);
     t->id_r = c.id;
     t->role_r = c.role;
-    int good = ps_auth_verify(&van->params.auth_key, PS_AUTH_RESPONDER, t, c.proof);
+    int good = ps_auth_verify(&van->base.params.auth_key, PS_AUTH_RESPONDER, t, c.proof);
     memset(&p, 0, sizeof(p));
     p.type = PS__SHM_PKT_AUTH;
     p.step = STEP_PROOF;
-    ps_auth_prove(&van->params.auth_key, PS_AUTH_INITIATOR, t, p.proof);
+    ps_auth_prove(&van->base.params.auth_key, PS_AUTH_INITIATOR, t, p.proof);
     if (send_raw(ch, &p, sizeof(p)) != PS_OK) {
         ps_error(PS_LOG_SHM, "%s closed the channel during the job-secret handshake",
                  peer_name(ch, who, sizeof(who)));

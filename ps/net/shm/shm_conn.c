@@ -271,7 +271,7 @@ static pid_t peer_pid_of(int fd)
  * with one, the handshake decides. Refusals are logged. */
 static int peer_uid_ok(const ps__shm_van_t *van, int fd, const char *what)
 {
-    if (van->params.auth_enabled) {
+    if (van->base.params.auth_enabled) {
         return 1;
     }
     struct ucred cred;
@@ -375,8 +375,8 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
         return ps_status_from_errno(errno);
     }
     /* A listener with a full backlog makes connect() wait: bounded. */
-    struct timeval tv = {.tv_sec = van->params.connect_timeout_ms / 1000,
-                         .tv_usec = (van->params.connect_timeout_ms % 1000) * 1000};
+    struct timeval tv = {.tv_sec = van->base.params.connect_timeout_ms / 1000,
+                         .tv_usec = (van->base.params.connect_timeout_ms % 1000) * 1000};
     (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     int r;
     do {
@@ -420,10 +420,10 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
     ch->rx_ready = 1;
 
     /* Job secret (shm_auth.c): both sides proved before the HELLO. */
-    if (van->params.auth_enabled) {
+    if (van->base.params.auth_enabled) {
         st = ps__shm_auth_connect(ch, my_id != PS_NODE_EMPTY
                                           ? my_id
-                                          : __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE));
+                                          : __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE));
         if (st != PS_OK) {
             close(memfd);
             ps__shm_chan_unref(ch);
@@ -436,7 +436,7 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
     hello.type = PS__SHM_PKT_HELLO;
     hello.magic = PS__SHM_MAGIC;
     hello.version = PS__SHM_VERSION;
-    hello.node_id = my_id != PS_NODE_EMPTY ? my_id : __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+    hello.node_id = my_id != PS_NODE_EMPTY ? my_id : __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
     hello.nonce = ch->nonce;
     hello.ring_bytes = van->ring_bytes;
     hello.cookie_addr = (uint64_t)(uintptr_t)van->cookie;
@@ -488,7 +488,7 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
     if (got <= 0) {
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             ps_error(PS_LOG_SHM, "connect to node %d as %s:%d: no answer within %d ms (PS_CONNECT_TIMEOUT_MS)",
-                     peer->id, host, port, van->params.connect_timeout_ms);
+                     peer->id, host, port, van->base.params.connect_timeout_ms);
             st = PS_ERR_TIMED_OUT;
         } else {
             ps_error(PS_LOG_SHM, "connect to node %d as %s:%d: it closed the channel", peer->id,
@@ -766,7 +766,7 @@ static ps_status_t on_hello(ps__shm_chan_t *ch, const uint8_t *buf, size_t len, 
     w.magic = PS__SHM_MAGIC;
     w.accepted = 1;
     w.can_read_you = (uint8_t)can_read;
-    w.node_id = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+    w.node_id = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
     w.cookie_addr = (uint64_t)(uintptr_t)van->cookie;
     memcpy(w.cookie, van->cookie, sizeof(w.cookie));
     pthread_mutex_lock(&ch->tx_lock);
@@ -1013,7 +1013,7 @@ int ps__shm_run_timers(ps__shm_van_t *van)
             continue;
         }
         /* Accepted channels: PS_HANDSHAKE_TIMEOUT_MS (admission.h). */
-        int ms = ch->outgoing ? van->params.connect_timeout_ms : van->adm.handshake_ms;
+        int ms = ch->outgoing ? van->base.params.connect_timeout_ms : van->adm.handshake_ms;
         uint64_t limit = (uint64_t)ms * PS_NSEC_PER_MSEC;
         if (now - ch->created_ns >= limit) {
             char who[32];
@@ -1092,8 +1092,8 @@ void ps__shm_chan_fail(ps__shm_chan_t *ch, ps_status_t why, int notify)
         ps__shm_chan_unref(others[i]);
     }
     ps_info(PS_LOG_SHM, "lost node %d (pid %d): %s", id, (int)ch->peer_pid, ps_status_str(why));
-    if (van->cb.peer_failed != NULL) {
-        van->cb.peer_failed(van->cb.arg, id, why);
+    if (van->base.cb.peer_failed != NULL) {
+        van->base.cb.peer_failed(van->base.cb.arg, id, why);
     }
 }
 

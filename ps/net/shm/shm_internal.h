@@ -47,6 +47,7 @@
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/progress_loop.h"
+#include "ps/net/van/base.h"
 #include "ps/net/van/van.h"
 
 /* Data bytes of each ring of a channel. */
@@ -216,9 +217,7 @@ typedef struct {
 } ps__shm_peer_t;
 
 struct ps__shm_van {
-    ps_van_t base; /* first: the van handle */
-    ps_van_params_t params;
-    ps_van_callbacks_t cb;
+    ps_van_base_t base; /* first: handle, params, callbacks, id, counters */
     char job[PS__SHM_JOB_MAX + 1];
     uint64_t ring_bytes;
     int allow_cma;           /* test knob: 0 never lets peers read us */
@@ -259,10 +258,7 @@ struct ps__shm_van {
     pthread_mutex_t hints_lock;
     ps__shm_hint_t hints[PS__SHM_HINTS];
 
-    int my_id;                /* atomic */
     uint64_t sent_by_kind[PS__SHM_SEG_KINDS]; /* atomic: by PS__SHM_SEG_* (staged: 0) */
-    uint64_t bytes_sent;      /* atomic */
-    uint64_t bytes_recv;      /* atomic */
     ps__shm_pool_t *pool;
     ps__shm_stage_t *stage;
     uint8_t cookie[PS__SHM_COOKIE_LEN];

@@ -245,31 +245,7 @@ static ps_status_t take_placed(ps__shm_chan_t *ch, unsigned i, const ps__shm_seg
 /* Makes meta ch->rmsg's, with its own copy of the nodes and body. */
 static ps_status_t own_meta(ps__shm_chan_t *ch, const ps_meta_t *meta)
 {
-    ps_msg_t *m = &ch->rmsg;
-    m->meta = *meta;
-    m->meta.sender = ch->peer_id;
-    size_t nn = meta->control.num_nodes;
-    size_t bl = meta->body_len;
-    m->meta.control.nodes = NULL;
-    m->meta.body = NULL;
-    if (nn != 0 || bl != 0) {
-        uint8_t *block = malloc(nn * sizeof(ps_node_t) + bl);
-        if (block == NULL) {
-            return PS_ERR_NO_MEMORY;
-        }
-        if (nn != 0) {
-            memcpy(block, meta->control.nodes, nn * sizeof(ps_node_t));
-            m->meta.control.nodes = (ps_node_t *)(void *)block;
-        }
-        if (bl != 0) {
-            memcpy(block + nn * sizeof(ps_node_t), meta->body, bl);
-            m->meta.body = block + nn * sizeof(ps_node_t);
-        }
-        m->nodes = (ps_node_t *)(void *)block;
-        m->num_nodes = (uint32_t)nn;
-        m->nodes_owned = 1;
-    }
-    return PS_OK;
+    return ps_van_msg_take_meta(&ch->rmsg, meta, ch->peer_id);
 }
 
 /* Decodes a meta (codec.h, or the compact form) into ch->rmsg. */
@@ -326,9 +302,9 @@ static ps_status_t get_dest(ps__shm_chan_t *ch, unsigned i, uint64_t len, int po
                             ps_slice_t *slice_p)
 {
     ps__shm_van_t *van = ch->van;
-    if (van->cb.recv_buffer != NULL) {
+    if (van->base.cb.recv_buffer != NULL) {
         ps_slice_t s = PS_SLICE_EMPTY_INIT;
-        if (van->cb.recv_buffer(van->cb.arg, &ch->rmsg.meta, i, len, &s) == PS_OK) {
+        if (van->base.cb.recv_buffer(van->base.cb.arg, &ch->rmsg.meta, i, len, &s) == PS_OK) {
             ps_buf_mem_t kind = ps_slice_mem_kind(&s);
             if (s.buf == NULL || s.len < len ||
                 (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM)) {
@@ -542,7 +518,7 @@ static ps_status_t on_msg(ps__shm_chan_t *ch, const uint8_t *rec, uint32_t rec_l
     if (st != PS_OK) {
         return st;
     }
-    __atomic_add_fetch(&ch->van->bytes_recv, h.meta_len, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&ch->van->base.bytes_recv, h.meta_len, __ATOMIC_RELAXED);
     if (ch->rnum_parts > 0) {
         ch->phase = PS__SHM_RX_STREAM;
     } else {
@@ -563,7 +539,7 @@ static ps_status_t meta_arrived(ps__shm_chan_t *ch)
     }
     ch->rmsg.num_data = 0;
     ps_status_t st = take_meta(ch, ch->rmeta, ch->rmeta_len, 0);
-    __atomic_add_fetch(&ch->van->bytes_recv, ch->rmeta_len, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&ch->van->base.bytes_recv, ch->rmeta_len, __ATOMIC_RELAXED);
     free(ch->rmeta);
     ch->rmeta = NULL;
     ch->rmeta_len = 0;
@@ -655,17 +631,8 @@ static void deliver(ps__shm_chan_t *ch)
     ps_msg_t msg = ch->rmsg;
     ps_msg_init(&ch->rmsg);
     msg.meta.sender = ch->peer_id;
-    __atomic_add_fetch(&van->bytes_recv, ps_msg_data_bytes(&msg), __ATOMIC_RELAXED);
-    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
-        char line[192];
-        ps_msg_describe(&msg, line, sizeof(line));
-        ps_trace(PS_LOG_SHM, "received %s", line);
-    }
-    if (van->cb.deliver != NULL) {
-        van->cb.deliver(van->cb.arg, &msg);
-    } else {
-        ps_msg_release(&msg);
-    }
+    ps_van_base_count_recv(&van->base, ps_msg_data_bytes(&msg));
+    ps_van_base_deliver(&van->base, &msg);
 }
 
 int ps__shm_rx_poll(ps__shm_chan_t *ch, int budget)

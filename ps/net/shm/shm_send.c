@@ -526,23 +526,12 @@ static void name_destination(ps__shm_chan_t *ch, const ps_msg_t *msg, plan_t *pl
 
 ps_status_t ps__shm_send(ps__shm_van_t *van, const ps_msg_t *msg)
 {
-    if (msg == NULL || msg->num_data > PS_MSG_MAX_DATA) {
-        return PS_ERR_INVALID_ARG;
+    ps_status_t prep = ps_van_send_prepare(&van->base, msg, 0, NULL, NULL);
+    if (prep != PS_OK) {
+        return prep;
     }
     int recver = msg->meta.recver;
-    if (recver <= 0 || recver >= PS_NODE_EMPTY) {
-        ps_error(PS_LOG_SHM, "send: message without a receiver (recver %d)", recver);
-        return PS_ERR_INVALID_ARG;
-    }
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < msg->num_data; ++i) {
-        ps_buf_mem_t kind = ps_slice_mem_kind(&msg->data[i]);
-        if (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM) {
-            ps_error(PS_LOG_SHM, "send: segment %u is device memory; the shm van sends host memory only", i);
-            return PS_ERR_UNSUPPORTED;
-        }
-        total += msg->data[i].len;
-    }
+    uint64_t total = ps_msg_data_bytes(msg);
     if (total > van->max_message) {
         ps_error(PS_LOG_SHM, "send: %llu data bytes are over the limit (%llu, PS_MAX_MESSAGE_BYTES)",
                  (unsigned long long)total, (unsigned long long)van->max_message);
@@ -635,7 +624,7 @@ ps_status_t ps__shm_send(ps__shm_van_t *van, const ps_msg_t *msg)
     unref_staged(staged, msg->num_data);
     free(heap);
     if (st == PS_OK) {
-        __atomic_add_fetch(&van->bytes_sent, total + pl.meta_len, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&van->base.bytes_sent, total + pl.meta_len, __ATOMIC_RELAXED);
         if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
             char line[192];
             ps_msg_describe(msg, line, sizeof(line));

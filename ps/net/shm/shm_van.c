@@ -361,15 +361,10 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     if (van == NULL) {
         return PS_ERR_NO_MEMORY;
     }
-    van->base.ops = &sv_ops;
-    van->base.name = "shm";
-    van->base.loop = &van->loop;
-    van->params = *params;
-    if (cb != NULL) {
-        van->cb = *cb;
-    }
-    van->params.connect_timeout_ms =
-        ps_van_connect_timeout_ms(van->params.connect_timeout_ms, PS__SHM_DEFAULT_CONNECT_MS);
+    ps_van_base_init(&van->base, "shm", &sv_ops, PS_LOG_SHM, params, cb);
+    van->base.handle.loop = &van->loop;
+    van->base.params.connect_timeout_ms =
+        ps_van_connect_timeout_ms(van->base.params.connect_timeout_ms, PS__SHM_DEFAULT_CONNECT_MS);
     van->max_meta = params->max_meta_bytes != 0 && params->max_meta_bytes < UINT32_MAX
                         ? (uint32_t)params->max_meta_bytes
                         : PS_FRAME_DEFAULT_MAX_META;
@@ -382,7 +377,6 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     van->allow_stage = 1;
     van->listen_fd = -1;
     van->epfd = -1;
-    van->my_id = PS_NODE_EMPTY;
     ps_van_random_bytes(van->cookie, sizeof(van->cookie));
     van->wake_handle.kind = PS__SHM_H_WAKE;
     van->listen_handle.kind = PS__SHM_H_LISTEN;
@@ -409,13 +403,13 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
         st = ps__shm_stage_create(PS__SHM_STAGE_OUT, PS__SHM_STAGE_CACHE, &van->stage);
     }
     if (st != PS_OK) {
-        sv_close(&van->base);
+        sv_close(&van->base.handle);
         return st;
     }
     van->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (van->epfd < 0) {
         ps_error(PS_LOG_SHM, "cannot create the progress thread's epoll: %m");
-        sv_close(&van->base);
+        sv_close(&van->base.handle);
         return PS_ERR_NO_RESOURCE;
     }
     struct epoll_event ev;
@@ -424,17 +418,17 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     ev.data.ptr = &van->wake_handle;
     if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->loop.wakefd, &ev) != 0) {
         ps_error(PS_LOG_SHM, "epoll_ctl for the wake-up eventfd: %m");
-        sv_close(&van->base);
+        sv_close(&van->base.handle);
         return PS_ERR_NO_RESOURCE;
     }
     st = ps_van_loop_start(&van->loop, NULL, 0);
     if (st != PS_OK) {
-        sv_close(&van->base);
+        sv_close(&van->base.handle);
         return st;
     }
     ps_debug(PS_LOG_SHM, "opened (job '%s', %s)", van->job,
-             van->params.busy_poll ? "busy-polling" : "sleeping when idle");
-    *van_p = &van->base;
+             van->base.params.busy_poll ? "busy-polling" : "sleeping when idle");
+    *van_p = &van->base.handle;
     return PS_OK;
 }
 
@@ -570,12 +564,10 @@ static void sv_disconnect(ps_van_t *v, int node_id)
 static ps_status_t sv_set_node_id(ps_van_t *v, int node_id)
 {
     ps__shm_van_t *van = sv_of(v);
-    if (node_id <= 0 || node_id >= PS_NODE_EMPTY) {
-        return PS_ERR_INVALID_ARG;
-    }
-    int old = __atomic_exchange_n(&van->my_id, node_id, __ATOMIC_ACQ_REL);
-    if (old == node_id) {
-        return PS_OK;
+    int changed;
+    ps_status_t st = ps_van_base_set_node_id(&van->base, node_id, &changed);
+    if (st != PS_OK || !changed) {
+        return st;
     }
     /* Re-announce on every channel we opened, in order with the messages
      * already written to it. */
@@ -617,17 +609,6 @@ static ps_status_t sv_send(ps_van_t *v, const ps_msg_t *msg)
     return ps__shm_send(sv_of(v), msg);
 }
 
-static void sv_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
-{
-    ps__shm_van_t *van = sv_of(v);
-    if (sent_p != NULL) {
-        *sent_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
-    }
-    if (recv_p != NULL) {
-        *recv_p = __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED);
-    }
-}
-
 static const ps_van_ops_t sv_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = sv_open,
@@ -640,7 +621,7 @@ static const ps_van_ops_t sv_ops = {
     .send = sv_send,
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
-    .stats = sv_stats,
+    .stats = ps_van_base_stats,
     .progress = ps_van_loop_progress,
 };
 

@@ -71,7 +71,7 @@ static ps_status_t auth_write(ps__tcp_conn_t *conn, uint8_t type, const uint8_t 
     ps__tcp_van_t *van = conn->van;
     ps_meta_t meta;
     ps_meta_init(&meta);
-    meta.sender = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+    meta.sender = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
     memcpy(meta.van_data, AUTH_TAG, AUTH_TAG_LEN);
     meta.van_data[AUTH_TAG_LEN] = AUTH_VERSION;
     meta.van_data[AUTH_TAG_LEN + 1] = type;
@@ -96,7 +96,7 @@ static ps_status_t auth_write(ps__tcp_conn_t *conn, uint8_t type, const uint8_t 
                  n < 0 ? strerror(err) : "short write");
         return PS_ERR_LINK_FAILED;
     }
-    __atomic_add_fetch(&van->bytes_sent, (uint64_t)len, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&van->base.bytes_sent, (uint64_t)len, __ATOMIC_RELAXED);
     return PS_OK;
 }
 
@@ -116,7 +116,7 @@ ps_status_t ps__tcp_auth_start(ps__tcp_conn_t *conn)
     ps_auth_transcript_t *t = &conn->auth_t;
     /* id_i was set by connect() to the id its hello announces. */
     t->van = "tcp";
-    t->role_i = (int32_t)van->params.role;
+    t->role_i = (int32_t)van->base.params.role;
     ps_auth_nonce(t->nonce_i);
     uint8_t body[INIT_LEN];
     ps_auth_init_pack(t, body);
@@ -129,14 +129,14 @@ ps_status_t ps__tcp_auth_start(ps__tcp_conn_t *conn)
 
 void ps__tcp_auth_accepted(ps__tcp_conn_t *conn)
 {
-    if (conn->van->params.auth_enabled) {
+    if (conn->van->base.params.auth_enabled) {
         conn->auth = PS__TCP_AUTH_WAIT_INIT;
     }
 }
 
 int ps__tcp_auth_claim_ok(const ps__tcp_conn_t *conn, int id)
 {
-    if (!conn->van->params.auth_enabled || conn->outgoing) {
+    if (!conn->van->base.params.auth_enabled || conn->outgoing) {
         return 1;
     }
     if (conn->auth != PS__TCP_AUTH_DONE) {
@@ -156,11 +156,11 @@ static ps_status_t on_init(ps__tcp_conn_t *conn, const ps_meta_t *meta)
     ps_auth_transcript_t *t = &conn->auth_t;
     t->van = "tcp";
     ps_auth_init_unpack(meta->body, t);
-    t->id_r = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
-    t->role_r = (int32_t)van->params.role;
+    t->id_r = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
+    t->role_r = (int32_t)van->base.params.role;
     ps_auth_nonce(t->nonce_r);
     uint8_t proof_r[PS_AUTH_PROOF_BYTES];
-    ps_auth_prove(&van->params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
+    ps_auth_prove(&van->base.params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
     uint8_t body[CHALLENGE_LEN];
     ps_auth_challenge_pack(t, proof_r, body);
     conn->auth = PS__TCP_AUTH_WAIT_PROOF;
@@ -185,9 +185,9 @@ static ps_status_t on_challenge(ps__tcp_conn_t *conn, const ps_meta_t *meta)
         conn->auth = PS__TCP_AUTH_FAILED;
         return PS_ERR_AUTH;
     }
-    int good = ps_auth_verify(&van->params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
+    int good = ps_auth_verify(&van->base.params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
     uint8_t proof[PS_AUTH_PROOF_BYTES];
-    ps_auth_prove(&van->params.auth_key, PS_AUTH_INITIATOR, t, proof);
+    ps_auth_prove(&van->base.params.auth_key, PS_AUTH_INITIATOR, t, proof);
     /* Our proof goes out even when the peer's failed: which side holds the
      * wrong secret cannot be told from here, and the peer's verdict
      * (REFUSED, then the line below) says it in the words both sides
@@ -212,7 +212,7 @@ static ps_status_t on_challenge(ps__tcp_conn_t *conn, const ps_meta_t *meta)
 static ps_status_t on_proof(ps__tcp_conn_t *conn, const ps_meta_t *meta)
 {
     if (meta->body_len != PS_AUTH_PROOF_BYTES ||
-        !ps_auth_verify(&conn->van->params.auth_key, PS_AUTH_INITIATOR, &conn->auth_t,
+        !ps_auth_verify(&conn->van->base.params.auth_key, PS_AUTH_INITIATOR, &conn->auth_t,
                         meta->body)) {
         return refuse(conn, "it does not hold the job secret");
     }
@@ -240,7 +240,7 @@ ps_status_t ps__tcp_auth_rx(ps__tcp_conn_t *conn, const ps_meta_t *meta, int *co
         conn->auth = PS__TCP_AUTH_FAILED;
         return PS_ERR_AUTH;
     }
-    if (!conn->van->params.auth_enabled) {
+    if (!conn->van->base.params.auth_enabled) {
         if (is_auth && !conn->outgoing && type == AUTH_INIT) {
             return refuse(conn, "it wants a job-secret handshake, but this node has no PS_JOB_SECRET");
         }

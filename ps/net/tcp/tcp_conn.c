@@ -162,7 +162,7 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
             return st;
         }
     }
-    if (van->params.bind_any || !have_host) {
+    if (van->base.params.bind_any || !have_host) {
         int family = have_host ? ps_sockaddr_family(&addr) : AF_INET;
         st = ps_sockaddr_wildcard(family, 0, &addr);
         if (st != PS_OK) {
@@ -212,7 +212,7 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
         if (fixed != 0) {
             ps_error(PS_LOG_TCP,
                      "cannot listen on %s: address already in use (port %d is taken; %s)",
-                     where, port, van->params.is_scheduler ? "give the job another DMLC_PS_ROOT_PORT" : "choose another DMLC_PORT or leave it unset for a random one");
+                     where, port, van->base.params.is_scheduler ? "give the job another DMLC_PS_ROOT_PORT" : "choose another DMLC_PORT or leave it unset for a random one");
             return PS_ERR_ADDRESS_IN_USE;
         }
     }
@@ -351,8 +351,8 @@ ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id
                  peer->id, ps_status_str(st));
         return st;
     }
-    int hello_id = my_id != PS_NODE_EMPTY ? my_id : __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
-    uint64_t deadline = ps_time_now_ns() + (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
+    int hello_id = my_id != PS_NODE_EMPTY ? my_id : __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
+    uint64_t deadline = ps_time_now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
 
     pthread_rwlock_wrlock(&van->peers_lock);
     ps__tcp_peer_t *p = ps__tcp_peer_get(van, peer->id, 1);
@@ -380,7 +380,7 @@ ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id
     }
     ps__tcp_conn_t *fresh[PS__TCP_MAX_STREAMS];
     /* The scheduler only exchanges control messages: one stream is plenty. */
-    int nstreams = peer->id == PS_SCHEDULER_ID || van->params.is_scheduler
+    int nstreams = peer->id == PS_SCHEDULER_ID || van->base.params.is_scheduler
                        ? 1
                        : van->conns_per_peer;
     uint64_t nonce = ps__tcp_random(van);
@@ -493,7 +493,7 @@ static void conn_connect_failed(ps__tcp_conn_t *conn, int err)
     uint64_t now = ps_time_now_ns();
     if (now >= conn->connect_deadline_ns) {
         ps_error(PS_LOG_TCP, "cannot connect to node %d at %s: %s (gave up after %d ms, PS_CONNECT_TIMEOUT_MS)",
-                 conn->peer_id, conn->addr_str, strerror(err), conn->van->params.connect_timeout_ms);
+                 conn->peer_id, conn->addr_str, strerror(err), conn->van->base.params.connect_timeout_ms);
         ps__tcp_conn_fail(conn, PS_ERR_UNREACHABLE, 1);
         return;
     }
@@ -591,7 +591,7 @@ void ps__tcp_on_connected_event(ps__tcp_conn_t *conn, uint32_t events)
         conn_connect_failed(conn, err);
         return;
     }
-    if (van->params.auth_enabled) {
+    if (van->base.params.auth_enabled) {
         /* Job secret: stay CONNECTING (the queue held, the connect deadline
          * running) until the peer proved it; tcp_auth.c then calls
          * ps__tcp_conn_ready(). */
@@ -682,7 +682,7 @@ int ps__tcp_run_timers(ps__tcp_van_t *van)
         if (conn->state == PS__TCP_CONNECTING) {
             if (now >= conn->connect_deadline_ns) {
                 ps_error(PS_LOG_TCP, "cannot connect to node %d at %s: %s within %d ms (PS_CONNECT_TIMEOUT_MS)",
-                         conn->peer_id, conn->addr_str, conn->fd < 0 ? "refused (nothing listening there?) on every try" : "no answer", van->params.connect_timeout_ms);
+                         conn->peer_id, conn->addr_str, conn->fd < 0 ? "refused (nothing listening there?) on every try" : "no answer", van->base.params.connect_timeout_ms);
                 ps__tcp_conn_fail(conn, PS_ERR_UNREACHABLE, 1);
             } else {
                 if (conn->fd < 0 && now >= conn->retry_at_ns) {
@@ -787,7 +787,7 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
      * first, and only the postoffice knows whether a peer leaving is a
      * failure (or the job finishing). */
     ps_info(PS_LOG_TCP, "lost node %d at %s (%s)", id, conn->addr_str, ps_status_str(why));
-    if (van->cb.peer_failed != NULL) {
-        van->cb.peer_failed(van->cb.arg, id, why);
+    if (van->base.cb.peer_failed != NULL) {
+        van->base.cb.peer_failed(van->base.cb.arg, id, why);
     }
 }

@@ -60,6 +60,7 @@
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/progress_loop.h"
+#include "ps/net/van/base.h"
 #include "ps/net/van/van.h"
 
 /* Most streams (connections) per peer this van opens or indexes. */
@@ -227,9 +228,7 @@ typedef struct {
 } ps__tcp_peer_t;
 
 struct ps__tcp_van {
-    ps_van_t base; /* first: the van handle */
-    ps_van_params_t params;
-    ps_van_callbacks_t cb;
+    ps_van_base_t base; /* first: handle, params, callbacks, id, counters */
     ps_frame_limits_t limits;
     int sockbuf;            /* PS_TCP_SOCKBUF, 0 = kernel default */
     int conns_per_peer;
@@ -262,9 +261,6 @@ struct ps__tcp_van {
     ps_node_t *scratch_nodes;
     size_t scratch_cap;
 
-    int my_id;                  /* atomic */
-    uint64_t bytes_sent;        /* atomic */
-    uint64_t bytes_recv;        /* atomic */
     int64_t queued;             /* atomic: entries in send queues */
 
     ps__tcp_pool_t *pool;

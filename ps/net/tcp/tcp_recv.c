@@ -311,31 +311,10 @@ static ps_status_t rx_meta(ps__tcp_conn_t *conn, const uint8_t *p, size_t len, i
     *hello_p = 0;
 
     ps_msg_t *m = &conn->rmsg;
-    m->meta = meta;
     /* Who sent it is who the connection proved to be, never the wire. */
-    m->meta.sender = conn->peer_id;
-    size_t nn = meta.control.num_nodes;
-    size_t bl = meta.body_len;
-    m->meta.control.nodes = NULL;
-    m->meta.body = NULL;
-    if (nn != 0 || bl != 0) {
-        /* The node list and the body point into the staging buffer; the
-         * message gets its own copy (one allocation, freed with it). */
-        uint8_t *block = malloc(nn * sizeof(ps_node_t) + bl);
-        if (block == NULL) {
-            return PS_ERR_NO_MEMORY;
-        }
-        if (nn != 0) {
-            memcpy(block, meta.control.nodes, nn * sizeof(ps_node_t));
-            m->meta.control.nodes = (ps_node_t *)(void *)block;
-        }
-        if (bl != 0) {
-            memcpy(block + nn * sizeof(ps_node_t), meta.body, bl);
-            m->meta.body = block + nn * sizeof(ps_node_t);
-        }
-        m->nodes = (ps_node_t *)(void *)block;
-        m->num_nodes = (uint32_t)nn;
-        m->nodes_owned = 1;
+    st = ps_van_msg_take_meta(m, &meta, conn->peer_id);
+    if (st != PS_OK) {
+        return st;
     }
     m->num_data = conn->hdr.num_data;
     for (uint32_t i = 0; i < m->num_data; ++i) {
@@ -355,8 +334,8 @@ static ps_status_t rx_seg_dest(ps__tcp_conn_t *conn, uint32_t seg, int grow)
     uint64_t len = conn->hdr.data_len[seg];
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
     int have = 0;
-    if (van->cb.recv_buffer != NULL) {
-        ps_status_t st = van->cb.recv_buffer(van->cb.arg, &conn->rmsg.meta, seg, len, &s);
+    if (van->base.cb.recv_buffer != NULL) {
+        ps_status_t st = van->base.cb.recv_buffer(van->base.cb.arg, &conn->rmsg.meta, seg, len, &s);
         if (st == PS_OK) {
             ps_buf_mem_t kind = ps_slice_mem_kind(&s);
             if (s.len < len || s.buf == NULL ||
@@ -428,16 +407,7 @@ static void rx_deliver(ps__tcp_conn_t *conn)
     conn->npiece = 0;
     conn->piece_idx = 0;
     conn->piece_off = 0;
-    if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
-        char line[192];
-        ps_msg_describe(&msg, line, sizeof(line));
-        ps_trace(PS_LOG_TCP, "received %s", line);
-    }
-    if (van->cb.deliver != NULL) {
-        van->cb.deliver(van->cb.arg, &msg);
-    } else {
-        ps_msg_release(&msg);
-    }
+    ps_van_base_deliver(&van->base, &msg);
 }
 
 /* The current piece's buffer is full and more of it has arrived: a buffer
@@ -752,7 +722,7 @@ void ps__tcp_on_readable(ps__tcp_conn_t *conn)
             ps__tcp_conn_fail(conn, PS_ERR_PEER_GONE, 1);
             return;
         }
-        __atomic_add_fetch(&van->bytes_recv, (uint64_t)n, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&van->base.bytes_recv, (uint64_t)n, __ATOMIC_RELAXED);
         size_t got = (size_t)n;
         if (direct != 0) {
             size_t d = got < direct ? got : direct;

@@ -182,7 +182,7 @@ ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *
         /* The common case: straight from the user's buffers to the socket. */
         ssize_t n = send_iov(conn->fd, iov, cnt);
         if (n >= 0 && (uint64_t)n == total) {
-            __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&van->base.bytes_sent, total, __ATOMIC_RELAXED);
             return PS_OK;
         }
         if (n < 0) {
@@ -219,7 +219,7 @@ ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *
         ps__tcp_set_epoll(conn, 1);
     }
     if (sent != 0) {
-        __atomic_add_fetch(&van->bytes_sent, sent, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&van->base.bytes_sent, sent, __ATOMIC_RELAXED);
     }
     return PS_OK;
 }
@@ -262,7 +262,7 @@ ps_status_t ps__tcp_flush(ps__tcp_conn_t *conn)
             }
             return ps_status_from_errno(errno);
         }
-        __atomic_add_fetch(&van->bytes_sent, (uint64_t)n, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&van->base.bytes_sent, (uint64_t)n, __ATOMIC_RELAXED);
 
         ps__tcp_entry_t *done = NULL, **done_tail = &done;
         uint64_t left = (uint64_t)n;
@@ -354,41 +354,26 @@ static ps_status_t send_striped(ps__tcp_conn_t **conns, int n, const uint8_t *hm
 
 ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg)
 {
-    if (msg == NULL || msg->num_data > PS_MSG_MAX_DATA) {
-        return PS_ERR_INVALID_ARG;
+    ps_meta_t with_nodes;
+    const ps_meta_t *meta;
+    ps_status_t st = ps_van_send_prepare(&van->base, msg, 0, &with_nodes, &meta);
+    if (st != PS_OK) {
+        return st;
     }
-    int recver = msg->meta.recver;
-    if (recver < 0 || recver == PS_NODE_EMPTY) {
-        ps_error(PS_LOG_TCP, "send: message without a receiver (recver %d)", recver);
-        return PS_ERR_INVALID_ARG;
-    }
-    if (ps__tcp_looks_like_hello(&msg->meta)) {
+    int recver = meta->recver;
+    if (ps__tcp_looks_like_hello(meta)) {
         ps_error(PS_LOG_TCP, "send: van_data carries the tcp van's hello tag");
         return PS_ERR_INVALID_ARG;
     }
     uint64_t lens[PS_MSG_MAX_DATA];
     for (uint32_t i = 0; i < msg->num_data; ++i) {
-        ps_buf_mem_t kind = ps_slice_mem_kind(&msg->data[i]);
-        if (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM) {
-            ps_error(PS_LOG_TCP, "send: segment %u is device memory; the tcp van sends host memory only", i);
-            return PS_ERR_UNSUPPORTED;
-        }
         lens[i] = msg->data[i].len;
-    }
-    const ps_meta_t *meta = &msg->meta;
-    ps_meta_t with_nodes;
-    if (meta->control.num_nodes == 0 && msg->num_nodes != 0) {
-        /* The node list rides in the message rather than the meta. */
-        with_nodes = *meta;
-        with_nodes.control.nodes = msg->nodes;
-        with_nodes.control.num_nodes = msg->num_nodes;
-        meta = &with_nodes;
     }
 
     uint8_t stack[PS__TCP_HM_STACK];
     uint8_t *hm, *heap = NULL;
     size_t hm_len;
-    ps_status_t st = ps__tcp_encode_frame(van, meta, lens, msg->num_data, stack, sizeof(stack),
+    st = ps__tcp_encode_frame(van, meta, lens, msg->num_data, stack, sizeof(stack),
                                           &hm, &hm_len, &heap);
     if (st != PS_OK) {
         return st;

@@ -22,11 +22,11 @@ ps__tcp_test_conn_t *ps__tcp_test_conn_new(int outgoing, int peer_id, const uint
         return NULL;
     }
     c->van.limits = ps_frame_limits_default();
-    c->van.my_id = 8;
-    c->van.params.role = PS_ROLE_SERVER;
+    c->van.base.my_id = 8;
+    c->van.base.params.role = PS_ROLE_SERVER;
     if (secret != NULL) {
-        c->van.params.auth_enabled = 1;
-        memcpy(c->van.params.auth_key.bytes, secret, PS_AUTH_KEY_BYTES);
+        c->van.base.params.auth_enabled = 1;
+        memcpy(c->van.base.params.auth_key.bytes, secret, PS_AUTH_KEY_BYTES);
     }
     c->conn.van = &c->van;
     c->conn.fd = -1;

@@ -104,7 +104,7 @@ static ps__tcp_conn_t *single_stream_conn(ps__tcp_van_t *van, ps__tcp_peer_t *p)
     if (c != NULL) {
         return c;
     }
-    int me = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+    int me = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
     int lower_is_me = me != PS_NODE_EMPTY && me < p->id;
     ps__tcp_conn_t *mine = p->num_out > 0 ? p->out[0] : NULL;
     ps__tcp_conn_t *theirs = NULL;
@@ -261,7 +261,7 @@ static void tcp_handover(void *arg)
 static int64_t tcp_outstanding(void *arg, uint64_t *moved_p)
 {
     ps__tcp_van_t *van = arg;
-    *moved_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+    *moved_p = __atomic_load_n(&van->base.bytes_sent, __ATOMIC_RELAXED);
     return __atomic_load_n(&van->queued, __ATOMIC_ACQUIRE);
 }
 
@@ -293,28 +293,11 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     if (van == NULL) {
         return PS_ERR_NO_MEMORY;
     }
-    van->base.ops = &tcp_ops;
-    van->base.name = "tcp";
-    van->base.loop = &van->loop;
-    van->params = *params;
-    if (cb != NULL) {
-        van->cb = *cb;
-    }
-    van->params.connect_timeout_ms =
-        ps_van_connect_timeout_ms(van->params.connect_timeout_ms, PS__TCP_DEFAULT_CONNECT_MS);
-    van->limits = ps_frame_limits_default();
-    if (params->max_meta_bytes != 0) {
-        van->limits.max_meta_bytes =
-            params->max_meta_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)params->max_meta_bytes;
-    }
-    uint32_t segs = params->max_data_segments != 0 ? params->max_data_segments
-                                                   : van->limits.max_segments;
-    van->limits.max_segments = segs < PS_MSG_MAX_DATA ? segs : PS_MSG_MAX_DATA;
-    if (params->max_message_bytes != 0) {
-        /* The parameter bounds the data; the frame adds header and meta. */
-        van->limits.max_message_bytes = params->max_message_bytes + van->limits.max_meta_bytes +
-                                        PS_FRAME_MAX_HEADER_LEN;
-    }
+    ps_van_base_init(&van->base, "tcp", &tcp_ops, PS_LOG_TCP, params, cb);
+    van->base.handle.loop = &van->loop;
+    van->base.params.connect_timeout_ms =
+        ps_van_connect_timeout_ms(van->base.params.connect_timeout_ms, PS__TCP_DEFAULT_CONNECT_MS);
+    van->limits = ps_van_frame_limits(params);
     uint64_t sockbuf = ps_config_size_or(PS_CFG_PS_TCP_SOCKBUF, 0);
     van->sockbuf = sockbuf > INT_MAX / 2 ? INT_MAX / 2 : (int)sockbuf;
     van->conns_per_peer = params->conns_per_peer < 1 ? 1 : params->conns_per_peer;
@@ -329,7 +312,6 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     if (van->prealloc < PS__TCP_RBUF_SIZE) {
         van->prealloc = PS__TCP_RBUF_SIZE;
     }
-    van->my_id = PS_NODE_EMPTY;
     van->wake_handle.kind = PS__TCP_H_WAKE;
     van->listen_handle.kind = PS__TCP_H_LISTEN;
     van->epfd = -1;
@@ -357,13 +339,13 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     }
     st = ps__tcp_pool_create(PS__TCP_POOL_CACHE, &van->pool);
     if (st != PS_OK) {
-        tcp_close(&van->base);
+        tcp_close(&van->base.handle);
         return st;
     }
     van->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (van->epfd < 0) {
         ps_error(PS_LOG_TCP, "cannot create the progress thread's epoll: %m");
-        tcp_close(&van->base);
+        tcp_close(&van->base.handle);
         return PS_ERR_NO_RESOURCE;
     }
     struct epoll_event ev;
@@ -372,15 +354,15 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     ev.data.ptr = &van->wake_handle;
     if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->loop.wakefd, &ev) != 0) {
         ps_error(PS_LOG_TCP, "epoll_ctl for the wake-up eventfd: %m");
-        tcp_close(&van->base);
+        tcp_close(&van->base.handle);
         return PS_ERR_NO_RESOURCE;
     }
     st = ps_van_loop_start(&van->loop, NULL, 0);
     if (st != PS_OK) {
-        tcp_close(&van->base);
+        tcp_close(&van->base.handle);
         return st;
     }
-    *van_p = &van->base;
+    *van_p = &van->base.handle;
     return PS_OK;
 }
 
@@ -423,11 +405,7 @@ static ps_status_t tcp_query(ps_van_t *v, ps_van_attr_t *attr_p)
     if (van->conns_per_peer > 1) {
         a.cap_flags |= PS_CAP_MULTI_STREAM;
     }
-    uint64_t overhead = (uint64_t)van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN;
-    a.max_message_bytes = van->limits.max_message_bytes > overhead
-                              ? van->limits.max_message_bytes - overhead
-                              : van->limits.max_message_bytes;
-    a.max_data_segments = van->limits.max_segments;
+    ps_van_frame_attr(&van->limits, &a);
     a.num_streams = (uint32_t)van->conns_per_peer;
     *attr_p = a;
     return PS_OK;
@@ -451,12 +429,10 @@ static void tcp_disconnect(ps_van_t *v, int node_id)
 static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
 {
     ps__tcp_van_t *van = tcp_of(v);
-    if (node_id <= 0 || node_id >= PS_NODE_EMPTY) {
-        return PS_ERR_INVALID_ARG;
-    }
-    int old = __atomic_exchange_n(&van->my_id, node_id, __ATOMIC_ACQ_REL);
-    if (old == node_id) {
-        return PS_OK;
+    int changed;
+    ps_status_t st = ps_van_base_set_node_id(&van->base, node_id, &changed);
+    if (st != PS_OK || !changed) {
+        return st;
     }
     /* Re-announce on every connection we opened, in line with the data
      * already queued on it. */
@@ -509,17 +485,6 @@ static ps_status_t tcp_send(ps_van_t *v, const ps_msg_t *msg)
     return ps__tcp_send(tcp_of(v), msg);
 }
 
-static void tcp_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
-{
-    ps__tcp_van_t *van = tcp_of(v);
-    if (sent_p != NULL) {
-        *sent_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
-    }
-    if (recv_p != NULL) {
-        *recv_p = __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED);
-    }
-}
-
 static const ps_van_ops_t tcp_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = tcp_open,
@@ -532,7 +497,7 @@ static const ps_van_ops_t tcp_ops = {
     .send = tcp_send,
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
-    .stats = tcp_stats,
+    .stats = ps_van_base_stats,
     .progress = ps_van_loop_progress,
 };
 

@@ -262,7 +262,7 @@ ps_status_t ps__fab_setup(ps__fab_van_t *van, const char *host)
     /* A wait object lets an idle progress thread sleep. Not every provider
      * has one (shm does not): then the thread polls with growing pauses. */
     van->cq_fd = -1;
-    if (!van->params.busy_poll) {
+    if (!van->base.params.busy_poll) {
         cq_attr.wait_obj = FI_WAIT_FD;
         ret = fi_cq_open(van->domain, &cq_attr, &van->cq, NULL);
         if (ret == 0) {
@@ -314,7 +314,7 @@ ps_status_t ps__fab_setup(ps__fab_van_t *van, const char *host)
     fi_av_straddr(van->av, van->my_addr, addr, &alen);
     ps_info(PS_LOG_FABRIC, "endpoint %s on provider %s (%s)", addr, van->prov_name,
             van->cq_fd >= 0 ? "sleeps on a wait fd when idle" :
-            van->params.busy_poll ? "busy-polls" : "polls with pauses when idle (no wait object)");
+            van->base.params.busy_poll ? "busy-polls" : "polls with pauses when idle (no wait object)");
     return PS_OK;
 }
 

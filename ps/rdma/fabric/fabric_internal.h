@@ -60,6 +60,7 @@
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
+#include "ps/net/van/base.h"
 #include "ps/net/van/van.h"
 #include "ps/rdma/common/buf_pool.h"
 #include "ps/rdma/common/mr_cache.h"
@@ -287,9 +288,7 @@ struct ps__fab_rxs {
 };
 
 struct ps__fab_van {
-    ps_van_t base; /* first */
-    ps_van_params_t params;
-    ps_van_callbacks_t cb;
+    ps_van_base_t base; /* first: handle, params, callbacks, id, counters */
     ps_van_t *tcp;         /* scheduler traffic */
     ps_frame_limits_t limits;
 
@@ -393,9 +392,6 @@ struct ps__fab_van {
     unsigned clock_rounds;
 
     int64_t ops_in_flight;      /* atomic: posted sends, data/ext receives */
-    int my_id;                  /* atomic */
-    uint64_t bytes_sent;        /* atomic */
-    uint64_t bytes_recv;        /* atomic */
 };
 
 static inline ps__fab_van_t *ps__fab_of(ps_van_t *v)

@@ -168,8 +168,8 @@ static void notify_failures(ps__fab_van_t *van)
         pthread_rwlock_unlock(&van->peers_lock);
         if (hit == NULL)
             return;
-        if (van->cb.peer_failed != NULL)
-            van->cb.peer_failed(van->cb.arg, hit->id, why);
+        if (van->base.cb.peer_failed != NULL)
+            van->base.cb.peer_failed(van->base.cb.arg, hit->id, why);
     }
 }
 
@@ -184,8 +184,8 @@ static void check_liveness(ps__fab_van_t *van, uint64_t now)
     if (now - van->last_liveness_ns < PS__FAB_LIVENESS_NS)
         return;
     van->last_liveness_ns = now;
-    uint64_t limit = (uint64_t)(van->params.connect_timeout_ms > 0
-                                    ? van->params.connect_timeout_ms
+    uint64_t limit = (uint64_t)(van->base.params.connect_timeout_ms > 0
+                                    ? van->base.params.connect_timeout_ms
                                     : PS__FAB_STALL_MS_DEFAULT) * PS_NSEC_PER_MSEC;
     ps__fab_peer_t *dead = NULL;
     ps_status_t why = PS_ERR_PEER_GONE;
@@ -289,7 +289,7 @@ static int fab_poll(void *arg, unsigned budget)
 static uint64_t fab_spin_ns(void *arg)
 {
     ps__fab_van_t *van = arg;
-    if (van->params.busy_poll)
+    if (van->base.params.busy_poll)
         return UINT64_MAX;
     return __atomic_load_n(&van->ops_in_flight, __ATOMIC_RELAXED) > 0 ? PS__FAB_SPIN_INFLIGHT_NS
                                                                        : PS_VAN_LOOP_IDLE_SPIN_NS;
@@ -342,14 +342,14 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
     const ps_van_loop_params_t lp = {
         .thread_name = "ps-fabric",
         .log = PS_LOG_FABRIC,
-        .busy_poll = van->params.busy_poll,
-        .yield_every = van->params.busy_poll ? PS_VAN_LOOP_YIELD_EVERY : PS__FAB_IDLE_YIELD_EVERY,
+        .busy_poll = van->base.params.busy_poll,
+        .yield_every = van->base.params.busy_poll ? PS_VAN_LOOP_YIELD_EVERY : PS__FAB_IDLE_YIELD_EVERY,
         .stop_ms = PS__FAB_STOP_MS,
     };
     ps_status_t st = ps_van_loop_init(&van->loop, &lp, &fab_loop_ops, van);
     if (st != PS_OK)
         return st;
-    van->base.loop = &van->loop;
+    van->base.handle.loop = &van->loop;
     van->last_liveness_ns = ps_time_now_ns();
     van->last_active_ns = van->last_liveness_ns;
     van->pause_ns = PS__FAB_SLEEP_MIN_NS;

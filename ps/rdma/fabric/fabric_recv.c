@@ -236,9 +236,9 @@ void ps__fab_rx_reset(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
 static void lane_deliver(ps__fab_van_t *van, int sender, const uint8_t *bytes, size_t len)
 {
     /* One writer (the loop's holder): no locked add. */
-    __atomic_store_n(&van->bytes_recv, __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED) + len,
+    __atomic_store_n(&van->base.bytes_recv, __atomic_load_n(&van->base.bytes_recv, __ATOMIC_RELAXED) + len,
                      __ATOMIC_RELAXED);
-    ps_van_deliver_lane(&van->cb, PS_LOG_FABRIC, sender, bytes, len);
+    ps_van_deliver_lane(&van->base.cb, PS_LOG_FABRIC, sender, bytes, len);
 }
 
 /* Delivers what is next in the sender's sequence and complete. */
@@ -266,18 +266,10 @@ static void try_deliver(ps__fab_van_t *van, ps__fab_rxs_t *rxs)
         rx_detach(van, rx);
         ps_msg_t *msg = &rx->msg;
         /* One writer (the loop's holder): no locked add. */
-        __atomic_store_n(&van->bytes_recv,
-                         __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED) + rx->fh.data_total,
+        __atomic_store_n(&van->base.bytes_recv,
+                         __atomic_load_n(&van->base.bytes_recv, __ATOMIC_RELAXED) + rx->fh.data_total,
                          __ATOMIC_RELAXED);
-        if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
-            char line[192];
-            ps_msg_describe(msg, line, sizeof(line));
-            ps_trace(PS_LOG_FABRIC, "received %s", line);
-        }
-        if (van->cb.deliver != NULL)
-            van->cb.deliver(van->cb.arg, msg); /* the callee owns its references */
-        else
-            ps_msg_release(msg);
+        ps_van_base_deliver(&van->base, msg); /* the callee owns its references */
         rx_put(van, rx);
     }
 }
@@ -406,8 +398,8 @@ static ps_status_t seg_dest(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned i, ui
 {
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
     *desc_p = NULL;
-    if (van->cb.recv_buffer != NULL &&
-        van->cb.recv_buffer(van->cb.arg, &rx->msg.meta, i, len, &s) == PS_OK) {
+    if (van->base.cb.recv_buffer != NULL &&
+        van->base.cb.recv_buffer(van->base.cb.arg, &rx->msg.meta, i, len, &s) == PS_OK) {
         ps_buf_mem_t kind = ps_slice_mem_kind(&s);
         if (s.buf == NULL || s.len < len || (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM)) {
             ps_warn_ratelimited(PS_LOG_FABRIC, "recv_buffer gave %zu bytes of memory kind %d "
@@ -520,30 +512,9 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
                  ps_status_str(st));
         return PS_ERR_PROTOCOL;
     }
-    const ps_node_t *nodes = msg->meta.control.nodes;
-    const uint8_t *body = msg->meta.body;
-    msg->meta.sender = rx->peer->id;
-    msg->meta.control.nodes = NULL;
-    msg->meta.body = NULL;
-    size_t nn = msg->meta.control.num_nodes, bl = msg->meta.body_len;
-    if (nn != 0 || bl != 0) {
-        /* Node list and body point into the receive buffer: the message
-         * gets its own copy. */
-        uint8_t *block = malloc(nn * sizeof(ps_node_t) + bl);
-        if (block == NULL)
-            return PS_ERR_NO_MEMORY;
-        if (nn != 0) {
-            memcpy(block, nodes, nn * sizeof(ps_node_t));
-            msg->meta.control.nodes = (ps_node_t *)(void *)block;
-        }
-        if (bl != 0) {
-            memcpy(block + nn * sizeof(ps_node_t), body, bl);
-            msg->meta.body = block + nn * sizeof(ps_node_t);
-        }
-        msg->nodes = (ps_node_t *)(void *)block;
-        msg->num_nodes = (uint32_t)nn;
-        msg->nodes_owned = 1;
-    }
+    st = ps_van_msg_take_meta(msg, &msg->meta, rx->peer->id);
+    if (st != PS_OK)
+        return st;
 
     /* Server: where the answer to this pull may be written. */
     ps__fab_rdv_desc_t d;
@@ -783,7 +754,7 @@ void ps__fab_on_meta(ps__fab_van_t *van, ps__fab_mrecv_t *m, size_t len, fi_addr
      * message counts only when the provider says it comes from the address
      * that table gives its claimed sender (fab_open() refuses providers
      * without FI_SOURCE); anything else is dropped with a line. */
-    if (van->params.auth_enabled &&
+    if (van->base.params.auth_enabled &&
         (src == FI_ADDR_NOTAVAIL || known == FI_ADDR_NOTAVAIL || src != known)) {
         ps_warn_ratelimited(PS_LOG_FABRIC, "dropped a message claiming to come from node %d: "
                             "not from the address the job's node table gives it (PS_JOB_SECRET)",

@@ -52,7 +52,7 @@ void ps__fab_dest_drop(void *arg, const ps_rdma_rdv_key_t *key, void *value)
  * tagged message. */
 static void attach_pull(ps__fab_van_t *van, int recver, ps_meta_t *m)
 {
-    if (m->van_data_len != 0 || van->cb.recv_buffer == NULL || van->pulls == NULL)
+    if (m->van_data_len != 0 || van->base.cb.recv_buffer == NULL || van->pulls == NULL)
         return;
     ps_meta_t answer = *m;
     answer.request = false;
@@ -60,7 +60,7 @@ static void attach_pull(ps__fab_van_t *van, int recver, ps_meta_t *m)
     answer.recver = ps__fab_my_id(van);
     answer.van_data_len = 0;
     ps_slice_t dest = PS_SLICE_EMPTY_INIT;
-    if (van->cb.recv_buffer(van->cb.arg, &answer, 1, m->val_len, &dest) != PS_OK)
+    if (van->base.cb.recv_buffer(van->base.cb.arg, &answer, 1, m->val_len, &dest) != PS_OK)
         return;
     ps_buf_mem_t kind = ps_slice_mem_kind(&dest);
     if (dest.buf == NULL || dest.len < m->val_len ||
@@ -528,7 +528,7 @@ static ps_status_t post_direct(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab
     /* Busy polling keeps the loop's clock current (a driver or the
      * progress thread runs it; parked, a few ms old at most): no clock
      * read on the request's path. */
-    if (peer_dead(peer, van->params.busy_poll ? ps__fab_round_now(van) : 0, 0)) {
+    if (peer_dead(peer, van->base.params.busy_poll ? ps__fab_round_now(van) : 0, 0)) {
         pthread_mutex_unlock(&peer->lock);
         ps__fab_peer_fail(van, peer, PS_ERR_PEER_GONE, "its process is gone");
         return PS_ERR_PEER_GONE;
@@ -606,7 +606,7 @@ static ps_status_t tx_submit(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab_t
         ps__fab_peer_fail(van, peer, PS_ERR_PEER_GONE, "its process is gone");
         return PS_ERR_PEER_GONE;
     }
-    __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&van->base.bytes_sent, total, __ATOMIC_RELAXED);
     /* Without a wait object the progress thread may be between polls: the
      * rest of a large message needs it. */
     if (van->cq_fd < 0 && !queued && (total > van->inject_size))
@@ -744,7 +744,7 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
             goto fail;
         st = post_direct(van, peer, &hdr, small, hm_len);
         if (st == PS_OK) {
-            __atomic_add_fetch(&van->bytes_sent, total, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&van->base.bytes_sent, total, __ATOMIC_RELAXED);
             return PS_OK;
         }
         if (st != PS_INPROGRESS)
@@ -903,7 +903,7 @@ ps_status_t ps__fab_send_lane(ps__fab_van_t *van, ps__fab_peer_t *peer, uint8_t 
     if (!van->mr_local && wire <= van->inject_size) {
         ps_status_t st = post_direct(van, peer, &hdr, buf, wire);
         if (st == PS_OK) {
-            __atomic_add_fetch(&van->bytes_sent, len, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&van->base.bytes_sent, len, __ATOMIC_RELAXED);
             return PS_OK;
         }
         if (st != PS_INPROGRESS)

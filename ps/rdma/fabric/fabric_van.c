@@ -92,7 +92,7 @@ unsigned long ps__fabric_test_sends_in_flight(struct ps_van *v)
 
 int ps__fab_my_id(ps__fab_van_t *van)
 {
-    return __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
 }
 
 /* ---- peers ---- */
@@ -286,10 +286,9 @@ static ps_status_t fab_open_body(const ps_van_params_t *params, const ps_van_cal
     ps__fab_van_t *van = calloc(1, sizeof(*van));
     if (van == NULL)
         return PS_ERR_NO_MEMORY;
-    van->base.name = "fabric";
-    van->params = *params;
-    van->cb = *cb;
-    van->my_id = params->is_scheduler ? PS_SCHEDULER_ID : PS_NODE_EMPTY;
+    ps_van_base_init(&van->base, "fabric", &ps__fab_ops, PS_LOG_FABRIC, params, cb);
+    if (params->is_scheduler)
+        van->base.my_id = PS_SCHEDULER_ID;
     van->loop.wakefd = -1; /* no loop before bind */
     van->cq_fd = -1;
     van->limits = ps_frame_limits_default();
@@ -310,7 +309,6 @@ static ps_status_t fab_open_body(const ps_van_params_t *params, const ps_van_cal
         free(van);
         return PS_ERR_NO_MEMORY;
     }
-    van->base.ops = &ps__fab_ops;
 
     /* The scheduler speaks TCP only; busy-polling is for the data path. */
     ps_van_params_t tp = *params;
@@ -328,10 +326,10 @@ static ps_status_t fab_open_body(const ps_van_params_t *params, const ps_van_cal
         st = PS_ERR_UNSUPPORTED;
         goto fail;
     }
-    *van_p = &van->base;
+    *van_p = &van->base.handle;
     return PS_OK;
 fail:
-    fab_close(&van->base);
+    fab_close(&van->base.handle);
     return st;
 }
 
@@ -578,7 +576,7 @@ static ps_status_t fab_set_node_id(ps_van_t *v, int node_id)
     ps__fab_van_t *van = ps__fab_of(v);
     if (node_id <= 0 || node_id >= PS_NODE_EMPTY)
         return PS_ERR_INVALID_ARG;
-    __atomic_store_n(&van->my_id, node_id, __ATOMIC_RELEASE);
+    __atomic_store_n(&van->base.my_id, node_id, __ATOMIC_RELEASE);
     return van->tcp->ops->set_node_id(van->tcp, node_id);
 }
 
@@ -632,8 +630,8 @@ static void fab_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
     ps__fab_van_t *van = ps__fab_of(v);
     uint64_t s = 0, r = 0;
     van->tcp->ops->stats(van->tcp, &s, &r);
-    s += __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
-    r += __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED);
+    s += __atomic_load_n(&van->base.bytes_sent, __ATOMIC_RELAXED);
+    r += __atomic_load_n(&van->base.bytes_recv, __ATOMIC_RELAXED);
     if (sent_p != NULL)
         *sent_p = s;
     if (recv_p != NULL)

@@ -54,7 +54,7 @@ static ps_status_t auth_send(ps__ucx_conn_t *conn, int slot, int type, const uin
                              size_t len)
 {
     ps__ucx_van_t *van = conn->van;
-    ps__ucx_hs_pack(conn->auth_hs[slot], type, __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE),
+    ps__ucx_hs_pack(conn->auth_hs[slot], type, __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE),
                     0, 0, 0);
     if (len != 0) {
         memcpy(conn->auth_data[slot], data, len);
@@ -91,7 +91,7 @@ static void fail(ps__ucx_conn_t *conn, const char *fmt_who_what)
 
 void ps__ucx_auth_accepted(ps__ucx_conn_t *conn)
 {
-    if (conn->van->params.auth_enabled) {
+    if (conn->van->base.params.auth_enabled) {
         conn->auth = PS__UCX_AUTH_WAIT_INIT;
     }
 }
@@ -103,7 +103,7 @@ ps_status_t ps__ucx_auth_start(ps__ucx_conn_t *conn, int my_id)
     memset(t, 0, sizeof(*t));
     t->van = "ucx";
     t->id_i = my_id;
-    t->role_i = (int32_t)van->params.role;
+    t->role_i = (int32_t)van->base.params.role;
     ps_auth_nonce(t->nonce_i);
     uint8_t body[INIT_LEN];
     ps_auth_init_pack(t, body);
@@ -113,7 +113,7 @@ ps_status_t ps__ucx_auth_start(ps__ucx_conn_t *conn, int my_id)
 
 int ps__ucx_auth_hello_ok(ps__ucx_conn_t *conn, int id)
 {
-    if (!conn->van->params.auth_enabled) {
+    if (!conn->van->base.params.auth_enabled) {
         return 1;
     }
     if (conn->auth != PS__UCX_AUTH_DONE) {
@@ -131,7 +131,7 @@ int ps__ucx_auth_hello_ok(ps__ucx_conn_t *conn, int id)
 
 int ps__ucx_auth_ack_ok(ps__ucx_conn_t *conn)
 {
-    if (!conn->van->params.auth_enabled || conn->auth == PS__UCX_AUTH_DONE) {
+    if (!conn->van->base.params.auth_enabled || conn->auth == PS__UCX_AUTH_DONE) {
         return 1;
     }
     fail(conn, conn->auth == PS__UCX_AUTH_WAIT_VERDICT
@@ -143,7 +143,7 @@ int ps__ucx_auth_ack_ok(ps__ucx_conn_t *conn)
 static void on_init(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
 {
     ps__ucx_van_t *van = conn->van;
-    if (!van->params.auth_enabled) {
+    if (!van->base.params.auth_enabled) {
         refuse(conn, "it wants a job-secret handshake, but this node has no PS_JOB_SECRET");
         return;
     }
@@ -154,11 +154,11 @@ static void on_init(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
     ps_auth_transcript_t *t = &conn->auth_t;
     t->van = "ucx";
     ps_auth_init_unpack(data, t);
-    t->id_r = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
-    t->role_r = (int32_t)van->params.role;
+    t->id_r = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
+    t->role_r = (int32_t)van->base.params.role;
     ps_auth_nonce(t->nonce_r);
     uint8_t proof_r[PS_AUTH_PROOF_BYTES];
-    ps_auth_prove(&van->params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
+    ps_auth_prove(&van->base.params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
     uint8_t body[CHALLENGE_LEN];
     ps_auth_challenge_pack(t, proof_r, body);
     conn->auth = PS__UCX_AUTH_WAIT_PROOF;
@@ -170,9 +170,9 @@ static void on_init(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
 static void on_proof(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
 {
     ps__ucx_van_t *van = conn->van;
-    if (!van->params.auth_enabled || conn->auth != PS__UCX_AUTH_WAIT_PROOF ||
+    if (!van->base.params.auth_enabled || conn->auth != PS__UCX_AUTH_WAIT_PROOF ||
         len != PS_AUTH_PROOF_BYTES ||
-        !ps_auth_verify(&van->params.auth_key, PS_AUTH_INITIATOR, &conn->auth_t, data)) {
+        !ps_auth_verify(&van->base.params.auth_key, PS_AUTH_INITIATOR, &conn->auth_t, data)) {
         if (conn->auth != PS__UCX_AUTH_FAILED) {
             refuse(conn, "it does not hold the job secret");
         }
@@ -187,7 +187,7 @@ static void on_challenge(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
     ps__ucx_van_t *van = conn->van;
     char why[64];
     ps_auth_transcript_t *t = &conn->auth_t;
-    if (!van->params.auth_enabled || conn->auth != PS__UCX_AUTH_WAIT_CHALLENGE ||
+    if (!van->base.params.auth_enabled || conn->auth != PS__UCX_AUTH_WAIT_CHALLENGE ||
         len != CHALLENGE_LEN) {
         fail(conn, "sent an unexpected job-secret handshake message; closing");
         return;
@@ -200,9 +200,9 @@ static void on_challenge(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
         fail(conn, why);
         return;
     }
-    int good = ps_auth_verify(&van->params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
+    int good = ps_auth_verify(&van->base.params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
     uint8_t proof[PS_AUTH_PROOF_BYTES];
-    ps_auth_prove(&van->params.auth_key, PS_AUTH_INITIATOR, t, proof);
+    ps_auth_prove(&van->base.params.auth_key, PS_AUTH_INITIATOR, t, proof);
     ps_status_t st = auth_send(conn, 1, PS__UCX_HS_AUTH_PROOF, proof, sizeof(proof));
     if (st == PS_OK && good) {
         conn->auth = PS__UCX_AUTH_DONE;

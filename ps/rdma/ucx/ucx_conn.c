@@ -439,7 +439,7 @@ ps_status_t ps__ucx_send_hello(ps__ucx_conn_t *conn)
 {
     int id = conn->hello_id;
     if (id == PS_NODE_EMPTY) {
-        id = __atomic_load_n(&conn->van->my_id, __ATOMIC_ACQUIRE);
+        id = __atomic_load_n(&conn->van->base.my_id, __ATOMIC_ACQUIRE);
     }
     return send_handshake(conn, PS__UCX_HS_HELLO, id);
 }
@@ -479,10 +479,10 @@ static void conn_start(ps__ucx_conn_t *conn)
          * after set_node_id announces the new one). */
         int id = conn->hello_id;
         if (id == PS_NODE_EMPTY) {
-            id = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+            id = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
         }
         /* Job secret: its handshake first; ucx_auth.c sends HELLO after. */
-        ps = van->params.auth_enabled ? ps__ucx_auth_start(conn, id)
+        ps = van->base.params.auth_enabled ? ps__ucx_auth_start(conn, id)
                                       : send_handshake(conn, PS__UCX_HS_HELLO, id);
     }
     if (ps != PS_OK) {
@@ -551,7 +551,7 @@ ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
             return st;
         }
     }
-    if (van->params.bind_any || !have_host) {
+    if (van->base.params.bind_any || !have_host) {
         st = ps_sockaddr_wildcard(have_host ? ps_sockaddr_family(&addr) : AF_INET, 0, &addr);
         if (st != PS_OK) {
             return st;
@@ -656,7 +656,7 @@ ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id
     conn->nonce = ps__ucx_random(van);
     conn->hello_id = my_id;
     conn->connect_deadline_ns =
-        ps_time_now_ns() + (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
+        ps_time_now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
 
     ps__ucx_conn_t *replaced = NULL;
     pthread_rwlock_wrlock(&van->peers_lock);
@@ -726,12 +726,10 @@ void ps__ucx_disconnect(ps__ucx_van_t *van, int node_id)
 
 ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id)
 {
-    if (node_id <= 0 || node_id >= PS_NODE_EMPTY) {
-        return PS_ERR_INVALID_ARG;
-    }
-    int old = __atomic_exchange_n(&van->my_id, node_id, __ATOMIC_ACQ_REL);
-    if (old == node_id) {
-        return PS_OK;
+    int changed;
+    ps_status_t st = ps_van_base_set_node_id(&van->base, node_id, &changed);
+    if (st != PS_OK || !changed) {
+        return st;
     }
     /* Re-announce on every connection we opened, in line with its data. */
     ps__ucx_conn_t **list = NULL;
@@ -930,7 +928,7 @@ static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, u
         st = peer_add_in(van, conn, id);
     }
     if (st == PS_OK) {
-        int my = __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+        int my = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
         st = send_handshake(conn, PS__UCX_HS_ACK, my);
     }
     if (st != PS_OK) {
@@ -1079,7 +1077,7 @@ static void on_error(ps__ucx_van_t *van, ps__ucx_conn_t *conn, ucs_status_t stat
     if (conn->outgoing && conn->state != PS__UCX_READY) {
         ps_error(PS_LOG_UCX, "cannot connect to node %d at %s: %s (gave up after %d ms, "
                  "PS_CONNECT_TIMEOUT_MS)", conn->peer_id, conn->addr_str,
-                 ucs_status_string(status), van->params.connect_timeout_ms);
+                 ucs_status_string(status), van->base.params.connect_timeout_ms);
         why = PS_ERR_UNREACHABLE;
     } else {
         why = ps__ucx_status(status);
@@ -1157,7 +1155,7 @@ int ps__ucx_run_timers(ps__ucx_van_t *van, uint64_t now)
                 if (conn->outgoing) {
                     ps_error(PS_LOG_UCX, "cannot connect to node %d at %s: no answer within %d ms "
                              "(PS_CONNECT_TIMEOUT_MS)", conn->peer_id, conn->addr_str,
-                             van->params.connect_timeout_ms);
+                             van->base.params.connect_timeout_ms);
                     ps__ucx_conn_fail(conn, PS_ERR_UNREACHABLE, 1);
                 } else {
                     ps_van_admission_expired(&van->adm, conn->addr_str);
@@ -1259,8 +1257,8 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
             ps__ucx_conn_unref(others[i]);
         }
         ps_info(PS_LOG_UCX, "lost node %d at %s (%s)", id, conn->addr_str, ps_status_str(why));
-        if (van->cb.peer_failed != NULL) {
-            van->cb.peer_failed(van->cb.arg, id, why);
+        if (van->base.cb.peer_failed != NULL) {
+            van->base.cb.peer_failed(van->base.cb.arg, id, why);
         }
     }
     if (linked) {

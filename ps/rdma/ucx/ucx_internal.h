@@ -136,6 +136,7 @@
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/progress_loop.h"
+#include "ps/net/van/base.h"
 #include "ps/net/van/van.h"
 #include "ps/rdma/ucx/ucx_hs.h"
 
@@ -383,9 +384,7 @@ typedef struct {
 } ps__ucx_peer_t;
 
 struct ps__ucx_van {
-    ps_van_t base; /* first: the van handle */
-    ps_van_params_t params;
-    ps_van_callbacks_t cb;
+    ps_van_base_t base; /* first: handle, params, callbacks, id, counters */
     ps_frame_limits_t limits;
     uint64_t inline_max;       /* segments up to this size ride in the META message */
     uint64_t prealloc;         /* PS_RECV_PREALLOC_BYTES: bigger segments wait for their match */
@@ -472,9 +471,6 @@ struct ps__ucx_van {
     ps_node_t *scratch_nodes;
     size_t scratch_cap;
 
-    int my_id;                 /* atomic */
-    uint64_t bytes_sent;       /* atomic */
-    uint64_t bytes_recv;       /* atomic */
     int64_t inflight_ops;      /* atomic: send ops not released yet */
     pthread_mutex_t ops_lock;  /* leaf: the posted ops UCX has not finished */
     ps__ucx_op_t *inflight;

@@ -437,8 +437,8 @@ static ps_status_t seg_dest(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i, ui
                             int defer, ps_slice_t *slice_p)
 {
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
-    if (rx->conn != NULL && van->cb.recv_buffer != NULL &&
-        van->cb.recv_buffer(van->cb.arg, &rx->msg.meta, i, len, &s) == PS_OK) {
+    if (rx->conn != NULL && van->base.cb.recv_buffer != NULL &&
+        van->base.cb.recv_buffer(van->base.cb.arg, &rx->msg.meta, i, len, &s) == PS_OK) {
         ps_buf_mem_t kind = ps_slice_mem_kind(&s);
         if (s.len >= len && s.buf != NULL && (kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM)) {
             ps_slice_narrow(&s, 0, len);
@@ -598,33 +598,11 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
     }
 
     /* Who sent it is who the connection proved to be, never the wire. */
-    m->meta.sender = rx->conn != NULL ? rx->conn->peer_id : PS_NODE_EMPTY;
-    /* The decoded node list and body point into scratch space and the
-     * staging buffer. */
-    size_t nn = m->meta.control.num_nodes;
-    size_t bl = m->meta.body_len;
-    const ps_node_t *nodes = m->meta.control.nodes;
-    const uint8_t *body = m->meta.body;
-    m->meta.control.nodes = NULL;
-    m->meta.body = NULL;
-    if (nn != 0 || bl != 0) {
-        /* The message owns its node list and body (one block). */
-        uint8_t *block = malloc(nn * sizeof(ps_node_t) + bl);
-        if (block == NULL) {
-            rx->status = PS_ERR_NO_MEMORY;
-            return;
-        }
-        if (nn != 0) {
-            memcpy(block, nodes, nn * sizeof(ps_node_t));
-            m->meta.control.nodes = (ps_node_t *)(void *)block;
-        }
-        if (bl != 0) {
-            memcpy(block + nn * sizeof(ps_node_t), body, bl);
-            m->meta.body = block + nn * sizeof(ps_node_t);
-        }
-        m->nodes = (ps_node_t *)(void *)block;
-        m->num_nodes = (uint32_t)nn;
-        m->nodes_owned = 1;
+    ps_status_t own = ps_van_msg_take_meta(m, &m->meta,
+                                           rx->conn != NULL ? rx->conn->peer_id : PS_NODE_EMPTY);
+    if (own != PS_OK) {
+        rx->status = own;
+        return;
     }
     m->num_data = hdr.num_data;
     size_t off = (size_t)hdr.header_len + hdr.meta_len;
@@ -657,8 +635,8 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
         /* Inline: a slice of the staging buffer, or a copy where the
          * postoffice wants it. */
         ps_slice_t s = PS_SLICE_EMPTY_INIT;
-        if (rx->conn != NULL && van->cb.recv_buffer != NULL &&
-            van->cb.recv_buffer(van->cb.arg, &m->meta, i, slen, &s) == PS_OK) {
+        if (rx->conn != NULL && van->base.cb.recv_buffer != NULL &&
+            van->base.cb.recv_buffer(van->base.cb.arg, &m->meta, i, slen, &s) == PS_OK) {
             ps_buf_mem_t kind = ps_slice_mem_kind(&s);
             if (s.len >= slen && s.buf != NULL &&
                 (kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM)) {
@@ -687,11 +665,11 @@ int ps__ucx_lane_deliver(ps__ucx_van_t *van)
      * added while these are handed over. */
     for (unsigned i = 0; i < n; ++i) {
         bytes += van->lane[i].len;
-        ps_van_deliver_lane(&van->cb, PS_LOG_UCX, van->lane[i].sender, van->lane[i].bytes,
+        ps_van_deliver_lane(&van->base.cb, PS_LOG_UCX, van->lane[i].sender, van->lane[i].bytes,
                             van->lane[i].len);
     }
     van->lane_n = 0;
-    __atomic_add_fetch(&van->bytes_recv, bytes, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&van->base.bytes_recv, bytes, __ATOMIC_RELAXED);
     return (int)n;
 }
 
@@ -723,31 +701,19 @@ static void rx_deliver_ready(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
                 bytes += rx->msg.data[i].len;
             }
         }
-        __atomic_add_fetch(&van->bytes_recv, bytes, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&van->base.bytes_recv, bytes, __ATOMIC_RELAXED);
         if (rx->hello) {
             rx_free(van, rx); /* nothing to deliver */
             continue;
         }
         if (rx->lane) {
-            ps_van_deliver_lane(&van->cb, PS_LOG_UCX, conn->peer_id,
+            ps_van_deliver_lane(&van->base.cb, PS_LOG_UCX, conn->peer_id,
                                 ps_slice_ptr(&rx->staging), rx->staging_len);
             rx_free(van, rx);
             continue;
         }
-        if (ps_unlikely(PS_LOG_TRACE <= ps__log_level)) {
-            char line[192];
-            ps_msg_describe(&rx->msg, line, sizeof(line));
-            ps_trace(PS_LOG_UCX, "received %s", line);
-        }
-        if (van->cb.deliver != NULL) {
-            /* In place, no copy: the callee takes the references (and
-             * uses the message only during the call). */
-            van->cb.deliver(van->cb.arg, &rx->msg);
-            rx->msg.num_data = 0;
-            rx->msg.nodes = NULL;
-            rx->msg.num_nodes = 0;
-            rx->msg.nodes_owned = 0;
-        }
+        /* In place, no copy: the callee takes the references. */
+        ps_van_base_deliver(&van->base, &rx->msg);
         rx_free(van, rx);
     }
 }

@@ -252,7 +252,7 @@ static int post(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
                           ucp_dt_make_contig(1), tag, SEND_DATA);
         }
     }
-    __atomic_add_fetch(&van->bytes_sent, op->bytes, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&van->base.bytes_sent, op->bytes, __ATOMIC_RELAXED);
     if (!ok) {
         /* The endpoint refused the send: the connection is broken. The
          * progress thread tears it down (never from a sender's thread). */
@@ -559,7 +559,7 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
     pthread_rwlock_unlock(&van->peers_lock);
     if (sent) {
         ps_stage_posted();
-        __atomic_add_fetch(&van->bytes_sent, frame_len, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&van->base.bytes_sent, frame_len, __ATOMIC_RELAXED);
         return PS_OK;
     }
     if (conn == NULL) {
@@ -608,36 +608,19 @@ static int recver_ok(int recver, const char *what)
 
 ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
 {
-    if (msg == NULL || msg->num_data > PS_MSG_MAX_DATA) {
-        return PS_ERR_INVALID_ARG;
+    ps_meta_t with_nodes;
+    const ps_meta_t *meta;
+    ps_status_t st = ps_van_send_prepare(&van->base, msg, 0, &with_nodes, &meta);
+    if (st != PS_OK) {
+        return st;
     }
-    int recver = msg->meta.recver;
-    if (!recver_ok(recver, "send")) {
-        return PS_ERR_INVALID_ARG;
-    }
-    if (ps__ucx_looks_like_hello(&msg->meta)) {
+    int recver = meta->recver;
+    if (ps__ucx_looks_like_hello(meta)) {
         ps_error(PS_LOG_UCX, "send: van_data carries the ucx van's hello tag");
         return PS_ERR_INVALID_ARG;
     }
-    for (uint32_t i = 0; i < msg->num_data; ++i) {
-        ps_buf_mem_t kind = ps_slice_mem_kind(&msg->data[i]);
-        if (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM) {
-            ps_error(PS_LOG_UCX, "send: segment %u is device memory; the ucx van sends host "
-                     "memory only", i);
-            return PS_ERR_UNSUPPORTED;
-        }
-    }
-    const ps_meta_t *meta = &msg->meta;
-    ps_meta_t with_nodes;
-    if (meta->control.num_nodes == 0 && msg->num_nodes != 0) {
-        /* The node list rides in the message rather than the meta. */
-        with_nodes = *meta;
-        with_nodes.control.nodes = msg->nodes;
-        with_nodes.control.num_nodes = msg->num_nodes;
-        meta = &with_nodes;
-    }
     small_msg_t sm;
-    ps_status_t st = frame_small(van, meta, msg->data, msg->num_data, &sm);
+    st = frame_small(van, meta, msg->data, msg->num_data, &sm);
     if (st != PS_OK) {
         return st;
     }

@@ -252,7 +252,7 @@ static void ucx_woke(void *arg)
 static int64_t ucx_outstanding(void *arg, uint64_t *moved_p)
 {
     ps__ucx_van_t *van = arg;
-    *moved_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
+    *moved_p = __atomic_load_n(&van->base.bytes_sent, __ATOMIC_RELAXED);
     return __atomic_load_n(&van->inflight_ops, __ATOMIC_ACQUIRE);
 }
 
@@ -297,27 +297,11 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
     if (van == NULL) {
         return PS_ERR_NO_MEMORY;
     }
-    van->base.ops = &ucx_ops;
-    van->base.name = "ucx";
-    van->base.loop = &van->loop;
-    van->params = *params;
-    if (cb != NULL) {
-        van->cb = *cb;
-    }
-    van->params.connect_timeout_ms =
-        ps_van_connect_timeout_ms(van->params.connect_timeout_ms, PS__UCX_DEFAULT_CONNECT_MS);
-    van->limits = ps_frame_limits_default();
-    if (params->max_meta_bytes != 0) {
-        van->limits.max_meta_bytes =
-            params->max_meta_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)params->max_meta_bytes;
-    }
-    uint32_t segs = params->max_data_segments != 0 ? params->max_data_segments
-                                                   : van->limits.max_segments;
-    van->limits.max_segments = segs < PS_MSG_MAX_DATA ? segs : PS_MSG_MAX_DATA;
-    if (params->max_message_bytes != 0) {
-        van->limits.max_message_bytes = params->max_message_bytes + van->limits.max_meta_bytes +
-                                        PS_FRAME_MAX_HEADER_LEN;
-    }
+    ps_van_base_init(&van->base, "ucx", &ucx_ops, PS_LOG_UCX, params, cb);
+    van->base.handle.loop = &van->loop;
+    van->base.params.connect_timeout_ms =
+        ps_van_connect_timeout_ms(van->base.params.connect_timeout_ms, PS__UCX_DEFAULT_CONNECT_MS);
+    van->limits = ps_van_frame_limits(params);
     van->inline_max = ps_config_size_or(PS_CFG_BYTEPS_UCX_SHORT_THRESH, 4096);
     van->prealloc = ps_config_size_or(PS_CFG_PS_RECV_PREALLOC_BYTES, 4u << 20);
     if (ps_config_int_or(PS_CFG_DMLC_NUM_CPU_DEV, 1) > 1 || params->conns_per_peer > 1) {
@@ -327,7 +311,6 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
     if (ps_config_int_or(PS_CFG_DMLC_NUM_GPU_DEV, 0) > 0) {
         ps_warn(PS_LOG_UCX, "DMLC_NUM_GPU_DEV is set, but this ucx van moves host memory only");
     }
-    van->my_id = PS_NODE_EMPTY;
     van->efd = -1;
     van->defd = -1;
     const ps_van_loop_params_t lp = {
@@ -360,12 +343,12 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
     /* UCX registers what its transports need by itself: no ops. */
     st = ps_rdma_buf_pool_create("ucx recv", NULL, NULL, 0, 0, &van->pool);
     if (st != PS_OK) {
-        ucx_close(&van->base);
+        ucx_close(&van->base.handle);
         return st;
     }
     st = ps__ucx_ctx_open(van);
     if (st != PS_OK) {
-        ucx_close(&van->base);
+        ucx_close(&van->base.handle);
         return st;
     }
     ucp_am_handler_param_t am;
@@ -379,7 +362,7 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
     ucs_status_t ust = ucp_worker_set_am_recv_handler(van->worker, &am);
     if (ust != UCS_OK) {
         ps_error(PS_LOG_UCX, "cannot set the handshake handler: %s", ucs_status_string(ust));
-        ucx_close(&van->base);
+        ucx_close(&van->base.handle);
         return ps__ucx_status(ust);
     }
     /* META messages, on every worker that carries data (ucx_recv.c). Not
@@ -400,17 +383,17 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
         ust = ucp_worker_set_am_recv_handler(data_workers[i], &am);
         if (ust != UCS_OK) {
             ps_error(PS_LOG_UCX, "cannot set the message handler: %s", ucs_status_string(ust));
-            ucx_close(&van->base);
+            ucx_close(&van->base.handle);
             return ps__ucx_status(ust);
         }
     }
     int fds[2] = {van->efd, van->defd};
     st = ps_van_loop_start(&van->loop, fds, van->defd >= 0 ? 2 : 1);
     if (st != PS_OK) {
-        ucx_close(&van->base);
+        ucx_close(&van->base.handle);
         return st;
     }
-    *van_p = &van->base;
+    *van_p = &van->base.handle;
     return PS_OK;
 }
 
@@ -504,11 +487,7 @@ static ps_status_t ucx_query(ps_van_t *v, ps_van_attr_t *attr_p)
     ps_van_attr_t a;
     memset(&a, 0, sizeof(a));
     a.cap_flags = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_BUSY_POLL;
-    uint64_t overhead = (uint64_t)van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN;
-    a.max_message_bytes = van->limits.max_message_bytes > overhead
-                              ? van->limits.max_message_bytes - overhead
-                              : van->limits.max_message_bytes;
-    a.max_data_segments = van->limits.max_segments;
+    ps_van_frame_attr(&van->limits, &a);
     a.num_streams = 1;
     *attr_p = a;
     return PS_OK;
@@ -544,17 +523,6 @@ static ps_status_t ucx_send_lane(ps_van_t *v, int recver, uint8_t *bytes, size_t
     return ps__ucx_send_lane(ucx_of(v), recver, bytes, len);
 }
 
-static void ucx_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
-{
-    ps__ucx_van_t *van = ucx_of(v);
-    if (sent_p != NULL) {
-        *sent_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
-    }
-    if (recv_p != NULL) {
-        *recv_p = __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED);
-    }
-}
-
 static const ps_van_ops_t ucx_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = ucx_open,
@@ -567,7 +535,7 @@ static const ps_van_ops_t ucx_ops = {
     .send = ucx_send,
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
-    .stats = ucx_stats,
+    .stats = ps_van_base_stats,
     .progress = ps_van_loop_progress,
     .send_lane = ucx_send_lane,
 };

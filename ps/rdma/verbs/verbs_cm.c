@@ -89,7 +89,7 @@ static void list_rdma_netdevs(char *buf, size_t cap)
 static ps_status_t auto_interface(ps__vb_van_t *van, ps_node_t *node)
 {
     const char *iface = ps_config_str_or(PS_CFG_DMLC_INTERFACE, "");
-    if (van->params.is_scheduler || strcmp(iface, "auto") != 0 ||
+    if (van->base.params.is_scheduler || strcmp(iface, "auto") != 0 ||
         ps_config_is_set(PS_CFG_DMLC_NODE_HOST))
         return PS_OK;
     ps_sockaddr_t cur;
@@ -138,7 +138,7 @@ ps_status_t ps__vb_cm_bind(ps__vb_van_t *van, ps_node_t *node, int max_retry)
             return st;
         }
     }
-    if (van->params.bind_any || !have_host) {
+    if (van->base.params.bind_any || !have_host) {
         st = ps_sockaddr_wildcard(have_host ? ps_sockaddr_family(&addr) : AF_INET, 0, &addr);
         if (st != PS_OK)
             return st;
@@ -232,7 +232,7 @@ static ps__vb_conn_t *conn_new(ps__vb_van_t *van, int outgoing)
     c->state = PS__VB_C_CONNECTING;
     c->notify = 1;
     c->backoff_ms = PS__VB_BACKOFF_MIN_MS;
-    c->auth_on = van->params.auth_enabled;
+    c->auth_on = van->base.params.auth_enabled;
     pthread_mutex_init(&c->lock, NULL);
     ps__vb_gcache_init(&c->gcache, PS__VB_GCACHE_MAX);
     for (unsigned i = 0; i < PS__VB_MAX_QP; i++) {
@@ -475,7 +475,7 @@ static void attempt_start(ps__vb_conn_t *c)
     if (c->auth_on) {
         /* A fresh handshake per attempt; its nonce_i groups the QPs. */
         ps__vb_auth_start(&c->auth, __atomic_load_n(&c->my_id_sent, __ATOMIC_ACQUIRE),
-                          (int32_t)van->params.role);
+                          (int32_t)van->base.params.role);
         c->nonce = ps__vb_auth_group(&c->auth);
     } else {
         c->nonce = ps__vb_random(van);
@@ -541,7 +541,7 @@ ps_status_t ps__vb_cm_connect(ps__vb_van_t *van, const ps_node_t *peer, int my_i
         c->nqp = van->nqp;
         c->nonce = ps__vb_random(van);
         c->my_id_sent = my_id != PS_NODE_EMPTY ? my_id : ps__vb_my_id(van);
-        c->deadline_ns = now_ns() + (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
+        c->deadline_ns = now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
         ps__vb_reorder_init(&c->reorder, c->nqp);
 
         pthread_rwlock_wrlock(&van->peers_lock);
@@ -723,7 +723,7 @@ static void on_connect_request(ps__vb_van_t *van, const cm_event_t *ev)
         rdma_destroy_id(id);
         return;
     }
-    if (has_auth != van->params.auth_enabled) {
+    if (has_auth != van->base.params.auth_enabled) {
         refuse_request(van, id, from, d.nonce,
                        has_auth ? "it wants a job-secret handshake, but this node has no "
                                   "PS_JOB_SECRET"
@@ -747,13 +747,13 @@ static void on_connect_request(ps__vb_van_t *van, const cm_event_t *ev)
         c->nqp = d.qp_count;
         c->addr = peer_addr;
         snprintf(c->addr_str, sizeof(c->addr_str), "%s", from);
-        c->deadline_ns = now_ns() + (uint64_t)van->params.connect_timeout_ms * PS_NSEC_PER_MSEC;
+        c->deadline_ns = now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
         ps__vb_reorder_init(&c->reorder, c->nqp);
         if (has_auth) {
             /* Before any of its QPs exists: the poller sees the transcript
              * only through a QP (qp_create, the map's lock). */
-            ps__vb_auth_respond(&c->auth, &van->params.auth_key, &req, ps__vb_my_id(van),
-                                (int32_t)van->params.role);
+            ps__vb_auth_respond(&c->auth, &van->base.params.auth_key, &req, ps__vb_my_id(van),
+                                (int32_t)van->base.params.role);
         }
     }
     ps__vb_qp_t *qp = &c->qp[d.qp_index];
@@ -819,7 +819,7 @@ static void send_proof(ps__vb_conn_t *c)
     ps__vb_van_t *van = c->van;
     uint8_t msg[PS__VB_AUTH_PROOF_LEN];
     int good = 0;
-    ps_status_t st = ps__vb_auth_proof_msg(&c->auth, &van->params.auth_key, msg, &good);
+    ps_status_t st = ps__vb_auth_proof_msg(&c->auth, &van->base.params.auth_key, msg, &good);
     if (st == PS_OK)
         st = ps__vb_send_first(c, msg, sizeof(msg));
     if (st != PS_OK) {
@@ -840,7 +840,7 @@ static void on_established(ps__vb_qp_t *qp, const cm_event_t *ev)
     ps__vb_conn_t *c = qp->conn;
     if (c->outgoing && c->auth_on) {
         const char *why = "";
-        ps_status_t st = ps__vb_auth_on_accept(&c->auth, &c->van->params.auth_key, c->expect_id,
+        ps_status_t st = ps__vb_auth_on_accept(&c->auth, &c->van->base.params.auth_key, c->expect_id,
                                                qp->index, c->nqp, ev->pdata, ev->pdata_len,
                                                &why);
         if (st != PS_OK) {
@@ -1179,11 +1179,11 @@ static int run_timers(ps__vb_van_t *van)
             if (c->outgoing)
                 ps_error(PS_LOG_RDMA, "node %d at %s did not answer our job-secret proof within "
                          "%d ms (PS_CONNECT_TIMEOUT_MS); does it use the same PS_JOB_SECRET?",
-                         c->expect_id, c->addr_str, van->params.connect_timeout_ms);
+                         c->expect_id, c->addr_str, van->base.params.connect_timeout_ms);
             else
                 ps_error(PS_LOG_RDMA, "refused connection from %s: it did not prove it holds the "
                          "job secret within %d ms (PS_CONNECT_TIMEOUT_MS)", c->addr_str,
-                         van->params.connect_timeout_ms);
+                         van->base.params.connect_timeout_ms);
             conn_destroy_qps(c);
             ps__vb_conn_fail(c, PS_ERR_AUTH, NULL);
             ps__vb_conn_unref(c);
@@ -1191,7 +1191,7 @@ static int run_timers(ps__vb_van_t *van)
         }
         char what[200];
         snprintf(what, sizeof(what), "no connection within %d ms (PS_CONNECT_TIMEOUT_MS)%s%s",
-                 van->params.connect_timeout_ms, c->last_err != PS_OK ? "; last error: " : "",
+                 van->base.params.connect_timeout_ms, c->last_err != PS_OK ? "; last error: " : "",
                  c->last_err != PS_OK ? ps_status_str(c->last_err) : "");
         conn_destroy_qps(c);
         ps__vb_conn_fail(c, c->outgoing ? PS_ERR_TIMED_OUT : PS_ERR_PROTOCOL, what);

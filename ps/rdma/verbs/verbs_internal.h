@@ -58,6 +58,7 @@
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
+#include "ps/net/van/base.h"
 #include "ps/net/van/van.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/rdma/common/buf_pool.h"
@@ -297,9 +298,7 @@ typedef struct {
 } ps__vb_held_t;
 
 struct ps__vb_van {
-    ps_van_t base; /* first */
-    ps_van_params_t params;
-    ps_van_callbacks_t cb;
+    ps_van_base_t base; /* first: handle, params, callbacks, id, counters */
     ps_frame_limits_t limits;
     unsigned nqp;
     int lag;
@@ -351,14 +350,11 @@ struct ps__vb_van {
     int poll_epfd;
     int poll_blocked;        /* the loop's: a connection waits for send room */
 
-    int my_id;               /* atomic */
     /* CM thread: QP groups lately refused for want of the job secret (one
      * log line per connection, not per QP). */
     uint64_t refused[8];
     unsigned refused_next;
     uint64_t next_serial;    /* atomic */
-    uint64_t bytes_sent;     /* atomic */
-    uint64_t bytes_recv;     /* atomic */
 
     ps_node_t *scratch_nodes; /* poller: decode */
     size_t scratch_cap;

@@ -39,16 +39,13 @@
 static void deliver(ps__vb_van_t *van, ps__vb_conn_t *conn, ps_msg_t *msg)
 {
     msg->meta.sender = __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE);
-    __atomic_add_fetch(&van->bytes_recv, ps_msg_data_bytes(msg), __ATOMIC_RELAXED);
+    __atomic_add_fetch(&van->base.bytes_recv, ps_msg_data_bytes(msg), __ATOMIC_RELAXED);
     if (van->print_log) {
         char line[192];
         ps_msg_describe(msg, line, sizeof(line));
         ps_info(PS_LOG_RDMA, "received from node %d: %s", msg->meta.sender, line);
     }
-    if (van->cb.deliver != NULL)
-        van->cb.deliver(van->cb.arg, msg);
-    else
-        ps_msg_release(msg);
+    ps_van_base_deliver(&van->base, msg);
 }
 
 static void release_held(void *ctx, ps__vb_reorder_item_t *item)
@@ -168,30 +165,10 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
     }
 
     ps_msg_init(msg);
-    msg->meta = meta;
-    size_t nn = meta.control.num_nodes;
-    size_t bl = meta.body_len;
-    msg->meta.control.nodes = NULL;
-    msg->meta.body = NULL;
-    if (nn != 0 || bl != 0) {
-        /* Node list and body point into the receive buffer: the message
-         * gets its own copy (one block, freed with it). */
-        uint8_t *block = malloc(nn * sizeof(ps_node_t) + bl);
-        if (block == NULL) {
-            *why = "out of memory";
-            return PS_ERR_NO_MEMORY;
-        }
-        if (nn != 0) {
-            memcpy(block, meta.control.nodes, nn * sizeof(ps_node_t));
-            msg->meta.control.nodes = (ps_node_t *)(void *)block;
-        }
-        if (bl != 0) {
-            memcpy(block + nn * sizeof(ps_node_t), meta.body, bl);
-            msg->meta.body = block + nn * sizeof(ps_node_t);
-        }
-        msg->nodes = (ps_node_t *)(void *)block;
-        msg->num_nodes = (uint32_t)nn;
-        msg->nodes_owned = 1;
+    /* The sender is set at delivery, from the connection. */
+    if (ps_van_msg_take_meta(msg, &meta, meta.sender) != PS_OK) {
+        *why = "out of memory";
+        return PS_ERR_NO_MEMORY;
     }
 
     ps__vb_pull_t *pull = NULL;
@@ -407,7 +384,7 @@ static void auth_rx(ps__vb_van_t *van, ps__vb_conn_t *conn, const ps__vb_qp_t *q
     }
     ps_status_t st = PS_ERR_AUTH;
     if (wc->opcode == IBV_WC_RECV && qp->index == 0)
-        st = ps__vb_auth_on_proof(&conn->auth, &van->params.auth_key, ps_slice_ptr(&rx->buf),
+        st = ps__vb_auth_on_proof(&conn->auth, &van->base.params.auth_key, ps_slice_ptr(&rx->buf),
                                   wc->byte_len);
     if (st == PS_OK) {
         ps_debug(PS_LOG_RDMA, "connection from %s proved the job secret", conn->addr_str);
@@ -657,7 +634,7 @@ ps_status_t ps__vb_poll_start(ps__vb_van_t *van)
     const ps_van_loop_params_t lp = {
         .thread_name = "ps-rdma-cq",
         .log = PS_LOG_RDMA,
-        .busy_poll = van->params.busy_poll,
+        .busy_poll = van->base.params.busy_poll,
         .yield_every = 1, /* spinning only with busy polling: yield every round */
     };
     ps_status_t st = ps_van_loop_init(&van->loop, &lp, &vb_loop_ops, van);

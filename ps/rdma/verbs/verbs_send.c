@@ -770,7 +770,7 @@ static post_result_t pump(ps__vb_conn_t *conn)
                 (void)queue_ctrl(conn, &d);
             }
         } else {
-            __atomic_add_fetch(&van->bytes_sent, tx->fm_len + tx->in_len +
+            __atomic_add_fetch(&van->base.bytes_sent, tx->fm_len + tx->in_len +
                                                      (tx->rma_seg >= 0 ? tx->lens[tx->rma_seg] : 0),
                                __ATOMIC_RELAXED);
         }
@@ -909,7 +909,7 @@ void ps__vb_tx_complete(ps__vb_txwc_t *wc, int ok)
  * names for the response and describes it in van_data. */
 static uint32_t pull_prepare(ps__vb_van_t *van, ps__vb_conn_t *conn, ps_meta_t *m)
 {
-    if (van->cb.recv_buffer == NULL || conn->dev == NULL || m->van_data_len != 0)
+    if (van->base.cb.recv_buffer == NULL || conn->dev == NULL || m->van_data_len != 0)
         return 0;
     ps_meta_t rm = *m;
     rm.request = false;
@@ -922,7 +922,7 @@ static uint32_t pull_prepare(ps__vb_van_t *van, ps__vb_conn_t *conn, ps_meta_t *
     rm.control.nodes = NULL;
     rm.control.num_nodes = 0;
     ps_slice_t dest = PS_SLICE_EMPTY_INIT;
-    if (van->cb.recv_buffer(van->cb.arg, &rm, 1, m->val_len, &dest) != PS_OK)
+    if (van->base.cb.recv_buffer(van->base.cb.arg, &rm, 1, m->val_len, &dest) != PS_OK)
         return 0;
     if (dest.buf == NULL || dest.len < m->val_len ||
         ps_slice_narrow(&dest, 0, (size_t)m->val_len) != PS_OK) {

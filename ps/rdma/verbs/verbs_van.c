@@ -33,7 +33,7 @@ uint64_t ps__vb_random(ps__vb_van_t *van)
 
 int ps__vb_my_id(ps__vb_van_t *van)
 {
-    return __atomic_load_n(&van->my_id, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
 }
 
 void ps__vb_poll_wake(ps__vb_van_t *van)
@@ -358,8 +358,8 @@ void ps__vb_conn_fail(ps__vb_conn_t *conn, ps_status_t why, const char *what)
     }
     drop_peer_state(van, id);
     if (!__atomic_exchange_n(&conn->fail_reported, 1, __ATOMIC_ACQ_REL) &&
-        van->cb.peer_failed != NULL)
-        van->cb.peer_failed(van->cb.arg, id, why);
+        van->base.cb.peer_failed != NULL)
+        van->base.cb.peer_failed(van->base.cb.arg, id, why);
 }
 
 /* ---- ops ---- */
@@ -414,25 +414,12 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
     ps__vb_van_t *van = calloc(1, sizeof(*van));
     if (van == NULL)
         return PS_ERR_NO_MEMORY;
-    van->base.ops = &vb_ops;
-    van->base.name = "ibverbs";
-    van->params = *params;
-    if (cb != NULL)
-        van->cb = *cb;
-    if (van->params.connect_timeout_ms <= 0) {
+    ps_van_base_init(&van->base, "ibverbs", &vb_ops, PS_LOG_RDMA, params, cb);
+    if (van->base.params.connect_timeout_ms <= 0) {
         int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, DEFAULT_CONNECT_MS);
-        van->params.connect_timeout_ms = ms > 0 && ms < INT_MAX ? (int)ms : DEFAULT_CONNECT_MS;
+        van->base.params.connect_timeout_ms = ms > 0 && ms < INT_MAX ? (int)ms : DEFAULT_CONNECT_MS;
     }
-    van->limits = ps_frame_limits_default();
-    if (params->max_meta_bytes != 0)
-        van->limits.max_meta_bytes =
-            params->max_meta_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)params->max_meta_bytes;
-    uint32_t segs = params->max_data_segments != 0 ? params->max_data_segments
-                                                   : van->limits.max_segments;
-    van->limits.max_segments = segs < PS_MSG_MAX_DATA ? segs : PS_MSG_MAX_DATA;
-    if (params->max_message_bytes != 0)
-        van->limits.max_message_bytes = params->max_message_bytes +
-                                        van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN;
+    van->limits = ps_van_frame_limits(params);
     van->nqp = clamp_cfg(PS_CFG_STEPMESH_QP_NUM, 2, 1, PS__VB_MAX_QP);
     van->lag = ps_config_bool_or(PS_CFG_STEPMESH_SPLIT_QP_LAG, 0);
     van->rx_depth = clamp_cfg(PS_CFG_BYTEPS_RDMA_RX_DEPTH, 2048, 16, 65536);
@@ -441,7 +428,6 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
                               1 << 22);
     van->pool_slots = clamp_cfg(PS_CFG_BYTEPS_ADDRESS_POOL_SIZE, 10240, 16, PS_RDMA_SLOT_POOL_MAX);
     van->print_log = ps_config_bool_or(PS_CFG_BYTEPS_PRINT_RDMA_LOG, 0);
-    van->my_id = PS_NODE_EMPTY;
     van->cm_wakefd = van->loop.wakefd = van->poll_epfd = -1;
     pthread_mutex_init(&van->lock, NULL);
     pthread_cond_init(&van->cond, NULL);
@@ -479,11 +465,11 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
     ps_info(PS_LOG_RDMA, "ibverbs van open: %u queue pair%s per peer%s, %u receive buffers per "
             "device, %u send WRs per QP", van->nqp, van->nqp == 1 ? "" : "s",
             van->lag ? " pinned to LAG ports" : "", van->rx_depth, van->send_depth);
-    *van_p = &van->base;
+    *van_p = &van->base.handle;
     return PS_OK;
 
 fail:
-    vb_close(&van->base);
+    vb_close(&van->base.handle);
     return st;
 }
 
@@ -544,11 +530,7 @@ static ps_status_t vb_query(ps_van_t *v, ps_van_attr_t *attr_p)
     /* GPU memory is registrable only through nvidia-peermem. */
     if (ps__vb_peermem_loaded("/sys"))
         a.cap_flags |= PS_CAP_DEVICE_MEMORY;
-    uint64_t overhead = (uint64_t)van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN;
-    a.max_message_bytes = van->limits.max_message_bytes > overhead
-                              ? van->limits.max_message_bytes - overhead
-                              : van->limits.max_message_bytes;
-    a.max_data_segments = van->limits.max_segments;
+    ps_van_frame_attr(&van->limits, &a);
     a.num_streams = van->nqp;
     *attr_p = a;
     return PS_OK;
@@ -572,11 +554,10 @@ static void vb_disconnect(ps_van_t *v, int node_id)
 static ps_status_t vb_set_node_id(ps_van_t *v, int node_id)
 {
     ps__vb_van_t *van = ps__vb_of(v);
-    if (node_id <= 0 || node_id >= PS_NODE_EMPTY)
-        return PS_ERR_INVALID_ARG;
-    int old = __atomic_exchange_n(&van->my_id, node_id, __ATOMIC_ACQ_REL);
-    if (old == node_id)
-        return PS_OK;
+    int changed;
+    ps_status_t st = ps_van_base_set_node_id(&van->base, node_id, &changed);
+    if (st != PS_OK || !changed)
+        return st;
     /* Connections we opened before the id was known announced none (or
      * another): say who we are, in line with what is queued on them. */
     ps__vb_conn_t *list[256];
@@ -648,15 +629,6 @@ static ps_status_t vb_deregister_mem(ps_van_t *v, ps_buf_t *buf)
     return result;
 }
 
-static void vb_stats(ps_van_t *v, uint64_t *sent_p, uint64_t *recv_p)
-{
-    ps__vb_van_t *van = ps__vb_of(v);
-    if (sent_p != NULL)
-        *sent_p = __atomic_load_n(&van->bytes_sent, __ATOMIC_RELAXED);
-    if (recv_p != NULL)
-        *recv_p = __atomic_load_n(&van->bytes_recv, __ATOMIC_RELAXED);
-}
-
 static const ps_van_ops_t vb_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = vb_open,
@@ -669,7 +641,7 @@ static const ps_van_ops_t vb_ops = {
     .send = vb_send,
     .register_mem = vb_register_mem,
     .deregister_mem = vb_deregister_mem,
-    .stats = vb_stats,
+    .stats = ps_van_base_stats,
     /* No waiter-driven loop yet: busy polling spins in the van's thread. */
     .progress = ps_van_no_progress,
 };

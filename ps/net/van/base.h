@@ -1,0 +1,108 @@
+/*
+ * The van base: what every van embeds as its first member and what the
+ * shared van code reads — the handle the postoffice holds, the parameters
+ * and callbacks the van was opened with, its node id and its byte
+ * counters — and the steps every van takes the same way around them:
+ * taking a decoded meta into a message, handing a message up, counting.
+ * A van's own struct starts with `ps_van_base_t base;`, so the handle, the
+ * base and the van are one address.
+ */
+#ifndef PS_NET_VAN_BASE_H_
+#define PS_NET_VAN_BASE_H_
+
+#include <stdint.h>
+
+#include "ps/base/log.h"
+#include "ps/base/status.h"
+#include "ps/net/codec/frame.h"
+#include "ps/net/message.h"
+#include "ps/net/van/van.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ps_van_base {
+    ps_van_t handle;            /* first: what open() hands out */
+    ps_van_params_t params;
+    ps_van_callbacks_t cb;      /* all NULL when opened without */
+    ps_log_component_t log;
+    int my_id;                  /* atomic; PS_NODE_EMPTY until assigned */
+    uint64_t bytes_sent;        /* atomic: data bytes handed to the wire */
+    uint64_t bytes_recv;        /* atomic: data bytes taken from it */
+} ps_van_base_t;
+
+/* Fills the handle (name, ops; no loop), copies params and cb (cb may be
+ * NULL); my_id starts as PS_NODE_EMPTY and the counters at 0. */
+void ps_van_base_init(ps_van_base_t *base, const char *name, const ps_van_ops_t *ops,
+                      ps_log_component_t log, const ps_van_params_t *params,
+                      const ps_van_callbacks_t *cb);
+
+static inline ps_van_base_t *ps_van_base_of(ps_van_t *van)
+{
+    return (ps_van_base_t *)(void *)van;
+}
+
+static inline int ps_van_base_my_id(const ps_van_base_t *base)
+{
+    return __atomic_load_n(&base->my_id, __ATOMIC_ACQUIRE);
+}
+
+static inline void ps_van_base_count_sent(ps_van_base_t *base, uint64_t bytes)
+{
+    __atomic_add_fetch(&base->bytes_sent, bytes, __ATOMIC_RELAXED);
+}
+
+static inline void ps_van_base_count_recv(ps_van_base_t *base, uint64_t bytes)
+{
+    __atomic_add_fetch(&base->bytes_recv, bytes, __ATOMIC_RELAXED);
+}
+
+/* The stats op of a van whose counters are the base's. */
+void ps_van_base_stats(ps_van_t *van, uint64_t *sent_p, uint64_t *recv_p);
+
+/* Takes `node_id` as the van's id: PS_ERR_INVALID_ARG outside
+ * 1..PS_NODE_EMPTY-1; *changed_p says whether it differs from the id held
+ * before (the van then re-announces itself on what it opened). */
+ps_status_t ps_van_base_set_node_id(ps_van_base_t *base, int node_id, int *changed_p);
+
+/* Hands a complete message to cb.deliver (a trace line first), which owns
+ * its references from then on; released here when the van has no
+ * deliver callback. `msg` is left empty. */
+void ps_van_base_deliver(ps_van_base_t *base, ps_msg_t *msg);
+
+/* "the scheduler", "node 9 at 10.0.0.2:4242" or just the address (an
+ * unidentified peer), for log lines; returns buf. */
+const char *ps_van_peer_name(int peer_id, const char *addr, char *buf, size_t cap);
+
+/* Receive side: puts a meta decoded in place (its node list and body
+ * point into the van's receive buffer) into `msg`, with its own copy of
+ * both in one block that goes with the message, and `sender` as the
+ * sender: the id the connection proved, never the wire's. `meta` may be
+ * msg's own meta (decoded in place).
+ * PS_ERR_NO_MEMORY leaves msg's meta set but without node list or body. */
+ps_status_t ps_van_msg_take_meta(ps_msg_t *msg, const ps_meta_t *meta, int sender);
+
+/* The frame limits of a van that sends ps frames, from params'
+ * PS_MAX_META_BYTES, PS_MAX_DATA_SEGMENTS (at most PS_MSG_MAX_DATA) and
+ * PS_MAX_MESSAGE_BYTES, which bounds the data: the frame's limit adds the
+ * header and the meta. */
+ps_frame_limits_t ps_van_frame_limits(const ps_van_params_t *params);
+/* Fills attr's max_message_bytes (the data part) and max_data_segments
+ * from such limits. */
+void ps_van_frame_attr(const ps_frame_limits_t *limits, ps_van_attr_t *attr);
+
+/* Send side: the checks every van makes before it encodes, and the meta
+ * to encode. PS_ERR_INVALID_ARG for a message without a receiver;
+ * PS_ERR_UNSUPPORTED for a device-memory segment unless `device_ok`
+ * (logged under the base's component). *meta_p is msg's meta, or
+ * `scratch` holding it with the message's node list when the list rides
+ * in the message rather than the meta (both may be NULL: checks only). */
+ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg, int device_ok,
+                                ps_meta_t *scratch, const ps_meta_t **meta_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_NET_VAN_BASE_H_ */
