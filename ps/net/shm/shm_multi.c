@@ -33,6 +33,7 @@
 
 #include "ps/base/log.h"
 #include "ps/net/shm/shm_van.h"
+#include "ps/net/van/base.h"
 #include "ps/net/van/van.h"
 
 /* Routes; also bits of which vans carried a node. */
@@ -47,8 +48,7 @@ typedef struct {
 } sub_arg_t;
 
 struct multi_van {
-    ps_van_t base; /* first: the van handle */
-    ps_van_callbacks_t cb;
+    ps_van_base_t base; /* first: handle, params, callbacks */
     /* close() stops the shm van (drained, its thread gone, its channels
      * closed: sends into it then fail cleanly), closes the network van
      * (whose thread may send through the shm van until then), and only
@@ -71,10 +71,10 @@ static ps_status_t cb_recv_buffer(void *arg, const ps_meta_t *meta, unsigned ind
                                   ps_slice_t *slice_p)
 {
     multi_van_t *mv = ((sub_arg_t *)arg)->mv;
-    if (mv->cb.recv_buffer == NULL) {
+    if (mv->base.cb.recv_buffer == NULL) {
         return PS_ERR_NOT_FOUND;
     }
-    return mv->cb.recv_buffer(mv->cb.arg, meta, index, len, slice_p);
+    return mv->base.cb.recv_buffer(mv->base.cb.arg, meta, index, len, slice_p);
 }
 
 static void cb_deliver(void *arg, ps_msg_t *msg)
@@ -86,8 +86,8 @@ static void cb_deliver(void *arg, ps_msg_t *msg)
         (__atomic_load_n(&mv->carried[id], __ATOMIC_RELAXED) & sub->route) == 0) {
         __atomic_or_fetch(&mv->carried[id], (uint8_t)sub->route, __ATOMIC_ACQ_REL);
     }
-    if (mv->cb.deliver != NULL) {
-        mv->cb.deliver(mv->cb.arg, msg);
+    if (mv->base.cb.deliver != NULL) {
+        mv->base.cb.deliver(mv->base.cb.arg, msg);
     } else {
         ps_msg_release(msg);
     }
@@ -112,8 +112,8 @@ static void cb_peer_failed(void *arg, int node_id, ps_status_t why)
             return;
         }
     }
-    if (mv->cb.peer_failed != NULL) {
-        mv->cb.peer_failed(mv->cb.arg, node_id, why);
+    if (mv->base.cb.peer_failed != NULL) {
+        mv->base.cb.peer_failed(mv->base.cb.arg, node_id, why);
     }
 }
 
@@ -182,12 +182,8 @@ static ps_status_t mv_open(const ps_van_params_t *params, const ps_van_callbacks
     if (mv == NULL) {
         return PS_ERR_NO_MEMORY;
     }
-    mv->base.ops = &mv_ops;
-    mv->base.name = "ipc";
+    ps_van_base_init(&mv->base, "ipc", &mv_ops, PS_LOG_SHM, params, cb);
     pthread_rwlock_init(&mv->close_lock, NULL);
-    if (cb != NULL) {
-        mv->cb = *cb;
-    }
     mv->net_comp = net_comp;
     mv->net_arg.mv = mv;
     mv->net_arg.route = ROUTE_NET;
@@ -208,12 +204,12 @@ static ps_status_t mv_open(const ps_van_params_t *params, const ps_van_callbacks
     sub.arg = &mv->shm_arg;
     st = ps__shm_ops()->open(params, &sub, &mv->shm);
     if (st != PS_OK) {
-        mv_close(&mv->base);
+        mv_close(&mv->base.handle);
         return st;
     }
     ps_info(PS_LOG_SHM, "same-host peers through shared memory, the others through %s",
             net_comp->name);
-    *van_p = &mv->base;
+    *van_p = &mv->base.handle;
     return PS_OK;
 }
 
