@@ -100,7 +100,7 @@ ps_status_t ps_kv_push(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_
  * NULL means uniform sizes. Keys and lens are copied; vals is written in
  * place and must stay valid until the request completed. */
 ps_status_t ps_kv_pull(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_keys,
-                       void *vals, size_t vals_bytes, int32_t *lens,
+                       void *vals, size_t vals_bytes, const int32_t *lens,
                        ps_data_type_t type, int cmd, ps_kv_done_func_t done, void *arg,
                        int *ts_p);
 
@@ -191,6 +191,14 @@ void ps_kv_server_destroy(ps_kv_server_t *server);
  * pull, cmd; sent to meta->sender. */
 ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *meta,
                                  const ps_kv_pairs_t *res);
+/* Fails a request instead of answering it (exactly once per request, in
+ * place of ps_kv_server_respond): the worker's wait and callback get
+ * `status`, an error status (< 0, of the ranges in ps/base/status.h, e.g.
+ * PS_ERR_NOT_FOUND or PS_ERR_INVALID_ARG). This server writes nothing into
+ * a pull's destination; a request cut across several servers fails when
+ * any of them fails it. PS_ERR_INVALID_ARG for a status that is no error. */
+ps_status_t ps_kv_server_respond_error(ps_kv_server_t *server, const ps_kv_meta_t *meta,
+                                       ps_status_t status);
 
 /* The default handler: a store per key; pushes are summed element-wise for
  * the numeric types (integers wrap; FLOAT16/BFLOAT16 via float, rounded to

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ps/app/kv.h"
+#include "ps/app/kv_error.h"
 #include "ps/app/kv_lane.h"
 #include "ps/base/buffer.h"
 #include "ps/base/log.h"
@@ -220,6 +221,37 @@ static ps_status_t respond_lane(ps_kv_server_t *server, const ps_kv_meta_t *meta
     return st;
 }
 
+/* A response's meta, echoing the request's as upstream does. */
+static void response_meta(ps_kv_server_t *server, const ps_kv_meta_t *meta, ps_msg_t *msg)
+{
+    ps_msg_init(msg);
+    ps_meta_t *m = &msg->meta;
+    m->app_id = server->app_id;
+    m->customer_id = meta->customer_id;
+    m->timestamp = meta->timestamp;
+    m->request = false;
+    m->push = meta->push;
+    m->pull = meta->pull;
+    m->head = meta->cmd;
+    m->key = meta->key;
+    m->addr = meta->addr;
+    m->val_len = meta->val_len;
+    m->option = meta->option;
+    m->recver = meta->sender;
+    /* As from this node already: the postoffice then sends it as it is. */
+    m->sender = ps_postoffice_my_id(server->po);
+}
+
+static ps_status_t send_response(ps_kv_server_t *server, const ps_kv_meta_t *meta,
+                                 const ps_msg_t *msg)
+{
+    ps_status_t st = ps_postoffice_send(server->po, msg);
+    if (st != PS_OK)
+        ps_debug(PS_LOG_APP, "kv server: response ts %d to node %d not sent: %s",
+                 meta->timestamp, meta->sender, ps_status_str(st));
+    return st;
+}
+
 ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *meta,
                                  const ps_kv_pairs_t *res)
 {
@@ -237,22 +269,7 @@ ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *met
     if (st != PS_ERR_UNSUPPORTED)
         return st;
     ps_msg_t msg;
-    ps_msg_init(&msg);
-    msg.meta.app_id = server->app_id;
-    msg.meta.customer_id = meta->customer_id;
-    msg.meta.timestamp = meta->timestamp;
-    msg.meta.request = false;
-    msg.meta.push = meta->push;
-    msg.meta.pull = meta->pull;
-    msg.meta.head = meta->cmd;
-    msg.meta.key = meta->key;
-    msg.meta.addr = meta->addr;
-    msg.meta.val_len = meta->val_len;
-    msg.meta.option = meta->option;
-    msg.meta.recver = meta->sender;
-
-    /* As from this node already: the postoffice then sends it as it is. */
-    msg.meta.sender = ps_postoffice_my_id(server->po);
+    response_meta(server, meta, &msg);
 
     /* The caller holds the segments through the send: lent, not referenced,
      * so the message owns nothing and is not released. */
@@ -262,9 +279,19 @@ ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *met
          (res->lens.len > 0 &&
           (st = ps_msg_lend_data(&msg, &res->lens, PS_DATA_INT32)) != PS_OK)))
         return st;
-    st = ps_postoffice_send(server->po, &msg);
-    if (st != PS_OK)
-        ps_debug(PS_LOG_APP, "kv server: response ts %d to node %d not sent: %s",
-                 meta->timestamp, meta->sender, ps_status_str(st));
-    return st;
+    return send_response(server, meta, &msg);
+}
+
+ps_status_t ps_kv_server_respond_error(ps_kv_server_t *server, const ps_kv_meta_t *meta,
+                                       ps_status_t status)
+{
+    if (!server || !meta || !ps__kv_error_ok(status))
+        return PS_ERR_INVALID_ARG;
+    uint8_t body[PS__KV_ERROR_LEN];
+    ps__kv_error_pack(status, body);
+    ps_msg_t msg;
+    response_meta(server, meta, &msg);
+    msg.meta.body = body;
+    msg.meta.body_len = sizeof(body);
+    return send_response(server, meta, &msg);
 }

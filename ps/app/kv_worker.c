@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ps/app/kv.h"
+#include "ps/app/kv_error.h"
 #include "ps/app/kv_lane.h"
 #include "ps/app/kv_slicer.h"
 #include "ps/base/buffer.h"
@@ -300,6 +301,7 @@ typedef struct {
     const void *lens;
     size_t lens_len;
     int lane; /* the values came inline in a lane message: copied, by design */
+    ps_status_t error; /* the server failed the request (kv_error.h) */
 } kv_resp_t;
 
 /* Checks a pull response from one server against what was asked, and puts
@@ -408,9 +410,10 @@ static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
     }
 
     kv_req_t *r = claim.r;
-    ps_status_t st = PS_OK;
+    ps_status_t st = rp->error;
     if (r->pull) {
-        st = take_pull_response(w, r, claim.p, &claim.p->dest, rp);
+        if (st == PS_OK)
+            st = take_pull_response(w, r, claim.p, &claim.p->dest, rp);
         holder_drop(w, r);
     }
     if (st != PS_OK) {
@@ -442,6 +445,12 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         return;
     }
     kv_resp_t rp = {.sender = msg->meta.sender, .ts = msg->meta.timestamp};
+    if (ps_unlikely(msg->meta.body_len != 0)) {
+        rp.error = ps__kv_error_read(msg->meta.body, msg->meta.body_len);
+        if (rp.error != PS_OK)
+            ps_debug(PS_LOG_APP, "kv worker app %d: node %d failed request ts %d: %s",
+                     w->app_id, rp.sender, rp.ts, ps_status_str(rp.error));
+    }
     if (msg->num_data > 0) {
         rp.keys = ps_slice_ptr(&msg->data[0]);
         rp.keys_len = msg->data[0].len;
@@ -1096,7 +1105,7 @@ ps_status_t ps_kv_push(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_
 }
 
 ps_status_t ps_kv_pull(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_keys,
-                       void *vals, size_t vals_bytes, int32_t *lens,
+                       void *vals, size_t vals_bytes, const int32_t *lens,
                        ps_data_type_t type, int cmd, ps_kv_done_func_t done, void *arg,
                        int *ts_p)
 {
