@@ -8,7 +8,8 @@ synthetic regression set (fixed seeds) through ps.torch: gradients averaged
 by the summation servers, the initial parameters broadcast from worker 0
 (every worker starts from its own random ones). Then it trains the same
 model alone on the whole batches and checks that both sets of parameters
-agree to float tolerance. Prints the loss per step and PASS.
+agree to float tolerance, and that every gradient's push_pull started
+during backward(). Prints the loss per step and PASS.
 """
 import sys
 
@@ -61,6 +62,10 @@ def main():
     bps.broadcast_parameters(model.state_dict(), root_rank=0)
     mine = slice(rank * PER_WORKER, (rank + 1) * PER_WORKER)
     train(model, opt, x, y, mine, log=True)
+    # Every gradient's push_pull started from backward(), none from step().
+    num_params = len(list(model.parameters()))
+    assert opt.early_starts == steps * num_params, \
+        "%d of %d push_pulls overlapped backward()" % (opt.early_starts, steps * num_params)
 
     reference = make_model(seed=1000)  # worker 0's initial parameters
     ref_opt = torch.optim.SGD(reference.parameters(), lr=LR, momentum=MOMENTUM)

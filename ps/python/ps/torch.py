@@ -133,9 +133,17 @@ def broadcast_parameters(params, root_rank=0):
 
 
 class DistributedOptimizer:
-    """Wraps a torch optimizer: step() first averages every gradient over
-    the workers (all push_pulls started, then awaited), then runs the
-    wrapped optimizer's step. Other attributes are the wrapped optimizer's."""
+    """Wraps a torch optimizer so that step() uses gradients averaged over
+    the workers. Each gradient's push_pull starts from a hook the moment
+    backward() has accumulated it, so that communication overlaps the rest
+    of the backward pass (as BytePS and Horovod do); step() starts any that
+    did not start yet, waits for all, then runs the wrapped optimizer's
+    step. Every gradient is declared here, in name order, so that each
+    name has the same keys on every worker whatever order backward() gives
+    the gradients in. With backward_passes_per_step=N, gradients accumulate
+    over N backward passes and are averaged at every N-th step().
+    early_starts counts the push_pulls started during backward(). Other
+    attributes are the wrapped optimizer's."""
 
     def __init__(self, optimizer, named_parameters=None, backward_passes_per_step=1):
         self._opt = optimizer
@@ -147,19 +155,53 @@ class DistributedOptimizer:
         names = [n for n, _ in named]
         if len(set(names)) != len(names):
             raise ValueError("DistributedOptimizer: parameter names must be unique")
+        if backward_passes_per_step < 1:
+            raise ValueError("DistributedOptimizer: backward_passes_per_step must be at least 1")
         self._named = sorted(named, key=lambda kv: kv[0])
         self._passes = backward_passes_per_step
         self._count = 0
+        self._pending = {}  # name -> push_pull handle of this step
+        self._seen = {}     # name -> backward passes accumulated since the last average
+        self._accumulators = []  # kept alive: their hooks go with them
+        self.early_starts = 0
+        for name, p in self._named:
+            if p.requires_grad:
+                _declared("Gradient." + name, p)
+                self._hook(name, p)
+
+    def _hook(self, name, p):
+        # The gradient accumulator of p: its hook runs once backward() has
+        # added this pass's gradient into p.grad.
+        accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+
+        def ready(*_):
+            seen = self._seen.get(name, 0) + 1
+            self._seen[name] = seen
+            if seen > self._passes or name in self._pending:
+                raise ps.BadState("DistributedOptimizer: the gradient of %s was computed more "
+                                  "than backward_passes_per_step (%d) times before step()"
+                                  % (name, self._passes))
+            if seen == self._passes and p.grad is not None:
+                self._pending[name] = push_pull_async(p.grad, "Gradient." + name, average=True)
+                self.early_starts += 1
+
+        accumulator.register_hook(ready)
+        self._accumulators.append(accumulator)
 
     def synchronize(self):
-        """Averages every gradient over the workers now."""
-        pending = []
+        """Averages every gradient over the workers now: starts those that
+        backward() did not, and waits for all."""
         for name, p in self._named:
-            if p.grad is None:
-                continue
-            pending.append(push_pull_async(p.grad, "Gradient." + name, average=True))
-        for h in pending:
-            synchronize(h)
+            if name not in self._pending and p.grad is not None:
+                self._pending[name] = push_pull_async(p.grad, "Gradient." + name, average=True)
+        try:
+            for name, _ in self._named:
+                h = self._pending.get(name)
+                if h is not None:
+                    synchronize(h)
+        finally:
+            self._pending.clear()
+            self._seen.clear()
 
     def step(self, closure=None):
         self._count += 1
