@@ -14,6 +14,7 @@
 
 #include "ps/app/af.h"
 #include "ps/app/af_block.h"
+#include "ps/app/host_stage.h"
 #include "ps/app/af_order.h"
 #include "ps/app/af_wire.h"
 #include "ps/base/buffer.h"
@@ -530,24 +531,24 @@ static ps_status_t send_answer(ps_af_server_t *s, af_batch_t *b, uint32_t i,
     ps_status_t st = PS_OK;
     if (res != NULL && b->slot_bytes[i] != 0) {
         size_t len = (size_t)b->slot_bytes[i];
-        if (res->mem_kind != PS_MEM_HOST && !s->device_ok) {
-            /* Device memory the van cannot send from: a host copy. */
-            st = ps_slice_alloc(len, 0, &data);
-            if (st == PS_OK)
-                st = ps_mem_ops(res->mem_kind)->copy_to_host(ps_slice_ptr(&data), res->data, len);
-        } else if (owner != NULL) {
+        ps_slice_t named = PS_SLICE_EMPTY_INIT;
+        if (owner != NULL) {
             uintptr_t base = (uintptr_t)owner->data, at = (uintptr_t)res->data;
-            st = at >= base ? ps_slice_of(owner, (size_t)(at - base), len, &data)
+            st = at >= base ? ps_slice_of(owner, (size_t)(at - base), len, &named)
                             : PS_ERR_INVALID_ARG;
         } else {
             ps_buf_t *buf;
             st = ps_buf_wrap_mem(res->data, len, (ps_buf_mem_t)res->mem_kind, res->device, NULL,
                                  NULL, &buf);
             if (st == PS_OK) {
-                st = ps_slice_of(buf, 0, len, &data);
+                st = ps_slice_of(buf, 0, len, &named);
                 ps_buf_unref(buf);
             }
         }
+        /* Device memory the van cannot send from goes as a host copy. */
+        if (st == PS_OK)
+            st = ps__app_sendable(&named, s->device_ok, &data);
+        ps_slice_unref(&named);
         if (st == PS_OK)
             st = ps_msg_lend_data(&msg, &data, PS_DATA_CHAR);
     }

@@ -19,6 +19,7 @@
 
 #include "ps/app/af.h"
 #include "ps/app/af_block.h"
+#include "ps/app/host_stage.h"
 #include "ps/app/af_wire.h"
 #include "ps/base/buffer.h"
 #include "ps/base/config.h"
@@ -245,14 +246,9 @@ static ps_status_t take_pull(ps_af_worker_t *w, ps_af_handle_t *h, const af_clai
             atomic_fetch_add_explicit(&w->n_in_place, got, memory_order_relaxed);
         } else {
             /* The transport's own buffer (host memory): one copy. */
-            ps_status_t st = PS_ERR_UNSUPPORTED;
             if (!ps_slice_in_host_mem(&msg->data[0]))
-                return st;
-            if (ps_slice_in_host_mem(d))
-                st = ps_slice_copy_in(d, 0, ps_slice_ptr(&msg->data[0]), got);
-            else
-                st = ps_mem_ops(ps_buf_mem_ops_kind((ps_buf_mem_t)d->buf->mem_kind))
-                         ->copy_from_host(ps_slice_ptr(d), ps_slice_ptr(&msg->data[0]), got);
+                return PS_ERR_UNSUPPORTED;
+            ps_status_t st = ps__app_copy_in(d, 0, ps_slice_ptr(&msg->data[0]), got);
             if (st != PS_OK)
                 return st;
             atomic_fetch_add_explicit(&w->n_copied, got, memory_order_relaxed);
@@ -454,19 +450,12 @@ static ps_status_t wrap_tensor(ps_af_worker_t *w, const ps_af_tensor_t *t, ps_sl
  * a van cannot send from, a host copy of it (one copy). */
 static ps_status_t push_slice(ps_af_worker_t *w, const ps_af_tensor_t *t, ps_slice_t *slice_p)
 {
-    ps_status_t st = wrap_tensor(w, t, slice_p);
-    if (st != PS_OK || w->device_ok || ps_slice_in_host_mem(slice_p))
+    ps_slice_t named;
+    ps_status_t st = wrap_tensor(w, t, &named);
+    if (st != PS_OK)
         return st;
-    ps_slice_t host;
-    st = ps_slice_alloc(slice_p->len, 0, &host);
-    if (st == PS_OK) {
-        st = ps_mem_ops(t->mem_kind)->copy_to_host(ps_slice_ptr(&host), t->data, slice_p->len);
-        if (st != PS_OK)
-            ps_slice_unref(&host);
-    }
-    ps_slice_unref(slice_p);
-    if (st == PS_OK)
-        *slice_p = host;
+    st = ps__app_sendable(&named, w->device_ok, slice_p);
+    ps_slice_unref(&named);
     return st;
 }
 

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/app/host_stage.h"
 #include "ps/app/kv.h"
 #include "ps/app/kv_error.h"
 #include "ps/app/kv_lane.h"
@@ -76,6 +77,7 @@ struct ps_kv_worker {
     int app_id;
     int customer_id;
     int num_servers;
+    int device_ok;          /* the van moves device memory (PS_CAP_DEVICE_MEMORY) */
     int request_timeout_ms; /* bounds destroy's wait; po may be gone by then */
     /* The worker's own reference plus one per destination lent to a van
      * (a live proxy): the last one frees the worker, so destroy need not
@@ -364,7 +366,7 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
     }
     atomic_fetch_add_explicit(rp->lane ? &w->n_small : &w->n_copied, got_bytes,
                               memory_order_relaxed);
-    return ps_slice_copy_in(dest, 0, rp->vals, got_bytes);
+    return ps__app_copy_in(dest, 0, rp->vals, got_bytes);
 }
 
 /* Which request and part a response answers (see claim_part). */
@@ -553,8 +555,10 @@ static ps_status_t claim_dest(void *ctx, void *arg)
     if (!r->pull || rank < 0 || rank >= r->num_parts)
         return PS_ERR_NOT_FOUND;
     kv_part_t *p = &r->parts[rank];
+    /* Device memory a van cannot write: it receives into its own host
+     * buffer, and take_pull_response copies. */
     if (p->server_id != c->sender || p->responded || p->dest.len != c->len || c->len == 0 ||
-        atomic_exchange(&p->lending, 1) != 0)
+        !ps__app_receivable(&p->dest, r->w->device_ok) || atomic_exchange(&p->lending, 1) != 0)
         return PS_ERR_NOT_FOUND;
     ps_buf_t *real = p->dest.buf;
     p->req = r;
@@ -612,6 +616,7 @@ ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id
     w->app_id = app_id;
     w->customer_id = customer_id;
     w->num_servers = ns;
+    w->device_ok = (ps_postoffice_capabilities(po) & PS_CAP_DEVICE_MEMORY) != 0;
     w->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
     atomic_init(&w->users, 1);
     w->server_ids = calloc((size_t)ns, sizeof(int));
@@ -789,6 +794,11 @@ static ps_status_t check_pairs(const ps_kv_pairs_t *kvs, const char *what)
         ps_error(PS_LOG_APP, "kv %s: unknown data type %d", what, (int)kvs->type);
         return PS_ERR_INVALID_ARG;
     }
+    if (!ps_slice_in_host_mem(&kvs->keys) || !ps_slice_in_host_mem(&kvs->lens)) {
+        ps_error(PS_LOG_APP, "kv %s: keys and lengths must be in host memory (values may be "
+                 "device memory)", what);
+        return PS_ERR_INVALID_ARG;
+    }
     return PS_OK;
 }
 
@@ -910,17 +920,38 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
 
 /* The common path of push, pull and push-pull. `push` is the data pushed
  * (NULL for a pull); `out` the destination of a pull (NULL for a push). */
+static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
+                                 const ps_kv_pairs_t *out, int cmd, ps_kv_done_func_t done,
+                                 void *arg, int *ts_p);
+
 static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_kv_pairs_t *out,
                          int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
 {
-    const ps_kv_pairs_t *req = push ? push : out;
     ps_status_t st;
     ps_stage_begin();
-    if (!w || !req || !ts_p)
+    if (!w || !(push ? push : out) || !ts_p)
         return PS_ERR_INVALID_ARG;
     if ((push && (st = check_pairs(push, "push")) != PS_OK) ||
         (out && (st = check_pairs(out, "pull")) != PS_OK))
         return st;
+    if (ps_likely(!push || w->device_ok || ps_slice_in_host_mem(&push->vals)))
+        return issue_checked(w, push, out, cmd, done, arg, ts_p);
+    /* Device memory the van cannot send from: the values go out of a host
+     * copy, which the vans hold while they need it. */
+    ps_kv_pairs_t staged = *push;
+    if ((st = ps__app_sendable(&push->vals, 0, &staged.vals)) != PS_OK)
+        return st;
+    st = issue_checked(w, &staged, out, cmd, done, arg, ts_p);
+    ps_slice_unref(&staged.vals);
+    return st;
+}
+
+static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
+                                 const ps_kv_pairs_t *out, int cmd, ps_kv_done_func_t done,
+                                 void *arg, int *ts_p)
+{
+    const ps_kv_pairs_t *req = push ? push : out;
+    ps_status_t st;
     /* (The same window, as a push-pull usually passes, is equal at once.) */
     if (push && out && out->keys.len &&
         (out->keys.len != push->keys.len ||

@@ -1,0 +1,42 @@
+/*
+ * Device memory through a host-only van: one copy each way (host_stage.h).
+ */
+#include "ps/app/host_stage.h"
+
+#include "ps/gpu/mem.h"
+
+static const ps_mem_ops_t *kind_ops(const ps_slice_t *slice)
+{
+    return ps_mem_ops(ps_buf_mem_ops_kind((ps_buf_mem_t)slice->buf->mem_kind));
+}
+
+ps_status_t ps__app_sendable(const ps_slice_t *src, int device_ok, ps_slice_t *out_p)
+{
+    if (device_ok || src->len == 0 || ps_slice_in_host_mem(src)) {
+        *out_p = ps_slice_ref(src);
+        return PS_OK;
+    }
+    ps_slice_t host;
+    ps_status_t st = ps_slice_alloc(src->len, 0, &host);
+    if (st != PS_OK) {
+        return st;
+    }
+    st = kind_ops(src)->copy_to_host(ps_slice_ptr(&host), ps_slice_ptr(src), src->len);
+    if (st != PS_OK) {
+        ps_slice_unref(&host);
+        return st;
+    }
+    *out_p = host;
+    return PS_OK;
+}
+
+ps_status_t ps__app_copy_in(const ps_slice_t *dest, size_t off, const void *src, size_t len)
+{
+    if (off > dest->len || len > dest->len - off) {
+        return PS_ERR_INVALID_ARG;
+    }
+    if (len == 0 || ps_slice_in_host_mem(dest)) {
+        return ps_slice_copy_in(dest, off, src, len);
+    }
+    return kind_ops(dest)->copy_from_host((char *)ps_slice_ptr(dest) + off, src, len);
+}
