@@ -6,7 +6,9 @@ The servers run a Python KVServer whose handler keeps each key's last
 pushed value (a copy) and answers pulls with it; it checks that a value of
 key 100+i arrives as ps.DTYPES[i], sleeps before answering keys
 SLOW_KEY..SLOW_KEY+9 and
-raises KeyError for a key never pushed. A worker runs MODE's checks, prints
+raises KeyError for a key never pushed; it fails requests of REFUSED_KEY
+(raising ps.InvalidArgument) and FAILED_KEY (request.fail(ps.Unsupported)),
+which the worker sees as those errors. A worker runs MODE's checks, prints
 "PASS worker MODE" and leaves; any failed check raises (exit 1).
 """
 import sys
@@ -19,6 +21,8 @@ import ps
 
 SLOW_KEY = 900
 SLOW_S = 1.5
+REFUSED_KEY = 7000  # the handler raises ps.InvalidArgument
+FAILED_KEY = 7001   # the handler answers with request.fail(ps.Unsupported)
 DTYPE_KEY = 100
 NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
       "bfloat16": np.uint16, "int8": np.int8, "int16": np.int16, "int32": np.int32,
@@ -31,6 +35,11 @@ def serve():
 
     def handler(req):
         keys = req.keys
+        if REFUSED_KEY in keys:
+            raise ps.InvalidArgument("key %d is refused" % REFUSED_KEY)
+        if FAILED_KEY in keys:
+            req.fail(ps.Unsupported)
+            return None
         if req.push:
             vals = np.frombuffer(req.vals, dtype=NP[req.dtype]).copy()
             for k in keys:
@@ -174,6 +183,12 @@ def check_errors(w):
     exc = expect(ps.NotFound, "pull", lambda: w.pull(key + 55, np.zeros(4, np.float32)).wait(30))
     assert isinstance(exc, ps.CallError) and isinstance(exc, ps.Error)
     assert exc.name == "PS_ERR_NOT_FOUND" and exc.status == -3, (exc.name, exc.status)
+    # A handler's ps error reaches the worker as that error, push and pull.
+    expect(ps.InvalidArgument, "push", lambda: w.push(REFUSED_KEY, a).wait(30))
+    out = np.full(64, 7.0, np.float32)
+    expect(ps.InvalidArgument, "pull", lambda: w.pull(REFUSED_KEY, out).wait(30))
+    assert np.all(out == 7.0), "a failed pull wrote into its destination"
+    expect(ps.Unsupported, "push", lambda: w.push(FAILED_KEY, a).wait(30))
     # The server lives on.
     w.push(key, a).wait(timeout=30)
     out = np.zeros_like(a)

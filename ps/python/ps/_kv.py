@@ -42,9 +42,13 @@ class KVServer:
     pull (any buffer or CPU tensor, sent without a copy: do not change them
     afterwards), or (vals, lens); or it answers itself with
     request.respond(...). The server serves until closed (or ps.finalize()),
-    whether or not the program keeps a reference. A handler that raises is reported on stderr and
-    counted in .errors; its request is answered 'no value' (a pull raises
-    ps.NotFound on the worker; a push is acknowledged)."""
+    whether or not the program keeps a reference. A handler that raises a
+    ps error that names one status (ps.NotFound, ps.InvalidArgument, ...)
+    fails the request with it: the worker's wait raises the same class. A
+    handler that raises anything else is reported on stderr and counted in
+    .errors; its request is answered 'no value' (a pull raises ps.NotFound
+    on the worker; a push is acknowledged). request.fail(error) does the
+    same from the handler."""
 
     def __init__(self, handler, app_id=0):
         self._handler = handler
@@ -71,6 +75,9 @@ class KVServer:
                         req.respond(result[0], result[1])
                     else:
                         req.respond(result)
+            except _ps.Error as exc:  # the handler fails the request: the worker gets it
+                if not req.answered:
+                    self._answer_failed(req, exc)
             except Exception:  # the handler's (or its answer's) fault: report, go on
                 self.errors += 1
                 sys.stderr.write("ps.KVServer: the handler failed on a %s request of keys %s:\n%s"
@@ -78,13 +85,19 @@ class KVServer:
                                     traceback.format_exc()))
                 sys.stderr.flush()
                 if not req.answered:
-                    try:
-                        req.fail()
-                    except _ps.Error as exc:
-                        sys.stderr.write("ps.KVServer: could not answer: %s\n" % exc)
+                    self._answer_failed(req, None)
             finally:
                 self.handled += 1
                 del req
+
+    @staticmethod
+    def _answer_failed(req, error):
+        try:
+            req.fail(error)
+        except (_ps.Error, ValueError) as exc:
+            sys.stderr.write("ps.KVServer: could not answer: %s\n" % exc)
+            if not req.answered:
+                req.fail()
 
     def close(self):
         """Stops the handler thread; requests still queued are answered

@@ -85,6 +85,39 @@ static int class_of(ps_status_t status)
     return ERR_BASE;
 }
 
+int ps__py_status_of(PyObject *obj, ps_status_t *status_p)
+{
+    if (PyLong_Check(obj)) {
+        long v = PyLong_AsLong(obj);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (v < INT32_MIN || v > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "%ld is no ps status", v);
+            return -1;
+        }
+        *status_p = (ps_status_t)v;
+        return 0;
+    }
+    if (PyObject_HasAttrString(obj, "status") && !PyType_Check(obj)) {
+        PyObject *code = PyObject_GetAttrString(obj, "status");
+        int rc = code != NULL && PyLong_Check(code) ? ps__py_status_of(code, status_p) : -1;
+        Py_XDECREF(code);
+        if (rc == 0 || PyErr_Occurred())
+            return rc;
+    }
+    PyObject *cls = PyType_Check(obj) ? obj : (PyObject *)Py_TYPE(obj);
+    for (size_t i = 0; i < NUM_CLASSES; i++) {
+        if (g_classes[i] == cls && kClasses[i].status != PS_OK) {
+            *status_p = kClasses[i].status;
+            return 0;
+        }
+    }
+    PyErr_SetString(PyExc_ValueError,
+                    "an error must be a status number or a ps error that names one status "
+                    "(ps.NotFound, ps.InvalidArgument, ...), not a group such as ps.CallError");
+    return -1;
+}
+
 PyObject *ps__py_raise(ps_status_t status, const char *what)
 {
     PyObject *cls = g_classes[class_of(status)];

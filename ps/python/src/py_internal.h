@@ -26,6 +26,10 @@ extern ps_postoffice_t *ps__py_po;
 /* Raises the exception class of `status` (ps.TimedOut, ps.PeerGone, ...)
  * with "<what>: <status words>"; returns NULL. */
 PyObject *ps__py_raise(ps_status_t status, const char *what);
+/* The status `obj` names: an int, a ps.Error subclass that stands for one
+ * status (ps.NotFound, ...) or an instance of one (its .status). 0 and
+ * *status_p set, or -1 with ValueError raised. */
+int ps__py_status_of(PyObject *obj, ps_status_t *status_p);
 /* 0 when the postoffice is started; else raises ps.BadState, -1. */
 int ps__py_require_started(void);
 /* Creates the exception classes and adds them to the module. */

@@ -216,19 +216,28 @@ static PyObject *request_respond(PyObject *self, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
-static PyObject *request_fail(PyObject *self, PyObject *unused)
+static PyObject *request_fail(PyObject *self, PyObject *args, PyObject *kw)
 {
-    (void)unused;
+    static char *kwlist[] = {"error", NULL};
+    PyObject *error = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &error))
+        return NULL;
     request_obj_t *r = (request_obj_t *)self;
     if (r->answered)
         return ps__py_raise(PS_ERR_BAD_STATE, "this request was answered already");
+    ps_status_t status = PS_OK;
+    if (error != Py_None && ps__py_status_of(error, &status) < 0)
+        return NULL;
     server_obj_t *s = request_server(r);
     if (!s)
         return NULL;
     ps_status_t st;
     Py_BEGIN_ALLOW_THREADS
-    st = respond_failed(s->server, r->item);
+    st = status == PS_OK ? respond_failed(s->server, r->item)
+                         : ps_kv_server_respond_error(s->server, &r->item->meta, status);
     Py_END_ALLOW_THREADS
+    if (st == PS_ERR_INVALID_ARG && status != PS_OK)
+        return ps__py_raise(st, "fail: the error is no error status");
     r->answered = 1;
     if (st != PS_OK)
         return ps__py_raise(st, "respond");
@@ -380,8 +389,11 @@ static PyMethodDef kRequestMethods[] = {
     {"respond", (PyCFunction)(void (*)(void))request_respond, METH_VARARGS | METH_KEYWORDS,
      "respond(vals=None, lens=None, dtype=None): answers (a pull with vals, sent without a "
      "copy: leave them unchanged afterwards)."},
-    {"fail", request_fail, METH_NOARGS,
-     "Answers 'no value' (the worker's pull raises ps.NotFound; a push is acknowledged)."},
+    {"fail", (PyCFunction)(void (*)(void))request_fail, METH_VARARGS | METH_KEYWORDS,
+     "fail(error=None): without error, answers 'no value' (the worker's pull raises "
+     "ps.NotFound; a push is acknowledged); with one (a ps error class such as "
+     "ps.InvalidArgument, an instance of one, or a status number), the worker's wait raises "
+     "that error."},
     {NULL, NULL, 0, NULL},
 };
 
