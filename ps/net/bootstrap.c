@@ -111,10 +111,10 @@ ps_status_t ps__po_setup_identity(ps_postoffice_t *po)
     ps_status_t st = ps_config_get_bool(PS_CFG_PS_ALLOW_RECOVERY, &allow);
     if (st != PS_OK && st != PS_ERR_NOT_FOUND)
         return PS_ERR_CONFIG;
-    po->allow_recovery = allow;
+    po->sched.allow_recovery = allow;
     if (given[0] != '\0') {
         snprintf(po->job_id, sizeof(po->job_id), "%s", given);
-        po->job_id_given = 1;
+        po->sched.job_id_given = 1;
     } else {
         /* Random: a second job on this port cannot guess it by accident. */
         uint8_t r[PS_AUTH_NONCE_BYTES];
@@ -122,8 +122,8 @@ ps_status_t ps__po_setup_identity(ps_postoffice_t *po)
         for (int i = 0; i < 8; i++)
             snprintf(po->job_id + 2 * i, sizeof(po->job_id) - 2 * (size_t)i, "%02x", r[i]);
     }
-    po->job_started_s = (int64_t)time(NULL);
-    po->job_started_ns = ps_time_now_ns();
+    po->sched.job_started_s = (int64_t)time(NULL);
+    po->sched.job_started_ns = ps_time_now_ns();
     if (allow)
         ps_warn(PS_LOG_CORE, "PS_ALLOW_RECOVERY=1: any server or worker that registers after "
                 "the job started may take over a dead node, whichever job it belongs to");
@@ -136,7 +136,7 @@ ps_status_t ps__po_setup_identity(ps_postoffice_t *po)
 static int sched_late_may_recover(const ps_postoffice_t *po, const ps_msg_t *msg, char *why,
                                   size_t cap)
 {
-    if (po->auth_enabled || po->allow_recovery)
+    if (po->auth_enabled || po->sched.allow_recovery)
         return 1;
     char body[256];
     char claim[PS_JOB_ID_MAX + 1];
@@ -145,11 +145,11 @@ static int sched_late_may_recover(const ps_postoffice_t *po, const ps_msg_t *msg
     if (claim[0] != '\0' && strcmp(claim, po->job_id) == 0)
         return 1;
     char when[32] = "?";
-    time_t t = (time_t)po->job_started_s;
+    time_t t = (time_t)po->sched.job_started_s;
     struct tm tm;
     if (gmtime_r(&t, &tm) != NULL)
         strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
-    uint64_t ago_s = (ps_time_now_ns() - po->job_started_ns) / PS_NSEC_PER_SEC;
+    uint64_t ago_s = (ps_time_now_ns() - po->sched.job_started_ns) / PS_NSEC_PER_SEC;
     char claimed[PS_JOB_ID_MAX + 48] = "";
     if (claim[0] != '\0')
         snprintf(claimed, sizeof(claimed), " (its PS_JOB_ID=%s is not this job's)", claim);
@@ -191,10 +191,10 @@ static void sched_refuse(ps_postoffice_t *po, const ps_node_t *node, ps_status_t
 {
     ps_node_t n = *node;
     ps_mutex_lock(&po->lock);
-    po->num_refused++;
-    snprintf(po->last_refusal, sizeof(po->last_refusal), "%s", why);
-    n.id = PS__REFUSE_ID_BASE + po->refuse_seq;
-    po->refuse_seq = (po->refuse_seq + 1) % PS__REFUSE_ID_SPAN;
+    po->sched.num_refused++;
+    snprintf(po->sched.last_refusal, sizeof(po->sched.last_refusal), "%s", why);
+    n.id = PS__REFUSE_ID_BASE + po->sched.refuse_seq;
+    po->sched.refuse_seq = (po->sched.refuse_seq + 1) % PS__REFUSE_ID_SPAN;
     ps_mutex_unlock(&po->lock);
     if (po->van->ops->connect(po->van, &n, PS_SCHEDULER_ID) == PS_OK)
         ps__po_send_control(po, n.id, PS_CTRL_ADD_NODE, 0, status, 0, NULL, 0, why);
@@ -254,30 +254,30 @@ static void sched_on_late_add_node(ps_postoffice_t *po, const ps_msg_t *msg,
     int queued = 1;
     ps_mutex_lock(&po->lock);
     size_t i = 0;
-    while (i < po->num_late &&
-           ps__node_table_find(&po->late[i].node, 1, node->hostname, node_port(node)) < 0)
+    while (i < po->sched.num_late &&
+           ps__node_table_find(&po->sched.late[i].node, 1, node->hostname, node_port(node)) < 0)
         i++;
-    if (i == po->num_late) {
+    if (i == po->sched.num_late) {
         /* At most one waiting per node of the job: more are refused. */
         size_t limit = po->num_nodes > 0 ? po->num_nodes : 1;
-        if (po->num_late >= limit) {
+        if (po->sched.num_late >= limit) {
             queued = 0;
-        } else if (po->num_late == po->cap_late) {
-            size_t cap = po->cap_late ? po->cap_late * 2 : 4;
-            ps__po_late_t *l = realloc(po->late, cap * sizeof(*l));
+        } else if (po->sched.num_late == po->sched.cap_late) {
+            size_t cap = po->sched.cap_late ? po->sched.cap_late * 2 : 4;
+            ps__po_late_t *l = realloc(po->sched.late, cap * sizeof(*l));
             if (l == NULL) {
                 queued = 0;
             } else {
-                po->late = l;
-                po->cap_late = cap;
+                po->sched.late = l;
+                po->sched.cap_late = cap;
             }
         }
         if (queued)
-            po->num_late++;
+            po->sched.num_late++;
     }
     if (queued) {
-        po->late[i].node = *node;
-        po->late[i].expires_ns = ps_time_now_ns() + wait_ms * PS_NSEC_PER_MSEC;
+        po->sched.late[i].node = *node;
+        po->sched.late[i].expires_ns = ps_time_now_ns() + wait_ms * PS_NSEC_PER_MSEC;
     }
     ps_mutex_unlock(&po->lock);
     if (!queued) {
@@ -290,8 +290,9 @@ static void sched_on_late_add_node(ps_postoffice_t *po, const ps_msg_t *msg,
 
     ps_mutex_lock(&po->lock);
     int still = 0;
-    for (size_t j = 0; j < po->num_late; j++)
-        still |= ps__node_table_find(&po->late[j].node, 1, node->hostname, node_port(node)) >= 0;
+    for (size_t j = 0; j < po->sched.num_late; j++)
+        still |= ps__node_table_find(&po->sched.late[j].node, 1, node->hostname,
+                                     node_port(node)) >= 0;
     ps_mutex_unlock(&po->lock);
     if (still) {
         ps_info(PS_LOG_CORE, "%s registered after the job started and no %s is dead: it may "
@@ -323,14 +324,15 @@ void ps__po_sched_try_recover(ps_postoffice_t *po)
     char who[PS_NODE_HOSTNAME_MAX + 48];
     for (;;) {
         ps_mutex_lock(&po->lock);
-        if (!po->ready || po->finalizing || po->num_late == 0) {
+        if (!po->ready || po->finalizing || po->sched.num_late == 0) {
             ps_mutex_unlock(&po->lock);
             return;
         }
         size_t li = 0;
         int id = -1;
-        while (li < po->num_late) {
-            id = sched_dead_of_role_locked(po, po->late[li].node.role, po->late[li].node.aux_id);
+        while (li < po->sched.num_late) {
+            id = sched_dead_of_role_locked(po, po->sched.late[li].node.role,
+                                           po->sched.late[li].node.aux_id);
             if (id >= 0)
                 break;
             li++;
@@ -339,14 +341,14 @@ void ps__po_sched_try_recover(ps_postoffice_t *po)
             ps_mutex_unlock(&po->lock);
             return;
         }
-        ps_node_t node = po->late[li].node;
-        po->late[li] = po->late[--po->num_late];
+        ps_node_t node = po->sched.late[li].node;
+        po->sched.late[li] = po->sched.late[--po->sched.num_late];
         int idx = ps__po_table_index(po, id);
         node.id = id;
         node.is_recovery = false;
         po->nodes[idx] = node;
         ps__po_remove_dead_locked(po, id);
-        uint64_t *seen = __atomic_load_n(&po->last_seen_ns, __ATOMIC_ACQUIRE);
+        uint64_t *seen = __atomic_load_n(&po->sched.last_seen_ns, __ATOMIC_ACQUIRE);
         if (seen != NULL)
             __atomic_store_n(&seen[idx], ps_time_now_ns(), __ATOMIC_RELAXED);
         size_t n = po->num_nodes;
@@ -420,17 +422,17 @@ uint64_t ps__po_sched_expire_late(ps_postoffice_t *po, uint64_t now_ns)
         ps_node_t node;
         ps_node_init(&node);
         ps_mutex_lock(&po->lock);
-        for (size_t i = 0; i < po->num_late; i++) {
-            if (po->late[i].expires_ns <= now_ns) {
-                node = po->late[i].node;
-                po->late[i] = po->late[--po->num_late];
+        for (size_t i = 0; i < po->sched.num_late; i++) {
+            if (po->sched.late[i].expires_ns <= now_ns) {
+                node = po->sched.late[i].node;
+                po->sched.late[i] = po->sched.late[--po->sched.num_late];
                 found = 1;
                 n = node.role == PS_ROLE_SERVER ? po->params.num_servers
                                                 : po->params.num_workers;
                 break;
             }
-            if (next == 0 || po->late[i].expires_ns < next)
-                next = po->late[i].expires_ns;
+            if (next == 0 || po->sched.late[i].expires_ns < next)
+                next = po->sched.late[i].expires_ns;
         }
         ps_mutex_unlock(&po->lock);
         if (!found)
@@ -461,11 +463,11 @@ void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
     ps_mutex_lock(&po->lock);
     if (po->ready || po->finalizing) {
         int late = po->ready;
-        ps_status_t verdict = po->sched_verdict;
-        char why[sizeof(po->sched_verdict_reason)];
-        snprintf(why, sizeof(why), "%s", po->sched_verdict_reason);
+        ps_status_t verdict = po->sched.verdict;
+        char why[sizeof(po->sched.verdict_reason)];
+        snprintf(why, sizeof(why), "%s", po->sched.verdict_reason);
         if (!late && verdict != PS_OK)
-            po->num_told++; /* the start failed: it hears why, like the others */
+            po->sched.num_told++; /* the start failed: it hears why, like the others */
         ps_mutex_unlock(&po->lock);
         if (late)
             sched_on_late_add_node(po, msg, node);
@@ -476,7 +478,7 @@ void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
                     ps__node_describe(node, who, sizeof(who)));
         return;
     }
-    if (po->job_id_given) {
+    if (po->sched.job_id_given) {
         /* Both sides were given a job id, and they differ: another job's
          * node. It is refused alone; the job still waits for its own. */
         char body[256];
@@ -495,31 +497,31 @@ void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
             return;
         }
     }
-    if (po->sched_verdict == PS_OK) {
+    if (po->sched.verdict == PS_OK) {
         char why[512];
         if (sched_check_shape(po, msg, node, why, sizeof(why)) != PS_OK) {
-            po->sched_verdict = PS_ERR_CONFIG;
-            snprintf(po->sched_verdict_reason, sizeof(po->sched_verdict_reason), "%s", why);
+            po->sched.verdict = PS_ERR_CONFIG;
+            snprintf(po->sched.verdict_reason, sizeof(po->sched.verdict_reason), "%s", why);
         }
     }
-    int idx = ps__node_table_find(po->reg_nodes, po->num_reg, node->hostname, port);
+    int idx = ps__node_table_find(po->sched.reg_nodes, po->sched.num_reg, node->hostname, port);
     if (idx < 0) {
-        if (po->num_reg == po->cap_reg) {
-            size_t cap = po->cap_reg ? po->cap_reg * 2 : 16;
-            ps_node_t *p = realloc(po->reg_nodes, cap * sizeof(*p));
+        if (po->sched.num_reg == po->sched.cap_reg) {
+            size_t cap = po->sched.cap_reg ? po->sched.cap_reg * 2 : 16;
+            ps_node_t *p = realloc(po->sched.reg_nodes, cap * sizeof(*p));
             if (p == NULL) {
                 ps_mutex_unlock(&po->lock);
                 ps_error(PS_LOG_CORE, "out of memory registering a node");
                 return;
             }
-            po->reg_nodes = p;
-            po->cap_reg = cap;
+            po->sched.reg_nodes = p;
+            po->sched.cap_reg = cap;
         }
-        idx = (int)po->num_reg++;
+        idx = (int)po->sched.num_reg++;
     }
-    po->reg_nodes[idx] = *node;
-    po->reg_nodes[idx].id = PS_NODE_EMPTY;
-    size_t count = po->num_reg;
+    po->sched.reg_nodes[idx] = *node;
+    po->sched.reg_nodes[idx].id = PS_NODE_EMPTY;
+    size_t count = po->sched.num_reg;
     ps_cond_broadcast(&po->cond);
     ps_mutex_unlock(&po->lock);
     ps_info(PS_LOG_CORE, "node registered: %s%s (%zu of %zu)",
@@ -584,15 +586,15 @@ static void sched_fail_start(ps_postoffice_t *po, ps_status_t status, const char
 {
     size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
     ps_mutex_lock(&po->lock);
-    size_t n = po->num_reg;
+    size_t n = po->sched.num_reg;
     ps_node_t *nodes = n > 0 ? malloc(n * sizeof(*nodes)) : NULL;
     if (nodes != NULL)
-        memcpy(nodes, po->reg_nodes, n * sizeof(*nodes));
+        memcpy(nodes, po->sched.reg_nodes, n * sizeof(*nodes));
     else
         n = 0;
     po->finalizing = 1; /* count disconnections from here on */
-    po->sched_verdict = status;
-    snprintf(po->sched_verdict_reason, sizeof(po->sched_verdict_reason), "%s", why);
+    po->sched.verdict = status;
+    snprintf(po->sched.verdict_reason, sizeof(po->sched.verdict_reason), "%s", why);
     ps_mutex_unlock(&po->lock);
 
     size_t told = 0;
@@ -608,16 +610,16 @@ static void sched_fail_start(ps_postoffice_t *po, ps_status_t status, const char
 
     ps_deadline_t linger = ps_deadline_from_ms(PS__LINGER_MS);
     ps_mutex_lock(&po->lock);
-    po->num_told += told;
+    po->sched.num_told += told;
     for (;;) {
-        size_t gone = po->num_left + po->num_dead;
-        if (gone >= po->num_told && (!wait_for_all || po->num_told >= expected))
+        size_t gone = po->sched.num_left + po->num_dead;
+        if (gone >= po->sched.num_told && (!wait_for_all || po->sched.num_told >= expected))
             break;
         if (ps_cond_wait(&po->cond, &po->lock, linger) == PS_ERR_TIMED_OUT)
             break;
     }
-    size_t left = po->num_left;
-    size_t all_told = po->num_told;
+    size_t left = po->sched.num_left;
+    size_t all_told = po->sched.num_told;
     ps_mutex_unlock(&po->lock);
     ps_debug(PS_LOG_CORE, "told %zu nodes the job cannot start; %zu left before the scheduler",
              all_told, left);
@@ -630,26 +632,26 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
 
     ps_mutex_lock(&po->lock);
-    while (po->num_reg < expected && po->sched_verdict == PS_OK) {
+    while (po->sched.num_reg < expected && po->sched.verdict == PS_OK) {
         if (ps_cond_wait(&po->cond, &po->lock, deadline) == PS_ERR_TIMED_OUT &&
-            po->num_reg < expected)
+            po->sched.num_reg < expected)
             break;
     }
-    if (po->sched_verdict != PS_OK) {
-        ps_status_t verdict = po->sched_verdict;
-        snprintf(why, sizeof(why), "%s", po->sched_verdict_reason);
+    if (po->sched.verdict != PS_OK) {
+        ps_status_t verdict = po->sched.verdict;
+        snprintf(why, sizeof(why), "%s", po->sched.verdict_reason);
         ps_mutex_unlock(&po->lock);
         ps_error(PS_LOG_CORE, "cannot start the job: %s", why);
         sched_fail_start(po, verdict, why, 1);
         return verdict;
     }
-    size_t n = po->num_reg;
+    size_t n = po->sched.num_reg;
     size_t ns = 0;
     for (size_t i = 0; i < n; i++)
-        ns += po->reg_nodes[i].role == PS_ROLE_SERVER;
+        ns += po->sched.reg_nodes[i].role == PS_ROLE_SERVER;
     ps_node_t *table = malloc((n + 1) * sizeof(*table));
     if (table != NULL && n > 0)
-        memcpy(table, po->reg_nodes, n * sizeof(*table));
+        memcpy(table, po->sched.reg_nodes, n * sizeof(*table));
     ps_mutex_unlock(&po->lock);
 
     if (table == NULL) {
@@ -659,9 +661,9 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     }
     if (n < expected) {
         ps_mutex_lock(&po->lock);
-        size_t refused = po->num_refused;
+        size_t refused = po->sched.num_refused;
         char last[160];
-        snprintf(last, sizeof(last), "%.150s", po->last_refusal);
+        snprintf(last, sizeof(last), "%.150s", po->sched.last_refusal);
         ps_mutex_unlock(&po->lock);
         char also[256] = "";
         if (refused > 0)
@@ -721,7 +723,7 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     ps_mutex_lock(&po->lock);
     po->nodes = table;
     po->num_nodes = n + 1;
-    __atomic_store_n(&po->last_seen_ns, seen, __ATOMIC_RELEASE);
+    __atomic_store_n(&po->sched.last_seen_ns, seen, __ATOMIC_RELEASE);
     po->ready = 1;
     ps_cond_broadcast(&po->cond);
     ps_cond_signal(&po->timer_cond);
