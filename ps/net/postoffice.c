@@ -3,7 +3,8 @@
  * parts are in files of their own, around the state they share
  * (postoffice_state_internal.h):
  *  - bootstrap.c: joining the job (registration, id assignment, the node
- *    table) and, on the scheduler, late joiners taking over dead nodes;
+ *    table);
+ *  - postoffice_recovery.c: late registrations taking over dead nodes;
  *  - postoffice_control.c: sending control messages, the van's callbacks;
  *  - postoffice_barrier.c: barriers;
  *  - postoffice_failure.c: dead and lost nodes, recovered ones;

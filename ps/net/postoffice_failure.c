@@ -5,7 +5,7 @@
  * (connection lost, or silent for PS_HEARTBEAT_TIMEOUT: see
  * postoffice_timer.c), tells everyone and fails the barriers it cannot
  * complete. A node told of a death, or of a new process that took a dead
- * node's id over (the scheduler's side of that is in bootstrap.c),
+ * node's id over (the scheduler's side: postoffice_recovery.c),
  * updates its table and connections. Every such event runs the node-event
  * callbacks once.
  */

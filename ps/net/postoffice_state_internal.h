@@ -326,6 +326,24 @@ ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline);
 /* ADD_NODE from the van: a registration (scheduler) or the table (node). */
 void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg);
 void ps__po_node_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg);
+/* In a registration's or the node table's body, after the job shape: the
+ * job id a node claims, or the one the scheduler issued. */
+#define PS__JOB_KEY " job="
+/* The job id after PS__JOB_KEY in a message body, or "". */
+void ps__po_body_job_id(const char *body, char *out, size_t cap);
+/* Scheduler: PS_OK, or PS_ERR_CONFIG with why: the registering node's job
+ * shape differs from the scheduler's. */
+ps_status_t ps__po_sched_check_shape(const ps_postoffice_t *po, const ps_msg_t *msg,
+                                     const ps_node_t *node, char *why, size_t cap);
+/* Scheduler: answers a node it will not take (status, why). */
+void ps__po_sched_refuse(ps_postoffice_t *po, const ps_node_t *node, ps_status_t status,
+                         const char *why);
+
+/* ---- postoffice_recovery.c ---- */
+
+/* Scheduler: a node registers after the table was complete. */
+void ps__po_sched_on_late_add_node(ps_postoffice_t *po, const ps_msg_t *msg,
+                                   const ps_node_t *node);
 /* Scheduler: a node was just declared dead; a late registration waiting
  * for one of its role may take it over now. */
 void ps__po_sched_try_recover(ps_postoffice_t *po);
