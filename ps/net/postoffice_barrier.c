@@ -4,6 +4,8 @@
  * every member arrived, or at once with why the barrier cannot complete
  * (a member is dead). The scheduler takes part through the same counts.
  */
+#include "ps/net/postoffice.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +13,6 @@
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
-#include "ps/net/postoffice.h"
 #include "ps/net/postoffice_state_internal.h"
 
 /* Members of `group` (PS_GROUP_* bits). */

@@ -2,12 +2,13 @@
  * Node-event callbacks (ps_postoffice_on_node_failed / _recovered): who
  * registered them, and running them once per event, never under a lock.
  */
+#include "ps/net/postoffice.h"
+
 #include <string.h>
 
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
-#include "ps/net/postoffice.h"
 #include "ps/net/postoffice_state_internal.h"
 
 /* The callback list this thread is running (remove must not wait for it). */

@@ -24,7 +24,8 @@
 #include "ps/net/resender_internal.h"
 #include "ps/net/van/van.h"
 
-#define PS__NUM_GROUPS 8
+/* Group ids (unions of the PS_GROUP_* bits) are below this. */
+#define PS__NUM_GROUPS (PS_GROUP_ALL + 1)
 /* Ids for nodes the scheduler must answer before ids exist (a failed
  * start): no real id is in use yet, so any valid node id will do. */
 #define PS__TEMP_ID_BASE PS_RANK_ID_BASE
