@@ -9,21 +9,7 @@
  * was started with other DMLC_NUM_SERVER / DMLC_NUM_WORKER) instead of a
  * hang.
  *
- * Recovery (upstream's is_recovery): a registration after the table is
- * complete is a restarted process if it proves it belongs to the job (the
- * job secret, the job id the scheduler issued given back as PS_JOB_ID, or
- * PS_ALLOW_RECOVERY on the scheduler); any other is refused at once, so
- * that a second job on the same port never takes a rank. It takes over a
- * dead node of its role
- * (its preferred rank's, if it has one): the scheduler records it in that
- * node's slot, tells every other live node (ADD_NODE with the node marked
- * is_recovery; they reconnect to it), then sends the new process the nodes
- * still dead (NODE_FAILED) and the table with its own entry marked. When
- * no node of its role is dead yet (its predecessor may be hung, not gone:
- * it is declared dead only after PS_HEARTBEAT_TIMEOUT), it waits in a
- * bounded list; one that waited PS_HEARTBEAT_TIMEOUT + 2 s is refused as a
- * node too many. A registration from the address of a node thought alive
- * proves that node's process gone.
+ * Late registrations (recovery) are in postoffice_recovery.c.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -47,9 +33,6 @@
  * nodes started with different DMLC_NUM_SERVER / DMLC_NUM_WORKER are told
  * at once instead of waiting for a count that never comes. */
 #define PS__SHAPE_FMT "servers=%d workers=%d"
-/* After the shape: the job id a node claims (registration), or the job id
- * the scheduler issued (node table). */
-#define PS__JOB_KEY " job="
 
 /* ---- the job's identity ---- */
 
@@ -79,7 +62,7 @@ static ps_status_t job_id_check(const char *id)
 }
 
 /* The job id after PS__JOB_KEY in a message body, or "". */
-static void body_job_id(const char *body, char *out, size_t cap)
+void ps__po_body_job_id(const char *body, char *out, size_t cap)
 {
     out[0] = '\0';
     const char *key = PS__JOB_KEY + 1; /* at the start of a body: no blank */
@@ -111,10 +94,10 @@ ps_status_t ps__po_setup_identity(ps_postoffice_t *po)
     ps_status_t st = ps_config_get_bool(PS_CFG_PS_ALLOW_RECOVERY, &allow);
     if (st != PS_OK && st != PS_ERR_NOT_FOUND)
         return PS_ERR_CONFIG;
-    po->allow_recovery = allow;
+    po->sched.allow_recovery = allow;
     if (given[0] != '\0') {
         snprintf(po->job_id, sizeof(po->job_id), "%s", given);
-        po->job_id_given = 1;
+        po->sched.job_id_given = 1;
     } else {
         /* Random: a second job on this port cannot guess it by accident. */
         uint8_t r[PS_AUTH_NONCE_BYTES];
@@ -122,50 +105,18 @@ ps_status_t ps__po_setup_identity(ps_postoffice_t *po)
         for (int i = 0; i < 8; i++)
             snprintf(po->job_id + 2 * i, sizeof(po->job_id) - 2 * (size_t)i, "%02x", r[i]);
     }
-    po->job_started_s = (int64_t)time(NULL);
-    po->job_started_ns = ps_time_now_ns();
+    po->sched.job_started_s = (int64_t)time(NULL);
+    po->sched.job_started_ns = ps_time_now_ns();
     if (allow)
         ps_warn(PS_LOG_CORE, "PS_ALLOW_RECOVERY=1: any server or worker that registers after "
                 "the job started may take over a dead node, whichever job it belongs to");
     return PS_OK;
 }
 
-/* Scheduler: 1 when a node registering after the job started may take over
- * a dead node: it proved the job secret (every connection did), carries the
- * job's id, or the job allows anyone. Else 0 and `why`, naming the job. */
-static int sched_late_may_recover(const ps_postoffice_t *po, const ps_msg_t *msg, char *why,
-                                  size_t cap)
-{
-    if (po->auth_enabled || po->allow_recovery)
-        return 1;
-    char body[256];
-    char claim[PS_JOB_ID_MAX + 1];
-    ps__msg_body(msg, body, sizeof(body));
-    body_job_id(body, claim, sizeof(claim));
-    if (claim[0] != '\0' && strcmp(claim, po->job_id) == 0)
-        return 1;
-    char when[32] = "?";
-    time_t t = (time_t)po->job_started_s;
-    struct tm tm;
-    if (gmtime_r(&t, &tm) != NULL)
-        strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
-    uint64_t ago_s = (ps_time_now_ns() - po->job_started_ns) / PS_NSEC_PER_SEC;
-    char claimed[PS_JOB_ID_MAX + 48] = "";
-    if (claim[0] != '\0')
-        snprintf(claimed, sizeof(claimed), " (its PS_JOB_ID=%s is not this job's)", claim);
-    snprintf(why, cap, "the scheduler at %s:%d already runs job %s (%d servers, %d workers, "
-             "started %s, %llu s ago) and this node does not belong to it%s: a node that joins "
-             "a running job must prove it with PS_JOB_ID or the job secret. A new job needs "
-             "its own DMLC_PS_ROOT_PORT", po->params.scheduler_host, po->params.scheduler_port,
-             po->job_id, po->params.num_servers, po->params.num_workers, when,
-             (unsigned long long)ago_s, claimed);
-    return 0;
-}
-
 /* PS_OK, or PS_ERR_CONFIG with why: the node's job shape differs from the
  * scheduler's. A registration without one (another implementation) is
  * not checked. */
-static ps_status_t sched_check_shape(const ps_postoffice_t *po, const ps_msg_t *msg,
+ps_status_t ps__po_sched_check_shape(const ps_postoffice_t *po, const ps_msg_t *msg,
                                      const ps_node_t *node, char *why, size_t cap)
 {
     char body[64];
@@ -186,262 +137,18 @@ static ps_status_t sched_check_shape(const ps_postoffice_t *po, const ps_msg_t *
 
 /* Scheduler: answers a node it will not take. The node has no id; the van
  * needs one to address it: a throw-away id far above the real ones. */
-static void sched_refuse(ps_postoffice_t *po, const ps_node_t *node, ps_status_t status,
+void ps__po_sched_refuse(ps_postoffice_t *po, const ps_node_t *node, ps_status_t status,
                          const char *why)
 {
     ps_node_t n = *node;
     ps_mutex_lock(&po->lock);
-    po->num_refused++;
-    snprintf(po->last_refusal, sizeof(po->last_refusal), "%s", why);
-    n.id = PS__REFUSE_ID_BASE + po->refuse_seq;
-    po->refuse_seq = (po->refuse_seq + 1) % PS__REFUSE_ID_SPAN;
+    po->sched.num_refused++;
+    snprintf(po->sched.last_refusal, sizeof(po->sched.last_refusal), "%s", why);
+    n.id = PS__REFUSE_ID_BASE + po->sched.refuse_seq;
+    po->sched.refuse_seq = (po->sched.refuse_seq + 1) % PS__REFUSE_ID_SPAN;
     ps_mutex_unlock(&po->lock);
     if (po->van->ops->connect(po->van, &n, PS_SCHEDULER_ID) == PS_OK)
         ps__po_send_control(po, n.id, PS_CTRL_ADD_NODE, 0, status, 0, NULL, 0, why);
-}
-
-static int node_port(const ps_node_t *node)
-{
-    return node->num_ports > 0 ? node->ports[0] : 0;
-}
-
-/* Scheduler: a node registers after the table was complete. It may take
- * over a dead node of its role (recovery); if none is dead yet, it waits
- * for one, bounded (see postoffice.h). */
-static void sched_on_late_add_node(ps_postoffice_t *po, const ps_msg_t *msg,
-                                   const ps_node_t *node)
-{
-    char who[PS_NODE_HOSTNAME_MAX + 48];
-    char why[1024];
-    ps__node_describe(node, who, sizeof(who));
-    if (node->role != PS_ROLE_SERVER && node->role != PS_ROLE_WORKER) {
-        ps_warn(PS_LOG_CORE, "ignoring a registration of a %s", ps_role_str(node->role));
-        return;
-    }
-    if (sched_check_shape(po, msg, node, why, sizeof(why)) != PS_OK) {
-        ps_error(PS_LOG_CORE, "refusing %s: %s", who, why);
-        sched_refuse(po, node, PS_ERR_CONFIG, why);
-        return;
-    }
-    /* Before anything else it could change (a live node declared dead for
-     * its address): a stranger must never take a rank. */
-    if (!sched_late_may_recover(po, msg, why, sizeof(why))) {
-        ps_warn(PS_LOG_CORE, "refusing %s, registering after the job started: %s", who, why);
-        sched_refuse(po, node, PS_ERR_CONFIG, why);
-        return;
-    }
-
-    ps_mutex_lock(&po->lock);
-    if (po->finalizing) {
-        ps_mutex_unlock(&po->lock);
-        ps_warn(PS_LOG_CORE, "refusing %s: the job is finishing", who);
-        sched_refuse(po, node, PS_ERR_SHUTDOWN, "the job is finishing: it takes no new node");
-        return;
-    }
-    /* A live node at this very address cannot be: its process is gone and
-     * the port was taken again (by this new process). */
-    int stale = -1;
-    int idx = ps__node_table_find(po->nodes, po->num_nodes, node->hostname, node_port(node));
-    if (idx >= 0 && po->nodes[idx].id != PS_SCHEDULER_ID &&
-        !ps__po_is_dead_locked(po, po->nodes[idx].id))
-        stale = po->nodes[idx].id;
-    ps_mutex_unlock(&po->lock);
-    if (stale >= 0)
-        ps__po_sched_declare_dead(po, stale, "a new process registered at its address");
-
-    uint64_t wait_ms = (uint64_t)po->params.heartbeat_timeout_s * 1000u +
-                       PS__RECOVERY_WAIT_GRACE_MS;
-    int queued = 1;
-    ps_mutex_lock(&po->lock);
-    size_t i = 0;
-    while (i < po->num_late &&
-           ps__node_table_find(&po->late[i].node, 1, node->hostname, node_port(node)) < 0)
-        i++;
-    if (i == po->num_late) {
-        /* At most one waiting per node of the job: more are refused. */
-        size_t limit = po->num_nodes > 0 ? po->num_nodes : 1;
-        if (po->num_late >= limit) {
-            queued = 0;
-        } else if (po->num_late == po->cap_late) {
-            size_t cap = po->cap_late ? po->cap_late * 2 : 4;
-            ps__po_late_t *l = realloc(po->late, cap * sizeof(*l));
-            if (l == NULL) {
-                queued = 0;
-            } else {
-                po->late = l;
-                po->cap_late = cap;
-            }
-        }
-        if (queued)
-            po->num_late++;
-    }
-    if (queued) {
-        po->late[i].node = *node;
-        po->late[i].expires_ns = ps_time_now_ns() + wait_ms * PS_NSEC_PER_MSEC;
-    }
-    ps_mutex_unlock(&po->lock);
-    if (!queued) {
-        snprintf(why, sizeof(why), "too many late registrations wait already");
-        ps_error(PS_LOG_CORE, "refusing %s: %s", who, why);
-        sched_refuse(po, node, PS_ERR_CONFIG, why);
-        return;
-    }
-    ps__po_sched_try_recover(po);
-
-    ps_mutex_lock(&po->lock);
-    int still = 0;
-    for (size_t j = 0; j < po->num_late; j++)
-        still |= ps__node_table_find(&po->late[j].node, 1, node->hostname, node_port(node)) >= 0;
-    ps_mutex_unlock(&po->lock);
-    if (still) {
-        ps_info(PS_LOG_CORE, "%s registered after the job started and no %s is dead: it may "
-                "take over one declared dead within %llu ms", who, ps_role_str(node->role),
-                (unsigned long long)wait_ms);
-        ps__po_kick(po); /* the timer expires it */
-    }
-}
-
-/* A dead node of `role` (rank `rank` if >= 0) a new process may take over,
- * or -1. Under lock. */
-static int sched_dead_of_role_locked(ps_postoffice_t *po, ps_role_t role, int rank)
-{
-    int best = -1;
-    for (size_t i = 0; i < po->num_dead; i++) {
-        int id = po->dead[i];
-        if (ps_id_to_role(id) != role || ps__po_table_index(po, id) < 0)
-            continue;
-        if (rank >= 0 && ps_id_to_rank(id) != rank)
-            continue;
-        if (best < 0 || id < best)
-            best = id;
-    }
-    return best;
-}
-
-void ps__po_sched_try_recover(ps_postoffice_t *po)
-{
-    char who[PS_NODE_HOSTNAME_MAX + 48];
-    for (;;) {
-        ps_mutex_lock(&po->lock);
-        if (!po->ready || po->finalizing || po->num_late == 0) {
-            ps_mutex_unlock(&po->lock);
-            return;
-        }
-        size_t li = 0;
-        int id = -1;
-        while (li < po->num_late) {
-            id = sched_dead_of_role_locked(po, po->late[li].node.role, po->late[li].node.aux_id);
-            if (id >= 0)
-                break;
-            li++;
-        }
-        if (id < 0) {
-            ps_mutex_unlock(&po->lock);
-            return;
-        }
-        ps_node_t node = po->late[li].node;
-        po->late[li] = po->late[--po->num_late];
-        int idx = ps__po_table_index(po, id);
-        node.id = id;
-        node.is_recovery = false;
-        po->nodes[idx] = node;
-        ps__po_remove_dead_locked(po, id);
-        uint64_t *seen = __atomic_load_n(&po->last_seen_ns, __ATOMIC_ACQUIRE);
-        if (seen != NULL)
-            __atomic_store_n(&seen[idx], ps_time_now_ns(), __ATOMIC_RELAXED);
-        size_t n = po->num_nodes;
-        ps_node_t *table = malloc(n * sizeof(*table));
-        int *others = malloc(n * sizeof(*others));
-        ps_node_t *dead = malloc(n * sizeof(*dead));
-        size_t num_others = 0;
-        size_t num_dead = 0;
-        if (table != NULL && others != NULL && dead != NULL) {
-            memcpy(table, po->nodes, n * sizeof(*table));
-            for (size_t i = 0; i < n; i++) {
-                int nid = po->nodes[i].id;
-                if (nid == PS_SCHEDULER_ID || nid == id)
-                    continue;
-                if (ps__po_is_dead_locked(po, nid))
-                    dead[num_dead++] = po->nodes[i];
-                else
-                    others[num_others++] = nid;
-            }
-        }
-        ps_cond_broadcast(&po->cond);
-        ps_mutex_unlock(&po->lock);
-
-        ps__node_describe(&node, who, sizeof(who));
-        ps_status_t st = table != NULL && others != NULL && dead != NULL ? PS_OK
-                                                                         : PS_ERR_NO_MEMORY;
-        if (st == PS_OK)
-            st = po->van->ops->connect(po->van, &node, PS_SCHEDULER_ID);
-        if (st != PS_OK) {
-            free(table);
-            free(others);
-            free(dead);
-            char why[PS_NODE_HOSTNAME_MAX + 160];
-            snprintf(why, sizeof(why), "the new process for it (%s) cannot be reached: %s", who,
-                     ps_status_str(st));
-            ps__po_sched_declare_dead(po, id, why);
-            continue;
-        }
-        ps__registry_revive_peer(po->reg, id);
-        /* The others first: they reconnect to it while it learns the
-         * table, so that its first messages find them ready. */
-        ps_node_t rec = node;
-        rec.is_recovery = true;
-        for (size_t i = 0; i < num_others; i++)
-            ps__po_send_control(po, others[i], PS_CTRL_ADD_NODE, 0, 0, 0, &rec, 1, NULL);
-        for (size_t i = 0; i < num_dead; i++)
-            ps__po_send_control(po, id, PS_CTRL_NODE_FAILED, 0, PS_ERR_PEER_GONE, 0, &dead[i], 1,
-                                "dead before this node joined");
-        table[idx].is_recovery = true;
-        char job[sizeof(PS__JOB_KEY) + PS_JOB_ID_MAX];
-        snprintf(job, sizeof(job), "%s", PS__JOB_KEY + 1);
-        snprintf(job + strlen(job), sizeof(job) - strlen(job), "%s", po->job_id);
-        ps__po_send_control(po, id, PS_CTRL_ADD_NODE, 0, 0, 0, table, n, job);
-        free(table);
-        free(others);
-        free(dead);
-        ps_warn(PS_LOG_CORE, "%s took over node %d (%s rank %d): recovered; told %zu other "
-                "nodes", who, id, ps_role_str(node.role), ps_id_to_rank(id), num_others);
-        ps__po_fire_node_event(po, id, PS_OK);
-    }
-}
-
-uint64_t ps__po_sched_expire_late(ps_postoffice_t *po, uint64_t now_ns)
-{
-    char who[PS_NODE_HOSTNAME_MAX + 48];
-    char why[256];
-    for (;;) {
-        uint64_t next = 0;
-        int found = 0;
-        int n = 0;
-        ps_node_t node;
-        ps_node_init(&node);
-        ps_mutex_lock(&po->lock);
-        for (size_t i = 0; i < po->num_late; i++) {
-            if (po->late[i].expires_ns <= now_ns) {
-                node = po->late[i].node;
-                po->late[i] = po->late[--po->num_late];
-                found = 1;
-                n = node.role == PS_ROLE_SERVER ? po->params.num_servers
-                                                : po->params.num_workers;
-                break;
-            }
-            if (next == 0 || po->late[i].expires_ns < next)
-                next = po->late[i].expires_ns;
-        }
-        ps_mutex_unlock(&po->lock);
-        if (!found)
-            return next;
-        snprintf(why, sizeof(why), "all %d %ss of the job are alive: nothing for this %s to "
-                 "take over (a node too many? check DMLC_NUM_%s)", n, ps_role_str(node.role),
-                 ps_role_str(node.role), node.role == PS_ROLE_SERVER ? "SERVER" : "WORKER");
-        ps_error(PS_LOG_CORE, "refusing %s: %s", ps__node_describe(&node, who, sizeof(who)),
-                 why);
-        sched_refuse(po, &node, PS_ERR_CONFIG, why);
-    }
 }
 
 /* Scheduler: a node registers. */
@@ -461,28 +168,28 @@ void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
     ps_mutex_lock(&po->lock);
     if (po->ready || po->finalizing) {
         int late = po->ready;
-        ps_status_t verdict = po->sched_verdict;
-        char why[sizeof(po->sched_verdict_reason)];
-        snprintf(why, sizeof(why), "%s", po->sched_verdict_reason);
+        ps_status_t verdict = po->sched.verdict;
+        char why[sizeof(po->sched.verdict_reason)];
+        snprintf(why, sizeof(why), "%s", po->sched.verdict_reason);
         if (!late && verdict != PS_OK)
-            po->num_told++; /* the start failed: it hears why, like the others */
+            po->sched.num_told++; /* the start failed: it hears why, like the others */
         ps_mutex_unlock(&po->lock);
         if (late)
-            sched_on_late_add_node(po, msg, node);
+            ps__po_sched_on_late_add_node(po, msg, node);
         else if (verdict != PS_OK)
-            sched_refuse(po, node, verdict, why);
+            ps__po_sched_refuse(po, node, verdict, why);
         else
             ps_warn(PS_LOG_CORE, "ignoring the registration of %s: the job is finishing",
                     ps__node_describe(node, who, sizeof(who)));
         return;
     }
-    if (po->job_id_given) {
+    if (po->sched.job_id_given) {
         /* Both sides were given a job id, and they differ: another job's
          * node. It is refused alone; the job still waits for its own. */
         char body[256];
         char claim[PS_JOB_ID_MAX + 1];
         ps__msg_body(msg, body, sizeof(body));
-        body_job_id(body, claim, sizeof(claim));
+        ps__po_body_job_id(body, claim, sizeof(claim));
         if (claim[0] != '\0' && strcmp(claim, po->job_id) != 0) {
             char why[512];
             snprintf(why, sizeof(why), "its PS_JOB_ID=%s is not this job's (%s) at %s:%d: it "
@@ -491,35 +198,35 @@ void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
             ps_mutex_unlock(&po->lock);
             ps_warn(PS_LOG_CORE, "refusing %s: %s", ps__node_describe(node, who, sizeof(who)),
                     why);
-            sched_refuse(po, node, PS_ERR_CONFIG, why);
+            ps__po_sched_refuse(po, node, PS_ERR_CONFIG, why);
             return;
         }
     }
-    if (po->sched_verdict == PS_OK) {
+    if (po->sched.verdict == PS_OK) {
         char why[512];
-        if (sched_check_shape(po, msg, node, why, sizeof(why)) != PS_OK) {
-            po->sched_verdict = PS_ERR_CONFIG;
-            snprintf(po->sched_verdict_reason, sizeof(po->sched_verdict_reason), "%s", why);
+        if (ps__po_sched_check_shape(po, msg, node, why, sizeof(why)) != PS_OK) {
+            po->sched.verdict = PS_ERR_CONFIG;
+            snprintf(po->sched.verdict_reason, sizeof(po->sched.verdict_reason), "%s", why);
         }
     }
-    int idx = ps__node_table_find(po->reg_nodes, po->num_reg, node->hostname, port);
+    int idx = ps__node_table_find(po->sched.reg_nodes, po->sched.num_reg, node->hostname, port);
     if (idx < 0) {
-        if (po->num_reg == po->cap_reg) {
-            size_t cap = po->cap_reg ? po->cap_reg * 2 : 16;
-            ps_node_t *p = realloc(po->reg_nodes, cap * sizeof(*p));
+        if (po->sched.num_reg == po->sched.cap_reg) {
+            size_t cap = po->sched.cap_reg ? po->sched.cap_reg * 2 : 16;
+            ps_node_t *p = realloc(po->sched.reg_nodes, cap * sizeof(*p));
             if (p == NULL) {
                 ps_mutex_unlock(&po->lock);
                 ps_error(PS_LOG_CORE, "out of memory registering a node");
                 return;
             }
-            po->reg_nodes = p;
-            po->cap_reg = cap;
+            po->sched.reg_nodes = p;
+            po->sched.cap_reg = cap;
         }
-        idx = (int)po->num_reg++;
+        idx = (int)po->sched.num_reg++;
     }
-    po->reg_nodes[idx] = *node;
-    po->reg_nodes[idx].id = PS_NODE_EMPTY;
-    size_t count = po->num_reg;
+    po->sched.reg_nodes[idx] = *node;
+    po->sched.reg_nodes[idx].id = PS_NODE_EMPTY;
+    size_t count = po->sched.num_reg;
     ps_cond_broadcast(&po->cond);
     ps_mutex_unlock(&po->lock);
     ps_info(PS_LOG_CORE, "node registered: %s%s (%zu of %zu)",
@@ -563,7 +270,7 @@ void ps__po_node_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
             po->num_nodes = n;
             char body[128];
             ps__msg_body(msg, body, sizeof(body));
-            body_job_id(body, po->job_id, sizeof(po->job_id));
+            ps__po_body_job_id(body, po->job_id, sizeof(po->job_id));
         }
     }
     po->table_received = 1;
@@ -584,15 +291,15 @@ static void sched_fail_start(ps_postoffice_t *po, ps_status_t status, const char
 {
     size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
     ps_mutex_lock(&po->lock);
-    size_t n = po->num_reg;
+    size_t n = po->sched.num_reg;
     ps_node_t *nodes = n > 0 ? malloc(n * sizeof(*nodes)) : NULL;
     if (nodes != NULL)
-        memcpy(nodes, po->reg_nodes, n * sizeof(*nodes));
+        memcpy(nodes, po->sched.reg_nodes, n * sizeof(*nodes));
     else
         n = 0;
     po->finalizing = 1; /* count disconnections from here on */
-    po->sched_verdict = status;
-    snprintf(po->sched_verdict_reason, sizeof(po->sched_verdict_reason), "%s", why);
+    po->sched.verdict = status;
+    snprintf(po->sched.verdict_reason, sizeof(po->sched.verdict_reason), "%s", why);
     ps_mutex_unlock(&po->lock);
 
     size_t told = 0;
@@ -608,16 +315,16 @@ static void sched_fail_start(ps_postoffice_t *po, ps_status_t status, const char
 
     ps_deadline_t linger = ps_deadline_from_ms(PS__LINGER_MS);
     ps_mutex_lock(&po->lock);
-    po->num_told += told;
+    po->sched.num_told += told;
     for (;;) {
-        size_t gone = po->num_left + po->num_dead;
-        if (gone >= po->num_told && (!wait_for_all || po->num_told >= expected))
+        size_t gone = po->sched.num_left + po->num_dead;
+        if (gone >= po->sched.num_told && (!wait_for_all || po->sched.num_told >= expected))
             break;
         if (ps_cond_wait(&po->cond, &po->lock, linger) == PS_ERR_TIMED_OUT)
             break;
     }
-    size_t left = po->num_left;
-    size_t all_told = po->num_told;
+    size_t left = po->sched.num_left;
+    size_t all_told = po->sched.num_told;
     ps_mutex_unlock(&po->lock);
     ps_debug(PS_LOG_CORE, "told %zu nodes the job cannot start; %zu left before the scheduler",
              all_told, left);
@@ -630,26 +337,26 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
 
     ps_mutex_lock(&po->lock);
-    while (po->num_reg < expected && po->sched_verdict == PS_OK) {
+    while (po->sched.num_reg < expected && po->sched.verdict == PS_OK) {
         if (ps_cond_wait(&po->cond, &po->lock, deadline) == PS_ERR_TIMED_OUT &&
-            po->num_reg < expected)
+            po->sched.num_reg < expected)
             break;
     }
-    if (po->sched_verdict != PS_OK) {
-        ps_status_t verdict = po->sched_verdict;
-        snprintf(why, sizeof(why), "%s", po->sched_verdict_reason);
+    if (po->sched.verdict != PS_OK) {
+        ps_status_t verdict = po->sched.verdict;
+        snprintf(why, sizeof(why), "%s", po->sched.verdict_reason);
         ps_mutex_unlock(&po->lock);
         ps_error(PS_LOG_CORE, "cannot start the job: %s", why);
         sched_fail_start(po, verdict, why, 1);
         return verdict;
     }
-    size_t n = po->num_reg;
+    size_t n = po->sched.num_reg;
     size_t ns = 0;
     for (size_t i = 0; i < n; i++)
-        ns += po->reg_nodes[i].role == PS_ROLE_SERVER;
+        ns += po->sched.reg_nodes[i].role == PS_ROLE_SERVER;
     ps_node_t *table = malloc((n + 1) * sizeof(*table));
     if (table != NULL && n > 0)
-        memcpy(table, po->reg_nodes, n * sizeof(*table));
+        memcpy(table, po->sched.reg_nodes, n * sizeof(*table));
     ps_mutex_unlock(&po->lock);
 
     if (table == NULL) {
@@ -659,9 +366,9 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     }
     if (n < expected) {
         ps_mutex_lock(&po->lock);
-        size_t refused = po->num_refused;
+        size_t refused = po->sched.num_refused;
         char last[160];
-        snprintf(last, sizeof(last), "%.150s", po->last_refusal);
+        snprintf(last, sizeof(last), "%.150s", po->sched.last_refusal);
         ps_mutex_unlock(&po->lock);
         char also[256] = "";
         if (refused > 0)
@@ -721,7 +428,7 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     ps_mutex_lock(&po->lock);
     po->nodes = table;
     po->num_nodes = n + 1;
-    __atomic_store_n(&po->last_seen_ns, seen, __ATOMIC_RELEASE);
+    __atomic_store_n(&po->sched.last_seen_ns, seen, __ATOMIC_RELEASE);
     po->ready = 1;
     ps_cond_broadcast(&po->cond);
     ps_cond_signal(&po->timer_cond);

@@ -1,6 +1,7 @@
 /*
- * What postoffice.c and customer.c share inside //ps/net: the registry of
- * customers that the postoffice dispatches data messages to.
+ * What the postoffice and the customers share inside //ps/net: the
+ * registry of customers that the postoffice dispatches data messages to
+ * (customer_registry.c), and the postoffice's accessors customer.c needs.
  *
  * Locking: the registry lock is taken before a customer's tracker lock and
  * never while calling a customer's functions; the postoffice never holds

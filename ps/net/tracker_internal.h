@@ -1,7 +1,7 @@
 /*
  * The request tracker behind a customer: outstanding requests keyed by
  * timestamp, how many responses each expects, which peers it waits for,
- * and how it ended. Internal to //ps/net (customer.c); tested on its own.
+ * and how it ended. Internal to //ps/net (the customers); tested on its own.
  *
  * Memory rule (what a tracker remembers, and for how long):
  *  - An outstanding request has a record until it completes.

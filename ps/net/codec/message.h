@@ -84,21 +84,27 @@ typedef enum {
 /* Node ids and groups (upstream): groups are bit flags below 8, the
  * scheduler is 1, server rank r is 8 + 2r and worker rank r is 9 + 2r. */
 #define PS_SCHEDULER_ID 1
+/* Server and worker ids start here (server rank 0); ids below it are the
+ * scheduler and the groups. */
+#define PS_RANK_ID_BASE 8
 #define PS_GROUP_SCHEDULER 1
 #define PS_GROUP_SERVER 2
 #define PS_GROUP_WORKER 4
 #define PS_GROUP_ALL (PS_GROUP_SCHEDULER | PS_GROUP_SERVER | PS_GROUP_WORKER)
 
-static inline int ps_server_rank_to_id(int rank) { return 8 + 2 * rank; }
-static inline int ps_worker_rank_to_id(int rank) { return 9 + 2 * rank; }
+static inline int ps_server_rank_to_id(int rank) { return PS_RANK_ID_BASE + 2 * rank; }
+static inline int ps_worker_rank_to_id(int rank) { return PS_RANK_ID_BASE + 1 + 2 * rank; }
 /* max((id - 8) / 2, 0), as upstream's IDtoRank. */
-static inline int ps_id_to_rank(int id) { return id < 8 ? 0 : (id - 8) / 2; }
+static inline int ps_id_to_rank(int id)
+{
+    return id < PS_RANK_ID_BASE ? 0 : (id - PS_RANK_ID_BASE) / 2;
+}
 /* True for a group id (a union of PS_GROUP_* bits) rather than one node. */
-static inline bool ps_id_is_group(int id) { return id >= 1 && id < 8; }
+static inline bool ps_id_is_group(int id) { return id >= 1 && id < PS_RANK_ID_BASE; }
 /* Below 8 the scheduler, then even ids are servers and odd ids workers. */
 static inline ps_role_t ps_id_to_role(int id)
 {
-    if (id < 8)
+    if (id < PS_RANK_ID_BASE)
         return PS_ROLE_SCHEDULER;
     return (id % 2) ? PS_ROLE_WORKER : PS_ROLE_SERVER;
 }
