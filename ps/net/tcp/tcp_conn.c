@@ -70,6 +70,7 @@ ps__tcp_conn_t *ps__tcp_conn_new(ps__tcp_van_t *van, int outgoing)
     conn->peer_id = PS_NODE_EMPTY;
     conn->fd = -1;
     conn->state = outgoing ? PS__TCP_CONNECTING : PS__TCP_READY;
+    ps__tcp_auth_init(conn);
     pthread_mutex_init(&conn->send_lock, NULL);
     ps_msg_init(&conn->rmsg);
     conn->phase = PS__TCP_RX_HEADER;
@@ -397,7 +398,7 @@ ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id
             strcpy(conn->addr_str, "?");
         }
         conn->nonce = nonce;
-        conn->auth_t.id_i = hello_id; /* job secret: the id the handshake binds */
+        conn->hs.t.id_i = hello_id; /* job secret: the id the handshake binds */
         conn->stream = made;
         conn->nstreams = nstreams;
         conn->connect_deadline_ns = deadline;
