@@ -210,7 +210,7 @@ TEST(Handshake, MalformedOrUnknownStepsAreRefused)
         EXPECT_EQ(p.to_resp(init), PS_VAN_HS_REFUSE);
         EXPECT_EQ(std::string(p.a.why), "malformed job-secret handshake");
     }
-    for (int step : {0, (int)'X', 0x7f, (int)PS_VAN_HS_PROOF, (int)PS_VAN_HS_CHALLENGE,
+    for (int step : {0, (int)'X', (int)PS_VAN_HS_UNKNOWN, (int)PS_VAN_HS_PROOF, (int)PS_VAN_HS_CHALLENGE,
                      (int)PS_VAN_HS_REFUSED}) {
         Pair p("s3cret", "s3cret");
         ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
@@ -220,7 +220,7 @@ TEST(Handshake, MalformedOrUnknownStepsAreRefused)
         EXPECT_FALSE(ps_van_hs_claim_ok(&p.resp, 9));
     }
     // Initiator: a challenge of the wrong length, another step, a hello.
-    for (int step : {(int)PS_VAN_HS_CHALLENGE, (int)'X', (int)PS_VAN_HS_OTHER}) {
+    for (int step : {(int)PS_VAN_HS_CHALLENGE, (int)PS_VAN_HS_UNKNOWN, (int)PS_VAN_HS_OTHER}) {
         Pair p("s3cret", "s3cret");
         ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
         p.to_resp(init);

@@ -61,6 +61,7 @@ ps__shm_chan_t *ps__shm_chan_new(ps__shm_van_t *van, int outgoing)
     ch->peer_id = PS_NODE_EMPTY;
     ch->fd = -1;
     ch->state = outgoing ? PS__SHM_CH_READY : PS__SHM_CH_HANDSHAKE;
+    ps__shm_auth_init(ch);
     ch->tok_free = UINT32_MAX;
     ch->created_ns = ps_time_now_ns();
     pthread_mutex_init(&ch->tx_lock, NULL);

@@ -48,6 +48,7 @@
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/base.h"
+#include "ps/net/van/handshake.h"
 #include "ps/net/van/van.h"
 
 /* Data bytes of each ring of a channel. */
@@ -196,17 +197,7 @@ struct ps__shm_chan {
 
     /* Job-secret handshake (shm_auth.c): the connector's thread in
      * connect(), then the progress thread. */
-    int auth;                /* PS__SHM_AUTH_* */
-    ps_auth_transcript_t auth_t;
-};
-
-enum {
-    PS__SHM_AUTH_NONE,
-    PS__SHM_AUTH_WAIT_INIT,    /* accepted, secret set: AUTH 'I' expected first */
-    PS__SHM_AUTH_WAIT_PROOF,
-    PS__SHM_AUTH_WAIT_VERDICT, /* connector: the acceptor's proof failed, ours sent */
-    PS__SHM_AUTH_DONE,
-    PS__SHM_AUTH_FAILED,
+    ps_van_hs_t hs;
 };
 
 typedef struct {
@@ -282,6 +273,8 @@ ssize_t ps__shm_recv_answer(int fd, void *buf, size_t cap, int flags);
 ps_status_t ps__shm_list_chan(ps__shm_van_t *van, ps__shm_chan_t *ch);
 
 /* ---- shm_auth.c (job secret; see there) ---- */
+/* A new channel (ps__shm_chan_new): its handshake, not started. */
+void ps__shm_auth_init(ps__shm_chan_t *ch);
 /* Connector, before HELLO: the exchange; PS_ERR_AUTH (logged) when refused,
  * PS_ERR_TIMED_OUT when the acceptor does not answer within the connect timeout. */
 ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id);

@@ -43,14 +43,15 @@ typedef enum {
     PS_VAN_HS_FAILED,
 } ps_van_hs_state_t;
 
-/* What arrived or is to be sent. A van maps its own codes to these; any
- * other value is a handshake message of no known step (or version). */
+/* What arrived or is to be sent. A van maps its own codes to these, and
+ * a handshake message of no known step (or version) to UNKNOWN. */
 typedef enum {
     PS_VAN_HS_OTHER = 0, /* not a handshake message: a hello, data */
     PS_VAN_HS_INIT = 'I',
     PS_VAN_HS_CHALLENGE = 'C',
     PS_VAN_HS_PROOF = 'P',
     PS_VAN_HS_REFUSED = 'R',
+    PS_VAN_HS_UNKNOWN = 0x100,
 } ps_van_hs_step_t;
 
 typedef enum {
