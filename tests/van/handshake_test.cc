@@ -271,6 +271,14 @@ TEST(Handshake, IdBinding)
     EXPECT_FALSE(ps_van_hs_claim_ok(&p.resp, 10));
     EXPECT_FALSE(ps_van_hs_claim_ok(&p.resp, PS_SCHEDULER_ID));
     EXPECT_TRUE(ps_van_hs_claim_ok(&p.ini, 1234)); // the initiator holds no one to an id
+    // The hello check says so as a refusal.
+    ps_van_hs_action_t h;
+    ps_van_hs_hello(&p.resp, 9, &h);
+    EXPECT_EQ(h.verdict, PS_VAN_HS_PASS);
+    ps_van_hs_hello(&p.resp, 10, &h);
+    EXPECT_EQ(h.verdict, PS_VAN_HS_REFUSE);
+    EXPECT_EQ(std::string(h.why), "it announced another node id than it proved the job secret as");
+    EXPECT_EQ(p.resp.state, PS_VAN_HS_FAILED);
 
     // An unassigned node may take the id the scheduler gives it.
     Pair u("s3cret", "s3cret");
@@ -281,6 +289,11 @@ TEST(Handshake, IdBinding)
     proof = u.a;
     ASSERT_EQ(u.to_resp(proof), PS_VAN_HS_PROVED);
     EXPECT_TRUE(ps_van_hs_claim_ok(&u.resp, 11));
+    // A hello before the proof is refused.
+    Pair b("s3cret", "s3cret");
+    ps_van_hs_hello(&b.resp, 9, &h);
+    EXPECT_EQ(h.verdict, PS_VAN_HS_REFUSE);
+    EXPECT_EQ(std::string(h.why), "it does not hold the job secret");
 
     // The announced id is covered by the proof: changed in flight, the
     // responder's proof no longer checks out.

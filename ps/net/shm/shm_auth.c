@@ -121,28 +121,8 @@ static ps_status_t send_step(ps__shm_chan_t *ch, const ps_van_hs_action_t *a)
     return send_raw(ch, &p, sizeof(p));
 }
 
-/* Logs a verdict (a refusal: with its WELCOME) and says how it closes. */
-static ps_status_t verdict(ps__shm_chan_t *ch, const ps_van_hs_action_t *a)
-{
-    char who[64];
-    char from[32];
-    if (a->verdict == PS_VAN_HS_REFUSE) {
-        return ps__shm_auth_refuse(ch, a->why);
-    }
-    snprintf(from, sizeof(from), "pid %d", (int)ch->peer_pid);
-    ps_van_hs_report(&ch->hs, a, PS_LOG_SHM, peer_name(ch, who, sizeof(who)), from);
-    return ps_van_hs_status(a);
-}
-
-void ps__shm_auth_init(ps__shm_chan_t *ch)
-{
-    ps__shm_van_t *van = ch->van;
-    ps_van_hs_init(&ch->hs, "shm", ch->outgoing,
-                   van->base.params.auth_enabled ? &van->base.params.auth_key : NULL,
-                   (int32_t)van->base.params.role);
-}
-
-ps_status_t ps__shm_auth_refuse(ps__shm_chan_t *ch, const char *why)
+/* The acceptor's REFUSED: a WELCOME that says so; PS_ERR_AUTH closes. */
+static ps_status_t refuse(ps__shm_chan_t *ch, const char *why)
 {
     ps_error(PS_LOG_SHM, "refused connection from pid %d: %s", (int)ch->peer_pid, why);
     ps__shm_pkt_welcome_t w;
@@ -157,6 +137,27 @@ ps_status_t ps__shm_auth_refuse(ps__shm_chan_t *ch, const char *why)
     return PS_ERR_AUTH;
 }
 
+/* Logs a verdict (a refusal: with its WELCOME) and says how it closes. */
+static ps_status_t verdict(ps__shm_chan_t *ch, const ps_van_hs_action_t *a)
+{
+    char who[64];
+    char from[32];
+    if (a->verdict == PS_VAN_HS_REFUSE) {
+        return refuse(ch, a->why);
+    }
+    snprintf(from, sizeof(from), "pid %d", (int)ch->peer_pid);
+    ps_van_hs_report(&ch->hs, a, PS_LOG_SHM, peer_name(ch, who, sizeof(who)), from);
+    return ps_van_hs_status(a);
+}
+
+void ps__shm_auth_init(ps__shm_chan_t *ch)
+{
+    ps__shm_van_t *van = ch->van;
+    ps_van_hs_init(&ch->hs, "shm", ch->outgoing,
+                   van->base.params.auth_enabled ? &van->base.params.auth_key : NULL,
+                   (int32_t)van->base.params.role);
+}
+
 void ps__shm_auth_accepted(ps__shm_chan_t *ch)
 {
     ps_van_hs_accept(&ch->hs);
@@ -167,9 +168,11 @@ int ps__shm_auth_pending(const ps__shm_chan_t *ch)
     return ps_van_hs_pending(&ch->hs);
 }
 
-int ps__shm_auth_claim_ok(const ps__shm_chan_t *ch, int id)
+ps_status_t ps__shm_auth_hello(ps__shm_chan_t *ch, int id)
 {
-    return ps_van_hs_claim_ok(&ch->hs, id);
+    ps_van_hs_action_t a;
+    ps_van_hs_hello(&ch->hs, id, &a);
+    return verdict(ch, &a);
 }
 
 ps_status_t ps__shm_auth_on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_t len)

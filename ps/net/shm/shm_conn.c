@@ -741,8 +741,9 @@ static ps_status_t on_hello(ps__shm_chan_t *ch, const uint8_t *buf, size_t len, 
                  h.node_id);
         return PS_ERR_PROTOCOL;
     }
-    if (!ps__shm_auth_claim_ok(ch, h.node_id)) { /* job secret: the id it proved under */
-        return ps__shm_auth_refuse(ch, "it announced another node id than it proved the job secret as");
+    ps_status_t ast = ps__shm_auth_hello(ch, h.node_id); /* job secret: the id it proved under */
+    if (ast != PS_OK) {
+        return ast;
     }
     size_t one = ps__shm_ring_bytes(h.ring_bytes);
     const char *bad;

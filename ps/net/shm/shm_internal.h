@@ -282,9 +282,8 @@ ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id);
 void ps__shm_auth_accepted(ps__shm_chan_t *ch);
 int ps__shm_auth_pending(const ps__shm_chan_t *ch);
 ps_status_t ps__shm_auth_on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_t len);
-/* Acceptor: whether HELLO may announce `id`; refusing one (logged, WELCOME sent). */
-int ps__shm_auth_claim_ok(const ps__shm_chan_t *ch, int id);
-ps_status_t ps__shm_auth_refuse(ps__shm_chan_t *ch, const char *why);
+/* Acceptor: a HELLO announcing `id`; PS_OK, or refused (logged, WELCOME sent). */
+ps_status_t ps__shm_auth_hello(ps__shm_chan_t *ch, int id);
 /* Connector: a WELCOME refused us for the secret / accepted us. */
 ps_status_t ps__shm_auth_refused(ps__shm_chan_t *ch);
 ps_status_t ps__shm_auth_welcomed(ps__shm_chan_t *ch);

@@ -228,6 +228,15 @@ int ps_van_hs_claim_ok(const ps_van_hs_t *hs, int id)
     return hs->state == PS_VAN_HS_DONE && (hs->t.id_i == PS_NODE_EMPTY || hs->t.id_i == id);
 }
 
+void ps_van_hs_hello(ps_van_hs_t *hs, int id, ps_van_hs_action_t *act)
+{
+    ps_van_hs_rx(hs, PS_VAN_HS_OTHER, NULL, 0, PS_NODE_EMPTY, PS_NODE_EMPTY, act);
+    if (act->verdict == PS_VAN_HS_PASS && !ps_van_hs_claim_ok(hs, id)) {
+        act_end(hs, act, PS_VAN_HS_REFUSE,
+                "it announced another node id than it proved the job secret as");
+    }
+}
+
 int ps_van_hs_pending(const ps_van_hs_t *hs)
 {
     return !hs->initiator && hs->key != NULL && hs->state != PS_VAN_HS_DONE;

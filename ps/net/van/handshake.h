@@ -116,6 +116,10 @@ void ps_van_hs_closed(ps_van_hs_t *hs, ps_van_hs_action_t *act);
  * the id the scheduler gave it over this connection). */
 int ps_van_hs_claim_ok(const ps_van_hs_t *hs, int id);
 
+/* Responder: the peer's hello announces `id`. PASS, or REFUSE when it
+ * comes before the proof or with another id than claim_ok allows. */
+void ps_van_hs_hello(ps_van_hs_t *hs, int id, ps_van_hs_action_t *act);
+
 /* 1 while the responder must see nothing but the handshake. */
 int ps_van_hs_pending(const ps_van_hs_t *hs);
 

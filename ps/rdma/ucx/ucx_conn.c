@@ -47,6 +47,7 @@ static ps__ucx_conn_t *conn_new(ps__ucx_van_t *van, int outgoing)
     conn->peer_id = PS_NODE_EMPTY;
     conn->hello_id = PS_NODE_EMPTY;
     conn->state = outgoing ? PS__UCX_NEW : PS__UCX_WAIT;
+    ps__ucx_auth_init(conn);
     pthread_mutex_init(&conn->lock, NULL);
     return conn;
 }
