@@ -150,24 +150,6 @@ static ps_status_t verdict(ps__shm_chan_t *ch, const ps_van_hs_action_t *a)
     return ps_van_hs_status(a);
 }
 
-void ps__shm_auth_init(ps__shm_chan_t *ch)
-{
-    ps__shm_van_t *van = ch->van;
-    ps_van_hs_init(&ch->hs, "shm", ch->outgoing,
-                   van->base.params.auth_enabled ? &van->base.params.auth_key : NULL,
-                   (int32_t)van->base.params.role);
-}
-
-void ps__shm_auth_accepted(ps__shm_chan_t *ch)
-{
-    ps_van_hs_accept(&ch->hs);
-}
-
-int ps__shm_auth_pending(const ps__shm_chan_t *ch)
-{
-    return ps_van_hs_pending(&ch->hs);
-}
-
 ps_status_t ps__shm_auth_hello(ps__shm_chan_t *ch, int id)
 {
     ps_van_hs_action_t a;

@@ -273,14 +273,10 @@ ssize_t ps__shm_recv_answer(int fd, void *buf, size_t cap, int flags);
 ps_status_t ps__shm_list_chan(ps__shm_van_t *van, ps__shm_chan_t *ch);
 
 /* ---- shm_auth.c (job secret; see there) ---- */
-/* A new channel (ps__shm_chan_new): its handshake, not started. */
-void ps__shm_auth_init(ps__shm_chan_t *ch);
 /* Connector, before HELLO: the exchange; PS_ERR_AUTH (logged) when refused,
  * PS_ERR_TIMED_OUT when the acceptor does not answer within the connect timeout. */
 ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id);
-/* Acceptor: a new channel; whether packets must go to ps__shm_auth_on_packet. */
-void ps__shm_auth_accepted(ps__shm_chan_t *ch);
-int ps__shm_auth_pending(const ps__shm_chan_t *ch);
+/* Acceptor: a packet of a channel whose handshake is pending (or an AUTH one). */
 ps_status_t ps__shm_auth_on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_t len);
 /* Acceptor: a HELLO announcing `id`; PS_OK, or refused (logged, WELCOME sent). */
 ps_status_t ps__shm_auth_hello(ps__shm_chan_t *ch, int id);

@@ -99,14 +99,6 @@ static ps_status_t act(ps__tcp_conn_t *conn, const ps_van_hs_action_t *a)
     return ps_van_hs_status(a);
 }
 
-void ps__tcp_auth_init(ps__tcp_conn_t *conn)
-{
-    ps__tcp_van_t *van = conn->van;
-    ps_van_hs_init(&conn->hs, "tcp", conn->outgoing,
-                   van->base.params.auth_enabled ? &van->base.params.auth_key : NULL,
-                   (int32_t)van->base.params.role);
-}
-
 ps_status_t ps__tcp_auth_start(ps__tcp_conn_t *conn)
 {
     ps_van_hs_action_t a;
@@ -119,11 +111,6 @@ ps_status_t ps__tcp_auth_start(ps__tcp_conn_t *conn)
     ps__tcp_set_epoll(conn, 0); /* read the challenge; the queue waits */
     pthread_mutex_unlock(&conn->send_lock);
     return act(conn, &a);
-}
-
-void ps__tcp_auth_accepted(ps__tcp_conn_t *conn)
-{
-    ps_van_hs_accept(&conn->hs);
 }
 
 int ps__tcp_auth_claim_ok(const ps__tcp_conn_t *conn, int id)

@@ -70,7 +70,7 @@ ps__tcp_conn_t *ps__tcp_conn_new(ps__tcp_van_t *van, int outgoing)
     conn->peer_id = PS_NODE_EMPTY;
     conn->fd = -1;
     conn->state = outgoing ? PS__TCP_CONNECTING : PS__TCP_READY;
-    ps__tcp_auth_init(conn);
+    ps_van_base_hs_init(&van->base, &conn->hs, "tcp", outgoing);
     pthread_mutex_init(&conn->send_lock, NULL);
     ps_msg_init(&conn->rmsg);
     conn->phase = PS__TCP_RX_HEADER;
@@ -289,7 +289,7 @@ void ps__tcp_accept_all(ps__tcp_van_t *van)
         }
         conn->in_epoll = 1;
         conn_link(van, conn);
-        ps__tcp_auth_accepted(conn); /* job secret: INIT expected first */
+        ps_van_hs_accept(&conn->hs); /* job secret: INIT expected first */
         ps_debug(PS_LOG_TCP, "accepted a connection from %s", conn->addr_str);
     }
 }

@@ -300,12 +300,8 @@ void ps__tcp_set_epoll(ps__tcp_conn_t *conn, int want_out); /* send_lock held */
 void ps__tcp_conn_ready(ps__tcp_conn_t *conn);
 
 /* ---- tcp_auth.c (job secret; see there) ---- */
-/* A new connection (ps__tcp_conn_new): its handshake, not started. */
-void ps__tcp_auth_init(ps__tcp_conn_t *conn);
 /* Opener, TCP connected: sends INIT and holds the queue. */
 ps_status_t ps__tcp_auth_start(ps__tcp_conn_t *conn);
-/* Acceptor, new connection: expect INIT when a secret is configured. */
-void ps__tcp_auth_accepted(ps__tcp_conn_t *conn);
 /* A decoded meta, before anything else looks at it: handles handshake
  * frames (*consumed_p = 1) and refuses what arrives before the handshake
  * is done. An error closes the connection (already logged). */

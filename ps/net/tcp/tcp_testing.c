@@ -32,7 +32,7 @@ ps__tcp_test_conn_t *ps__tcp_test_conn_new(int outgoing, int peer_id, const uint
     c->conn.fd = -1;
     c->conn.outgoing = outgoing;
     c->conn.peer_id = peer_id;
-    ps__tcp_auth_init(&c->conn);
+    ps_van_base_hs_init(&c->van.base, &c->conn.hs, "tcp", outgoing);
     c->conn.hs.state = auth;
     c->conn.hs.t.id_i = outgoing ? 8 : PS_NODE_EMPTY;
     strcpy(c->conn.addr_str, "fuzz");

@@ -126,19 +126,6 @@ static void act(ps__ucx_conn_t *conn, const ps_van_hs_action_t *a)
     }
 }
 
-void ps__ucx_auth_init(ps__ucx_conn_t *conn)
-{
-    ps__ucx_van_t *van = conn->van;
-    ps_van_hs_init(&conn->hs, "ucx", conn->outgoing,
-                   van->base.params.auth_enabled ? &van->base.params.auth_key : NULL,
-                   (int32_t)van->base.params.role);
-}
-
-void ps__ucx_auth_accepted(ps__ucx_conn_t *conn)
-{
-    ps_van_hs_accept(&conn->hs);
-}
-
 ps_status_t ps__ucx_auth_start(ps__ucx_conn_t *conn, int my_id)
 {
     ps_van_hs_action_t a;

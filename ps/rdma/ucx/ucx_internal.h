@@ -520,8 +520,6 @@ ps__ucx_conn_t *ps__ucx_conn_by_ep(ps__ucx_van_t *van, ucp_ep_h ep, int outgoing
 ps_status_t ps__ucx_send_hello(ps__ucx_conn_t *conn);
 
 /* ---- ucx_auth.c (job secret; see there) ---- */
-void ps__ucx_auth_init(ps__ucx_conn_t *conn); /* conn_new: not started */
-void ps__ucx_auth_accepted(ps__ucx_conn_t *conn);
 ps_status_t ps__ucx_auth_start(ps__ucx_conn_t *conn, int my_id); /* instead of HELLO */
 void ps__ucx_auth_on_hs(ps__ucx_van_t *van, ucp_ep_h ep, int type, const uint8_t *data,
                         size_t len);
