@@ -43,6 +43,24 @@ struct Pair {
         ps_van_hs_rx(&ini, in.send, in.body, in.body_len, 9, peer, &a);
         return a.verdict;
     }
+    // Each message of a fresh handshake announcing `id`, the ones before
+    // it exchanged.
+    ps_van_hs_action_t init(int32_t id = 9)
+    {
+        ps_van_hs_action_t m;
+        EXPECT_EQ(ps_van_hs_start(&ini, id, &m), PS_OK);
+        return m;
+    }
+    ps_van_hs_action_t challenge(int32_t id = 9)
+    {
+        to_resp(init(id));
+        return a;
+    }
+    ps_van_hs_action_t proof(int32_t id = 9)
+    {
+        to_ini(challenge(id));
+        return a;
+    }
 };
 
 TEST(Handshake, BothProve)
@@ -95,9 +113,7 @@ TEST(Handshake, ProofsAreBoundToTheVan)
 {
     Pair a("s3cret", "s3cret", "tcp");
     Pair b("s3cret", "s3cret", "shm");
-    ps_van_hs_action_t init;
-    ASSERT_EQ(ps_van_hs_start(&a.ini, 9, &init), PS_OK);
-    b.to_resp(init); // shm's challenge to tcp's INIT
+    b.to_resp(a.init()); // shm's challenge to tcp's INIT
     EXPECT_EQ(a.to_ini(b.a), PS_VAN_HS_WAIT);
     EXPECT_EQ(a.ini.state, PS_VAN_HS_WAIT_VERDICT);
 }
@@ -107,12 +123,8 @@ TEST(Handshake, WrongSecretResponderIsRefusedByItsOwnVerdict)
     // The initiator's check of proof_r fails; it proves itself anyway and
     // the responder refuses that proof.
     Pair p("s3cret", "other");
-    ps_van_hs_action_t init;
-    ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
-    EXPECT_EQ(p.to_resp(init), PS_VAN_HS_WAIT);
-    ps_van_hs_action_t chal = p.a;
-    EXPECT_EQ(p.to_ini(chal), PS_VAN_HS_WAIT);
-    ps_van_hs_action_t proof = p.a;
+    ps_van_hs_action_t proof = p.proof();
+    EXPECT_EQ(p.a.verdict, PS_VAN_HS_WAIT);
     EXPECT_EQ(proof.send, PS_VAN_HS_PROOF);
     EXPECT_EQ(p.ini.state, PS_VAN_HS_WAIT_VERDICT);
     EXPECT_FALSE(ps_van_hs_claim_ok(&p.resp, 9));
@@ -135,10 +147,7 @@ TEST(Handshake, VerdictOtherThanRefusedFails)
     // A responder that takes a proof its own check should have refused is
     // no ps node with our secret.
     Pair p("s3cret", "other");
-    ps_van_hs_action_t init;
-    ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
-    p.to_resp(init);
-    ps_van_hs_action_t chal = p.a;
+    ps_van_hs_action_t chal = p.challenge();
     EXPECT_EQ(p.to_ini(chal), PS_VAN_HS_WAIT);
     ps_van_hs_action_t ack{};
     EXPECT_EQ(p.to_ini(ack), PS_VAN_HS_FAIL);
@@ -148,10 +157,7 @@ TEST(Handshake, VerdictOtherThanRefusedFails)
 TEST(Handshake, WrongProofFromInitiatorIsRefused)
 {
     Pair p("s3cret", "s3cret");
-    ps_van_hs_action_t init;
-    ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
-    p.to_resp(init);
-    ps_van_hs_action_t chal = p.a;
+    ps_van_hs_action_t chal = p.challenge();
     ASSERT_EQ(p.to_ini(chal), PS_VAN_HS_PROVED);
     ps_van_hs_action_t proof = p.a;
     proof.body[3] ^= 1;
@@ -160,11 +166,7 @@ TEST(Handshake, WrongProofFromInitiatorIsRefused)
     // Short, long, none.
     for (size_t len : {0, 31, 33}) {
         Pair q("s3cret", "s3cret");
-        ASSERT_EQ(ps_van_hs_start(&q.ini, 9, &init), PS_OK);
-        q.to_resp(init);
-        chal = q.a;
-        q.to_ini(chal);
-        proof = q.a;
+        proof = q.proof();
         proof.body_len = len;
         EXPECT_EQ(q.to_resp(proof), PS_VAN_HS_REFUSE) << len;
     }
@@ -175,9 +177,7 @@ TEST(Handshake, ReflectedResponderProofIsRefused)
     // The responder's own proof_r sent back as the initiator's proof: the
     // direction label makes it worthless.
     Pair p("s3cret", "s3cret");
-    ps_van_hs_action_t init;
-    ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
-    p.to_resp(init);
+    p.challenge();
     ps_van_hs_action_t reflected{};
     reflected.send = PS_VAN_HS_PROOF;
     reflected.body_len = PS_AUTH_PROOF_BYTES;
@@ -188,10 +188,7 @@ TEST(Handshake, ReflectedResponderProofIsRefused)
 TEST(Handshake, WrongResponderProofIsCaught)
 {
     Pair p("s3cret", "s3cret");
-    ps_van_hs_action_t init;
-    ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
-    p.to_resp(init);
-    ps_van_hs_action_t chal = p.a;
+    ps_van_hs_action_t chal = p.challenge();
     chal.body[PS_AUTH_CHALLENGE_BYTES - 1] ^= 0x80;
     EXPECT_EQ(p.to_ini(chal), PS_VAN_HS_WAIT);
     EXPECT_EQ(p.ini.state, PS_VAN_HS_WAIT_VERDICT);
@@ -222,9 +219,7 @@ TEST(Handshake, MalformedOrUnknownStepsAreRefused)
     // Initiator: a challenge of the wrong length, another step, a hello.
     for (int step : {(int)PS_VAN_HS_CHALLENGE, (int)PS_VAN_HS_UNKNOWN, (int)PS_VAN_HS_OTHER}) {
         Pair p("s3cret", "s3cret");
-        ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
-        p.to_resp(init);
-        ps_van_hs_action_t chal = p.a;
+        ps_van_hs_action_t chal = p.challenge();
         chal.send = (ps_van_hs_step_t)step;
         if (step == PS_VAN_HS_CHALLENGE) chal.body_len--;
         EXPECT_EQ(p.to_ini(chal), PS_VAN_HS_FAIL) << step;
@@ -236,18 +231,15 @@ TEST(Handshake, MalformedOrUnknownStepsAreRefused)
 TEST(Handshake, ChallengeMustComeFromTheNodeMeant)
 {
     Pair p("s3cret", "s3cret");
-    ps_van_hs_action_t init;
-    ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
-    p.to_resp(init);
-    ps_van_hs_action_t chal = p.a;
+    ps_van_hs_action_t chal = p.challenge();
     Pair q("s3cret", "s3cret");
-    ASSERT_EQ(ps_van_hs_start(&q.ini, 9, &init), PS_OK);
+    q.init();
     EXPECT_EQ(q.to_ini(chal, 7), PS_VAN_HS_FAIL); // meant node 7, answered as 1
     EXPECT_EQ(std::string(q.a.why), "answered the job-secret handshake as node 1; closing");
     EXPECT_EQ(q.a.send, PS_VAN_HS_OTHER);
     // An unassigned responder (PS_NODE_EMPTY) passes.
     Pair r("s3cret", "s3cret");
-    ASSERT_EQ(ps_van_hs_start(&r.ini, 9, &init), PS_OK);
+    ps_van_hs_action_t init = r.init();
     ps_van_hs_rx(&r.resp, init.send, init.body, init.body_len, PS_NODE_EMPTY, PS_NODE_EMPTY,
                  &r.a);
     chal = r.a;
@@ -258,13 +250,8 @@ TEST(Handshake, IdBinding)
 {
     // Proved as 9: the hello may announce 9, nothing else.
     Pair p("s3cret", "s3cret");
-    ps_van_hs_action_t init;
-    ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
     EXPECT_FALSE(ps_van_hs_claim_ok(&p.resp, 9)); // not before the proof
-    p.to_resp(init);
-    ps_van_hs_action_t chal = p.a;
-    p.to_ini(chal);
-    ps_van_hs_action_t proof = p.a;
+    ps_van_hs_action_t proof = p.proof();
     EXPECT_FALSE(ps_van_hs_claim_ok(&p.resp, 9));
     ASSERT_EQ(p.to_resp(proof), PS_VAN_HS_PROVED);
     EXPECT_TRUE(ps_van_hs_claim_ok(&p.resp, 9));
@@ -282,11 +269,7 @@ TEST(Handshake, IdBinding)
 
     // An unassigned node may take the id the scheduler gives it.
     Pair u("s3cret", "s3cret");
-    ASSERT_EQ(ps_van_hs_start(&u.ini, PS_NODE_EMPTY, &init), PS_OK);
-    u.to_resp(init);
-    chal = u.a;
-    u.to_ini(chal);
-    proof = u.a;
+    proof = u.proof(PS_NODE_EMPTY);
     ASSERT_EQ(u.to_resp(proof), PS_VAN_HS_PROVED);
     EXPECT_TRUE(ps_van_hs_claim_ok(&u.resp, 11));
     // A hello before the proof is refused.
@@ -298,10 +281,10 @@ TEST(Handshake, IdBinding)
     // The announced id is covered by the proof: changed in flight, the
     // responder's proof no longer checks out.
     Pair f("s3cret", "s3cret");
-    ASSERT_EQ(ps_van_hs_start(&f.ini, 9, &init), PS_OK);
+    ps_van_hs_action_t init = f.init();
     init.body[PS_AUTH_NONCE_BYTES] = 10;
     f.to_resp(init);
-    chal = f.a;
+    ps_van_hs_action_t chal = f.a;
     EXPECT_EQ(f.to_ini(chal), PS_VAN_HS_WAIT);
     proof = f.a;
     EXPECT_EQ(f.to_resp(proof), PS_VAN_HS_REFUSE);
@@ -351,8 +334,7 @@ TEST(Handshake, ClosedDuringTheHandshake)
     ps_van_hs_action_t act;
     ps_van_hs_closed(&p.ini, &act);
     EXPECT_EQ(act.verdict, PS_VAN_HS_PASS); // not started
-    ps_van_hs_action_t init;
-    ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
+    p.init();
     ps_van_hs_closed(&p.ini, &act);
     EXPECT_EQ(act.verdict, PS_VAN_HS_FAIL);
     EXPECT_NE(std::string(act.why).find("closed the connection during the job-secret handshake"),
@@ -360,19 +342,13 @@ TEST(Handshake, ClosedDuringTheHandshake)
     EXPECT_EQ(p.ini.state, PS_VAN_HS_FAILED);
     // Waiting for the verdict too; not once done, nor on the responder.
     Pair q("s3cret", "other");
-    ASSERT_EQ(ps_van_hs_start(&q.ini, 9, &init), PS_OK);
-    q.to_resp(init);
-    ps_van_hs_action_t chal = q.a;
-    q.to_ini(chal);
+    q.proof();
     ps_van_hs_closed(&q.ini, &act);
     EXPECT_EQ(act.verdict, PS_VAN_HS_FAIL);
     ps_van_hs_closed(&q.resp, &act);
     EXPECT_EQ(act.verdict, PS_VAN_HS_PASS);
     Pair d("s3cret", "s3cret");
-    ASSERT_EQ(ps_van_hs_start(&d.ini, 9, &init), PS_OK);
-    d.to_resp(init);
-    chal = d.a;
-    d.to_ini(chal);
+    d.proof();
     ps_van_hs_closed(&d.ini, &act);
     EXPECT_EQ(act.verdict, PS_VAN_HS_PASS);
 }

@@ -9,8 +9,6 @@
 
 #include "ps/net/codec/message.h"
 
-#define NO_SECRET "does not hold the job secret"
-
 void ps_van_hs_init(ps_van_hs_t *hs, const char *van, int initiator, const ps_auth_key_t *key,
                     int32_t my_role)
 {
@@ -70,11 +68,6 @@ ps_status_t ps_van_hs_start(ps_van_hs_t *hs, int32_t my_id, ps_van_hs_action_t *
     return PS_OK;
 }
 
-static int is_handshake(int step)
-{
-    return step != PS_VAN_HS_OTHER;
-}
-
 /* Responder, INIT: answer with our nonce and proof. */
 static void on_init(ps_van_hs_t *hs, const uint8_t *body, size_t len, int32_t my_id,
                     ps_van_hs_action_t *act)
@@ -119,81 +112,36 @@ static void on_challenge(ps_van_hs_t *hs, const uint8_t *body, size_t len, int32
     hs->state = good ? PS_VAN_HS_DONE : PS_VAN_HS_WAIT_VERDICT;
 }
 
+/* Initiator with a secret, handshake under way. */
 static void rx_initiator(ps_van_hs_t *hs, int step, const uint8_t *body, size_t len,
                          int32_t peer_id, ps_van_hs_action_t *act)
 {
-    if (step == PS_VAN_HS_REFUSED) {
-        /* Understood with or without a secret of our own. */
-        act_end(hs, act, PS_VAN_HS_FAIL, "refused us: wrong or missing PS_JOB_SECRET");
-        return;
-    }
-    if (hs->key == NULL || hs->state == PS_VAN_HS_DONE) {
-        if (is_handshake(step)) {
-            act_end(hs, act, PS_VAN_HS_PROTOCOL,
-                    hs->key == NULL ? "sent an unexpected job-secret handshake message; closing"
-                                    : "sent a job-secret handshake message after the handshake; "
-                                      "closing");
-        }
-        return;
-    }
-    switch (hs->state) {
-    case PS_VAN_HS_WAIT_CHALLENGE:
-        if (step == PS_VAN_HS_CHALLENGE) {
-            on_challenge(hs, body, len, peer_id, act);
-            return;
-        }
-        act_end(hs, act, PS_VAN_HS_FAIL,
-                NO_SECRET " (wrong or missing PS_JOB_SECRET); closing");
-        return;
-    case PS_VAN_HS_WAIT_VERDICT:
+    if (hs->state == PS_VAN_HS_WAIT_CHALLENGE && step == PS_VAN_HS_CHALLENGE) {
+        on_challenge(hs, body, len, peer_id, act);
+    } else if (hs->state == PS_VAN_HS_WAIT_VERDICT) {
         /* Anything but REFUSED: it took a proof of ours although its own
          * failed — not a ps node with our secret. */
         act_end(hs, act, PS_VAN_HS_FAIL, "did not prove it holds the job secret; closing");
-        return;
-    default:
-        act_end(hs, act, PS_VAN_HS_FAIL, NO_SECRET " (wrong or missing PS_JOB_SECRET); closing");
-        return;
+    } else {
+        act_end(hs, act, PS_VAN_HS_FAIL,
+                "does not hold the job secret (wrong or missing PS_JOB_SECRET); closing");
     }
 }
 
+/* Responder with a secret, handshake under way: nothing but it. */
 static void rx_responder(ps_van_hs_t *hs, int step, const uint8_t *body, size_t len,
                          int32_t my_id, ps_van_hs_action_t *act)
 {
-    if (hs->key == NULL) {
-        if (step == PS_VAN_HS_INIT) {
-            act_end(hs, act, PS_VAN_HS_REFUSE,
-                    "it wants a job-secret handshake, but this node has no PS_JOB_SECRET");
-        } else if (is_handshake(step)) {
-            act_end(hs, act, PS_VAN_HS_PROTOCOL,
-                    "sent an unexpected job-secret handshake message; closing");
-        }
-        return;
+    if (hs->state == PS_VAN_HS_WAIT_INIT && step == PS_VAN_HS_INIT) {
+        on_init(hs, body, len, my_id, act);
+    } else if (hs->state == PS_VAN_HS_WAIT_PROOF && step == PS_VAN_HS_PROOF && body != NULL &&
+               len == PS_AUTH_PROOF_BYTES &&
+               ps_auth_verify(hs->key, PS_AUTH_INITIATOR, &hs->t, body)) {
+        act->verdict = PS_VAN_HS_PROVED;
+        hs->state = PS_VAN_HS_DONE;
+    } else {
+        act_end(hs, act, PS_VAN_HS_REFUSE, "it does not hold the job secret");
     }
-    switch (hs->state) {
-    case PS_VAN_HS_WAIT_INIT:
-        if (step == PS_VAN_HS_INIT) {
-            on_init(hs, body, len, my_id, act);
-            return;
-        }
-        break;
-    case PS_VAN_HS_WAIT_PROOF:
-        if (step == PS_VAN_HS_PROOF && body != NULL && len == PS_AUTH_PROOF_BYTES &&
-            ps_auth_verify(hs->key, PS_AUTH_INITIATOR, &hs->t, body)) {
-            act->verdict = PS_VAN_HS_PROVED;
-            hs->state = PS_VAN_HS_DONE;
-            return;
-        }
-        break;
-    case PS_VAN_HS_DONE:
-        if (is_handshake(step)) {
-            act_end(hs, act, PS_VAN_HS_PROTOCOL,
-                    "sent a job-secret handshake message after the handshake; closing");
-        }
-        return;
-    default:
-        break;
-    }
-    act_end(hs, act, PS_VAN_HS_REFUSE, "it " NO_SECRET);
 }
 
 void ps_van_hs_rx(ps_van_hs_t *hs, int step, const uint8_t *body, size_t len, int32_t my_id,
@@ -202,6 +150,20 @@ void ps_van_hs_rx(ps_van_hs_t *hs, int step, const uint8_t *body, size_t len, in
     act_clear(act);
     if (hs->state == PS_VAN_HS_FAILED) {
         act->verdict = PS_VAN_HS_DROP;
+    } else if (hs->initiator && step == PS_VAN_HS_REFUSED) {
+        /* Understood with or without a secret of our own. */
+        act_end(hs, act, PS_VAN_HS_FAIL, "refused us: wrong or missing PS_JOB_SECRET");
+    } else if (!hs->initiator && hs->key == NULL && step == PS_VAN_HS_INIT) {
+        act_end(hs, act, PS_VAN_HS_REFUSE,
+                "it wants a job-secret handshake, but this node has no PS_JOB_SECRET");
+    } else if (hs->key == NULL || hs->state == PS_VAN_HS_DONE) {
+        /* Everything else passes on, but a handshake message. */
+        if (step != PS_VAN_HS_OTHER) {
+            act_end(hs, act, PS_VAN_HS_PROTOCOL,
+                    hs->key == NULL ? "sent an unexpected job-secret handshake message; closing"
+                                    : "sent a job-secret handshake message after the handshake; "
+                                      "closing");
+        }
     } else if (hs->initiator) {
         rx_initiator(hs, step, body, len, peer_id, act);
     } else {

@@ -24,34 +24,33 @@
 #include "ps/base/log.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
+/* The handshake's steps and their types in the handshake header. */
+static const struct {
+    int step, type;
+} steps[] = {
+    {PS_VAN_HS_INIT, PS__UCX_HS_AUTH_INIT},
+    {PS_VAN_HS_CHALLENGE, PS__UCX_HS_AUTH_CHALLENGE},
+    {PS_VAN_HS_PROOF, PS__UCX_HS_AUTH_PROOF},
+    {PS_VAN_HS_REFUSED, PS__UCX_HS_AUTH_REFUSED},
+};
+
 static int step_of_type(int type)
 {
-    switch (type) {
-    case PS__UCX_HS_AUTH_INIT:
-        return PS_VAN_HS_INIT;
-    case PS__UCX_HS_AUTH_CHALLENGE:
-        return PS_VAN_HS_CHALLENGE;
-    case PS__UCX_HS_AUTH_PROOF:
-        return PS_VAN_HS_PROOF;
-    case PS__UCX_HS_AUTH_REFUSED:
-        return PS_VAN_HS_REFUSED;
-    default:
-        return PS_VAN_HS_UNKNOWN;
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        if (steps[i].type == type) {
+            return steps[i].step;
+        }
     }
+    return PS_VAN_HS_UNKNOWN;
 }
 
 static int type_of_step(int step)
 {
-    switch (step) {
-    case PS_VAN_HS_INIT:
-        return PS__UCX_HS_AUTH_INIT;
-    case PS_VAN_HS_CHALLENGE:
-        return PS__UCX_HS_AUTH_CHALLENGE;
-    case PS_VAN_HS_PROOF:
-        return PS__UCX_HS_AUTH_PROOF;
-    default:
-        return PS__UCX_HS_AUTH_REFUSED;
+    size_t i = 0;
+    while (i + 1 < sizeof(steps) / sizeof(steps[0]) && steps[i].step != step) {
+        i++;
     }
+    return steps[i].type; /* REFUSED, the last, for no other */
 }
 
 static void on_sent(void *request, ucs_status_t status, void *user_data)
