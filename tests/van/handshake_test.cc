@@ -27,8 +27,12 @@ struct Pair {
     // scheduler, id 1); NULL secret: that side has none.
     Pair(const char *si, const char *sr, const char *van = "tcp")
     {
-        if (si != nullptr) ki = key_of(si);
-        if (sr != nullptr) kr = key_of(sr);
+        if (si != nullptr) {
+            ki = key_of(si);
+        }
+        if (sr != nullptr) {
+            kr = key_of(sr);
+        }
         ps_van_hs_init(&ini, van, 1, si != nullptr ? &ki : nullptr, PS_ROLE_WORKER);
         ps_van_hs_init(&resp, van, 0, sr != nullptr ? &kr : nullptr, PS_ROLE_SCHEDULER);
         ps_van_hs_accept(&resp);
@@ -207,8 +211,8 @@ TEST(Handshake, MalformedOrUnknownStepsAreRefused)
         EXPECT_EQ(p.to_resp(init), PS_VAN_HS_REFUSE);
         EXPECT_EQ(std::string(p.a.why), "malformed job-secret handshake");
     }
-    for (int step : {0, (int)'X', (int)PS_VAN_HS_UNKNOWN, (int)PS_VAN_HS_PROOF, (int)PS_VAN_HS_CHALLENGE,
-                     (int)PS_VAN_HS_REFUSED}) {
+    for (int step : {0, (int)'X', (int)PS_VAN_HS_UNKNOWN, (int)PS_VAN_HS_PROOF,
+                     (int)PS_VAN_HS_CHALLENGE, (int)PS_VAN_HS_REFUSED}) {
         Pair p("s3cret", "s3cret");
         ASSERT_EQ(ps_van_hs_start(&p.ini, 9, &init), PS_OK);
         init.send = (ps_van_hs_step_t)step;
@@ -221,7 +225,9 @@ TEST(Handshake, MalformedOrUnknownStepsAreRefused)
         Pair p("s3cret", "s3cret");
         ps_van_hs_action_t chal = p.challenge();
         chal.send = (ps_van_hs_step_t)step;
-        if (step == PS_VAN_HS_CHALLENGE) chal.body_len--;
+        if (step == PS_VAN_HS_CHALLENGE) {
+            chal.body_len--;
+        }
         EXPECT_EQ(p.to_ini(chal), PS_VAN_HS_FAIL) << step;
         EXPECT_EQ(p.ini.state, PS_VAN_HS_FAILED);
         EXPECT_EQ(p.a.send, PS_VAN_HS_OTHER); // no proof of ours then
@@ -240,8 +246,7 @@ TEST(Handshake, ChallengeMustComeFromTheNodeMeant)
     // An unassigned responder (PS_NODE_EMPTY) passes.
     Pair r("s3cret", "s3cret");
     ps_van_hs_action_t init = r.init();
-    ps_van_hs_rx(&r.resp, init.send, init.body, init.body_len, PS_NODE_EMPTY, PS_NODE_EMPTY,
-                 &r.a);
+    ps_van_hs_rx(&r.resp, init.send, init.body, init.body_len, PS_NODE_EMPTY, PS_NODE_EMPTY, &r.a);
     chal = r.a;
     EXPECT_EQ(r.to_ini(chal, 7), PS_VAN_HS_PROVED);
 }

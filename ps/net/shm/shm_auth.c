@@ -163,8 +163,7 @@ ps_status_t ps__shm_auth_on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_
     size_t body_len;
     int step = step_of_pkt(buf, len, body, &body_len);
     ps_van_hs_action_t a;
-    ps_van_hs_rx(&ch->hs, step, body, body_len, ps_van_base_my_id(&ch->van->base), ch->peer_id,
-                 &a);
+    ps_van_hs_rx(&ch->hs, step, body, body_len, ps_van_base_my_id(&ch->van->base), ch->peer_id, &a);
     if (a.send != PS_VAN_HS_OTHER) {
         ps_status_t st = send_step(ch, &a);
         if (st != PS_OK) {
@@ -200,8 +199,10 @@ ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id)
         return PS_ERR_TIMED_OUT;
     }
     if (got < 0) {
-        ps_error(PS_LOG_SHM, "%s failed during the job-secret handshake (does it use the same "
-                 "PS_JOB_SECRET?)", peer_name(ch, who, sizeof(who)));
+        ps_error(PS_LOG_SHM,
+                 "%s failed during the job-secret handshake (does it use the same "
+                 "PS_JOB_SECRET?)",
+                 peer_name(ch, who, sizeof(who)));
         return PS_ERR_PEER_GONE;
     }
     if (got == 0) {

@@ -131,8 +131,7 @@ ps_status_t ps__tcp_auth_rx(ps__tcp_conn_t *conn, const ps_meta_t *meta, int *co
     int step = PS_VAN_HS_OTHER;
     if (is_auth) {
         uint8_t type = meta->van_data[AUTH_TAG_LEN + 1];
-        step = meta->van_data[AUTH_TAG_LEN] == AUTH_VERSION && type != 0 ? type
-                                                                         : PS_VAN_HS_UNKNOWN;
+        step = meta->van_data[AUTH_TAG_LEN] == AUTH_VERSION && type != 0 ? type : PS_VAN_HS_UNKNOWN;
     }
     ps_van_hs_action_t a;
     ps_van_hs_rx(&conn->hs, step, meta->body, meta->body_len, ps_van_base_my_id(&conn->van->base),

@@ -129,8 +129,8 @@ static void rx_initiator(ps_van_hs_t *hs, int step, const uint8_t *body, size_t 
 }
 
 /* Responder with a secret, handshake under way: nothing but it. */
-static void rx_responder(ps_van_hs_t *hs, int step, const uint8_t *body, size_t len,
-                         int32_t my_id, ps_van_hs_action_t *act)
+static void rx_responder(ps_van_hs_t *hs, int step, const uint8_t *body, size_t len, int32_t my_id,
+                         ps_van_hs_action_t *act)
 {
     if (hs->state == PS_VAN_HS_WAIT_INIT && step == PS_VAN_HS_INIT) {
         on_init(hs, body, len, my_id, act);
@@ -218,8 +218,8 @@ ps_status_t ps_van_hs_status(const ps_van_hs_action_t *act)
     }
 }
 
-void ps_van_hs_report(const ps_van_hs_t *hs, const ps_van_hs_action_t *act,
-                      ps_log_component_t comp, const char *peer, const char *from)
+void ps_van_hs_report(const ps_van_hs_t *hs, const ps_van_hs_action_t *act, ps_log_component_t comp,
+                      const char *peer, const char *from)
 {
     switch (act->verdict) {
     case PS_VAN_HS_REFUSE:

@@ -79,11 +79,11 @@ typedef struct ps_van_hs_action {
 
 /* One connection's handshake. Not thread-safe: one thread drives it. */
 typedef struct ps_van_hs {
-    int state;                 /* ps_van_hs_state_t */
-    int initiator;             /* 1: opened the connection */
-    const ps_auth_key_t *key;  /* NULL: no secret */
+    int state;                /* ps_van_hs_state_t */
+    int initiator;            /* 1: opened the connection */
+    const ps_auth_key_t *key; /* NULL: no secret */
     int32_t my_role;
-    ps_auth_transcript_t t;    /* initiator: t.id_i is what its hello announces */
+    ps_auth_transcript_t t; /* initiator: t.id_i is what its hello announces */
 } ps_van_hs_t;
 
 /* State NONE; `van` ("tcp", ...) binds the proofs, `key` stays the
@@ -129,8 +129,8 @@ ps_status_t ps_van_hs_status(const ps_van_hs_action_t *act);
 /* The log line of a verdict, under `comp`: REFUSE as "refused connection
  * from <from>: <why>", FAIL and PROTOCOL as "<peer> <why>", PROVED as a
  * debug line; nothing for the others. */
-void ps_van_hs_report(const ps_van_hs_t *hs, const ps_van_hs_action_t *act,
-                      ps_log_component_t comp, const char *peer, const char *from);
+void ps_van_hs_report(const ps_van_hs_t *hs, const ps_van_hs_action_t *act, ps_log_component_t comp,
+                      const char *peer, const char *from);
 
 #ifdef __cplusplus
 }
