@@ -1,7 +1,8 @@
 /*
- * The job-secret handshake of the shared-memory van (PS_JOB_SECRET; the
- * proofs are ps/net/auth.h's). Runs on a channel's unix socket before its
- * HELLO, only when a secret is configured:
+ * The job-secret handshake of the shared-memory van (PS_JOB_SECRET): how
+ * its steps travel; the decisions are ps/net/van/handshake.h's. It runs on
+ * a channel's unix socket before its HELLO, only when a secret is
+ * configured:
  *
  *   connector -> acceptor  AUTH 'I'  nonce_i, id_i, role_i
  *   acceptor  -> connector AUTH 'C'  nonce_r, id_r, role_r, proof_r
@@ -10,19 +11,10 @@
  *
  * The connector runs it synchronously inside connect(), as it already waits
  * for WELCOME there, so nothing of its channel (no HELLO, no ring) exists
- * for the acceptor before the acceptor proved itself. The acceptor handles
- * nothing but these packets until the proof checked out: a HELLO (or
- * anything else) first, or a wrong proof, is refused with one log line and
- * a WELCOME that says "not accepted, job secret" (pad byte
- * PS__SHM_REFUSED_AUTH), which the connector reports as "<peer> refused us:
- * wrong or missing PS_JOB_SECRET" and PS_ERR_AUTH. The connector sends its
- * proof even when the acceptor's failed (which side holds the wrong secret
- * cannot be told from one side; the proof covers the acceptor's fresh
- * nonce, so it is good for this channel only) and lets the acceptor's
- * verdict speak; if the acceptor accepts it all the same, it is not a ps
- * node with our secret and connect() fails. The HELLO must announce the id
- * the handshake did (an unassigned node's PS_NODE_EMPTY may become the id
- * the scheduler gives it).
+ * for the acceptor before the acceptor proved itself. The acceptor's
+ * REFUSED is a WELCOME that says "not accepted, job secret" (pad byte
+ * PS__SHM_REFUSED_AUTH); a WELCOME that accepts is the verdict a connector
+ * whose check of the acceptor's proof failed waits for.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -33,13 +25,9 @@
 #include "ps/base/log.h"
 #include "ps/net/shm/shm_internal.h"
 
-#define STEP_INIT 'I'
-#define STEP_CHALLENGE 'C'
-#define STEP_PROOF 'P'
-
 typedef struct {
     uint8_t type; /* PS__SHM_PKT_AUTH */
-    uint8_t step;
+    uint8_t step; /* ps_van_hs_step_t: 'I', 'C', 'P' */
     uint8_t pad[2];
     int32_t id;
     int32_t role;
@@ -49,12 +37,70 @@ typedef struct {
 
 static const char *peer_name(const ps__shm_chan_t *ch, char *buf, size_t cap)
 {
-    if (ch->peer_id == PS_SCHEDULER_ID) {
-        snprintf(buf, cap, "the scheduler");
+    char pid[32];
+    snprintf(pid, sizeof(pid), "pid %d", (int)ch->peer_pid);
+    return ps_van_peer_name(ch->peer_id, pid, buf, cap);
+}
+
+/* A step of the handshake as the packet that carries it. */
+static void pkt_of_step(const ps_van_hs_action_t *a, auth_pkt_t *p)
+{
+    ps_auth_transcript_t t;
+    memset(&t, 0, sizeof(t));
+    memset(p, 0, sizeof(*p));
+    p->type = PS__SHM_PKT_AUTH;
+    p->step = (uint8_t)a->send;
+    if (a->send == PS_VAN_HS_INIT) {
+        ps_auth_init_unpack(a->body, &t);
+        memcpy(p->nonce, t.nonce_i, PS_AUTH_NONCE_BYTES);
+        p->id = t.id_i;
+        p->role = t.role_i;
+    } else if (a->send == PS_VAN_HS_CHALLENGE) {
+        ps_auth_challenge_unpack(a->body, &t, p->proof);
+        memcpy(p->nonce, t.nonce_r, PS_AUTH_NONCE_BYTES);
+        p->id = t.id_r;
+        p->role = t.role_r;
     } else {
-        snprintf(buf, cap, "node %d (pid %d)", ch->peer_id, (int)ch->peer_pid);
+        memcpy(p->proof, a->body, PS_AUTH_PROOF_BYTES);
     }
-    return buf;
+}
+
+/* A packet as the step it carries, its body in `body` (PS_VAN_HS_BODY_MAX). */
+static int step_of_pkt(const uint8_t *buf, size_t len, uint8_t *body, size_t *body_len_p)
+{
+    *body_len_p = 0;
+    if (buf[0] != PS__SHM_PKT_AUTH) {
+        return PS_VAN_HS_OTHER;
+    }
+    auth_pkt_t p;
+    if (len != sizeof(p)) {
+        return PS_VAN_HS_UNKNOWN;
+    }
+    memcpy(&p, buf, sizeof(p));
+    ps_auth_transcript_t t;
+    memset(&t, 0, sizeof(t));
+    switch (p.step) {
+    case PS_VAN_HS_INIT:
+        memcpy(t.nonce_i, p.nonce, PS_AUTH_NONCE_BYTES);
+        t.id_i = p.id;
+        t.role_i = p.role;
+        ps_auth_init_pack(&t, body);
+        *body_len_p = PS_AUTH_INIT_BYTES;
+        return PS_VAN_HS_INIT;
+    case PS_VAN_HS_CHALLENGE:
+        memcpy(t.nonce_r, p.nonce, PS_AUTH_NONCE_BYTES);
+        t.id_r = p.id;
+        t.role_r = p.role;
+        ps_auth_challenge_pack(&t, p.proof, body);
+        *body_len_p = PS_AUTH_CHALLENGE_BYTES;
+        return PS_VAN_HS_CHALLENGE;
+    case PS_VAN_HS_PROOF:
+        memcpy(body, p.proof, PS_AUTH_PROOF_BYTES);
+        *body_len_p = PS_AUTH_PROOF_BYTES;
+        return PS_VAN_HS_PROOF;
+    default:
+        return PS_VAN_HS_UNKNOWN;
+    }
 }
 
 static ps_status_t send_raw(ps__shm_chan_t *ch, const void *pkt, size_t len)
@@ -68,7 +114,15 @@ static ps_status_t send_raw(ps__shm_chan_t *ch, const void *pkt, size_t len)
     return n == (ssize_t)len ? PS_OK : PS_ERR_PEER_GONE;
 }
 
-ps_status_t ps__shm_auth_refuse(ps__shm_chan_t *ch, const char *why)
+static ps_status_t send_step(ps__shm_chan_t *ch, const ps_van_hs_action_t *a)
+{
+    auth_pkt_t p;
+    pkt_of_step(a, &p);
+    return send_raw(ch, &p, sizeof(p));
+}
+
+/* The acceptor's REFUSED: a WELCOME that says so; PS_ERR_AUTH closes. */
+static ps_status_t refuse(ps__shm_chan_t *ch, const char *why)
 {
     ps_error(PS_LOG_SHM, "refused connection from pid %d: %s", (int)ch->peer_pid, why);
     ps__shm_pkt_welcome_t w;
@@ -79,88 +133,56 @@ ps_status_t ps__shm_auth_refuse(ps__shm_chan_t *ch, const char *why)
     w.pad = PS__SHM_REFUSED_AUTH;
     snprintf(w.reason, sizeof(w.reason), "wrong or missing PS_JOB_SECRET");
     (void)send_raw(ch, &w, sizeof(w));
-    ch->auth = PS__SHM_AUTH_FAILED;
+    ch->hs.state = PS_VAN_HS_FAILED;
     return PS_ERR_AUTH;
 }
 
-void ps__shm_auth_accepted(ps__shm_chan_t *ch)
+/* Logs a verdict (a refusal: with its WELCOME) and says how it closes. */
+static ps_status_t verdict(ps__shm_chan_t *ch, const ps_van_hs_action_t *a)
 {
-    if (ch->van->base.params.auth_enabled) {
-        ch->auth = PS__SHM_AUTH_WAIT_INIT;
+    char who[64];
+    char from[32];
+    if (a->verdict == PS_VAN_HS_REFUSE) {
+        return refuse(ch, a->why);
     }
+    snprintf(from, sizeof(from), "pid %d", (int)ch->peer_pid);
+    ps_van_hs_report(&ch->hs, a, PS_LOG_SHM, peer_name(ch, who, sizeof(who)), from);
+    return ps_van_hs_status(a);
 }
 
-int ps__shm_auth_pending(const ps__shm_chan_t *ch)
+ps_status_t ps__shm_auth_hello(ps__shm_chan_t *ch, int id)
 {
-    return !ch->outgoing && ch->van->base.params.auth_enabled && ch->auth != PS__SHM_AUTH_DONE;
-}
-
-int ps__shm_auth_claim_ok(const ps__shm_chan_t *ch, int id)
-{
-    if (!ch->van->base.params.auth_enabled || ch->outgoing) {
-        return 1;
-    }
-    return ch->auth == PS__SHM_AUTH_DONE &&
-           (ch->auth_t.id_i == PS_NODE_EMPTY || ch->auth_t.id_i == id);
+    ps_van_hs_action_t a;
+    ps_van_hs_hello(&ch->hs, id, &a);
+    return verdict(ch, &a);
 }
 
 ps_status_t ps__shm_auth_on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_t len)
 {
-    ps__shm_van_t *van = ch->van;
-    auth_pkt_t p;
-    int is_auth = buf[0] == PS__SHM_PKT_AUTH && len == sizeof(p);
-    if (is_auth) {
-        memcpy(&p, buf, sizeof(p));
+    uint8_t body[PS_VAN_HS_BODY_MAX];
+    size_t body_len;
+    int step = step_of_pkt(buf, len, body, &body_len);
+    ps_van_hs_action_t a;
+    ps_van_hs_rx(&ch->hs, step, body, body_len, ps_van_base_my_id(&ch->van->base), ch->peer_id, &a);
+    if (a.send != PS_VAN_HS_OTHER) {
+        ps_status_t st = send_step(ch, &a);
+        if (st != PS_OK) {
+            return st;
+        }
     }
-    if (!van->base.params.auth_enabled) {
-        return ps__shm_auth_refuse(ch, "it wants a job-secret handshake, but this node has no PS_JOB_SECRET");
-    }
-    ps_auth_transcript_t *t = &ch->auth_t;
-    if (is_auth && p.step == STEP_INIT && ch->auth == PS__SHM_AUTH_WAIT_INIT) {
-        t->van = "shm";
-        memcpy(t->nonce_i, p.nonce, PS_AUTH_NONCE_BYTES);
-        t->id_i = p.id;
-        t->role_i = p.role;
-        t->id_r = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
-        t->role_r = (int32_t)van->base.params.role;
-        ps_auth_nonce(t->nonce_r);
-        auth_pkt_t c;
-        memset(&c, 0, sizeof(c));
-        c.type = PS__SHM_PKT_AUTH;
-        c.step = STEP_CHALLENGE;
-        c.id = t->id_r;
-        c.role = t->role_r;
-        memcpy(c.nonce, t->nonce_r, PS_AUTH_NONCE_BYTES);
-        ps_auth_prove(&van->base.params.auth_key, PS_AUTH_RESPONDER, t, c.proof);
-        ch->auth = PS__SHM_AUTH_WAIT_PROOF;
-        return send_raw(ch, &c, sizeof(c));
-    }
-    if (is_auth && p.step == STEP_PROOF && ch->auth == PS__SHM_AUTH_WAIT_PROOF &&
-        ps_auth_verify(&van->base.params.auth_key, PS_AUTH_INITIATOR, t, p.proof)) {
-        ch->auth = PS__SHM_AUTH_DONE;
-        ps_debug(PS_LOG_SHM, "pid %d proved the job secret", (int)ch->peer_pid);
-        return PS_OK;
-    }
-    return ps__shm_auth_refuse(ch, "it does not hold the job secret");
+    return verdict(ch, &a);
 }
 
 ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id)
 {
     ps__shm_van_t *van = ch->van;
     char who[64];
-    ps_auth_transcript_t *t = &ch->auth_t;
-    t->van = "shm";
-    t->id_i = my_id;
-    t->role_i = (int32_t)van->base.params.role;
-    ps_auth_nonce(t->nonce_i);
-    auth_pkt_t p;
-    memset(&p, 0, sizeof(p));
-    p.type = PS__SHM_PKT_AUTH;
-    p.step = STEP_INIT;
-    p.id = t->id_i;
-    p.role = t->role_i;
-    memcpy(p.nonce, t->nonce_i, PS_AUTH_NONCE_BYTES);
-    if (send_raw(ch, &p, sizeof(p)) != PS_OK) {
+    ps_van_hs_action_t a;
+    ps_status_t st = ps_van_hs_start(&ch->hs, my_id, &a);
+    if (st != PS_OK) {
+        return st;
+    }
+    if (send_step(ch, &a) != PS_OK) {
         ps_error(PS_LOG_SHM, "connect to %s: sending the job-secret handshake: %m",
                  peer_name(ch, who, sizeof(who)));
         return PS_ERR_PEER_GONE;
@@ -170,61 +192,49 @@ ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id)
     (void)setsockopt(ch->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     uint8_t answer[512];
     ssize_t got = ps__shm_recv_answer(ch->fd, answer, sizeof(answer), 0);
-    if (got == (ssize_t)sizeof(ps__shm_pkt_welcome_t) && answer[0] == PS__SHM_PKT_WELCOME) {
-        /* Refused before the challenge: we have no secret it accepts. */
-        return ps__shm_auth_refused(ch);
-    }
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         /* SO_RCVTIMEO ran out: a busy or hung peer, not a wrong secret. */
         ps_error(PS_LOG_SHM, "%s did not answer the job-secret handshake within %d ms "
                  "(PS_CONNECT_TIMEOUT_MS)", peer_name(ch, who, sizeof(who)), ms);
         return PS_ERR_TIMED_OUT;
     }
-    if (got != (ssize_t)sizeof(p) || answer[0] != PS__SHM_PKT_AUTH) {
-        ps_error(PS_LOG_SHM, "%s %s during the job-secret handshake (does it use the same "
-                 "PS_JOB_SECRET?)", peer_name(ch, who, sizeof(who)),
-                 got < 0 ? "failed" : got == 0 ? "closed the channel" : "sent garbage");
-        return got < 0 ? PS_ERR_PEER_GONE : PS_ERR_AUTH;
+    if (got < 0) {
+        ps_error(PS_LOG_SHM,
+                 "%s failed during the job-secret handshake (does it use the same "
+                 "PS_JOB_SECRET?)",
+                 peer_name(ch, who, sizeof(who)));
+        return PS_ERR_PEER_GONE;
     }
-    auth_pkt_t c;
-    memcpy(&c, answer, sizeof(c));
-    if (c.step != STEP_CHALLENGE || (c.id != ch->peer_id && c.id != PS_NODE_EMPTY)) {
-        ps_error(PS_LOG_SHM, "%s answered the job-secret handshake as node %d; closing",
-                 peer_name(ch, who, sizeof(who)), (int)c.id);
-        return PS_ERR_AUTH;
+    if (got == 0) {
+        ps_van_hs_closed(&ch->hs, &a);
+        return verdict(ch, &a);
     }
-    memcpy(t->nonce_r, c.nonce, PS_AUTH_NONCE_BYTES);
-    t->id_r = c.id;
-    t->role_r = c.role;
-    int good = ps_auth_verify(&van->base.params.auth_key, PS_AUTH_RESPONDER, t, c.proof);
-    memset(&p, 0, sizeof(p));
-    p.type = PS__SHM_PKT_AUTH;
-    p.step = STEP_PROOF;
-    ps_auth_prove(&van->base.params.auth_key, PS_AUTH_INITIATOR, t, p.proof);
-    if (send_raw(ch, &p, sizeof(p)) != PS_OK) {
+    if (got == (ssize_t)sizeof(ps__shm_pkt_welcome_t) && answer[0] == PS__SHM_PKT_WELCOME) {
+        /* Refused before the challenge: we have no secret it accepts. */
+        return ps__shm_auth_refused(ch);
+    }
+    uint8_t body[PS_VAN_HS_BODY_MAX];
+    size_t body_len;
+    int step = step_of_pkt(answer, (size_t)got, body, &body_len);
+    ps_van_hs_rx(&ch->hs, step, body, body_len, my_id, ch->peer_id, &a);
+    if (a.send != PS_VAN_HS_OTHER && send_step(ch, &a) != PS_OK) {
         ps_error(PS_LOG_SHM, "%s closed the channel during the job-secret handshake",
                  peer_name(ch, who, sizeof(who)));
         return PS_ERR_AUTH;
     }
-    ch->auth = good ? PS__SHM_AUTH_DONE : PS__SHM_AUTH_WAIT_VERDICT;
-    return PS_OK;
+    return verdict(ch, &a);
 }
 
 ps_status_t ps__shm_auth_refused(ps__shm_chan_t *ch)
 {
-    char who[64];
-    ps_error(PS_LOG_SHM, "%s refused us: wrong or missing PS_JOB_SECRET",
-             peer_name(ch, who, sizeof(who)));
-    return PS_ERR_AUTH;
+    ps_van_hs_action_t a;
+    ps_van_hs_rx(&ch->hs, PS_VAN_HS_REFUSED, NULL, 0, PS_NODE_EMPTY, ch->peer_id, &a);
+    return verdict(ch, &a);
 }
 
 ps_status_t ps__shm_auth_welcomed(ps__shm_chan_t *ch)
 {
-    char who[64];
-    if (ch->auth == PS__SHM_AUTH_WAIT_VERDICT) {
-        ps_error(PS_LOG_SHM, "%s did not prove it holds the job secret; closing",
-                 peer_name(ch, who, sizeof(who)));
-        return PS_ERR_AUTH;
-    }
-    return PS_OK;
+    ps_van_hs_action_t a;
+    ps_van_hs_rx(&ch->hs, PS_VAN_HS_OTHER, NULL, 0, PS_NODE_EMPTY, ch->peer_id, &a);
+    return verdict(ch, &a);
 }

@@ -61,6 +61,7 @@ ps__shm_chan_t *ps__shm_chan_new(ps__shm_van_t *van, int outgoing)
     ch->peer_id = PS_NODE_EMPTY;
     ch->fd = -1;
     ch->state = outgoing ? PS__SHM_CH_READY : PS__SHM_CH_HANDSHAKE;
+    ps_van_base_hs_init(&van->base, &ch->hs, "shm", outgoing);
     ch->tok_free = UINT32_MAX;
     ch->created_ns = ps_time_now_ns();
     pthread_mutex_init(&ch->tx_lock, NULL);
@@ -648,7 +649,7 @@ void ps__shm_accept_all(ps__shm_van_t *van)
         ch->admit_pending = 1;
         ch->fd = fd;
         ch->peer_pid = peer_pid_of(fd);
-        ps__shm_auth_accepted(ch); /* job secret: AUTH expected first */
+        ps_van_hs_accept(&ch->hs); /* job secret: AUTH expected first */
         if (ps__shm_list_chan(van, ch) != PS_OK) {
             ps_van_admission_done(&van->adm);
             ps__shm_chan_unref(ch);
@@ -740,8 +741,9 @@ static ps_status_t on_hello(ps__shm_chan_t *ch, const uint8_t *buf, size_t len, 
                  h.node_id);
         return PS_ERR_PROTOCOL;
     }
-    if (!ps__shm_auth_claim_ok(ch, h.node_id)) { /* job secret: the id it proved under */
-        return ps__shm_auth_refuse(ch, "it announced another node id than it proved the job secret as");
+    ps_status_t ast = ps__shm_auth_hello(ch, h.node_id); /* job secret: the id it proved under */
+    if (ast != PS_OK) {
+        return ast;
     }
     size_t one = ps__shm_ring_bytes(h.ring_bytes);
     const char *bad;
@@ -841,7 +843,7 @@ static ps_status_t on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_t len,
     ps_status_t st = PS_OK;
     /* Job secret (shm_auth.c): its packets, and nothing else from a
      * channel that has not finished it. */
-    if (buf[0] == PS__SHM_PKT_AUTH || ps__shm_auth_pending(ch)) {
+    if (buf[0] == PS__SHM_PKT_AUTH || ps_van_hs_pending(&ch->hs)) {
         st = ch->outgoing ? PS_ERR_PROTOCOL : ps__shm_auth_on_packet(ch, buf, len);
         if (fd >= 0) {
             close(fd);

@@ -48,6 +48,7 @@
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/base.h"
+#include "ps/net/van/handshake.h"
 #include "ps/net/van/van.h"
 
 /* Data bytes of each ring of a channel. */
@@ -196,17 +197,7 @@ struct ps__shm_chan {
 
     /* Job-secret handshake (shm_auth.c): the connector's thread in
      * connect(), then the progress thread. */
-    int auth;                /* PS__SHM_AUTH_* */
-    ps_auth_transcript_t auth_t;
-};
-
-enum {
-    PS__SHM_AUTH_NONE,
-    PS__SHM_AUTH_WAIT_INIT,    /* accepted, secret set: AUTH 'I' expected first */
-    PS__SHM_AUTH_WAIT_PROOF,
-    PS__SHM_AUTH_WAIT_VERDICT, /* connector: the acceptor's proof failed, ours sent */
-    PS__SHM_AUTH_DONE,
-    PS__SHM_AUTH_FAILED,
+    ps_van_hs_t hs;
 };
 
 typedef struct {
@@ -285,13 +276,10 @@ ps_status_t ps__shm_list_chan(ps__shm_van_t *van, ps__shm_chan_t *ch);
 /* Connector, before HELLO: the exchange; PS_ERR_AUTH (logged) when refused,
  * PS_ERR_TIMED_OUT when the acceptor does not answer within the connect timeout. */
 ps_status_t ps__shm_auth_connect(ps__shm_chan_t *ch, int my_id);
-/* Acceptor: a new channel; whether packets must go to ps__shm_auth_on_packet. */
-void ps__shm_auth_accepted(ps__shm_chan_t *ch);
-int ps__shm_auth_pending(const ps__shm_chan_t *ch);
+/* Acceptor: a packet of a channel whose handshake is pending (or an AUTH one). */
 ps_status_t ps__shm_auth_on_packet(ps__shm_chan_t *ch, const uint8_t *buf, size_t len);
-/* Acceptor: whether HELLO may announce `id`; refusing one (logged, WELCOME sent). */
-int ps__shm_auth_claim_ok(const ps__shm_chan_t *ch, int id);
-ps_status_t ps__shm_auth_refuse(ps__shm_chan_t *ch, const char *why);
+/* Acceptor: a HELLO announcing `id`; PS_OK, or refused (logged, WELCOME sent). */
+ps_status_t ps__shm_auth_hello(ps__shm_chan_t *ch, int id);
 /* Connector: a WELCOME refused us for the secret / accepted us. */
 ps_status_t ps__shm_auth_refused(ps__shm_chan_t *ch);
 ps_status_t ps__shm_auth_welcomed(ps__shm_chan_t *ch);

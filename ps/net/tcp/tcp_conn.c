@@ -70,6 +70,7 @@ ps__tcp_conn_t *ps__tcp_conn_new(ps__tcp_van_t *van, int outgoing)
     conn->peer_id = PS_NODE_EMPTY;
     conn->fd = -1;
     conn->state = outgoing ? PS__TCP_CONNECTING : PS__TCP_READY;
+    ps_van_base_hs_init(&van->base, &conn->hs, "tcp", outgoing);
     pthread_mutex_init(&conn->send_lock, NULL);
     ps_msg_init(&conn->rmsg);
     conn->phase = PS__TCP_RX_HEADER;
@@ -288,7 +289,7 @@ void ps__tcp_accept_all(ps__tcp_van_t *van)
         }
         conn->in_epoll = 1;
         conn_link(van, conn);
-        ps__tcp_auth_accepted(conn); /* job secret: INIT expected first */
+        ps_van_hs_accept(&conn->hs); /* job secret: INIT expected first */
         ps_debug(PS_LOG_TCP, "accepted a connection from %s", conn->addr_str);
     }
 }
@@ -397,7 +398,7 @@ ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id
             strcpy(conn->addr_str, "?");
         }
         conn->nonce = nonce;
-        conn->auth_t.id_i = hello_id; /* job secret: the id the handshake binds */
+        conn->hs.t.id_i = hello_id; /* job secret: the id the handshake binds */
         conn->stream = made;
         conn->nstreams = nstreams;
         conn->connect_deadline_ns = deadline;

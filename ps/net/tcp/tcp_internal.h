@@ -61,6 +61,7 @@
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/base.h"
+#include "ps/net/van/handshake.h"
 #include "ps/net/van/van.h"
 
 /* Most streams (connections) per peer this van opens or indexes. */
@@ -103,17 +104,6 @@ typedef enum {
     PS__TCP_READY,
     PS__TCP_DEAD,
 } ps__tcp_state_t;
-
-/* Job-secret handshake of a connection (tcp_auth.c). */
-typedef enum {
-    PS__TCP_AUTH_NONE,           /* no secret configured (or not started) */
-    PS__TCP_AUTH_WAIT_INIT,      /* accepted: the opener speaks first */
-    PS__TCP_AUTH_WAIT_PROOF,     /* accepted: challenged, waiting for its proof */
-    PS__TCP_AUTH_WAIT_CHALLENGE, /* opened: INIT sent, queue held */
-    PS__TCP_AUTH_WAIT_VERDICT,   /* opened: the peer's proof failed, ours sent */
-    PS__TCP_AUTH_DONE,
-    PS__TCP_AUTH_FAILED,
-} ps__tcp_auth_state_t;
 
 typedef enum {
     PS__TCP_RX_HEADER,
@@ -207,8 +197,7 @@ typedef struct ps__tcp_conn {
     struct ps__tcp_conn *next_ready;
 
     /* Job-secret handshake (progress thread only; tcp_auth.c). */
-    ps__tcp_auth_state_t auth;
-    ps_auth_transcript_t auth_t; /* outgoing: id_i is what our hello announces */
+    ps_van_hs_t hs; /* outgoing: hs.t.id_i is what our hello announces */
 } ps__tcp_conn_t;
 
 /* The connections of one peer node. */
@@ -313,8 +302,6 @@ void ps__tcp_conn_ready(ps__tcp_conn_t *conn);
 /* ---- tcp_auth.c (job secret; see there) ---- */
 /* Opener, TCP connected: sends INIT and holds the queue. */
 ps_status_t ps__tcp_auth_start(ps__tcp_conn_t *conn);
-/* Acceptor, new connection: expect INIT when a secret is configured. */
-void ps__tcp_auth_accepted(ps__tcp_conn_t *conn);
 /* A decoded meta, before anything else looks at it: handles handshake
  * frames (*consumed_p = 1) and refuses what arrives before the handshake
  * is done. An error closes the connection (already logged). */

@@ -32,9 +32,9 @@ ps__tcp_test_conn_t *ps__tcp_test_conn_new(int outgoing, int peer_id, const uint
     c->conn.fd = -1;
     c->conn.outgoing = outgoing;
     c->conn.peer_id = peer_id;
-    c->conn.auth = (ps__tcp_auth_state_t)auth;
-    c->conn.auth_t.van = "tcp";
-    c->conn.auth_t.id_i = outgoing ? 8 : PS_NODE_EMPTY;
+    ps_van_base_hs_init(&c->van.base, &c->conn.hs, "tcp", outgoing);
+    c->conn.hs.state = auth;
+    c->conn.hs.t.id_i = outgoing ? 8 : PS_NODE_EMPTY;
     strcpy(c->conn.addr_str, "fuzz");
     pthread_mutex_init(&c->conn.send_lock, NULL);
     return c;
@@ -64,22 +64,22 @@ ps_status_t ps__tcp_test_conn_rx(ps__tcp_test_conn_t *c, const ps_meta_t *meta, 
 
 int ps__tcp_test_conn_auth(const ps__tcp_test_conn_t *c)
 {
-    return (int)c->conn.auth;
+    return c->conn.hs.state;
 }
 
 int ps__tcp_test_auth_done(void)
 {
-    return PS__TCP_AUTH_DONE;
+    return PS_VAN_HS_DONE;
 }
 
 int ps__tcp_test_auth_wait_init(void)
 {
-    return PS__TCP_AUTH_WAIT_INIT;
+    return PS_VAN_HS_WAIT_INIT;
 }
 
 int ps__tcp_test_auth_states(void)
 {
-    return PS__TCP_AUTH_FAILED + 1;
+    return PS_VAN_HS_FAILED + 1;
 }
 
 int ps__tcp_test_looks_like_hello(const ps_meta_t *meta)

@@ -20,7 +20,7 @@ typedef struct ps__tcp_test_conn ps__tcp_test_conn_t;
 
 /* A connection we opened (outgoing) or accepted, to node peer_id, in a van
  * with the job secret `secret` (32 bytes) or none (NULL), its handshake in
- * state `auth` (ps__tcp_auth_state_t; an opener that sent INIT waits for
+ * state `auth` (ps_van_hs_state_t; an opener that sent INIT waits for
  * the challenge). Its writes fail (no socket). NULL: out of memory. */
 ps__tcp_test_conn_t *ps__tcp_test_conn_new(int outgoing, int peer_id, const uint8_t *secret,
                                            int auth);
@@ -35,10 +35,10 @@ ps_status_t ps__tcp_test_conn_rx(ps__tcp_test_conn_t *c, const ps_meta_t *meta, 
                                  int *consumed_p, int *hello_p, uint64_t *nonce_p, int *stream_p,
                                  int *nstreams_p);
 
-/* The connection's handshake state (ps__tcp_auth_state_t). */
+/* The connection's handshake state (ps_van_hs_state_t). */
 int ps__tcp_test_conn_auth(const ps__tcp_test_conn_t *c);
-/* The state in which the handshake is over (PS__TCP_AUTH_DONE), and the
- * one an acceptor starts in (PS__TCP_AUTH_WAIT_INIT); the number of
+/* The state in which the handshake is over (PS_VAN_HS_DONE), and the
+ * one an acceptor starts in (PS_VAN_HS_WAIT_INIT); the number of
  * states. */
 int ps__tcp_test_auth_done(void);
 int ps__tcp_test_auth_wait_init(void);

@@ -167,7 +167,8 @@ static void handle_conn_event(ps__tcp_conn_t *conn, uint32_t events)
         return;
     }
     if (conn->state == PS__TCP_CONNECTING) {
-        if (conn->auth == PS__TCP_AUTH_WAIT_CHALLENGE || conn->auth == PS__TCP_AUTH_WAIT_VERDICT) {
+        if (conn->hs.state == PS_VAN_HS_WAIT_CHALLENGE ||
+            conn->hs.state == PS_VAN_HS_WAIT_VERDICT) {
             /* Connected, in the job-secret handshake: read the challenge. */
             ps__tcp_on_readable(conn);
             return;

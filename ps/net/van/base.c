@@ -63,6 +63,12 @@ void ps_van_base_deliver(ps_van_base_t *base, ps_msg_t *msg)
     ps_msg_init(msg);
 }
 
+void ps_van_base_hs_init(const ps_van_base_t *base, ps_van_hs_t *hs, const char *van, int initiator)
+{
+    ps_van_hs_init(hs, van, initiator, base->params.auth_enabled ? &base->params.auth_key : NULL,
+                   (int32_t)base->params.role);
+}
+
 const char *ps_van_peer_name(int peer_id, const char *addr, char *buf, size_t cap)
 {
     if (peer_id == PS_SCHEDULER_ID) {

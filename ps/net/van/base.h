@@ -16,6 +16,7 @@
 #include "ps/base/status.h"
 #include "ps/net/codec/frame.h"
 #include "ps/net/message.h"
+#include "ps/net/van/handshake.h"
 #include "ps/net/van/van.h"
 
 #ifdef __cplusplus
@@ -70,6 +71,11 @@ ps_status_t ps_van_base_set_node_id(ps_van_base_t *base, int node_id, int *chang
  * its references from then on; released here when the van has no
  * deliver callback. `msg` is left empty. */
 void ps_van_base_deliver(ps_van_base_t *base, ps_msg_t *msg);
+
+/* A new connection's job-secret handshake, not started: with the van's
+ * secret when it has one; `van` ("tcp", ...) names the van in the proofs. */
+void ps_van_base_hs_init(const ps_van_base_t *base, ps_van_hs_t *hs, const char *van,
+                         int initiator);
 
 /* "the scheduler", "node 9 at 10.0.0.2:4242" or just the address (an
  * unidentified peer), for log lines; returns buf. */

@@ -1,9 +1,9 @@
 /*
- * The job-secret handshake of the UCX van (PS_JOB_SECRET; the proofs are
- * ps/net/auth.h's). Only when a secret is configured. It runs on the
- * control endpoint with the van's handshake active messages (ucx_wire.c:
- * the 32-byte header, its type saying which step, the payload as the
- * message's data), before HELLO:
+ * The job-secret handshake of the UCX van (PS_JOB_SECRET): how its steps
+ * travel; the decisions are ps/net/van/handshake.h's. Only when a secret
+ * is configured. It runs on the control endpoint with the van's handshake
+ * active messages (ucx_wire.c: the 32-byte header, its type saying which
+ * step, the payload as the message's data), before HELLO:
  *
  *   connector -> acceptor  AUTH_INIT       nonce_i[32] id_i i32 role_i i32
  *   acceptor  -> connector AUTH_CHALLENGE  nonce_r[32] id_r i32 role_r i32 proof_r[32]
@@ -14,31 +14,43 @@
  * the peer: its connection stays WAIT until ACK) before the acceptor
  * proved itself, and takes no ACK without that. Active messages on one
  * endpoint arrive in order, so the acceptor checks PROOF before it sees
- * the HELLO; it answers a HELLO (or anything) before a good PROOF with
- * AUTH_REFUSED and one log line, and never identifies that connection.
- * AUTH_REFUSED is understood with or without a secret; the refused side
+ * the HELLO; it never identifies a connection it refused. The refused side
  * closes its endpoint (so the refusal is not lost to a forced close), and
  * the acceptor's side then goes with the endpoint error or the deadline
- * for a HELLO. As in the TCP van, a connector whose check of the
- * acceptor's proof failed still sends its own and lets the verdict speak.
+ * for a HELLO.
  */
-#include <stdio.h>
 #include <string.h>
 
 #include "ps/base/log.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
-#define INIT_LEN PS_AUTH_INIT_BYTES
-#define CHALLENGE_LEN PS_AUTH_CHALLENGE_BYTES
+/* The handshake's steps and their types in the handshake header. */
+static const struct {
+    int step, type;
+} steps[] = {
+    {PS_VAN_HS_INIT, PS__UCX_HS_AUTH_INIT},
+    {PS_VAN_HS_CHALLENGE, PS__UCX_HS_AUTH_CHALLENGE},
+    {PS_VAN_HS_PROOF, PS__UCX_HS_AUTH_PROOF},
+    {PS_VAN_HS_REFUSED, PS__UCX_HS_AUTH_REFUSED},
+};
 
-static const char *peer_name(const ps__ucx_conn_t *conn, char *buf, size_t cap)
+static int step_of_type(int type)
 {
-    if (conn->peer_id == PS_SCHEDULER_ID) {
-        snprintf(buf, cap, "the scheduler");
-    } else {
-        snprintf(buf, cap, "node %d at %s", conn->peer_id, conn->addr_str);
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        if (steps[i].type == type) {
+            return steps[i].step;
+        }
     }
-    return buf;
+    return PS_VAN_HS_UNKNOWN;
+}
+
+static int type_of_step(int step)
+{
+    size_t i = 0;
+    while (i + 1 < sizeof(steps) / sizeof(steps[0]) && steps[i].step != step) {
+        i++;
+    }
+    return steps[i].type; /* REFUSED, the last, for no other */
 }
 
 static void on_sent(void *request, ucs_status_t status, void *user_data)
@@ -48,14 +60,14 @@ static void on_sent(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-/* Slot 0 for the first message a side sends, 1 for the second: each
- * buffer stays untouched while UCX may still read it. */
-static ps_status_t auth_send(ps__ucx_conn_t *conn, int slot, int type, const uint8_t *data,
-                             size_t len)
+/* Each buffer stays untouched while UCX may still read it: slot 0 for the
+ * first message a side sends (INIT, CHALLENGE), 1 for the second. */
+static ps_status_t auth_send(ps__ucx_conn_t *conn, int step, const uint8_t *data, size_t len)
 {
     ps__ucx_van_t *van = conn->van;
-    ps__ucx_hs_pack(conn->auth_hs[slot], type, __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE),
-                    0, 0, 0);
+    int slot = step == PS_VAN_HS_INIT || step == PS_VAN_HS_CHALLENGE ? 0 : 1;
+    ps__ucx_hs_pack(conn->auth_hs[slot], type_of_step(step), ps_van_base_my_id(&van->base), 0, 0,
+                    0);
     if (len != 0) {
         memcpy(conn->auth_data[slot], data, len);
     }
@@ -73,148 +85,74 @@ static ps_status_t auth_send(ps__ucx_conn_t *conn, int slot, int type, const uin
     return PS_OK;
 }
 
-/* The acceptor turns a connection away; it stays unidentified. */
-static void refuse(ps__ucx_conn_t *conn, const char *why)
-{
-    ps_error(PS_LOG_UCX, "refused connection from %s: %s", conn->addr_str, why);
-    conn->auth = PS__UCX_AUTH_FAILED;
-    (void)auth_send(conn, 1, PS__UCX_HS_AUTH_REFUSED, NULL, 0);
-}
-
-static void fail(ps__ucx_conn_t *conn, const char *fmt_who_what)
+/* Does what the handshake answered: its step out, its line, then a
+ * refusal (the connection stays unidentified), a close, or the HELLO of a
+ * connector whose peer proved itself. */
+static void act(ps__ucx_conn_t *conn, const ps_van_hs_action_t *a)
 {
     char who[PS_SOCKADDR_STRLEN + 32];
-    ps_error(PS_LOG_UCX, "%s %s", peer_name(conn, who, sizeof(who)), fmt_who_what);
-    conn->auth = PS__UCX_AUTH_FAILED;
-    ps__ucx_conn_fail(conn, PS_ERR_AUTH, 1);
-}
-
-void ps__ucx_auth_accepted(ps__ucx_conn_t *conn)
-{
-    if (conn->van->base.params.auth_enabled) {
-        conn->auth = PS__UCX_AUTH_WAIT_INIT;
+    ps_status_t st = PS_OK;
+    if (a->send != PS_VAN_HS_OTHER) {
+        st = auth_send(conn, a->send, a->body, a->body_len);
+    }
+    ps_van_hs_report(&conn->hs, a, PS_LOG_UCX,
+                     ps_van_peer_name(conn->peer_id, conn->addr_str, who, sizeof(who)),
+                     conn->addr_str);
+    switch (a->verdict) {
+    case PS_VAN_HS_REFUSE:
+        (void)auth_send(conn, PS_VAN_HS_REFUSED, NULL, 0);
+        return;
+    case PS_VAN_HS_FAIL:
+    case PS_VAN_HS_PROTOCOL:
+        /* An acceptor's connection tells the postoffice once identified. */
+        ps__ucx_conn_fail(conn, ps_van_hs_status(a),
+                          conn->hs.initiator || conn->state == PS__UCX_READY);
+        return;
+    case PS_VAN_HS_PROVED:
+        if (st == PS_OK && conn->hs.initiator) {
+            st = ps__ucx_send_hello(conn);
+        }
+        break;
+    default:
+        break;
+    }
+    if (st != PS_OK && conn->hs.initiator) {
+        ps_error(PS_LOG_UCX, "cannot greet node %d at %s: %s", conn->peer_id, conn->addr_str,
+                 ps_status_str(st));
+        ps__ucx_conn_fail(conn, st, 1);
+    } else if (st != PS_OK) {
+        ps_debug(PS_LOG_UCX, "cannot challenge %s", conn->addr_str);
     }
 }
 
 ps_status_t ps__ucx_auth_start(ps__ucx_conn_t *conn, int my_id)
 {
-    ps__ucx_van_t *van = conn->van;
-    ps_auth_transcript_t *t = &conn->auth_t;
-    memset(t, 0, sizeof(*t));
-    t->van = "ucx";
-    t->id_i = my_id;
-    t->role_i = (int32_t)van->base.params.role;
-    ps_auth_nonce(t->nonce_i);
-    uint8_t body[INIT_LEN];
-    ps_auth_init_pack(t, body);
-    conn->auth = PS__UCX_AUTH_WAIT_CHALLENGE;
-    return auth_send(conn, 0, PS__UCX_HS_AUTH_INIT, body, sizeof(body));
+    ps_van_hs_action_t a;
+    ps_status_t st = ps_van_hs_start(&conn->hs, my_id, &a);
+    return st == PS_OK ? auth_send(conn, a.send, a.body, a.body_len) : st;
 }
 
 int ps__ucx_auth_hello_ok(ps__ucx_conn_t *conn, int id)
 {
-    if (!conn->van->base.params.auth_enabled) {
+    ps_van_hs_action_t a;
+    ps_van_hs_hello(&conn->hs, id, &a);
+    if (a.verdict == PS_VAN_HS_PASS) {
         return 1;
     }
-    if (conn->auth != PS__UCX_AUTH_DONE) {
-        if (conn->auth != PS__UCX_AUTH_FAILED) {
-            refuse(conn, "it does not hold the job secret");
-        }
-        return 0;
-    }
-    if (conn->auth_t.id_i != PS_NODE_EMPTY && conn->auth_t.id_i != id) {
-        refuse(conn, "it announced another node id than it proved the job secret as");
-        return 0;
-    }
-    return 1;
+    act(conn, &a);
+    return 0;
 }
 
 int ps__ucx_auth_ack_ok(ps__ucx_conn_t *conn)
 {
-    if (!conn->van->base.params.auth_enabled || conn->auth == PS__UCX_AUTH_DONE) {
+    ps_van_hs_action_t a;
+    ps_van_hs_rx(&conn->hs, PS_VAN_HS_OTHER, NULL, 0, ps_van_base_my_id(&conn->van->base),
+                 conn->peer_id, &a);
+    if (a.verdict == PS_VAN_HS_PASS) {
         return 1;
     }
-    fail(conn, conn->auth == PS__UCX_AUTH_WAIT_VERDICT
-                   ? "did not prove it holds the job secret; closing"
-                   : "skipped the job-secret handshake (no PS_JOB_SECRET?); closing");
+    act(conn, &a);
     return 0;
-}
-
-static void on_init(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
-{
-    ps__ucx_van_t *van = conn->van;
-    if (!van->base.params.auth_enabled) {
-        refuse(conn, "it wants a job-secret handshake, but this node has no PS_JOB_SECRET");
-        return;
-    }
-    if (conn->auth != PS__UCX_AUTH_WAIT_INIT || len != INIT_LEN) {
-        refuse(conn, "it does not hold the job secret");
-        return;
-    }
-    ps_auth_transcript_t *t = &conn->auth_t;
-    t->van = "ucx";
-    ps_auth_init_unpack(data, t);
-    t->id_r = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
-    t->role_r = (int32_t)van->base.params.role;
-    ps_auth_nonce(t->nonce_r);
-    uint8_t proof_r[PS_AUTH_PROOF_BYTES];
-    ps_auth_prove(&van->base.params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
-    uint8_t body[CHALLENGE_LEN];
-    ps_auth_challenge_pack(t, proof_r, body);
-    conn->auth = PS__UCX_AUTH_WAIT_PROOF;
-    if (auth_send(conn, 0, PS__UCX_HS_AUTH_CHALLENGE, body, sizeof(body)) != PS_OK) {
-        ps_debug(PS_LOG_UCX, "cannot challenge %s", conn->addr_str);
-    }
-}
-
-static void on_proof(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
-{
-    ps__ucx_van_t *van = conn->van;
-    if (!van->base.params.auth_enabled || conn->auth != PS__UCX_AUTH_WAIT_PROOF ||
-        len != PS_AUTH_PROOF_BYTES ||
-        !ps_auth_verify(&van->base.params.auth_key, PS_AUTH_INITIATOR, &conn->auth_t, data)) {
-        if (conn->auth != PS__UCX_AUTH_FAILED) {
-            refuse(conn, "it does not hold the job secret");
-        }
-        return;
-    }
-    conn->auth = PS__UCX_AUTH_DONE;
-    ps_debug(PS_LOG_UCX, "connection from %s proved the job secret", conn->addr_str);
-}
-
-static void on_challenge(ps__ucx_conn_t *conn, const uint8_t *data, size_t len)
-{
-    ps__ucx_van_t *van = conn->van;
-    char why[64];
-    ps_auth_transcript_t *t = &conn->auth_t;
-    if (!van->base.params.auth_enabled || conn->auth != PS__UCX_AUTH_WAIT_CHALLENGE ||
-        len != CHALLENGE_LEN) {
-        fail(conn, "sent an unexpected job-secret handshake message; closing");
-        return;
-    }
-    uint8_t proof_r[PS_AUTH_PROOF_BYTES];
-    ps_auth_challenge_unpack(data, t, proof_r);
-    if (t->id_r != conn->peer_id && t->id_r != PS_NODE_EMPTY) {
-        snprintf(why, sizeof(why), "answered the job-secret handshake as node %d; closing",
-                 (int)t->id_r);
-        fail(conn, why);
-        return;
-    }
-    int good = ps_auth_verify(&van->base.params.auth_key, PS_AUTH_RESPONDER, t, proof_r);
-    uint8_t proof[PS_AUTH_PROOF_BYTES];
-    ps_auth_prove(&van->base.params.auth_key, PS_AUTH_INITIATOR, t, proof);
-    ps_status_t st = auth_send(conn, 1, PS__UCX_HS_AUTH_PROOF, proof, sizeof(proof));
-    if (st == PS_OK && good) {
-        conn->auth = PS__UCX_AUTH_DONE;
-        st = ps__ucx_send_hello(conn);
-    } else if (st == PS_OK) {
-        conn->auth = PS__UCX_AUTH_WAIT_VERDICT; /* the acceptor's AUTH_REFUSED says it */
-    }
-    if (st != PS_OK) {
-        ps_error(PS_LOG_UCX, "cannot greet node %d at %s: %s", conn->peer_id, conn->addr_str,
-                 ps_status_str(st));
-        ps__ucx_conn_fail(conn, st, 1);
-    }
 }
 
 void ps__ucx_auth_on_hs(ps__ucx_van_t *van, ucp_ep_h ep, int type, const uint8_t *data,
@@ -226,22 +164,11 @@ void ps__ucx_auth_on_hs(ps__ucx_van_t *van, ucp_ep_h ep, int type, const uint8_t
         ps_debug(PS_LOG_UCX, "job-secret handshake message for no connection; ignored");
         return;
     }
-    switch (type) {
-    case PS__UCX_HS_AUTH_INIT:
-        on_init(conn, data, len);
-        break;
-    case PS__UCX_HS_AUTH_PROOF:
-        on_proof(conn, data, len);
-        break;
-    case PS__UCX_HS_AUTH_CHALLENGE:
-        on_challenge(conn, data, len);
-        break;
-    case PS__UCX_HS_AUTH_REFUSED:
-        if (conn->state != PS__UCX_READY) {
-            fail(conn, "refused us: wrong or missing PS_JOB_SECRET");
-        }
-        break;
-    default:
-        break;
+    if (type == PS__UCX_HS_AUTH_REFUSED && conn->state == PS__UCX_READY) {
+        return; /* a late refusal of a connection that is up */
     }
+    ps_van_hs_action_t a;
+    ps_van_hs_rx(&conn->hs, step_of_type(type), data, len, ps_van_base_my_id(&van->base),
+                 conn->peer_id, &a);
+    act(conn, &a);
 }

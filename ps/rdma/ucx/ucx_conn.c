@@ -47,6 +47,7 @@ static ps__ucx_conn_t *conn_new(ps__ucx_van_t *van, int outgoing)
     conn->peer_id = PS_NODE_EMPTY;
     conn->hello_id = PS_NODE_EMPTY;
     conn->state = outgoing ? PS__UCX_NEW : PS__UCX_WAIT;
+    ps_van_base_hs_init(&van->base, &conn->hs, "ucx", outgoing);
     pthread_mutex_init(&conn->lock, NULL);
     return conn;
 }
@@ -1031,7 +1032,7 @@ static void on_conn_req(ps__ucx_van_t *van, ucp_conn_request_h req)
         ps__ucx_conn_unref(conn);
         return;
     }
-    ps__ucx_auth_accepted(conn); /* job secret: AUTH_INIT expected first */
+    ps_van_hs_accept(&conn->hs); /* job secret: AUTH_INIT expected first */
     /* An acceptor that never hears a hello lets the connection go
      * (PS_HANDSHAKE_TIMEOUT_MS). */
     conn->connect_deadline_ns = ps_van_admission_deadline(&van->adm);

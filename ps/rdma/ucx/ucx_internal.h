@@ -137,6 +137,7 @@
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/base.h"
+#include "ps/net/van/handshake.h"
 #include "ps/net/van/van.h"
 #include "ps/rdma/ucx/ucx_hs.h"
 
@@ -190,15 +191,6 @@ static inline unsigned ps__ucx_tag_low(ucp_tag_t tag)
  * (dropped). */
 #define PS__UCX_ORDER_WINDOW 512
 /* The handshake records (HELLO/ACK, job-secret steps): ucx_hs.h. */
-enum {
-    PS__UCX_AUTH_NONE,
-    PS__UCX_AUTH_WAIT_INIT,
-    PS__UCX_AUTH_WAIT_PROOF,
-    PS__UCX_AUTH_WAIT_CHALLENGE,
-    PS__UCX_AUTH_WAIT_VERDICT,
-    PS__UCX_AUTH_DONE,
-    PS__UCX_AUTH_FAILED,
-};
 
 /* Largest worker address a handshake carries. */
 #define PS__UCX_MAX_ADDR 4096
@@ -369,8 +361,7 @@ struct ps__ucx_conn {
     ps__ucx_rx_t *rx_head, *rx_tail;       /* messages in arrival order */
 
     /* Job-secret handshake (ucx_auth.c; progress thread only). */
-    int auth;                              /* PS__UCX_AUTH_* */
-    ps_auth_transcript_t auth_t;
+    ps_van_hs_t hs;
     uint8_t auth_hs[2][PS__UCX_HS_LEN];    /* headers while UCX sends them */
     uint8_t auth_data[2][PS__UCX_AUTH_MAX];
 };
@@ -529,7 +520,6 @@ ps__ucx_conn_t *ps__ucx_conn_by_ep(ps__ucx_van_t *van, ucp_ep_h ep, int outgoing
 ps_status_t ps__ucx_send_hello(ps__ucx_conn_t *conn);
 
 /* ---- ucx_auth.c (job secret; see there) ---- */
-void ps__ucx_auth_accepted(ps__ucx_conn_t *conn);
 ps_status_t ps__ucx_auth_start(ps__ucx_conn_t *conn, int my_id); /* instead of HELLO */
 void ps__ucx_auth_on_hs(ps__ucx_van_t *van, ucp_ep_h ep, int type, const uint8_t *data,
                         size_t len);

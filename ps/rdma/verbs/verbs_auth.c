@@ -8,6 +8,7 @@
 
 #include "ps/base/endian.h"
 #include "ps/net/codec/message.h"
+#include "ps/net/van/handshake.h"
 #include "ps/rdma/verbs/verbs_wire.h"
 
 #define CONN_MAGIC 0x43565350u /* "PSVC", as verbs_wire.c's private data */
@@ -161,6 +162,17 @@ static ps_status_t bad(const char **why_p, const char *why, ps_status_t st)
     return st;
 }
 
+/* The shared handshake machine (ps/net/van/handshake.h) over this
+ * connection's transcript, in `state`: it decides; this file keeps the
+ * state, which two threads read and several QPs share. */
+static void machine(ps_van_hs_t *hs, const ps__vb_auth_t *a, const ps_auth_key_t *key,
+                    int initiator, int state)
+{
+    ps_van_hs_init(hs, PS__VB_AUTH_VAN, initiator, key, a->t.role_r);
+    hs->t = a->t;
+    hs->state = state;
+}
+
 ps_status_t ps__vb_auth_on_accept(ps__vb_auth_t *a, const ps_auth_key_t *key, int32_t expect_id,
                                   unsigned qp_index, unsigned qp_count, const void *buf,
                                   size_t len, const char **why_p)
@@ -181,7 +193,12 @@ ps_status_t ps__vb_auth_on_accept(ps__vb_auth_t *a, const ps_auth_key_t *key, in
     ps_auth_challenge_unpack(p + PS__VB_AUTH_HDR_LEN, &t, proof);
     if (!valid_role(t.role_r) || !valid_node_id(t.id_r))
         return bad(why_p, "malformed job-secret handshake in its accept", PS_ERR_PROTOCOL);
-    if (t.id_r != expect_id && t.id_r != PS_NODE_EMPTY)
+    ps_van_hs_t hs;
+    ps_van_hs_action_t act;
+    machine(&hs, a, key, 1, PS_VAN_HS_WAIT_CHALLENGE);
+    ps_van_hs_rx(&hs, PS_VAN_HS_CHALLENGE, p + PS__VB_AUTH_HDR_LEN, PS_AUTH_CHALLENGE_BYTES,
+                 PS_NODE_EMPTY, expect_id, &act);
+    if (act.send != PS_VAN_HS_PROOF)
         return bad(why_p, "it answered the job-secret handshake as another node", PS_ERR_AUTH);
     if (a->accepts > 0) {
         /* Every QP of the connection must carry the one handshake. */
@@ -192,9 +209,11 @@ ps_status_t ps__vb_auth_on_accept(ps__vb_auth_t *a, const ps_auth_key_t *key, in
         a->accepts++;
         return PS_OK;
     }
-    a->t = t;
+    a->t = hs.t;
     memcpy(a->proof_r, proof, PS_AUTH_PROOF_BYTES);
-    a->good = ps_auth_verify(key, PS_AUTH_RESPONDER, &a->t, a->proof_r);
+    /* Sent even when proof_r was wrong (see handshake.h). */
+    memcpy(a->proof_i, act.body, PS_AUTH_PROOF_BYTES);
+    a->good = act.verdict == PS_VAN_HS_PROVED;
     a->accepts = 1;
     return PS_OK;
 }
@@ -204,14 +223,11 @@ ps_status_t ps__vb_auth_proof_msg(ps__vb_auth_t *a, const ps_auth_key_t *key,
 {
     if (ps__vb_auth_state(a) != PS__VB_AUTH_WAIT_ACCEPT || a->accepts == 0 || good_p == NULL)
         return PS_ERR_BAD_STATE;
+    (void)key; /* proved on the accept */
     ps_put_le32(msg, MSG_MAGIC);
     msg[4] = PS__VB_MSG_AUTH_PROOF;
     msg[5] = msg[6] = msg[7] = 0;
-    /* Sent even when proof_r was wrong: which side holds the wrong secret
-     * cannot be told from here, and the responder's verdict says it in the
-     * words both sides expect. It covers the responder's fresh nonce, so it
-     * is good for this connection only. */
-    ps_auth_prove(key, PS_AUTH_INITIATOR, &a->t, msg + 8);
+    memcpy(msg + 8, a->proof_i, PS_AUTH_PROOF_BYTES);
     *good_p = a->good;
     __atomic_store_n(&a->state, a->good ? PS__VB_AUTH_DONE : PS__VB_AUTH_WAIT_VERDICT,
                      __ATOMIC_RELEASE);
@@ -224,14 +240,24 @@ void ps__vb_auth_respond(ps__vb_auth_t *a, const ps_auth_key_t *key, const ps__v
                          int32_t my_id, int32_t my_role)
 {
     memset(a, 0, sizeof(*a));
-    a->t.van = PS__VB_AUTH_VAN;
-    memcpy(a->t.nonce_i, r->nonce_i, PS_AUTH_NONCE_BYTES);
-    a->t.id_i = r->id_i;
-    a->t.role_i = r->role_i;
-    a->t.id_r = my_id;
-    a->t.role_r = my_role;
-    ps_auth_nonce(a->t.nonce_r);
-    ps_auth_prove(key, PS_AUTH_RESPONDER, &a->t, a->proof_r);
+    ps_auth_transcript_t t;
+    memset(&t, 0, sizeof(t));
+    memcpy(t.nonce_i, r->nonce_i, PS_AUTH_NONCE_BYTES);
+    t.id_i = r->id_i;
+    t.role_i = r->role_i;
+    uint8_t init[PS_AUTH_INIT_BYTES];
+    ps_auth_init_pack(&t, init);
+    ps_van_hs_t hs;
+    ps_van_hs_action_t act;
+    ps_van_hs_init(&hs, PS__VB_AUTH_VAN, 0, key, my_role);
+    ps_van_hs_accept(&hs);
+    ps_van_hs_rx(&hs, PS_VAN_HS_INIT, init, sizeof(init), my_id, PS_NODE_EMPTY, &act);
+    a->t = hs.t;
+    if (act.send != PS_VAN_HS_CHALLENGE) {
+        __atomic_store_n(&a->state, PS__VB_AUTH_FAILED, __ATOMIC_RELEASE);
+        return;
+    }
+    ps_auth_challenge_unpack(act.body, &a->t, a->proof_r);
     __atomic_store_n(&a->state, PS__VB_AUTH_WAIT_PROOF, __ATOMIC_RELEASE);
 }
 
@@ -268,9 +294,14 @@ ps_status_t ps__vb_auth_on_proof(ps__vb_auth_t *a, const ps_auth_key_t *key, con
         return PS_ERR_BAD_STATE;
     const uint8_t *p = buf;
     /* Exactly the PROOF message: a SEND carries no padding. */
-    int good = buf != NULL && len == PS__VB_AUTH_PROOF_LEN && ps__vb_auth_is_proof(buf, len) &&
-               p[5] == 0 && p[6] == 0 && p[7] == 0 &&
-               ps_auth_verify(key, PS_AUTH_INITIATOR, &a->t, p + 8);
+    int framed = buf != NULL && len == PS__VB_AUTH_PROOF_LEN && ps__vb_auth_is_proof(buf, len) &&
+                 p[5] == 0 && p[6] == 0 && p[7] == 0;
+    ps_van_hs_t hs;
+    ps_van_hs_action_t act;
+    machine(&hs, a, key, 0, PS_VAN_HS_WAIT_PROOF);
+    ps_van_hs_rx(&hs, framed ? PS_VAN_HS_PROOF : PS_VAN_HS_UNKNOWN, framed ? p + 8 : NULL,
+                 framed ? PS_AUTH_PROOF_BYTES : 0, a->t.id_r, PS_NODE_EMPTY, &act);
+    int good = act.verdict == PS_VAN_HS_PROVED;
     int expected = PS__VB_AUTH_WAIT_PROOF;
     if (!__atomic_compare_exchange_n(&a->state, &expected,
                                      good ? PS__VB_AUTH_DONE : PS__VB_AUTH_FAILED, 0,

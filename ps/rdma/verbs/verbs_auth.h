@@ -38,8 +38,9 @@
  * initiator whose check of proof_r failed still sends its own proof and
  * lets the responder's verdict (a disconnect) speak.
  *
- * Pure functions and a small state machine: no verbs calls, unit-tested
- * on any machine.
+ * The decisions are ps/net/van/handshake.h's, as in every van; this file
+ * keeps how they travel and the per-connection state that two threads
+ * read and several QPs share. No verbs calls: unit-tested on any machine.
  */
 #ifndef PS_RDMA_VERBS_VERBS_AUTH_H_
 #define PS_RDMA_VERBS_VERBS_AUTH_H_
@@ -117,6 +118,7 @@ typedef struct {
     int good;           /* initiator: proof_r checked out */
     ps_auth_transcript_t t;
     uint8_t proof_r[PS_AUTH_PROOF_BYTES];
+    uint8_t proof_i[PS_AUTH_PROOF_BYTES]; /* initiator: ours, from the first accept */
 } ps__vb_auth_t;
 
 int ps__vb_auth_state(const ps__vb_auth_t *a);
