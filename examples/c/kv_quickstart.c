@@ -126,8 +126,8 @@ int main(void)
         st = ps_postoffice_barrier(po, PS_GROUP_ALL, -1);
         rc = st == PS_OK ? 0 : fail("barrier", st);
     }
-    /* Leaves together with everyone (a last barrier, bounded by
-     * PS_FINALIZE_TIMEOUT_MS), then frees the postoffice. */
+    /* Leaves together with everyone (a last barrier, which ends early
+     * only when a node is dead), then frees the postoffice. */
     st = ps_postoffice_finalize(po, 1);
     if (st != PS_OK && rc == 0) {
         rc = fail("finalize", st);

@@ -136,8 +136,8 @@ PS_CONFIG_VAR(PS_BARRIER_TIMEOUT_MS, INT, "600000", "reliability", NULL,
               "Longest wait in a barrier, in milliseconds.")
 PS_CONFIG_VAR(PS_REQUEST_TIMEOUT_MS, INT, "600000", "reliability", NULL,
               "Default deadline of a wait on a push or pull, in milliseconds.")
-PS_CONFIG_VAR(PS_FINALIZE_TIMEOUT_MS, INT, "30000", "reliability", NULL,
-              "Longest time finalize waits for the other nodes before leaving anyway, in milliseconds.")
+PS_CONFIG_VAR(PS_FINALIZE_TIMEOUT_MS, INT, "-1", "reliability", NULL,
+              "Longest time finalize's barrier waits for the other nodes before leaving anyway, in milliseconds; -1 waits, as ps-lite does, until every node arrives or one is declared dead (heartbeats, a closed connection). Also bounds the teardown waits after it (a handler still running, callbacks), 30000 when -1.")
 PS_CONFIG_VAR(PS_CONNECT_TIMEOUT_MS, INT, "10000", "reliability", NULL,
               "Longest time to establish one connection to a peer, in milliseconds.")
 PS_CONFIG_VAR(PS_RESEND, BOOL, "0", "reliability", NULL,

@@ -37,7 +37,7 @@ void ps_start_params_init(ps_start_params_t *p)
     p->start_timeout_ms = table_default_int(PS_CFG_PS_START_TIMEOUT_MS, 120000);
     p->barrier_timeout_ms = table_default_int(PS_CFG_PS_BARRIER_TIMEOUT_MS, 600000);
     p->request_timeout_ms = table_default_int(PS_CFG_PS_REQUEST_TIMEOUT_MS, 600000);
-    p->finalize_timeout_ms = table_default_int(PS_CFG_PS_FINALIZE_TIMEOUT_MS, 30000);
+    p->finalize_timeout_ms = table_default_int(PS_CFG_PS_FINALIZE_TIMEOUT_MS, -1);
     p->heartbeat_interval_s = table_default_int(PS_CFG_PS_HEARTBEAT_INTERVAL, 5);
     p->heartbeat_timeout_s = table_default_int(PS_CFG_PS_HEARTBEAT_TIMEOUT, 20);
     p->busy_poll = table_default_bool(PS_CFG_PS_BUSY_POLL, 0);

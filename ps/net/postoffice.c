@@ -345,7 +345,10 @@ ps_status_t ps_postoffice_finalize(ps_postoffice_t *po, int do_barrier)
 {
     if (po == NULL)
         return PS_ERR_INVALID_ARG;
+    /* The barrier waits for the job's end (or a death, which ends it at
+     * once) when finalize_timeout_ms is -1; what follows it is bounded. */
     ps_deadline_t deadline = ps_deadline_from_ms(po->params.finalize_timeout_ms);
+    ps_deadline_t teardown = ps_deadline_from_ms(ps_postoffice_finalize_timeout_ms(po));
     ps_status_t st = PS_OK;
 
     ps_mutex_lock(&po->lock);
@@ -382,7 +385,7 @@ ps_status_t ps_postoffice_finalize(ps_postoffice_t *po, int do_barrier)
                     (unsigned long long)resent, (unsigned long long)dups);
     }
     if (po->is_scheduler && ready && do_barrier && st == PS_OK) {
-        ps_deadline_t linger = ps_deadline_min(deadline, ps_deadline_from_ms(PS__LINGER_MS));
+        ps_deadline_t linger = ps_deadline_min(teardown, ps_deadline_from_ms(PS__LINGER_MS));
         ps__po_linger(po, po->num_nodes > 0 ? po->num_nodes - 1 : 0, linger);
     }
     /* However long the barrier took, drivers get a moment to hand the
@@ -390,7 +393,7 @@ ps_status_t ps_postoffice_finalize(ps_postoffice_t *po, int do_barrier)
     ps_deadline_t drivers = ps_deadline_from_ms(PS__DRIVERS_MIN_MS);
     if (ps_deadline_is_infinite(deadline) ||
         ps_deadline_remaining_ns(deadline) > ps_deadline_remaining_ns(drivers))
-        drivers = deadline;
+        drivers = ps_deadline_is_infinite(deadline) ? teardown : deadline;
     if (po_free(po, drivers) != PS_OK)
         return PS_ERR_TIMED_OUT;
     ps_info(PS_LOG_CORE, "finalized");
@@ -429,7 +432,8 @@ int ps_postoffice_request_timeout_ms(const ps_postoffice_t *po)
 
 int ps_postoffice_finalize_timeout_ms(const ps_postoffice_t *po)
 {
-    return po->params.finalize_timeout_ms;
+    int ms = po->params.finalize_timeout_ms;
+    return ms >= 0 ? ms : PS_TEARDOWN_DEFAULT_MS;
 }
 
 int ps_postoffice_group_ids(const ps_postoffice_t *po, int group_or_id, int *ids, int cap)

@@ -111,7 +111,8 @@ typedef struct ps_start_params {
     int start_timeout_ms;        /* PS_START_TIMEOUT_MS */
     int barrier_timeout_ms;      /* PS_BARRIER_TIMEOUT_MS */
     int request_timeout_ms;      /* PS_REQUEST_TIMEOUT_MS */
-    int finalize_timeout_ms;     /* PS_FINALIZE_TIMEOUT_MS */
+    int finalize_timeout_ms;     /* PS_FINALIZE_TIMEOUT_MS (-1: the finalize
+                                  * barrier waits for every node or a death) */
     int heartbeat_interval_s;    /* PS_HEARTBEAT_INTERVAL (0 = off) */
     int heartbeat_timeout_s;     /* PS_HEARTBEAT_TIMEOUT (0 = never dead;
                                   * the scheduler's decides; keep it above
@@ -144,8 +145,13 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
                                 ps_postoffice_t **po_p);
 
 /* Leaves the job: barrier with everyone (when `do_barrier`), stops the van,
- * frees the postoffice (and every node-event registration). Never hangs:
- * bounded by finalize_timeout_ms. With `do_barrier`, PS_ERR_TIMED_OUT or
+ * frees the postoffice (and every node-event registration). By default
+ * (finalize_timeout_ms -1) the barrier waits, as ps-lite's Finalize does,
+ * until every node reached it or one is declared dead (its connection
+ * closed, or no heartbeat for PS_HEARTBEAT_TIMEOUT) or the scheduler is
+ * lost; with finalize_timeout_ms >= 0 at most that long. What follows the
+ * barrier is bounded by ps_postoffice_finalize_timeout_ms(). With
+ * `do_barrier`, PS_ERR_TIMED_OUT or
  * PS_ERR_PEER_GONE (a node is dead, or the scheduler is lost) say the job
  * did not end together; the postoffice is freed all the same. One
  * exception: when a busy-poll waiter (PS_BUSY_POLL) still runs the van's
@@ -168,7 +174,9 @@ ps_role_t ps_postoffice_role(const ps_postoffice_t *po);
 int ps_postoffice_num_workers(const ps_postoffice_t *po);
 int ps_postoffice_num_servers(const ps_postoffice_t *po);
 int ps_postoffice_request_timeout_ms(const ps_postoffice_t *po);
-/* finalize_timeout_ms: also what destroy and remove calls wait by default. */
+/* What teardown calls (destroy, remove) wait by default: finalize_timeout_ms,
+ * or PS_TEARDOWN_DEFAULT_MS when that is -1 (no limit on the barrier). */
+#define PS_TEARDOWN_DEFAULT_MS 30000
 int ps_postoffice_finalize_timeout_ms(const ps_postoffice_t *po);
 
 /* Node ids of a group (bit flags above) or of a single node id. Returns the

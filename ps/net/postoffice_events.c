@@ -93,7 +93,7 @@ ps_status_t ps_postoffice_remove_node_callback_timed(ps_postoffice_t *po,
     if (po == NULL)
         return PS_ERR_INVALID_ARG;
     if (timeout_ms < 0)
-        timeout_ms = po->params.finalize_timeout_ms;
+        timeout_ms = ps_postoffice_finalize_timeout_ms(po);
     ps_deadline_t deadline = ps_deadline_from_ms(timeout_ms);
     ps_status_t st = PS_OK;
     ps_mutex_lock(&po->cb_lock);
@@ -117,5 +117,5 @@ void ps_postoffice_remove_node_callback(ps_postoffice_t *po, ps_node_event_func_
 {
     if (ps_postoffice_remove_node_callback_timed(po, fn, arg, -1) == PS_ERR_TIMED_OUT)
         ps_error(PS_LOG_CORE, "a node callback still runs after %d ms; removed the registration "
-                 "without waiting for it", po->params.finalize_timeout_ms);
+                 "without waiting for it", ps_postoffice_finalize_timeout_ms(po));
 }

@@ -1237,6 +1237,35 @@ TEST(Postoffice, FinalizeTimesOutInsteadOfHanging)
     EXPECT_NE(PS_INPROGRESS, ps_postoffice_finalize(late, 1));
 }
 
+// The default, as ps-lite: finalize's barrier waits for the last node however
+// late it comes (here 2.5 s, past a limit a test would set), and the teardown
+// waits after it stay bounded.
+TEST(Postoffice, FinalizeByDefaultWaitsForTheLastNode)
+{
+    ps_start_params_t defaults;
+    ps_start_params_init(&defaults);
+    EXPECT_EQ(-1, defaults.finalize_timeout_ms);
+    Job job = start_job(1, 1, [](int, ps_start_params_t *p) { p->finalize_timeout_ms = -1; });
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]);
+    EXPECT_EQ(PS_TEARDOWN_DEFAULT_MS, ps_postoffice_finalize_timeout_ms(job.server(0)));
+    ps_postoffice_t *late = job.worker(0);
+    job.po[2] = nullptr;
+    ps_status_t late_st = PS_INPROGRESS;
+    std::thread worker([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+        late_st = ps_postoffice_finalize(late, 1);
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    auto st = finalize_all(job);
+    auto waited = std::chrono::steady_clock::now() - t0;
+    worker.join();
+    EXPECT_EQ(PS_OK, st[0]);
+    EXPECT_EQ(PS_OK, st[1]);
+    EXPECT_EQ(PS_OK, late_st);
+    EXPECT_GE(waited, std::chrono::milliseconds(2000));
+}
+
 // Busy polling: a waiter that runs the van's loop itself while another
 // thread finalizes. Finalize must take the loop back before it closes the
 // van (ASan would see the van used after free), and the wait must end with

@@ -1330,9 +1330,9 @@ static ps_deadline_t shutdown_deadline(const ps_sum_t *s, int timeout_ms)
     if (timeout_ms < 0 && s->po != NULL)
         timeout_ms = ps_postoffice_finalize_timeout_ms(s->po);
     if (timeout_ms < 0) {
-        int64_t v = 30000;
+        int64_t v = -1;
         (void)ps_config_get_int(PS_CFG_PS_FINALIZE_TIMEOUT_MS, &v);
-        timeout_ms = v > INT_MAX ? INT_MAX : (int)v;
+        timeout_ms = v < 0 ? PS_TEARDOWN_DEFAULT_MS : v > INT_MAX ? INT_MAX : (int)v;
     }
     return ps_deadline_from_ms(timeout_ms);
 }

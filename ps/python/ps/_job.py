@@ -57,8 +57,9 @@ def init(do_barrier=True, **settings):
 
 def finalize(do_barrier=True):
     """Closes this process's workers, servers and tensors, then leaves the
-    job (with a barrier of every node when do_barrier). Bounded by
-    PS_FINALIZE_TIMEOUT_MS. A no-op when not started."""
+    job (with a barrier of every node when do_barrier: it waits for every
+    node, or ends when one is declared dead; PS_FINALIZE_TIMEOUT_MS bounds
+    it when set). A no-op when not started."""
     with _lock:
         servers, others = list(_servers), list(_open)
         _servers.clear()
