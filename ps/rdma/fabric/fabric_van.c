@@ -66,6 +66,11 @@ unsigned long ps__fabric_test_repeat_errors(int on)
     return __atomic_load_n(&ps__fab_errors_repeated, __ATOMIC_RELAXED);
 }
 
+void ps__fabric_test_stall(struct ps_van *v, int on)
+{
+    __atomic_store_n(&ps__fab_of(v)->test_stall, on, __ATOMIC_RELAXED);
+}
+
 long long ps__fabric_test_ops_in_flight(struct ps_van *v)
 {
     return (long long)__atomic_load_n(&ps__fab_of(v)->ops_in_flight, __ATOMIC_RELAXED);
@@ -120,7 +125,8 @@ static ps__fab_peer_t *peer_new_locked(ps__fab_van_t *van, int id)
     p->pidfd = -1;
     p->tx_epoch = random_epoch() & 0xFFF;
     p->all_next = van->all_peers;
-    van->all_peers = p;
+    /* Published complete: the watchdog walks the list without a lock. */
+    __atomic_store_n(&van->all_peers, p, __ATOMIC_RELEASE);
     /* Published complete: lookups take no lock. */
     __atomic_store_n(&van->peers[id], p, __ATOMIC_RELEASE);
     return p;
@@ -340,6 +346,7 @@ static void fab_close(ps_van_t *v)
     ps__fab_van_t *van = ps__fab_of(v);
     if (van == NULL)
         return;
+    ps__fab_watchdog_stop(van);
     ps_status_t stopped = ps__fab_stop_progress(van);
     if (van->tcp != NULL)
         van->tcp->ops->close(van->tcp);
@@ -347,9 +354,13 @@ static void fab_close(ps_van_t *v)
     if (stopped != PS_OK) {
         /* The progress thread is stuck inside the provider and may still
          * touch the endpoint, the queues and the van: all of it stays. */
-        ps_error(PS_LOG_FABRIC, "close: the progress thread did not stop within %d ms (stuck "
-                 "in provider %s, on a peer that died?); leaving the endpoint open",
-                 PS__FAB_STOP_MS, van->prov_name);
+        if (ps__fab_stuck(van))
+            ps_error(PS_LOG_FABRIC, "close: the progress thread is stuck in provider %s; "
+                     "leaving it and the endpoint behind", van->prov_name);
+        else
+            ps_error(PS_LOG_FABRIC, "close: the progress thread did not stop within %d ms "
+                     "(stuck in provider %s, on a peer that died?); leaving the endpoint open",
+                     PS__FAB_STOP_MS, van->prov_name);
         return;
     }
     /* Off the list first: a van of this process stops posting to this
@@ -457,6 +468,8 @@ static ps_status_t fab_bind(ps_van_t *v, ps_node_t *node, int max_retry)
         return st;
     if ((st = ps__fab_start_progress(van)) != PS_OK)
         return st;
+    if ((st = ps__fab_watchdog_start(van)) != PS_OK)
+        return st;
     return ps__fab_make_blob(van, node->endpoint_name, sizeof(node->endpoint_name),
                              &node->endpoint_name_len);
 }
@@ -506,6 +519,8 @@ static ps_status_t fab_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
         return PS_ERR_INVALID_ARG;
     if (peer->endpoint_name_len == 0 || !van->up)
         return van->tcp->ops->connect(van->tcp, peer, my_id);
+    if (ps__fab_stuck(van))
+        return PS_ERR_LINK_FAILED;
     if (peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {
         ps_error(PS_LOG_FABRIC, "connect: node id %d is not valid", peer->id);
         return PS_ERR_INVALID_ARG;
@@ -590,7 +605,8 @@ static ps_status_t fab_send(ps_van_t *v, const ps_msg_t *msg)
     if (van->up) {
         ps__fab_peer_t *p = ps__fab_peer_lookup(van, msg->meta.recver);
         if (p != NULL && __atomic_load_n(&p->addr, __ATOMIC_ACQUIRE) != FI_ADDR_NOTAVAIL)
-            return ps__fab_send(van, p, msg);
+            return ps_unlikely(ps__fab_stuck(van)) ? PS_ERR_LINK_FAILED
+                                                   : ps__fab_send(van, p, msg);
     }
     return van->tcp->ops->send(van->tcp, msg);
 }
@@ -606,7 +622,8 @@ static ps_status_t fab_send_lane(ps_van_t *v, int recver, uint8_t *bytes, size_t
     if (van->up) {
         ps__fab_peer_t *p = ps__fab_peer_lookup(van, recver);
         if (p != NULL && __atomic_load_n(&p->addr, __ATOMIC_ACQUIRE) != FI_ADDR_NOTAVAIL)
-            return ps__fab_send_lane(van, p, bytes, len);
+            return ps_unlikely(ps__fab_stuck(van)) ? PS_ERR_LINK_FAILED
+                                                   : ps__fab_send_lane(van, p, bytes, len);
     }
     return PS_ERR_UNSUPPORTED;
 }
