@@ -533,6 +533,10 @@ ps_status_t ps__fab_watchdog_start(ps__fab_van_t *van);
 void ps__fab_watchdog_stop(ps__fab_van_t *van);
 /* 1 once the watchdog found the progress thread stuck for good. */
 int ps__fab_stuck(const ps__fab_van_t *van);
+/* Takes `m` (a lock the progress thread takes too) unless the van is
+ * found stuck meanwhile: 0 when taken, -1 when not. For every thread but
+ * the progress thread, which never waits for itself. */
+int ps__fab_lock(ps__fab_van_t *van, pthread_mutex_t *m);
 
 /* ---- testing (fabric_testing.h) ---- */
 extern int ps__fab_rma_disabled;

@@ -516,7 +516,8 @@ static ps_status_t tx_desc(ps__fab_van_t *van, ps__fab_tx_t *tx, int i, void **d
 static ps_status_t post_direct(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab_hdr_t *hdr,
                                uint8_t *buf, size_t len)
 {
-    pthread_mutex_lock(&peer->lock);
+    if (ps__fab_lock(van, &peer->lock) != 0)
+        return PS_ERR_LINK_FAILED;
     if (peer->failed || __atomic_load_n(&peer->detached, __ATOMIC_ACQUIRE)) {
         ps_status_t st = peer->failed ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE;
         pthread_mutex_unlock(&peer->lock);
@@ -568,7 +569,10 @@ static ps_status_t tx_submit(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab_t
     ps_status_t st;
     int r = POST_DONE;
     int queued = 0;
-    pthread_mutex_lock(&peer->lock);
+    if (ps__fab_lock(van, &peer->lock) != 0) {
+        *refused_p = 1;
+        return PS_ERR_LINK_FAILED;
+    }
     if (peer->failed || __atomic_load_n(&peer->detached, __ATOMIC_ACQUIRE)) {
         st = peer->failed ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE;
         pthread_mutex_unlock(&peer->lock);

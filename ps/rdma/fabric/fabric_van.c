@@ -254,7 +254,8 @@ static void forget_rendezvous(ps__fab_van_t *van, int id)
 void ps__fab_peer_fail(ps__fab_van_t *van, ps__fab_peer_t *peer, ps_status_t why,
                        const char *what)
 {
-    pthread_mutex_lock(&peer->lock);
+    if (ps__fab_lock(van, &peer->lock) != 0)
+        return; /* the watchdog reported every peer */
     if (peer->failed) {
         pthread_mutex_unlock(&peer->lock);
         return;
@@ -348,13 +349,19 @@ static void fab_close(ps_van_t *v)
         return;
     ps__fab_watchdog_stop(van);
     ps_status_t stopped = ps__fab_stop_progress(van);
+    int found_stuck = ps__fab_stuck(van); /* by the watchdog */
+    if (stopped != PS_OK)
+        /* The verdict, if the watchdog has not given it: threads waiting
+         * for a lock the stuck thread holds (a disconnect on the TCP van's
+         * thread) give up, and the TCP van can stop. */
+        __atomic_store_n(&van->stuck, 1, __ATOMIC_RELEASE);
     if (van->tcp != NULL)
         van->tcp->ops->close(van->tcp);
     van->tcp = NULL;
     if (stopped != PS_OK) {
         /* The progress thread is stuck inside the provider and may still
          * touch the endpoint, the queues and the van: all of it stays. */
-        if (ps__fab_stuck(van))
+        if (found_stuck)
             ps_error(PS_LOG_FABRIC, "close: the progress thread is stuck in provider %s; "
                      "leaving it and the endpoint behind", van->prov_name);
         else
@@ -496,7 +503,8 @@ static ps_status_t av_lookup_insert(ps__fab_van_t *van, const uint8_t *addr, siz
         van->cap_av = cap;
     }
     fi_addr_t fa = FI_ADDR_NOTAVAIL;
-    ps__fab_ep_lock(van);
+    if (van->need_ep_lock && ps__fab_lock(van, &van->ep_lock) != 0)
+        return PS_ERR_LINK_FAILED;
     int ret = fi_av_insert(van->av, addr, 1, &fa, 0, NULL);
     ps__fab_ep_unlock(van);
     if (ret != 1) {
@@ -543,7 +551,8 @@ static ps_status_t fab_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
     if (st != PS_OK)
         return st;
 
-    pthread_mutex_lock(&p->lock);
+    if (ps__fab_lock(van, &p->lock) != 0)
+        return PS_ERR_LINK_FAILED;
     if (p->addr == fa && p->pid == pid && !p->failed) {
         pthread_mutex_unlock(&p->lock); /* idempotent */
         return PS_OK;
@@ -575,9 +584,8 @@ static void fab_disconnect(ps_van_t *v, int node_id)
     if (p != NULL)
         __atomic_store_n(&van->peers[node_id], NULL, __ATOMIC_RELEASE);
     pthread_rwlock_unlock(&van->peers_lock);
-    if (p == NULL)
+    if (p == NULL || ps__fab_lock(van, &p->lock) != 0)
         return;
-    pthread_mutex_lock(&p->lock);
     __atomic_store_n(&p->detached, 1, __ATOMIC_RELEASE);
     ps__fab_tx_t *queued = p->q_head;
     p->q_head = p->q_tail = NULL;

@@ -16,6 +16,12 @@
  * close() leaves the stuck thread and what it may touch behind instead of
  * waiting for it.
  *
+ * A stuck thread holds what it held when it entered the call: the lock of
+ * the peer it was posting to, the endpoint lock of a provider that is not
+ * thread-safe. Other threads take those through ps__fab_lock(), which
+ * gives up once the watchdog's verdict is in, and close() gives that
+ * verdict itself when the progress thread does not stop.
+ *
  * What it watches: the loop's clock (round_now_ns), which a running loop
  * moves every PS__FAB_CLOCK_EVERY rounds and after every sleep (at most
  * PS__FAB_LIVENESS_NS with a wait object). It takes no lock the stuck
@@ -23,6 +29,7 @@
  * process handle without them.
  */
 #include <stdio.h>
+#include <time.h>
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
@@ -34,10 +41,35 @@
 #define WATCH_MIN_MS 1000
 /* How often the loop's clock is looked at, at most. */
 #define WATCH_EVERY_MS 500
+/* A thread waiting for a lock the stuck thread may hold looks at the
+ * verdict this often. */
+#define LOCK_SLICE_MS 20
 
 int ps__fab_stuck(const ps__fab_van_t *van)
 {
     return __atomic_load_n(&van->stuck, __ATOMIC_ACQUIRE);
+}
+
+int ps__fab_lock(ps__fab_van_t *van, pthread_mutex_t *m)
+{
+    if (pthread_mutex_trylock(m) == 0) {
+        return 0;
+    }
+    for (;;) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += LOCK_SLICE_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_mutex_timedlock(m, &ts) == 0) {
+            return 0;
+        }
+        if (ps__fab_stuck(van)) {
+            return -1;
+        }
+    }
 }
 
 /* Every peer in the table failed: its process is gone, or this van can no
