@@ -547,16 +547,22 @@ TEST_P(FabricVanTest, EndpointWhoseAddressWasTakenIsMadeAgain)
     EXPECT_EQ(c.Open(10), PS_ERR_ADDRESS_IN_USE);
 }
 
+// Starts the child's part `mode` and opens `a` as node 9, connected to it.
+void StartAndConnect(Child &child, const char *mode, const char *provider, Van &a)
+{
+    ASSERT_TRUE(child.Start(mode, provider)) << "the child could not open its van";
+    ASSERT_EQ(a.Open(9), PS_OK);
+    ASSERT_TRUE(child.SendNode(a.node));
+    ASSERT_EQ(a.ops->connect(a.van, &child.node, 9), PS_OK);
+}
+
 // A burst of mixed sizes from another process: most messages arrive before
 // their receives are posted (the unexpected-message paths of the provider).
 TEST_P(FabricVanTest, BurstToAnotherProcess)
 {
     Child child;
-    ASSERT_TRUE(child.Start("burst", GetParam())) << "the child could not open its van";
     Van a;
-    ASSERT_EQ(a.Open(9), PS_OK);
-    ASSERT_TRUE(child.SendNode(a.node));
-    ASSERT_EQ(a.ops->connect(a.van, &child.node, 9), PS_OK);
+    ASSERT_NO_FATAL_FAILURE(StartAndConnect(child, "burst", GetParam(), a));
     for (int i = 0; i < kBurst; i++)
         ASSERT_EQ(SendData(a, 8, i, {8, BurstSize(i)}), PS_OK);
     EXPECT_EQ(child.Wait(), 0) << "the receiving process failed (see ChildMain's codes)";
@@ -812,11 +818,8 @@ TEST_P(FabricVanTest, RegisterMemoryPinsBuffers)
 TEST_P(FabricVanTest, StuckProgressThreadFailsEveryLinkAndTheProcessStillEnds)
 {
     Child child;
-    ASSERT_TRUE(child.Start("stall", GetParam())) << "the child could not open its van";
     Van a;
-    ASSERT_EQ(a.Open(9), PS_OK);
-    ASSERT_TRUE(child.SendNode(a.node));
-    ASSERT_EQ(a.ops->connect(a.van, &child.node, 9), PS_OK);
+    ASSERT_NO_FATAL_FAILURE(StartAndConnect(child, "stall", GetParam(), a));
     ASSERT_TRUE(WaitMsgs(a, 1)) << "no message from the child";
     char c = 'x';
     ASSERT_EQ(write(child.to, &c, 1), 1);
