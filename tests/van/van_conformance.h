@@ -91,7 +91,7 @@ struct VanConfig {
     // Under busy polling a waiting thread runs the van's loop through the
     // progress op; false: the van's own thread keeps it (a van whose
     // provider calls may never return lets no other thread into them) and
-    // progress() does nothing.
+    // has no progress op.
     bool waiters_drive = true;
     // Tests that do not apply to this van (name without the instance):
     // the reason is the skip message.

@@ -354,7 +354,8 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
     if (st != PS_OK)
         return st;
     /* Waiting threads may drive the loop, unless a provider call may never
-     * return: only the progress thread may be caught in one. */
+     * return: only the progress thread may be caught in one (such a van
+     * has no progress op either, fabric_van.c). */
     if (!van->posts_on_loop)
         van->base.loop = &van->loop;
     van->last_liveness_ns = ps_time_now_ns();

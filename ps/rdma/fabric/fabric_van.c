@@ -279,6 +279,18 @@ void ps__fab_peer_fail(ps__fab_van_t *van, ps__fab_peer_t *peer, ps_status_t why
 static void fab_close(ps_van_t *v);
 static const ps_van_ops_t ps__fab_ops;
 
+/* The ops of a van no waiting thread may drive (posts_on_loop): the same
+ * without a progress op, so that a waiter spins a little on its own and
+ * then sleeps, instead of spinning beside the progress thread (which
+ * busy polling keeps spinning). */
+static ps_van_ops_t undriven_ops;
+
+static void undriven_ops_init(void)
+{
+    undriven_ops = ps__fab_ops;
+    undriven_ops.progress = ps_van_no_progress;
+}
+
 static ps_status_t fab_open_body(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
                                  ps_van_t **van_p)
 {
@@ -327,6 +339,11 @@ static ps_status_t fab_open_body(const ps_van_params_t *params, const ps_van_cal
         goto fail;
     if (!params->is_scheduler && (st = ps__fab_probe(van)) != PS_OK)
         goto fail;
+    if (van->posts_on_loop) {
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, undriven_ops_init);
+        van->base.ops = &undriven_ops;
+    }
     if (!params->is_scheduler && params->auth_enabled && !van->have_source) {
         /* Job secret: see ps__fab_on_meta(); without source addresses a
          * stranger's message could not be told from a node's. */
