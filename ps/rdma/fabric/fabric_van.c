@@ -379,10 +379,13 @@ static void fab_close(ps_van_t *v)
         /* The progress thread is stuck inside the provider and may still
          * touch the endpoint, the queues and the van: all of it stays. */
         if (found_stuck)
-            ps_error(PS_LOG_FABRIC, "close: the progress thread is stuck in provider %s; "
-                     "leaving it and the endpoint behind", van->prov_name);
+            ps_error(PS_LOG_FABRIC,
+                     "close: the progress thread is stuck in provider %s; "
+                     "leaving it and the endpoint behind",
+                     van->prov_name);
         else
-            ps_error(PS_LOG_FABRIC, "close: the progress thread did not stop within %d ms "
+            ps_error(PS_LOG_FABRIC,
+                     "close: the progress thread did not stop within %d ms "
                      "(stuck in provider %s, on a peer that died?); leaving the endpoint open",
                      PS__FAB_STOP_MS, van->prov_name);
         return;
@@ -630,8 +633,7 @@ static ps_status_t fab_send(ps_van_t *v, const ps_msg_t *msg)
     if (van->up) {
         ps__fab_peer_t *p = ps__fab_peer_lookup(van, msg->meta.recver);
         if (p != NULL && __atomic_load_n(&p->addr, __ATOMIC_ACQUIRE) != FI_ADDR_NOTAVAIL)
-            return ps_unlikely(ps__fab_stuck(van)) ? PS_ERR_LINK_FAILED
-                                                   : ps__fab_send(van, p, msg);
+            return ps_unlikely(ps__fab_stuck(van)) ? PS_ERR_LINK_FAILED : ps__fab_send(van, p, msg);
     }
     return van->tcp->ops->send(van->tcp, msg);
 }

@@ -82,8 +82,7 @@ static void fail_all(ps__fab_van_t *van)
             continue; /* replaced or disconnected: the table's entry speaks for the id */
         }
         /* pidfd and pid are set at connect, before the peer is published. */
-        ps_status_t why =
-            ps__fab_peer_process_gone(p) ? PS_ERR_PEER_GONE : PS_ERR_LINK_FAILED;
+        ps_status_t why = ps__fab_peer_process_gone(p) ? PS_ERR_PEER_GONE : PS_ERR_LINK_FAILED;
         if (van->cb.peer_failed != NULL) {
             van->cb.peer_failed(van->cb.arg, p->id, why);
         }
@@ -130,8 +129,7 @@ ps_status_t ps__fab_watchdog_start(ps__fab_van_t *van)
     if (st != PS_OK) {
         return st;
     }
-    st = ps_thread_create("ps-fabric-watch", PS_THREAD_NO_CPU, watch_main, van,
-                          &van->watch_thread);
+    st = ps_thread_create("ps-fabric-watch", PS_THREAD_NO_CPU, watch_main, van, &van->watch_thread);
     if (st != PS_OK) {
         ps_event_destroy(&van->watch_stop);
         return st;

@@ -255,7 +255,8 @@ static ucs_status_t ctx_init(const ucp_params_t *params, ucp_config_t *config, c
     }
     ucp_cleanup(with_cma);
     if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) {
-        ps_info(PS_LOG_UCX, "UCX_TLS=%s: using %s, without cma (a peer killed in the middle of "
+        ps_info(PS_LOG_UCX,
+                "UCX_TLS=%s: using %s, without cma (a peer killed in the middle of "
                 "a cma transfer would abort this process); name cma in UCX_TLS to use it",
                 tls, rest);
     }
