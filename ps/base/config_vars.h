@@ -120,6 +120,8 @@ PS_CONFIG_VAR(PS_MR_CACHE_BYTES, SIZE, "0", "rdma", NULL,
 /* ---- libfabric ---- */
 PS_CONFIG_VAR(PS_FABRIC_PROVIDER, STRING, "", "fabric", NULL,
               "libfabric provider to use (efa, tcp, shm, verbs, ...); unset takes the first that fits.")
+PS_CONFIG_VAR(PS_FABRIC_STUCK_MS, INT, "10000", "fabric", NULL,
+              "Longest time the fabric van's progress thread may stay inside one call of the provider (libfabric's shm spins for good on a lock a killed process held) before the van fails every link and leaves that thread behind at close, in milliseconds (at least 1000); 0 never.")
 
 /* ---- ucx ---- */
 PS_CONFIG_VAR(DMLC_NUM_CPU_DEV, INT, "1", "ucx", NULL,

@@ -88,6 +88,11 @@ struct VanConfig {
     // listens for is PS_ERR_UNREACHABLE from connect() itself (nothing is
     // retried, queued or reported later).
     bool connect_completes_in_call = false;
+    // Under busy polling a waiting thread runs the van's loop through the
+    // progress op; false: the van's own thread keeps it (a van whose
+    // provider calls may never return lets no other thread into them) and
+    // has no progress op.
+    bool waiters_drive = true;
     // Tests that do not apply to this van (name without the instance):
     // the reason is the skip message.
     std::map<std::string, std::string> not_applicable;

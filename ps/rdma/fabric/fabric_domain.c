@@ -103,6 +103,8 @@ static void record_info(ps__fab_van_t *van, struct fi_info *info)
     van->have_source = (info->caps & FI_SOURCE) != 0;
     van->need_ep_lock = info->domain_attr->threading != FI_THREAD_SAFE;
     van->same_host_only = strcmp(van->prov_name, "shm") == 0;
+    /* shm spins for good on a lock a killed process held (fabric_watchdog.c). */
+    van->posts_on_loop = van->same_host_only;
     van->inject_size = info->tx_attr->inject_size;
     van->iov_limit = info->tx_attr->iov_limit < info->rx_attr->iov_limit
                          ? info->tx_attr->iov_limit

@@ -9,6 +9,7 @@
  *                     delivery
  *   fabric_progress.c the progress thread: completions, errors, waiting
  *   fabric_wire.c     wire checks, tags, the provider hash, the host id (fabric_wire.h)
+ *   fabric_watchdog.c the progress thread stuck inside the provider
  *
  * Protocol (one RDM endpoint per van, messages, tagged messages, RMA):
  *   - every message starts as a META message (untagged, so that any posted
@@ -33,7 +34,10 @@
  *
  * Threads: any thread calls send(); it posts directly when the peer's queue
  * is empty, else (or on -FI_EAGAIN) queues, and the progress thread posts
- * the rest. The progress thread reads the completion queue, assembles and
+ * the rest. Where a post may never return (posts_on_loop: shm), every send
+ * is queued and posted by the progress thread, which no other thread
+ * drives, so that only that thread can be caught in the provider
+ * (fabric_watchdog.c). The progress thread reads the completion queue, assembles and
  * delivers incoming messages, and calls every callback. Locks: peers_lock
  * (rwlock: changes of the id -> peer table; lookups read it without a
  * lock), peer->lock (a peer's send state), then the registration cache's
@@ -124,6 +128,8 @@
  * taken as alive by a post; see peer_dead() in fabric_send.c. */
 #define PS__FAB_PID_CHECK_NS (1000 * 1000ull)
 #define PS__FAB_STALL_MS_DEFAULT 10000
+/* PS_FABRIC_STUCK_MS when unset or invalid. */
+#define PS__FAB_STUCK_MS_DEFAULT 10000
 /* close() waits this long for the progress thread to stop. It stops within
  * a round unless a provider call never returns: libfabric 1.17's shm spins
  * on a peer region's lock, which a process that died holding it never
@@ -301,6 +307,7 @@ struct ps__fab_van {
     int mr_local, mr_virt, mr_prov_key, mr_endpoint, mr_pins;
     int same_host_only;
     int need_ep_lock;      /* provider not FI_THREAD_SAFE */
+    int posts_on_loop;     /* a post may never return: only the progress thread posts */
     size_t inject_size;
     size_t iov_limit;
     uint64_t max_msg;
@@ -390,6 +397,14 @@ struct ps__fab_van {
      * holder, read by busy-polling senders too: ps__fab_round_now(). */
     uint64_t round_now_ns;
     unsigned clock_rounds;
+
+    /* The watchdog (fabric_watchdog.c). */
+    int watching;               /* its thread runs */
+    int stuck_ms;
+    int stuck;                  /* atomic: the progress thread is stuck for good */
+    ps_thread_t watch_thread;
+    ps_event_t watch_stop;
+    int test_stall;             /* atomic: test hook, the loop spins in place */
 
     int64_t ops_in_flight;      /* atomic: posted sends, data/ext receives */
 };
@@ -506,6 +521,18 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van);
  * a timeout status when it is stuck inside the provider (then nothing it
  * may touch can be freed). */
 ps_status_t ps__fab_stop_progress(ps__fab_van_t *van);
+
+/* ---- fabric_watchdog.c ---- */
+/* Starts the watchdog of a bound van (PS_FABRIC_STUCK_MS; 0: none). */
+ps_status_t ps__fab_watchdog_start(ps__fab_van_t *van);
+/* Stops it (before the progress thread). Idempotent. */
+void ps__fab_watchdog_stop(ps__fab_van_t *van);
+/* 1 once the watchdog found the progress thread stuck for good. */
+int ps__fab_stuck(const ps__fab_van_t *van);
+/* Takes `m` (a lock the progress thread takes too) unless the van is
+ * found stuck meanwhile: 0 when taken, -1 when not. For every thread but
+ * the progress thread, which never waits for itself. */
+int ps__fab_lock(ps__fab_van_t *van, pthread_mutex_t *m);
 
 /* ---- testing (fabric_testing.h) ---- */
 extern int ps__fab_rma_disabled;

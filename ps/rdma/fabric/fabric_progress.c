@@ -18,7 +18,9 @@
  * the provider may report it again (see ps__fab_tx_op_failed). A peer on this
  * host whose process is gone while sends to it hang is found by a
  * liveness check (shm never fails a send to a dead process: it waits for
- * the peer to take it, forever).
+ * the peer to take it, forever). A call that never returns (shm spinning
+ * on a lock a killed process held) stops the loop's clock, which the
+ * watchdog (fabric_watchdog.c) follows.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,6 +254,8 @@ static inline __attribute__((always_inline)) int run_round(ps__fab_van_t *van, u
      * and the spin windows are milliseconds (round_now_ns says more). */
     if (++van->clock_rounds >= PS__FAB_CLOCK_EVERY) {
         van->clock_rounds = 0;
+        while (ps_unlikely(__atomic_load_n(&van->test_stall, __ATOMIC_RELAXED)))
+            ps_cpu_relax(); /* a provider call that never returns */
         uint64_t now = ps_time_now_ns();
         ps__fab_set_round_now(van, now);
         check_liveness(van, now);
@@ -349,7 +353,11 @@ ps_status_t ps__fab_start_progress(ps__fab_van_t *van)
     ps_status_t st = ps_van_loop_init(&van->loop, &lp, &fab_loop_ops, van);
     if (st != PS_OK)
         return st;
-    van->base.handle.loop = &van->loop;
+    /* Waiting threads may drive the loop, unless a provider call may never
+     * return: only the progress thread may be caught in one (such a van
+     * has no progress op either, fabric_van.c). */
+    if (!van->posts_on_loop)
+        van->base.handle.loop = &van->loop;
     van->last_liveness_ns = ps_time_now_ns();
     van->last_active_ns = van->last_liveness_ns;
     van->pause_ns = PS__FAB_SLEEP_MIN_NS;
@@ -361,6 +369,11 @@ ps_status_t ps__fab_stop_progress(ps__fab_van_t *van)
 {
     if (van->loop.wakefd < 0)
         return PS_OK; /* never started */
+    if (ps__fab_stuck(van)) {
+        /* It will not come round: no drain, no wait. */
+        __atomic_store_n(&van->loop.stop, 1, __ATOMIC_SEQ_CST);
+        return PS_ERR_TIMED_OUT;
+    }
     ps_status_t st = ps_van_loop_stop(&van->loop);
     if (st != PS_OK)
         return st; /* stuck: it keeps the van (and its fds) */

@@ -406,8 +406,9 @@ static int tx_post(ps__fab_van_t *van, ps__fab_tx_t *tx)
 static int queue_post(ps__fab_van_t *van, ps__fab_peer_t *peer)
 {
     /* The provider refused the head before: its peer may have stopped
-     * taking messages, so its process is asked about every time. */
-    if (peer->q_head != NULL && peer_dead(peer, 0, 1))
+     * taking messages, so its process is asked about every time (where
+     * every send is queued, when it was quiet for PS__FAB_PID_CHECK_NS). */
+    if (peer->q_head != NULL && peer_dead(peer, 0, !van->posts_on_loop))
         return POST_GONE;
     while (peer->q_head != NULL) {
         ps__fab_tx_t *tx = peer->q_head;
@@ -515,13 +516,14 @@ static ps_status_t tx_desc(ps__fab_van_t *van, ps__fab_tx_t *tx, int i, void **d
 static ps_status_t post_direct(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab_hdr_t *hdr,
                                uint8_t *buf, size_t len)
 {
-    pthread_mutex_lock(&peer->lock);
+    if (ps__fab_lock(van, &peer->lock) != 0)
+        return PS_ERR_LINK_FAILED;
     if (peer->failed || __atomic_load_n(&peer->detached, __ATOMIC_ACQUIRE)) {
         ps_status_t st = peer->failed ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE;
         pthread_mutex_unlock(&peer->lock);
         return st;
     }
-    if (peer->q_head != NULL) {
+    if (peer->q_head != NULL || van->posts_on_loop) {
         pthread_mutex_unlock(&peer->lock);
         return PS_INPROGRESS;
     }
@@ -567,7 +569,10 @@ static ps_status_t tx_submit(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab_t
     ps_status_t st;
     int r = POST_DONE;
     int queued = 0;
-    pthread_mutex_lock(&peer->lock);
+    if (ps__fab_lock(van, &peer->lock) != 0) {
+        *refused_p = 1;
+        return PS_ERR_LINK_FAILED;
+    }
     if (peer->failed || __atomic_load_n(&peer->detached, __ATOMIC_ACQUIRE)) {
         st = peer->failed ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE;
         pthread_mutex_unlock(&peer->lock);
@@ -580,7 +585,10 @@ static ps_status_t tx_submit(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab_t
     memcpy(tx->hm, hdr, sizeof(*hdr));
     tx->posted_ns = ps_time_now_ns();
     inflight_link(peer, tx);
-    if (peer->q_head == NULL) {
+    if (peer->q_head == NULL && van->posts_on_loop) {
+        peer->q_head = peer->q_tail = tx;
+        queued = 1;
+    } else if (peer->q_head == NULL) {
         r = peer_dead(peer, tx->posted_ns, 0) ? POST_GONE : tx_post(van, tx);
         if (r == POST_AGAIN) {
             peer->q_head = peer->q_tail = tx;

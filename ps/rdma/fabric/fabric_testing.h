@@ -37,6 +37,11 @@ void ps__fabric_test_fail_enable(int times);
  * repeated so far. */
 unsigned long ps__fabric_test_repeat_errors(int on);
 
+/* 1: the van's progress thread spins in place from its next round on, as
+ * in a provider call that never returns (the watchdog's case); 0: it goes
+ * on. */
+void ps__fabric_test_stall(struct ps_van *van, int on);
+
 /* The van's count of posted ops not yet reported (never negative). */
 long long ps__fabric_test_ops_in_flight(struct ps_van *van);
 

@@ -66,6 +66,11 @@ unsigned long ps__fabric_test_repeat_errors(int on)
     return __atomic_load_n(&ps__fab_errors_repeated, __ATOMIC_RELAXED);
 }
 
+void ps__fabric_test_stall(struct ps_van *v, int on)
+{
+    __atomic_store_n(&ps__fab_of(v)->test_stall, on, __ATOMIC_RELAXED);
+}
+
 long long ps__fabric_test_ops_in_flight(struct ps_van *v)
 {
     return (long long)__atomic_load_n(&ps__fab_of(v)->ops_in_flight, __ATOMIC_RELAXED);
@@ -120,7 +125,8 @@ static ps__fab_peer_t *peer_new_locked(ps__fab_van_t *van, int id)
     p->pidfd = -1;
     p->tx_epoch = random_epoch() & 0xFFF;
     p->all_next = van->all_peers;
-    van->all_peers = p;
+    /* Published complete: the watchdog walks the list without a lock. */
+    __atomic_store_n(&van->all_peers, p, __ATOMIC_RELEASE);
     /* Published complete: lookups take no lock. */
     __atomic_store_n(&van->peers[id], p, __ATOMIC_RELEASE);
     return p;
@@ -248,7 +254,8 @@ static void forget_rendezvous(ps__fab_van_t *van, int id)
 void ps__fab_peer_fail(ps__fab_van_t *van, ps__fab_peer_t *peer, ps_status_t why,
                        const char *what)
 {
-    pthread_mutex_lock(&peer->lock);
+    if (ps__fab_lock(van, &peer->lock) != 0)
+        return; /* the watchdog reported every peer */
     if (peer->failed) {
         pthread_mutex_unlock(&peer->lock);
         return;
@@ -271,6 +278,18 @@ void ps__fab_peer_fail(ps__fab_van_t *van, ps__fab_peer_t *peer, ps_status_t why
 
 static void fab_close(ps_van_t *v);
 static const ps_van_ops_t ps__fab_ops;
+
+/* The ops of a van no waiting thread may drive (posts_on_loop): the same
+ * without a progress op, so that a waiter spins a little on its own and
+ * then sleeps, instead of spinning beside the progress thread (which
+ * busy polling keeps spinning). */
+static ps_van_ops_t undriven_ops;
+
+static void undriven_ops_init(void)
+{
+    undriven_ops = ps__fab_ops;
+    undriven_ops.progress = ps_van_no_progress;
+}
 
 static ps_status_t fab_open_body(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
                                  ps_van_t **van_p)
@@ -318,6 +337,11 @@ static ps_status_t fab_open_body(const ps_van_params_t *params, const ps_van_cal
         goto fail;
     if (!params->is_scheduler && (st = ps__fab_probe(van)) != PS_OK)
         goto fail;
+    if (van->posts_on_loop) {
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, undriven_ops_init);
+        van->base.handle.ops = &undriven_ops;
+    }
     if (!params->is_scheduler && params->auth_enabled && !van->have_source) {
         /* Job secret: see ps__fab_on_meta(); without source addresses a
          * stranger's message could not be told from a node's. */
@@ -338,16 +362,30 @@ static void fab_close(ps_van_t *v)
     ps__fab_van_t *van = ps__fab_of(v);
     if (van == NULL)
         return;
+    ps__fab_watchdog_stop(van);
     ps_status_t stopped = ps__fab_stop_progress(van);
+    int found_stuck = ps__fab_stuck(van); /* by the watchdog */
+    if (stopped != PS_OK)
+        /* The verdict, if the watchdog has not given it: threads waiting
+         * for a lock the stuck thread holds (a disconnect on the TCP van's
+         * thread) give up, and the TCP van can stop. */
+        __atomic_store_n(&van->stuck, 1, __ATOMIC_RELEASE);
     if (van->tcp != NULL)
         van->tcp->ops->close(van->tcp);
     van->tcp = NULL;
     if (stopped != PS_OK) {
         /* The progress thread is stuck inside the provider and may still
          * touch the endpoint, the queues and the van: all of it stays. */
-        ps_error(PS_LOG_FABRIC, "close: the progress thread did not stop within %d ms (stuck "
-                 "in provider %s, on a peer that died?); leaving the endpoint open",
-                 PS__FAB_STOP_MS, van->prov_name);
+        if (found_stuck)
+            ps_error(PS_LOG_FABRIC,
+                     "close: the progress thread is stuck in provider %s; "
+                     "leaving it and the endpoint behind",
+                     van->prov_name);
+        else
+            ps_error(PS_LOG_FABRIC,
+                     "close: the progress thread did not stop within %d ms "
+                     "(stuck in provider %s, on a peer that died?); leaving the endpoint open",
+                     PS__FAB_STOP_MS, van->prov_name);
         return;
     }
     /* Off the list first: a van of this process stops posting to this
@@ -455,6 +493,8 @@ static ps_status_t fab_bind(ps_van_t *v, ps_node_t *node, int max_retry)
         return st;
     if ((st = ps__fab_start_progress(van)) != PS_OK)
         return st;
+    if ((st = ps__fab_watchdog_start(van)) != PS_OK)
+        return st;
     return ps__fab_make_blob(van, node->endpoint_name, sizeof(node->endpoint_name),
                              &node->endpoint_name_len);
 }
@@ -481,7 +521,8 @@ static ps_status_t av_lookup_insert(ps__fab_van_t *van, const uint8_t *addr, siz
         van->cap_av = cap;
     }
     fi_addr_t fa = FI_ADDR_NOTAVAIL;
-    ps__fab_ep_lock(van);
+    if (van->need_ep_lock && ps__fab_lock(van, &van->ep_lock) != 0)
+        return PS_ERR_LINK_FAILED;
     int ret = fi_av_insert(van->av, addr, 1, &fa, 0, NULL);
     ps__fab_ep_unlock(van);
     if (ret != 1) {
@@ -504,6 +545,8 @@ static ps_status_t fab_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
         return PS_ERR_INVALID_ARG;
     if (peer->endpoint_name_len == 0 || !van->up)
         return van->tcp->ops->connect(van->tcp, peer, my_id);
+    if (ps__fab_stuck(van))
+        return PS_ERR_LINK_FAILED;
     if (peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {
         ps_error(PS_LOG_FABRIC, "connect: node id %d is not valid", peer->id);
         return PS_ERR_INVALID_ARG;
@@ -526,7 +569,8 @@ static ps_status_t fab_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
     if (st != PS_OK)
         return st;
 
-    pthread_mutex_lock(&p->lock);
+    if (ps__fab_lock(van, &p->lock) != 0)
+        return PS_ERR_LINK_FAILED;
     if (p->addr == fa && p->pid == pid && !p->failed) {
         pthread_mutex_unlock(&p->lock); /* idempotent */
         return PS_OK;
@@ -558,9 +602,8 @@ static void fab_disconnect(ps_van_t *v, int node_id)
     if (p != NULL)
         __atomic_store_n(&van->peers[node_id], NULL, __ATOMIC_RELEASE);
     pthread_rwlock_unlock(&van->peers_lock);
-    if (p == NULL)
+    if (p == NULL || ps__fab_lock(van, &p->lock) != 0)
         return;
-    pthread_mutex_lock(&p->lock);
     __atomic_store_n(&p->detached, 1, __ATOMIC_RELEASE);
     ps__fab_tx_t *queued = p->q_head;
     p->q_head = p->q_tail = NULL;
@@ -588,7 +631,7 @@ static ps_status_t fab_send(ps_van_t *v, const ps_msg_t *msg)
     if (van->up) {
         ps__fab_peer_t *p = ps__fab_peer_lookup(van, msg->meta.recver);
         if (p != NULL && __atomic_load_n(&p->addr, __ATOMIC_ACQUIRE) != FI_ADDR_NOTAVAIL)
-            return ps__fab_send(van, p, msg);
+            return ps_unlikely(ps__fab_stuck(van)) ? PS_ERR_LINK_FAILED : ps__fab_send(van, p, msg);
     }
     return van->tcp->ops->send(van->tcp, msg);
 }
@@ -604,7 +647,8 @@ static ps_status_t fab_send_lane(ps_van_t *v, int recver, uint8_t *bytes, size_t
     if (van->up) {
         ps__fab_peer_t *p = ps__fab_peer_lookup(van, recver);
         if (p != NULL && __atomic_load_n(&p->addr, __ATOMIC_ACQUIRE) != FI_ADDR_NOTAVAIL)
-            return ps__fab_send_lane(van, p, bytes, len);
+            return ps_unlikely(ps__fab_stuck(van)) ? PS_ERR_LINK_FAILED
+                                                   : ps__fab_send_lane(van, p, bytes, len);
     }
     return PS_ERR_UNSUPPORTED;
 }

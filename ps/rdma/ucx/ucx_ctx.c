@@ -16,6 +16,15 @@
  * context keeps the rest. That too only narrows what the user chose: a
  * transport UCX_TLS leaves out stays out of both.
  *
+ * cma is left out unless UCX_TLS names it: with UCX_TLS unset, "all",
+ * the "sm"/"shm" alias or a "^..." list that does not exclude it, ps asks
+ * UCX for the same transports but cma and says so once. UCX 1.13 aborts
+ * the process when a cma transfer fails on an endpoint without
+ * peer-failure handling, as the same-host data endpoints are, and a peer
+ * killed in the middle of one makes it fail. Without cma, large messages
+ * between processes of one host go through the posix/sysv FIFOs instead
+ * of a single copy.
+ *
  * Upstream refused to start without UCX_USE_MT_MUTEX=y and
  * UCX_SOCKADDR_CM_ENABLE=y. ps needs neither: it asks for a worker in
  * UCS_THREAD_MODE_MULTI (any thread may send) and fails with a clear
@@ -163,6 +172,97 @@ static int split_tls(const char *tls, char *shm, size_t shm_cap, char *ctl, size
     return shm[0] != '\0';
 }
 
+/* 1 if the comma-separated list holds exactly `tok`. */
+static int has_token(const char *list, const char *tok)
+{
+    size_t n = strlen(tok);
+    for (const char *p = list; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        if (len == n && strncmp(p, tok, n) == 0) {
+            return 1;
+        }
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+/* 1 if `tls` brings in cma without naming it: "all", the "sm"/"shm" alias,
+ * or a "^..." list that does not exclude it. */
+static int cma_implicit(const char *tls)
+{
+    if (tls[0] == '^') {
+        return !tls_has(tls + 1, (const char *const[]){"cma", "sm", "shm", NULL});
+    }
+    return !tls_has(tls, (const char *const[]){"cma", NULL}) &&
+           tls_has(tls, (const char *const[]){"all", "sm", "shm", NULL});
+}
+
+/* The transports of a context's resources but cma, comma-separated, from
+ * its printout ("#  resource 2  :  md 2  dev 0  flags -- cma/memory").
+ * 1 if cma was among them. */
+static int resources_but_cma(ucp_context_h ctx, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (f == NULL) {
+        return 0;
+    }
+    ucp_context_print_info(ctx, f);
+    fclose(f);
+    int cma = 0;
+    for (char *p = strstr(text, "resource "); p != NULL; p = strstr(p + 1, "resource ")) {
+        char *eol = strchr(p, '\n');
+        char *tl = strstr(p, "-- ");
+        if (tl == NULL || (eol != NULL && tl > eol)) {
+            continue;
+        }
+        tl += 3;
+        char name[32];
+        snprintf(name, sizeof(name), "%.*s", (int)strcspn(tl, "/ \n"), tl);
+        if (strcmp(name, "cma") == 0) {
+            cma = 1;
+        } else if (name[0] != '\0' && !has_token(buf, name)) {
+            append_tok(buf, cap, name);
+        }
+    }
+    free(text);
+    return cma;
+}
+
+/* ucp_init, leaving cma out when `tls` (what `config` says) brings it in
+ * without naming it. UCX 1.13 makes a failed process_vm_readv/writev on an
+ * endpoint without peer-failure handling fatal: a peer killed in the
+ * middle of a transfer aborts this process. The data endpoints to
+ * same-host peers have no such handling (ucx_internal.h says why), so cma
+ * is used only where the user named it. */
+static ucs_status_t ctx_init(const ucp_params_t *params, ucp_config_t *config, const char *tls,
+                             ucp_context_h *ctx_p)
+{
+    static int logged;
+    ucs_status_t st = ucp_init(params, config, ctx_p);
+    char rest[480];
+    if (st != UCS_OK || !cma_implicit(tls) || !resources_but_cma(*ctx_p, rest, sizeof(rest)) ||
+        rest[0] == '\0') {
+        return st;
+    }
+    ucp_context_h with_cma = *ctx_p;
+    if (ucp_config_modify(config, "TLS", rest) != UCS_OK ||
+        ucp_init(params, config, ctx_p) != UCS_OK) {
+        *ctx_p = with_cma; /* keep what works */
+        return UCS_OK;
+    }
+    ucp_cleanup(with_cma);
+    if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) {
+        ps_info(PS_LOG_UCX,
+                "UCX_TLS=%s: using %s, without cma (a peer killed in the middle of "
+                "a cma transfer would abort this process); name cma in UCX_TLS to use it",
+                tls, rest);
+    }
+    return UCS_OK;
+}
+
 /* Destroys a worker, then its context (either may be NULL; both become
  * NULL). */
 static void worker_and_context_destroy(ucp_worker_h *worker_p, ucp_context_h *context_p)
@@ -195,7 +295,7 @@ static ps_status_t data_ctx_open(ps__ucx_van_t *van, const char *shm_tls)
         params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
         params.mt_workers_shared = 0;
         params.name = "ps-shm";
-        st = ucp_init(&params, config, &van->dcontext);
+        st = ctx_init(&params, config, shm_tls, &van->dcontext);
         if (st != UCS_OK) {
             van->dcontext = NULL;
         }
@@ -325,6 +425,7 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
     }
     /* What the control context has now. */
     const char *cur = van->dworker != NULL ? ctl_tls : tls;
+    char with_tcp[520];
     if (cur[0] == '^') {
         if (tls_has(cur + 1, (const char *const[]){"tcp", NULL})) {
             ps_warn(PS_LOG_UCX, "UCX_TLS=%s excludes tcp: the connection manager (listeners, "
@@ -332,13 +433,13 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
                     tls);
         }
     } else if (!tls_has(cur, k_net_tls)) {
-        char with_tcp[520];
         snprintf(with_tcp, sizeof(with_tcp), "%s%stcp", cur, cur[0] ? "," : "");
         st = ucp_config_modify(config, "TLS", with_tcp);
         if (st != UCS_OK) {
             ps_warn(PS_LOG_UCX, "cannot add tcp to UCX_TLS=%s (%s); connections may fail", tls,
                     ucs_status_string(st));
         } else {
+            cur = with_tcp;
             ps_info(PS_LOG_UCX,
                     "UCX_TLS=%s names no network transport, which the connection manager needs "
                     "(listeners, the scheduler's address, failure detection): using %s%s",
@@ -355,7 +456,7 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
     params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     params.mt_workers_shared = 0;
     params.name = "ps";
-    st = ucp_init(&params, config, &van->context);
+    st = ctx_init(&params, config, cur, &van->context);
     ucp_config_release(config);
     if (st != UCS_OK) {
         ps_error(PS_LOG_UCX, "cannot initialise ucx: %s (UCX_TLS=%s)", ucs_status_string(st), tls);

@@ -44,6 +44,7 @@ typedef struct {
     __typeof__(ucp_config_read) *ucp_config_read;
     __typeof__(ucp_config_release) *ucp_config_release;
     __typeof__(ucp_conn_request_query) *ucp_conn_request_query;
+    __typeof__(ucp_context_print_info) *ucp_context_print_info;
     __typeof__(ucp_ep_close_nbx) *ucp_ep_close_nbx;
     __typeof__(ucp_ep_create) *ucp_ep_create;
     __typeof__(ucp_ep_print_info) *ucp_ep_print_info;
@@ -110,6 +111,7 @@ ps_status_t ps__ucx_dl_load(char *why, size_t cap);
 #define ucp_config_read(...) ps__ucx_api.ucp_config_read(__VA_ARGS__)
 #define ucp_config_release(...) ps__ucx_api.ucp_config_release(__VA_ARGS__)
 #define ucp_conn_request_query(...) ps__ucx_api.ucp_conn_request_query(__VA_ARGS__)
+#define ucp_context_print_info(...) ps__ucx_api.ucp_context_print_info(__VA_ARGS__)
 #define ucp_ep_close_nbx(...) ps__ucx_api.ucp_ep_close_nbx(__VA_ARGS__)
 #define ucp_ep_create(...) ps__ucx_api.ucp_ep_create(__VA_ARGS__)
 #define ucp_ep_print_info(...) ps__ucx_api.ucp_ep_print_info(__VA_ARGS__)

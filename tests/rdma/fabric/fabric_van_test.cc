@@ -201,6 +201,9 @@ VanConfig FabricConfig(const char *name, const char *provider)
     c.register_null_status = PS_ERR_INVALID_ARG;
     if (strcmp(provider, "shm") == 0) {
         c.caps_set |= PS_CAP_SAME_HOST_ONLY;
+        // shm may spin for good inside a call (a lock a killed process
+        // held): only the van's progress thread makes them.
+        c.waiters_drive = false;
     } else {
         c.caps_clear = PS_CAP_SAME_HOST_ONLY;
     }
@@ -241,6 +244,8 @@ int ChildMain(const char *mode)
 {
     if (const char *prov = getenv("PS_FABRIC_TEST_PROVIDER"))
         ps_config_set(PS_CFG_PS_FABRIC_PROVIDER, prov);
+    if (strcmp(mode, "stall") == 0)
+        ps_config_set(PS_CFG_PS_FABRIC_STUCK_MS, "1000");
     auto *v = new Van;  // never closed when the child dies on purpose
     if (v->Open(8) != PS_OK)
         return 2;
@@ -256,6 +261,31 @@ int ChildMain(const char *mode)
         if (read(3, &c, 1) != 1)
             return 6;
         _exit(0);  // gone without closing anything
+    }
+    if (strcmp(mode, "stall") == 0) {
+        // Our progress thread caught for good (test hook) after a first
+        // message went through: every link must fail, later sends be
+        // refused, and close and exit() must not wait for the thread.
+        if (SendData(*v, 9, 0, {8, 100}) != PS_OK)
+            return 8;
+        char c;
+        if (read(3, &c, 1) != 1)
+            return 6;
+        ps__fabric_test_stall(v->van, 1);
+        (void)SendData(*v, 9, 1, {8, 100});  // queued behind the stuck thread
+        if (!v->inbox.WaitFailure(1))
+            return 9;
+        {
+            std::lock_guard<std::mutex> lk(v->inbox.mu);
+            if (v->inbox.failures[0].first != 9 ||
+                v->inbox.failures[0].second != PS_ERR_LINK_FAILED)
+                return 10;
+        }
+        if (SendData(*v, 9, 2, {8, 100}) != PS_ERR_LINK_FAILED)
+            return 11;
+        v->before_close = nullptr;  // its queued send never leaves
+        v->Close();
+        exit(0);  // with every destructor, libfabric's included
     }
     if (strcmp(mode, "flood") == 0) {
         // Large messages to the parent until it kills us.
@@ -348,6 +378,19 @@ struct Child {
         siginfo_t info;
         memset(&info, 0, sizeof(info));
         return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) == 0;
+    }
+    // Waits at most `limit` for the child to end: its exit code, or -2.
+    int WaitFor(std::chrono::seconds limit)
+    {
+        auto deadline = std::chrono::steady_clock::now() + limit;
+        int status = 0;
+        while (waitpid(pid, &status, WNOHANG) == 0) {
+            if (std::chrono::steady_clock::now() > deadline)
+                return -2;  // the destructor kills it
+            usleep(10000);
+        }
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
     int Wait()
     {
@@ -504,16 +547,22 @@ TEST_P(FabricVanTest, EndpointWhoseAddressWasTakenIsMadeAgain)
     EXPECT_EQ(c.Open(10), PS_ERR_ADDRESS_IN_USE);
 }
 
+// Starts the child's part `mode` and opens `a` as node 9, connected to it.
+void StartAndConnect(Child &child, const char *mode, const char *provider, Van &a)
+{
+    ASSERT_TRUE(child.Start(mode, provider)) << "the child could not open its van";
+    ASSERT_EQ(a.Open(9), PS_OK);
+    ASSERT_TRUE(child.SendNode(a.node));
+    ASSERT_EQ(a.ops->connect(a.van, &child.node, 9), PS_OK);
+}
+
 // A burst of mixed sizes from another process: most messages arrive before
 // their receives are posted (the unexpected-message paths of the provider).
 TEST_P(FabricVanTest, BurstToAnotherProcess)
 {
     Child child;
-    ASSERT_TRUE(child.Start("burst", GetParam())) << "the child could not open its van";
     Van a;
-    ASSERT_EQ(a.Open(9), PS_OK);
-    ASSERT_TRUE(child.SendNode(a.node));
-    ASSERT_EQ(a.ops->connect(a.van, &child.node, 9), PS_OK);
+    ASSERT_NO_FATAL_FAILURE(StartAndConnect(child, "burst", GetParam(), a));
     for (int i = 0; i < kBurst; i++)
         ASSERT_EQ(SendData(a, 8, i, {8, BurstSize(i)}), PS_OK);
     EXPECT_EQ(child.Wait(), 0) << "the receiving process failed (see ChildMain's codes)";
@@ -759,6 +808,24 @@ TEST_P(FabricVanTest, RegisterMemoryPinsBuffers)
     EXPECT_EQ(a.ops->deregister_mem(a.van, buf), PS_OK);
     EXPECT_EQ(a.ops->deregister_mem(a.van, buf), PS_ERR_NOT_FOUND);
     ps_buf_unref(buf);
+}
+
+// A progress thread caught for good inside one provider call (libfabric's
+// shm spins on a lock a killed process held; a test hook spins in its
+// place): the watchdog fails every link of that van, so that its waits
+// return, later sends are refused, and neither close nor exit() waits for
+// the thread: the process ends by itself (ChildMain's "stall").
+TEST_P(FabricVanTest, StuckProgressThreadFailsEveryLinkAndTheProcessStillEnds)
+{
+    Child child;
+    Van a;
+    ASSERT_NO_FATAL_FAILURE(StartAndConnect(child, "stall", GetParam(), a));
+    ASSERT_TRUE(WaitMsgs(a, 1)) << "no message from the child";
+    char c = 'x';
+    ASSERT_EQ(write(child.to, &c, 1), 1);
+    EXPECT_EQ(child.WaitFor(kWait), 0) << "the stuck child did not end as it should "
+                                          "(-2: still running; else ChildMain's codes)";
+    RemoveShmRegion(child.node);
 }
 
 // A peer whose process dies: sends to it fail its link, and the van says
