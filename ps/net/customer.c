@@ -784,6 +784,9 @@ ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int custome
         free(c);
         return PS_ERR_EXISTS;
     }
+    /* Before the link: a receive function (on the van's thread, or the
+     * replay below) may look at the caller's handle at once. */
+    *customer_p = c;
     /* Seed what the postoffice already knows, under the registry lock so
      * that no death or close slips between this and the link below. */
     for (size_t i = 0; i < reg->num_dead; i++)
@@ -816,7 +819,6 @@ ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int custome
         reg_unpin(reg, c);
     }
     ps_info(PS_LOG_CORE, "registered app %d customer %d", app_id, customer_id);
-    *customer_p = c;
     return PS_OK;
 }
 
