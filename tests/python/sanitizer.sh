@@ -1,8 +1,8 @@
 # Lets an uninstrumented interpreter load a sanitized extension module
 # (sourced after tests/lib/job.sh): py_sanitizer_env EXTENSION [python-only]
 # looks at the runtime EXTENSION was linked with (--config=asan, tsan) and
-# exports what the test's processes need for it; a build without one
-# changes nothing. "python-only": the caller runs nothing but Python from
+# exports what the test's processes need for it; a build without one, or
+# with UBSan (whose runtime loads with the extension), changes nothing. "python-only": the caller runs nothing but Python from
 # here on. A runtime that cannot work here makes the test SKIPPED.
 py_sanitizer_env() {
   local ext=$1 only=${2:-} lib
