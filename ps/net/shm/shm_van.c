@@ -479,7 +479,8 @@ static int64_t shm_outstanding(void *arg, uint64_t *moved_p)
 void ps__shm_stop(ps_van_t *v)
 {
     ps__shm_van_t *van = sv_of(v);
-    if (__atomic_load_n(&van->loop.started, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&van->loop.started, __ATOMIC_ACQUIRE) &&
+        !ps_van_loop_abandoned(&van->loop)) {
         /* How the values travelled (see ps__shm_test_counters): the first
          * thing to look at when a figure is off. */
         uint64_t k[PS__SHM_TEST_KINDS];
