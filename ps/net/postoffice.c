@@ -1072,6 +1072,8 @@ static ps_status_t po_free(ps_postoffice_t *po, ps_deadline_t deadline)
         po->van = NULL;
         if (po->reg != NULL)
             ps__registry_close(po->reg, PS_ERR_SHUTDOWN);
+        ps_error(PS_LOG_CORE, "the van's progress thread is stuck inside it; leaving the "
+                 "postoffice allocated");
         return PS_ERR_TIMED_OUT;
     }
     po->van = NULL;
