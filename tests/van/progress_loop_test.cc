@@ -24,9 +24,9 @@ constexpr uint64_t kSlackMs = 3000;
 // A van whose poll blocks, when told, until released (or 30 s).
 struct FakeVan {
     ps_van_loop_t loop;
-    int block = 0;    // atomic: the next poll blocks
-    int in_poll = 0;  // atomic: a poll blocks now
-    int release = 0;  // atomic: the blocked poll returns
+    int block = 0;      // atomic: the next poll blocks
+    int in_poll = 0;    // atomic: a poll blocks now
+    int release = 0;    // atomic: the blocked poll returns
     int after_poll = 0; // written by the thread once the blocked poll returns
 };
 

@@ -346,8 +346,8 @@ ps_status_t ps_van_loop_stop(ps_van_loop_t *loop)
         }
         __atomic_store_n(&loop->stop, 1, __ATOMIC_SEQ_CST);
         ps_van_wake_fd(loop->wakefd);
-        ps_status_t st = ps_event_wait(
-            &loop->exited, ps_deadline_from_ms(abandoned ? 0 : loop->params.stop_ms));
+        ps_status_t st = ps_event_wait(&loop->exited,
+                                       ps_deadline_from_ms(abandoned ? 0 : loop->params.stop_ms));
         if (st != PS_OK) {
             if (!abandoned) {
                 __atomic_store_n(&loop->abandoned, 1, __ATOMIC_RELEASE);
