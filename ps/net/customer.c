@@ -79,15 +79,19 @@ ps_status_t ps_customer_create_lane(ps_postoffice_t *po, int app_id, int custome
     c->recv_arg = arg;
     ps__tracker_set_done_func(c->tracker, customer_done_trampoline, c);
 
+    /* Before the link: a receive function (on the van's thread, or the
+     * registry's replay of what came early) may look at the caller's
+     * handle at once. */
+    *customer_p = c;
     st = ps__registry_link(reg, c);
     if (st != PS_OK) {
         ps_error(PS_LOG_CORE, "app %d customer %d is already registered", app_id, customer_id);
         ps__tracker_destroy(c->tracker);
         free(c);
+        *customer_p = NULL;
         return st;
     }
     ps_info(PS_LOG_CORE, "registered app %d customer %d", app_id, customer_id);
-    *customer_p = c;
     return PS_OK;
 }
 

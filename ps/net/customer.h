@@ -59,6 +59,9 @@ typedef ps_status_t (*ps_customer_recv_buffer_func_t)(void *arg, ps_customer_t *
 typedef void (*ps_customer_done_func_t)(void *arg, ps_customer_t *customer, int ts, void *ctx,
                                         ps_status_t status);
 
+/* Registers a customer. *customer_p is set before any receive function
+ * can run (messages that arrived earlier are replayed by this call), so a
+ * function may use the caller's handle from its first call. */
 ps_status_t ps_customer_create(ps_postoffice_t *po, int app_id, int customer_id,
                                ps_customer_recv_func_t recv, void *arg,
                                ps_customer_t **customer_p);

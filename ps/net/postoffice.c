@@ -36,6 +36,7 @@
 #include "ps/net/auth.h"
 #include "ps/net/node_table_internal.h"
 #include "ps/net/postoffice_state_internal.h"
+#include "ps/net/van/progress_loop.h"
 
 /* The registry's kick: messages wait for a customer, the timer expires them. */
 static void po_kick_timer(void *arg)
@@ -69,8 +70,19 @@ static ps_status_t po_free(ps_postoffice_t *po, ps_deadline_t deadline)
                  "leaving the van open and the postoffice allocated");
         return PS_ERR_TIMED_OUT;
     }
+    const uint64_t abandoned = ps_van_loop_abandon_count();
     if (po->van != NULL)
         po->van->ops->close(po->van);
+    if (ps_van_loop_abandon_count() != abandoned) {
+        /* The van's thread was left stuck inside it (logged), with the van:
+         * its callbacks lead here, so the registry and the postoffice stay. */
+        po->van = NULL;
+        if (po->reg != NULL)
+            ps__registry_close(po->reg, PS_ERR_SHUTDOWN);
+        ps_error(PS_LOG_CORE, "the van's progress thread is stuck inside it; leaving the "
+                 "postoffice allocated");
+        return PS_ERR_TIMED_OUT;
+    }
     po->van = NULL;
     if (po->reg != NULL)
         ps__registry_destroy(po->reg);

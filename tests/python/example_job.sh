@@ -5,6 +5,8 @@
 python=${PS_PYTHON:-/usr/bin/python3}
 "$python" -c "import torch, numpy" 2>/dev/null || job_skip "$python lacks torch or numpy"
 export RUNFILES_DIR="$TEST_SRCDIR"
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/python/sanitizer.sh"
+py_sanitizer_env "$TEST_SRCDIR/$TEST_WORKSPACE/ps/python/ps/_ps.abi3.so"
 
 example_job() {
   local run=$1 launcher=$2 example=$3 van=$4 log=$5

@@ -8,6 +8,8 @@ source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 install=$1
 python=${PS_PYTHON:-/usr/bin/python3}
 export RUNFILES_DIR="$TEST_SRCDIR"
+source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/python/sanitizer.sh"
+py_sanitizer_env "$TEST_SRCDIR/$TEST_WORKSPACE/ps/python/ps/_ps.abi3.so"
 check='import ps, sys
 assert ps.__file__.startswith(sys.argv[1]), ps.__file__
 assert issubclass(ps.TimedOut, ps.Error) and not ps.is_started()

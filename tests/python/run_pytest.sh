@@ -20,6 +20,8 @@ for m in "${needs[@]}"; do
 done
 
 root="$TEST_SRCDIR/$TEST_WORKSPACE"
+source "$root/tests/python/sanitizer.sh"
+py_sanitizer_env "$root/ps/python/ps/_ps.abi3.so" python-only
 export PYTHONPATH="$root/ps/python:$root/tests/python"
 export PYTHONDONTWRITEBYTECODE=1
 cd "$root/tests/python" || exit 1

@@ -473,7 +473,8 @@ static int64_t shm_outstanding(void *arg, uint64_t *moved_p)
 void ps__shm_stop(ps_van_t *v)
 {
     ps__shm_van_t *van = sv_of(v);
-    if (__atomic_load_n(&van->loop.started, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&van->loop.started, __ATOMIC_ACQUIRE) &&
+        !ps_van_loop_abandoned(&van->loop)) {
         /* How the values travelled (see ps__shm_test_counters): the first
          * thing to look at when a figure is off. */
         uint64_t k[PS__SHM_TEST_KINDS];
@@ -485,8 +486,11 @@ void ps__shm_stop(ps_van_t *v)
                 (unsigned long long)k[3], (unsigned long long)k[4], (unsigned long long)k[5]);
     }
     /* Queued sends leave, and peers finish reading what they read from
-     * our memory, while that makes progress (bounded). */
-    (void)ps_van_loop_stop(&van->loop);
+     * our memory, while that makes progress (bounded). A thread stuck in
+     * the van keeps its channels. */
+    if (ps_van_loop_stop(&van->loop) != PS_OK) {
+        return;
+    }
     ps__shm_close_all(van);
     ps__shm_hints_clear(van);
 }
@@ -498,6 +502,9 @@ static void sv_close(ps_van_t *v)
     }
     ps__shm_van_t *van = sv_of(v);
     ps__shm_stop(v);
+    if (ps_van_loop_abandoned(&van->loop)) {
+        return; /* its thread may still touch all of it */
+    }
     ps_van_peer_slots_free(&van->peers);
     free(van->chans);
     int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);

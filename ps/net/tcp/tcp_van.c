@@ -373,8 +373,11 @@ static void tcp_close(ps_van_t *v)
         return;
     }
     ps__tcp_van_t *van = tcp_of(v);
-    /* Queued frames leave first (bounded); then everything is ours alone. */
-    (void)ps_van_loop_stop(&van->loop);
+    /* Queued frames leave first (bounded); then everything is ours alone,
+     * unless the thread is stuck in the van: then all of it stays. */
+    if (ps_van_loop_stop(&van->loop) != PS_OK) {
+        return;
+    }
     ps__tcp_close_all(van);
     bury(van);
     ps_van_peer_slots_free(&van->peers);

@@ -13,6 +13,9 @@
 
 #include "ps/net/van/progress_loop.h"
 
+/* Threads abandoned by a stop in this process (ps_van_loop_abandon_count). */
+static uint64_t abandon_count;
+
 /* The loop the calling thread runs now, if any. */
 static __thread const ps_van_loop_t *tls_loop;
 
@@ -51,6 +54,12 @@ ps_status_t ps_van_loop_init(ps_van_loop_t *loop, const ps_van_loop_params_t *pa
     if (loop->params.budget == 0) {
         loop->params.budget = PS_VAN_LOOP_BUDGET;
     }
+    if (loop->params.thread_name == NULL) {
+        loop->params.thread_name = "ps-progress";
+    }
+    if (loop->params.stop_ms <= 0) {
+        loop->params.stop_ms = PS_VAN_LOOP_STOP_MS;
+    }
     if (loop->params.drive_rounds == 0) {
         loop->params.drive_rounds = 1;
     }
@@ -71,6 +80,9 @@ ps_status_t ps_van_loop_init(ps_van_loop_t *loop, const ps_van_loop_params_t *pa
 
 void ps_van_loop_cleanup(ps_van_loop_t *loop)
 {
+    if (ps_van_loop_abandoned(loop)) {
+        return;
+    }
     if (loop->wakefd >= 0) {
         close(loop->wakefd);
         pthread_mutex_destroy(&loop->lock);
@@ -319,23 +331,37 @@ static void drain(ps_van_loop_t *loop)
     }
 }
 
+uint64_t ps_van_loop_abandon_count(void)
+{
+    return __atomic_load_n(&abandon_count, __ATOMIC_ACQUIRE);
+}
+
 ps_status_t ps_van_loop_stop(ps_van_loop_t *loop)
 {
     if (__atomic_load_n(&loop->started, __ATOMIC_ACQUIRE)) {
-        drain(loop);
+        /* Once abandoned, a stop only looks whether the thread left. */
+        const int abandoned = ps_van_loop_abandoned(loop);
+        if (!abandoned) {
+            drain(loop);
+        }
         __atomic_store_n(&loop->stop, 1, __ATOMIC_SEQ_CST);
         ps_van_wake_fd(loop->wakefd);
-        ps_deadline_t deadline = loop->params.stop_ms > 0
-                                     ? ps_deadline_from_ms(loop->params.stop_ms)
-                                     : ps_deadline_infinite();
-        ps_status_t st = ps_event_wait(&loop->exited, deadline);
+        ps_status_t st = ps_event_wait(&loop->exited,
+                                       ps_deadline_from_ms(abandoned ? 0 : loop->params.stop_ms));
         if (st != PS_OK) {
-            ps_warn(loop->params.log, "the progress thread did not stop within %d ms",
-                    loop->params.stop_ms);
+            if (!abandoned) {
+                __atomic_store_n(&loop->abandoned, 1, __ATOMIC_RELEASE);
+                __atomic_add_fetch(&abandon_count, 1, __ATOMIC_ACQ_REL);
+                ps_error(loop->params.log,
+                         "the progress thread %s did not stop within %d ms (stuck in the "
+                         "van): abandoning it with the van, which stays allocated",
+                         loop->params.thread_name, loop->params.stop_ms);
+            }
             return st;
         }
         ps_thread_join(&loop->thread, NULL);
         ps_event_destroy(&loop->exited);
+        __atomic_store_n(&loop->abandoned, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&loop->started, 0, __ATOMIC_RELEASE);
     }
     __atomic_store_n(&loop->stop, 1, __ATOMIC_SEQ_CST);

@@ -27,7 +27,10 @@
  *    (wakes it only if it sleeps: the caller published its work first, and
  *    arm() looks at it after the loop announced its sleep).
  *  - ps_van_loop_stop() first lets outstanding sends leave while they
- *    move (the van's outstanding op), at most PS_VAN_LOOP_DRAIN_MS.
+ *    move (the van's outstanding op), at most PS_VAN_LOOP_DRAIN_MS, then
+ *    waits for the thread at most params.stop_ms (PS_VAN_LOOP_STOP_MS). A
+ *    thread still inside the van then is abandoned, logged: the van's close
+ *    returns without freeing anything the thread may still touch.
  */
 #ifndef PS_NET_VAN_PROGRESS_LOOP_H_
 #define PS_NET_VAN_PROGRESS_LOOP_H_
@@ -65,6 +68,10 @@ extern "C" {
  * early once nothing has moved for PS_VAN_LOOP_DRAIN_IDLE_MS. */
 #define PS_VAN_LOOP_DRAIN_MS 2000
 #define PS_VAN_LOOP_DRAIN_IDLE_MS 200
+/* Close waits this long for the thread to leave the loop (a van's stop_ms
+ * 0). It leaves within a round unless the van's poll never returns (a
+ * library call stuck on a peer that died); then close must not hang. */
+#define PS_VAN_LOOP_STOP_MS 5000
 /* A spinning thread yields the CPU every this many empty rounds unless
  * the van says otherwise: on a small machine the application may share its
  * core, but a yield that switches costs more than a round trip, and a
@@ -129,7 +136,8 @@ typedef struct ps_van_loop_params {
                                    of two; 0: PS_VAN_LOOP_YIELD_EVERY) */
     unsigned budget;            /* poll budget on the thread; 0: PS_VAN_LOOP_BUDGET */
     unsigned drive_rounds;      /* polls per drive call while nothing comes; 0: 1 */
-    int stop_ms;                /* stop waits this long for the thread; 0: for ever */
+    int stop_ms;                /* stop waits this long for the thread; 0:
+                                   PS_VAN_LOOP_STOP_MS */
 } ps_van_loop_params_t;
 
 typedef struct ps_van_loop {
@@ -150,6 +158,7 @@ typedef struct ps_van_loop {
     int kicked;              /* atomic: a driver woke the sleeping thread */
     int handback;            /* atomic: a driver stopped; the thread takes over */
     int handed;              /* atomic: ps_van_loop_wake() handed work over */
+    int abandoned;           /* atomic: stop timed out; the thread may still run */
     uint64_t drive_seq;      /* atomic: drive calls so far */
 } ps_van_loop_t;
 
@@ -166,11 +175,21 @@ ps_status_t ps_van_loop_start(ps_van_loop_t *loop, const int *fds, int nfds);
 
 /* Drains outstanding sends (the outstanding op, bounded), stops the thread
  * and waits for it (params.stop_ms at most), then for a driver still in a
- * round. PS_ERR_TIMEOUT: the thread is stuck in the van; the loop (and the
- * van) must then be abandoned, not freed. Idempotent. */
+ * round. PS_ERR_TIMED_OUT (logged): the thread is stuck in the van and is
+ * abandoned; the van must then free nothing the thread may touch (its
+ * close returns early), and ps_van_loop_abandoned() says so from now on.
+ * Idempotent; a later call on an abandoned thread does not wait: it joins
+ * the thread if it left meanwhile (PS_OK), else returns PS_ERR_TIMED_OUT. */
 ps_status_t ps_van_loop_stop(ps_van_loop_t *loop);
 
-/* Releases the eventfd and the lock (after stop, or a failed start). */
+/* How many progress threads a stop abandoned in this process so far. The
+ * owner of a van compares it across the van's close: a change means a
+ * thread may still call the van's callbacks, and what they lead to must
+ * stay allocated too. */
+uint64_t ps_van_loop_abandon_count(void);
+
+/* Releases the eventfd and the lock (after stop, or a failed start);
+ * nothing while the thread is abandoned (it still uses them). */
 void ps_van_loop_cleanup(ps_van_loop_t *loop);
 
 /* Hands work to the loop: the van's handover op runs on its next round,
@@ -207,6 +226,12 @@ int ps_van_loop_is_running_here(const ps_van_loop_t *loop);
 static inline int ps_van_loop_stopping(const ps_van_loop_t *loop)
 {
     return __atomic_load_n(&loop->stop, __ATOMIC_ACQUIRE);
+}
+
+/* Whether the last stop left the thread running in the van (abandoned). */
+static inline int ps_van_loop_abandoned(const ps_van_loop_t *loop)
+{
+    return __atomic_load_n(&loop->abandoned, __ATOMIC_ACQUIRE);
 }
 
 static inline int ps_van_loop_sleeping(const ps_van_loop_t *loop)

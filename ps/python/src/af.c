@@ -738,12 +738,19 @@ static PyObject *server_respond(PyObject *self, PyObject *args, PyObject *kw)
             ps__py_view_free(v);
         }
     }
+    /* Read before the respond: the one that answers the last slot frees
+     * the batch. */
+    const size_t num_pull = b->batch->num_pull;
+    int answered = 0;
     if (st == PS_OK) {
         ps_af_server_t *server = s->server;
         ps_af_batch_t *cb = b->batch;
         Py_BEGIN_ALLOW_THREADS
         st = ps_af_server_respond(server, cb, results, owners, n);
         Py_END_ALLOW_THREADS
+        /* Refused results leave the batch as it was; otherwise their slots
+         * are answered, a send that failed included. */
+        answered = st != PS_ERR_INVALID_ARG && st != PS_ERR_NO_MEMORY;
     }
     for (size_t i = 0; i < n; i++)
         if (owners[i])
@@ -752,11 +759,13 @@ static PyObject *server_respond(PyObject *self, PyObject *args, PyObject *kw)
     free(owners);
     free(results);
     ps__py_sweep();
+    if (answered) {
+        b->answered += n;
+        if (b->answered >= num_pull)
+            batch_end(b);
+    }
     if (st != PS_OK)
         return ps__py_raise(st, "respond");
-    b->answered += n;
-    if (b->answered >= b->batch->num_pull)
-        batch_end(b);
     Py_RETURN_NONE;
 }
 

@@ -424,8 +424,11 @@ static void ucx_close(ps_van_t *v)
         return;
     }
     ps__ucx_van_t *van = ucx_of(v);
-    /* Sends leave while they still move (bounded); then the thread stops. */
-    (void)ps_van_loop_stop(&van->loop);
+    /* Sends leave while they still move (bounded); then the thread stops.
+     * One stuck inside UCX keeps the van, the worker and the context. */
+    if (ps_van_loop_stop(&van->loop) != PS_OK) {
+        return;
+    }
     /* The thread is gone: everything below is ours alone. */
     if (van->worker != NULL) {
         close_endpoints(van);

@@ -452,8 +452,10 @@ void ps__vb_tx_free_all(ps__vb_van_t *van);
 
 /* ---- verbs_poll.c ---- */
 ps_status_t ps__vb_poll_start(ps__vb_van_t *van);
-/* Drains outstanding sends (bounded) and stops the completion loop. */
-void ps__vb_poll_stop(ps__vb_van_t *van);
+/* Drains outstanding sends (bounded) and stops the completion loop:
+ * PS_OK, or PS_ERR_TIMED_OUT when its thread is stuck in the driver (then
+ * nothing it may touch can be freed). */
+ps_status_t ps__vb_poll_stop(ps__vb_van_t *van);
 /* Adds a device's completion channel to the poller. */
 ps_status_t ps__vb_poll_add_dev(ps__vb_van_t *van, ps__vb_dev_t *dev);
 /* close(): messages still held for slave chunks. */

@@ -669,8 +669,9 @@ ps_status_t ps__vb_poll_add_dev(ps__vb_van_t *van, ps__vb_dev_t *dev)
     return PS_OK;
 }
 
-void ps__vb_poll_stop(ps__vb_van_t *van)
+ps_status_t ps__vb_poll_stop(ps__vb_van_t *van)
 {
-    if (van->loop.wakefd >= 0)
-        (void)ps_van_loop_stop(&van->loop);
+    if (van->loop.wakefd < 0)
+        return PS_OK;
+    return ps_van_loop_stop(&van->loop);
 }

@@ -479,9 +479,11 @@ static void vb_close(ps_van_t *v)
         return;
     ps__vb_van_t *van = ps__vb_of(v);
     /* Queued sends leave while they still move (bounded). */
-    ps__vb_poll_stop(van);
+    ps_status_t polled = ps__vb_poll_stop(van);
     __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
     ps__vb_cm_stop(van);
+    if (polled != PS_OK)
+        return; /* the completion thread is stuck in the driver: all of it stays */
     /* The threads are gone: everything below is ours alone. */
     while (van->blocked != NULL) {
         ps__vb_conn_t *c = van->blocked;
