@@ -252,8 +252,6 @@ struct ps__shm_van {
     /* The loop's (the progress thread, or a driving waiter). */
     ps__shm_chan_t **chans;
     size_t nchans, chans_cap;
-    ps_node_t *scratch_nodes;
-    size_t scratch_nodes_cap;
 
     pthread_mutex_t hints_lock;
     ps__shm_hint_t hints[PS__SHM_HINTS];
@@ -267,7 +265,6 @@ struct ps__shm_van {
 /* ---- shm_van.c ---- */
 void ps__shm_wake(ps__shm_van_t *van);
 int ps__shm_on_progress(const ps__shm_van_t *van);
-uint64_t ps__shm_random(ps__shm_van_t *van);
 ps__shm_peer_t *ps__shm_peer_get(ps__shm_van_t *van, int id, int create); /* write lock when create */
 /* Our channel to node id (referenced), or NULL. */
 ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id);

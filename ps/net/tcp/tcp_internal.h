@@ -258,8 +258,6 @@ struct ps__tcp_van {
     ps__tcp_conn_t *rx_ready;   /* staged bytes to parse before the round ends */
     int failing_peer;           /* the peer whose failure is being handled */
     int num_connecting;
-    ps_node_t *scratch_nodes;
-    size_t scratch_cap;
 
     int64_t queued;             /* atomic: entries in send queues */
 
@@ -275,7 +273,6 @@ struct ps__tcp_van {
 
 /* ---- tcp_van.c ---- */
 void ps__tcp_wake(ps__tcp_van_t *van);
-uint64_t ps__tcp_random(ps__tcp_van_t *van);
 /* Peer table (callers hold peers_lock as noted). */
 ps__tcp_peer_t *ps__tcp_peer_get(ps__tcp_van_t *van, int id, int create); /* write lock when create */
 void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn); /* takes write lock */
