@@ -40,7 +40,7 @@
 #include "ps/base/time.h"
 #include "ps/net/shm/shm_internal.h"
 #include "ps/net/shm/shm_seg.h"
-#include "ps/net/van/listen.h"
+#include "ps/net/van/addr.h"
 
 #define LISTEN_BACKLOG 1024
 /* Largest packet we expect (a HELLO). */
@@ -192,7 +192,7 @@ ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry)
     int fd = -1;
     int port = 0;
     for (int i = 0; i < attempts && fd < 0; ++i) {
-        port = ps_van_listen_port(&ports);
+        port = ps_van_listen_port(&ports, NULL, NULL, 0);
         struct sockaddr_un addr;
         socklen_t alen;
         ps_status_t st = ps__shm_sock_addr(van->job, host, port, &addr, &alen);
@@ -336,14 +336,10 @@ static ps_status_t make_chan_mem(ps__shm_van_t *van, ps__shm_chan_t *ch, int *fd
 
 ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id, int quiet)
 {
-    if (peer == NULL || peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {
-        ps_error(PS_LOG_SHM, "connect: node id %d is not a node", peer ? peer->id : -1);
-        return PS_ERR_INVALID_ARG;
-    }
-    int port = peer->num_ports > 0 ? peer->ports[0] : 0;
-    if (port <= 0 || port > 65535) {
-        ps_error(PS_LOG_SHM, "connect: node %d has no valid port (%d)", peer->id, port);
-        return PS_ERR_INVALID_ARG;
+    int port;
+    ps_status_t pst = ps_van_peer_port(peer, PS_LOG_SHM, &port);
+    if (pst != PS_OK) {
+        return pst;
     }
     const char *host = peer->hostname[0] != '\0' ? peer->hostname : "localhost";
 

@@ -40,13 +40,13 @@
 #include "ps/net/message.h"
 #include "ps/net/shm/shm_idmap.h"
 #include "ps/net/shm/shm_job.h"
-#include "ps/net/shm/shm_pool.h"
 #include "ps/net/shm/shm_proto.h"
 #include "ps/net/shm/shm_ring.h"
 #include "ps/net/shm/shm_stage.h"
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/progress_loop.h"
+#include "ps/net/van/rx_pool.h"
 #include "ps/net/van/base.h"
 #include "ps/net/van/van.h"
 
@@ -257,7 +257,7 @@ struct ps__shm_van {
     ps__shm_hint_t hints[PS__SHM_HINTS];
 
     uint64_t sent_by_kind[PS__SHM_SEG_KINDS]; /* atomic: by PS__SHM_SEG_* (staged: 0) */
-    ps__shm_pool_t *pool;
+    ps_van_rx_pool_t *pool;
     ps__shm_stage_t *stage;
     uint8_t cookie[PS__SHM_COOKIE_LEN];
 };

@@ -392,7 +392,7 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     pthread_mutex_init(&van->pending_lock, NULL);
     pthread_mutex_init(&van->hints_lock, NULL);
 
-    st = ps__shm_pool_create(PS__SHM_POOL_CACHE, &van->pool);
+    st = ps_van_rx_pool_create(PS__SHM_POOL_CACHE, PS_LOG_SHM, &van->pool);
     if (st == PS_OK) {
         st = ps__shm_stage_create(PS__SHM_STAGE_OUT, PS__SHM_STAGE_CACHE, &van->stage);
     }
@@ -492,7 +492,7 @@ static void sv_close(ps_van_t *v)
         close(van->epfd);
     }
     ps_van_base_fini(&van->base);
-    ps__shm_pool_release(van->pool);
+    ps_van_rx_pool_release(van->pool);
     ps__shm_stage_release(van->stage);
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->pending_lock);

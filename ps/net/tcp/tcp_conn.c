@@ -40,7 +40,7 @@
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/tcp/tcp_internal.h"
-#include "ps/net/van/listen.h"
+#include "ps/net/van/addr.h"
 
 #define LISTEN_BACKLOG 1024
 
@@ -161,11 +161,7 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
     int port = 0;
     char where[PS_SOCKADDR_STRLEN];
     for (int i = 0; i < ports.attempts; ++i) {
-        port = ps_van_listen_port(&ports);
-        ps_sockaddr_set_port(&addr, (uint16_t)port);
-        if (ps_sockaddr_format(&addr, where, sizeof(where)) != PS_OK) {
-            strcpy(where, "?");
-        }
+        port = ps_van_listen_port(&ports, &addr, where, sizeof(where));
         fd = socket(ps_sockaddr_family(&addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             ps_error(PS_LOG_TCP, "bind: socket() for %s: %m", where);
@@ -308,20 +304,9 @@ static uint64_t expire_handshakes(ps__tcp_van_t *van, uint64_t now)
 
 ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id)
 {
-    if (peer == NULL || peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {
-        ps_error(PS_LOG_TCP, "connect: node id %d is not a node", peer ? peer->id : -1);
-        return PS_ERR_INVALID_ARG;
-    }
-    int port = peer->num_ports > 0 ? peer->ports[0] : 0;
-    if (port <= 0 || port > 65535) {
-        ps_error(PS_LOG_TCP, "connect: node %d has no valid port (%d)", peer->id, port);
-        return PS_ERR_INVALID_ARG;
-    }
     ps_sockaddr_t addr;
-    ps_status_t st = ps_sockaddr_resolve(peer->hostname, (uint16_t)port, AF_UNSPEC, &addr);
+    ps_status_t st = ps_van_peer_addr(peer, PS_LOG_TCP, &addr);
     if (st != PS_OK) {
-        ps_error(PS_LOG_TCP, "connect: cannot resolve host '%s' of node %d (%s)", peer->hostname,
-                 peer->id, ps_status_str(st));
         return st;
     }
     int hello_id = my_id != PS_NODE_EMPTY ? my_id : __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);

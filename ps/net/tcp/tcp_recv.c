@@ -324,7 +324,7 @@ static ps_status_t rx_seg_dest(ps__tcp_conn_t *conn, uint32_t seg, int grow)
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
     if (ps_van_recv_dest(&van->base, &conn->rmsg.meta, seg, len, 0, &s) != PS_OK) {
         uint64_t first = grow && len > van->prealloc ? van->prealloc : len;
-        ps_status_t st = ps__tcp_pool_get(van->pool, first, &s);
+        ps_status_t st = ps_van_rx_pool_get(van->pool, first, &s);
         if (st != PS_OK) {
             return st;
         }
@@ -389,7 +389,7 @@ static ps_status_t rx_piece_grow(ps__tcp_conn_t *conn, ps__tcp_piece_t *pc)
     ps__tcp_van_t *van = conn->van;
     uint64_t cap = pc->cap * 2 < pc->len ? pc->cap * 2 : pc->len;
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
-    ps_status_t st = ps__tcp_pool_get(van->pool, cap, &s);
+    ps_status_t st = ps_van_rx_pool_get(van->pool, cap, &s);
     if (st != PS_OK) {
         ps_error(PS_LOG_TCP, "cannot grow a receive buffer to %llu bytes for %s (%s)",
                  (unsigned long long)cap, conn->addr_str, ps_status_str(st));

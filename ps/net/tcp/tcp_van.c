@@ -331,7 +331,7 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
         free(van);
         return st;
     }
-    st = ps__tcp_pool_create(PS__TCP_POOL_CACHE, &van->pool);
+    st = ps_van_rx_pool_create(PS__TCP_POOL_CACHE, PS_LOG_TCP, &van->pool);
     if (st != PS_OK) {
         tcp_close(&van->base.handle);
         return st;
@@ -369,7 +369,7 @@ static void tcp_close(ps_van_t *v)
         close(van->epfd);
     }
     ps_van_base_fini(&van->base);
-    ps__tcp_pool_release(van->pool);
+    ps_van_rx_pool_release(van->pool);
     ps_mpool_cleanup(&van->entries);
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->pending_lock);

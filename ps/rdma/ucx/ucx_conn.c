@@ -24,7 +24,7 @@
 
 #include "ps/base/log.h"
 #include "ps/base/time.h"
-#include "ps/net/van/listen.h"
+#include "ps/net/van/addr.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
 /* ---- connections and their references ---- */
@@ -552,11 +552,7 @@ ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
     ucs_status_t ust = UCS_ERR_BUSY;
     int port = 0;
     for (int i = 0; i < ports.attempts; ++i) {
-        port = ps_van_listen_port(&ports);
-        ps_sockaddr_set_port(&addr, (uint16_t)port);
-        if (ps_sockaddr_format(&addr, where, sizeof(where)) != PS_OK) {
-            strcpy(where, "?");
-        }
+        port = ps_van_listen_port(&ports, &addr, where, sizeof(where));
         if (fixed == 0 && !port_free(&addr)) {
             continue;
         }
@@ -606,20 +602,9 @@ ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
 
 ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id)
 {
-    if (peer == NULL || peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {
-        ps_error(PS_LOG_UCX, "connect: node id %d is not a node", peer ? peer->id : -1);
-        return PS_ERR_INVALID_ARG;
-    }
-    int port = peer->num_ports > 0 ? peer->ports[0] : 0;
-    if (port <= 0 || port > 65535) {
-        ps_error(PS_LOG_UCX, "connect: node %d has no valid port (%d)", peer->id, port);
-        return PS_ERR_INVALID_ARG;
-    }
     ps_sockaddr_t addr;
-    ps_status_t st = ps_sockaddr_resolve(peer->hostname, (uint16_t)port, AF_UNSPEC, &addr);
+    ps_status_t st = ps_van_peer_addr(peer, PS_LOG_UCX, &addr);
     if (st != PS_OK) {
-        ps_error(PS_LOG_UCX, "connect: cannot resolve host '%s' of node %d (%s)", peer->hostname,
-                 peer->id, ps_status_str(st));
         return st;
     }
     if ((st = family_usable(&addr, "connect")) != PS_OK) {

@@ -39,7 +39,7 @@
 #include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/base/time.h"
-#include "ps/net/van/listen.h"
+#include "ps/net/van/addr.h"
 #include "ps/rdma/verbs/verbs_iface.h"
 #include "ps/rdma/verbs/verbs_internal.h"
 #include "ps/rdma/verbs/verbs_lag.h"
@@ -151,10 +151,7 @@ ps_status_t ps__vb_cm_bind(ps__vb_van_t *van, ps_node_t *node, int max_retry)
     char where[PS_SOCKADDR_STRLEN];
     int bound = 0;
     for (int i = 0; i < attempts && !bound; i++) {
-        port = ps_van_listen_port(&ports);
-        ps_sockaddr_set_port(&addr, (uint16_t)port);
-        if (ps_sockaddr_format(&addr, where, sizeof(where)) != PS_OK)
-            snprintf(where, sizeof(where), "?");
+        port = ps_van_listen_port(&ports, &addr, where, sizeof(where));
         if (rdma_bind_addr(id, (struct sockaddr *)&addr.ss) == 0) {
             bound = 1;
             break;
