@@ -41,6 +41,7 @@
 #include "ps/base/time.h"
 #include "ps/net/tcp/tcp_internal.h"
 #include "ps/net/van/addr.h"
+#include "ps/net/van/conn_list.h"
 
 #define LISTEN_BACKLOG 1024
 
@@ -110,30 +111,12 @@ static void tune_socket(ps__tcp_van_t *van, int fd)
 
 static void conn_link(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
 {
-    conn->linked = 1;
-    conn->prev = NULL;
-    conn->next = van->conns;
-    if (van->conns != NULL) {
-        van->conns->prev = conn;
-    }
-    van->conns = conn;
+    PS_VAN_CONN_LINK(van->conns, conn);
 }
 
 static void conn_unlink(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
 {
-    if (!conn->linked) {
-        return;
-    }
-    conn->linked = 0;
-    if (conn->prev != NULL) {
-        conn->prev->next = conn->next;
-    } else if (van->conns == conn) {
-        van->conns = conn->next;
-    }
-    if (conn->next != NULL) {
-        conn->next->prev = conn->prev;
-    }
-    conn->next = conn->prev = NULL;
+    PS_VAN_CONN_UNLINK(van->conns, conn);
 }
 
 /* ---- bind ---- */

@@ -25,6 +25,7 @@
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/van/addr.h"
+#include "ps/net/van/conn_list.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
 /* ---- connections and their references ---- */
@@ -56,30 +57,12 @@ void ps__ucx_conn_unref(ps__ucx_conn_t *conn)
 
 static void conn_link(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
 {
-    conn->linked = 1;
-    conn->prev = NULL;
-    conn->next = van->conns;
-    if (van->conns != NULL) {
-        van->conns->prev = conn;
-    }
-    van->conns = conn;
+    PS_VAN_CONN_LINK(van->conns, conn);
 }
 
 static void conn_unlink(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
 {
-    if (!conn->linked) {
-        return;
-    }
-    conn->linked = 0;
-    if (conn->prev != NULL) {
-        conn->prev->next = conn->next;
-    } else {
-        van->conns = conn->next;
-    }
-    if (conn->next != NULL) {
-        conn->next->prev = conn->prev;
-    }
-    conn->next = conn->prev = NULL;
+    PS_VAN_CONN_UNLINK(van->conns, conn);
 }
 
 /* ---- cookies: open addressing on the cookie value ---- */

@@ -40,6 +40,7 @@
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/van/addr.h"
+#include "ps/net/van/conn_list.h"
 #include "ps/rdma/verbs/verbs_iface.h"
 #include "ps/rdma/verbs/verbs_internal.h"
 #include "ps/rdma/verbs/verbs_lag.h"
@@ -232,22 +233,12 @@ static ps__vb_conn_t *conn_new(ps__vb_van_t *van, int outgoing)
 /* van->lock held. */
 static void conn_link(ps__vb_van_t *van, ps__vb_conn_t *c)
 {
-    c->next = van->conns;
-    c->prev = NULL;
-    if (van->conns != NULL)
-        van->conns->prev = c;
-    van->conns = c;
+    PS_VAN_CONN_LINK(van->conns, c);
 }
 
 static void conn_unlink(ps__vb_van_t *van, ps__vb_conn_t *c)
 {
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else if (van->conns == c)
-        van->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    c->next = c->prev = NULL;
+    PS_VAN_CONN_UNLINK(van->conns, c);
 }
 
 /* Destroys one QP and its id (CM thread, or close). */

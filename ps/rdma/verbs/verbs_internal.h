@@ -222,6 +222,7 @@ struct ps__vb_conn {
 
     /* van->conns and hand-off lists (van->lock). */
     ps__vb_conn_t *next, *prev;
+    int linked;          /* on van->conns */
     ps__vb_conn_t *next_pending;
     int pending;         /* on to_start or to_close */
 };
