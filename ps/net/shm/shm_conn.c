@@ -237,10 +237,7 @@ ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry)
     snprintf(van->listen_host, sizeof(van->listen_host), "%s", host);
     van->listen_port = port;
     __atomic_store_n(&van->listen_fd, fd, __ATOMIC_RELEASE);
-    node->ports[0] = port;
-    if (node->num_ports == 0) {
-        node->num_ports = 1;
-    }
+    ps_van_listen_bound(node, port);
     ps_info(PS_LOG_SHM, "listening as %s:%d (job '%s')", host, port, van->job);
     return PS_OK;
 }

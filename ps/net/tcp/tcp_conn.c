@@ -190,10 +190,7 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
     }
     van->listen_addr = addr;
     __atomic_store_n(&van->listen_fd, fd, __ATOMIC_RELEASE);
-    node->ports[0] = port;
-    if (node->num_ports == 0) {
-        node->num_ports = 1;
-    }
+    ps_van_listen_bound(node, port);
     ps_info(PS_LOG_TCP, "listening on %s", where);
     return PS_OK;
 }

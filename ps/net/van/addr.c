@@ -57,6 +57,14 @@ int ps_van_listen_port(const ps_van_listen_ports_t *ports, ps_sockaddr_t *addr, 
     return port;
 }
 
+void ps_van_listen_bound(ps_node_t *node, int port)
+{
+    node->ports[0] = port;
+    if (node->num_ports == 0) {
+        node->num_ports = 1;
+    }
+}
+
 ps_status_t ps_van_peer_port(const ps_node_t *peer, ps_log_component_t log, int *port_p)
 {
     if (peer == NULL || peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {

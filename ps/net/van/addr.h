@@ -40,6 +40,10 @@ ps_status_t ps_van_listen_ports(const ps_node_t *node, int max_retry, ps_log_com
 int ps_van_listen_port(const ps_van_listen_ports_t *ports, ps_sockaddr_t *addr, char *where,
                        size_t cap);
 
+/* The listener is up on `port`: the node says so (its first port), for
+ * the scheduler and the peers. */
+void ps_van_listen_bound(ps_node_t *node, int port);
+
 /* The port a peer listens on, its first (PS_ERR_INVALID_ARG, logged under
  * `log`, for a peer that is no node or has no port in 1..65535). */
 ps_status_t ps_van_peer_port(const ps_node_t *peer, ps_log_component_t log, int *port_p);

@@ -572,10 +572,7 @@ ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
         return PS_ERR_ADDRESS_IN_USE;
     }
     snprintf(van->listen_str, sizeof(van->listen_str), "%s", where);
-    node->ports[0] = port;
-    if (node->num_ports == 0) {
-        node->num_ports = 1;
-    }
+    ps_van_listen_bound(node, port);
     ps_info(PS_LOG_UCX, "listening on %s", where);
     return PS_OK;
 }

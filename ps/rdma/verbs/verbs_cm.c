@@ -197,8 +197,7 @@ ps_status_t ps__vb_cm_bind(ps__vb_van_t *van, ps_node_t *node, int max_retry)
     }
     van->listen_id = id;
     van->listen_addr = addr;
-    node->num_ports = node->num_ports > 0 ? node->num_ports : 1;
-    node->ports[0] = port;
+    ps_van_listen_bound(node, port);
     ps_info(PS_LOG_RDMA, "listening on %s (rdma_cm)", where);
     return PS_OK;
 }
