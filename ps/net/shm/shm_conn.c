@@ -40,11 +40,9 @@
 #include "ps/base/time.h"
 #include "ps/net/shm/shm_internal.h"
 #include "ps/net/shm/shm_seg.h"
+#include "ps/net/van/addr.h"
 
 #define LISTEN_BACKLOG 1024
-/* Random ports as the TCP van: 10000-49999. */
-#define RANDOM_PORT_BASE 10000
-#define RANDOM_PORT_SPAN 40000
 /* Largest packet we expect (a HELLO). */
 #define PKT_MAX 512
 
@@ -185,17 +183,17 @@ ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry)
         return PS_ERR_BAD_STATE;
     }
     const char *host = node->hostname[0] != '\0' ? node->hostname : "localhost";
-    int fixed = node->num_ports > 0 ? node->ports[0] : 0;
-    if (fixed < 0 || fixed > 65535) {
-        ps_error(PS_LOG_SHM, "bind: port %d is out of range", fixed);
-        return PS_ERR_INVALID_ARG;
+    ps_van_listen_ports_t ports;
+    ps_status_t pst = ps_van_listen_ports(node, max_retry, PS_LOG_SHM, &ports);
+    if (pst != PS_OK) {
+        return pst;
     }
-    int attempts = fixed != 0 ? 1 : (max_retry > 0 ? max_retry : 0) + 1;
+    int fixed = ports.fixed;
+    int attempts = ports.attempts;
     int fd = -1;
     int port = 0;
     for (int i = 0; i < attempts && fd < 0; ++i) {
-        port = fixed != 0 ? fixed
-                          : RANDOM_PORT_BASE + (int)(ps__shm_random(van) % RANDOM_PORT_SPAN);
+        port = ps_van_listen_port(&ports, NULL, NULL, 0);
         struct sockaddr_un addr;
         socklen_t alen;
         ps_status_t st = ps__shm_sock_addr(van->job, host, port, &addr, &alen);
@@ -232,11 +230,7 @@ ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry)
     /* Before epoll: the progress thread accepts through it. */
     ps_van_admission_init(&van->adm, PS_LOG_SHM);
     ps_van_admission_listener(&van->adm, van->epfd, fd, &van->listen_handle);
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN;
-    ev.data.ptr = &van->listen_handle;
-    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, EPOLLIN, &van->listen_handle) != 0) {
         ps_error(PS_LOG_SHM, "bind: epoll_ctl: %m");
         close(fd);
         return PS_ERR_NO_RESOURCE;
@@ -244,10 +238,7 @@ ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry)
     snprintf(van->listen_host, sizeof(van->listen_host), "%s", host);
     van->listen_port = port;
     __atomic_store_n(&van->listen_fd, fd, __ATOMIC_RELEASE);
-    node->ports[0] = port;
-    if (node->num_ports == 0) {
-        node->num_ports = 1;
-    }
+    ps_van_listen_bound(node, port);
     ps_info(PS_LOG_SHM, "listening as %s:%d (job '%s')", host, port, van->job);
     return PS_OK;
 }
@@ -343,14 +334,10 @@ static ps_status_t make_chan_mem(ps__shm_van_t *van, ps__shm_chan_t *ch, int *fd
 
 ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id, int quiet)
 {
-    if (peer == NULL || peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {
-        ps_error(PS_LOG_SHM, "connect: node id %d is not a node", peer ? peer->id : -1);
-        return PS_ERR_INVALID_ARG;
-    }
-    int port = peer->num_ports > 0 ? peer->ports[0] : 0;
-    if (port <= 0 || port > 65535) {
-        ps_error(PS_LOG_SHM, "connect: node %d has no valid port (%d)", peer->id, port);
-        return PS_ERR_INVALID_ARG;
+    int port;
+    ps_status_t pst = ps_van_peer_port(peer, PS_LOG_SHM, &port);
+    if (pst != PS_OK) {
+        return pst;
     }
     const char *host = peer->hostname[0] != '\0' ? peer->hostname : "localhost";
 
@@ -411,7 +398,7 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
     ch->peer_id = peer->id;
     ch->peer_port = port;
     snprintf(ch->peer_host, sizeof(ch->peer_host), "%s", host);
-    ch->nonce = ps__shm_random(van);
+    ch->nonce = ps_van_random();
     int memfd = -1;
     st = make_chan_mem(van, ch, &memfd);
     if (st != PS_OK) {
@@ -575,11 +562,8 @@ void ps__shm_disconnect(ps__shm_van_t *van, int node_id)
 
 static ps_status_t chan_watch(ps__shm_van_t *van, ps__shm_chan_t *ch)
 {
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.ptr = &ch->handle;
-    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, ch->fd, &ev) != 0) {
+    uint32_t events = EPOLLIN | EPOLLRDHUP;
+    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, ch->fd, events, &ch->handle) != 0) {
         ps_error(PS_LOG_SHM, "epoll_ctl for a channel: %m");
         return PS_ERR_NO_RESOURCE;
     }

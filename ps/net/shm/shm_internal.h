@@ -40,13 +40,13 @@
 #include "ps/net/message.h"
 #include "ps/net/shm/shm_idmap.h"
 #include "ps/net/shm/shm_job.h"
-#include "ps/net/shm/shm_pool.h"
 #include "ps/net/shm/shm_proto.h"
 #include "ps/net/shm/shm_ring.h"
 #include "ps/net/shm/shm_stage.h"
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/progress_loop.h"
+#include "ps/net/van/rx_pool.h"
 #include "ps/net/van/base.h"
 #include "ps/net/van/handshake.h"
 #include "ps/net/van/van.h"
@@ -243,14 +243,12 @@ struct ps__shm_van {
     /* The loop's (the progress thread, or a driving waiter). */
     ps__shm_chan_t **chans;
     size_t nchans, chans_cap;
-    ps_node_t *scratch_nodes;
-    size_t scratch_nodes_cap;
 
     pthread_mutex_t hints_lock;
     ps__shm_hint_t hints[PS__SHM_HINTS];
 
     uint64_t sent_by_kind[PS__SHM_SEG_KINDS]; /* atomic: by PS__SHM_SEG_* (staged: 0) */
-    ps__shm_pool_t *pool;
+    ps_van_rx_pool_t *pool;
     ps__shm_stage_t *stage;
     uint8_t cookie[PS__SHM_COOKIE_LEN];
 };
@@ -258,7 +256,6 @@ struct ps__shm_van {
 /* ---- shm_van.c ---- */
 void ps__shm_wake(ps__shm_van_t *van);
 int ps__shm_on_progress(const ps__shm_van_t *van);
-uint64_t ps__shm_random(ps__shm_van_t *van);
 ps__shm_peer_t *ps__shm_peer_get(ps__shm_van_t *van, int id, int create); /* write lock when create */
 /* Our channel to node id (referenced), or NULL. */
 ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id);

@@ -27,13 +27,10 @@
 #include <unistd.h>
 
 #include "ps/base/log.h"
-#include "ps/net/codec/codec.h"
 #include "ps/net/shm/shm_internal.h"
 #include "ps/net/shm/shm_meta.h"
 #include "ps/net/shm/shm_seg.h"
-
-/* Most nodes one control message may list. */
-#define RX_MAX_NODES 8192
+#include "ps/net/van/rx.h"
 /* Largest segment a peer may announce. */
 #define RX_MAX_SEGMENT (1ull << 40)
 
@@ -228,7 +225,7 @@ static ps_status_t take_placed(ps__shm_chan_t *ch, unsigned i, const ps__shm_seg
             (uint64_t)((const uint8_t *)ps_slice_ptr(s) - (const uint8_t *)seg->base) == d->b) {
             return PS_OK;
         }
-    } else if (ps__shm_pool_get(ch->van->pool, (size_t)d->len, s) != PS_OK) {
+    } else if (ps_van_rx_pool_get(ch->van->pool, (size_t)d->len, s) != PS_OK) {
         return PS_ERR_NO_MEMORY;
     }
     if (ps__shm_seg_copy_out(d->a, d->b, ps_slice_ptr(s), d->len) != PS_OK) {
@@ -263,35 +260,9 @@ static ps_status_t take_meta(ps__shm_chan_t *ch, const uint8_t *p, size_t len, i
         }
         return own_meta(ch, &meta);
     }
-    if (van->scratch_nodes_cap == 0) {
-        /* Room for the node table of a job of this size from the start:
-         * a decode that runs out of room is logged by the codec. */
-        ps_node_t *nodes = malloc(64 * sizeof(*nodes));
-        if (nodes != NULL) {
-            van->scratch_nodes = nodes;
-            van->scratch_nodes_cap = 64;
-        }
-    }
-    for (;;) {
-        st = ps_meta_decode(p, len, &meta, van->scratch_nodes, van->scratch_nodes_cap);
-        if (st != PS_ERR_TOO_LARGE || van->scratch_nodes_cap >= RX_MAX_NODES) {
-            break;
-        }
-        size_t cap = van->scratch_nodes_cap == 0 ? 16 : van->scratch_nodes_cap * 4;
-        if (cap > RX_MAX_NODES) {
-            cap = RX_MAX_NODES;
-        }
-        ps_node_t *nodes = realloc(van->scratch_nodes, cap * sizeof(*nodes));
-        if (nodes == NULL) {
-            return PS_ERR_NO_MEMORY;
-        }
-        van->scratch_nodes = nodes;
-        van->scratch_nodes_cap = cap;
-    }
+    st = ps_van_meta_decode(&van->base, p, len, ch->peer_id, NULL, &meta);
     if (st != PS_OK) {
-        ps_error(PS_LOG_SHM, "undecodable meta from node %d (%s); closing the channel",
-                 ch->peer_id, ps_status_str(st));
-        return PS_ERR_PROTOCOL;
+        return st;
     }
     return own_meta(ch, &meta);
 }
@@ -302,22 +273,8 @@ static ps_status_t get_dest(ps__shm_chan_t *ch, unsigned i, uint64_t len, int po
                             ps_slice_t *slice_p)
 {
     ps__shm_van_t *van = ch->van;
-    if (van->base.cb.recv_buffer != NULL) {
-        ps_slice_t s = PS_SLICE_EMPTY_INIT;
-        if (van->base.cb.recv_buffer(van->base.cb.arg, &ch->rmsg.meta, i, len, &s) == PS_OK) {
-            ps_buf_mem_t kind = ps_slice_mem_kind(&s);
-            if (s.buf == NULL || s.len < len ||
-                (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM)) {
-                ps_warn_ratelimited(PS_LOG_SHM,
-                                    "recv_buffer gave %zu bytes of memory kind %d for a %llu-byte segment; using a van buffer",
-                                    s.len, (int)kind, (unsigned long long)len);
-                ps_slice_unref(&s);
-            } else {
-                ps_slice_narrow(&s, 0, (size_t)len);
-                *slice_p = s;
-                return PS_OK;
-            }
-        }
+    if (ps_van_recv_dest(&van->base, &ch->rmsg.meta, i, len, 0, slice_p) == PS_OK) {
+        return PS_OK;
     }
     if (!pool_ok) {
         return PS_ERR_NOT_FOUND;
@@ -326,7 +283,7 @@ static ps_status_t get_dest(ps__shm_chan_t *ch, unsigned i, uint64_t len, int po
         /* Small: one allocation (header and bytes) beats the pool. */
         return ps_slice_alloc((size_t)len, 0, slice_p);
     }
-    return ps__shm_pool_get(van->pool, (size_t)len, slice_p);
+    return ps_van_rx_pool_get(van->pool, (size_t)len, slice_p);
 }
 
 /* Copies len bytes at addr in the peer's memory to dst. */

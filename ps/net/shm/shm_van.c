@@ -54,12 +54,6 @@ int ps__shm_on_progress(const ps__shm_van_t *van)
     return ps_van_loop_is_running_here(&van->loop);
 }
 
-uint64_t ps__shm_random(ps__shm_van_t *van)
-{
-    (void)van;
-    return ps_van_random();
-}
-
 /* ---- peer table ---- */
 
 ps__shm_peer_t *ps__shm_peer_get(ps__shm_van_t *van, int id, int create)
@@ -398,7 +392,7 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     pthread_mutex_init(&van->pending_lock, NULL);
     pthread_mutex_init(&van->hints_lock, NULL);
 
-    st = ps__shm_pool_create(PS__SHM_POOL_CACHE, &van->pool);
+    st = ps_van_rx_pool_create(PS__SHM_POOL_CACHE, PS_LOG_SHM, &van->pool);
     if (st == PS_OK) {
         st = ps__shm_stage_create(PS__SHM_STAGE_OUT, PS__SHM_STAGE_CACHE, &van->stage);
     }
@@ -406,20 +400,10 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
         sv_close(&van->base.handle);
         return st;
     }
-    van->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (van->epfd < 0) {
-        ps_error(PS_LOG_SHM, "cannot create the progress thread's epoll: %m");
+    st = ps_van_loop_epoll_open(&van->loop, &van->wake_handle, PS_LOG_SHM, &van->epfd);
+    if (st != PS_OK) {
         sv_close(&van->base.handle);
-        return PS_ERR_NO_RESOURCE;
-    }
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN;
-    ev.data.ptr = &van->wake_handle;
-    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->loop.wakefd, &ev) != 0) {
-        ps_error(PS_LOG_SHM, "epoll_ctl for the wake-up eventfd: %m");
-        sv_close(&van->base.handle);
-        return PS_ERR_NO_RESOURCE;
+        return st;
     }
     st = ps_van_loop_start(&van->loop, NULL, 0);
     if (st != PS_OK) {
@@ -514,8 +498,8 @@ static void sv_close(ps_van_t *v)
     if (van->epfd >= 0) {
         close(van->epfd);
     }
-    free(van->scratch_nodes);
-    ps__shm_pool_release(van->pool);
+    ps_van_base_fini(&van->base);
+    ps_van_rx_pool_release(van->pool);
     ps__shm_stage_release(van->stage);
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->pending_lock);

@@ -40,13 +40,10 @@
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/tcp/tcp_internal.h"
+#include "ps/net/van/addr.h"
+#include "ps/net/van/conn_list.h"
 
-#define CONNECT_BACKOFF_FIRST_MS 10
-#define CONNECT_BACKOFF_MAX_MS 500
 #define LISTEN_BACKLOG 1024
-/* Random ports as upstream: 10000-49999. */
-#define RANDOM_PORT_BASE 10000
-#define RANDOM_PORT_SPAN 40000
 
 ps__tcp_conn_t *ps__tcp_conn_new(ps__tcp_van_t *van, int outgoing)
 {
@@ -115,30 +112,12 @@ static void tune_socket(ps__tcp_van_t *van, int fd)
 
 static void conn_link(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
 {
-    conn->linked = 1;
-    conn->prev = NULL;
-    conn->next = van->conns;
-    if (van->conns != NULL) {
-        van->conns->prev = conn;
-    }
-    van->conns = conn;
+    PS_VAN_CONN_LINK(van->conns, conn);
 }
 
 static void conn_unlink(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
 {
-    if (!conn->linked) {
-        return;
-    }
-    conn->linked = 0;
-    if (conn->prev != NULL) {
-        conn->prev->next = conn->next;
-    } else if (van->conns == conn) {
-        van->conns = conn->next;
-    }
-    if (conn->next != NULL) {
-        conn->next->prev = conn->prev;
-    }
-    conn->next = conn->prev = NULL;
+    PS_VAN_CONN_UNLINK(van->conns, conn);
 }
 
 /* ---- bind ---- */
@@ -153,39 +132,20 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
         return PS_ERR_BAD_STATE;
     }
     ps_sockaddr_t addr;
-    ps_status_t st;
-    int have_host = node->hostname[0] != '\0';
-    if (have_host) {
-        st = ps_sockaddr_resolve(node->hostname, 0, AF_UNSPEC, &addr);
-        if (st != PS_OK) {
-            ps_error(PS_LOG_TCP, "bind: cannot use host '%s' (%s)", node->hostname,
-                     ps_status_str(st));
-            return st;
-        }
+    ps_van_listen_ports_t ports;
+    ps_status_t st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_TCP, &addr);
+    if (st == PS_OK) {
+        st = ps_van_listen_ports(node, max_retry, PS_LOG_TCP, &ports);
     }
-    if (van->base.params.bind_any || !have_host) {
-        int family = have_host ? ps_sockaddr_family(&addr) : AF_INET;
-        st = ps_sockaddr_wildcard(family, 0, &addr);
-        if (st != PS_OK) {
-            return st;
-        }
+    if (st != PS_OK) {
+        return st;
     }
-    int fixed = node->num_ports > 0 ? node->ports[0] : 0;
-    if (fixed < 0 || fixed > 65535) {
-        ps_error(PS_LOG_TCP, "bind: port %d is out of range", fixed);
-        return PS_ERR_INVALID_ARG;
-    }
-    int attempts = fixed != 0 ? 1 : (max_retry > 0 ? max_retry : 0) + 1;
+    int fixed = ports.fixed;
     int fd = -1;
     int port = 0;
     char where[PS_SOCKADDR_STRLEN];
-    for (int i = 0; i < attempts; ++i) {
-        port = fixed != 0 ? fixed
-                          : RANDOM_PORT_BASE + (int)(ps__tcp_random(van) % RANDOM_PORT_SPAN);
-        ps_sockaddr_set_port(&addr, (uint16_t)port);
-        if (ps_sockaddr_format(&addr, where, sizeof(where)) != PS_OK) {
-            strcpy(where, "?");
-        }
+    for (int i = 0; i < ports.attempts; ++i) {
+        port = ps_van_listen_port(&ports, &addr, where, sizeof(where));
         fd = socket(ps_sockaddr_family(&addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             ps_error(PS_LOG_TCP, "bind: socket() for %s: %m", where);
@@ -219,26 +179,19 @@ ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
     }
     if (fd < 0) {
         ps_error(PS_LOG_TCP, "cannot listen on %s: no free port after %d random tries (PS_BIND_RETRIES)",
-                 node->hostname[0] ? node->hostname : "*", attempts);
+                 node->hostname[0] ? node->hostname : "*", ports.attempts);
         return PS_ERR_ADDRESS_IN_USE;
     }
     /* Before epoll: the progress thread accepts through it. */
     ps_van_admission_listener(&van->adm, van->epfd, fd, &van->listen_handle);
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN;
-    ev.data.ptr = &van->listen_handle;
-    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, EPOLLIN, &van->listen_handle) != 0) {
         ps_error(PS_LOG_TCP, "bind: epoll_ctl for %s: %m", where);
         close(fd);
         return PS_ERR_NO_RESOURCE;
     }
     van->listen_addr = addr;
     __atomic_store_n(&van->listen_fd, fd, __ATOMIC_RELEASE);
-    node->ports[0] = port;
-    if (node->num_ports == 0) {
-        node->num_ports = 1;
-    }
+    ps_van_listen_bound(node, port);
     ps_info(PS_LOG_TCP, "listening on %s", where);
     return PS_OK;
 }
@@ -276,11 +229,7 @@ void ps__tcp_accept_all(ps__tcp_van_t *van)
             ps_sockaddr_format(&conn->addr, conn->addr_str, sizeof(conn->addr_str)) != PS_OK) {
             strcpy(conn->addr_str, "?");
         }
-        struct epoll_event ev;
-        memset(&ev, 0, sizeof(ev));
-        ev.events = EPOLLIN;
-        ev.data.ptr = &conn->handle;
-        if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, EPOLLIN, &conn->handle) != 0) {
             ps_warn_ratelimited(PS_LOG_TCP, "epoll_ctl for a connection from %s: %m",
                                 conn->addr_str);
             ps_van_admission_done(&van->adm);
@@ -336,20 +285,9 @@ static uint64_t expire_handshakes(ps__tcp_van_t *van, uint64_t now)
 
 ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id)
 {
-    if (peer == NULL || peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {
-        ps_error(PS_LOG_TCP, "connect: node id %d is not a node", peer ? peer->id : -1);
-        return PS_ERR_INVALID_ARG;
-    }
-    int port = peer->num_ports > 0 ? peer->ports[0] : 0;
-    if (port <= 0 || port > 65535) {
-        ps_error(PS_LOG_TCP, "connect: node %d has no valid port (%d)", peer->id, port);
-        return PS_ERR_INVALID_ARG;
-    }
     ps_sockaddr_t addr;
-    ps_status_t st = ps_sockaddr_resolve(peer->hostname, (uint16_t)port, AF_UNSPEC, &addr);
+    ps_status_t st = ps_van_peer_addr(peer, PS_LOG_TCP, &addr);
     if (st != PS_OK) {
-        ps_error(PS_LOG_TCP, "connect: cannot resolve host '%s' of node %d (%s)", peer->hostname,
-                 peer->id, ps_status_str(st));
         return st;
     }
     int hello_id = my_id != PS_NODE_EMPTY ? my_id : __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
@@ -384,7 +322,7 @@ ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id
     int nstreams = peer->id == PS_SCHEDULER_ID || van->base.params.is_scheduler
                        ? 1
                        : van->conns_per_peer;
-    uint64_t nonce = ps__tcp_random(van);
+    uint64_t nonce = ps_van_random();
     int made = 0;
     for (; made < nstreams; ++made) {
         ps__tcp_conn_t *conn = ps__tcp_conn_new(van, 1);
@@ -500,11 +438,7 @@ static void conn_connect_failed(ps__tcp_conn_t *conn, int err)
     }
     /* The peer may not be listening yet (a launcher starts everyone at
      * once): try again a little later. */
-    conn->backoff_ms = conn->backoff_ms == 0 ? CONNECT_BACKOFF_FIRST_MS : conn->backoff_ms * 2;
-    if (conn->backoff_ms > CONNECT_BACKOFF_MAX_MS) {
-        conn->backoff_ms = CONNECT_BACKOFF_MAX_MS;
-    }
-    conn->retry_at_ns = now + (uint64_t)conn->backoff_ms * PS_NSEC_PER_MSEC;
+    conn->retry_at_ns = ps_van_connect_backoff(&conn->backoff_ms, now);
     ps_debug(PS_LOG_TCP, "connect to node %d at %s: %s; retrying in %u ms", conn->peer_id,
              conn->addr_str, strerror(err), conn->backoff_ms);
 }
@@ -530,11 +464,7 @@ static void conn_start_connect(ps__tcp_conn_t *conn)
     pthread_mutex_lock(&conn->send_lock);
     conn->fd = fd;
     pthread_mutex_unlock(&conn->send_lock);
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLOUT;
-    ev.data.ptr = &conn->handle;
-    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, EPOLLOUT, &conn->handle) != 0) {
         ps_error(PS_LOG_TCP, "connect to node %d: epoll_ctl: %m", conn->peer_id);
         ps__tcp_conn_fail(conn, PS_ERR_NO_RESOURCE, 1);
         return;

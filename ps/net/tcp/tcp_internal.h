@@ -2,8 +2,8 @@
  * Internals of the TCP van, shared by its files (tcp_van.c: lifecycle,
  * peers and the progress thread; tcp_conn.c: sockets, bind, connect,
  * accept, teardown; tcp_send.c: the send path; tcp_recv.c: the receive
- * state machine; tcp_wire.c: frames and hellos; tcp_pool.c: receive
- * buffers). Nothing here is visible outside ps/net/tcp.
+ * state machine; tcp_wire.c: frames and hellos). Nothing here is visible
+ * outside ps/net/tcp.
  *
  * Threads. One progress thread per van owns every socket's lifecycle, all
  * reading, and the flushing of queued sends; any thread may call send().
@@ -56,10 +56,10 @@
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
-#include "ps/net/tcp/tcp_pool.h"
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_slots.h"
 #include "ps/net/van/progress_loop.h"
+#include "ps/net/van/rx_pool.h"
 #include "ps/net/van/base.h"
 #include "ps/net/van/handshake.h"
 #include "ps/net/van/van.h"
@@ -247,12 +247,10 @@ struct ps__tcp_van {
     ps__tcp_conn_t *rx_ready;   /* staged bytes to parse before the round ends */
     int failing_peer;           /* the peer whose failure is being handled */
     int num_connecting;
-    ps_node_t *scratch_nodes;
-    size_t scratch_cap;
 
     int64_t queued;             /* atomic: entries in send queues */
 
-    ps__tcp_pool_t *pool;
+    ps_van_rx_pool_t *pool;
     ps_mpool_t entries;
 
     /* Admission control (progress thread only): pending handshakes, their
@@ -264,7 +262,6 @@ struct ps__tcp_van {
 
 /* ---- tcp_van.c ---- */
 void ps__tcp_wake(ps__tcp_van_t *van);
-uint64_t ps__tcp_random(ps__tcp_van_t *van);
 /* Peer table (callers hold peers_lock as noted). */
 ps__tcp_peer_t *ps__tcp_peer_get(ps__tcp_van_t *van, int id, int create); /* write lock when create */
 void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn); /* takes write lock */

@@ -22,13 +22,8 @@
 
 #include "ps/base/log.h"
 #include "ps/base/stage_trace.h"
-#include "ps/net/codec/codec.h"
-#include "ps/net/codec/meta_fast.h"
 #include "ps/net/tcp/tcp_internal.h"
-
-/* Most nodes one control message may list (the scratch array grows to
- * this many as needed). */
-#define RX_MAX_NODES 8192
+#include "ps/net/van/rx.h"
 
 void ps__tcp_rx_reset(ps__tcp_conn_t *conn)
 {
@@ -274,14 +269,8 @@ static ps_status_t rx_meta(ps__tcp_conn_t *conn, const uint8_t *p, size_t len, i
 {
     ps__tcp_van_t *van = conn->van;
     ps_meta_t meta;
-    ps_status_t st = ps_meta_is_fast(p, len)
-                         ? ps_meta_fast_decode(p, len, &meta)
-                         : ps_meta_decode_grow(p, len, &meta, &van->scratch_nodes,
-                                               &van->scratch_cap, RX_MAX_NODES);
+    ps_status_t st = ps_van_meta_decode(&van->base, p, len, conn->peer_id, conn->addr_str, &meta);
     if (st != PS_OK) {
-        /* The codec logged why (rate-limited). */
-        ps_error(PS_LOG_TCP, "undecodable meta from %s (%s); closing the connection",
-                 conn->addr_str, ps_status_str(st));
         return PS_ERR_PROTOCOL;
     }
 
@@ -333,26 +322,9 @@ static ps_status_t rx_seg_dest(ps__tcp_conn_t *conn, uint32_t seg, int grow)
     ps__tcp_van_t *van = conn->van;
     uint64_t len = conn->hdr.data_len[seg];
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
-    int have = 0;
-    if (van->base.cb.recv_buffer != NULL) {
-        ps_status_t st = van->base.cb.recv_buffer(van->base.cb.arg, &conn->rmsg.meta, seg, len, &s);
-        if (st == PS_OK) {
-            ps_buf_mem_t kind = ps_slice_mem_kind(&s);
-            if (s.len < len || s.buf == NULL ||
-                (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM)) {
-                ps_warn_ratelimited(PS_LOG_TCP,
-                                    "recv_buffer gave %zu bytes of memory kind %d for a %llu-byte segment; using a van buffer",
-                                    s.len, (int)kind, (unsigned long long)len);
-                ps_slice_unref(&s);
-            } else {
-                ps_slice_narrow(&s, 0, len);
-                have = 1;
-            }
-        }
-    }
-    if (!have) {
+    if (ps_van_recv_dest(&van->base, &conn->rmsg.meta, seg, len, 0, &s) != PS_OK) {
         uint64_t first = grow && len > van->prealloc ? van->prealloc : len;
-        ps_status_t st = ps__tcp_pool_get(van->pool, first, &s);
+        ps_status_t st = ps_van_rx_pool_get(van->pool, first, &s);
         if (st != PS_OK) {
             return st;
         }
@@ -417,7 +389,7 @@ static ps_status_t rx_piece_grow(ps__tcp_conn_t *conn, ps__tcp_piece_t *pc)
     ps__tcp_van_t *van = conn->van;
     uint64_t cap = pc->cap * 2 < pc->len ? pc->cap * 2 : pc->len;
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
-    ps_status_t st = ps__tcp_pool_get(van->pool, cap, &s);
+    ps_status_t st = ps_van_rx_pool_get(van->pool, cap, &s);
     if (st != PS_OK) {
         ps_error(PS_LOG_TCP, "cannot grow a receive buffer to %llu bytes for %s (%s)",
                  (unsigned long long)cap, conn->addr_str, ps_status_str(st));

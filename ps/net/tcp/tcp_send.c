@@ -41,11 +41,9 @@ static ssize_t send_iov(int fd, struct iovec *iov, int cnt)
 
 void ps__tcp_set_epoll(ps__tcp_conn_t *conn, int want_out)
 {
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = (conn->rx_off ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0);
-    ev.data.ptr = &conn->handle;
-    if (epoll_ctl(conn->van->epfd, EPOLL_CTL_MOD, conn->fd, &ev) != 0) {
+    if (ps_van_epoll_ctl(conn->van->epfd, EPOLL_CTL_MOD, conn->fd,
+                         (conn->rx_off ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0),
+                         &conn->handle) != 0) {
         /* Only a closed fd gets here, and then the connection is being torn
          * down anyway. */
         ps_debug(PS_LOG_TCP, "epoll_ctl on the connection to %s: %m", conn->addr_str);

@@ -32,12 +32,6 @@ void ps__tcp_wake(ps__tcp_van_t *van)
     ps_van_loop_wake(&van->loop);
 }
 
-uint64_t ps__tcp_random(ps__tcp_van_t *van)
-{
-    (void)van;
-    return ps_van_random();
-}
-
 /* ---- peer table ---- */
 
 ps__tcp_peer_t *ps__tcp_peer_get(ps__tcp_van_t *van, int id, int create)
@@ -338,25 +332,15 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
         free(van);
         return st;
     }
-    st = ps__tcp_pool_create(PS__TCP_POOL_CACHE, &van->pool);
+    st = ps_van_rx_pool_create(PS__TCP_POOL_CACHE, PS_LOG_TCP, &van->pool);
     if (st != PS_OK) {
         tcp_close(&van->base.handle);
         return st;
     }
-    van->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (van->epfd < 0) {
-        ps_error(PS_LOG_TCP, "cannot create the progress thread's epoll: %m");
+    st = ps_van_loop_epoll_open(&van->loop, &van->wake_handle, PS_LOG_TCP, &van->epfd);
+    if (st != PS_OK) {
         tcp_close(&van->base.handle);
-        return PS_ERR_NO_RESOURCE;
-    }
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN;
-    ev.data.ptr = &van->wake_handle;
-    if (epoll_ctl(van->epfd, EPOLL_CTL_ADD, van->loop.wakefd, &ev) != 0) {
-        ps_error(PS_LOG_TCP, "epoll_ctl for the wake-up eventfd: %m");
-        tcp_close(&van->base.handle);
-        return PS_ERR_NO_RESOURCE;
+        return st;
     }
     st = ps_van_loop_start(&van->loop, NULL, 0);
     if (st != PS_OK) {
@@ -388,8 +372,8 @@ static void tcp_close(ps_van_t *v)
     if (van->epfd >= 0) {
         close(van->epfd);
     }
-    free(van->scratch_nodes);
-    ps__tcp_pool_release(van->pool);
+    ps_van_base_fini(&van->base);
+    ps_van_rx_pool_release(van->pool);
     ps_mpool_cleanup(&van->entries);
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->pending_lock);

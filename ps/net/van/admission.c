@@ -8,6 +8,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/time.h"
+#include "ps/net/van/progress_loop.h"
 
 #define PAUSE_FIRST_MS 100
 #define PAUSE_MAX_MS 1000
@@ -37,11 +38,7 @@ void ps_van_admission_listener(ps_van_admission_t *a, int epfd, int listen_fd, v
 
 static void listener_events(ps_van_admission_t *a, uint32_t events)
 {
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = events;
-    ev.data.ptr = a->listen_ptr;
-    if (epoll_ctl(a->epfd, EPOLL_CTL_MOD, a->listen_fd, &ev) != 0) {
+    if (ps_van_epoll_ctl(a->epfd, EPOLL_CTL_MOD, a->listen_fd, events, a->listen_ptr) != 0) {
         ps_warn_ratelimited(a->comp, "epoll_ctl for the listening socket: %m");
     }
 }

@@ -24,6 +24,15 @@ void ps_van_base_init(ps_van_base_t *base, const char *name, const ps_van_ops_t 
     base->my_id = PS_NODE_EMPTY;
     base->bytes_sent = 0;
     base->bytes_recv = 0;
+    base->rx_nodes = NULL;
+    base->rx_nodes_cap = 0;
+}
+
+void ps_van_base_fini(ps_van_base_t *base)
+{
+    free(base->rx_nodes);
+    base->rx_nodes = NULL;
+    base->rx_nodes_cap = 0;
 }
 
 void ps_van_base_stats(ps_van_t *van, uint64_t *sent_p, uint64_t *recv_p)
@@ -73,10 +82,12 @@ const char *ps_van_peer_name(int peer_id, const char *addr, char *buf, size_t ca
 {
     if (peer_id == PS_SCHEDULER_ID) {
         snprintf(buf, cap, "the scheduler");
+    } else if (peer_id != PS_NODE_EMPTY && addr == NULL) {
+        snprintf(buf, cap, "node %d", peer_id);
     } else if (peer_id != PS_NODE_EMPTY) {
         snprintf(buf, cap, "node %d at %s", peer_id, addr);
     } else {
-        snprintf(buf, cap, "%s", addr);
+        snprintf(buf, cap, "%s", addr != NULL ? addr : "an unknown peer");
     }
     return buf;
 }

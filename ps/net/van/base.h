@@ -31,6 +31,10 @@ typedef struct ps_van_base {
     int my_id;                  /* atomic; PS_NODE_EMPTY until assigned */
     uint64_t bytes_sent;        /* atomic: data bytes handed to the wire */
     uint64_t bytes_recv;        /* atomic: data bytes taken from it */
+    /* The receiving thread's node list for decoding metas (rx.h): grown
+     * as a job's node table needs, freed by ps_van_base_fini(). */
+    ps_node_t *rx_nodes;
+    size_t rx_nodes_cap;
 } ps_van_base_t;
 
 /* Fills the handle (name, ops; no loop), copies params and cb (cb may be
@@ -38,6 +42,9 @@ typedef struct ps_van_base {
 void ps_van_base_init(ps_van_base_t *base, const char *name, const ps_van_ops_t *ops,
                       ps_log_component_t log, const ps_van_params_t *params,
                       const ps_van_callbacks_t *cb);
+
+/* Frees what the base holds (the decode scratch); the van frees itself. */
+void ps_van_base_fini(ps_van_base_t *base);
 
 static inline ps_van_base_t *ps_van_base_of(ps_van_t *van)
 {
@@ -77,8 +84,9 @@ void ps_van_base_deliver(ps_van_base_t *base, ps_msg_t *msg);
 void ps_van_base_hs_init(const ps_van_base_t *base, ps_van_hs_t *hs, const char *van,
                          int initiator);
 
-/* "the scheduler", "node 9 at 10.0.0.2:4242" or just the address (an
- * unidentified peer), for log lines; returns buf. */
+/* "the scheduler", "node 9 at 10.0.0.2:4242" ("node 9" when addr is
+ * NULL) or just the address (an unidentified peer; addr may be NULL),
+ * for log lines; returns buf. */
 const char *ps_van_peer_name(int peer_id, const char *addr, char *buf, size_t cap);
 
 /* Receive side: puts a meta decoded in place (its node list and body

@@ -13,6 +13,9 @@
 
 #include <unistd.h>
 
+#define CONNECT_BACKOFF_FIRST_MS 10
+#define CONNECT_BACKOFF_MAX_MS 500
+
 void ps_van_wake_fd(int fd)
 {
     uint64_t one = 1;
@@ -47,6 +50,13 @@ int ps_van_connect_timeout_ms(int requested_ms, int fallback_ms)
     }
     int64_t ms = ps_config_int_or(PS_CFG_PS_CONNECT_TIMEOUT_MS, fallback_ms);
     return ms > 0 && ms < INT_MAX ? (int)ms : fallback_ms;
+}
+
+uint64_t ps_van_connect_backoff(uint32_t *backoff_ms_p, uint64_t now_ns)
+{
+    uint32_t ms = *backoff_ms_p == 0 ? CONNECT_BACKOFF_FIRST_MS : *backoff_ms_p * 2;
+    *backoff_ms_p = ms > CONNECT_BACKOFF_MAX_MS ? CONNECT_BACKOFF_MAX_MS : ms;
+    return now_ns + (uint64_t)*backoff_ms_p * PS_NSEC_PER_MSEC;
 }
 
 void ps_van_deliver_lane(const ps_van_callbacks_t *cb, ps_log_component_t comp, int sender,

@@ -428,3 +428,29 @@ int ps_van_epoll_wait(int epfd, struct epoll_event *evs, int max, int64_t timeou
     }
     return n;
 }
+
+int ps_van_epoll_ctl(int epfd, int op, int fd, uint32_t events, void *ptr)
+{
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = events;
+    ev.data.ptr = ptr;
+    return epoll_ctl(epfd, op, fd, &ev);
+}
+
+ps_status_t ps_van_loop_epoll_open(const ps_van_loop_t *loop, void *wake_ptr,
+                                   ps_log_component_t log, int *epfd_p)
+{
+    *epfd_p = epoll_create1(EPOLL_CLOEXEC);
+    if (*epfd_p < 0) {
+        ps_error(log, "cannot create the progress thread's epoll: %m");
+        return PS_ERR_NO_RESOURCE;
+    }
+    if (ps_van_epoll_ctl(*epfd_p, EPOLL_CTL_ADD, loop->wakefd, EPOLLIN, wake_ptr) != 0) {
+        ps_error(log, "epoll_ctl for the wake-up eventfd: %m");
+        close(*epfd_p);
+        *epfd_p = -1;
+        return PS_ERR_NO_RESOURCE;
+    }
+    return PS_OK;
+}

@@ -219,6 +219,16 @@ int ps_van_loop_progress(ps_van_t *van, unsigned budget);
 int ps_van_epoll_wait(int epfd, struct epoll_event *evs, int max, int64_t timeout_ns,
                       ps_log_component_t log);
 
+/* epoll_ctl(epfd, op, fd) for `events`, with `ptr` as the event's data:
+ * 0, or -1 with errno set. */
+int ps_van_epoll_ctl(int epfd, int op, int fd, uint32_t events, void *ptr);
+
+/* The epoll set a van's thread waits on, with the loop's wake-up eventfd
+ * in it (its events carry `wake_ptr`): PS_OK and *epfd_p, or
+ * PS_ERR_NO_RESOURCE (logged under `log`) and *epfd_p -1. */
+ps_status_t ps_van_loop_epoll_open(const ps_van_loop_t *loop, void *wake_ptr,
+                                   ps_log_component_t log, int *epfd_p);
+
 /* Whether the calling thread runs this loop now (its thread, or a driver
  * inside a round). */
 int ps_van_loop_is_running_here(const ps_van_loop_t *loop);

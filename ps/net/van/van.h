@@ -202,6 +202,12 @@ uint64_t ps_van_random(void);
  * else PS_CONNECT_TIMEOUT_MS, else `fallback_ms`. */
 int ps_van_connect_timeout_ms(int requested_ms, int fallback_ms);
 
+/* The next pause before connecting again to a peer that is not listening
+ * yet (a launcher starts everyone at once): 10 ms first, doubling up to
+ * 500 ms, kept in *backoff_ms_p (0 before the first retry). Returns when
+ * the retry is due, `now_ns` plus the pause. */
+uint64_t ps_van_connect_backoff(uint32_t *backoff_ms_p, uint64_t now_ns);
+
 /* Wakes a thread sleeping on eventfd `fd` (EAGAIN: a wake-up is pending
  * already). */
 void ps_van_wake_fd(int fd);

@@ -382,8 +382,6 @@ struct ps__fab_van {
     int mrecv_blocked;
     ps__fab_mrecv_t *mrecv_defer[PS__FAB_MRECV_BATCH]; /* to post again */
     int mrecv_ndefer;
-    ps_node_t *scratch_nodes;
-    size_t scratch_cap;
     uint64_t last_liveness_ns;
     /* Until then, values written into our memory may be missing: an error
      * without a context came (see rma_doubt in fabric_recv.c). */

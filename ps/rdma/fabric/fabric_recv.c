@@ -27,13 +27,9 @@
 #include "ps/base/log.h"
 #include "ps/base/stage_trace.h"
 #include "ps/base/time.h"
-#include "ps/net/codec/codec.h"
 #include "ps/net/codec/lane.h"
-#include "ps/net/codec/meta_fast.h"
+#include "ps/net/van/rx.h"
 #include "ps/rdma/fabric/fabric_internal.h"
-
-/* Most nodes one control message may list. */
-#define RX_MAX_NODES 8192
 
 /* ---- meta receives ---- */
 
@@ -398,25 +394,14 @@ static ps_status_t seg_dest(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned i, ui
 {
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
     *desc_p = NULL;
-    if (van->base.cb.recv_buffer != NULL &&
-        van->base.cb.recv_buffer(van->base.cb.arg, &rx->msg.meta, i, len, &s) == PS_OK) {
-        ps_buf_mem_t kind = ps_slice_mem_kind(&s);
-        if (s.buf == NULL || s.len < len || (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM)) {
-            ps_warn_ratelimited(PS_LOG_FABRIC, "recv_buffer gave %zu bytes of memory kind %d "
-                                "for a %" PRIu64 "-byte segment; using a van buffer", s.len,
-                                (int)kind, len);
-            ps_slice_unref(&s);
+    if (ps_van_recv_dest(&van->base, &rx->msg.meta, i, len, 0, &s) == PS_OK && want_desc &&
+        van->mr_local) {
+        ps_status_t st = ps_rdma_mr_cache_get(van->mrc, &s, &rx->mr[i]);
+        if (st != PS_OK) {
+            rx->mr[i] = NULL;
+            ps_slice_unref(&s); /* fall back to a registered pool buffer */
         } else {
-            ps_slice_narrow(&s, 0, len);
-            if (want_desc && van->mr_local) {
-                ps_status_t st = ps_rdma_mr_cache_get(van->mrc, &s, &rx->mr[i]);
-                if (st != PS_OK) {
-                    rx->mr[i] = NULL;
-                    ps_slice_unref(&s); /* fall back to a registered pool buffer */
-                } else {
-                    *desc_p = ps__fab_mr_desc(rx->mr[i]->handle);
-                }
-            }
+            *desc_p = ps__fab_mr_desc(rx->mr[i]->handle);
         }
     }
     if (s.buf == NULL) {
@@ -503,15 +488,9 @@ static ps_status_t rx_decode(ps__fab_van_t *van, ps__fab_rx_t *rx, const uint8_t
     const uint8_t *mp = buf + rx->fh.header_len;
     ps_msg_t *msg = &rx->msg;
     /* Decoded in place (a copy of the meta is ~700 bytes). */
-    st = ps_meta_is_fast(mp, rx->fh.meta_len)
-             ? ps_meta_fast_decode(mp, rx->fh.meta_len, &msg->meta)
-             : ps_meta_decode_grow(mp, rx->fh.meta_len, &msg->meta, &van->scratch_nodes,
-                                   &van->scratch_cap, RX_MAX_NODES);
-    if (st != PS_OK) {
-        ps_error(PS_LOG_FABRIC, "undecodable meta from node %d (%s)", rx->peer->id,
-                 ps_status_str(st));
+    st = ps_van_meta_decode(&van->base, mp, rx->fh.meta_len, rx->peer->id, NULL, &msg->meta);
+    if (st != PS_OK)
         return PS_ERR_PROTOCOL;
-    }
     st = ps_van_msg_take_meta(msg, &msg->meta, rx->peer->id);
     if (st != PS_OK)
         return st;

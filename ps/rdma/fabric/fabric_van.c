@@ -418,7 +418,7 @@ static void fab_close(ps_van_t *v)
     ps__fab_tx_cache_free(van);
     free(van->peers);
     free(van->av_entries);
-    free(van->scratch_nodes);
+    ps_van_base_fini(&van->base);
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_mutex_destroy(&van->blocked_lock);
     pthread_mutex_destroy(&van->ep_lock);

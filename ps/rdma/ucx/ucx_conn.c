@@ -24,13 +24,9 @@
 
 #include "ps/base/log.h"
 #include "ps/base/time.h"
+#include "ps/net/van/addr.h"
+#include "ps/net/van/conn_list.h"
 #include "ps/rdma/ucx/ucx_internal.h"
-
-#define CONNECT_BACKOFF_FIRST_MS 10
-#define CONNECT_BACKOFF_MAX_MS 500
-/* Random ports as upstream and the TCP van: 10000-49999. */
-#define RANDOM_PORT_BASE 10000
-#define RANDOM_PORT_SPAN 40000
 
 /* ---- connections and their references ---- */
 
@@ -62,30 +58,12 @@ void ps__ucx_conn_unref(ps__ucx_conn_t *conn)
 
 static void conn_link(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
 {
-    conn->linked = 1;
-    conn->prev = NULL;
-    conn->next = van->conns;
-    if (van->conns != NULL) {
-        van->conns->prev = conn;
-    }
-    van->conns = conn;
+    PS_VAN_CONN_LINK(van->conns, conn);
 }
 
 static void conn_unlink(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
 {
-    if (!conn->linked) {
-        return;
-    }
-    conn->linked = 0;
-    if (conn->prev != NULL) {
-        conn->prev->next = conn->next;
-    } else {
-        van->conns = conn->next;
-    }
-    if (conn->next != NULL) {
-        conn->next->prev = conn->prev;
-    }
-    conn->next = conn->prev = NULL;
+    PS_VAN_CONN_UNLINK(van->conns, conn);
 }
 
 /* ---- cookies: open addressing on the cookie value ---- */
@@ -147,10 +125,10 @@ static ps_status_t cookie_assign(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
     }
     uint32_t cookie;
     do {
-        cookie = (uint32_t)ps__ucx_random(van) & PS__UCX_COOKIE_MASK;
+        cookie = (uint32_t)ps_van_random() & PS__UCX_COOKIE_MASK;
     } while (cookie == 0 || ps__ucx_conn_lookup(van, cookie) != NULL);
     conn->local_cookie = cookie;
-    conn->rx_seq = ps__ucx_random(van) & PS__UCX_SEQ_MASK;
+    conn->rx_seq = ps_van_random() & PS__UCX_SEQ_MASK;
     uint32_t mask = van->cookies_cap - 1;
     uint32_t j = cookie & mask;
     while (van->cookies[j] != NULL) {
@@ -542,41 +520,23 @@ ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
         return PS_ERR_BAD_STATE;
     }
     ps_sockaddr_t addr;
-    ps_status_t st;
-    int have_host = node->hostname[0] != '\0';
-    if (have_host) {
-        st = ps_sockaddr_resolve(node->hostname, 0, AF_UNSPEC, &addr);
-        if (st != PS_OK) {
-            ps_error(PS_LOG_UCX, "bind: cannot use host '%s' (%s)", node->hostname,
-                     ps_status_str(st));
-            return st;
-        }
+    ps_van_listen_ports_t ports;
+    ps_status_t st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_UCX, &addr);
+    if (st == PS_OK) {
+        st = family_usable(&addr, "bind");
     }
-    if (van->base.params.bind_any || !have_host) {
-        st = ps_sockaddr_wildcard(have_host ? ps_sockaddr_family(&addr) : AF_INET, 0, &addr);
-        if (st != PS_OK) {
-            return st;
-        }
+    if (st == PS_OK) {
+        st = ps_van_listen_ports(node, max_retry, PS_LOG_UCX, &ports);
     }
-    if ((st = family_usable(&addr, "bind")) != PS_OK) {
+    if (st != PS_OK) {
         return st;
     }
-    int fixed = node->num_ports > 0 ? node->ports[0] : 0;
-    if (fixed < 0 || fixed > 65535) {
-        ps_error(PS_LOG_UCX, "bind: port %d is out of range", fixed);
-        return PS_ERR_INVALID_ARG;
-    }
-    int attempts = fixed != 0 ? 1 : (max_retry > 0 ? max_retry : 0) + 1;
+    int fixed = ports.fixed;
     char where[PS_SOCKADDR_STRLEN] = "?";
     ucs_status_t ust = UCS_ERR_BUSY;
     int port = 0;
-    for (int i = 0; i < attempts; ++i) {
-        port = fixed != 0 ? fixed
-                          : RANDOM_PORT_BASE + (int)(ps__ucx_random(van) % RANDOM_PORT_SPAN);
-        ps_sockaddr_set_port(&addr, (uint16_t)port);
-        if (ps_sockaddr_format(&addr, where, sizeof(where)) != PS_OK) {
-            strcpy(where, "?");
-        }
+    for (int i = 0; i < ports.attempts; ++i) {
+        port = ps_van_listen_port(&ports, &addr, where, sizeof(where));
         if (fixed == 0 && !port_free(&addr)) {
             continue;
         }
@@ -609,14 +569,11 @@ ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
     }
     if (van->listener == NULL) {
         ps_error(PS_LOG_UCX, "cannot listen on %s: no free port after %d random tries "
-                 "(PS_BIND_RETRIES)", node->hostname[0] ? node->hostname : "*", attempts);
+                 "(PS_BIND_RETRIES)", node->hostname[0] ? node->hostname : "*", ports.attempts);
         return PS_ERR_ADDRESS_IN_USE;
     }
     snprintf(van->listen_str, sizeof(van->listen_str), "%s", where);
-    node->ports[0] = port;
-    if (node->num_ports == 0) {
-        node->num_ports = 1;
-    }
+    ps_van_listen_bound(node, port);
     ps_info(PS_LOG_UCX, "listening on %s", where);
     return PS_OK;
 }
@@ -626,20 +583,9 @@ ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
 
 ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id)
 {
-    if (peer == NULL || peer->id <= 0 || peer->id >= PS_NODE_EMPTY) {
-        ps_error(PS_LOG_UCX, "connect: node id %d is not a node", peer ? peer->id : -1);
-        return PS_ERR_INVALID_ARG;
-    }
-    int port = peer->num_ports > 0 ? peer->ports[0] : 0;
-    if (port <= 0 || port > 65535) {
-        ps_error(PS_LOG_UCX, "connect: node %d has no valid port (%d)", peer->id, port);
-        return PS_ERR_INVALID_ARG;
-    }
     ps_sockaddr_t addr;
-    ps_status_t st = ps_sockaddr_resolve(peer->hostname, (uint16_t)port, AF_UNSPEC, &addr);
+    ps_status_t st = ps_van_peer_addr(peer, PS_LOG_UCX, &addr);
     if (st != PS_OK) {
-        ps_error(PS_LOG_UCX, "connect: cannot resolve host '%s' of node %d (%s)", peer->hostname,
-                 peer->id, ps_status_str(st));
         return st;
     }
     if ((st = family_usable(&addr, "connect")) != PS_OK) {
@@ -654,7 +600,7 @@ ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id
     if (ps_sockaddr_format(&addr, conn->addr_str, sizeof(conn->addr_str)) != PS_OK) {
         strcpy(conn->addr_str, "?");
     }
-    conn->nonce = ps__ucx_random(van);
+    conn->nonce = ps_van_random();
     conn->hello_id = my_id;
     conn->connect_deadline_ns =
         ps_time_now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
@@ -1062,11 +1008,7 @@ static void on_error(ps__ucx_van_t *van, ps__ucx_conn_t *conn, ucs_status_t stat
             ep_close(conn, conn->ctl_ep, 1);
             conn->ctl_ep = NULL;
         }
-        conn->backoff_ms = conn->backoff_ms == 0 ? CONNECT_BACKOFF_FIRST_MS : conn->backoff_ms * 2;
-        if (conn->backoff_ms > CONNECT_BACKOFF_MAX_MS) {
-            conn->backoff_ms = CONNECT_BACKOFF_MAX_MS;
-        }
-        conn->retry_at_ns = now + (uint64_t)conn->backoff_ms * PS_NSEC_PER_MSEC;
+        conn->retry_at_ns = ps_van_connect_backoff(&conn->backoff_ms, now);
         pthread_mutex_lock(&conn->lock);
         conn->state = PS__UCX_NEW;
         pthread_mutex_unlock(&conn->lock);

@@ -459,8 +459,6 @@ struct ps__ucx_van {
                                 * (0: now, something changed) */
     uint64_t timer_next_ns;    /* the earliest timer it found (UINT64_MAX: none) */
     struct ps__ucx_closing *closing; /* endpoint close requests in flight */
-    ps_node_t *scratch_nodes;
-    size_t scratch_cap;
 
     int64_t inflight_ops;      /* atomic: send ops not released yet */
     pthread_mutex_t ops_lock;  /* leaf: the posted ops UCX has not finished */
@@ -475,7 +473,6 @@ struct ps__ucx_van {
 
 /* ---- ucx_van.c ---- */
 void ps__ucx_wake(ps__ucx_van_t *van);
-uint64_t ps__ucx_random(ps__ucx_van_t *van);
 /* Queues a callback's record for the progress thread (any thread). */
 void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev);
 

@@ -41,13 +41,10 @@
 #include "ps/base/endian.h"
 #include "ps/base/log.h"
 #include "ps/base/stage_trace.h"
-#include "ps/net/codec/codec.h"
-#include "ps/net/codec/meta_fast.h"
+#include "ps/net/van/rx.h"
 #include "ps/rdma/common/buf_pool.h"
 #include "ps/rdma/ucx/ucx_internal.h"
 
-/* Most nodes one control message may list. */
-#define RX_MAX_NODES 8192
 /* Largest staging block kept as the spare (van->rx_spare). */
 #define RX_SPARE_MAX (64u * 1024u)
 /* Receive records kept for reuse: a record is larger than glibc's
@@ -436,19 +433,9 @@ ucs_status_t ps__ucx_am_meta(void *arg, const void *header, size_t header_length
 static ps_status_t seg_dest(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i, uint64_t len,
                             int defer, ps_slice_t *slice_p)
 {
-    ps_slice_t s = PS_SLICE_EMPTY_INIT;
-    if (rx->conn != NULL && van->base.cb.recv_buffer != NULL &&
-        van->base.cb.recv_buffer(van->base.cb.arg, &rx->msg.meta, i, len, &s) == PS_OK) {
-        ps_buf_mem_t kind = ps_slice_mem_kind(&s);
-        if (s.len >= len && s.buf != NULL && (kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM)) {
-            ps_slice_narrow(&s, 0, len);
-            *slice_p = s;
-            return PS_OK;
-        }
-        ps_warn_ratelimited(PS_LOG_UCX, "recv_buffer gave %zu bytes of memory kind %d for a "
-                            "%llu-byte segment; using a van buffer",
-                            s.len, (int)kind, (unsigned long long)len);
-        ps_slice_unref(&s);
+    if (rx->conn != NULL &&
+        ps_van_recv_dest(&van->base, &rx->msg.meta, i, len, 0, slice_p) == PS_OK) {
+        return PS_OK;
     }
     if (defer && len > van->prealloc) {
         return PS_INPROGRESS;
@@ -485,15 +472,6 @@ static void post_data(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i, ucp_tag_
     if (UCS_PTR_IS_ERR(r) && rx->status == PS_OK) {
         rx->status = ps__ucx_status(UCS_PTR_STATUS(r));
     }
-}
-
-static ps_status_t rx_decode_meta(ps__ucx_van_t *van, const uint8_t *p, size_t len, ps_meta_t *meta)
-{
-    if (ps_meta_is_fast(p, len)) {
-        return ps_meta_fast_decode(p, len, meta);
-    }
-    return ps_meta_decode_grow(p, len, meta, &van->scratch_nodes, &van->scratch_cap,
-                               RX_MAX_NODES);
 }
 
 /* An announced node id on an accepted connection. */
@@ -580,11 +558,10 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
         return;
     }
     ps_msg_t *m = &rx->msg;
-    st = rx_decode_meta(van, buf + hdr.header_len, hdr.meta_len, &m->meta);
+    st = ps_van_meta_decode(&van->base, buf + hdr.header_len, hdr.meta_len,
+                            rx->conn != NULL ? rx->conn->peer_id : PS_NODE_EMPTY, from, &m->meta);
     if (st != PS_OK) {
-        ps_error(PS_LOG_UCX, "undecodable meta from %s (%s); closing the connection", from,
-                 ps_status_str(st));
-        rx->status = st == PS_ERR_NO_MEMORY ? st : PS_ERR_PROTOCOL;
+        rx->status = st;
         return;
     }
     if (ps__ucx_is_hello(&m->meta)) {
@@ -634,19 +611,11 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
         }
         /* Inline: a slice of the staging buffer, or a copy where the
          * postoffice wants it. */
-        ps_slice_t s = PS_SLICE_EMPTY_INIT;
-        if (rx->conn != NULL && van->base.cb.recv_buffer != NULL &&
-            van->base.cb.recv_buffer(van->base.cb.arg, &m->meta, i, slen, &s) == PS_OK) {
-            ps_buf_mem_t kind = ps_slice_mem_kind(&s);
-            if (s.len >= slen && s.buf != NULL &&
-                (kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM)) {
-                ps_slice_narrow(&s, 0, slen);
-                memcpy(ps_slice_ptr(&s), buf + off, slen);
-                m->data[i] = s;
-                off += slen;
-                continue;
-            }
-            ps_slice_unref(&s);
+        if (rx->conn != NULL &&
+            ps_van_recv_dest(&van->base, &m->meta, i, slen, 0, &m->data[i]) == PS_OK) {
+            memcpy(ps_slice_ptr(&m->data[i]), buf + off, slen);
+            off += slen;
+            continue;
         }
         st = ps_slice_sub(&rx->staging, off, slen, &m->data[i]);
         if (st != PS_OK) {

@@ -40,12 +40,6 @@ void ps__ucx_wake(ps__ucx_van_t *van)
     ps_van_loop_wake(&van->loop);
 }
 
-uint64_t ps__ucx_random(ps__ucx_van_t *van)
-{
-    (void)van;
-    return ps_van_random();
-}
-
 void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
 {
     ev->next = NULL;
@@ -463,7 +457,7 @@ static void ucx_close(ps_van_t *v)
     ps__ucx_rx_free_all(van);
     free(van->cookies);
     ps_van_peer_slots_free(&van->peers);
-    free(van->scratch_nodes);
+    ps_van_base_fini(&van->base);
     if (van->pool != NULL) {
         ps_rdma_buf_pool_stats_t ps;
         ps_rdma_buf_pool_stats(van->pool, &ps);

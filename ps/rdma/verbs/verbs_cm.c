@@ -39,12 +39,12 @@
 #include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/base/time.h"
+#include "ps/net/van/addr.h"
+#include "ps/net/van/conn_list.h"
 #include "ps/rdma/verbs/verbs_iface.h"
 #include "ps/rdma/verbs/verbs_internal.h"
 #include "ps/rdma/verbs/verbs_lag.h"
 
-#define RANDOM_PORT_BASE 10000
-#define RANDOM_PORT_SPAN 40000
 #define LISTEN_BACKLOG 128
 #define CM_TICK_MS 100
 /* Private data we send at most (an accept with the job-secret handshake). */
@@ -129,42 +129,30 @@ ps_status_t ps__vb_cm_bind(ps__vb_van_t *van, ps_node_t *node, int max_retry)
     if (st != PS_OK)
         return st;
     ps_sockaddr_t addr;
-    int have_host = node->hostname[0] != '\0';
-    if (have_host) {
-        st = ps_sockaddr_resolve(node->hostname, 0, AF_UNSPEC, &addr);
-        if (st != PS_OK) {
-            ps_error(PS_LOG_RDMA, "bind: cannot use host '%s' (%s)", node->hostname,
-                     ps_status_str(st));
-            return st;
-        }
-    }
-    if (van->base.params.bind_any || !have_host) {
-        st = ps_sockaddr_wildcard(have_host ? ps_sockaddr_family(&addr) : AF_INET, 0, &addr);
-        if (st != PS_OK)
-            return st;
-    } else {
+    st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_RDMA, &addr);
+    if (st != PS_OK)
+        return st;
+    if (!van->base.params.bind_any && node->hostname[0] != '\0') {
+        /* The node's own address: the source of our connections too. */
         van->src_addr = addr;
         van->have_src = !ps_sockaddr_is_wildcard(&addr);
     }
-    int fixed = node->num_ports > 0 ? node->ports[0] : 0;
-    if (fixed < 0 || fixed > 65535) {
-        ps_error(PS_LOG_RDMA, "bind: port %d is out of range", fixed);
-        return PS_ERR_INVALID_ARG;
-    }
+    ps_van_listen_ports_t ports;
+    st = ps_van_listen_ports(node, max_retry, PS_LOG_RDMA, &ports);
+    if (st != PS_OK)
+        return st;
     struct rdma_cm_id *id = NULL;
     if (rdma_create_id(van->channel, &id, NULL, RDMA_PS_TCP) != 0) {
         ps_error(PS_LOG_RDMA, "bind: rdma_create_id: %m");
         return PS_ERR_DEVICE;
     }
-    int attempts = fixed != 0 ? 1 : (max_retry > 0 ? max_retry : 0) + 1;
+    int fixed = ports.fixed;
+    int attempts = ports.attempts;
     int port = 0;
     char where[PS_SOCKADDR_STRLEN];
     int bound = 0;
     for (int i = 0; i < attempts && !bound; i++) {
-        port = fixed != 0 ? fixed : RANDOM_PORT_BASE + (int)(ps__vb_random(van) % RANDOM_PORT_SPAN);
-        ps_sockaddr_set_port(&addr, (uint16_t)port);
-        if (ps_sockaddr_format(&addr, where, sizeof(where)) != PS_OK)
-            snprintf(where, sizeof(where), "?");
+        port = ps_van_listen_port(&ports, &addr, where, sizeof(where));
         if (rdma_bind_addr(id, (struct sockaddr *)&addr.ss) == 0) {
             bound = 1;
             break;
@@ -209,8 +197,7 @@ ps_status_t ps__vb_cm_bind(ps__vb_van_t *van, ps_node_t *node, int max_retry)
     }
     van->listen_id = id;
     van->listen_addr = addr;
-    node->num_ports = node->num_ports > 0 ? node->num_ports : 1;
-    node->ports[0] = port;
+    ps_van_listen_bound(node, port);
     ps_info(PS_LOG_RDMA, "listening on %s (rdma_cm)", where);
     return PS_OK;
 }
@@ -245,22 +232,12 @@ static ps__vb_conn_t *conn_new(ps__vb_van_t *van, int outgoing)
 /* van->lock held. */
 static void conn_link(ps__vb_van_t *van, ps__vb_conn_t *c)
 {
-    c->next = van->conns;
-    c->prev = NULL;
-    if (van->conns != NULL)
-        van->conns->prev = c;
-    van->conns = c;
+    PS_VAN_CONN_LINK(van->conns, c);
 }
 
 static void conn_unlink(ps__vb_van_t *van, ps__vb_conn_t *c)
 {
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else if (van->conns == c)
-        van->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    c->next = c->prev = NULL;
+    PS_VAN_CONN_UNLINK(van->conns, c);
 }
 
 /* Destroys one QP and its id (CM thread, or close). */
@@ -478,7 +455,7 @@ static void attempt_start(ps__vb_conn_t *c)
                           (int32_t)van->base.params.role);
         c->nonce = ps__vb_auth_group(&c->auth);
     } else {
-        c->nonce = ps__vb_random(van);
+        c->nonce = ps_van_random();
     }
     char what[160];
     for (unsigned i = 0; i < c->nqp; i++) {
@@ -539,7 +516,7 @@ ps_status_t ps__vb_cm_connect(ps__vb_van_t *van, const ps_node_t *peer, int my_i
          * the scheduler turns away unregistered nodes). */
         c->peer_id = peer->id;
         c->nqp = van->nqp;
-        c->nonce = ps__vb_random(van);
+        c->nonce = ps_van_random();
         c->my_id_sent = my_id != PS_NODE_EMPTY ? my_id : ps__vb_my_id(van);
         c->deadline_ns = now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
         ps__vb_reorder_init(&c->reorder, c->nqp);

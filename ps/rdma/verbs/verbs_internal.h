@@ -222,6 +222,7 @@ struct ps__vb_conn {
 
     /* van->conns and hand-off lists (van->lock). */
     ps__vb_conn_t *next, *prev;
+    int linked;          /* on van->conns */
     ps__vb_conn_t *next_pending;
     int pending;         /* on to_start or to_close */
 };
@@ -355,9 +356,6 @@ struct ps__vb_van {
     uint64_t refused[8];
     unsigned refused_next;
     uint64_t next_serial;    /* atomic */
-
-    ps_node_t *scratch_nodes; /* poller: decode */
-    size_t scratch_cap;
 };
 
 static inline ps__vb_van_t *ps__vb_of(ps_van_t *v)
@@ -366,7 +364,6 @@ static inline ps__vb_van_t *ps__vb_of(ps_van_t *v)
 }
 
 /* ---- verbs_van.c ---- */
-uint64_t ps__vb_random(ps__vb_van_t *van);
 void ps__vb_conn_ref(ps__vb_conn_t *conn);
 void ps__vb_conn_unref(ps__vb_conn_t *conn);
 /* The connection to send to `id` on (referenced), or NULL. */

@@ -27,11 +27,10 @@
 
 #include "ps/base/log.h"
 #include "ps/base/time.h"
-#include "ps/net/codec/codec.h"
+#include "ps/net/van/rx.h"
 #include "ps/rdma/verbs/verbs_internal.h"
 
 #define MAX_EVENTS 16
-#define RX_MAX_NODES 8192
 #define ACK_BATCH 64
 
 /* ---- delivery ---- */
@@ -97,12 +96,6 @@ static void dispatch(ps__vb_van_t *van, ps__vb_conn_t *conn, ps_msg_t *msg, cons
 
 /* ---- decoding ---- */
 
-static ps_status_t decode_meta(ps__vb_van_t *van, const uint8_t *p, size_t len, ps_meta_t *meta)
-{
-    return ps_meta_decode_grow(p, len, meta, &van->scratch_nodes, &van->scratch_cap,
-                               RX_MAX_NODES);
-}
-
 /* The pull record a response names, checked against it; NULL if it is not
  * this peer's answer to that request (then nothing is freed). */
 static ps__vb_pull_t *take_pull(ps__vb_van_t *van, ps__vb_conn_t *conn, uint32_t slot,
@@ -159,7 +152,9 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
         return PS_ERR_PROTOCOL;
     }
     ps_meta_t meta;
-    if (decode_meta(van, p + hlen + fh.header_len, fh.meta_len, &meta) != PS_OK) {
+    if (ps_van_meta_decode(&van->base, p + hlen + fh.header_len, fh.meta_len,
+                           __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE), conn->addr_str,
+                           &meta) != PS_OK) {
         *why = "undecodable meta";
         return PS_ERR_PROTOCOL;
     }
@@ -640,29 +635,15 @@ ps_status_t ps__vb_poll_start(ps__vb_van_t *van)
     ps_status_t st = ps_van_loop_init(&van->loop, &lp, &vb_loop_ops, van);
     if (st != PS_OK)
         return st;
-    van->poll_epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (van->poll_epfd < 0) {
-        ps_error(PS_LOG_RDMA, "epoll_create1 for the completion thread: %m");
-        return PS_ERR_NO_RESOURCE;
-    }
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN;
-    ev.data.ptr = NULL;
-    if (epoll_ctl(van->poll_epfd, EPOLL_CTL_ADD, van->loop.wakefd, &ev) != 0) {
-        ps_error(PS_LOG_RDMA, "epoll_ctl for the wake-up eventfd: %m");
-        return PS_ERR_NO_RESOURCE;
-    }
+    st = ps_van_loop_epoll_open(&van->loop, NULL, PS_LOG_RDMA, &van->poll_epfd);
+    if (st != PS_OK)
+        return st;
     return ps_van_loop_start(&van->loop, NULL, 0);
 }
 
 ps_status_t ps__vb_poll_add_dev(ps__vb_van_t *van, ps__vb_dev_t *dev)
 {
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN;
-    ev.data.ptr = dev;
-    if (epoll_ctl(van->poll_epfd, EPOLL_CTL_ADD, dev->channel->fd, &ev) != 0) {
+    if (ps_van_epoll_ctl(van->poll_epfd, EPOLL_CTL_ADD, dev->channel->fd, EPOLLIN, dev) != 0) {
         ps_error(PS_LOG_RDMA, "%s: epoll_ctl for the completion channel: %m", dev->name);
         return PS_ERR_NO_RESOURCE;
     }

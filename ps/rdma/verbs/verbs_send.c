@@ -34,6 +34,7 @@
 
 #include "ps/base/log.h"
 #include "ps/net/codec/codec.h"
+#include "ps/net/van/rx.h"
 #include "ps/rdma/verbs/verbs_internal.h"
 
 /* Most WRs one tx posts: data chunks, pull-response chunks, the meta. */
@@ -922,13 +923,9 @@ static uint32_t pull_prepare(ps__vb_van_t *van, ps__vb_conn_t *conn, ps_meta_t *
     rm.control.nodes = NULL;
     rm.control.num_nodes = 0;
     ps_slice_t dest = PS_SLICE_EMPTY_INIT;
-    if (van->base.cb.recv_buffer(van->base.cb.arg, &rm, 1, m->val_len, &dest) != PS_OK)
+    /* Device memory too: the NIC writes it when the cache can register it. */
+    if (ps_van_recv_dest(&van->base, &rm, 1, m->val_len, 1, &dest) != PS_OK)
         return 0;
-    if (dest.buf == NULL || dest.len < m->val_len ||
-        ps_slice_narrow(&dest, 0, (size_t)m->val_len) != PS_OK) {
-        ps_slice_unref(&dest);
-        return 0;
-    }
     ps_rdma_mr_t *mr = NULL;
     if (ps_rdma_mr_cache_get(conn->dev->mrc, &dest, &mr) != PS_OK) {
         /* Logged by the cache; the response comes through a buffer. */

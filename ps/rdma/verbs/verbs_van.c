@@ -25,12 +25,6 @@
 
 #define DEFAULT_CONNECT_MS 10000
 
-uint64_t ps__vb_random(ps__vb_van_t *van)
-{
-    (void)van;
-    return ps_van_random(); /* nonces: not to be guessed */
-}
-
 int ps__vb_my_id(ps__vb_van_t *van)
 {
     return __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
@@ -508,7 +502,7 @@ static void vb_close(ps_van_t *v)
     if (van->poll_epfd >= 0)
         close(van->poll_epfd);
     free(van->peers);
-    free(van->scratch_nodes);
+    ps_van_base_fini(&van->base);
     pthread_mutex_destroy(&van->lock);
     pthread_cond_destroy(&van->cond);
     pthread_rwlock_destroy(&van->peers_lock);

@@ -1,4 +1,7 @@
-#include "ps/net/tcp/tcp_pool.h"
+/*
+ * The receive-buffer pool of rx_pool.h.
+ */
+#include "ps/net/van/rx_pool.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,8 +25,9 @@ typedef struct pool_free {
     struct pool_free *next;
 } pool_free_t;
 
-struct ps__tcp_pool {
+struct ps_van_rx_pool {
     pthread_mutex_t lock;
+    ps_log_component_t log;
     uint32_t refs; /* atomic: creator + buffers out */
     size_t max_cached_bytes;
     size_t cached_bytes;
@@ -31,7 +35,7 @@ struct ps__tcp_pool {
     uint32_t num_free[POOL_NUM_CLASSES];
 };
 
-static void pool_unref(ps__tcp_pool_t *pool)
+static void pool_unref(ps_van_rx_pool_t *pool)
 {
     if (__atomic_sub_fetch(&pool->refs, 1, __ATOMIC_ACQ_REL) != 0) {
         return;
@@ -48,20 +52,22 @@ static void pool_unref(ps__tcp_pool_t *pool)
     free(pool);
 }
 
-ps_status_t ps__tcp_pool_create(size_t max_cached_bytes, ps__tcp_pool_t **pool_p)
+ps_status_t ps_van_rx_pool_create(size_t max_cached_bytes, ps_log_component_t log,
+                                  ps_van_rx_pool_t **pool_p)
 {
-    ps__tcp_pool_t *pool = calloc(1, sizeof(*pool));
+    ps_van_rx_pool_t *pool = calloc(1, sizeof(*pool));
     if (pool == NULL) {
         return PS_ERR_NO_MEMORY;
     }
     pthread_mutex_init(&pool->lock, NULL);
     pool->refs = 1;
     pool->max_cached_bytes = max_cached_bytes;
+    pool->log = log;
     *pool_p = pool;
     return PS_OK;
 }
 
-void ps__tcp_pool_release(ps__tcp_pool_t *pool)
+void ps_van_rx_pool_release(ps_van_rx_pool_t *pool)
 {
     if (pool != NULL) {
         pool_unref(pool);
@@ -96,7 +102,7 @@ static size_t class_cap(int c)
 /* ps_buf release callback: the buffer goes back to its class. */
 static void pool_put(void *data, size_t length, void *arg)
 {
-    ps__tcp_pool_t *pool = arg;
+    ps_van_rx_pool_t *pool = arg;
     int c = pool_class(length);
     int cached = 0;
     if (c >= 0 && ((size_t)1 << (c + POOL_MIN_SHIFT)) == length) {
@@ -118,7 +124,7 @@ static void pool_put(void *data, size_t length, void *arg)
     pool_unref(pool);
 }
 
-ps_status_t ps__tcp_pool_get(ps__tcp_pool_t *pool, size_t len, ps_slice_t *slice_p)
+ps_status_t ps_van_rx_pool_get(ps_van_rx_pool_t *pool, size_t len, ps_slice_t *slice_p)
 {
     int c = pool_class(len);
     size_t size = c >= 0 ? (size_t)1 << (c + POOL_MIN_SHIFT) : len;
@@ -138,7 +144,7 @@ ps_status_t ps__tcp_pool_get(ps__tcp_pool_t *pool, size_t len, ps_slice_t *slice
         size_t align = size >= ((size_t)1 << POOL_PAGE_SHIFT) ? ((size_t)1 << POOL_PAGE_SHIFT)
                                                               : sizeof(void *) * 2;
         if (posix_memalign(&data, align, size) != 0) {
-            ps_error(PS_LOG_TCP, "cannot allocate a %zu-byte receive buffer", size);
+            ps_error(pool->log, "cannot allocate a %zu-byte receive buffer", size);
             return PS_ERR_NO_MEMORY;
         }
     }
@@ -154,7 +160,7 @@ ps_status_t ps__tcp_pool_get(ps__tcp_pool_t *pool, size_t len, ps_slice_t *slice
     return st;
 }
 
-size_t ps__tcp_pool_cached_bytes(ps__tcp_pool_t *pool)
+size_t ps_van_rx_pool_cached_bytes(ps_van_rx_pool_t *pool)
 {
     pthread_mutex_lock(&pool->lock);
     size_t n = pool->cached_bytes;
