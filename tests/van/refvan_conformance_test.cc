@@ -34,10 +34,6 @@ VanConfig MemConfig()
     c.caps_set = PS_CAP_SAME_HOST_ONLY | PS_CAP_BUSY_POLL;
     c.caps_clear = PS_CAP_REMOTE_WRITE | PS_CAP_MULTI_STREAM;
     c.num_streams = 1;
-    // The small-message lane is optional (van.h) and this van leaves it
-    // out: its messages take the generic path.
-    c.not_applicable["LaneMessagesKeepTheirPlaceAmongOthers"] =
-        "the reference van has no send_lane op";
     return c;
 }
 

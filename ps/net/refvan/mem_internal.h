@@ -47,7 +47,11 @@ typedef struct ps__mem_out {
     size_t off;          /* within the piece */
 } ps__mem_out_t;
 
-enum { PS__MEM_RX_HEADER, PS__MEM_RX_META, PS__MEM_RX_DATA };
+enum { PS__MEM_RX_HEADER, PS__MEM_RX_META, PS__MEM_RX_DATA, PS__MEM_RX_LANE };
+
+/* A lane message in the pipe: PS_LANE_MAGIC (never a frame's first byte),
+ * its length (u16 little-endian), then its bytes, lane header first. */
+#define PS__MEM_LANE_PREFIX 3
 
 typedef struct ps__mem_conn {
     struct ps__mem_van *van;

@@ -1,6 +1,7 @@
 /*
  * The mem van's receive side: a connection's bytes, parsed as they come
- * into frame header, meta and segments. The segments are copied from the
+ * into frame header, meta and segments (or a lane message). The segments
+ * are copied from the
  * pipe straight into the buffers recv_buffer() names, or into slices of
  * the van's own.
  */
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "ps/base/endian.h"
+#include "ps/net/codec/lane.h"
 #include "ps/net/codec/meta_fast.h"
 #include "ps/net/refvan/mem_internal.h"
 
@@ -120,6 +122,20 @@ static ps_status_t on_meta(ps__mem_conn_t *conn)
     return st;
 }
 
+/* rbuf starts a lane message: its length says how much more to read
+ * (the shortest frame's bytes read so far never pass its end). */
+static ps_status_t on_lane_prefix(ps__mem_conn_t *conn)
+{
+    size_t len = ps_get_le16(conn->rbuf + 1);
+    if (len < PS_LANE_HDR_LEN || len > PS_LANE_MAX_BYTES || (!conn->outgoing && !conn->hello_seen)) {
+        ps_error(PS_LOG_VAN, "mem: malformed lane message; closing the connection");
+        return PS_ERR_PROTOCOL;
+    }
+    conn->phase = PS__MEM_RX_LANE;
+    conn->need = PS__MEM_LANE_PREFIX + len;
+    return PS_OK;
+}
+
 /* Copies segment bytes from the pipe; 1 when the message is complete. */
 static int fill_data(ps__mem_conn_t *conn, int *eof_p)
 {
@@ -150,6 +166,13 @@ ps_status_t ps__mem_rx(ps__mem_conn_t *conn, unsigned budget, int *events_p)
             if ((r = fill(conn, &eof)) <= 0) {
                 return r < 0 ? PS_ERR_NO_MEMORY : eof ? PS_ERR_PEER_GONE : PS_OK;
             }
+            if (conn->rbuf[0] == PS_LANE_MAGIC) {
+                ps_status_t st = on_lane_prefix(conn);
+                if (st != PS_OK) {
+                    return st;
+                }
+                continue;
+            }
             size_t need = 0;
             ps_status_t st = ps_frame_header_parse(conn->rbuf, conn->rlen, limits, &conn->hdr, &need);
             if (st == PS_INPROGRESS) {
@@ -172,6 +195,15 @@ ps_status_t ps__mem_rx(ps__mem_conn_t *conn, unsigned budget, int *events_p)
                 return st;
             }
             ++*events_p;
+        } else if (conn->phase == PS__MEM_RX_LANE) {
+            if ((r = fill(conn, &eof)) <= 0) {
+                return r < 0 ? PS_ERR_NO_MEMORY : eof ? PS_ERR_PEER_GONE : PS_OK;
+            }
+            ps_van_deliver_lane(&conn->van->base.cb, PS_LOG_VAN, conn->peer_id,
+                                conn->rbuf + PS__MEM_LANE_PREFIX, conn->rlen - PS__MEM_LANE_PREFIX);
+            ps__mem_rx_reset(conn);
+            ++*events_p;
+            ++done;
         } else {
             if (!fill_data(conn, &eof)) {
                 return eof ? PS_ERR_PEER_GONE : PS_OK;

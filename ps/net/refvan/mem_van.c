@@ -11,6 +11,7 @@
 #include "ps/base/endian.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/frame_encode.h"
+#include "ps/net/codec/lane.h"
 #include "ps/net/refvan/mem_internal.h"
 
 #define PS__MEM_CONNECT_MS 10000
@@ -494,6 +495,27 @@ static ps_status_t mem_set_node_id(ps_van_t *v, int node_id)
     return st;
 }
 
+/* Queues `o` for node `recver`, or frees it: PS_ERR_UNREACHABLE. */
+static ps_status_t queue_to(ps__mem_van_t *van, int recver, ps__mem_out_t *o)
+{
+    pthread_mutex_lock(&van->lock);
+    ps__mem_peer_t *p = ps_van_peer_slots_find(&van->peers, recver);
+    ps__mem_conn_t *c = NULL;
+    if (p != NULL) {
+        /* Ours first, else the peer's to us; then always the same one. */
+        c = p->chosen = p->chosen != NULL ? p->chosen : p->out != NULL ? p->out : p->in;
+    }
+    if (c != NULL) {
+        queue_locked(c, o);
+    }
+    pthread_mutex_unlock(&van->lock);
+    if (c == NULL) {
+        out_free(o);
+        return PS_ERR_UNREACHABLE;
+    }
+    return PS_OK;
+}
+
 static ps_status_t mem_send(ps_van_t *v, const ps_msg_t *msg)
 {
     ps__mem_van_t *van = mem_of(v);
@@ -512,22 +534,27 @@ static ps_status_t mem_send(ps_van_t *v, const ps_msg_t *msg)
     if (st != PS_OK) {
         return st;
     }
-    pthread_mutex_lock(&van->lock);
-    ps__mem_peer_t *p = ps_van_peer_slots_find(&van->peers, msg->meta.recver);
-    ps__mem_conn_t *c = NULL;
-    if (p != NULL) {
-        /* Ours first, else the peer's to us; then always the same one. */
-        c = p->chosen = p->chosen != NULL ? p->chosen : p->out != NULL ? p->out : p->in;
+    return queue_to(van, msg->meta.recver, o);
+}
+
+/* A lane message: its bytes (valid during the call only) copied behind the
+ * van's prefix, queued in order with send()'s frames. */
+static ps_status_t mem_send_lane(ps_van_t *v, int recver, uint8_t *bytes, size_t len)
+{
+    ps__mem_van_t *van = mem_of(v);
+    if (len < PS_LANE_HDR_LEN || len > PS_LANE_MAX_BYTES) {
+        return PS_ERR_INVALID_ARG;
     }
-    if (c != NULL) {
-        queue_locked(c, o);
+    ps__mem_out_t *o = calloc(1, sizeof(*o) + PS__MEM_LANE_PREFIX + len);
+    if (o == NULL) {
+        return PS_ERR_NO_MEMORY;
     }
-    pthread_mutex_unlock(&van->lock);
-    if (c == NULL) {
-        out_free(o);
-        return PS_ERR_UNREACHABLE;
-    }
-    return PS_OK;
+    o->head = (uint8_t *)(o + 1);
+    o->head_len = PS__MEM_LANE_PREFIX + len;
+    o->head[0] = PS_LANE_MAGIC;
+    ps_put_le16(o->head + 1, (uint16_t)len);
+    memcpy(o->head + PS__MEM_LANE_PREFIX, bytes, len);
+    return queue_to(van, recver, o);
 }
 
 static const ps_van_ops_t mem_ops = {
@@ -544,7 +571,7 @@ static const ps_van_ops_t mem_ops = {
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = ps_van_base_stats,
     .progress = ps_van_loop_progress,
-    .send_lane = NULL,
+    .send_lane = mem_send_lane,
 };
 
 static const ps_van_component_t mem_component = {
