@@ -26,11 +26,11 @@
 /* Two byte pipes, one per direction; each end is a connection of one van. */
 typedef struct ps__mem_link {
     pthread_mutex_t lock;
-    uint8_t *ring[2];    /* ring[s]: bytes written by end s */
-    uint64_t head[2];    /* read so far */
-    uint64_t tail[2];    /* written so far */
-    int closed[2];       /* end s went away */
-    int wants_space[2];  /* end s has queued bytes and waits for room */
+    uint8_t *ring[2];       /* ring[s]: bytes written by end s */
+    uint64_t head[2];       /* read so far */
+    uint64_t tail[2];       /* written so far */
+    int closed[2];          /* end s went away */
+    int wants_space[2];     /* end s has queued bytes and waits for room */
     ps_van_loop_t *loop[2]; /* end s's van loop, to kick; NULL once closed */
     int refs;
 } ps__mem_link_t;
@@ -43,11 +43,16 @@ typedef struct ps__mem_out {
     size_t head_len;
     uint32_t num_data;
     ps_slice_t data[PS_MSG_MAX_DATA];
-    uint32_t piece;      /* 0: the head, i + 1: segment i */
-    size_t off;          /* within the piece */
+    uint32_t piece; /* 0: the head, i + 1: segment i */
+    size_t off;     /* within the piece */
 } ps__mem_out_t;
 
-enum { PS__MEM_RX_HEADER, PS__MEM_RX_META, PS__MEM_RX_DATA, PS__MEM_RX_LANE };
+enum {
+    PS__MEM_RX_HEADER,
+    PS__MEM_RX_META,
+    PS__MEM_RX_DATA,
+    PS__MEM_RX_LANE
+};
 
 /* A lane message in the pipe: PS_LANE_MAGIC (never a frame's first byte),
  * its length (u16 little-endian), then its bytes, lane header first. */
@@ -60,7 +65,7 @@ typedef struct ps__mem_conn {
     int outgoing;         /* we dialled it */
     int peer_id;          /* PS_NODE_EMPTY until the peer's hello (incoming) */
     int hello_seen;
-    int closing;          /* disconnect(): close quietly on the loop */
+    int closing; /* disconnect(): close quietly on the loop */
     /* connecting */
     char host[PS_NODE_HOSTNAME_MAX];
     int port;
@@ -106,10 +111,10 @@ typedef struct ps__mem_van {
 /* mem_pipe.c: the listener table and the pipes. */
 ps_status_t ps__mem_listen(ps__mem_van_t *van, const char *host, int port);
 void ps__mem_unlisten(ps__mem_van_t *van);
-/* A link (our end: side 0) to the van listening at host:port, which gets
- * the other end as a new connection. PS_ERR_NOT_FOUND: nobody listens. */
-ps_status_t ps__mem_dial(ps__mem_van_t *van, const char *host, int port,
-                         ps__mem_link_t **link_p);
+/* A link (our end: side 0, kicking `loop`) to the van listening at
+ * host:port, which gets the other end as a new connection.
+ * PS_ERR_NOT_FOUND: nobody listens. */
+ps_status_t ps__mem_dial(ps_van_loop_t *loop, const char *host, int port, ps__mem_link_t **link_p);
 /* Writes what fits of buf[len) into our pipe; kicks the reader. */
 size_t ps__mem_link_write(ps__mem_conn_t *conn, const uint8_t *buf, size_t len);
 /* Reads up to len bytes from the peer's pipe; kicks a writer waiting for

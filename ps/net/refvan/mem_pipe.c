@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ps/net/refvan/mem_internal.h"
+#include "ps/net/refvan/mem_testing.h"
 
 /* Listening vans. A van leaves it (under the lock) before it closes, so a
  * dialler that found one under the lock may hand it a connection. */
@@ -89,8 +90,7 @@ static void link_unref(ps__mem_link_t *l)
     }
 }
 
-ps_status_t ps__mem_dial(ps__mem_van_t *van, const char *host, int port,
-                         ps__mem_link_t **link_p)
+ps_status_t ps__mem_dial(ps_van_loop_t *loop, const char *host, int port, ps__mem_link_t **link_p)
 {
     ps__mem_link_t *l = calloc(1, sizeof(*l));
     if (l == NULL || (l->ring[0] = malloc(PS__MEM_PIPE_BYTES)) == NULL ||
@@ -99,7 +99,7 @@ ps_status_t ps__mem_dial(ps__mem_van_t *van, const char *host, int port,
     }
     pthread_mutex_init(&l->lock, NULL);
     l->refs = 2;
-    l->loop[0] = &van->loop;
+    l->loop[0] = loop;
     ps_status_t st = PS_ERR_NOT_FOUND;
     pthread_mutex_lock(&listeners_lock);
     ps__mem_van_t *lv = find_listener(host, port);
@@ -205,4 +205,45 @@ void ps__mem_link_close(ps__mem_conn_t *conn)
     pthread_mutex_unlock(&l->lock);
     conn->link = NULL;
     link_unref(l);
+}
+
+/* ---- raw ends for tests (mem_testing.h) ---- */
+
+struct ps_mem_raw {
+    ps__mem_conn_t conn; /* link and side only */
+};
+
+ps_status_t ps_mem_raw_dial(const char *host, int port, ps_mem_raw_t **raw_p)
+{
+    ps_mem_raw_t *raw = calloc(1, sizeof(*raw));
+    if (raw == NULL) {
+        return PS_ERR_NO_MEMORY;
+    }
+    ps_status_t st = ps__mem_dial(NULL, host, port, &raw->conn.link);
+    if (st != PS_OK) {
+        free(raw);
+        return st;
+    }
+    *raw_p = raw;
+    return PS_OK;
+}
+
+size_t ps_mem_raw_write(ps_mem_raw_t *raw, const void *buf, size_t len)
+{
+    return ps__mem_link_write(&raw->conn, buf, len);
+}
+
+int ps_mem_raw_closed(ps_mem_raw_t *raw)
+{
+    uint8_t sink[4096];
+    int eof = 0;
+    while (ps__mem_link_read(&raw->conn, sink, sizeof(sink), &eof) != 0 && !eof) {
+    }
+    return eof;
+}
+
+void ps_mem_raw_close(ps_mem_raw_t *raw)
+{
+    ps__mem_link_close(&raw->conn);
+    free(raw);
 }

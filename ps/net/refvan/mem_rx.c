@@ -127,7 +127,8 @@ static ps_status_t on_meta(ps__mem_conn_t *conn)
 static ps_status_t on_lane_prefix(ps__mem_conn_t *conn)
 {
     size_t len = ps_get_le16(conn->rbuf + 1);
-    if (len < PS_LANE_HDR_LEN || len > PS_LANE_MAX_BYTES || (!conn->outgoing && !conn->hello_seen)) {
+    if (len < PS_LANE_HDR_LEN || len > PS_LANE_MAX_BYTES ||
+        (!conn->outgoing && !conn->hello_seen)) {
         ps_error(PS_LOG_VAN, "mem: malformed lane message; closing the connection");
         return PS_ERR_PROTOCOL;
     }
@@ -174,7 +175,8 @@ ps_status_t ps__mem_rx(ps__mem_conn_t *conn, unsigned budget, int *events_p)
                 continue;
             }
             size_t need = 0;
-            ps_status_t st = ps_frame_header_parse(conn->rbuf, conn->rlen, limits, &conn->hdr, &need);
+            ps_status_t st = ps_frame_header_parse(conn->rbuf, conn->rlen, limits, &conn->hdr,
+                                                   &need);
             if (st == PS_INPROGRESS) {
                 conn->need = need;
                 continue;

@@ -51,8 +51,8 @@ static ps_status_t out_new(ps__mem_van_t *van, const ps_meta_t *meta, const ps_m
     }
     uint8_t buf[1024], *head, *heap;
     size_t len;
-    ps_status_t st = ps_frame_encode_head(meta, lens, n, &van->limits, PS_LOG_VAN, buf,
-                                          sizeof(buf), &head, &len, &heap);
+    ps_status_t st = ps_frame_encode_head(meta, lens, n, &van->limits, PS_LOG_VAN, buf, sizeof(buf),
+                                          &head, &len, &heap);
     if (st != PS_OK) {
         return st;
     }
@@ -223,8 +223,8 @@ static void conn_destroy(ps__mem_conn_t *c, ps_status_t why, int report)
 static int poll_dial(ps__mem_conn_t *c, uint64_t now)
 {
     if (now >= c->deadline_ns) {
-        ps_warn(PS_LOG_VAN, "mem: nobody listens at %s:%d for node %d; giving up", c->host,
-                c->port, c->peer_id);
+        ps_warn(PS_LOG_VAN, "mem: nobody listens at %s:%d for node %d; giving up", c->host, c->port,
+                c->peer_id);
         conn_destroy(c, PS_ERR_UNREACHABLE, 1);
         return 1;
     }
@@ -233,7 +233,7 @@ static int poll_dial(ps__mem_conn_t *c, uint64_t now)
     }
     c->next_try_ns = now + PS__MEM_RETRY_NS;
     ps__mem_link_t *link;
-    if (ps__mem_dial(c->van, c->host, c->port, &link) != PS_OK) {
+    if (ps__mem_dial(&c->van->loop, c->host, c->port, &link) != PS_OK) {
         return 0;
     }
     pthread_mutex_lock(&c->van->lock);
