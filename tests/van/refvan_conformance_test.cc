@@ -119,18 +119,19 @@ class MemHostile : public ::testing::Test {
     // Writes `bytes` from a new raw end; whether the van closed it.
     bool Closes(const std::string &bytes)
     {
-        ps_mem_raw_t *raw = nullptr;
-        EXPECT_EQ(ps_mem_raw_dial("127.0.0.1", server.Port(), &raw), PS_OK);
+        ps__mem_test_raw_t *raw = nullptr;
+        EXPECT_EQ(ps__mem_test_raw_dial("127.0.0.1", server.Port(), &raw), PS_OK);
         if (raw == nullptr) {
             return false;
         }
-        EXPECT_EQ(ps_mem_raw_write(raw, bytes.data(), bytes.size()), bytes.size());
+        EXPECT_EQ(ps__mem_test_raw_write(raw, bytes.data(), bytes.size()), bytes.size());
         auto deadline = std::chrono::steady_clock::now() + ps_van_test::kWait;
         bool closed = false;
-        while (!(closed = ps_mem_raw_closed(raw)) && std::chrono::steady_clock::now() < deadline) {
+        while (!(closed = ps__mem_test_raw_closed(raw)) &&
+               std::chrono::steady_clock::now() < deadline) {
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
-        ps_mem_raw_close(raw);
+        ps__mem_test_raw_close(raw);
         return closed;
     }
     ps_van_test::VanBase server;
@@ -149,11 +150,11 @@ TEST_F(MemHostile, EachBadStreamClosesOnlyItsConnection)
     ASSERT_TRUE(server.inbox.WaitFailure(2));
     {
         // A frame cut short by the peer's end: node 9 is gone.
-        ps_mem_raw_t *raw = nullptr;
-        ASSERT_EQ(ps_mem_raw_dial("127.0.0.1", server.Port(), &raw), PS_OK);
+        ps__mem_test_raw_t *raw = nullptr;
+        ASSERT_EQ(ps__mem_test_raw_dial("127.0.0.1", server.Port(), &raw), PS_OK);
         std::string cut = Hello(9) + Data(2, "abc").substr(0, 7);
-        ASSERT_EQ(ps_mem_raw_write(raw, cut.data(), cut.size()), cut.size());
-        ps_mem_raw_close(raw);
+        ASSERT_EQ(ps__mem_test_raw_write(raw, cut.data(), cut.size()), cut.size());
+        ps__mem_test_raw_close(raw);
     }
     ASSERT_TRUE(server.inbox.WaitFailure(3));
     {
@@ -167,10 +168,10 @@ TEST_F(MemHostile, EachBadStreamClosesOnlyItsConnection)
     }
     // The van still serves a well-formed stream, with the sender its hello
     // proved, not the meta's.
-    ps_mem_raw_t *raw = nullptr;
-    ASSERT_EQ(ps_mem_raw_dial("127.0.0.1", server.Port(), &raw), PS_OK);
+    ps__mem_test_raw_t *raw = nullptr;
+    ASSERT_EQ(ps__mem_test_raw_dial("127.0.0.1", server.Port(), &raw), PS_OK);
     std::string ok = Hello(11) + Data(5, "hello");
-    ASSERT_EQ(ps_mem_raw_write(raw, ok.data(), ok.size()), ok.size());
+    ASSERT_EQ(ps__mem_test_raw_write(raw, ok.data(), ok.size()), ok.size());
     ASSERT_TRUE(server.inbox.WaitMsgs(1));
     {
         std::lock_guard<std::mutex> lk(server.inbox.mu);
@@ -180,8 +181,8 @@ TEST_F(MemHostile, EachBadStreamClosesOnlyItsConnection)
         EXPECT_EQ(server.inbox.msgs[0].data[0], "hello");
     }
     server.Close();
-    EXPECT_TRUE(ps_mem_raw_closed(raw));
-    ps_mem_raw_close(raw);
+    EXPECT_TRUE(ps__mem_test_raw_closed(raw));
+    ps__mem_test_raw_close(raw);
 }
 
 } // namespace

@@ -209,13 +209,13 @@ void ps__mem_link_close(ps__mem_conn_t *conn)
 
 /* ---- raw ends for tests (mem_testing.h) ---- */
 
-struct ps_mem_raw {
+struct ps__mem_test_raw {
     ps__mem_conn_t conn; /* link and side only */
 };
 
-ps_status_t ps_mem_raw_dial(const char *host, int port, ps_mem_raw_t **raw_p)
+ps_status_t ps__mem_test_raw_dial(const char *host, int port, ps__mem_test_raw_t **raw_p)
 {
-    ps_mem_raw_t *raw = calloc(1, sizeof(*raw));
+    ps__mem_test_raw_t *raw = calloc(1, sizeof(*raw));
     if (raw == NULL) {
         return PS_ERR_NO_MEMORY;
     }
@@ -228,12 +228,12 @@ ps_status_t ps_mem_raw_dial(const char *host, int port, ps_mem_raw_t **raw_p)
     return PS_OK;
 }
 
-size_t ps_mem_raw_write(ps_mem_raw_t *raw, const void *buf, size_t len)
+size_t ps__mem_test_raw_write(ps__mem_test_raw_t *raw, const void *buf, size_t len)
 {
     return ps__mem_link_write(&raw->conn, buf, len);
 }
 
-int ps_mem_raw_closed(ps_mem_raw_t *raw)
+int ps__mem_test_raw_closed(ps__mem_test_raw_t *raw)
 {
     uint8_t sink[4096];
     int eof = 0;
@@ -242,7 +242,7 @@ int ps_mem_raw_closed(ps_mem_raw_t *raw)
     return eof;
 }
 
-void ps_mem_raw_close(ps_mem_raw_t *raw)
+void ps__mem_test_raw_close(ps__mem_test_raw_t *raw)
 {
     ps__mem_link_close(&raw->conn);
     free(raw);

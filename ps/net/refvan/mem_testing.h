@@ -14,15 +14,15 @@
 extern "C" {
 #endif
 
-typedef struct ps_mem_raw ps_mem_raw_t;
+typedef struct ps__mem_test_raw ps__mem_test_raw_t;
 
 /* PS_ERR_NOT_FOUND when no mem van listens at host:port. */
-ps_status_t ps_mem_raw_dial(const char *host, int port, ps_mem_raw_t **raw_p);
+ps_status_t ps__mem_test_raw_dial(const char *host, int port, ps__mem_test_raw_t **raw_p);
 /* Writes what fits of buf[len) (the pipe is bounded); returns it. */
-size_t ps_mem_raw_write(ps_mem_raw_t *raw, const void *buf, size_t len);
+size_t ps__mem_test_raw_write(ps__mem_test_raw_t *raw, const void *buf, size_t len);
 /* Drops what the van sent; 1 once the van closed its end. */
-int ps_mem_raw_closed(ps_mem_raw_t *raw);
-void ps_mem_raw_close(ps_mem_raw_t *raw);
+int ps__mem_test_raw_closed(ps__mem_test_raw_t *raw);
+void ps__mem_test_raw_close(ps__mem_test_raw_t *raw);
 
 #ifdef __cplusplus
 }
