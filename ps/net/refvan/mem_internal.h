@@ -71,6 +71,7 @@ typedef struct ps__mem_conn {
     int port;
     uint64_t deadline_ns;
     uint64_t next_try_ns;
+    uint32_t backoff_ms;
     /* send queue (van lock) */
     ps__mem_out_t *out_head, *out_tail;
     /* receive state (loop only) */
@@ -104,8 +105,6 @@ typedef struct ps__mem_van {
     int port;
     int64_t queued; /* atomic: messages in send queues */
     uint64_t moved; /* atomic: bytes into pipes */
-    ps_node_t *scratch_nodes;
-    size_t scratch_cap;
 } ps__mem_van_t;
 
 /* mem_pipe.c: the listener table and the pipes. */

@@ -10,11 +10,8 @@
 
 #include "ps/base/endian.h"
 #include "ps/net/codec/lane.h"
-#include "ps/net/codec/meta_fast.h"
 #include "ps/net/refvan/mem_internal.h"
-
-/* A node list is at most this long (the scheduler's view of a job). */
-#define PS__MEM_MAX_NODES 8192
+#include "ps/net/van/rx.h"
 
 void ps__mem_rx_reset(ps__mem_conn_t *conn)
 {
@@ -47,28 +44,17 @@ static int fill(ps__mem_conn_t *conn, int *eof_p)
     return conn->rlen == conn->need;
 }
 
-/* Where segment `i` lands: the caller's buffer when it names one that
- * fits, else a slice of the van's. */
+/* Where segment `i` lands: the caller's buffer when it names one the van
+ * can use (ps_van_recv_dest), else a slice of the van's. */
 static ps_status_t seg_dest(ps__mem_conn_t *conn, uint32_t i)
 {
-    ps_van_base_t *base = &conn->van->base;
     uint64_t len = conn->hdr.data_len[i];
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
-    if (len == 0) {
-        conn->rmsg.data[i] = s;
-        return PS_OK;
+    ps_status_t st = PS_OK;
+    if (len != 0 &&
+        ps_van_recv_dest(&conn->van->base, &conn->rmsg.meta, i, len, 0, &s) == PS_ERR_NOT_FOUND) {
+        st = ps_slice_alloc(len, 0, &s);
     }
-    if (base->cb.recv_buffer != NULL &&
-        base->cb.recv_buffer(base->cb.arg, &conn->rmsg.meta, i, len, &s) == PS_OK) {
-        ps_buf_mem_t kind = ps_slice_mem_kind(&s);
-        if (s.len >= len && (kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM)) {
-            ps_slice_narrow(&s, 0, len);
-            conn->rmsg.data[i] = s;
-            return PS_OK;
-        }
-        ps_slice_unref(&s); /* too small, or not host memory */
-    }
-    ps_status_t st = ps_slice_alloc(len, 0, &s);
     conn->rmsg.data[i] = s;
     return st;
 }
@@ -81,14 +67,9 @@ static ps_status_t on_meta(ps__mem_conn_t *conn)
     const uint8_t *p = conn->rbuf + conn->hdr.header_len;
     size_t len = conn->hdr.meta_len;
     ps_meta_t meta;
-    ps_status_t st = ps_meta_is_fast(p, len)
-                         ? ps_meta_fast_decode(p, len, &meta)
-                         : ps_meta_decode_grow(p, len, &meta, &van->scratch_nodes,
-                                               &van->scratch_cap, PS__MEM_MAX_NODES);
+    ps_status_t st = ps_van_meta_decode(&van->base, p, len, conn->peer_id, NULL, &meta);
     if (st != PS_OK) {
-        ps_error(PS_LOG_VAN, "mem: undecodable meta (%s); closing the connection",
-                 ps_status_str(st));
-        return PS_ERR_PROTOCOL;
+        return st; /* logged */
     }
     if (ps__mem_is_hello(&meta)) {
         int32_t id = (int32_t)ps_get_le32(meta.van_data + 6);

@@ -13,10 +13,9 @@
 #include "ps/net/codec/frame_encode.h"
 #include "ps/net/codec/lane.h"
 #include "ps/net/refvan/mem_internal.h"
+#include "ps/net/van/addr.h"
 
 #define PS__MEM_CONNECT_MS 10000
-/* A dial that found nobody listening is tried again this often. */
-#define PS__MEM_RETRY_NS (10ull * PS_NSEC_PER_MSEC)
 
 static const ps_van_ops_t mem_ops;
 
@@ -231,7 +230,7 @@ static int poll_dial(ps__mem_conn_t *c, uint64_t now)
     if (now < c->next_try_ns) {
         return 0;
     }
-    c->next_try_ns = now + PS__MEM_RETRY_NS;
+    c->next_try_ns = ps_van_connect_backoff(&c->backoff_ms, now);
     ps__mem_link_t *link;
     if (ps__mem_dial(&c->van->loop, c->host, c->port, &link) != PS_OK) {
         return 0;
@@ -344,7 +343,6 @@ static ps_status_t mem_open(const ps_van_params_t *params, const ps_van_callback
         .log = PS_LOG_VAN,
         .busy_poll = params->busy_poll,
         .idle_spin_ns = PS_VAN_LOOP_IDLE_SPIN_NS,
-        .stop_ms = 10000,
     };
     ps_status_t st = ps_van_loop_init(&van->loop, &lp, &mem_loop_ops, van);
     if (st == PS_OK) {
@@ -379,7 +377,7 @@ static void mem_close(ps_van_t *v)
     pthread_mutex_destroy(&van->lock);
     free(van->conns);
     free(van->snap);
-    free(van->scratch_nodes);
+    ps_van_base_fini(&van->base);
     free(van);
 }
 
@@ -403,33 +401,31 @@ static ps_status_t mem_bind(ps_van_t *v, ps_node_t *node, int max_retry)
         return PS_ERR_BAD_STATE;
     }
     const char *host = van->base.params.bind_any ? "" : node->hostname;
-    int port = node->num_ports > 0 ? node->ports[0] : 0;
-    ps_status_t st;
-    if (port != 0) {
-        st = ps__mem_listen(van, host, port);
-    } else {
-        /* A random port in upstream's range, as a network van picks. */
-        do {
-            port = 10000 + (int)(ps_van_random() % 40000);
-            st = ps__mem_listen(van, host, port);
-        } while (st == PS_ERR_ADDRESS_IN_USE && max_retry-- > 0);
+    ps_van_listen_ports_t ports;
+    ps_status_t st = ps_van_listen_ports(node, max_retry, PS_LOG_VAN, &ports);
+    int port = 0;
+    for (int i = 0; st == PS_OK && i < ports.attempts; ++i) {
+        port = ps_van_listen_port(&ports, NULL, NULL, 0);
+        if ((st = ps__mem_listen(van, host, port)) != PS_ERR_ADDRESS_IN_USE) {
+            break;
+        }
     }
     if (st != PS_OK) {
         __atomic_store_n(&van->bound, 0, __ATOMIC_RELEASE);
         return st;
     }
-    node->num_ports = 1;
-    node->ports[0] = port;
+    ps_van_listen_bound(node, port);
     return PS_OK;
 }
 
 static ps_status_t mem_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
 {
     ps__mem_van_t *van = mem_of(v);
-    if (peer->id <= 0 || peer->id >= PS_NODE_EMPTY || peer->num_ports == 0) {
-        return PS_ERR_INVALID_ARG;
+    int port;
+    ps_status_t st = ps_van_peer_port(peer, PS_LOG_VAN, &port);
+    if (st != PS_OK) {
+        return st;
     }
-    ps_status_t st = PS_OK;
     pthread_mutex_lock(&van->lock);
     ps__mem_peer_t *p = peer_get(van, peer->id, 1);
     if (p == NULL) {
@@ -441,7 +437,7 @@ static ps_status_t mem_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
             st = PS_ERR_NO_MEMORY;
         } else {
             snprintf(c->host, sizeof(c->host), "%s", peer->hostname);
-            c->port = peer->ports[0];
+            c->port = port;
             uint64_t ms = (uint64_t)ps_van_connect_timeout_ms(van->base.params.connect_timeout_ms,
                                                               PS__MEM_CONNECT_MS);
             c->deadline_ns = ps_time_now_ns() + ms * PS_NSEC_PER_MSEC;
