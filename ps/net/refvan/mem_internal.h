@@ -13,7 +13,6 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "ps/net/codec/codec.h"
 #include "ps/net/codec/frame.h"
 #include "ps/net/van/base.h"
 #include "ps/net/van/peer_slots.h"
