@@ -336,6 +336,7 @@ static ps_status_t mem_open(const ps_van_params_t *params, const ps_van_callback
         return PS_ERR_NO_MEMORY;
     }
     ps_van_base_init(&van->base, "mem", &mem_ops, PS_LOG_VAN, params, cb);
+    ps_van_base_set_own_tag(&van->base, "PSMEM"); /* its hello, "PSMEMH" */
     van->limits = ps_van_frame_limits(params);
     pthread_mutex_init(&van->lock, NULL);
     ps_van_loop_params_t lp = {
@@ -520,10 +521,6 @@ static ps_status_t mem_send(ps_van_t *v, const ps_msg_t *msg)
     ps_status_t st = ps_van_send_prepare(&van->base, msg, 0, &scratch, &meta);
     if (st != PS_OK) {
         return st;
-    }
-    if (ps__mem_is_hello(meta)) {
-        ps_error(PS_LOG_VAN, "mem: send: van_data carries the van's hello tag; refused");
-        return PS_ERR_INVALID_ARG;
     }
     ps__mem_out_t *o;
     st = out_new(van, meta, msg, &o);

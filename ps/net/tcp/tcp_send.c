@@ -359,10 +359,6 @@ ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg)
         return st;
     }
     int recver = meta->recver;
-    if (ps__tcp_looks_like_hello(meta)) {
-        ps_error(PS_LOG_TCP, "send: van_data carries the tcp van's hello tag");
-        return PS_ERR_INVALID_ARG;
-    }
     uint64_t lens[PS_MSG_MAX_DATA];
     for (uint32_t i = 0; i < msg->num_data; ++i) {
         lens[i] = msg->data[i].len;

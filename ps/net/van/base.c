@@ -26,6 +26,8 @@ void ps_van_base_init(ps_van_base_t *base, const char *name, const ps_van_ops_t 
     base->bytes_recv = 0;
     base->rx_nodes = NULL;
     base->rx_nodes_cap = 0;
+    base->own_tag[0] = '\0';
+    base->own_tag_len = 0;
 }
 
 void ps_van_base_fini(ps_van_base_t *base)
@@ -33,6 +35,8 @@ void ps_van_base_fini(ps_van_base_t *base)
     free(base->rx_nodes);
     base->rx_nodes = NULL;
     base->rx_nodes_cap = 0;
+    base->own_tag[0] = '\0';
+    base->own_tag_len = 0;
 }
 
 void ps_van_base_stats(ps_van_t *van, uint64_t *sent_p, uint64_t *recv_p)
@@ -129,6 +133,17 @@ ps_status_t ps_van_msg_take_meta(ps_msg_t *msg, const ps_meta_t *meta, int sende
     return PS_OK;
 }
 
+void ps_van_base_set_own_tag(ps_van_base_t *base, const char *tag)
+{
+    size_t n = strlen(tag);
+    if (n >= sizeof(base->own_tag)) {
+        n = sizeof(base->own_tag) - 1;
+    }
+    memcpy(base->own_tag, tag, n);
+    base->own_tag[n] = '\0';
+    base->own_tag_len = (uint32_t)n;
+}
+
 ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg, int device_ok,
                                 ps_meta_t *scratch, const ps_meta_t **meta_p)
 {
@@ -138,6 +153,12 @@ ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg, 
     int recver = msg->meta.recver;
     if (recver <= 0 || recver >= PS_NODE_EMPTY) {
         ps_error(base->log, "send: message without a receiver (recver %d)", recver);
+        return PS_ERR_INVALID_ARG;
+    }
+    if (base->own_tag_len != 0 && msg->meta.van_data_len >= base->own_tag_len &&
+        memcmp(msg->meta.van_data, base->own_tag, base->own_tag_len) == 0) {
+        ps_error(base->log, "send: van_data carries the %s van's own tag (%s); refused",
+                 base->handle.name, base->own_tag);
         return PS_ERR_INVALID_ARG;
     }
     for (uint32_t i = 0; i < msg->num_data && !device_ok; ++i) {

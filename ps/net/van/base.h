@@ -31,6 +31,10 @@ typedef struct ps_van_base {
     int my_id;                  /* atomic; PS_NODE_EMPTY until assigned */
     uint64_t bytes_sent;        /* atomic: data bytes handed to the wire */
     uint64_t bytes_recv;        /* atomic: data bytes taken from it */
+    /* The van_data prefix of the van's own messages (its hello, its
+     * handshake): send() refuses a caller's meta that starts with it. */
+    char own_tag[8];
+    uint32_t own_tag_len;
     /* The receiving thread's node list for decoding metas (rx.h): grown
      * as a job's node table needs, freed by ps_van_base_fini(). */
     ps_node_t *rx_nodes;
@@ -42,6 +46,10 @@ typedef struct ps_van_base {
 void ps_van_base_init(ps_van_base_t *base, const char *name, const ps_van_ops_t *ops,
                       ps_log_component_t log, const ps_van_params_t *params,
                       const ps_van_callbacks_t *cb);
+
+/* Sets the van_data prefix of the van's own messages (at most 7 bytes)
+ * that ps_van_send_prepare refuses from a caller. */
+void ps_van_base_set_own_tag(ps_van_base_t *base, const char *tag);
 
 /* Frees what the base holds (the decode scratch); the van frees itself. */
 void ps_van_base_fini(ps_van_base_t *base);
@@ -107,7 +115,8 @@ ps_frame_limits_t ps_van_frame_limits(const ps_van_params_t *params);
 void ps_van_frame_attr(const ps_frame_limits_t *limits, ps_van_attr_t *attr);
 
 /* Send side: the checks every van makes before it encodes, and the meta
- * to encode. PS_ERR_INVALID_ARG for a message without a receiver;
+ * to encode. PS_ERR_INVALID_ARG for a message without a receiver, or
+ * whose van_data starts with the van's own tag (ps_van_base_set_own_tag);
  * PS_ERR_UNSUPPORTED for a device-memory segment unless `device_ok`
  * (logged under the base's component). *meta_p is msg's meta, or
  * `scratch` holding it with the message's node list when the list rides

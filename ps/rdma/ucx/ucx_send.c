@@ -615,10 +615,6 @@ ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
         return st;
     }
     int recver = meta->recver;
-    if (ps__ucx_looks_like_hello(meta)) {
-        ps_error(PS_LOG_UCX, "send: van_data carries the ucx van's hello tag");
-        return PS_ERR_INVALID_ARG;
-    }
     small_msg_t sm;
     st = frame_small(van, meta, msg->data, msg->num_data, &sm);
     if (st != PS_OK) {
