@@ -1,0 +1,238 @@
+/*
+ * One process of a KV job whose workers push from and pull into device
+ * memory (scheduler, servers, workers from DMLC_*, e.g. through
+ * tools/launch/ps_launch.py):
+ *
+ *   kv_device_check KIND [BYTES...]      KIND: cuda | emu
+ *
+ * For each size (default 4 KiB, 1 MiB, 4 MiB) and each path, every worker
+ * pushes its values and, after a barrier of the workers, pulls the sums:
+ *   gpu2gpu  push from device memory, pull into device memory
+ *   cpu2gpu  push from host memory, pull into device memory
+ *   gpu2cpu  push from device memory, pull into host memory
+ * and last a push-pull from device into device memory. Every pulled element
+ * is checked (copied back through the kind's ops) against the sum over the
+ * workers; each line reports the time of the push and of the pull. Prints
+ * PASS/FAIL per process. The servers keep a summing store in host memory.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/app/kv.h"
+#include "ps/base/buffer.h"
+#include "ps/base/time.h"
+#include "ps/gpu/mem.h"
+#include "ps/net/postoffice.h"
+#include "tests/lib/check_node.h"
+
+#define NUM_KEYS 4
+
+static ps_mem_kind_t g_kind;
+static const ps_mem_ops_t *g_ops;
+static size_t g_sizes[16];
+static int g_num_sizes;
+static int g_rounds_done;
+
+/* A slice of `len` bytes in the device kind (device) or host memory. */
+static void *alloc_slice(int device, size_t len, ps_slice_t *slice_p)
+{
+    void *ptr;
+    ps_buf_t *buf;
+    if (device) {
+        CHECK_OK(g_ops->alloc(len, 0, &ptr));
+        CHECK_OK(ps_buf_wrap_mem(ptr, len, (ps_buf_mem_t)g_kind, 0, NULL, NULL, &buf));
+        CHECK_OK(ps_slice_of(buf, 0, len, slice_p));
+        ps_buf_unref(buf);
+    } else {
+        CHECK_OK(ps_slice_alloc(len, 0, slice_p));
+        ptr = ps_slice_ptr(slice_p);
+    }
+    return ptr;
+}
+
+static void free_slice(int device, void *ptr, ps_slice_t *slice)
+{
+    ps_slice_unref(slice);
+    if (device)
+        CHECK_OK(g_ops->free(ptr));
+}
+
+static void fill(int device, void *ptr, const float *host, size_t len)
+{
+    if (device)
+        CHECK_OK(g_ops->copy_from_host(ptr, host, len));
+    else
+        memcpy(ptr, host, len);
+}
+
+static void read_back(int device, const void *ptr, float *host, size_t len)
+{
+    if (device)
+        CHECK_OK(g_ops->copy_to_host(host, ptr, len));
+    else
+        memcpy(host, ptr, len);
+}
+
+/* Element i of worker w's push in round r: small integers, exact in float. */
+static float value(int r, int w, size_t i)
+{
+    return (float)((i * 7 + (size_t)r * 13 + (size_t)w * 3) % 1000);
+}
+
+static double sum_over_workers(int r, int workers, size_t i)
+{
+    double s = 0;
+    for (int w = 0; w < workers; w++)
+        s += value(r, w, i);
+    return s;
+}
+
+static double ms_since(uint64_t t0)
+{
+    return (double)(ps_time_now_ns() - t0) / 1e6;
+}
+
+/* One round: a push from `push_dev` memory, a barrier of the workers, a
+ * pull into `pull_dev` memory (push-pull when `pushpull`), every element
+ * checked. Each round uses its own keys, so the sums start at zero. */
+static void round_trip(ps_postoffice_t *po, ps_kv_worker_t *w, const char *path, size_t bytes,
+                       int push_dev, int pull_dev, int pushpull)
+{
+    int r = g_rounds_done++;
+    int workers = ps_postoffice_num_workers(po);
+    int me = ps_postoffice_my_rank(po);
+    size_t n = bytes / sizeof(float);
+    ps_key_t keys[NUM_KEYS];
+    for (int k = 0; k < NUM_KEYS; k++)
+        keys[k] = (UINT64_MAX / NUM_KEYS) * (uint64_t)k + (uint64_t)r;
+    ps_slice_t keys_slice;
+    CHECK_OK(ps_slice_wrap(keys, sizeof(keys), NULL, NULL, &keys_slice));
+
+    size_t len = n * sizeof(float) * NUM_KEYS;
+    float *host = malloc(len);
+    if (host == NULL)
+        check_fail("out of memory");
+    for (size_t i = 0; i < n * NUM_KEYS; i++)
+        host[i] = value(r, me, i);
+    ps_slice_t src, dst;
+    void *src_ptr = alloc_slice(push_dev, len, &src);
+    void *dst_ptr = alloc_slice(pull_dev, len, &dst);
+    fill(push_dev, src_ptr, host, len);
+
+    ps_kv_pairs_t push = {keys_slice, src, PS_SLICE_EMPTY_INIT, PS_DATA_FLOAT};
+    ps_kv_pairs_t out = {keys_slice, dst, PS_SLICE_EMPTY_INIT, PS_DATA_FLOAT};
+    int ts;
+    double push_ms = 0, pull_ms;
+    uint64_t t0 = ps_time_now_ns();
+    if (pushpull) {
+        /* Each worker's push-pull answers with the sum so far: the workers
+         * go one after another, and the last one sees the whole sum. */
+        for (int turn = 0; turn < workers; turn++) {
+            if (turn == me) {
+                t0 = ps_time_now_ns();
+                CHECK_OK(ps_kv_zpushpull(w, &push, &out, 0, NULL, NULL, &ts));
+                CHECK_OK(ps_kv_wait(w, ts, -1));
+                push_ms = ms_since(t0);
+            }
+            CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_WORKER, -1));
+        }
+        t0 = ps_time_now_ns();
+        CHECK_OK(ps_kv_zpull(w, &out, 0, NULL, NULL, &ts));
+        CHECK_OK(ps_kv_wait(w, ts, -1));
+        pull_ms = ms_since(t0);
+    } else {
+        CHECK_OK(ps_kv_zpush(w, &push, 0, NULL, NULL, &ts));
+        CHECK_OK(ps_kv_wait(w, ts, -1));
+        push_ms = ms_since(t0);
+        CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_WORKER, -1));
+        t0 = ps_time_now_ns();
+        CHECK_OK(ps_kv_zpull(w, &out, 0, NULL, NULL, &ts));
+        CHECK_OK(ps_kv_wait(w, ts, -1));
+        pull_ms = ms_since(t0);
+    }
+    read_back(pull_dev, dst_ptr, host, len);
+    for (size_t i = 0; i < n * NUM_KEYS; i++) {
+        double want = sum_over_workers(r, workers, i);
+        if ((double)host[i] != want)
+            check_fail("%s %zu bytes: element %zu is %g, want %g", path, bytes, i,
+                       (double)host[i], want);
+    }
+    printf("worker %d: %-8s %8zu bytes x %d keys: push %.3f ms, pull %.3f ms, %zu sums checked\n",
+           me, path, bytes, NUM_KEYS, push_ms, pull_ms, n * NUM_KEYS);
+    free(host);
+    free_slice(push_dev, src_ptr, &src);
+    free_slice(pull_dev, dst_ptr, &dst);
+    ps_slice_unref(&keys_slice);
+}
+
+static void run_worker(ps_postoffice_t *po)
+{
+    ps_kv_worker_t *w;
+    CHECK_OK(ps_kv_worker_create(po, 0, 0, &w));
+    for (int s = 0; s < g_num_sizes; s++) {
+        round_trip(po, w, "gpu2gpu", g_sizes[s], 1, 1, 0);
+        round_trip(po, w, "cpu2gpu", g_sizes[s], 0, 1, 0);
+        round_trip(po, w, "gpu2cpu", g_sizes[s], 1, 0, 0);
+        round_trip(po, w, "pushpull", g_sizes[s], 1, 1, 1);
+    }
+    ps_kv_worker_destroy(w);
+}
+
+static void run_server(ps_postoffice_t *po)
+{
+    ps_kv_store_t *store;
+    ps_kv_server_t *server;
+    CHECK_OK(ps_kv_store_create(&store));
+    CHECK_OK(ps_kv_server_create(po, 0, ps_kv_store_handler, store, &server));
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, -1));
+    ps_kv_server_destroy(server);
+    ps_kv_store_destroy(store);
+}
+
+static void run_scheduler(ps_postoffice_t *po)
+{
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, -1));
+}
+
+static void worker_then_barrier(ps_postoffice_t *po)
+{
+    run_worker(po);
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, -1));
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2 || (strcmp(argv[1], "cuda") != 0 && strcmp(argv[1], "emu") != 0)) {
+        fprintf(stderr, "usage: kv_device_check cuda|emu [BYTES...]\n");
+        return 2;
+    }
+    g_kind = strcmp(argv[1], "cuda") == 0 ? PS_MEM_CUDA : PS_MEM_EMU;
+    for (int i = 2; i < argc && g_num_sizes < 16; i++) {
+        long long v = atoll(argv[i]);
+        if (v <= 0 || v % (long long)sizeof(float) != 0) {
+            fprintf(stderr, "kv_device_check: %s is not a positive multiple of 4\n", argv[i]);
+            return 2;
+        }
+        g_sizes[g_num_sizes++] = (size_t)v;
+    }
+    if (g_num_sizes == 0) {
+        g_sizes[0] = 4096;
+        g_sizes[1] = 1 << 20;
+        g_sizes[2] = 4 << 20;
+        g_num_sizes = 3;
+    }
+    ps_postoffice_t *po = check_node_start();
+    if (strcmp(check_role, "worker") == 0) {
+        if (!ps_mem_kind_linked(g_kind))
+            check_fail("the %s memory kind is not linked into this binary", argv[1]);
+        g_ops = ps_mem_ops(g_kind);
+        CHECK_OK(g_ops->init());
+    }
+    check_node_run(po, worker_then_barrier, run_server, run_scheduler);
+    printf("PASS %s %d: %s device memory, %d rounds\n", check_role, check_rank, argv[1],
+           g_rounds_done);
+    return 0;
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The GPU checks, as one script for a machine with a GPU and no Bazel: it
+# runs binaries built elsewhere and prints what docs/GPU.md records.
+#
+#   tools/gpu_check.sh pack DIR     (here, after a build) copies the
+#                                    binaries, the launcher and this script
+#                                    into DIR, to carry to the GPU host
+#   DIR/gpu_check.sh run [KIND]     (there) runs every check; KIND cuda
+#                                    (default) or emu, which runs the same
+#                                    checks on the emulated device here
+#
+# The checks, each bounded in time, each with its data verified:
+#   - the requires-gpu test binaries (the CUDA memory kind's own test, the
+#     CUDA runtime probe);
+#   - a KV job (scheduler, 2 servers, 2 workers) over tcp and over shm whose
+#     workers push from and pull into device memory at 4 KiB, 1 MiB and
+#     4 MiB: gpu2gpu, cpu2gpu, gpu2cpu and a device push-pull, every sum
+#     checked (tests/app/kv_device_check.c; the vans move host memory, so
+#     device memory is copied once each way).
+# Exit status 0 when every check passed, 1 otherwise; a check whose device
+# is missing says so and counts as failed (this script exists to run them).
+set -uo pipefail
+
+BINARIES=(
+  tests/app/kv_device_check
+  ps/gpu/mem_cuda_device_test
+  tests/deps/cuda_device_test
+)
+
+pack() {
+  local out=$1 bin
+  bin=$(bazel info --dynamic_mode=off bazel-bin 2>/dev/null) || { echo "gpu_check: no bazel here"; return 1; }
+  # Static links of ps's own libraries: the GPU host has no build tree.
+  bazel build --dynamic_mode=off //tests/app:kv_device_check //ps/gpu:mem_cuda_device_test \
+    //tests/deps:cuda_device_test || return 1
+  mkdir -p "$out/bin"
+  for b in "${BINARIES[@]}"; do cp "$bin/$b" "$out/bin/" || return 1; done
+  cp tools/launch/ps_launch.py "$0" "$out/" || return 1
+  echo "packed into $out: $(ls "$out/bin" | tr '\n' ' ')"
+}
+
+failed=0
+step() { echo; echo "== $*"; }
+verdict() {  # verdict NAME STATUS
+  if [ "$2" -eq 0 ]; then echo "PASSED: $1"; else echo "FAILED: $1 (status $2)"; failed=1; fi
+}
+
+run() {
+  local kind=${1:-cuda} here
+  here=$(cd "$(dirname "$0")" && pwd)
+  local bin=$here/bin launcher=$here/ps_launch.py
+  echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), memory kind $kind"
+  if [ "$kind" = cuda ]; then
+    step "the device"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 ||
+      { echo "no nvidia-smi or no GPU"; failed=1; }
+    for t in mem_cuda_device_test cuda_device_test; do
+      step "$t"
+      local out rc
+      out=$(timeout 120 "$bin/$t" 2>&1)
+      rc=$?
+      echo "$out" | tail -15
+      # A test without its device reports itself skipped: here that fails.
+      if [ "$rc" -eq 0 ] && grep -q "SKIPPED" <<<"$out"; then rc=1; fi
+      verdict "$t" "$rc"
+    done
+  fi
+  for van in tcp shm; do
+    step "KV job over $van, $kind memory: 2 workers x 2 servers"
+    local env=()
+    [ "$van" = shm ] && env=(DMLC_ENABLE_RDMA=shm PS_JOB_ID="gpu-check-$$")
+    local log
+    log=$(mktemp)
+    env "${env[@]}" timeout 240 python3 "$launcher" -s 2 -w 2 --timeout 200 -- \
+      "$bin/kv_device_check" "$kind" >"$log" 2>&1
+    local rc=$?
+    grep -E "push .* pull |PASS|FAIL" "$log"
+    local passes
+    passes=$(grep -c "PASS \(scheduler\|server\|worker\)" "$log")
+    [ "$rc" -eq 0 ] && [ "$passes" -eq 5 ] || { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }
+    verdict "KV $van $kind" "$rc"
+    rm -f "$log"
+  done
+  echo
+  if [ "$failed" -eq 0 ]; then echo "gpu_check: every check passed"; else echo "gpu_check: some checks FAILED"; fi
+  return "$failed"
+}
+
+case ${1:-} in
+  pack) [ $# -eq 2 ] || { sed -n 2,12p "$0"; exit 2; }; pack "$2" ;;
+  run) run "${2:-cuda}" ;;
+  *) sed -n 2,20p "$0"; exit 2 ;;
+esac
