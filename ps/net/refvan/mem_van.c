@@ -255,7 +255,9 @@ static int mem_poll(void *arg, unsigned budget)
         }
     }
     int n = van->num_conns < van->cap_snap ? van->num_conns : van->cap_snap;
-    memcpy(van->snap, van->conns, (size_t)n * sizeof(*van->snap));
+    if (n > 0) {
+        memcpy(van->snap, van->conns, (size_t)n * sizeof(*van->snap)); /* snap is NULL until then */
+    }
     pthread_mutex_unlock(&van->lock);
 
     int events = 0;
