@@ -22,7 +22,6 @@
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
-#include "ps/gpu/mem.h"
 #include "ps/net/caps.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"

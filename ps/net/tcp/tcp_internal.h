@@ -353,7 +353,11 @@ ps_status_t ps__tcp_encode_hello(ps__tcp_van_t *van, int my_id, uint64_t nonce, 
 /* 1 if the decoded meta is a hello; fills its fields. */
 int ps__tcp_parse_hello(const ps_meta_t *meta, uint64_t *nonce_p, int *stream_p,
                         int *nstreams_p);
-/* 1 if a message's van_data could be mistaken for a hello. */
+/* The van_data prefix of the van's own frames: its hello ("PSTCPH") and
+ * its job-secret handshake ("PSTCPA"), which send() refuses from a caller
+ * (ps_van_base_set_own_tag). */
+#define PS__TCP_OWN_TAG "PSTCP"
+/* 1 if a message's van_data starts with PS__TCP_OWN_TAG. */
 int ps__tcp_looks_like_hello(const ps_meta_t *meta);
 
 #endif /* PS_NET_TCP_TCP_INTERNAL_H_ */

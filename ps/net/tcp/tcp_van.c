@@ -289,8 +289,7 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
         return PS_ERR_NO_MEMORY;
     }
     ps_van_base_init(&van->base, "tcp", &tcp_ops, PS_LOG_TCP, params, cb);
-    /* Its hello ("PSTCPH") and its handshake frames ("PSTCPA"). */
-    ps_van_base_set_own_tag(&van->base, "PSTCP");
+    ps_van_base_set_own_tag(&van->base, PS__TCP_OWN_TAG);
     van->base.handle.loop = &van->loop;
     van->base.params.connect_timeout_ms =
         ps_van_connect_timeout_ms(van->base.params.connect_timeout_ms, PS__TCP_DEFAULT_CONNECT_MS);

@@ -66,10 +66,8 @@ ps_status_t ps__tcp_encode_hello(ps__tcp_van_t *van, int my_id, uint64_t nonce, 
 
 int ps__tcp_looks_like_hello(const ps_meta_t *meta)
 {
-    /* "PSTCP": the hello's tag and the job-secret handshake's ("PSTCPA",
-     * tcp_auth.c) alike, so send() refuses both. */
-    return meta->van_data_len >= HELLO_TAG_LEN - 1 &&
-           memcmp(meta->van_data, HELLO_TAG, HELLO_TAG_LEN - 1) == 0;
+    const size_t n = sizeof(PS__TCP_OWN_TAG) - 1;
+    return meta->van_data_len >= n && memcmp(meta->van_data, PS__TCP_OWN_TAG, n) == 0;
 }
 
 int ps__tcp_parse_hello(const ps_meta_t *meta, uint64_t *nonce_p, int *stream_p,

@@ -20,8 +20,8 @@
 
 #define HS_MAGIC "PSUX"
 #define HS_VERSION 2
-#define HELLO_TAG "PSUCXH"
-#define HELLO_TAG_LEN 6
+#define HELLO_TAG PS__UCX_HELLO_TAG
+#define HELLO_TAG_LEN (sizeof(PS__UCX_HELLO_TAG) - 1)
 #define HELLO_VERSION 1
 #define HELLO_LEN (HELLO_TAG_LEN + 1)
 

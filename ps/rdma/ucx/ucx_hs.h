@@ -33,8 +33,10 @@ int ps__ucx_hs_parse(const uint8_t *in, size_t len, int *type_p, int *node_id_p,
 void ps__ucx_hello_meta(ps_meta_t *meta, int my_id);
 /* 1 when meta is such a re-announcement (of this version, no control). */
 int ps__ucx_is_hello(const ps_meta_t *meta);
-/* 1 when meta's van_data carries the re-announcement's tag (any version):
- * send() refuses it from a caller. */
+/* The tag of the van's hello (the re-announcement), which send() refuses
+ * from a caller (ps_van_base_set_own_tag). */
+#define PS__UCX_HELLO_TAG "PSUCXH"
+/* 1 when meta's van_data carries PS__UCX_HELLO_TAG (any version). */
 int ps__ucx_looks_like_hello(const ps_meta_t *meta);
 
 #endif /* PS_RDMA_UCX_UCX_HS_H_ */

@@ -292,7 +292,7 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
         return PS_ERR_NO_MEMORY;
     }
     ps_van_base_init(&van->base, "ucx", &ucx_ops, PS_LOG_UCX, params, cb);
-    ps_van_base_set_own_tag(&van->base, "PSUCXH"); /* its hello */
+    ps_van_base_set_own_tag(&van->base, PS__UCX_HELLO_TAG);
     van->base.handle.loop = &van->loop;
     van->base.params.connect_timeout_ms =
         ps_van_connect_timeout_ms(van->base.params.connect_timeout_ms, PS__UCX_DEFAULT_CONNECT_MS);
