@@ -12,17 +12,23 @@
 # The checks, each bounded in time, each with its data verified:
 #   - the requires-gpu test binaries (the CUDA memory kind's own test, the
 #     CUDA runtime probe);
+#   - the kind's copy bandwidth (tools/bench/mem_bw.c: cudaMemcpy to and
+#     from pageable and pinned host memory, device to device, chunked on
+#     two streams), the reference for staged traffic;
 #   - a KV job (scheduler, 2 servers, 2 workers) over tcp and over shm whose
 #     workers push from and pull into device memory at 4 KiB, 1 MiB and
-#     4 MiB: gpu2gpu, cpu2gpu, gpu2cpu and a device push-pull, every sum
-#     checked (tests/app/kv_device_check.c; the vans move host memory, so
-#     device memory is copied once each way).
+#     4 MiB: cpu2cpu (the host reference of the same run), gpu2gpu,
+#     cpu2gpu, gpu2cpu, and a push-pull from host and from device memory,
+#     every sum checked, each time the median of GPU_CHECK_REPS rounds
+#     (default 5; tests/app/kv_device_check.c; the vans move host memory,
+#     so device memory is staged through pinned host buffers).
 # Exit status 0 when every check passed, 1 otherwise; a check whose device
 # is missing says so and counts as failed (this script exists to run them).
 set -uo pipefail
 
 BINARIES=(
   tests/app/kv_device_check
+  tools/bench/mem_bw
   ps/gpu/mem_cuda_device_test
   tests/deps/cuda_device_test
 )
@@ -31,12 +37,19 @@ pack() {
   local out=$1 bin
   bin=$(bazel info --dynamic_mode=off bazel-bin 2>/dev/null) || { echo "gpu_check: no bazel here"; return 1; }
   # Static links of ps's own libraries: the GPU host has no build tree.
-  bazel build --dynamic_mode=off //tests/app:kv_device_check //ps/gpu:mem_cuda_device_test \
+  bazel build --dynamic_mode=off //tests/app:kv_device_check //tools/bench:mem_bw \
+    //ps/gpu:mem_cuda_device_test \
     //tests/deps:cuda_device_test || return 1
   mkdir -p "$out/bin"
   for b in "${BINARIES[@]}"; do cp "$bin/$b" "$out/bin/" || return 1; done
+  # The shared libraries they need beyond the C and C++ runtimes (libsodium),
+  # which the GPU host may lack.
+  mkdir -p "$out/lib"
+  ldd "$out"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+    grep -v -E '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" "$out/lib/" || exit 1; done || return 1
   cp tools/launch/ps_launch.py "$0" "$out/" || return 1
-  echo "packed into $out: $(ls "$out/bin" | tr '\n' ' ')"
+  echo "packed into $out: $(ls "$out/bin" "$out/lib" | tr '\n' ' ')"
 }
 
 failed=0
@@ -46,9 +59,10 @@ verdict() {  # verdict NAME STATUS
 }
 
 run() {
-  local kind=${1:-cuda} here
+  local kind=${1:-cuda} reps=${GPU_CHECK_REPS:-5} here
   here=$(cd "$(dirname "$0")" && pwd)
   local bin=$here/bin launcher=$here/ps_launch.py
+  export LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), memory kind $kind"
   if [ "$kind" = cuda ]; then
     step "the device"
@@ -65,6 +79,9 @@ run() {
       verdict "$t" "$rc"
     done
   fi
+  step "copy bandwidth of the $kind kind"
+  timeout 60 "$bin/mem_bw" "$kind" -r 20
+  verdict "mem_bw $kind" $?
   for van in tcp shm; do
     step "KV job over $van, $kind memory: 2 workers x 2 servers"
     local env=()
@@ -72,7 +89,7 @@ run() {
     local log
     log=$(mktemp)
     env "${env[@]}" timeout 240 python3 "$launcher" -s 2 -w 2 --timeout 200 -- \
-      "$bin/kv_device_check" "$kind" >"$log" 2>&1
+      "$bin/kv_device_check" "$kind" -r "$reps" >"$log" 2>&1
     local rc=$?
     grep -E "push .* pull |PASS|FAIL" "$log"
     local passes

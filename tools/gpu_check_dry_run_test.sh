@@ -3,20 +3,23 @@
 # (the script, the launcher, bin/), with the KV device check built here, so
 # the script that a GPU host runs is itself tested on every build.
 #
-#   gpu_check_dry_run_test.sh GPU_CHECK LAUNCHER KV_DEVICE_CHECK
+#   gpu_check_dry_run_test.sh GPU_CHECK LAUNCHER KV_DEVICE_CHECK MEM_BW
 set -uo pipefail
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/gpu_check.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/bin"
-cp "$1" "$dir/gpu_check.sh" && cp "$2" "$dir/ps_launch.py" && cp "$3" "$dir/bin/" || exit 1
+cp "$1" "$dir/gpu_check.sh" && cp "$2" "$dir/ps_launch.py" && cp "$3" "$4" "$dir/bin/" || exit 1
 chmod +x "$dir/gpu_check.sh"
-out=$("$dir/gpu_check.sh" run emu 2>&1)
+out=$(GPU_CHECK_REPS=1 "$dir/gpu_check.sh" run emu 2>&1)
 rc=$?
 echo "$out"
-# Both jobs ran every path at every size: 2 workers x 2 vans x 3 sizes x 4.
+# Both jobs ran every path at every size: 2 workers x 2 vans x 3 sizes x 6,
+# and the bandwidth table has its 3 sizes.
 lines=$(grep -c "worker [01]: .* push .* pull .*sums checked" <<<"$out")
-if [ "$rc" -ne 0 ] || [ "$lines" -ne 48 ] || ! grep -q "every check passed" <<<"$out"; then
-  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 48 round lines"
+bw=$(grep -c "bytes: d2h pageable .* GB/s" <<<"$out")
+if [ "$rc" -ne 0 ] || [ "$lines" -ne 72 ] || [ "$bw" -ne 3 ] ||
+  ! grep -q "every check passed" <<<"$out"; then
+  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 72 round lines, $bw of 3 bandwidth lines"
   exit 1
 fi
 echo "PASSED: gpu_check.sh run emu ($lines rounds checked)"

@@ -4,6 +4,7 @@
 #include "ps/app/host_stage.h"
 
 #include "ps/gpu/mem.h"
+#include "ps/gpu/stage_pool.h"
 
 static const ps_mem_ops_t *kind_ops(const ps_slice_t *slice)
 {
@@ -17,11 +18,12 @@ ps_status_t ps__app_sendable(const ps_slice_t *src, int device_ok, ps_slice_t *o
         return PS_OK;
     }
     ps_slice_t host;
-    ps_status_t st = ps_slice_alloc(src->len, 0, &host);
+    ps_mem_kind_t kind = ps_buf_mem_ops_kind((ps_buf_mem_t)src->buf->mem_kind);
+    ps_status_t st = ps_stage_pool_get(kind, src->len, &host);
     if (st != PS_OK) {
         return st;
     }
-    st = kind_ops(src)->copy_to_host(ps_slice_ptr(&host), ps_slice_ptr(src), src->len);
+    st = ps_mem_ops(kind)->copy_to_host(ps_slice_ptr(&host), ps_slice_ptr(src), src->len);
     if (st != PS_OK) {
         ps_slice_unref(&host);
         return st;

@@ -20,7 +20,9 @@ extern "C" {
 #endif
 
 /* A slice the van can send: a new reference to `src` when it is in host
- * memory or `device_ok`, else a host copy of it (synchronous). */
+ * memory or `device_ok`, else a host copy of it (synchronous) in a pinned
+ * staging buffer (ps/gpu/stage_pool.h), which goes back to its pool when the
+ * last reference to the slice goes. */
 ps_status_t ps__app_sendable(const ps_slice_t *src, int device_ok, ps_slice_t *out_p);
 
 /* Writes `len` host bytes at `off` into `dest`, whatever its memory kind

@@ -859,6 +859,10 @@ static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, int ts,
     return st;
 }
 
+static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
+                                  const kv_part_t *p, int push, const ps_slice_t *vals_in,
+                                  const ps_slice_t *lens_in, ps_data_type_t type, int cmd);
+
 /* Sends one server's message of request `r`. */
 static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const kv_part_t *p,
                              const ps_kv_pairs_t *push, const ps_kv_slice_t *push_slice,
@@ -880,9 +884,29 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
     } else if (p->lens.len) {
         lens = p->lens;
     }
-    if (st != PS_OK)
-        return st;
-    st = send_part_lane(w, r, ts, p, push != NULL, &vals, &lens, type, cmd);
+    ps_slice_t staged = PS_SLICE_EMPTY_INIT;
+    if (st == PS_OK && push && !w->device_ok && !ps_slice_in_host_mem(&vals)) {
+        /* Device values through a van that moves host memory only: this
+         * server's share goes out of a pinned host copy made just before
+         * its send, so copying the next share overlaps this one's send
+         * (the van holds the copy while it needs it). */
+        if ((st = ps__app_sendable(&vals, 0, &staged)) == PS_OK)
+            vals = staged;
+    }
+    if (st == PS_OK)
+        st = send_part_host(w, r, ts, p, push != NULL, &vals, &lens, type, cmd);
+    ps_slice_unref(&staged);
+    return st;
+}
+
+/* send_part once the values are in host memory (or the van takes device
+ * memory): the small lane when the share fits there, else a message. */
+static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
+                                  const kv_part_t *p, int push, const ps_slice_t *vals_in,
+                                  const ps_slice_t *lens_in, ps_data_type_t type, int cmd)
+{
+    ps_slice_t vals = *vals_in, lens = *lens_in;
+    ps_status_t st = send_part_lane(w, r, ts, p, push, &vals, &lens, type, cmd);
     if (st != PS_ERR_UNSUPPORTED)
         return st;
 
@@ -892,7 +916,7 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
     msg.meta.customer_id = w->customer_id;
     msg.meta.timestamp = ts;
     msg.meta.request = true;
-    msg.meta.push = push != NULL;
+    msg.meta.push = push != 0;
     msg.meta.pull = r->pull != 0;
     msg.meta.head = cmd;
     msg.meta.recver = p->server_id;
@@ -934,16 +958,8 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
     if ((push && (st = check_pairs(push, "push")) != PS_OK) ||
         (out && (st = check_pairs(out, "pull")) != PS_OK))
         return st;
-    if (ps_likely(!push || w->device_ok || ps_slice_in_host_mem(&push->vals)))
-        return issue_checked(w, push, out, cmd, done, arg, ts_p);
-    /* Device memory the van cannot send from: the values go out of a host
-     * copy, which the vans hold while they need it. */
-    ps_kv_pairs_t staged = *push;
-    if ((st = ps__app_sendable(&push->vals, 0, &staged.vals)) != PS_OK)
-        return st;
-    st = issue_checked(w, &staged, out, cmd, done, arg, ts_p);
-    ps_slice_unref(&staged.vals);
-    return st;
+    /* Device values are staged per server, in send_part. */
+    return issue_checked(w, push, out, cmd, done, arg, ts_p);
 }
 
 static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,

@@ -208,7 +208,10 @@ static ps_status_t emu_map(emu_alloc_t *a)
         ps_error(PS_LOG_GPU, "emu: mmap of %zu bytes failed: %m", a->map_len);
         return PS_ERR_NO_MEMORY;
     }
-    void *alias = mmap(NULL, a->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+    /* Populated at once, as a device allocation is backed when it is made:
+     * first-touch faults would otherwise land in the copies being timed. */
+    void *alias = mmap(NULL, a->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                       a->fd, 0);
     if (alias == MAP_FAILED) {
         ps_error(PS_LOG_GPU, "emu: mmap of %zu bytes failed: %m", a->map_len);
         munmap(user, a->map_len);

@@ -3,17 +3,21 @@
  * memory (scheduler, servers, workers from DMLC_*, e.g. through
  * tools/launch/ps_launch.py):
  *
- *   kv_device_check KIND [BYTES...]      KIND: cuda | emu
+ *   kv_device_check KIND [-r REPS] [BYTES...]      KIND: cuda | emu
  *
  * For each size (default 4 KiB, 1 MiB, 4 MiB) and each path, every worker
  * pushes its values and, after a barrier of the workers, pulls the sums:
+ *   cpu2cpu  host memory both ways: the reference the others compare to
  *   gpu2gpu  push from device memory, pull into device memory
  *   cpu2gpu  push from host memory, pull into device memory
  *   gpu2cpu  push from device memory, pull into host memory
- * and last a push-pull from device into device memory. Every pulled element
+ *   cpu_pp   push-pull from and into host memory, the reference for
+ *   gpu_pp   push-pull from and into device memory.
+ * Every pulled element
  * is checked (copied back through the kind's ops) against the sum over the
- * workers; each line reports the time of the push and of the pull. Prints
- * PASS/FAIL per process. The servers keep a summing store in host memory.
+ * workers; each line reports the time of the push and of the pull, the
+ * median over REPS rounds (default 1), each round with keys of its own.
+ * Prints PASS/FAIL per process. The servers keep a summing store in host memory.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +38,7 @@ static const ps_mem_ops_t *g_ops;
 static size_t g_sizes[16];
 static int g_num_sizes;
 static int g_rounds_done;
+static int g_reps = 1;
 
 /* A slice of `len` bytes in the device kind (device) or host memory. */
 static void *alloc_slice(int device, size_t len, ps_slice_t *slice_p)
@@ -98,7 +103,8 @@ static double ms_since(uint64_t t0)
  * pull into `pull_dev` memory (push-pull when `pushpull`), every element
  * checked. Each round uses its own keys, so the sums start at zero. */
 static void round_trip(ps_postoffice_t *po, ps_kv_worker_t *w, const char *path, size_t bytes,
-                       int push_dev, int pull_dev, int pushpull)
+                       int push_dev, int pull_dev, int pushpull, double *push_ms_p,
+                       double *pull_ms_p)
 {
     int r = g_rounds_done++;
     int workers = ps_postoffice_num_workers(po);
@@ -159,24 +165,63 @@ static void round_trip(ps_postoffice_t *po, ps_kv_worker_t *w, const char *path,
             check_fail("%s %zu bytes: element %zu is %g, want %g", path, bytes, i,
                        (double)host[i], want);
     }
-    printf("worker %d: %-8s %8zu bytes x %d keys: push %.3f ms, pull %.3f ms, %zu sums checked\n",
-           me, path, bytes, NUM_KEYS, push_ms, pull_ms, n * NUM_KEYS);
+    *push_ms_p = push_ms;
+    *pull_ms_p = pull_ms;
     free(host);
     free_slice(push_dev, src_ptr, &src);
     free_slice(pull_dev, dst_ptr, &dst);
     ps_slice_unref(&keys_slice);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The paths, in the order each repetition runs them. */
+static const struct {
+    const char *name;
+    int push_dev, pull_dev, pushpull;
+} k_paths[] = {
+    {"cpu2cpu", 0, 0, 0}, {"gpu2gpu", 1, 1, 0}, {"cpu2gpu", 0, 1, 0},
+    {"gpu2cpu", 1, 0, 0}, {"cpu_pp", 0, 0, 1},  {"gpu_pp", 1, 1, 1},
+};
+#define NUM_PATHS (sizeof(k_paths) / sizeof(k_paths[0]))
+
+/* g_reps rounds of every path at one size, the paths taking turns so that
+ * none gets the warm-up or a quiet spell alone; prints the medians. */
+static void measure(ps_postoffice_t *po, ps_kv_worker_t *w, size_t bytes)
+{
+    double push[NUM_PATHS][64], pull[NUM_PATHS][64];
+    for (int i = 0; i < g_reps; i++) {
+        for (size_t p = 0; p < NUM_PATHS; p++)
+            round_trip(po, w, k_paths[p].name, bytes, k_paths[p].push_dev, k_paths[p].pull_dev,
+                       k_paths[p].pushpull, &push[p][i], &pull[p][i]);
+    }
+    size_t n = bytes / sizeof(float) * NUM_KEYS;
+    for (size_t p = 0; p < NUM_PATHS; p++) {
+        double push_ms = median(push[p], g_reps), pull_ms = median(pull[p], g_reps);
+        printf("worker %d: %-8s %8zu bytes x %d keys: push %.3f ms, pull %.3f ms "
+               "(%.2f / %.2f GB/s, median of %d), %zu sums checked each\n",
+               ps_postoffice_my_rank(po), k_paths[p].name, bytes, NUM_KEYS, push_ms, pull_ms,
+               (double)(bytes * NUM_KEYS) / (push_ms * 1e6),
+               (double)(bytes * NUM_KEYS) / (pull_ms * 1e6), g_reps, n);
+    }
+}
+
 static void run_worker(ps_postoffice_t *po)
 {
     ps_kv_worker_t *w;
     CHECK_OK(ps_kv_worker_create(po, 0, 0, &w));
-    for (int s = 0; s < g_num_sizes; s++) {
-        round_trip(po, w, "gpu2gpu", g_sizes[s], 1, 1, 0);
-        round_trip(po, w, "cpu2gpu", g_sizes[s], 0, 1, 0);
-        round_trip(po, w, "gpu2cpu", g_sizes[s], 1, 0, 0);
-        round_trip(po, w, "pushpull", g_sizes[s], 1, 1, 1);
-    }
+    for (int s = 0; s < g_num_sizes; s++)
+        measure(po, w, g_sizes[s]);
     ps_kv_worker_destroy(w);
 }
 
@@ -206,11 +251,19 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2 || (strcmp(argv[1], "cuda") != 0 && strcmp(argv[1], "emu") != 0)) {
-        fprintf(stderr, "usage: kv_device_check cuda|emu [BYTES...]\n");
+        fprintf(stderr, "usage: kv_device_check cuda|emu [-r REPS] [BYTES...]\n");
         return 2;
     }
     g_kind = strcmp(argv[1], "cuda") == 0 ? PS_MEM_CUDA : PS_MEM_EMU;
     for (int i = 2; i < argc && g_num_sizes < 16; i++) {
+        if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) {
+            g_reps = atoi(argv[++i]);
+            if (g_reps < 1 || g_reps > 64) {
+                fprintf(stderr, "kv_device_check: -r takes 1 to 64\n");
+                return 2;
+            }
+            continue;
+        }
         long long v = atoll(argv[i]);
         if (v <= 0 || v % (long long)sizeof(float) != 0) {
             fprintf(stderr, "kv_device_check: %s is not a positive multiple of 4\n", argv[i]);
