@@ -121,6 +121,27 @@ ps_status_t ps_kv_zpushpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
                             const ps_kv_pairs_t *out, int cmd,
                             ps_kv_done_func_t done, void *arg, int *ts_p);
 
+/* When pushed device values are ready: the push is sent once `event` (a
+ * ps_mem_event_h of the values' memory kind, ps/gpu/mem.h, recorded by the
+ * caller) completed, or once the work queued so far on `stream` (the kind's
+ * stream, a cudaStream_t for CUDA; ps records an event on it during the
+ * call) is done. Neither set, or host values: ready at the call. The call
+ * returns at once either way; a thread of the worker polls the event, so
+ * neither the caller nor a van's progress loop waits on the device. Pushes
+ * waiting so go out in the order they were made. One whose data is not
+ * ready within PS_REQUEST_TIMEOUT_MS fails with PS_ERR_TIMED_OUT, unsent. */
+typedef struct ps_kv_ready {
+    struct ps_mem_event *event;
+    void *stream;
+} ps_kv_ready_t;
+
+ps_status_t ps_kv_zpush_when(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs,
+                             const ps_kv_ready_t *ready, int cmd, ps_kv_done_func_t done,
+                             void *arg, int *ts_p);
+ps_status_t ps_kv_zpushpull_when(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
+                                 const ps_kv_pairs_t *out, const ps_kv_ready_t *ready, int cmd,
+                                 ps_kv_done_func_t done, void *arg, int *ts_p);
+
 /* Blocks until request ts completed; timeout_ms < 0 = PS_REQUEST_TIMEOUT_MS.
  * Returns PS_OK or why not (timed out, peer gone, shut down, ...). */
 ps_status_t ps_kv_wait(ps_kv_worker_t *worker, int ts, int timeout_ms);

@@ -26,12 +26,14 @@
 #include "ps/app/kv_error.h"
 #include "ps/app/kv_lane.h"
 #include "ps/app/kv_slicer.h"
+#include "ps/app/ready_queue.h"
 #include "ps/base/buffer.h"
 #include "ps/base/log.h"
 #include "ps/base/mpool.h"
 #include "ps/base/stage_trace.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
+#include "ps/gpu/mem.h"
 #include "ps/net/caps.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
@@ -61,6 +63,7 @@ typedef struct kv_req {
     atomic_int holders;
     struct ps_kv_worker *w;
     atomic_int fired;     /* the completion callback ran */
+    atomic_int ended;     /* the customer ended it (worker_done ran) */
     int pull;
     size_t elem_size;
     size_t uniform_bytes; /* per-key value bytes of a pull without lens */
@@ -96,6 +99,9 @@ struct ps_kv_worker {
     /* Requests (with their num_servers parts) come from here: a pool get
      * and put cost a fifth of a calloc and free, on every request. */
     ps_mpool_t reqs;
+    /* Pushes waiting for their readiness event (made on the first such
+     * push, under `lock`; NULL until then). */
+    _Atomic(ps__ready_queue_t *) ready;
     /* One freed request kept aside (NULL when none), taken and given back
      * with one atomic exchange: one request at a time (a latency loop)
      * then never takes the pool's lock. */
@@ -278,6 +284,7 @@ static void worker_done(void *arg, ps_customer_t *customer, int ts, void *ctx,
      * be writing into the caller's buffer. */
     if (status != PS_OK && r->pull && atomic_load(&r->holders) > 0)
         draining_add(w, ts, r);
+    atomic_store(&r->ended, 1);
     fire_callback(r, ts, status);
     req_unref(w, r); /* the tracker's reference */
     outstanding_drop(w);
@@ -749,6 +756,8 @@ ps_status_t ps_kv_worker_destroy_timed(ps_kv_worker_t *w, int timeout_ms)
     if (left)
         ps_warn(PS_LOG_APP, "kv worker app %d: %zu requests still outstanding at destroy",
                 w->app_id, left);
+    /* Pushes still waiting for their data fail with PS_ERR_SHUTDOWN. */
+    ps__ready_queue_destroy(atomic_exchange(&w->ready, NULL));
 
     /* Fails what is still outstanding with PS_ERR_SHUTDOWN: worker_done
      * runs for each and drops its reference. */
@@ -939,17 +948,151 @@ static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
     return ps_postoffice_send(w->po, &msg);
 }
 
+/* Sends every server's share of request `r`; a failed send fails the
+ * request (its callback and ps_kv_wait say why). */
+static void send_parts(ps_kv_worker_t *w, kv_req_t *r, int ts, const ps_kv_pairs_t *push,
+                       const ps_kv_slice_t *push_slices, ps_data_type_t type, int cmd)
+{
+    for (int i = 0; i < r->num_parts; i++) {
+        kv_part_t *p = &r->parts[i];
+        if (!p->server_id)
+            continue;
+        ps_status_t st = send_part(w, r, ts, p, push, push ? &push_slices[i] : NULL, type, cmd);
+        atomic_fetch_add_explicit(&w->n_messages, 1, memory_order_relaxed);
+        if (st != PS_OK) {
+            ps_customer_fail_request(w->customer, ts, st);
+            break;
+        }
+    }
+}
+
+/* A request whose pushed values are not ready yet: what send_parts needs
+ * later, with references on the slices and the request. */
+typedef struct {
+    ps_kv_worker_t *w;
+    kv_req_t *r;
+    int ts;
+    int cmd;
+    ps_data_type_t type;
+    ps_kv_pairs_t push;
+    ps_kv_slice_t slices[];
+} kv_deferred_t;
+
+/* On the ready queue's thread: the values are ready (why PS_OK), or the
+ * request ends without being sent. A request that ended meanwhile
+ * (ps_kv_cancel, a dead server, destroy) is not sent. (One that ends
+ * while its messages go out may still reach a server; its answers are
+ * not taken.) */
+static void deferred_run(void *arg, ps_status_t why)
+{
+    kv_deferred_t *d = arg;
+    if (why != PS_OK) {
+        ps_warn(PS_LOG_APP, "kv push %d: not sent, its data never became ready: %s", d->ts,
+                ps_status_str(why));
+        ps_customer_fail_request(d->w->customer, d->ts, why);
+    } else if (!atomic_load(&d->r->ended)) {
+        send_parts(d->w, d->r, d->ts, &d->push, d->slices, d->type, d->cmd);
+    }
+    ps_slice_unref(&d->push.keys);
+    ps_slice_unref(&d->push.vals);
+    ps_slice_unref(&d->push.lens);
+    req_unref(d->w, d->r);
+    free(d);
+}
+
+static ps_status_t ready_queue_of(ps_kv_worker_t *w, ps__ready_queue_t **queue_p)
+{
+    ps__ready_queue_t *q = atomic_load(&w->ready);
+    ps_status_t st = PS_OK;
+    if (q == NULL) {
+        ps_mutex_lock(&w->lock);
+        q = atomic_load(&w->ready);
+        if (q == NULL && (st = ps__ready_queue_create(&q)) == PS_OK)
+            atomic_store(&w->ready, q);
+        ps_mutex_unlock(&w->lock);
+    }
+    *queue_p = q;
+    return st;
+}
+
+/* Queues request `r`'s sends behind `ready`, which the queue owns from
+ * then on when `own`; on failure the event stays the caller's. */
+static ps_status_t defer_sends(ps_kv_worker_t *w, kv_req_t *r, int ts, const ps_kv_pairs_t *push,
+                               const ps_kv_slice_t *push_slices, ps_data_type_t type, int cmd,
+                               ps_mem_event_h ready, bool own)
+{
+    ps__ready_queue_t *q;
+    size_t n = (size_t)r->num_parts;
+    kv_deferred_t *d = malloc(sizeof(*d) + n * sizeof(d->slices[0]));
+    ps_status_t st = d ? ready_queue_of(w, &q) : PS_ERR_NO_MEMORY;
+    if (st == PS_OK) {
+        *d = (kv_deferred_t){.w = w, .r = r, .ts = ts, .cmd = cmd, .type = type};
+        d->push.keys = ps_slice_ref(&push->keys);
+        d->push.vals = ps_slice_ref(&push->vals);
+        d->push.lens = ps_slice_ref(&push->lens);
+        d->push.type = push->type;
+        memcpy(d->slices, push_slices, n * sizeof(d->slices[0]));
+        atomic_fetch_add(&r->refs, 1);
+        st = ps__ready_queue_add(q, ready, own, w->request_timeout_ms, deferred_run, d);
+        if (st == PS_OK)
+            return PS_OK;
+        ps_slice_unref(&d->push.keys);
+        ps_slice_unref(&d->push.vals);
+        ps_slice_unref(&d->push.lens);
+        atomic_fetch_sub(&r->refs, 1); /* never the last: issue's own stays */
+    }
+    free(d);
+    return st;
+}
+
 /* Servers whose per-request scratch issue() keeps on its stack. */
 #define ISSUE_STACK_SERVERS 16
 
 /* The common path of push, pull and push-pull. `push` is the data pushed
  * (NULL for a pull); `out` the destination of a pull (NULL for a push). */
 static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
-                                 const ps_kv_pairs_t *out, int cmd, ps_kv_done_func_t done,
-                                 void *arg, int *ts_p);
+                                 const ps_kv_pairs_t *out, ps_mem_event_h ready, bool *own_ready_p,
+                                 int cmd, ps_kv_done_func_t done, void *arg, int *ts_p);
+
+/* The event a push waits for (NULL: none, or already complete), made from
+ * ps_kv_ready_t; *own_p when ps made it (recorded on the caller's stream). */
+static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *ready,
+                               ps_mem_event_h *event_p, bool *own_p)
+{
+    *event_p = NULL;
+    *own_p = false;
+    if (ready == NULL || (ready->event == NULL && ready->stream == NULL) ||
+        ps_slice_in_host_mem(&push->vals))
+        return PS_OK; /* host memory is ready when the call is made */
+    ps_mem_event_h ev = ready->event;
+    if (ev == NULL) {
+        ps_mem_kind_t kind = ps_buf_mem_ops_kind((ps_buf_mem_t)push->vals.buf->mem_kind);
+        const ps_mem_ops_t *ops = ps_mem_ops(kind);
+        ps_status_t st = ops->event_create(push->vals.buf->device, &ev);
+        if (st == PS_OK && (st = ops->event_record(ev, ready->stream)) != PS_OK)
+            (void)ops->event_destroy(ev);
+        if (st != PS_OK) {
+            ps_error(PS_LOG_APP, "kv push: cannot record a readiness event on the caller's "
+                     "stream: %s", ps_status_str(st));
+            return st;
+        }
+        *own_p = true;
+    }
+    ps_status_t st = ps_mem_event_query(ev);
+    if (st == PS_INPROGRESS) {
+        *event_p = ev;
+        return PS_OK;
+    }
+    if (*own_p)
+        (void)ps_mem_event_destroy(ev);
+    if (st != PS_OK)
+        ps_error(PS_LOG_APP, "kv push: its readiness event failed: %s", ps_status_str(st));
+    return st; /* PS_OK: complete already, sent at once */
+}
 
 static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_kv_pairs_t *out,
-                         int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
+                         const ps_kv_ready_t *ready, int cmd, ps_kv_done_func_t done, void *arg,
+                         int *ts_p)
 {
     ps_status_t st;
     ps_stage_begin();
@@ -958,13 +1101,20 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
     if ((push && (st = check_pairs(push, "push")) != PS_OK) ||
         (out && (st = check_pairs(out, "pull")) != PS_OK))
         return st;
+    ps_mem_event_h ev = NULL;
+    bool own = false;
+    if (push && ready && (st = ready_event(push, ready, &ev, &own)) != PS_OK)
+        return st;
     /* Device values are staged per server, in send_part. */
-    return issue_checked(w, push, out, cmd, done, arg, ts_p);
+    st = issue_checked(w, push, out, ev, &own, cmd, done, arg, ts_p);
+    if (own)
+        (void)ps_mem_event_destroy(ev); /* not handed to the ready queue */
+    return st;
 }
 
 static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
-                                 const ps_kv_pairs_t *out, int cmd, ps_kv_done_func_t done,
-                                 void *arg, int *ts_p)
+                                 const ps_kv_pairs_t *out, ps_mem_event_h ready, bool *own_ready_p,
+                                 int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
 {
     const ps_kv_pairs_t *req = push ? push : out;
     ps_status_t st;
@@ -1077,16 +1227,14 @@ static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
         fire_callback(r, ts, PS_OK);
         ps_customer_add_response(w->customer, ts, 1);
     }
-    for (int i = 0; i < ns; i++) {
-        kv_part_t *p = &r->parts[i];
-        if (!p->server_id)
-            continue;
-        st = send_part(w, r, ts, p, push, push ? &push_slices[i] : NULL, req->type, cmd);
-        atomic_fetch_add_explicit(&w->n_messages, 1, memory_order_relaxed);
-        if (st != PS_OK) {
+    if (ready != NULL) {
+        st = defer_sends(w, r, ts, push, push_slices, req->type, cmd, ready, *own_ready_p);
+        if (st == PS_OK)
+            *own_ready_p = false; /* the queue's now */
+        else
             ps_customer_fail_request(w->customer, ts, st);
-            break;
-        }
+    } else {
+        send_parts(w, r, ts, push, push_slices, req->type, cmd);
     }
     release_retired(w); /* while the messages travel */
     atomic_fetch_add_explicit(&w->n_requests, 1, memory_order_relaxed);
@@ -1146,7 +1294,7 @@ ps_status_t ps_kv_push(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_
         unref_pairs(&kvs);
         return st;
     }
-    st = issue(worker, &kvs, NULL, cmd, done, arg, ts_p);
+    st = issue(worker, &kvs, NULL, NULL, cmd, done, arg, ts_p);
     unref_pairs(&kvs);
     return st;
 }
@@ -1168,7 +1316,7 @@ ps_status_t ps_kv_pull(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_
         unref_pairs(&kvs);
         return st;
     }
-    st = issue(worker, NULL, &kvs, cmd, done, arg, ts_p);
+    st = issue(worker, NULL, &kvs, NULL, cmd, done, arg, ts_p);
     unref_pairs(&kvs);
     return st;
 }
@@ -1178,7 +1326,7 @@ ps_status_t ps_kv_zpush(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cm
 {
     if (!kvs)
         return PS_ERR_INVALID_ARG;
-    return issue(worker, kvs, NULL, cmd, done, arg, ts_p);
+    return issue(worker, kvs, NULL, NULL, cmd, done, arg, ts_p);
 }
 
 ps_status_t ps_kv_zpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cmd,
@@ -1186,7 +1334,7 @@ ps_status_t ps_kv_zpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cm
 {
     if (!kvs)
         return PS_ERR_INVALID_ARG;
-    return issue(worker, NULL, kvs, cmd, done, arg, ts_p);
+    return issue(worker, NULL, kvs, NULL, cmd, done, arg, ts_p);
 }
 
 ps_status_t ps_kv_zpushpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
@@ -1195,7 +1343,25 @@ ps_status_t ps_kv_zpushpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
 {
     if (!push || !out)
         return PS_ERR_INVALID_ARG;
-    return issue(worker, push, out, cmd, done, arg, ts_p);
+    return issue(worker, push, out, NULL, cmd, done, arg, ts_p);
+}
+
+ps_status_t ps_kv_zpush_when(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs,
+                             const ps_kv_ready_t *ready, int cmd, ps_kv_done_func_t done,
+                             void *arg, int *ts_p)
+{
+    if (!kvs)
+        return PS_ERR_INVALID_ARG;
+    return issue(worker, kvs, NULL, ready, cmd, done, arg, ts_p);
+}
+
+ps_status_t ps_kv_zpushpull_when(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
+                                 const ps_kv_pairs_t *out, const ps_kv_ready_t *ready, int cmd,
+                                 ps_kv_done_func_t done, void *arg, int *ts_p)
+{
+    if (!push || !out)
+        return PS_ERR_INVALID_ARG;
+    return issue(worker, push, out, ready, cmd, done, arg, ts_p);
 }
 
 ps_status_t ps_kv_wait(ps_kv_worker_t *worker, int ts, int timeout_ms)

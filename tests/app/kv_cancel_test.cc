@@ -88,7 +88,7 @@ class KvCancel : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override
     {
-        small_job_opts_t o = {GetParam().c_str(), 0, 0};
+        small_job_opts_t o = {GetParam().c_str(), 0, 0, 0};
         ASSERT_EQ(PS_OK, small_job_start(&o, po_));
         ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 0, Stalling::Handle,
                                              &server_, &srv_));

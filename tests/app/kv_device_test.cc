@@ -58,7 +58,7 @@ class KvDevice : public ::testing::TestWithParam<std::tuple<std::string, size_t>
     {
         ASSERT_TRUE(ps_mem_kind_linked(PS_MEM_EMU));
         ASSERT_EQ(PS_OK, ps_mem_ops(PS_MEM_EMU)->init());
-        small_job_opts_t o = {std::get<0>(GetParam()).c_str(), 0, 0};
+        small_job_opts_t o = {std::get<0>(GetParam()).c_str(), 0, 0, 0};
         ASSERT_EQ(PS_OK, small_job_start(&o, po_));
         ASSERT_EQ(PS_OK, ps_kv_store_create(&store_));
         ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 0, ps_kv_store_handler,

@@ -61,7 +61,7 @@ class KvError : public ::testing::TestWithParam<std::tuple<std::string, size_t>>
   protected:
     void SetUp() override
     {
-        small_job_opts_t o = {std::get<0>(GetParam()).c_str(), 0, 0};
+        small_job_opts_t o = {std::get<0>(GetParam()).c_str(), 0, 0, 0};
         ASSERT_EQ(PS_OK, small_job_start(&o, po_));
         ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 0, Handle, &handled_, &srv_));
         ASSERT_EQ(PS_OK, ps_kv_worker_create(po_[SMALL_JOB_WORKER], 0, 0, &w_));

@@ -67,6 +67,8 @@ ps_status_t small_job_start(const small_job_opts_t *opts, ps_postoffice_t *po[SM
             p->busy_poll = opts->worker_busy_poll;
             if (opts->worker_finalize_ms > 0)
                 p->finalize_timeout_ms = opts->worker_finalize_ms;
+            if (opts->worker_request_ms > 0)
+                p->request_timeout_ms = opts->worker_request_ms;
         }
         calls[i].do_barrier = 1;
         calls[i].po_p = &po[i];

@@ -19,6 +19,7 @@ typedef struct {
     const char *van;        /* "tcp", "shm", ... */
     int worker_busy_poll;   /* PS_BUSY_POLL on the worker */
     int worker_finalize_ms; /* the worker's finalize_timeout_ms; 0: 15 s */
+    int worker_request_ms;  /* the worker's request_timeout_ms; 0: the default */
 } small_job_opts_t;
 
 /* Starts the three with the start barrier (15 s deadline); PS_OK when all

@@ -32,7 +32,7 @@ struct Job {
 
     explicit Job(bool busy_poll, int worker_finalize_ms = 0)
     {
-        small_job_opts_t o = {"tcp", busy_poll ? 1 : 0, worker_finalize_ms};
+        small_job_opts_t o = {"tcp", busy_poll ? 1 : 0, worker_finalize_ms, 0};
         st = small_job_start(&o, po);
     }
     bool ok() const { return st == PS_OK; }

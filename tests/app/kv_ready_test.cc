@@ -1,0 +1,254 @@
+// Pushes that carry a readiness event: the values are written on a device
+// stream after a delay, and the push must carry what the stream wrote, not
+// what the memory held at the call. On the emulated device (its streams run
+// on threads of their own), over tcp and shm.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "ps/app/kv.h"
+#include "ps/base/buffer.h"
+#include "ps/base/time.h"
+#include "ps/gpu/mem.h"
+#include "ps/net/postoffice.h"
+#include "tests/lib/small_job.h"
+}
+
+namespace {
+
+constexpr size_t kFloats = 1 << 16;  // 256 KiB: messages, not the small lane
+constexpr size_t kBytes = kFloats * sizeof(float);
+
+const ps_mem_ops_t *Emu() { return ps_mem_ops(PS_MEM_EMU); }
+
+// Sleeps on the stream's thread: the work queued after it waits.
+void SleepOnStream(void *arg) { ps_sleep_ms(*static_cast<int *>(arg)); }
+
+// Blocks the stream until released: an event that does not complete.
+struct Gate {
+    std::atomic<bool> open{false};
+    static void Wait(void *arg)
+    {
+        auto *g = static_cast<Gate *>(arg);
+        while (!g->open.load())
+            ps_sleep_ms(1);
+    }
+};
+
+class KvReady : public ::testing::TestWithParam<std::string> {
+  protected:
+    void Start(int request_ms)
+    {
+        ASSERT_EQ(PS_OK, Emu()->init());
+        small_job_opts_t o = {GetParam().c_str(), 0, 0, request_ms};
+        ASSERT_EQ(PS_OK, small_job_start(&o, po_));
+        ASSERT_EQ(PS_OK, ps_kv_store_create(&store_));
+        ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 0, ps_kv_store_handler,
+                                             store_, &srv_));
+        ASSERT_EQ(PS_OK, ps_kv_worker_create(po_[SMALL_JOB_WORKER], 0, 0, &w_));
+        ASSERT_EQ(PS_OK, Emu()->alloc(kBytes, 0, &dev_));
+        ps_buf_t *buf;
+        ASSERT_EQ(PS_OK, ps_buf_wrap_mem(dev_, kBytes, (ps_buf_mem_t)PS_MEM_EMU, 0, nullptr,
+                                         nullptr, &buf));
+        ASSERT_EQ(PS_OK, ps_slice_of(buf, 0, kBytes, &vals_));
+        ps_buf_unref(buf);
+        ASSERT_EQ(PS_OK, ps_slice_wrap(&key_, sizeof(key_), nullptr, nullptr, &keys_));
+        ASSERT_EQ(PS_OK, Emu()->memset(dev_, 0, kBytes));
+        ASSERT_EQ(PS_OK, Emu()->stream_create(0, &stream_));
+    }
+    void TearDown() override
+    {
+        if (w_ != nullptr)
+            ps_kv_worker_destroy(w_);
+        if (srv_ != nullptr)
+            ps_kv_server_destroy(srv_);
+        if (store_ != nullptr)
+            ps_kv_store_destroy(store_);
+        small_job_finalize(po_, 1);
+        ps_slice_unref(&keys_);
+        ps_slice_unref(&vals_);
+        if (stream_ != nullptr)
+            Emu()->stream_destroy(stream_);
+        if (dev_ != nullptr)
+            Emu()->free(dev_);
+    }
+    // The stream writes `byte` into every byte of the values after `ms`.
+    void FillLater(int *ms, int byte)
+    {
+        ASSERT_EQ(PS_OK, Emu()->launch_host_func(stream_, SleepOnStream, ms));
+        ASSERT_EQ(PS_OK, Emu()->memset_async(dev_, byte, kBytes, stream_));
+    }
+    // Waits until the stream's work is done.
+    void DrainStream()
+    {
+        ps_mem_event_h ev;
+        ASSERT_EQ(PS_OK, Emu()->event_create(0, &ev));
+        ASSERT_EQ(PS_OK, Emu()->event_record(ev, stream_));
+        ASSERT_EQ(PS_OK, ps_mem_event_wait(ev, 10000));
+        ASSERT_EQ(PS_OK, Emu()->event_destroy(ev));
+    }
+    // What the server holds for the key, pulled into host memory.
+    std::vector<unsigned char> Pull()
+    {
+        std::vector<unsigned char> got(kBytes);
+        int ts;
+        EXPECT_EQ(PS_OK, ps_kv_pull(w_, &key_, 1, got.data(), kBytes, nullptr, PS_DATA_UINT8,
+                                    0, nullptr, nullptr, &ts));
+        EXPECT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
+        return got;
+    }
+    ps_kv_pairs_t Pairs() { return {keys_, vals_, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8}; }
+
+    ps_postoffice_t *po_[SMALL_JOB_NODES] = {nullptr, nullptr, nullptr};
+    ps_kv_store_t *store_ = nullptr;
+    ps_kv_server_t *srv_ = nullptr;
+    ps_kv_worker_t *w_ = nullptr;
+    ps_key_t key_ = 7;
+    ps_slice_t keys_ = PS_SLICE_EMPTY_INIT, vals_ = PS_SLICE_EMPTY_INIT;
+    void *dev_ = nullptr;
+    void *stream_ = nullptr;
+};
+
+TEST_P(KvReady, PushOnAStreamCarriesWhatTheStreamWrote)
+{
+    Start(0);
+    int ms = 300;
+    FillLater(&ms, 3);
+    ps_kv_ready_t ready = {nullptr, stream_};
+    ps_kv_pairs_t push = Pairs();
+    int ts;
+    uint64_t t0 = ps_time_now_ns();
+    ASSERT_EQ(PS_OK, ps_kv_zpush_when(w_, &push, &ready, 0, nullptr, nullptr, &ts));
+    EXPECT_LT(ps_time_now_ns() - t0, 150000000u) << "the call waited for the stream";
+    ASSERT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
+    EXPECT_GE(ps_time_now_ns() - t0, 290000000u) << "sent before the data was ready";
+    std::vector<unsigned char> got = Pull();
+    for (size_t i = 0; i < kBytes; i++)
+        ASSERT_EQ(3, got[i]) << "byte " << i;
+}
+
+TEST_P(KvReady, PushWithTheCallersEventAndPushPull)
+{
+    Start(0);
+    ps_mem_event_h ev;
+    ASSERT_EQ(PS_OK, Emu()->event_create(0, &ev));
+    int ms = 200;
+    FillLater(&ms, 2);
+    ASSERT_EQ(PS_OK, Emu()->event_record(ev, stream_));
+    ps_kv_ready_t ready = {ev, nullptr};
+    ps_kv_pairs_t push = Pairs();
+    int ts;
+    ASSERT_EQ(PS_OK, ps_kv_zpush_when(w_, &push, &ready, 0, nullptr, nullptr, &ts));
+    ASSERT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
+
+    // A push-pull behind a later fill: the answer is 2 + 1 in every byte.
+    FillLater(&ms, 1);
+    ASSERT_EQ(PS_OK, Emu()->event_record(ev, stream_));
+    std::vector<unsigned char> out(kBytes);
+    ps_slice_t out_slice;
+    ASSERT_EQ(PS_OK, ps_slice_wrap(out.data(), kBytes, nullptr, nullptr, &out_slice));
+    ps_kv_pairs_t pp_out = {keys_, out_slice, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
+    ASSERT_EQ(PS_OK, ps_kv_zpushpull_when(w_, &push, &pp_out, &ready, 0, nullptr, nullptr, &ts));
+    ASSERT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
+    for (size_t i = 0; i < kBytes; i++)
+        ASSERT_EQ(3, out[i]) << "byte " << i;
+    ps_slice_unref(&out_slice);
+    EXPECT_EQ(PS_OK, Emu()->event_destroy(ev));
+}
+
+TEST_P(KvReady, DataNeverReadyFailsWithinTheRequestTimeoutUnsent)
+{
+    Start(400);
+    Gate gate;
+    ASSERT_EQ(PS_OK, Emu()->launch_host_func(stream_, Gate::Wait, &gate));
+    ASSERT_EQ(PS_OK, Emu()->memset_async(dev_, 9, kBytes, stream_));
+    ps_kv_ready_t ready = {nullptr, stream_};
+    ps_kv_pairs_t push = Pairs();
+    int ts;
+    ASSERT_EQ(PS_OK, ps_kv_zpush_when(w_, &push, &ready, 0, nullptr, nullptr, &ts));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_kv_wait(w_, ts, 10000));
+    gate.open = true;
+    DrainStream();
+    // Then one ordinary push of ones: the server holds ones only.
+    ASSERT_EQ(PS_OK, Emu()->memset(dev_, 1, kBytes));
+    ASSERT_EQ(PS_OK, ps_kv_zpush(w_, &push, 0, nullptr, nullptr, &ts));
+    ASSERT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
+    std::vector<unsigned char> got = Pull();
+    for (size_t i = 0; i < kBytes; i++)
+        ASSERT_EQ(1, got[i]) << "byte " << i;
+}
+
+TEST_P(KvReady, CancelledWhileWaitingIsNeverSent)
+{
+    Start(0);
+    Gate gate;
+    ASSERT_EQ(PS_OK, Emu()->launch_host_func(stream_, Gate::Wait, &gate));
+    ASSERT_EQ(PS_OK, Emu()->memset_async(dev_, 5, kBytes, stream_));
+    ps_kv_ready_t ready = {nullptr, stream_};
+    ps_kv_pairs_t push = Pairs();
+    int ts;
+    ASSERT_EQ(PS_OK, ps_kv_zpush_when(w_, &push, &ready, 0, nullptr, nullptr, &ts));
+    ASSERT_EQ(PS_OK, ps_kv_cancel(w_, ts, 1000));
+    EXPECT_EQ(PS_ERR_CANCELLED, ps_kv_wait(w_, ts, 1000));
+    gate.open = true;
+    DrainStream();
+    ps_sleep_ms(50);  // the event completed: the cancelled push had its turn
+    // Then one ordinary push of ones: the server holds ones only.
+    ASSERT_EQ(PS_OK, Emu()->memset(dev_, 1, kBytes));
+    ASSERT_EQ(PS_OK, ps_kv_zpush(w_, &push, 0, nullptr, nullptr, &ts));
+    ASSERT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
+    std::vector<unsigned char> got = Pull();
+    for (size_t i = 0; i < kBytes; i++)
+        ASSERT_EQ(1, got[i]) << "byte " << i;
+}
+
+TEST_P(KvReady, HostValuesAndNoEventGoAtOnce)
+{
+    Start(0);
+    std::vector<unsigned char> host(kBytes, 4);
+    ps_slice_t host_slice;
+    ASSERT_EQ(PS_OK, ps_slice_wrap(host.data(), kBytes, nullptr, nullptr, &host_slice));
+    ps_kv_pairs_t push = {keys_, host_slice, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
+    ps_kv_ready_t ready = {nullptr, stream_};  // host memory: nothing to wait for
+    int ts;
+    ASSERT_EQ(PS_OK, ps_kv_zpush_when(w_, &push, &ready, 0, nullptr, nullptr, &ts));
+    ASSERT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
+    ps_kv_ready_t none = {nullptr, nullptr};
+    ASSERT_EQ(PS_OK, ps_kv_zpush_when(w_, &push, &none, 0, nullptr, nullptr, &ts));
+    ASSERT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
+    std::vector<unsigned char> got = Pull();
+    for (size_t i = 0; i < kBytes; i++)
+        ASSERT_EQ(8, got[i]) << "byte " << i;
+    ps_slice_unref(&host_slice);
+}
+
+TEST_P(KvReady, DestroyFailsAPushStillWaiting)
+{
+    Start(0);
+    Gate gate;
+    ASSERT_EQ(PS_OK, Emu()->launch_host_func(stream_, Gate::Wait, &gate));
+    ps_kv_ready_t ready = {nullptr, stream_};
+    ps_kv_pairs_t push = Pairs();
+    std::atomic<int> why{1};
+    int ts;
+    ASSERT_EQ(PS_OK, ps_kv_zpush_when(
+                         w_, &push, &ready, 0,
+                         [](void *arg, int, ps_status_t st) {
+                             static_cast<std::atomic<int> *>(arg)->store(st);
+                         },
+                         &why, &ts));
+    EXPECT_EQ(PS_OK, ps_kv_worker_destroy_timed(w_, 300));
+    w_ = nullptr;
+    EXPECT_EQ(PS_ERR_SHUTDOWN, why.load());
+    gate.open = true;
+    DrainStream(); // the stream's thread is done with the gate
+}
+
+INSTANTIATE_TEST_SUITE_P(Vans, KvReady, ::testing::Values("tcp", "shm"),
+                         [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });
+
+}  // namespace
