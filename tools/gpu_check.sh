@@ -22,6 +22,9 @@
 #     every sum checked, each time the median of GPU_CHECK_REPS rounds
 #     (default 5; tests/app/kv_device_check.c; the vans move host memory,
 #     so device memory is staged through pinned host buffers).
+#     Last, each worker pushes data a stream writes 50 ms late (a host
+#     function sleeping, then an asynchronous memset) with the stream as its
+#     readiness: the call returns at once and the pulled bytes are the sum.
 # Exit status 0 when every check passed, 1 otherwise; a check whose device
 # is missing says so and counts as failed (this script exists to run them).
 set -uo pipefail
@@ -91,7 +94,7 @@ run() {
     env "${env[@]}" timeout 240 python3 "$launcher" -s 2 -w 2 --timeout 200 -- \
       "$bin/kv_device_check" "$kind" -r "$reps" >"$log" 2>&1
     local rc=$?
-    grep -E "push .* pull |PASS|FAIL" "$log"
+    grep -E "push .* pull |late-ready|PASS|FAIL" "$log"
     local passes
     passes=$(grep -c "PASS \(scheduler\|server\|worker\)" "$log")
     [ "$rc" -eq 0 ] && [ "$passes" -eq 5 ] || { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }

@@ -14,12 +14,14 @@ out=$(GPU_CHECK_REPS=1 "$dir/gpu_check.sh" run emu 2>&1)
 rc=$?
 echo "$out"
 # Both jobs ran every path at every size: 2 workers x 2 vans x 3 sizes x 6,
-# and the bandwidth table has its 3 sizes.
+# the bandwidth table has its 3 sizes, and each worker's late-ready push
+# carried what its stream wrote, over both vans.
 lines=$(grep -c "worker [01]: .* push .* pull .*sums checked" <<<"$out")
 bw=$(grep -c "bytes: d2h pageable .* GB/s" <<<"$out")
-if [ "$rc" -ne 0 ] || [ "$lines" -ne 72 ] || [ "$bw" -ne 3 ] ||
+late=$(grep -c "worker [01]: late-ready push .* bytes checked" <<<"$out")
+if [ "$rc" -ne 0 ] || [ "$lines" -ne 72 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 4 ] ||
   ! grep -q "every check passed" <<<"$out"; then
-  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 72 round lines, $bw of 3 bandwidth lines"
+  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 72 round lines, $bw of 3 bandwidth lines, $late of 4 late-ready lines"
   exit 1
 fi
 echo "PASSED: gpu_check.sh run emu ($lines rounds checked)"

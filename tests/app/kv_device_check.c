@@ -13,11 +13,13 @@
  *   gpu2cpu  push from device memory, pull into host memory
  *   cpu_pp   push-pull from and into host memory, the reference for
  *   gpu_pp   push-pull from and into device memory.
- * Every pulled element
- * is checked (copied back through the kind's ops) against the sum over the
- * workers; each line reports the time of the push and of the pull, the
- * median over REPS rounds (default 1), each round with keys of its own.
- * Prints PASS/FAIL per process. The servers keep a summing store in host memory.
+ * Every pulled element is checked (copied back through the kind's ops)
+ * against the sum over the workers; each line reports the time of the push
+ * and of the pull, the median over REPS rounds (default 1), each round with
+ * keys of its own. Last, a push whose data a stream writes late, sent with
+ * the stream as its readiness (ps_kv_zpush_when), its bytes checked too.
+ * Prints PASS/FAIL per process. The servers keep a summing store in host
+ * memory.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -216,12 +218,69 @@ static void measure(ps_postoffice_t *po, ps_kv_worker_t *w, size_t bytes)
     }
 }
 
+static void sleep_on_stream(void *arg)
+{
+    ps_sleep_ms((uint64_t)(uintptr_t)arg);
+}
+
+/* A push whose data is written late: the stream sleeps LATE_MS (a host
+ * function), then sets every byte to the worker's rank + 1; the push is
+ * made at once with the stream as its readiness. The call must return
+ * before the data is ready, and the server must get what the stream
+ * wrote: every pulled byte is the sum over the workers. */
+#define LATE_MS 50
+#define LATE_BYTES (1 << 20)
+static void late_ready_round(ps_postoffice_t *po, ps_kv_worker_t *w)
+{
+    int r = g_rounds_done++;
+    int workers = ps_postoffice_num_workers(po), me = ps_postoffice_my_rank(po);
+    ps_key_t key = (uint64_t)r * 1000 + 17;
+    ps_slice_t keys, src, dst;
+    CHECK_OK(ps_slice_wrap(&key, sizeof(key), NULL, NULL, &keys));
+    void *dev = alloc_slice(1, LATE_BYTES, &src);
+    unsigned char *host = alloc_slice(0, LATE_BYTES, &dst);
+    void *stream;
+    CHECK_OK(g_ops->memset(dev, 0, LATE_BYTES));
+    CHECK_OK(g_ops->stream_create(0, &stream));
+    CHECK_OK(g_ops->launch_host_func(stream, sleep_on_stream, (void *)(uintptr_t)LATE_MS));
+    CHECK_OK(g_ops->memset_async(dev, me + 1, LATE_BYTES, stream));
+
+    ps_kv_pairs_t push = {keys, src, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
+    ps_kv_ready_t ready = {NULL, stream};
+    int ts;
+    uint64_t t0 = ps_time_now_ns();
+    CHECK_OK(ps_kv_zpush_when(w, &push, &ready, 0, NULL, NULL, &ts));
+    double call_ms = ms_since(t0);
+    CHECK_OK(ps_kv_wait(w, ts, -1));
+    double done_ms = ms_since(t0);
+    if (call_ms >= LATE_MS || done_ms < LATE_MS)
+        check_fail("late-ready: the call took %.3f ms and the push %.3f ms, against a stream "
+                   "that writes the data after %d ms", call_ms, done_ms, LATE_MS);
+    CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_WORKER, -1));
+    ps_kv_pairs_t out = {keys, dst, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
+    CHECK_OK(ps_kv_zpull(w, &out, 0, NULL, NULL, &ts));
+    CHECK_OK(ps_kv_wait(w, ts, -1));
+    unsigned want = (unsigned)(workers * (workers + 1) / 2);
+    for (size_t i = 0; i < LATE_BYTES; i++) {
+        if (host[i] != want)
+            check_fail("late-ready: byte %zu is %u, want %u", i, host[i], want);
+    }
+    printf("worker %d: late-ready push of %d bytes: the call returned in %.3f ms, the push "
+           "ended after %.3f ms (data written at %d ms), %d bytes checked\n",
+           me, LATE_BYTES, call_ms, done_ms, LATE_MS, LATE_BYTES);
+    CHECK_OK(g_ops->stream_destroy(stream));
+    free_slice(1, dev, &src);
+    free_slice(0, host, &dst);
+    ps_slice_unref(&keys);
+}
+
 static void run_worker(ps_postoffice_t *po)
 {
     ps_kv_worker_t *w;
     CHECK_OK(ps_kv_worker_create(po, 0, 0, &w));
     for (int s = 0; s < g_num_sizes; s++)
         measure(po, w, g_sizes[s]);
+    late_ready_round(po, w);
     ps_kv_worker_destroy(w);
 }
 
