@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -403,6 +404,53 @@ static ps_status_t cuda_ipc_open_handle(const ps_mem_ipc_handle_t *handle, int d
     return PS_OK;
 }
 
+/* cuMemGetAddressRange (driver API), reached through the runtime so that
+ * ps links no libcuda: the allocation holding a pointer, for IPC offsets. */
+typedef int (*cuda_range_fn_t)(unsigned long long *base, size_t *size, unsigned long long ptr);
+static pthread_once_t cuda_range_once = PTHREAD_ONCE_INIT;
+static cuda_range_fn_t cuda_range_fn;
+
+static void cuda_range_lookup(void)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    /* Version 12000 names the _v2 entry point (64-bit sizes). */
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess) {
+        cuda_range_fn = (cuda_range_fn_t)fn;
+    } else {
+        (void)cudaGetLastError();
+        ps_error(PS_LOG_GPU, "cuda: the driver offers no cuMemGetAddressRange");
+    }
+}
+
+static ps_status_t cuda_addr_range(const void *ptr, void **base_p, size_t *len_p)
+{
+    unsigned long long base = 0;
+    size_t size = 0;
+    ps_status_t status;
+
+    if (ptr == NULL || base_p == NULL || len_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    if ((status = cuda_ready()) != PS_OK) {
+        return status;
+    }
+    pthread_once(&cuda_range_once, cuda_range_lookup);
+    if (cuda_range_fn == NULL) {
+        return PS_ERR_UNSUPPORTED;
+    }
+    int rc = cuda_range_fn(&base, &size, (unsigned long long)(uintptr_t)ptr);
+    if (rc != 0) {
+        ps_error(PS_LOG_GPU, "cuMemGetAddressRange of %p failed: error %d", ptr, rc);
+        return PS_ERR_INVALID_ARG;
+    }
+    *base_p = (void *)(uintptr_t)base;
+    *len_p = size;
+    return PS_OK;
+}
+
 static ps_status_t cuda_ipc_close(void *ptr)
 {
     ps_status_t status;
@@ -611,6 +659,7 @@ static const ps_mem_ops_t cuda_ops = {
     .copy_async = cuda_copy_async,
     .memset_async = cuda_memset_async,
     .launch_host_func = cuda_launch_host_func,
+    .addr_range = cuda_addr_range,
 };
 
 ps_status_t ps_mem_cuda_register(void)

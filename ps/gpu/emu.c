@@ -45,7 +45,6 @@ typedef struct {
     uint64_t id;
     uint64_t map_len;
     uint64_t len;
-    uint64_t offset; /* of the exported pointer inside its allocation */
 } emu_handle_t;
 
 _Static_assert(sizeof(emu_handle_t) <= PS_MEM_IPC_HANDLE_SIZE, "emu handle too large");
@@ -666,6 +665,18 @@ static ps_status_t emu_event_destroy(ps_mem_event_h event)
 
 /* ---- IPC ---- */
 
+static ps_status_t emu_addr_range(const void *ptr, void **base_p, size_t *len_p)
+{
+    emu_alloc_t a;
+
+    if (ptr == NULL || base_p == NULL || len_p == NULL || emu_find(ptr, 1, &a) != PS_OK) {
+        return PS_ERR_INVALID_ARG;
+    }
+    *base_p = (void *)a.user;
+    *len_p = a.len;
+    return PS_OK;
+}
+
 static ps_status_t emu_ipc_get_handle(void *ptr, ps_mem_ipc_handle_t *handle_p)
 {
     emu_alloc_t a;
@@ -682,7 +693,6 @@ static ps_status_t emu_ipc_get_handle(void *ptr, ps_mem_ipc_handle_t *handle_p)
     h.id = a.id;
     h.map_len = a.map_len;
     h.len = a.len;
-    h.offset = (uintptr_t)ptr - a.user;
     memset(handle_p, 0, sizeof(*handle_p));
     memcpy(handle_p->bytes, &h, sizeof(h));
     return PS_OK;
@@ -708,7 +718,7 @@ static ps_status_t emu_ipc_open_handle(const ps_mem_ipc_handle_t *handle, int de
         return PS_ERR_INVALID_ARG;
     }
     memcpy(&h, handle->bytes, sizeof(h));
-    if (h.magic != EMU_HANDLE_MAGIC || h.len == 0 || h.offset >= h.len || h.len > h.map_len ||
+    if (h.magic != EMU_HANDLE_MAGIC || h.len == 0 || h.len > h.map_len ||
         h.device < 0 || h.device >= PS_MEM_EMU_DEVICES) {
         ps_error(PS_LOG_GPU, "emu: not an ipc handle of this kind");
         return PS_ERR_INVALID_ARG;
@@ -755,7 +765,7 @@ static ps_status_t emu_ipc_open_handle(const ps_mem_ipc_handle_t *handle, int de
         emu_unmap(&a);
         return st;
     }
-    *ptr_p = (void *)(a.user + h.offset);
+    *ptr_p = (void *)a.user;
     return PS_OK;
 }
 
@@ -763,7 +773,7 @@ static ps_status_t emu_ipc_close(void *ptr)
 {
     emu_alloc_t a;
 
-    if (ptr == NULL || emu_remove(ptr, true, false, &a) != PS_OK) {
+    if (ptr == NULL || emu_remove(ptr, true, true, &a) != PS_OK) {
         return PS_ERR_INVALID_ARG;
     }
     emu_unmap(&a);
@@ -843,6 +853,7 @@ static const ps_mem_ops_t emu_ops = {
     .copy_async = emu_copy_async,
     .memset_async = emu_memset_async,
     .launch_host_func = emu_launch_host_func,
+    .addr_range = emu_addr_range,
 };
 
 void ps_mem_emu_set_delay_us(unsigned delay_us)

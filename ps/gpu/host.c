@@ -230,4 +230,5 @@ const ps_mem_ops_t ps__mem_host_ops = {
     .copy_async = host_copy_async,
     .memset_async = host_memset_async,
     .launch_host_func = host_launch_host_func,
+    .addr_range = ps__mem_unsup_addr_range,
 };

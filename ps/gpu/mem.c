@@ -138,6 +138,11 @@ ps_status_t ps__mem_unsup_launch_host_func(void *stream, void (*fn)(void *arg), 
     return PS_ERR_UNSUPPORTED;
 }
 
+ps_status_t ps__mem_unsup_addr_range(const void *ptr, void **base_p, size_t *len_p)
+{
+    return PS_ERR_UNSUPPORTED;
+}
+
 /* What ps_mem_ops() hands out for a kind that is not linked. */
 static const ps_mem_ops_t ps_mem_unsup_ops = {
     .size = sizeof(ps_mem_ops_t),
@@ -167,6 +172,7 @@ static const ps_mem_ops_t ps_mem_unsup_ops = {
     .copy_async = ps__mem_unsup_copy_async,
     .memset_async = ps__mem_unsup_memset_async,
     .launch_host_func = ps__mem_unsup_launch_host_func,
+    .addr_range = ps__mem_unsup_addr_range,
 };
 
 bool ps__mem_ops_complete(const ps_mem_ops_t *ops)
@@ -182,7 +188,7 @@ bool ps__mem_ops_complete(const ps_mem_ops_t *ops)
            ops->ipc_close && ops->event_create && ops->event_record &&
            ops->event_query && ops->event_destroy && ops->stream_create &&
            ops->stream_destroy && ops->copy_async && ops->memset_async &&
-           ops->launch_host_func;
+           ops->launch_host_func && ops->addr_range;
 }
 
 ps_status_t ps__mem_register(ps_mem_kind_t kind, const ps_mem_ops_t *ops)

@@ -85,7 +85,12 @@ typedef struct {
     ps_status_t (*register_host)(void *ptr, size_t len);
     ps_status_t (*unregister_host)(void *ptr);
 
-    /* Share an allocation with another process on this host. */
+    /* Share an allocation with another process on this host. The handle
+     * names the whole allocation holding ptr (as cudaIpcGetMemHandle: an
+     * interior pointer gives its allocation's handle); open returns the
+     * allocation's start in this process, and close takes that pointer. An
+     * interior pointer travels as the handle and its offset from
+     * addr_range's base. A process opens a handle once and keeps it. */
     ps_status_t (*ipc_get_handle)(void *ptr, ps_mem_ipc_handle_t *handle_p);
     ps_status_t (*ipc_open_handle)(const ps_mem_ipc_handle_t *handle, int device,
                                    void **ptr_p);
@@ -116,6 +121,9 @@ typedef struct {
      * queued before, and before the work queued after it. fn must not call
      * the kind's ops. */
     ps_status_t (*launch_host_func)(void *stream, void (*fn)(void *arg), void *arg);
+
+    /* The allocation holding ptr: its start and length (for IPC offsets). */
+    ps_status_t (*addr_range)(const void *ptr, void **base_p, size_t *len_p);
 } ps_mem_ops_t;
 
 /* The table of a kind; never NULL (see the top of this file). */

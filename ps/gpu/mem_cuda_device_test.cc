@@ -23,6 +23,7 @@ namespace {
 
 struct IpcRequest {
   ps_mem_ipc_handle_t handle;
+  uint64_t offset;  // of the bytes to read from the allocation's start
   uint64_t len;
 };
 
@@ -76,7 +77,7 @@ int run_ipc_peer(int in, int out) {
     ps_status_t s = cuda->init();
     if (s == PS_OK) s = cuda->ipc_open_handle(&req.handle, 0, &dev);
     if (s == PS_OK) {
-      s = cuda->copy_to_host(host.data(), dev, host.size());
+      s = cuda->copy_to_host(host.data(), static_cast<char *>(dev) + req.offset, host.size());
       ps_status_t c = cuda->ipc_close(dev);
       if (s == PS_OK) s = c;
     }
@@ -179,18 +180,32 @@ TEST_F(MemCudaDevice, IpcHandleOpensInAnotherProcess) {
   ASSERT_EQ(cuda()->alloc(len, 0, &dev), PS_OK);
   ASSERT_EQ(cuda()->copy_from_host(dev, src.data(), len), PS_OK);
 
-  IpcRequest req;
-  memset(&req, 0, sizeof(req));
-  ASSERT_EQ(cuda()->ipc_get_handle(dev, &req.handle), PS_OK);
-  req.len = len;
-  ASSERT_TRUE(write_full(to_peer, &req, sizeof(req)));
+  // The whole allocation, then an interior pointer (as a caching
+  // allocator hands out): its handle names the allocation, and the peer
+  // reads at the offset addr_range gives.
+  const size_t offsets[] = {0, 4096 + 100};
+  for (size_t off : offsets) {
+    void *at = static_cast<char *>(dev) + off;
+    IpcRequest req;
+    memset(&req, 0, sizeof(req));
+    ASSERT_EQ(cuda()->ipc_get_handle(at, &req.handle), PS_OK);
+    void *base = nullptr;
+    size_t base_len = 0;
+    ASSERT_EQ(cuda()->addr_range(at, &base, &base_len), PS_OK);
+    EXPECT_EQ(base, dev);
+    EXPECT_GE(base_len, len);
+    req.offset = static_cast<uint64_t>(static_cast<char *>(at) - static_cast<char *>(base));
+    EXPECT_EQ(req.offset, off);
+    req.len = len - off;
+    ASSERT_TRUE(write_full(to_peer, &req, sizeof(req)));
 
-  struct pollfd pfd = {from_peer, POLLIN, 0};
-  ASSERT_EQ(poll(&pfd, 1, 60 * 1000), 1) << "ipc peer did not answer within 60 s";
-  IpcReply reply;
-  ASSERT_TRUE(read_full(from_peer, &reply, sizeof(reply)));
-  EXPECT_EQ(reply.status, PS_OK) << ps_status_str(static_cast<ps_status_t>(reply.status));
-  EXPECT_EQ(reply.sum, checksum(src.data(), len));
+    struct pollfd pfd = {from_peer, POLLIN, 0};
+    ASSERT_EQ(poll(&pfd, 1, 60 * 1000), 1) << "ipc peer did not answer within 60 s";
+    IpcReply reply;
+    ASSERT_TRUE(read_full(from_peer, &reply, sizeof(reply)));
+    EXPECT_EQ(reply.status, PS_OK) << ps_status_str(static_cast<ps_status_t>(reply.status));
+    EXPECT_EQ(reply.sum, checksum(src.data() + off, len - off)) << "offset " << off;
+  }
   EXPECT_EQ(cuda()->free(dev), PS_OK);
 }
 

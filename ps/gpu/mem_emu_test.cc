@@ -208,8 +208,9 @@ TEST(MemEmu, DestroyedStreamFinishesItsWork) {
   EXPECT_EQ(emu()->free(d), PS_OK);
 }
 
-// A handle of an interior pointer opens at the same interior offset in
-// another process, which reads the exporter's bytes and writes back.
+// A handle of an interior pointer names its allocation: another process
+// opens the allocation's start and, at the offset addr_range gives, reads
+// the exporter's bytes and writes back.
 TEST(MemEmu, IpcHandleBetweenProcesses) {
   const size_t len = 3 * 4096 + 100;
   const size_t off = 4096 + 17;
@@ -218,7 +219,16 @@ TEST(MemEmu, IpcHandleBetweenProcesses) {
   auto in = pattern(len, 3);
   ASSERT_EQ(emu()->copy_from_host(d, in.data(), len), PS_OK);
   ps_mem_ipc_handle_t h;
-  ASSERT_EQ(emu()->ipc_get_handle(static_cast<char *>(d) + off, &h), PS_OK);
+  char *interior = static_cast<char *>(d) + off;
+  ASSERT_EQ(emu()->ipc_get_handle(interior, &h), PS_OK);
+  void *base = nullptr;
+  size_t base_len = 0;
+  ASSERT_EQ(emu()->addr_range(interior, &base, &base_len), PS_OK);
+  EXPECT_EQ(base, d);
+  EXPECT_EQ(base_len, len);
+  ps_mem_ipc_handle_t h_base;
+  ASSERT_EQ(emu()->ipc_get_handle(d, &h_base), PS_OK);
+  EXPECT_EQ(memcmp(&h, &h_base, sizeof(h)), 0) << "an interior pointer names its allocation";
   void *same = nullptr;
   EXPECT_EQ(emu()->ipc_open_handle(&h, 0, &same), PS_ERR_INVALID_ARG)
       << "opening a handle in its own process must be refused";
@@ -230,10 +240,12 @@ TEST(MemEmu, IpcHandleBetweenProcesses) {
     if (emu()->ipc_open_handle(&h, 0, &p) != PS_OK) _exit(10);
     int dev = -1;
     if (!emu()->is_addr(p, &dev) || dev != 1) _exit(11);
+    char *at = static_cast<char *>(p) + off;
     std::vector<unsigned char> got(len - off);
-    if (emu()->copy_to_host(got.data(), p, got.size()) != PS_OK) _exit(12);
+    if (emu()->copy_to_host(got.data(), at, got.size()) != PS_OK) _exit(12);
     if (memcmp(got.data(), in.data() + off, got.size()) != 0) _exit(13);
-    if (emu()->memset(p, 0xee, 10) != PS_OK) _exit(14);
+    if (emu()->memset(at, 0xee, 10) != PS_OK) _exit(14);
+    if (emu()->ipc_close(at) != PS_ERR_INVALID_ARG) _exit(16);  // close takes the start
     if (emu()->ipc_close(p) != PS_OK) _exit(15);
     _exit(0);
   }

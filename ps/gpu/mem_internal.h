@@ -52,6 +52,7 @@ ps_status_t ps__mem_unsup_stream_destroy(void *stream);
 ps_status_t ps__mem_unsup_copy_async(void *dst, const void *src, size_t len, void *stream);
 ps_status_t ps__mem_unsup_memset_async(void *ptr, int value, size_t len, void *stream);
 ps_status_t ps__mem_unsup_launch_host_func(void *stream, void (*fn)(void *arg), void *arg);
+ps_status_t ps__mem_unsup_addr_range(const void *ptr, void **base_p, size_t *len_p);
 
 /* The host kind's table (host.c). */
 extern const ps_mem_ops_t ps__mem_host_ops;

@@ -66,6 +66,7 @@ ps_mem_ops_t fake_ops() {
   o.copy_async = ps__mem_unsup_copy_async;
   o.memset_async = ps__mem_unsup_memset_async;
   o.launch_host_func = ps__mem_unsup_launch_host_func;
+  o.addr_range = ps__mem_unsup_addr_range;
   return o;
 }
 
@@ -79,6 +80,9 @@ TEST(MemRegistry, RejectsIncompleteTables) {
   EXPECT_EQ(ps__mem_register(PS_MEM_CUDA, &hole), PS_ERR_INVALID_ARG);
   hole = o;
   hole.launch_host_func = nullptr;
+  EXPECT_FALSE(ps__mem_ops_complete(&hole));
+  hole = o;
+  hole.addr_range = nullptr;
   EXPECT_FALSE(ps__mem_ops_complete(&hole));
 
   ps_mem_ops_t small = o;
