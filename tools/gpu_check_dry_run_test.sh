@@ -13,15 +13,16 @@ chmod +x "$dir/gpu_check.sh"
 out=$(GPU_CHECK_REPS=1 "$dir/gpu_check.sh" run emu 2>&1)
 rc=$?
 echo "$out"
-# Both jobs ran every path at every size: 2 workers x 2 vans x 3 sizes x 6,
+# The three jobs ran every path at every size: 2 workers x 3 jobs x 3
+# sizes x 6,
 # the bandwidth table has its 3 sizes, and each worker's late-ready push
-# carried what its stream wrote, over both vans.
+# carried what its stream wrote, in every job.
 lines=$(grep -c "worker [01]: .* push .* pull .*sums checked" <<<"$out")
 bw=$(grep -c "bytes: d2h pageable .* GB/s" <<<"$out")
 late=$(grep -c "worker [01]: late-ready push .* bytes checked" <<<"$out")
-if [ "$rc" -ne 0 ] || [ "$lines" -ne 72 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 4 ] ||
+if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6 ] ||
   ! grep -q "every check passed" <<<"$out"; then
-  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 72 round lines, $bw of 3 bandwidth lines, $late of 4 late-ready lines"
+  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines"
   exit 1
 fi
 echo "PASSED: gpu_check.sh run emu ($lines rounds checked)"

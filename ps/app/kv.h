@@ -164,6 +164,8 @@ typedef struct ps_kv_worker_stats {
     uint64_t pull_bytes_small;    /* pulled value bytes that came inline in a small-lane
                                    * response (PS_SMALL_LANE), copied once by design */
     uint64_t lane_messages;       /* of `messages`, those sent on the small lane */
+    uint64_t push_bytes_staged;   /* device values pushed out of a host copy */
+    uint64_t push_bytes_ipc;      /* device values pushed as IPC handles (PS_DEVICE_IPC) */
 } ps_kv_worker_stats_t;
 void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p);
 

@@ -14,6 +14,7 @@
 
 #include "ps/app/kv.h"
 #include "ps/app/kv_error.h"
+#include "ps/app/kv_ipc.h"
 #include "ps/app/kv_lane.h"
 #include "ps/base/buffer.h"
 #include "ps/base/log.h"
@@ -31,7 +32,41 @@ struct ps_kv_server {
     /* The block a lane request's data is copied into, between requests
      * (NULL: none, or one is in use). */
     _Atomic(ps_buf_t *) lane_spare;
+    /* Workers' device allocations opened for pushes as IPC handles
+     * (kv_ipc.h); made with the first such push. */
+    _Atomic(ps__kv_ipc_cache_t *) ipc;
 };
+
+static ps_status_t ipc_cache_of(ps_kv_server_t *s, ps__kv_ipc_cache_t **cache_p)
+{
+    ps__kv_ipc_cache_t *c = atomic_load(&s->ipc), *expected = NULL;
+    if (c == NULL) {
+        ps_status_t st = ps__kv_ipc_cache_create(&c);
+        if (st != PS_OK)
+            return st;
+        if (!atomic_compare_exchange_strong(&s->ipc, &expected, c)) {
+            ps__kv_ipc_cache_destroy(c);
+            c = expected;
+        }
+    }
+    *cache_p = c;
+    return PS_OK;
+}
+
+/* A push whose values came as an IPC descriptor: the values, copied out
+ * of the worker's device memory into *vals_p. */
+static ps_status_t ipc_values(ps_kv_server_t *s, const ps_meta_t *m, const ps_kv_pairs_t *req,
+                              const ps__kv_ipc_desc_t *desc, ps_slice_t *vals_p)
+{
+    ps__kv_ipc_cache_t *c;
+    if (req->vals.len != 0) {
+        ps_warn_ratelimited(PS_LOG_APP, "kv server app %d: node %d sent values and a device "
+                            "handle in one request", s->app_id, m->sender);
+        return PS_ERR_PROTOCOL;
+    }
+    ps_status_t st = ipc_cache_of(s, &c);
+    return st == PS_OK ? ps__kv_ipc_fetch(c, m->sender, desc, vals_p) : st;
+}
 
 static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
 {
@@ -83,7 +118,18 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         .addr = m->addr,
         .option = m->option,
     };
+    ps__kv_ipc_desc_t desc;
+    ps_slice_t fetched = PS_SLICE_EMPTY_INIT;
+    if (m->push && ps__kv_ipc_parse(m->body, m->body_len, &desc)) {
+        ps_status_t st = ipc_values(s, m, &req, &desc, &fetched);
+        if (st != PS_OK) {
+            (void)ps_kv_server_respond_error(s, &meta, st);
+            return;
+        }
+        req.vals = fetched;
+    }
     s->handler(s->handler_arg, &meta, &req, s);
+    ps_slice_unref(&fetched);
 }
 
 /* A request on the small lane: as server_recv, from the payload. */
@@ -176,6 +222,7 @@ void ps_kv_server_destroy(ps_kv_server_t *server)
         return;
     }
     ps_buf_unref(atomic_exchange(&server->lane_spare, NULL));
+    ps__kv_ipc_cache_destroy(atomic_exchange(&server->ipc, NULL));
     free(server);
 }
 

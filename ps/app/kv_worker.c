@@ -24,10 +24,12 @@
 #include "ps/app/host_stage.h"
 #include "ps/app/kv.h"
 #include "ps/app/kv_error.h"
+#include "ps/app/kv_ipc.h"
 #include "ps/app/kv_lane.h"
 #include "ps/app/kv_slicer.h"
 #include "ps/app/ready_queue.h"
 #include "ps/base/buffer.h"
+#include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/base/mpool.h"
 #include "ps/base/stage_trace.h"
@@ -81,6 +83,7 @@ struct ps_kv_worker {
     int customer_id;
     int num_servers;
     int device_ok;          /* the van moves device memory (PS_CAP_DEVICE_MEMORY) */
+    int device_ipc;         /* pushes device values as IPC handles (PS_DEVICE_IPC, shm) */
     int request_timeout_ms; /* bounds destroy's wait; po may be gone by then */
     /* The worker's own reference plus one per destination lent to a van
      * (a live proxy): the last one frees the worker, so destroy need not
@@ -95,6 +98,8 @@ struct ps_kv_worker {
     atomic_uint_least64_t n_copied;
     atomic_uint_least64_t n_small;
     atomic_uint_least64_t n_lane;
+    atomic_uint_least64_t n_staged;
+    atomic_uint_least64_t n_ipc;
 
     /* Requests (with their num_servers parts) come from here: a pool get
      * and put cost a fifth of a calloc and free, on every request. */
@@ -624,6 +629,8 @@ ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id
     w->customer_id = customer_id;
     w->num_servers = ns;
     w->device_ok = (ps_postoffice_capabilities(po) & PS_CAP_DEVICE_MEMORY) != 0;
+    w->device_ipc = !w->device_ok && strcmp(ps_postoffice_van_name(po), "shm") == 0 &&
+                    ps_config_bool_or(PS_CFG_PS_DEVICE_IPC, 0);
     w->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
     atomic_init(&w->users, 1);
     w->server_ids = calloc((size_t)ns, sizeof(int));
@@ -870,7 +877,8 @@ static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, int ts,
 
 static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
                                   const kv_part_t *p, int push, const ps_slice_t *vals_in,
-                                  const ps_slice_t *lens_in, ps_data_type_t type, int cmd);
+                                  const ps_slice_t *lens_in, const ps__kv_ipc_desc_t *ipc,
+                                  ps_data_type_t type, int cmd);
 
 /* Sends one server's message of request `r`. */
 static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const kv_part_t *p,
@@ -894,16 +902,26 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
         lens = p->lens;
     }
     ps_slice_t staged = PS_SLICE_EMPTY_INIT;
+    ps__kv_ipc_desc_t ipc_desc;
+    const ps__kv_ipc_desc_t *ipc = NULL;
     if (st == PS_OK && push && !w->device_ok && !ps_slice_in_host_mem(&vals)) {
-        /* Device values through a van that moves host memory only: this
-         * server's share goes out of a pinned host copy made just before
-         * its send, so copying the next share overlaps this one's send
-         * (the van holds the copy while it needs it). */
-        if ((st = ps__app_sendable(&vals, 0, &staged)) == PS_OK)
+        if (w->device_ipc && ps__kv_ipc_describe(&vals, &ipc_desc) == PS_OK) {
+            /* The server copies the values out of this process's device
+             * memory itself (kv_ipc.h): only their handle travels. */
+            ipc = &ipc_desc;
+            atomic_fetch_add_explicit(&w->n_ipc, vals.len, memory_order_relaxed);
+            vals = (ps_slice_t)PS_SLICE_EMPTY_INIT;
+        } else if ((st = ps__app_sendable(&vals, 0, &staged)) == PS_OK) {
+            /* Through a van that moves host memory only: this server's
+             * share goes out of a pinned host copy made just before its
+             * send, so copying the next share overlaps this one's send
+             * (the van holds the copy while it needs it). */
+            atomic_fetch_add_explicit(&w->n_staged, vals.len, memory_order_relaxed);
             vals = staged;
+        }
     }
     if (st == PS_OK)
-        st = send_part_host(w, r, ts, p, push != NULL, &vals, &lens, type, cmd);
+        st = send_part_host(w, r, ts, p, push != NULL, &vals, &lens, ipc, type, cmd);
     ps_slice_unref(&staged);
     return st;
 }
@@ -912,10 +930,12 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
  * memory): the small lane when the share fits there, else a message. */
 static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
                                   const kv_part_t *p, int push, const ps_slice_t *vals_in,
-                                  const ps_slice_t *lens_in, ps_data_type_t type, int cmd)
+                                  const ps_slice_t *lens_in, const ps__kv_ipc_desc_t *ipc,
+                                  ps_data_type_t type, int cmd)
 {
     ps_slice_t vals = *vals_in, lens = *lens_in;
-    ps_status_t st = send_part_lane(w, r, ts, p, push, &vals, &lens, type, cmd);
+    ps_status_t st = ipc ? PS_ERR_UNSUPPORTED
+                         : send_part_lane(w, r, ts, p, push, &vals, &lens, type, cmd);
     if (st != PS_ERR_UNSUPPORTED)
         return st;
 
@@ -936,6 +956,12 @@ static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
     const ps_slice_t *named = r->pull ? &p->dest : &vals;
     msg.meta.addr = (uint64_t)(uintptr_t)ps_slice_ptr(named);
     msg.meta.val_len = named->len;
+    if (ipc) {
+        msg.meta.body = (const uint8_t *)ipc;
+        msg.meta.body_len = sizeof(*ipc);
+        if (!r->pull)
+            msg.meta.val_len = ipc->len;
+    }
 
     /* As from this node already: the postoffice then sends it as it is. */
     msg.meta.sender = ps_postoffice_my_id(w->po);
@@ -1383,4 +1409,6 @@ void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p)
     stats_p->pull_bytes_copied = atomic_load_explicit(&worker->n_copied, memory_order_relaxed);
     stats_p->pull_bytes_small = atomic_load_explicit(&worker->n_small, memory_order_relaxed);
     stats_p->lane_messages = atomic_load_explicit(&worker->n_lane, memory_order_relaxed);
+    stats_p->push_bytes_staged = atomic_load_explicit(&worker->n_staged, memory_order_relaxed);
+    stats_p->push_bytes_ipc = atomic_load_explicit(&worker->n_ipc, memory_order_relaxed);
 }

@@ -98,6 +98,8 @@ PS_CONFIG_VAR(PS_TCP_SOCKBUF, SIZE, "0", "tcp", NULL,
 /* ---- shared memory (BytePS IPC) ---- */
 PS_CONFIG_VAR(BYTEPS_ENABLE_IPC, BOOL, "0", "shm", NULL,
               "1 talks to peers on the same host through shared memory and to the others through the van DMLC_ENABLE_RDMA, DMLC_ENABLE_UCX or DMLC_PS_VAN_TYPE chooses (van ipc); ignored when that van is shm.")
+PS_CONFIG_VAR(PS_DEVICE_IPC, BOOL, "0", "shm", NULL,
+              "1 sends a KV push from device memory over the shm van as an IPC handle (CUDA IPC): the server copies the values out of the worker's device memory itself, so the worker makes no host copy and no value byte crosses shared memory. Worker and server must be separate processes that can open each other's handles (one host, one container); 0 stages the values through host memory as every other van does.")
 PS_CONFIG_VAR(BYTEPS_PARTITION_BYTES, SIZE, "4096000", "shm", NULL,
               "Tensor partition size and shared-memory stride per partition, in bytes.")
 PS_CONFIG_VAR(BYTEPS_JOB_ID, STRING, "0", "shm", NULL,

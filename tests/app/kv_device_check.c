@@ -3,7 +3,7 @@
  * memory (scheduler, servers, workers from DMLC_*, e.g. through
  * tools/launch/ps_launch.py):
  *
- *   kv_device_check KIND [-r REPS] [BYTES...]      KIND: cuda | emu
+ *   kv_device_check KIND [-r REPS] [-i] [BYTES...]      KIND: cuda | emu
  *
  * For each size (default 4 KiB, 1 MiB, 4 MiB) and each path, every worker
  * pushes its values and, after a barrier of the workers, pulls the sums:
@@ -15,11 +15,15 @@
  *   gpu_pp   push-pull from and into device memory.
  * Every pulled element is checked (copied back through the kind's ops)
  * against the sum over the workers; each line reports the time of the push
- * and of the pull, the median over REPS rounds (default 1), each round with
- * keys of its own. Last, a push whose data a stream writes late, sent with
- * the stream as its readiness (ps_kv_zpush_when), its bytes checked too.
- * Prints PASS/FAIL per process. The servers keep a summing store in host
- * memory.
+ * and of the pull, the median over REPS rounds (default 1) on one set of
+ * buffers per path, each round with keys of its own. Last, a push whose
+ * data a stream writes late, sent with the stream as its readiness
+ * (ps_kv_zpush_when), its bytes checked too.
+ *
+ * The device pushes must have gone out of host copies, or with -i as IPC
+ * handles (PS_DEVICE_IPC=1 over the shm van), every byte of them: the
+ * worker's counters say which. Prints PASS/FAIL per process. The servers
+ * keep a summing store in host memory.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,6 +45,7 @@ static size_t g_sizes[16];
 static int g_num_sizes;
 static int g_rounds_done;
 static int g_reps = 1;
+static int g_expect_ipc;
 
 /* A slice of `len` bytes in the device kind (device) or host memory. */
 static void *alloc_slice(int device, size_t len, ps_slice_t *slice_p)
@@ -101,12 +106,19 @@ static double ms_since(uint64_t t0)
     return (double)(ps_time_now_ns() - t0) / 1e6;
 }
 
+/* A path's buffers, made once and used by each of its rounds (as a
+ * training loop reuses its tensors). */
+typedef struct {
+    void *src_ptr, *dst_ptr;
+    ps_slice_t src, dst;
+} bufs_t;
+
 /* One round: a push from `push_dev` memory, a barrier of the workers, a
  * pull into `pull_dev` memory (push-pull when `pushpull`), every element
  * checked. Each round uses its own keys, so the sums start at zero. */
 static void round_trip(ps_postoffice_t *po, ps_kv_worker_t *w, const char *path, size_t bytes,
-                       int push_dev, int pull_dev, int pushpull, double *push_ms_p,
-                       double *pull_ms_p)
+                       int push_dev, int pull_dev, int pushpull, const bufs_t *b,
+                       double *push_ms_p, double *pull_ms_p)
 {
     int r = g_rounds_done++;
     int workers = ps_postoffice_num_workers(po);
@@ -124,13 +136,10 @@ static void round_trip(ps_postoffice_t *po, ps_kv_worker_t *w, const char *path,
         check_fail("out of memory");
     for (size_t i = 0; i < n * NUM_KEYS; i++)
         host[i] = value(r, me, i);
-    ps_slice_t src, dst;
-    void *src_ptr = alloc_slice(push_dev, len, &src);
-    void *dst_ptr = alloc_slice(pull_dev, len, &dst);
-    fill(push_dev, src_ptr, host, len);
+    fill(push_dev, b->src_ptr, host, len);
 
-    ps_kv_pairs_t push = {keys_slice, src, PS_SLICE_EMPTY_INIT, PS_DATA_FLOAT};
-    ps_kv_pairs_t out = {keys_slice, dst, PS_SLICE_EMPTY_INIT, PS_DATA_FLOAT};
+    ps_kv_pairs_t push = {keys_slice, b->src, PS_SLICE_EMPTY_INIT, PS_DATA_FLOAT};
+    ps_kv_pairs_t out = {keys_slice, b->dst, PS_SLICE_EMPTY_INIT, PS_DATA_FLOAT};
     int ts;
     double push_ms = 0, pull_ms;
     uint64_t t0 = ps_time_now_ns();
@@ -160,7 +169,7 @@ static void round_trip(ps_postoffice_t *po, ps_kv_worker_t *w, const char *path,
         CHECK_OK(ps_kv_wait(w, ts, -1));
         pull_ms = ms_since(t0);
     }
-    read_back(pull_dev, dst_ptr, host, len);
+    read_back(pull_dev, b->dst_ptr, host, len);
     for (size_t i = 0; i < n * NUM_KEYS; i++) {
         double want = sum_over_workers(r, workers, i);
         if ((double)host[i] != want)
@@ -170,8 +179,6 @@ static void round_trip(ps_postoffice_t *po, ps_kv_worker_t *w, const char *path,
     *push_ms_p = push_ms;
     *pull_ms_p = pull_ms;
     free(host);
-    free_slice(push_dev, src_ptr, &src);
-    free_slice(pull_dev, dst_ptr, &dst);
     ps_slice_unref(&keys_slice);
 }
 
@@ -202,10 +209,20 @@ static const struct {
 static void measure(ps_postoffice_t *po, ps_kv_worker_t *w, size_t bytes)
 {
     double push[NUM_PATHS][64], pull[NUM_PATHS][64];
+    bufs_t bufs[NUM_PATHS];
+    size_t len = bytes * NUM_KEYS;
+    for (size_t p = 0; p < NUM_PATHS; p++) {
+        bufs[p].src_ptr = alloc_slice(k_paths[p].push_dev, len, &bufs[p].src);
+        bufs[p].dst_ptr = alloc_slice(k_paths[p].pull_dev, len, &bufs[p].dst);
+    }
     for (int i = 0; i < g_reps; i++) {
         for (size_t p = 0; p < NUM_PATHS; p++)
             round_trip(po, w, k_paths[p].name, bytes, k_paths[p].push_dev, k_paths[p].pull_dev,
-                       k_paths[p].pushpull, &push[p][i], &pull[p][i]);
+                       k_paths[p].pushpull, &bufs[p], &push[p][i], &pull[p][i]);
+    }
+    for (size_t p = 0; p < NUM_PATHS; p++) {
+        free_slice(k_paths[p].push_dev, bufs[p].src_ptr, &bufs[p].src);
+        free_slice(k_paths[p].pull_dev, bufs[p].dst_ptr, &bufs[p].dst);
     }
     size_t n = bytes / sizeof(float) * NUM_KEYS;
     for (size_t p = 0; p < NUM_PATHS; p++) {
@@ -281,6 +298,15 @@ static void run_worker(ps_postoffice_t *po)
     for (int s = 0; s < g_num_sizes; s++)
         measure(po, w, g_sizes[s]);
     late_ready_round(po, w);
+    ps_kv_worker_stats_t st;
+    ps_kv_worker_stats(w, &st);
+    printf("worker %d: device values pushed: %llu bytes staged through host memory, %llu bytes "
+           "as IPC handles\n", ps_postoffice_my_rank(po), (unsigned long long)st.push_bytes_staged,
+           (unsigned long long)st.push_bytes_ipc);
+    if (g_expect_ipc ? st.push_bytes_staged != 0 || st.push_bytes_ipc == 0
+                     : st.push_bytes_ipc != 0 || st.push_bytes_staged == 0)
+        check_fail("device pushes went %s, not %s", g_expect_ipc ? "staged" : "as IPC handles",
+                   g_expect_ipc ? "as IPC handles (-i)" : "staged");
     ps_kv_worker_destroy(w);
 }
 
@@ -310,7 +336,7 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2 || (strcmp(argv[1], "cuda") != 0 && strcmp(argv[1], "emu") != 0)) {
-        fprintf(stderr, "usage: kv_device_check cuda|emu [-r REPS] [BYTES...]\n");
+        fprintf(stderr, "usage: kv_device_check cuda|emu [-r REPS] [-i] [BYTES...]\n");
         return 2;
     }
     g_kind = strcmp(argv[1], "cuda") == 0 ? PS_MEM_CUDA : PS_MEM_EMU;
@@ -321,6 +347,10 @@ int main(int argc, char **argv)
                 fprintf(stderr, "kv_device_check: -r takes 1 to 64\n");
                 return 2;
             }
+            continue;
+        }
+        if (strcmp(argv[i], "-i") == 0) {
+            g_expect_ipc = 1;
             continue;
         }
         long long v = atoll(argv[i]);

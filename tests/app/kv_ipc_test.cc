@@ -1,0 +1,197 @@
+// KV pushes as IPC handles (ps/app/kv_ipc.h) on the emulated device: a
+// child process exports device allocations, this process opens them the way
+// a server does, and every descriptor a hostile worker could send fails its
+// request alone.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+extern "C" {
+#include "ps/app/kv_ipc.h"
+#include "ps/base/buffer.h"
+#include "ps/gpu/mem.h"
+}
+
+namespace {
+
+constexpr int kAllocs = PS__KV_IPC_CACHE + 4;
+constexpr size_t kLen = 3 * 4096 + 100;
+constexpr size_t kOffset = 4096 + 17;  // the share a worker pushes starts here
+
+const ps_mem_ops_t *Emu() { return ps_mem_ops(PS_MEM_EMU); }
+
+unsigned char Pattern(int alloc, size_t i) { return (unsigned char)(i * 7 + alloc * 13); }
+
+bool WriteAll(int fd, const void *p, size_t n) {
+  const char *c = static_cast<const char *>(p);
+  while (n > 0) {
+    ssize_t k = write(fd, c, n);
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void *p, size_t n) {
+  char *c = static_cast<char *>(p);
+  while (n > 0) {
+    ssize_t k = read(fd, c, n);
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+// The exporting worker: kAllocs allocations, each described from an
+// interior slice, then waits until the parent closes its pipe.
+int RunExporter(int out, int hold) {
+  if (Emu()->init() != PS_OK) return 10;
+  std::vector<ps__kv_ipc_desc_t> descs(kAllocs);
+  for (int a = 0; a < kAllocs; a++) {
+    void *dev;
+    if (Emu()->alloc(kLen, 0, &dev) != PS_OK) return 11;
+    std::vector<unsigned char> bytes(kLen);
+    for (size_t i = 0; i < kLen; i++) bytes[i] = Pattern(a, i);
+    if (Emu()->copy_from_host(dev, bytes.data(), kLen) != PS_OK) return 12;
+    ps_buf_t *buf;
+    ps_slice_t slice;
+    if (ps_buf_wrap_mem(dev, kLen, (ps_buf_mem_t)PS_MEM_EMU, 0, nullptr, nullptr, &buf) !=
+            PS_OK ||
+        ps_slice_of(buf, kOffset, kLen - kOffset, &slice) != PS_OK)
+      return 13;
+    ps_buf_unref(buf);
+    if (ps__kv_ipc_describe(&slice, &descs[a]) != PS_OK) return 14;
+    ps_slice_unref(&slice);
+  }
+  if (!WriteAll(out, descs.data(), descs.size() * sizeof(descs[0]))) return 15;
+  char c;
+  (void)read(hold, &c, 1);  // until the parent is done
+  return 0;
+}
+
+class KvIpc : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int up[2], down[2];
+    ASSERT_EQ(pipe(up), 0);
+    ASSERT_EQ(pipe(down), 0);
+    child_ = fork();
+    ASSERT_GE(child_, 0);
+    if (child_ == 0) {
+      close(up[0]);
+      close(down[1]);
+      _exit(RunExporter(up[1], down[0]));
+    }
+    close(up[1]);
+    close(down[0]);
+    hold_ = down[1];
+    descs_.resize(kAllocs);
+    ASSERT_TRUE(ReadAll(up[0], descs_.data(), descs_.size() * sizeof(descs_[0])))
+        << "the exporter failed";
+    close(up[0]);
+    ASSERT_EQ(Emu()->init(), PS_OK);
+    ASSERT_EQ(ps__kv_ipc_cache_create(&cache_), PS_OK);
+  }
+  void TearDown() override {
+    ps__kv_ipc_cache_destroy(cache_);
+    if (hold_ >= 0) close(hold_);
+    int status = 0;
+    if (child_ > 0) {
+      ASSERT_EQ(waitpid(child_, &status, 0), child_);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "exporter status " << status;
+    }
+  }
+  // Fetches and checks every byte against allocation `a`'s pattern.
+  void FetchAndCheck(int sender, const ps__kv_ipc_desc_t &d, int a) {
+    ps_slice_t vals;
+    ASSERT_EQ(ps__kv_ipc_fetch(cache_, sender, &d, &vals), PS_OK);
+    ASSERT_EQ(vals.len, kLen - kOffset);
+    ASSERT_TRUE(ps_slice_in_host_mem(&vals));
+    const unsigned char *p = static_cast<const unsigned char *>(ps_slice_ptr(&vals));
+    for (size_t i = 0; i < vals.len; i++) ASSERT_EQ(p[i], Pattern(a, kOffset + i)) << i;
+    ps_slice_unref(&vals);
+  }
+
+  pid_t child_ = -1;
+  int hold_ = -1;
+  std::vector<ps__kv_ipc_desc_t> descs_;
+  ps__kv_ipc_cache_t *cache_ = nullptr;
+};
+
+TEST_F(KvIpc, DescriptorNamesTheShareInsideItsAllocation) {
+  const ps__kv_ipc_desc_t &d = descs_[0];
+  EXPECT_EQ(d.magic, PS__KV_IPC_MAGIC);
+  EXPECT_EQ(d.kind, (uint32_t)PS_MEM_EMU);
+  EXPECT_EQ(d.offset, kOffset);
+  EXPECT_EQ(d.len, kLen - kOffset);
+  ps__kv_ipc_desc_t parsed;
+  EXPECT_EQ(ps__kv_ipc_parse(&d, sizeof(d), &parsed), 1);
+  EXPECT_EQ(memcmp(&parsed, &d, sizeof(d)), 0);
+  EXPECT_EQ(ps__kv_ipc_parse(&d, sizeof(d) - 1, &parsed), 0);
+  EXPECT_EQ(ps__kv_ipc_parse(nullptr, 0, &parsed), 0);
+  ps__kv_ipc_desc_t other = d;
+  other.magic ^= 1;
+  EXPECT_EQ(ps__kv_ipc_parse(&other, sizeof(other), &parsed), 0);
+
+  // Host memory has no handles: the worker stages it instead.
+  std::vector<unsigned char> host(64);
+  ps_slice_t slice;
+  ASSERT_EQ(ps_slice_wrap(host.data(), host.size(), nullptr, nullptr, &slice), PS_OK);
+  ps__kv_ipc_desc_t none;
+  EXPECT_EQ(ps__kv_ipc_describe(&slice, &none), PS_ERR_UNSUPPORTED);
+  ps_slice_unref(&slice);
+}
+
+TEST_F(KvIpc, EachAllocationIsOpenedOncePerSender) {
+  FetchAndCheck(9, descs_[0], 0);
+  FetchAndCheck(9, descs_[0], 0);
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), 1);
+  FetchAndCheck(9, descs_[1], 1);
+  FetchAndCheck(11, descs_[1], 1);  // another worker's entry of its own
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), 3);
+}
+
+TEST_F(KvIpc, HostileDescriptorsFailTheirRequestOnly) {
+  ps_slice_t vals;
+  ps__kv_ipc_desc_t d = descs_[2];
+  d.offset = kLen;  // past the allocation
+  EXPECT_EQ(ps__kv_ipc_fetch(cache_, 9, &d, &vals), PS_ERR_INVALID_ARG);
+  d = descs_[2];
+  d.len = kLen;  // runs over the end
+  EXPECT_EQ(ps__kv_ipc_fetch(cache_, 9, &d, &vals), PS_ERR_INVALID_ARG);
+  d = descs_[2];
+  d.len = (uint64_t)1 << 50;  // no host buffer of that size is made
+  EXPECT_EQ(ps__kv_ipc_fetch(cache_, 9, &d, &vals), PS_ERR_INVALID_ARG);
+  d = descs_[2];
+  d.offset = UINT64_MAX - 10;  // wraps
+  EXPECT_EQ(ps__kv_ipc_fetch(cache_, 9, &d, &vals), PS_ERR_INVALID_ARG);
+  d = descs_[2];
+  d.kind = PS_MEM_HOST;
+  EXPECT_EQ(ps__kv_ipc_fetch(cache_, 9, &d, &vals), PS_ERR_UNSUPPORTED);
+  d.kind = 99;
+  EXPECT_EQ(ps__kv_ipc_fetch(cache_, 9, &d, &vals), PS_ERR_UNSUPPORTED);
+  d = descs_[2];
+  memset(&d.handle, 0x5a, sizeof(d.handle));  // not a handle of this kind
+  EXPECT_NE(ps__kv_ipc_fetch(cache_, 9, &d, &vals), PS_OK);
+  d = descs_[2];
+  d.device = 1000;
+  EXPECT_NE(ps__kv_ipc_fetch(cache_, 9, &d, &vals), PS_OK);
+  EXPECT_EQ(ps__kv_ipc_fetch(cache_, 0, &descs_[2], &vals), PS_ERR_UNSUPPORTED);
+  // The allocation itself still opens and reads right.
+  FetchAndCheck(9, descs_[2], 2);
+}
+
+TEST_F(KvIpc, TheLeastRecentlyUsedIsClosedBeyondTheCache) {
+  for (int a = 0; a < kAllocs; a++) FetchAndCheck(9, descs_[a], a);
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), PS__KV_IPC_CACHE);
+  // The first ones were closed; they open again and read right.
+  FetchAndCheck(9, descs_[0], 0);
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), PS__KV_IPC_CACHE);
+}
+
+}  // namespace
