@@ -129,7 +129,12 @@ ps_status_t ps_kv_zpushpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
  * returns at once either way; a thread of the worker polls the event, so
  * neither the caller nor a van's progress loop waits on the device. Pushes
  * waiting so go out in the order they were made. One whose data is not
- * ready within PS_REQUEST_TIMEOUT_MS fails with PS_ERR_TIMED_OUT, unsent. */
+ * ready within PS_REQUEST_TIMEOUT_MS fails with PS_ERR_TIMED_OUT, unsent.
+ * Without either, device values are taken as they are at the call, in the
+ * device's default-stream order: a staged push copies them on the default
+ * stream; a push as an IPC handle (PS_DEVICE_IPC) waits, off the caller's
+ * thread, for the work already queued there, since the server's process
+ * reads the memory outside this process's stream order. */
 typedef struct ps_kv_ready {
     struct ps_mem_event *event;
     void *stream;

@@ -1081,13 +1081,18 @@ static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
                                  int cmd, ps_kv_done_func_t done, void *arg, int *ts_p);
 
 /* The event a push waits for (NULL: none, or already complete), made from
- * ps_kv_ready_t; *own_p when ps made it (recorded on the caller's stream). */
+ * ps_kv_ready_t; *own_p when ps made it (recorded on the caller's stream).
+ * With on_default and no event or stream given, one is recorded on the
+ * device's default stream. */
 static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *ready,
-                               ps_mem_event_h *event_p, bool *own_p)
+                               bool on_default, ps_mem_event_h *event_p, bool *own_p)
 {
+    static const ps_kv_ready_t none = {NULL, NULL};
     *event_p = NULL;
     *own_p = false;
-    if (ready == NULL || (ready->event == NULL && ready->stream == NULL) ||
+    if (ready == NULL)
+        ready = &none;
+    if ((ready->event == NULL && ready->stream == NULL && !on_default) ||
         ps_slice_in_host_mem(&push->vals))
         return PS_OK; /* host memory is ready when the call is made */
     ps_mem_event_h ev = ready->event;
@@ -1129,7 +1134,13 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
         return st;
     ps_mem_event_h ev = NULL;
     bool own = false;
-    if (push && ready && (st = ready_event(push, ready, &ev, &own)) != PS_OK)
+    /* A push as an IPC handle is read by the server's process as soon as
+     * the handle arrives, outside this process's stream order: what is
+     * still queued on the device's default stream (a copy from pageable
+     * memory returns before its DMA ends) must be done first. */
+    bool on_default = push && w->device_ipc && !ps_slice_in_host_mem(&push->vals);
+    if (push && (ready || on_default) &&
+        (st = ready_event(push, ready, on_default, &ev, &own)) != PS_OK)
         return st;
     /* Device values are staged per server, in send_part. */
     st = issue_checked(w, push, out, ev, &own, cmd, done, arg, ts_p);
