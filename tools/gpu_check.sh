@@ -26,7 +26,11 @@
 #     the pushes of the IPC job).
 #     Last, each worker pushes data a stream writes 50 ms late (a host
 #     function sleeping, then an asynchronous memset) with the stream as its
-#     readiness: the call returns at once and the pulled bytes are the sum.
+#     readiness: the call returns at once and the pulled bytes are the sum;
+#   - a data-parallel PyTorch training run (tests/python/train_node.py: 2
+#     workers and a summation server, ps.torch) on CUDA tensors (CPU ones
+#     for `run emu`) whose parameters must match a single-process run, when
+#     the host's python3 (GPU_CHECK_PYTHON) has torch.
 # Exit status 0 when every check passed, 1 otherwise; a check whose device
 # is missing says so and counts as failed (this script exists to run them).
 set -uo pipefail
@@ -43,14 +47,19 @@ pack() {
   bin=$(bazel info --dynamic_mode=off bazel-bin 2>/dev/null) || { echo "gpu_check: no bazel here"; return 1; }
   # Static links of ps's own libraries: the GPU host has no build tree.
   bazel build --dynamic_mode=off //tests/app:kv_device_check //tools/bench:mem_bw \
-    //ps/gpu:mem_cuda_device_test \
+    //ps/python:package //ps/gpu:mem_cuda_device_test \
     //tests/deps:cuda_device_test || return 1
   mkdir -p "$out/bin"
   for b in "${BINARIES[@]}"; do cp "$bin/$b" "$out/bin/" || return 1; done
+  # The Python package (its stable-ABI extension loads in any CPython
+  # 3.11+) and the training job's worker.
+  mkdir -p "$out/python/ps"
+  cp ps/python/ps/*.py "$bin/ps/python/ps/_ps.abi3.so" "$out/python/ps/" &&
+    cp tests/python/train_node.py "$out/" || return 1
   # The shared libraries they need beyond the C and C++ runtimes (libsodium),
   # which the GPU host may lack.
   mkdir -p "$out/lib"
-  ldd "$out"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+  ldd "$out"/bin/* "$out"/python/ps/*.so | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" "$out/lib/" || exit 1; done || return 1
   cp tools/launch/ps_launch.py "$0" "$out/" || return 1
@@ -61,6 +70,29 @@ failed=0
 step() { echo; echo "== $*"; }
 verdict() {  # verdict NAME STATUS
   if [ "$2" -eq 0 ]; then echo "PASSED: $1"; else echo "FAILED: $1 (status $2)"; failed=1; fi
+}
+
+# The training job: the scheduler and the server run the summation server,
+# the 2 workers train_node.py on the kind's device (cuda, or cpu for emu).
+train() {
+  local kind=$1 here=$2 launcher=$3 device=cpu log rc py=${GPU_CHECK_PYTHON:-python3}
+  [ "$kind" = cuda ] && device=cuda
+  step "PyTorch training, 2 workers, $device tensors, over tcp"
+  if ! "$py" -c "import torch" 2>/dev/null; then
+    echo "no torch in $(command -v "$py")"
+    verdict "training ($device)" 1
+    return
+  fi
+  log=$(mktemp)
+  PYTHONPATH="$here/python" timeout 240 "$py" "$launcher" -s 1 -w 2 --timeout 200 -- \
+    sh -c 'if [ "$DMLC_ROLE" = worker ]; then exec "$2" "$0" 20 "$1"; else exec "$2" -m ps.server; fi' \
+    "$here/train_node.py" "$device" "$py" >"$log" 2>&1
+  rc=$?
+  grep -E "step 19 loss|parameters match|PASS worker|Error|error" "$log"
+  [ "$rc" -eq 0 ] && [ "$(grep -c "PASS worker [01] ($device" "$log")" -eq 2 ] ||
+    { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }
+  verdict "training ($device)" "$rc"
+  rm -f "$log"
 }
 
 run() {
@@ -107,6 +139,7 @@ run() {
     verdict "KV $van $kind" "$rc"
     rm -f "$log"
   done
+  train "$kind" "$here" "$launcher"
   echo
   if [ "$failed" -eq 0 ]; then echo "gpu_check: every check passed"; else echo "gpu_check: some checks FAILED"; fi
   return "$failed"

@@ -3,26 +3,31 @@
 # (the script, the launcher, bin/), with the KV device check built here, so
 # the script that a GPU host runs is itself tested on every build.
 #
-#   gpu_check_dry_run_test.sh GPU_CHECK LAUNCHER KV_DEVICE_CHECK MEM_BW
+#   gpu_check_dry_run_test.sh GPU_CHECK LAUNCHER KV_DEVICE_CHECK MEM_BW PY_EXTENSION TRAIN_NODE
 set -uo pipefail
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/gpu_check.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/bin"
 cp "$1" "$dir/gpu_check.sh" && cp "$2" "$dir/ps_launch.py" && cp "$3" "$4" "$dir/bin/" || exit 1
+# The package: the extension and the Python files beside it in the runfiles.
+mkdir -p "$dir/python/ps" &&
+  cp "$5" "$(dirname "$5")"/*.py "$dir/python/ps/" && cp "$6" "$dir/" || exit 1
 chmod +x "$dir/gpu_check.sh"
-out=$(GPU_CHECK_REPS=1 "$dir/gpu_check.sh" run emu 2>&1)
+out=$(GPU_CHECK_REPS=1 GPU_CHECK_PYTHON=/usr/bin/python3 "$dir/gpu_check.sh" run emu 2>&1)
 rc=$?
 echo "$out"
 # The three jobs ran every path at every size: 2 workers x 3 jobs x 3
 # sizes x 6,
 # the bandwidth table has its 3 sizes, and each worker's late-ready push
-# carried what its stream wrote, in every job.
+# carried what its stream wrote, in every job; the training run (on CPU
+# tensors here) matched its single-process run.
 lines=$(grep -c "worker [01]: .* push .* pull .*sums checked" <<<"$out")
 bw=$(grep -c "bytes: d2h pageable .* GB/s" <<<"$out")
 late=$(grep -c "worker [01]: late-ready push .* bytes checked" <<<"$out")
-if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6 ] ||
+trained=$(grep -c "PASSED: training (cpu)" <<<"$out")
+if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6 ] || [ "$trained" -ne 1 ] ||
   ! grep -q "every check passed" <<<"$out"; then
-  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines"
+  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, training passed $trained of 1"
   exit 1
 fi
 echo "PASSED: gpu_check.sh run emu ($lines rounds checked)"

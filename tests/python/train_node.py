@@ -1,7 +1,7 @@
 """A worker of the data-parallel training job of test_train.py (the
 scheduler and servers are `python3 -m ps.server`).
 
-  train_node.py STEPS
+  train_node.py STEPS [DEVICE]      DEVICE: cpu (default) or cuda
 
 Each of the W workers trains the same MLP on its share of every batch of a
 synthetic regression set (fixed seeds) through ps.torch: gradients averaged
@@ -9,7 +9,9 @@ by the summation servers, the initial parameters broadcast from worker 0
 (every worker starts from its own random ones). Then it trains the same
 model alone on the whole batches and checks that both sets of parameters
 agree to float tolerance, and that every gradient's push_pull started
-during backward(). Prints the loss per step and PASS.
+during backward(). With DEVICE cuda the models, data and gradients live on
+the GPU (ps.torch stages them through page-locked CPU tensors). Prints the
+loss per step and PASS.
 """
 import sys
 
@@ -21,11 +23,14 @@ IN, HIDDEN, PER_WORKER = 8, 32, 16
 LR, MOMENTUM = 0.05, 0.9
 
 
+DEVICE = torch.device(sys.argv[2] if len(sys.argv) > 2 else "cpu")
+
+
 def make_model(seed):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.Tanh(),
                                torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
-                               torch.nn.Linear(HIDDEN, 1))
+                               torch.nn.Linear(HIDDEN, 1)).to(DEVICE)
 
 
 def make_data(steps, workers):
@@ -33,7 +38,7 @@ def make_data(steps, workers):
     x = torch.randn(steps, workers * PER_WORKER, IN, generator=g)
     w = torch.randn(IN, 1, generator=g)
     y = torch.tanh(x @ w) + 0.05 * torch.randn(steps, workers * PER_WORKER, 1, generator=g)
-    return x, y
+    return x.to(DEVICE), y.to(DEVICE)
 
 
 def train(model, opt, x, y, rows, log):
@@ -86,7 +91,7 @@ def main():
     assert moved > 1e-3, "training did not change the parameters"
     print("parameters match the single-process run after %d steps (max diff %.3g, moved %.3g); "
           "loss on the whole set %.4f -> %.4f" % (steps, worst, moved, before, after))
-    print("PASS worker %d" % rank)
+    print("PASS worker %d (%s)" % (rank, DEVICE))
     bps.shutdown()
 
 

@@ -11,8 +11,9 @@ def as_buffer(obj, dtype=None):
     if torch is None or not isinstance(obj, torch.Tensor):
         return obj, dtype
     if obj.device.type != "cpu":
-        raise ValueError("a %s tensor: this build of ps carries CPU tensors only "
-                         "(copy it with .cpu() first)" % obj.device.type)
+        raise ValueError("a %s tensor: ps.KVWorker and ps.af carry CPU tensors only "
+                         "(copy it with .cpu() first; ps.torch.push_pull takes CUDA "
+                         "tensors)" % obj.device.type)
     t = obj.detach()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy(), "bfloat16"

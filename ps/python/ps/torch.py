@@ -5,9 +5,11 @@
     opt = bps.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     bps.broadcast_parameters(model.state_dict(), root_rank=0)
 
-push_pull(tensor, name) sums a CPU tensor over every worker through the
-summation servers (python3 -m ps.server or ps.SumServer), in place and
-without a copy: the tensor is split into parts of at most
+push_pull(tensor, name) sums a tensor over every worker through the
+summation servers (python3 -m ps.server or ps.SumServer), in place: a CPU
+tensor without a copy; a CUDA tensor through a page-locked CPU tensor kept
+per name (one copy each way, as BytePS stages GPU tensors). The tensor is
+split into parts of at most
 BYTEPS_PARTITION_BYTES bytes (one key each, spread over the servers), and
 average=True divides the sum by the number of workers. Every worker must
 push_pull the same names in the same order (a name's first use declares
@@ -19,7 +21,7 @@ import ps
 from ps import _job, _ps
 from ps._tensor import as_buffer
 
-_state = {"worker": None, "tensors": {}, "next_id": 0}
+_state = {"worker": None, "tensors": {}, "next_id": 0, "staging": {}}
 
 _DTYPES = {
     torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -42,6 +44,7 @@ def shutdown():
     for t in _state["tensors"].values():
         t.close()
     _state["tensors"].clear()
+    _state["staging"].clear()
     _state["worker"] = None
     _state["next_id"] = 0
     ps.finalize()
@@ -78,12 +81,24 @@ def _declared(name, tensor):
 
 
 class _Pending:
-    __slots__ = ("sum_tensor", "tensor", "average")
+    __slots__ = ("sum_tensor", "tensor", "host", "average")
 
-    def __init__(self, sum_tensor, tensor, average):
+    def __init__(self, sum_tensor, tensor, host, average):
         self.sum_tensor = sum_tensor
         self.tensor = tensor
+        self.host = host  # the CPU tensor summed for a CUDA one, else None
         self.average = average
+
+
+def _staging(name, tensor):
+    """The page-locked CPU tensor a CUDA tensor of this name is summed
+    through, made on its first use and kept (one push_pull per name is in
+    flight at a time, as for CPU tensors)."""
+    h = _state["staging"].get(name)
+    if h is None or h.shape != tensor.shape or h.dtype != tensor.dtype:
+        h = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        _state["staging"][name] = h
+    return h
 
 
 def push_pull_async(tensor, name, average=True):
@@ -92,15 +107,26 @@ def push_pull_async(tensor, name, average=True):
     if not tensor.is_contiguous():
         raise ValueError("push_pull of %s: the tensor is not contiguous" % name)
     t = _declared(name, tensor)
-    buf, _ = as_buffer(tensor)
+    host = None
+    if tensor.device.type == "cuda":
+        host = _staging(name, tensor)
+        # A blocking copy: it waits for the work queued on the tensor's
+        # stream, so what is summed is the tensor's final value.
+        host.copy_(tensor.detach())
+        buf, _ = as_buffer(host)
+    else:
+        buf, _ = as_buffer(tensor)
     t.start(buf)
-    return _Pending(t, tensor, average)
+    return _Pending(t, tensor, host, average)
 
 
 def synchronize(handle, timeout=None):
     """Waits for a push_pull_async; returns its tensor, now the sum (or the
     average)."""
     handle.sum_tensor.wait(timeout)
+    if handle.host is not None:
+        with torch.no_grad():
+            handle.tensor.copy_(handle.host)
     if handle.average:
         n = size()
         if handle.tensor.is_floating_point():
