@@ -30,7 +30,8 @@
 #   - a data-parallel PyTorch training run (tests/python/train_node.py: 2
 #     workers and a summation server, ps.torch) on CUDA tensors (CPU ones
 #     for `run emu`) whose parameters must match a single-process run, when
-#     the host's python3 (GPU_CHECK_PYTHON) has torch.
+#     the host's python3 (GPU_CHECK_PYTHON) has torch; GPU_CHECK_TRAIN=0
+#     leaves it out.
 # Exit status 0 when every check passed, 1 otherwise; a check whose device
 # is missing says so and counts as failed (this script exists to run them).
 set -uo pipefail
@@ -77,6 +78,10 @@ verdict() {  # verdict NAME STATUS
 train() {
   local kind=$1 here=$2 launcher=$3 device=cpu log rc py=${GPU_CHECK_PYTHON:-python3}
   [ "$kind" = cuda ] && device=cuda
+  if [ "${GPU_CHECK_TRAIN:-1}" = 0 ]; then
+    step "PyTorch training: not run (GPU_CHECK_TRAIN=0)"
+    return
+  fi
   step "PyTorch training, 2 workers, $device tensors, over tcp"
   if ! "$py" -c "import torch" 2>/dev/null; then
     echo "no torch in $(command -v "$py")"
