@@ -82,6 +82,19 @@ class KvReady : public ::testing::TestWithParam<std::string> {
         ASSERT_EQ(PS_OK, Emu()->launch_host_func(stream_, SleepOnStream, ms));
         ASSERT_EQ(PS_OK, Emu()->memset_async(dev_, byte, kBytes, stream_));
     }
+    // The push that never went must not have reached the server: after one
+    // ordinary push of ones, the server holds ones only.
+    void ExpectOnlyAPushOfOnesArrives()
+    {
+        ps_kv_pairs_t push = Pairs();
+        int ts;
+        ASSERT_EQ(PS_OK, Emu()->memset(dev_, 1, kBytes));
+        ASSERT_EQ(PS_OK, ps_kv_zpush(w_, &push, 0, nullptr, nullptr, &ts));
+        ASSERT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
+        std::vector<unsigned char> got = Pull();
+        for (size_t i = 0; i < kBytes; i++)
+            ASSERT_EQ(1, got[i]) << "byte " << i;
+    }
     // Waits until the stream's work is done.
     void DrainStream()
     {
@@ -173,13 +186,7 @@ TEST_P(KvReady, DataNeverReadyFailsWithinTheRequestTimeoutUnsent)
     EXPECT_EQ(PS_ERR_TIMED_OUT, ps_kv_wait(w_, ts, 10000));
     gate.open = true;
     DrainStream();
-    // Then one ordinary push of ones: the server holds ones only.
-    ASSERT_EQ(PS_OK, Emu()->memset(dev_, 1, kBytes));
-    ASSERT_EQ(PS_OK, ps_kv_zpush(w_, &push, 0, nullptr, nullptr, &ts));
-    ASSERT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
-    std::vector<unsigned char> got = Pull();
-    for (size_t i = 0; i < kBytes; i++)
-        ASSERT_EQ(1, got[i]) << "byte " << i;
+    ExpectOnlyAPushOfOnesArrives();
 }
 
 TEST_P(KvReady, CancelledWhileWaitingIsNeverSent)
@@ -197,13 +204,7 @@ TEST_P(KvReady, CancelledWhileWaitingIsNeverSent)
     gate.open = true;
     DrainStream();
     ps_sleep_ms(50);  // the event completed: the cancelled push had its turn
-    // Then one ordinary push of ones: the server holds ones only.
-    ASSERT_EQ(PS_OK, Emu()->memset(dev_, 1, kBytes));
-    ASSERT_EQ(PS_OK, ps_kv_zpush(w_, &push, 0, nullptr, nullptr, &ts));
-    ASSERT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
-    std::vector<unsigned char> got = Pull();
-    for (size_t i = 0; i < kBytes; i++)
-        ASSERT_EQ(1, got[i]) << "byte " << i;
+    ExpectOnlyAPushOfOnesArrives();
 }
 
 TEST_P(KvReady, HostValuesAndNoEventGoAtOnce)
