@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/app/host_stage.h"
 #include "ps/app/kv.h"
 #include "ps/app/kv_error.h"
 #include "ps/app/kv_ipc.h"
@@ -19,6 +20,7 @@
 #include "ps/base/buffer.h"
 #include "ps/base/log.h"
 #include "ps/base/stage_trace.h"
+#include "ps/net/caps.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
@@ -29,6 +31,7 @@ struct ps_kv_server {
     int app_id;
     ps_kv_handler_func_t handler;
     void *handler_arg;
+    int device_ok; /* the van moves device memory (PS_CAP_DEVICE_MEMORY) */
     /* The block a lane request's data is copied into, between requests
      * (NULL: none, or one is in use). */
     _Atomic(ps_buf_t *) lane_spare;
@@ -201,6 +204,7 @@ ps_status_t ps_kv_server_create(ps_postoffice_t *po, int app_id,
     s->app_id = app_id;
     s->handler = handler;
     s->handler_arg = arg;
+    s->device_ok = (ps_postoffice_capabilities(po) & PS_CAP_DEVICE_MEMORY) != 0;
     ps_status_t st = ps_customer_create_lane(po, app_id, app_id, server_recv, server_lane_recv,
                                              s, &s->customer);
     if (st != PS_OK) {
@@ -312,7 +316,19 @@ ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *met
         return PS_ERR_INVALID_ARG;
     }
 
-    ps_status_t st = respond_lane(server, meta, res);
+    /* Values in device memory (a store kept on the GPU) go out of a
+     * pinned host copy when the van moves host memory only. */
+    ps_status_t st;
+    ps_kv_pairs_t staged;
+    if (res && res->vals.len && !server->device_ok && !ps_slice_in_host_mem(&res->vals)) {
+        staged = *res;
+        if ((st = ps__app_sendable(&res->vals, 0, &staged.vals)) != PS_OK)
+            return st;
+        st = ps_kv_server_respond(server, meta, &staged);
+        ps_slice_unref(&staged.vals);
+        return st;
+    }
+    st = respond_lane(server, meta, res);
     if (st != PS_ERR_UNSUPPORTED)
         return st;
     ps_msg_t msg;

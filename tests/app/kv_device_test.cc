@@ -141,6 +141,49 @@ TEST_P(KvDevice, KeysMustBeInHostMemory)
     EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_zpush(w_, &push, 0, nullptr, nullptr, &ts));
 }
 
+// A server whose store lives in device memory answers pulls with device
+// slices: the van, which moves host memory only, sends a host copy.
+struct DeviceStore {
+    DeviceSlice *vals;
+    static void Handle(void *arg, const ps_kv_meta_t *meta, const ps_kv_pairs_t *req,
+                       ps_kv_server_t *server)
+    {
+        auto *d = static_cast<DeviceStore *>(arg);
+        if (!meta->pull) {
+            ps_kv_server_respond(server, meta, nullptr);
+            return;
+        }
+        ps_kv_pairs_t res = {req->keys, d->vals->slice, PS_SLICE_EMPTY_INIT, PS_DATA_FLOAT};
+        EXPECT_EQ(PS_OK, ps_kv_server_respond(server, meta, &res));
+    }
+};
+
+TEST_P(KvDevice, ServerAnswersFromDeviceMemory)
+{
+    const size_t n = std::get<1>(GetParam()) / sizeof(float);
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = (float)(i % 977) - 3.5f;
+    DeviceSlice vals(n * sizeof(float));
+    vals.Fill(want);
+    DeviceStore store = {&vals};
+    ps_kv_server_t *srv;
+    ps_kv_worker_t *w;
+    ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 1, DeviceStore::Handle, &store,
+                                         &srv));
+    ASSERT_EQ(PS_OK, ps_kv_worker_create(po_[SMALL_JOB_WORKER], 1, 1, &w));
+    ps_key_t key = 5;
+    std::vector<float> got(n, 0.0f);
+    int ts;
+    ASSERT_EQ(PS_OK, ps_kv_pull(w, &key, 1, got.data(), n * sizeof(float), nullptr,
+                                PS_DATA_FLOAT, 0, nullptr, nullptr, &ts));
+    ASSERT_EQ(PS_OK, ps_kv_wait(w, ts, 10000));
+    for (size_t i = 0; i < n; i++)
+        ASSERT_EQ(want[i], got[i]) << "element " << i;
+    ps_kv_worker_destroy(w);
+    ps_kv_server_destroy(srv);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Vans, KvDevice,
     ::testing::Combine(::testing::Values("tcp", "shm"), ::testing::Values(64, 1 << 20)),
