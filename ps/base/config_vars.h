@@ -220,6 +220,12 @@ PS_CONFIG_VAR(ENABLE_RECV_BUFFER, BOOL, "0", "benchmark", NULL,
               "Upstream test_benchmark's registered receive buffers; test_benchmark logs that 1 is ignored (pull responses already land in the worker's buffer where the van can).")
 PS_CONFIG_VAR(PS_BENCH_JSON, BOOL, "0", "benchmark", NULL,
               "1 makes test_benchmark add one JSON line per report (as its --json option).")
+PS_CONFIG_VAR(TEST_NUM_GPU_WORKER, INT, "0", "benchmark", NULL,
+              "Above 0, test_benchmark's workers push from and pull into device memory (of PS_BENCH_DEVICE_KIND); tests/test.sh sets it for gpu2cpu and gpu2gpu.")
+PS_CONFIG_VAR(TEST_NUM_GPU_SERVER, INT, "0", "benchmark", NULL,
+              "Above 0, test_benchmark's servers keep their store in device memory (of PS_BENCH_DEVICE_KIND); tests/test.sh sets it for cpu2gpu and gpu2gpu.")
+PS_CONFIG_VAR(PS_BENCH_DEVICE_KIND, STRING, "cuda", "benchmark", NULL,
+              "The device memory TEST_NUM_GPU_WORKER and TEST_NUM_GPU_SERVER use: cuda, or emu (the emulated device of the tests).")
 PS_CONFIG_VAR(DEBUG_MODE, BOOL, "0", "benchmark", NULL,
               "1 makes benchmark servers really sum values and log each one.")
 PS_CONFIG_VAR(BENCHMARK_WARMUP, INT, "10", "benchmark", NULL,

@@ -24,6 +24,10 @@
  * ENABLE_RECV_BUFFER is accepted and ignored: pull responses already land in
  * the worker's buffer when the van can (PS_CAP_RECV_INTO_DEST).
  * PS_BENCH_JSON=1 (or --json) adds one JSON line per report.
+ * TEST_NUM_GPU_WORKER > 0 puts the workers' value buffers in device memory,
+ * TEST_NUM_GPU_SERVER > 0 the servers' store (StepMesh's cpu2gpu, gpu2gpu,
+ * gpu2cpu pairings; tests/test.sh sets them); the device is of the kind
+ * PS_BENCH_DEVICE_KIND names: cuda (default) or emu (the emulated device).
  *
  * Keys as upstream: NUM_KEY_PER_SERVER x servers keys; key i goes to server
  * i % servers as ps key range_begin(server) + i. Every key has its own
@@ -49,6 +53,7 @@
 #include "ps/app/kv.h"
 #include "ps/base/buffer.h"
 #include "ps/base/status.h"
+#include "ps/gpu/mem.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/postoffice.h"
 #include "tests/bench/bench_stats.h"
@@ -78,9 +83,13 @@ typedef struct {
     long long total_duration;
     int nthread;
     int debug;
+    int worker_device; /* TEST_NUM_GPU_WORKER > 0 */
+    int server_device; /* TEST_NUM_GPU_SERVER > 0 */
+    ps_mem_kind_t device_kind;
 } bench_config_t;
 
 static bench_config_t g_cfg;
+static const ps_mem_ops_t *g_dev; /* the device kind's ops, when one side uses it */
 static ps_postoffice_t *g_po;
 static pthread_mutex_t g_print_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -181,19 +190,73 @@ static void store_destroy(bench_store_t *st)
     pthread_mutex_destroy(&st->lock);
 }
 
-/* A new page-aligned buffer holding a copy of `src` (or zeros). */
-static ps_status_t copy_to_new(const void *src, size_t len, ps_slice_t *slice_p)
+/* ------------------------------------------------- host or device buffers */
+
+static void device_release(void *data, size_t len, void *arg)
 {
-    ps_status_t st = ps_slice_alloc(len, PAGE_ALIGN, slice_p);
+    (void)len;
+    (void)arg;
+    g_dev->free(data);
+}
+
+/* `len` bytes, page-aligned host memory or (device) the device kind's. */
+static ps_status_t buf_new(int device, size_t len, ps_slice_t *slice_p)
+{
+    if (!device || len == 0)
+        return ps_slice_alloc(len, PAGE_ALIGN, slice_p);
+    void *ptr;
+    ps_buf_t *buf;
+    ps_status_t st = g_dev->alloc(len, 0, &ptr);
     if (st != PS_OK)
         return st;
-    if (len > 0) {
-        if (src != NULL)
-            memcpy(ps_slice_ptr(slice_p), src, len);
-        else
-            memset(ps_slice_ptr(slice_p), 0, len);
+    st = ps_buf_wrap_mem(ptr, len, (ps_buf_mem_t)g_cfg.device_kind, 0, device_release, NULL,
+                         &buf);
+    if (st != PS_OK) {
+        g_dev->free(ptr);
+        return st;
     }
-    return PS_OK;
+    st = ps_slice_of(buf, 0, len, slice_p);
+    ps_buf_unref(buf);
+    return st;
+}
+
+static ps_status_t buf_write(const ps_slice_t *s, size_t off, const void *src, size_t len)
+{
+    if (ps_slice_in_host_mem(s)) {
+        memcpy((char *)ps_slice_ptr(s) + off, src, len);
+        return PS_OK;
+    }
+    return g_dev->copy_from_host((char *)ps_slice_ptr(s) + off, src, len);
+}
+
+static ps_status_t buf_read(void *dst, const ps_slice_t *s, size_t off, size_t len)
+{
+    if (ps_slice_in_host_mem(s)) {
+        memcpy(dst, (const char *)ps_slice_ptr(s) + off, len);
+        return PS_OK;
+    }
+    return g_dev->copy_to_host(dst, (const char *)ps_slice_ptr(s) + off, len);
+}
+
+static ps_status_t buf_set(const ps_slice_t *s, int byte)
+{
+    if (ps_slice_in_host_mem(s)) {
+        memset(ps_slice_ptr(s), byte, s->len);
+        return PS_OK;
+    }
+    return g_dev->memset(ps_slice_ptr(s), byte, s->len);
+}
+
+/* A new buffer of the server's store holding a copy of `src` (or zeros). */
+static ps_status_t copy_to_new(const void *src, size_t len, ps_slice_t *slice_p)
+{
+    ps_status_t st = buf_new(g_cfg.server_device, len, slice_p);
+    if (st != PS_OK || len == 0)
+        return st;
+    st = src != NULL ? buf_write(slice_p, 0, src, len) : buf_set(slice_p, 0);
+    if (st != PS_OK)
+        ps_slice_unref(slice_p);
+    return st;
 }
 
 /* Stores one pushed value (caller holds the lock). */
@@ -271,19 +334,20 @@ static void server_handle(void *arg, const ps_kv_meta_t *meta, const ps_kv_pairs
         else
             s = copy_to_new(NULL, want, &res.vals); /* pulled before any push */
     } else {
-        /* Several keys in one request: one contiguous copy. */
+        /* Several keys in one request: one contiguous copy, in host memory. */
         size_t total = 0;
         for (size_t i = 0; i < n; i++) {
             store_entry_t *e = store_find(st, keys[i]);
             total += e->used ? e->val.len : want;
         }
-        s = copy_to_new(NULL, total, &res.vals);
+        if ((s = ps_slice_alloc(total, PAGE_ALIGN, &res.vals)) == PS_OK)
+            memset(ps_slice_ptr(&res.vals), 0, total);
         char *dst = s == PS_OK ? ps_slice_ptr(&res.vals) : NULL;
-        for (size_t i = 0; i < n && dst != NULL; i++) {
+        for (size_t i = 0; i < n && dst != NULL && s == PS_OK; i++) {
             store_entry_t *e = store_find(st, keys[i]);
             size_t kb = e->used ? e->val.len : want;
             if (e->used)
-                memcpy(dst, ps_slice_ptr(&e->val), kb);
+                s = buf_read(dst, &e->val, 0, kb);
             dst += kb;
         }
     }
@@ -377,16 +441,40 @@ static uint64_t finish(worker_ctx_t *w, size_t i, req_slot_t *slot, const char *
 }
 
 /* DEBUG_MODE: the value of key i is a pattern of the key's index. */
-static void fill_pattern(void *dst, size_t len, size_t key)
+static ps_status_t fill_pattern(const ps_slice_t *dst, size_t len, size_t key)
 {
-    unsigned char *p = dst;
+    unsigned char *p = malloc(len);
+    if (p == NULL)
+        return PS_ERR_NO_MEMORY;
     for (size_t b = 0; b < len; b++)
         p[b] = (unsigned char)(key * 131 + b * 7 + 1);
+    ps_status_t st = buf_write(dst, 0, p, len);
+    free(p);
+    return st;
 }
 
-static int check_pattern(worker_ctx_t *w, const void *src, size_t len, size_t key)
+static int check_pattern_bytes(worker_ctx_t *w, const unsigned char *p, size_t len, size_t key);
+
+/* Checks the pattern in a buffer of host or device memory. */
+static int check_pattern(worker_ctx_t *w, const ps_slice_t *src, size_t len, size_t key)
 {
-    const unsigned char *p = src;
+    if (ps_slice_in_host_mem(src))
+        return check_pattern_bytes(w, ps_slice_ptr(src), len, key);
+    unsigned char *p = malloc(len);
+    int rc = -1;
+    if (p == NULL || buf_read(p, src, 0, len) != PS_OK) {
+        fprintf(stderr, "[%d]	DEBUG_MODE: cannot read key %zu back from device memory\n",
+                w->tid, key);
+        w->failed = 1;
+    } else {
+        rc = check_pattern_bytes(w, p, len, key);
+    }
+    free(p);
+    return rc;
+}
+
+static int check_pattern_bytes(worker_ctx_t *w, const unsigned char *p, size_t len, size_t key)
+{
     for (size_t b = 0; b < len; b++) {
         if (p[b] != (unsigned char)(key * 131 + b * 7 + 1)) {
             fprintf(stderr, "[%d]\tDEBUG_MODE: key %zu byte %zu pulled 0x%02x, pushed 0x%02x\n",
@@ -427,17 +515,14 @@ static int worker_setup(worker_ctx_t *w)
         keys[i] = begin + i;
         if (check(w, ps_slice_sub(&w->keybuf, i * sizeof(ps_key_t), sizeof(ps_key_t),
                                   &w->key_slices[i]), "setup", i) ||
-            check(w, ps_slice_alloc(g_cfg.len, PAGE_ALIGN, &w->vals[i]), "setup", i))
+            check(w, buf_new(g_cfg.worker_device, g_cfg.len, &w->vals[i]), "setup", i) ||
+            check(w, g_cfg.debug ? fill_pattern(&w->vals[i], g_cfg.len, i)
+                                 : buf_set(&w->vals[i], 1), "setup", i))
             return -1;
-        if (g_cfg.debug)
-            fill_pattern(ps_slice_ptr(&w->vals[i]), g_cfg.len, i);
-        else
-            memset(ps_slice_ptr(&w->vals[i]), 1, g_cfg.len);
-        if (w->pulls != NULL) {
-            if (check(w, ps_slice_alloc(g_cfg.len, PAGE_ALIGN, &w->pulls[i]), "setup", i))
-                return -1;
-            memset(ps_slice_ptr(&w->pulls[i]), 0, g_cfg.len);
-        }
+        if (w->pulls != NULL &&
+            (check(w, buf_new(g_cfg.worker_device, g_cfg.len, &w->pulls[i]), "setup", i) ||
+             check(w, buf_set(&w->pulls[i], 0), "setup", i)))
+            return -1;
     }
     /* Warm-up, as upstream: every key pushed once (the server sizes its
      * store, connections and buffers get going). */
@@ -617,7 +702,7 @@ static void run_rounds(worker_ctx_t *w)
                 break;
             bench_hist_add(&w->window, done - now);
             if (g_cfg.debug && do_pull)
-                check_pattern(w, ps_slice_ptr(w->pulls ? &w->pulls[i] : &w->vals[i]),
+                check_pattern(w, w->pulls ? &w->pulls[i] : &w->vals[i],
                               g_cfg.len, i);
         }
         if (w->failed)
@@ -647,7 +732,7 @@ static void run_latency(worker_ctx_t *w)
             if (done)
                 bench_hist_add(&w->window, done - t0);
             if (g_cfg.debug && done)
-                check_pattern(w, ps_slice_ptr(&w->pulls[i]), g_cfg.len, i);
+                check_pattern(w, &w->pulls[i], g_cfg.len, i);
         }
         if (w->failed)
             break;
@@ -723,7 +808,8 @@ static void usage(void)
             "  mode 0 push-then-pull, 1 push-pull, 2 push-only, 3 pull-only, 4 latency\n"
             "  env: DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER,\n"
             "       DMLC_NUM_WORKER (see ps docs); NUM_KEY_PER_SERVER=40 LOG_DURATION=10\n"
-            "       TOTAL_DURATION=2e9 BENCHMARK_NTHREAD=1 DEBUG_MODE=0 PS_BENCH_JSON=0\n");
+            "       TOTAL_DURATION=2e9 BENCHMARK_NTHREAD=1 DEBUG_MODE=0 PS_BENCH_JSON=0\n"
+            "       TEST_NUM_GPU_WORKER=0 TEST_NUM_GPU_SERVER=0 PS_BENCH_DEVICE_KIND=cuda\n");
 }
 
 static int parse_args(int argc, char **argv)
@@ -759,6 +845,17 @@ static int parse_args(int argc, char **argv)
     g_cfg.total_duration = env_ll("TOTAL_DURATION", 2000000000LL);
     g_cfg.nthread = (int)env_ll("BENCHMARK_NTHREAD", 1);
     g_cfg.debug = (int)env_ll("DEBUG_MODE", 0) != 0;
+    g_cfg.worker_device = env_ll("TEST_NUM_GPU_WORKER", 0) > 0;
+    g_cfg.server_device = env_ll("TEST_NUM_GPU_SERVER", 0) > 0;
+    const char *kind = getenv("PS_BENCH_DEVICE_KIND");
+    if (kind == NULL || *kind == '\0' || strcmp(kind, "cuda") == 0) {
+        g_cfg.device_kind = PS_MEM_CUDA;
+    } else if (strcmp(kind, "emu") == 0) {
+        g_cfg.device_kind = PS_MEM_EMU;
+    } else {
+        fprintf(stderr, "test_benchmark: PS_BENCH_DEVICE_KIND=%s: cuda or emu\n", kind);
+        return -1;
+    }
     if (g_cfg.keys_per_server <= 0 || g_cfg.log_duration <= 0 || g_cfg.total_duration <= 0 ||
         g_cfg.nthread <= 0) {
         fprintf(stderr, "test_benchmark: NUM_KEY_PER_SERVER, LOG_DURATION, TOTAL_DURATION and "
@@ -806,6 +903,18 @@ int main(int argc, char **argv)
     if (getenv("ENABLE_RECV_BUFFER") != NULL && atoi(getenv("ENABLE_RECV_BUFFER")) != 0)
         fprintf(stderr, "test_benchmark: ENABLE_RECV_BUFFER is ignored: pull responses land in "
                         "the worker's buffer whenever the van can\n");
+
+    if (g_cfg.worker_device || g_cfg.server_device) {
+        g_dev = ps_mem_ops(g_cfg.device_kind);
+        ps_status_t st = g_dev->init();
+        if (st != PS_OK) {
+            ps_mem_info_t info;
+            ps_mem_describe(g_cfg.device_kind, &info);
+            fprintf(stderr, "test_benchmark: TEST_NUM_GPU_*: no usable %s device: %s\n",
+                    ps_mem_kind_name(g_cfg.device_kind), info.reason);
+            return 1;
+        }
+    }
 
     ps_start_params_t params;
     ps_start_params_init(&params);
