@@ -31,13 +31,17 @@
 #     workers and a summation server, ps.torch) on CUDA tensors (CPU ones
 #     for `run emu`) whose parameters must match a single-process run, when
 #     the host's python3 (GPU_CHECK_PYTHON) has torch; GPU_CHECK_TRAIN=0
-#     leaves it out.
+#     leaves it out;
+#   - StepMesh's driver, tests/test.sh joint 4096000 10 push_pull, for each
+#     pairing (cpu2cpu, cpu2gpu, gpu2gpu, gpu2cpu), every pulled byte checked
+#     (DEBUG_MODE), 30 rounds.
 # Exit status 0 when every check passed, 1 otherwise; a check whose device
 # is missing says so and counts as failed (this script exists to run them).
 set -uo pipefail
 
 BINARIES=(
   tests/app/kv_device_check
+  tests/test_benchmark
   tools/bench/mem_bw
   ps/gpu/mem_cuda_device_test
   tests/deps/cuda_device_test
@@ -48,6 +52,7 @@ pack() {
   bin=$(bazel info --dynamic_mode=off bazel-bin 2>/dev/null) || { echo "gpu_check: no bazel here"; return 1; }
   # Static links of ps's own libraries: the GPU host has no build tree.
   bazel build --dynamic_mode=off //tests/app:kv_device_check //tools/bench:mem_bw \
+    //tests:test_benchmark \
     //ps/python:package //ps/gpu:mem_cuda_device_test \
     //tests/deps:cuda_device_test || return 1
   mkdir -p "$out/bin"
@@ -56,7 +61,7 @@ pack() {
   # 3.11+) and the training job's worker.
   mkdir -p "$out/python/ps"
   cp ps/python/ps/*.py "$bin/ps/python/ps/_ps.abi3.so" "$out/python/ps/" &&
-    cp tests/python/train_node.py "$out/" || return 1
+    cp tests/python/train_node.py tests/test.sh "$out/" || return 1
   # The shared libraries they need beyond the C and C++ runtimes (libsodium),
   # which the GPU host may lack.
   mkdir -p "$out/lib"
@@ -98,6 +103,24 @@ train() {
     { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }
   verdict "training ($device)" "$rc"
   rm -f "$log"
+}
+
+# tests/test.sh's four pairings, each a short job with its pulls checked.
+drive() {
+  local kind=$1 here=$2 pairing log rc
+  for pairing in cpu2cpu cpu2gpu gpu2gpu gpu2cpu; do
+    step "tests/test.sh joint 4096000 10 push_pull $pairing"
+    log=$(mktemp)
+    TEST_BENCHMARK="$here/bin/test_benchmark" PS_BENCH_DEVICE_KIND=$kind DEBUG_MODE=1 \
+      TOTAL_DURATION=30 LOG_DURATION=10 DMLC_PS_ROOT_PORT=$((20000 + RANDOM % 20000)) \
+      timeout 120 "$here/test.sh" joint 4096000 10 push_pull "$pairing" >"$log" 2>&1
+    rc=$?
+    grep -E "summary:|pulled bytes checked" "$log"
+    [ "$rc" -eq 0 ] && grep -q "DEBUG_MODE: [1-9][0-9]* pulled bytes checked" "$log" ||
+      { tail -15 "$log"; [ "$rc" -eq 0 ] && rc=1; }
+    verdict "test.sh $pairing" "$rc"
+    rm -f "$log"
+  done
 }
 
 run() {
@@ -145,6 +168,7 @@ run() {
     rm -f "$log"
   done
   train "$kind" "$here" "$launcher"
+  drive "$kind" "$here"
   echo
   if [ "$failed" -eq 0 ]; then echo "gpu_check: every check passed"; else echo "gpu_check: some checks FAILED"; fi
   return "$failed"

@@ -4,6 +4,7 @@
 # the script that a GPU host runs is itself tested on every build.
 #
 #   gpu_check_dry_run_test.sh GPU_CHECK LAUNCHER KV_DEVICE_CHECK MEM_BW PY_EXTENSION TRAIN_NODE
+#                             TEST_SH TEST_BENCHMARK
 set -uo pipefail
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/gpu_check.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
@@ -11,7 +12,8 @@ mkdir -p "$dir/bin"
 cp "$1" "$dir/gpu_check.sh" && cp "$2" "$dir/ps_launch.py" && cp "$3" "$4" "$dir/bin/" || exit 1
 # The package: the extension and the Python files beside it in the runfiles.
 mkdir -p "$dir/python/ps" &&
-  cp "$5" "$(dirname "$5")"/*.py "$dir/python/ps/" && cp "$6" "$dir/" || exit 1
+  cp "$5" "$(dirname "$5")"/*.py "$dir/python/ps/" && cp "$6" "$7" "$dir/" &&
+  cp "$8" "$dir/bin/" || exit 1
 chmod +x "$dir/gpu_check.sh"
 # An extension built with ASan or TSan cannot load into the plain
 # interpreter (tests/python/sanitizer.sh): the training step is left out of
@@ -29,14 +31,16 @@ echo "$out"
 # sizes x 6,
 # the bandwidth table has its 3 sizes, and each worker's late-ready push
 # carried what its stream wrote, in every job; the training run (on CPU
-# tensors here) matched its single-process run.
+# tensors here) matched its single-process run; tests/test.sh ran its four
+# pairings.
 lines=$(grep -c "worker [01]: .* push .* pull .*sums checked" <<<"$out")
 bw=$(grep -c "bytes: d2h pageable .* GB/s" <<<"$out")
 late=$(grep -c "worker [01]: late-ready push .* bytes checked" <<<"$out")
 trained=$(grep -c "PASSED: training (cpu)" <<<"$out")
-if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6 ] || [ "$trained" -ne "$want_trained" ] ||
+driven=$(grep -c "PASSED: test.sh \(cpu2cpu\|cpu2gpu\|gpu2gpu\|gpu2cpu\)" <<<"$out")
+if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6 ] || [ "$trained" -ne "$want_trained" ] || [ "$driven" -ne 4 ] ||
   ! grep -q "every check passed" <<<"$out"; then
-  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, training passed $trained of $want_trained"
+  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, training passed $trained of $want_trained, test.sh $driven of 4 pairings"
   exit 1
 fi
 echo "PASSED: gpu_check.sh run emu ($lines rounds checked)"
