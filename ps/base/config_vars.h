@@ -35,7 +35,7 @@ PS_CONFIG_VAR(DMLC_PS_ROOT_PORT, INT, "", "bootstrap", NULL,
 PS_CONFIG_VAR(DMLC_NODE_HOST, STRING, "", "bootstrap", NULL,
               "IP address this node binds and advertises (also the RDMA source address); unset means the address of DMLC_INTERFACE.")
 PS_CONFIG_VAR(DMLC_INTERFACE, STRING, "", "bootstrap", NULL,
-              "Network interface name whose address this node uses; unset means the first up, non-loopback interface ('auto' also picks the NIC nearest the GPU where supported).")
+              "Network interface name whose address this node uses; unset means the first up, non-loopback interface. 'auto': with the ibverbs van, of the interfaces that have an RDMA device and an address, the one whose PCIe path is nearest STEPMESH_GPU's GPU (through CUDA_VISIBLE_DEVICES; active ports first among equals); with the other vans as unset.")
 PS_CONFIG_VAR(DMLC_PORT, INT, "", "bootstrap", NULL,
               "Fixed TCP port for this node's first listening port; unset means a random free port.")
 PS_CONFIG_VAR(DMLC_GROUP_SIZE, INT, "1", "bootstrap", NULL,
@@ -183,7 +183,7 @@ PS_CONFIG_VAR(PS_KEY_LOG, BOOL, "0", "byteps-server", NULL,
 
 /* ---- stepmesh: the AF tensor API ---- */
 PS_CONFIG_VAR(STEPMESH_GPU, INT, "0", "stepmesh", "STEPAF_GPU",
-              "Local GPU index of this process, an integer; picks the cores STEPMESH_BIND_CPU_CORE pins to.")
+              "Local GPU index of this process, an integer; picks the cores STEPMESH_BIND_CPU_CORE pins to and, with DMLC_INTERFACE=auto, the RDMA interface nearest that GPU.")
 PS_CONFIG_VAR(STEPMESH_SPLIT_QP_LAG, BOOL, "0", "stepmesh", "DMLC_SPLIT_QP_LAG",
               "1 pins the queue pairs of an endpoint to both ports of a bonded NIC and splits payloads across them.")
 PS_CONFIG_VAR(STEPMESH_QP_NUM, INT, "2", "stepmesh", "STEPAF_QP_NUM",

@@ -53,6 +53,8 @@ TEST_KNOB = "a knob of one test's own processes, set by that test"
 NOT_IN_TABLE = {
     "FI_PROVIDER": (THIRD_PARTY + " (libfabric's provider filter, named in "
                     "the fabric van's error when no provider fits)", "any"),
+    "CUDA_VISIBLE_DEVICES": (THIRD_PARTY + " (CUDA's GPU list; DMLC_INTERFACE=auto maps "
+                             "STEPMESH_GPU through it to the GPU's PCI device)", "any"),
     "UCX_TLS": (THIRD_PARTY + " (tests save and restore it)", "tests"),
     "UCX_RNDV_THRESH": (THIRD_PARTY + " (tests save and restore it)", "tests"),
     "SLURM_PROCID": ("set by Slurm; ps_launch --slurm takes the rank from it", "any"),

@@ -30,6 +30,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,9 +97,18 @@ static ps_status_t auto_interface(ps__vb_van_t *van, ps_node_t *node)
     int family = AF_INET;
     if (ps_sockaddr_parse(node->hostname, 0, &cur) == PS_OK)
         family = ps_sockaddr_family(&cur);
+    /* Nearest this process's GPU (STEPMESH_GPU), as StepMesh: when there is
+     * one and sysfs says where it is. */
+    int gpu = (int)ps_config_int_or(PS_CFG_STEPMESH_GPU, 0);
+    char near[PATH_MAX];
+    ps_status_t gst = ps__vb_gpu_pci_path("/sys", gpu, getenv("CUDA_VISIBLE_DEVICES"), near,
+                                          sizeof(near));
+    if (gst == PS_ERR_UNSUPPORTED)
+        ps_info(PS_LOG_RDMA, "DMLC_INTERFACE=auto: CUDA_VISIBLE_DEVICES names GPUs by UUID; "
+                "the RDMA interface is not chosen by its distance to the GPU");
     char ifname[IF_NAMESIZE], why[256];
-    ps_status_t st = ps__vb_pick_interface("/sys", iface_has_addr, &family, ifname, sizeof(ifname),
-                                           why, sizeof(why));
+    ps_status_t st = ps__vb_pick_interface("/sys", gst == PS_OK ? near : NULL, iface_has_addr,
+                                           &family, ifname, sizeof(ifname), why, sizeof(why));
     if (st != PS_OK) {
         ps_error(PS_LOG_RDMA, "DMLC_INTERFACE=auto: %s; set DMLC_INTERFACE to an RDMA "
                  "interface or DMLC_NODE_HOST to its address", why);
@@ -111,8 +121,8 @@ static ps_status_t auto_interface(ps__vb_van_t *van, ps_node_t *node)
     if ((st = ps_sockaddr_format_host(&a, host, sizeof(host))) != PS_OK)
         return st;
     if (strcmp(host, node->hostname) != 0)
-        ps_info(PS_LOG_RDMA, "DMLC_INTERFACE=auto: using %s (%s), which has an RDMA device",
-                ifname, host);
+        ps_info(PS_LOG_RDMA, "DMLC_INTERFACE=auto: using %s (%s), which has an RDMA device%s",
+                ifname, host, gst == PS_OK ? " (the nearest to this process's GPU)" : "");
     snprintf(node->hostname, sizeof(node->hostname), "%s", host);
     return PS_OK;
 }

@@ -2,6 +2,7 @@
 #include "ps/rdma/verbs/verbs_iface.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,9 +180,114 @@ ps_status_t ps__vb_rdma_netdevs(const char *sysfs_root, ps__vb_rdma_netdev_t *ou
     return PS_OK;
 }
 
-ps_status_t ps__vb_pick_interface(const char *sysfs_root, ps__vb_has_addr_func_t has_addr,
-                                  void *arg, char *ifname, size_t cap, char *why,
-                                  size_t why_cap)
+static int is_nvidia_gpu(const char *devdir)
+{
+    char path[PATH_CAP], vendor[32], klass[32];
+    if (join(path, devdir, "vendor", NULL) != 0 || read_line(path, vendor, sizeof(vendor)) != 0 ||
+        strcmp(vendor, "0x10de") != 0)
+        return 0;
+    if (join(path, devdir, "class", NULL) != 0 || read_line(path, klass, sizeof(klass)) != 0)
+        return 0;
+    /* VGA (0x0300xx) or 3D (0x0302xx) controller; not the audio function. */
+    return strncmp(klass, "0x0300", 6) == 0 || strncmp(klass, "0x0302", 6) == 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+#define NO_SUCH_GPU 1000000
+
+/* The physical index `visible` maps `index` to, as CUDA reads the list (an
+ * entry that is not a device ends it); -1 when the GPU is named by UUID or
+ * MIG instance, which sysfs does not show. */
+static int visible_index(const char *visible, int index)
+{
+    if (visible == NULL || *visible == '\0')
+        return index;
+    const char *p = visible;
+    for (int i = 0;; i++) {
+        if (strncmp(p, "GPU-", 4) == 0 || strncmp(p, "MIG-", 4) == 0)
+            return -1;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= NO_SUCH_GPU || (*end != ',' && *end != '\0'))
+            return NO_SUCH_GPU;
+        if (i == index)
+            return (int)v;
+        if (*end == '\0')
+            return NO_SUCH_GPU;
+        p = end + 1;
+    }
+}
+
+ps_status_t ps__vb_gpu_pci_path(const char *sysfs_root, int index, const char *visible,
+                                char *path, size_t cap)
+{
+    if (sysfs_root == NULL || path == NULL || cap == 0 || index < 0)
+        return PS_ERR_INVALID_ARG;
+    int phys = visible_index(visible, index);
+    if (phys < 0)
+        return PS_ERR_UNSUPPORTED;
+    char dir[PATH_CAP];
+    DIR *d = join(dir, sysfs_root, "bus/pci/devices", NULL) == 0 ? opendir(dir) : NULL;
+    if (d == NULL)
+        return PS_ERR_NOT_FOUND;
+    char(*gpus)[64] = calloc(64, sizeof(*gpus)); /* PCI addresses */
+    if (gpus == NULL) {
+        closedir(d);
+        return PS_ERR_NO_MEMORY;
+    }
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < 64) {
+        char devdir[PATH_CAP];
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof(gpus[0]) ||
+            join(devdir, dir, e->d_name, NULL) != 0 || !is_nvidia_gpu(devdir))
+            continue;
+        memcpy(gpus[n++], e->d_name, strlen(e->d_name) + 1); /* length checked above */
+    }
+    closedir(d);
+    qsort(gpus, n, sizeof(gpus[0]), cmp_str);
+    char link[PATH_CAP], real[PATH_MAX];
+    int found = (size_t)phys < n && join(link, dir, gpus[phys], NULL) == 0 &&
+                realpath(link, real) != NULL;
+    free(gpus);
+    if (!found)
+        return PS_ERR_NOT_FOUND;
+    if (strlen(real) >= cap)
+        return PS_ERR_TOO_LARGE;
+    snprintf(path, cap, "%s", real);
+    return PS_OK;
+}
+
+int ps__vb_pci_closeness(const char *sysfs_root, const char *ibdev, const char *near)
+{
+    char link[PATH_CAP], real[PATH_MAX];
+    if (sysfs_root == NULL || ibdev == NULL || near == NULL ||
+        snprintf(link, sizeof(link), "%s/class/infiniband/%s/device", sysfs_root, ibdev) >=
+            (int)sizeof(link) ||
+        realpath(link, real) == NULL)
+        return 0;
+    int shared = 0;
+    const char *a = real, *b = near;
+    for (;;) {
+        size_t la = strcspn(a, "/"), lb = strcspn(b, "/");
+        if (la != lb || strncmp(a, b, la) != 0)
+            break;
+        shared += la > 0;
+        if (a[la] == '\0' || b[lb] == '\0')
+            break;
+        a += la + 1;
+        b += lb + 1;
+    }
+    return shared;
+}
+
+ps_status_t ps__vb_pick_interface(const char *sysfs_root, const char *near,
+                                  ps__vb_has_addr_func_t has_addr, void *arg, char *ifname,
+                                  size_t cap, char *why, size_t why_cap)
 {
     if (sysfs_root == NULL || has_addr == NULL || ifname == NULL || cap == 0)
         return PS_ERR_INVALID_ARG;
@@ -190,13 +296,21 @@ ps_status_t ps__vb_pick_interface(const char *sysfs_root, ps__vb_has_addr_func_t
     ps_status_t st = ps__vb_rdma_netdevs(sysfs_root, list, 16, &n);
     if (st != PS_OK)
         return st;
+    int best = -1, best_close = -1;
     for (size_t i = 0; i < n; i++) {
-        if (has_addr(arg, list[i].netdev)) {
-            if (strlen(list[i].netdev) >= cap)
-                return PS_ERR_TOO_LARGE;
-            snprintf(ifname, cap, "%s", list[i].netdev);
-            return PS_OK;
+        if (!has_addr(arg, list[i].netdev))
+            continue;
+        int close = near != NULL ? ps__vb_pci_closeness(sysfs_root, list[i].ibdev, near) : 0;
+        if (close > best_close) {
+            best = (int)i;
+            best_close = close;
         }
+    }
+    if (best >= 0) {
+        if (strlen(list[best].netdev) >= cap)
+            return PS_ERR_TOO_LARGE;
+        snprintf(ifname, cap, "%s", list[best].netdev);
+        return PS_OK;
     }
     if (why != NULL && why_cap > 0) {
         if (n == 0) {

@@ -10,6 +10,9 @@
  * Upstream StepMesh picked "the RDMA NIC nearest the GPU" but could pick an
  * address that does not route (StepMesh PR #32) or none at all; here the
  * list is explicit, active ports come first, and "none" is a clear status.
+ * Among the netdevs that have an address, the one whose device shares the
+ * longest PCIe path with this process's GPU is taken (the same switch
+ * before the same root port before another socket).
  *
  * The sysfs root is a parameter, so tests run against a fake tree.
  */
@@ -47,15 +50,33 @@ ps_status_t ps__vb_rdma_netdevs(const char *sysfs_root, ps__vb_rdma_netdev_t *ou
 typedef int (*ps__vb_has_addr_func_t)(void *arg, const char *ifname);
 
 /*
- * The interface DMLC_INTERFACE=auto means: the first netdev of
- * ps__vb_rdma_netdevs() that has an address.
+ * The sysfs device path of local GPU `index` (STEPMESH_GPU): NVIDIA display
+ * or 3D controllers under <root>/bus/pci/devices in PCI address order (CUDA's
+ * order with CUDA_DEVICE_ORDER=PCI_BUS_ID, nvidia-smi's), the index taken
+ * through `visible` (CUDA_VISIBLE_DEVICES; NULL or "" for none) when that
+ * lists numbers. PS_ERR_NOT_FOUND for no such GPU, PS_ERR_UNSUPPORTED when
+ * `visible` names GPUs by UUID (which sysfs does not show).
+ */
+ps_status_t ps__vb_gpu_pci_path(const char *sysfs_root, int index, const char *visible,
+                                char *path, size_t cap);
+
+/* How near ibverbs device `ibdev` is to the PCI device at sysfs path `near`:
+ * the leading components their device paths share (0 when either is
+ * unknown). */
+int ps__vb_pci_closeness(const char *sysfs_root, const char *ibdev, const char *near);
+
+/*
+ * The interface DMLC_INTERFACE=auto means: of the netdevs of
+ * ps__vb_rdma_netdevs() that have an address, the nearest to the PCI device
+ * at sysfs path `near` (the GPU; NULL: no preference), the first in the
+ * list among equals.
  *   PS_ERR_NOT_FOUND  none; `why` (may be NULL) says what was found, e.g.
  *                     "no RDMA device in /sys/class/infiniband" or
  *                     "RDMA netdevs eth2 (mlx5_0) have no IP address".
  */
-ps_status_t ps__vb_pick_interface(const char *sysfs_root, ps__vb_has_addr_func_t has_addr,
-                                  void *arg, char *ifname, size_t cap, char *why,
-                                  size_t why_cap);
+ps_status_t ps__vb_pick_interface(const char *sysfs_root, const char *near,
+                                  ps__vb_has_addr_func_t has_addr, void *arg, char *ifname,
+                                  size_t cap, char *why, size_t why_cap);
 
 #ifdef __cplusplus
 }

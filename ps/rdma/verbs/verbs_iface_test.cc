@@ -77,7 +77,7 @@ TEST_F(FakeSysfs, NothingAtAll)
     EXPECT_EQ(n, 0u);
     char ifname[IF_NAMESIZE], why[256];
     g_have_addr = {"eth0"};
-    EXPECT_EQ(ps__vb_pick_interface(root_.c_str(), HasAddr, nullptr, ifname, sizeof(ifname), why,
+    EXPECT_EQ(ps__vb_pick_interface(root_.c_str(), nullptr, HasAddr, nullptr, ifname, sizeof(ifname), why,
                                     sizeof(why)),
               PS_ERR_NOT_FOUND);
     EXPECT_NE(std::string(why).find("no network interface has an RDMA device"),
@@ -113,12 +113,12 @@ TEST_F(FakeSysfs, PciNicSoftRoceAndGidNetdevs)
 
     char ifname[IF_NAMESIZE];
     g_have_addr = {"eth0", "eth2"}; // the bond has no address
-    ASSERT_EQ(ps__vb_pick_interface(root_.c_str(), HasAddr, nullptr, ifname, sizeof(ifname),
+    ASSERT_EQ(ps__vb_pick_interface(root_.c_str(), nullptr, HasAddr, nullptr, ifname, sizeof(ifname),
                                     nullptr, 0),
               PS_OK);
     EXPECT_STREQ(ifname, "eth0");
     g_have_addr = {"eth2"};
-    ASSERT_EQ(ps__vb_pick_interface(root_.c_str(), HasAddr, nullptr, ifname, sizeof(ifname),
+    ASSERT_EQ(ps__vb_pick_interface(root_.c_str(), nullptr, HasAddr, nullptr, ifname, sizeof(ifname),
                                     nullptr, 0),
               PS_OK);
     EXPECT_STREQ(ifname, "eth2") << "a down port is still better than nothing";
@@ -135,7 +135,7 @@ TEST_F(FakeSysfs, RdmaNetdevsWithoutAddressesSayWhich)
     Port("mlx5_0", 1, true);
     g_have_addr = {"eth0"}; // a plain NIC has one; the RDMA one has none
     char ifname[IF_NAMESIZE], why[256];
-    EXPECT_EQ(ps__vb_pick_interface(root_.c_str(), HasAddr, nullptr, ifname, sizeof(ifname), why,
+    EXPECT_EQ(ps__vb_pick_interface(root_.c_str(), nullptr, HasAddr, nullptr, ifname, sizeof(ifname), why,
                                     sizeof(why)),
               PS_ERR_NOT_FOUND);
     std::string w = why;
@@ -152,6 +152,88 @@ TEST_F(FakeSysfs, JunkEntriesAreIgnored)
     size_t n = 0;
     ASSERT_EQ(ps__vb_rdma_netdevs(root_.c_str(), list, 4, &n), PS_OK);
     EXPECT_EQ(n, 0u);
+}
+
+// Two PCIe trees, each with a GPU and an RDMA NIC: DMLC_INTERFACE=auto takes
+// the NIC that shares the GPU's path, through CUDA_VISIBLE_DEVICES too.
+class TwoSockets : public FakeSysfs {
+  protected:
+    std::string gpu0_, gpu1_;
+
+    void Link(const std::string &target, const std::string &rel)
+    {
+        Mkdir(rel.substr(0, rel.rfind('/')));
+        ASSERT_EQ(symlink(target.c_str(), (root_ + "/" + rel).c_str()), 0) << rel;
+    }
+    void PciDevice(const std::string &path, const std::string &vendor, const std::string &klass)
+    {
+        Write(path + "/vendor", vendor + "\n");
+        Write(path + "/class", klass + "\n");
+        std::string addr = path.substr(path.rfind('/') + 1);
+        Link(root_ + "/" + path, "bus/pci/devices/" + addr);
+    }
+    void SetUp() override
+    {
+        FakeSysfs::SetUp();
+        const std::string a = "devices/pci0000:00/0000:00:01.0", b = "devices/pci0000:80/0000:80:01.0";
+        PciDevice(a + "/0000:01:00.0", "0x10de", "0x030200");  // GPU 0
+        PciDevice(a + "/0000:01:00.1", "0x10de", "0x040300");  // its audio function: no GPU
+        PciDevice(a + "/0000:02:00.0", "0x15b3", "0x020700");  // NIC near GPU 0
+        PciDevice(b + "/0000:81:00.0", "0x10de", "0x030000");  // GPU 1
+        PciDevice(b + "/0000:82:00.0", "0x15b3", "0x020700");  // NIC near GPU 1
+        Link(root_ + "/" + a + "/0000:02:00.0", "class/infiniband/mlx5_0/device");
+        Link(root_ + "/" + b + "/0000:82:00.0", "class/infiniband/mlx5_1/device");
+        Mkdir(a + "/0000:02:00.0/net/ethA");
+        Mkdir(b + "/0000:82:00.0/net/ethB");
+        Port("mlx5_0", 1, true);
+        Port("mlx5_1", 1, true);
+        char buf[4096];
+        ASSERT_NE(realpath((root_ + "/" + a + "/0000:01:00.0").c_str(), buf), nullptr);
+        gpu0_ = buf;
+        ASSERT_NE(realpath((root_ + "/" + b + "/0000:81:00.0").c_str(), buf), nullptr);
+        gpu1_ = buf;
+    }
+    std::string Gpu(int index, const char *visible)
+    {
+        char path[4096];
+        ps_status_t st = ps__vb_gpu_pci_path(root_.c_str(), index, visible, path, sizeof(path));
+        return st == PS_OK ? std::string(path) : std::string("status ") + ps_status_str(st);
+    }
+    std::string Pick(const std::string &near)
+    {
+        char ifname[IF_NAMESIZE];
+        ps_status_t st = ps__vb_pick_interface(root_.c_str(), near.empty() ? nullptr : near.c_str(),
+                                               HasAddr, nullptr, ifname, sizeof(ifname), nullptr, 0);
+        return st == PS_OK ? std::string(ifname) : std::string("status ") + ps_status_str(st);
+    }
+};
+
+TEST_F(TwoSockets, GpusInPciOrderThroughCudaVisibleDevices)
+{
+    EXPECT_EQ(Gpu(0, nullptr), gpu0_);
+    EXPECT_EQ(Gpu(1, ""), gpu1_);
+    EXPECT_EQ(Gpu(0, "1,0"), gpu1_);
+    EXPECT_EQ(Gpu(1, "1,0"), gpu0_);
+    EXPECT_EQ(Gpu(2, nullptr), std::string("status ") + ps_status_str(PS_ERR_NOT_FOUND));
+    EXPECT_EQ(Gpu(1, "0"), std::string("status ") + ps_status_str(PS_ERR_NOT_FOUND));
+    EXPECT_EQ(Gpu(0, "GPU-8f2a1c7e"), std::string("status ") + ps_status_str(PS_ERR_UNSUPPORTED));
+    EXPECT_EQ(Gpu(0, "0,MIG-4b1e"), gpu0_);
+    // As CUDA reads it: an entry that is not a device ends the list.
+    EXPECT_EQ(Gpu(0, "0,x,1"), gpu0_);
+    EXPECT_EQ(Gpu(1, "0,x,1"), std::string("status ") + ps_status_str(PS_ERR_NOT_FOUND));
+}
+
+TEST_F(TwoSockets, TheNicNearestTheGpu)
+{
+    g_have_addr = {"ethA", "ethB"};
+    EXPECT_EQ(Pick(gpu0_), "ethA");
+    EXPECT_EQ(Pick(gpu1_), "ethB");
+    EXPECT_EQ(Pick(""), "ethA") << "no GPU: the list's order";
+    EXPECT_GT(ps__vb_pci_closeness(root_.c_str(), "mlx5_1", gpu1_.c_str()),
+              ps__vb_pci_closeness(root_.c_str(), "mlx5_0", gpu1_.c_str()));
+    EXPECT_EQ(ps__vb_pci_closeness(root_.c_str(), "nosuch", gpu1_.c_str()), 0);
+    g_have_addr = {"ethA"};  // the near one has no address: the other
+    EXPECT_EQ(Pick(gpu1_), "ethA");
 }
 
 TEST(RealSysfs, ListingNeverFails)
