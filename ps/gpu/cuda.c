@@ -333,7 +333,9 @@ static ps_status_t cuda_register_host(void *ptr, size_t len)
     if (status != PS_OK) {
         return status;
     }
-    err = cudaHostRegister(ptr, len, cudaHostRegisterDefault);
+    /* Portable: pinned for every device's context, since a staging block
+     * of the pool serves whichever GPU a value lives on. */
+    err = cudaHostRegister(ptr, len, cudaHostRegisterPortable);
     return err == cudaSuccess ? PS_OK : cuda_failed_len(err, "cudaHostRegister", len);
 }
 
