@@ -12,7 +12,9 @@
  * until it is destroyed: an allocation a worker freed, or a dead worker's,
  * stays mapped until then or until evicted. A descriptor is checked
  * against what the server opened: a bad one fails its request, never the
- * server.
+ * server. A handle is a capability: a worker that knew another process's
+ * handle could have the server read that memory, so PS_DEVICE_IPC is for
+ * jobs whose workers trust each other (one container, one job).
  */
 #ifndef PS_APP_KV_IPC_H_
 #define PS_APP_KV_IPC_H_
