@@ -45,7 +45,7 @@ int main(void)
         return 0;
     }
     char ifname[64];
-    if (ps__vb_pick_interface("/sys", has_addr, NULL, ifname, sizeof(ifname), why,
+    if (ps__vb_pick_interface("/sys", NULL, has_addr, NULL, ifname, sizeof(ifname), why,
                               sizeof(why)) != PS_OK) {
         printf("SKIP %s (or set PS_TEST_RDMA_HOST)\n", why);
         return 0;

@@ -80,7 +80,7 @@ std::string RdmaHost(std::string *why)
     if (env != nullptr && env[0] != '\0')
         return env;
     char ifname[64], reason[256];
-    if (ps__vb_pick_interface("/sys", HasAddr, nullptr, ifname, sizeof(ifname), reason,
+    if (ps__vb_pick_interface("/sys", nullptr, HasAddr, nullptr, ifname, sizeof(ifname), reason,
                               sizeof(reason)) != PS_OK) {
         *why = std::string(reason) + " (or set PS_TEST_RDMA_HOST)";
         return "";
