@@ -1,20 +1,24 @@
-/* Work waiting for readiness events, polled by one thread (ready_queue.h). */
+/* Work waiting for readiness events, polled by one thread (ready_queue.h):
+ * entries travel through a ps_queue_t; the thread takes one at a time and
+ * polls its event until it completes, runs out of time, or the queue
+ * closes. */
 #include "ps/app/ready_queue.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
+#include "ps/base/queue.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
 
-/* Polling the head's event: a short spin (an event a few microseconds
- * away), then sleeps growing to POLL_MAX_NS (a copy or kernel of
- * milliseconds costs little CPU). */
+/* Polling an event: a short spin (an event a few microseconds away), then
+ * sleeps growing to POLL_MAX_NS (a copy or kernel of milliseconds costs
+ * little CPU). */
 #define POLL_SPIN_NS 20000
 #define POLL_MIN_NS 2000
 #define POLL_MAX_NS 200000
 
-typedef struct ready_entry {
-    struct ready_entry *next;
+typedef struct {
     ps_mem_event_h event;
     bool own_event;
     ps_deadline_t deadline;
@@ -23,75 +27,44 @@ typedef struct ready_entry {
 } ready_entry_t;
 
 struct ps__ready_queue {
-    ps_mutex_t lock;
-    ps_cond_t wake;
-    ready_entry_t *head, *tail;
-    int pending;
-    bool closing;
+    ps_queue_t *entries;
+    atomic_bool closing; /* entries not ready by now end with PS_ERR_SHUTDOWN */
     ps_thread_t thread;
 };
 
-static void entry_run(ready_entry_t *e, ps_status_t why)
+/* How entry e ends: PS_OK once its event completed, else why not. */
+static ps_status_t await(ps__ready_queue_t *q, const ready_entry_t *e)
 {
-    e->fn(e->arg, why);
-    if (e->own_event)
-        (void)ps_mem_event_destroy(e->event);
-    free(e);
-}
-
-static ready_entry_t *pop_head(ps__ready_queue_t *q)
-{
-    ready_entry_t *e = q->head;
-    q->head = e->next;
-    if (q->head == NULL)
-        q->tail = NULL;
-    q->pending--;
-    return e;
+    uint64_t since = ps_time_now_ns(), nap = POLL_MIN_NS;
+    for (;;) {
+        ps_status_t st = ps_mem_event_query(e->event);
+        if (st != PS_INPROGRESS)
+            return st;
+        if (atomic_load(&q->closing))
+            return PS_ERR_SHUTDOWN;
+        if (ps_deadline_expired(e->deadline))
+            return PS_ERR_TIMED_OUT;
+        if (ps_time_now_ns() - since < POLL_SPIN_NS) {
+            ps_cpu_relax();
+        } else {
+            ps_sleep_ns(nap);
+            nap = nap * 2 > POLL_MAX_NS ? POLL_MAX_NS : nap * 2;
+        }
+    }
 }
 
 static void *ready_main(void *arg)
 {
     ps__ready_queue_t *q = arg;
-    uint64_t waiting_since = 0, nap = POLL_MIN_NS;
-    ps_mutex_lock(&q->lock);
-    for (;;) {
-        if (q->head == NULL) {
-            if (q->closing)
-                break;
-            (void)ps_cond_wait(&q->wake, &q->lock, ps_deadline_infinite());
-            continue;
-        }
-        ready_entry_t *e = q->head;
-        bool closing = q->closing;
-        ps_mutex_unlock(&q->lock);
-
-        ps_status_t st = ps_mem_event_query(e->event);
-        if (st == PS_INPROGRESS && closing)
-            st = PS_ERR_SHUTDOWN;
-        else if (st == PS_INPROGRESS && ps_deadline_expired(e->deadline))
-            st = PS_ERR_TIMED_OUT;
-        if (st == PS_INPROGRESS) {
-            uint64_t now = ps_time_now_ns();
-            if (waiting_since == 0)
-                waiting_since = now;
-            if (now - waiting_since < POLL_SPIN_NS) {
-                ps_cpu_relax();
-            } else {
-                ps_sleep_ns(nap);
-                nap = nap * 2 > POLL_MAX_NS ? POLL_MAX_NS : nap * 2;
-            }
-            ps_mutex_lock(&q->lock);
-            continue;
-        }
-        waiting_since = 0;
-        nap = POLL_MIN_NS;
-        ps_mutex_lock(&q->lock);
-        e = pop_head(q); /* still the head: only this thread takes entries */
-        ps_mutex_unlock(&q->lock);
-        entry_run(e, st);
-        ps_mutex_lock(&q->lock);
+    void *item;
+    /* Drains what was queued before the close, each entry in turn. */
+    while (ps_queue_pop(q->entries, ps_deadline_infinite(), &item) == PS_OK) {
+        ready_entry_t *e = item;
+        e->fn(e->arg, await(q, e));
+        if (e->own_event)
+            (void)ps_mem_event_destroy(e->event);
+        free(e);
     }
-    ps_mutex_unlock(&q->lock);
     return NULL;
 }
 
@@ -100,17 +73,11 @@ ps_status_t ps__ready_queue_create(ps__ready_queue_t **queue_p)
     ps__ready_queue_t *q = calloc(1, sizeof(*q));
     if (q == NULL)
         return PS_ERR_NO_MEMORY;
-    ps_status_t st = ps_mutex_init(&q->lock);
-    if (st == PS_OK && (st = ps_cond_init(&q->wake)) != PS_OK)
-        ps_mutex_destroy(&q->lock);
+    ps_status_t st = ps_queue_create(0, &q->entries);
+    if (st == PS_OK &&
+        (st = ps_thread_create("ps-ready", PS_THREAD_NO_CPU, ready_main, q, &q->thread)) != PS_OK)
+        ps_queue_destroy(q->entries);
     if (st != PS_OK) {
-        free(q);
-        return st;
-    }
-    st = ps_thread_create("ps-ready", PS_THREAD_NO_CPU, ready_main, q, &q->thread);
-    if (st != PS_OK) {
-        ps_cond_destroy(&q->wake);
-        ps_mutex_destroy(&q->lock);
         free(q);
         return st;
     }
@@ -123,49 +90,23 @@ ps_status_t ps__ready_queue_add(ps__ready_queue_t *q, ps_mem_event_h event, bool
 {
     if (q == NULL || event == NULL || fn == NULL)
         return PS_ERR_INVALID_ARG;
-    ready_entry_t *e = calloc(1, sizeof(*e));
+    ready_entry_t *e = malloc(sizeof(*e));
     if (e == NULL)
         return PS_ERR_NO_MEMORY;
-    e->event = event;
-    e->own_event = own_event;
-    e->deadline = ps_deadline_from_ms(timeout_ms);
-    e->fn = fn;
-    e->arg = arg;
-    ps_mutex_lock(&q->lock);
-    if (q->closing) {
-        ps_mutex_unlock(&q->lock);
-        free(e);
-        return PS_ERR_SHUTDOWN;
-    }
-    if (q->tail != NULL)
-        q->tail->next = e;
-    else
-        q->head = e;
-    q->tail = e;
-    q->pending++;
-    ps_cond_signal(&q->wake);
-    ps_mutex_unlock(&q->lock);
-    return PS_OK;
-}
-
-int ps__ready_queue_pending(ps__ready_queue_t *q)
-{
-    ps_mutex_lock(&q->lock);
-    int n = q->pending;
-    ps_mutex_unlock(&q->lock);
-    return n;
+    *e = (ready_entry_t){event, own_event, ps_deadline_from_ms(timeout_ms), fn, arg};
+    ps_status_t st = ps_queue_push(q->entries, e);
+    if (st != PS_OK)
+        free(e); /* closed: PS_ERR_SHUTDOWN, and the event is still the caller's */
+    return st;
 }
 
 void ps__ready_queue_destroy(ps__ready_queue_t *q)
 {
     if (q == NULL)
         return;
-    ps_mutex_lock(&q->lock);
-    q->closing = true;
-    ps_cond_signal(&q->wake);
-    ps_mutex_unlock(&q->lock);
+    atomic_store(&q->closing, true);
+    ps_queue_close(q->entries);
     (void)ps_thread_join(&q->thread, NULL);
-    ps_cond_destroy(&q->wake);
-    ps_mutex_destroy(&q->lock);
+    ps_queue_destroy(q->entries);
     free(q);
 }

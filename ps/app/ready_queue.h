@@ -33,9 +33,6 @@ ps_status_t ps__ready_queue_create(ps__ready_queue_t **queue_p);
 ps_status_t ps__ready_queue_add(ps__ready_queue_t *queue, ps_mem_event_h event, bool own_event,
                                 int timeout_ms, ps__ready_fn_t fn, void *arg);
 
-/* Entries waiting now (a snapshot), for tests. */
-int ps__ready_queue_pending(ps__ready_queue_t *queue);
-
 /* Ends the thread: entries whose event completed by then run with PS_OK,
  * the others with PS_ERR_SHUTDOWN. Waits for the fn running now. NULL is a
  * no-op. */
