@@ -302,7 +302,7 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         b->data[i] = ps_slice_ref(&msg->data[0]);
         b->tensors[i].data = ps_slice_ptr(&b->data[i]);
         if (b->data[i].buf != NULL) {
-            b->tensors[i].mem_kind = ps_buf_mem_ops_kind((ps_buf_mem_t)b->data[i].buf->mem_kind);
+            b->tensors[i].mem_kind = ps_slice_mem_ops_kind(&b->data[i]);
             b->tensors[i].device = b->data[i].buf->device;
         }
         atomic_fetch_add_explicit(&s->n_push_bytes, bytes, memory_order_relaxed);

@@ -6,11 +6,6 @@
 #include "ps/gpu/mem.h"
 #include "ps/gpu/stage_pool.h"
 
-static const ps_mem_ops_t *kind_ops(const ps_slice_t *slice)
-{
-    return ps_mem_ops(ps_buf_mem_ops_kind((ps_buf_mem_t)slice->buf->mem_kind));
-}
-
 ps_status_t ps__app_sendable(const ps_slice_t *src, int device_ok, ps_slice_t *out_p)
 {
     if (device_ok || src->len == 0 || ps_slice_in_host_mem(src)) {
@@ -18,7 +13,7 @@ ps_status_t ps__app_sendable(const ps_slice_t *src, int device_ok, ps_slice_t *o
         return PS_OK;
     }
     ps_slice_t host;
-    ps_mem_kind_t kind = ps_buf_mem_ops_kind((ps_buf_mem_t)src->buf->mem_kind);
+    ps_mem_kind_t kind = ps_slice_mem_ops_kind(src);
     ps_status_t st = ps_stage_pool_get(kind, src->len, &host);
     if (st != PS_OK) {
         return st;
@@ -40,5 +35,5 @@ ps_status_t ps__app_copy_in(const ps_slice_t *dest, size_t off, const void *src,
     if (len == 0 || ps_slice_in_host_mem(dest)) {
         return ps_slice_copy_in(dest, off, src, len);
     }
-    return kind_ops(dest)->copy_from_host((char *)ps_slice_ptr(dest) + off, src, len);
+    return ps_mem_ops(ps_slice_mem_ops_kind(dest))->copy_from_host((char *)ps_slice_ptr(dest) + off, src, len);
 }

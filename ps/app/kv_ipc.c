@@ -11,7 +11,7 @@
 
 ps_status_t ps__kv_ipc_describe(const ps_slice_t *vals, ps__kv_ipc_desc_t *desc_p)
 {
-    ps_mem_kind_t kind = ps_buf_mem_ops_kind((ps_buf_mem_t)vals->buf->mem_kind);
+    ps_mem_kind_t kind = ps_slice_mem_ops_kind(vals);
     const ps_mem_ops_t *ops = ps_mem_ops(kind);
     void *ptr = ps_slice_ptr(vals), *base;
     size_t alloc_len;

@@ -1097,7 +1097,7 @@ static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *r
         return PS_OK; /* host memory is ready when the call is made */
     ps_mem_event_h ev = ready->event;
     if (ev == NULL) {
-        ps_mem_kind_t kind = ps_buf_mem_ops_kind((ps_buf_mem_t)push->vals.buf->mem_kind);
+        ps_mem_kind_t kind = ps_slice_mem_ops_kind(&push->vals);
         const ps_mem_ops_t *ops = ps_mem_ops(kind);
         ps_status_t st = ops->event_create(push->vals.buf->device, &ev);
         if (st == PS_OK && (st = ops->event_record(ev, ready->stream)) != PS_OK)

@@ -170,6 +170,12 @@ static inline ps_buf_mem_t ps_slice_mem_kind(const ps_slice_t *slice)
     return slice->buf != NULL ? (ps_buf_mem_t)slice->buf->mem_kind : PS_BUF_MEM_HOST;
 }
 
+/* The memory kind whose ops table (ps/gpu/mem.h) handles the slice's bytes. */
+static inline ps_mem_kind_t ps_slice_mem_ops_kind(const ps_slice_t *slice)
+{
+    return ps_buf_mem_ops_kind(ps_slice_mem_kind(slice));
+}
+
 /* 1 when the CPU can read and write the slice's bytes (host memory, or a
  * shared segment's): every empty slice; never device memory. */
 static inline int ps_slice_in_host_mem(const ps_slice_t *slice)

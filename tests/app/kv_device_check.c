@@ -155,20 +155,16 @@ static void round_trip(ps_postoffice_t *po, ps_kv_worker_t *w, const char *path,
             }
             CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_WORKER, -1));
         }
-        t0 = ps_time_now_ns();
-        CHECK_OK(ps_kv_zpull(w, &out, 0, NULL, NULL, &ts));
-        CHECK_OK(ps_kv_wait(w, ts, -1));
-        pull_ms = ms_since(t0);
     } else {
         CHECK_OK(ps_kv_zpush(w, &push, 0, NULL, NULL, &ts));
         CHECK_OK(ps_kv_wait(w, ts, -1));
         push_ms = ms_since(t0);
         CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_WORKER, -1));
-        t0 = ps_time_now_ns();
-        CHECK_OK(ps_kv_zpull(w, &out, 0, NULL, NULL, &ts));
-        CHECK_OK(ps_kv_wait(w, ts, -1));
-        pull_ms = ms_since(t0);
     }
+    t0 = ps_time_now_ns();
+    CHECK_OK(ps_kv_zpull(w, &out, 0, NULL, NULL, &ts));
+    CHECK_OK(ps_kv_wait(w, ts, -1));
+    pull_ms = ms_since(t0);
     read_back(pull_dev, b->dst_ptr, host, len);
     for (size_t i = 0; i < n * NUM_KEYS; i++) {
         double want = sum_over_workers(r, workers, i);
