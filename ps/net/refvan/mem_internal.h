@@ -84,9 +84,12 @@ typedef struct ps__mem_conn {
 } ps__mem_conn_t;
 
 /* Per node id: the connection we dialled, the one it dialled, and the
- * one sends use (fixed once chosen, to keep the order of messages). */
+ * one sends use (fixed once chosen, to keep the order of messages); how
+ * its last connection failed (PS_OK while connected), which a send that
+ * finds no connection returns. */
 typedef struct ps__mem_peer {
     ps__mem_conn_t *out, *in, *chosen;
+    ps_status_t lost;
 } ps__mem_peer_t;
 
 typedef struct ps__mem_van {

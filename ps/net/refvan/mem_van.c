@@ -182,6 +182,7 @@ void ps__mem_set_peer(ps__mem_conn_t *conn, int id)
     ps__mem_peer_t *p = id != PS_NODE_EMPTY ? peer_get(van, id, 1) : NULL;
     if (p != NULL) {
         p->in = conn;
+        p->lost = PS_OK;
     }
     pthread_mutex_unlock(&van->lock);
 }
@@ -199,6 +200,10 @@ static void conn_destroy(ps__mem_conn_t *c, ps_status_t why, int report)
         }
     }
     int last = unlink_peer_locked(van, c);
+    ps__mem_peer_t *p = ps_van_peer_slots_find(&van->peers, c->peer_id);
+    if (last && p != NULL && (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED)) {
+        p->lost = why;
+    }
     while (c->out_head != NULL) {
         ps__mem_out_t *o = c->out_head;
         c->out_head = o->next;
@@ -445,6 +450,7 @@ static ps_status_t mem_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
                                                               PS__MEM_CONNECT_MS);
             c->deadline_ns = ps_time_now_ns() + ms * PS_NSEC_PER_MSEC;
             p->out = c;
+            p->lost = PS_OK;
             /* The hello goes first; until the node's id is known it
              * announces PS_NODE_EMPTY. */
             st = hello_locked(c, my_id != PS_NODE_EMPTY ? my_id : ps_van_base_my_id(&van->base));
@@ -494,7 +500,8 @@ static ps_status_t mem_set_node_id(ps_van_t *v, int node_id)
     return st;
 }
 
-/* Queues `o` for node `recver`, or frees it: PS_ERR_UNREACHABLE. */
+/* Queues `o` for node `recver`, or frees it: how its last connection
+ * failed, else PS_ERR_UNREACHABLE. */
 static ps_status_t queue_to(ps__mem_van_t *van, int recver, ps__mem_out_t *o)
 {
     pthread_mutex_lock(&van->lock);
@@ -504,13 +511,14 @@ static ps_status_t queue_to(ps__mem_van_t *van, int recver, ps__mem_out_t *o)
         /* Ours first, else the peer's to us; then always the same one. */
         c = p->chosen = p->chosen != NULL ? p->chosen : p->out != NULL ? p->out : p->in;
     }
+    ps_status_t lost = p != NULL ? p->lost : PS_OK;
     if (c != NULL) {
         queue_locked(c, o);
     }
     pthread_mutex_unlock(&van->lock);
     if (c == NULL) {
         out_free(o);
-        return PS_ERR_UNREACHABLE;
+        return lost != PS_OK ? lost : PS_ERR_UNREACHABLE;
     }
     return PS_OK;
 }

@@ -507,6 +507,7 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
     }
     old = p->out;
     p->out = ch;
+    p->lost = PS_OK;
     pthread_rwlock_unlock(&van->peers_lock);
 
     pthread_mutex_lock(&van->pending_lock);
@@ -1026,7 +1027,7 @@ void ps__shm_chan_fail(ps__shm_chan_t *ch, ps_status_t why, int notify)
         return;
     }
     int id = ch->peer_id;
-    ps__shm_peer_remove_chan(van, ch);
+    ps__shm_peer_remove_chan(van, ch, why);
     if (ch->in_epoll) {
         epoll_ctl(van->epfd, EPOLL_CTL_DEL, ch->fd, NULL);
         ch->in_epoll = 0;

@@ -205,6 +205,10 @@ typedef struct {
     ps__shm_chan_t *out;     /* ours */
     ps__shm_chan_t *in[4];   /* the peer's, identified */
     int num_in;
+    /* How its last channel failed (PS_ERR_PEER_GONE or PS_ERR_LINK_FAILED;
+     * PS_OK while connected): a send that finds no channel says that, not
+     * "unreachable", even before the postoffice has heard of the failure. */
+    ps_status_t lost;
 } ps__shm_peer_t;
 
 struct ps__shm_van {
@@ -261,8 +265,11 @@ ps__shm_peer_t *ps__shm_peer_get(ps__shm_van_t *van, int id, int create); /* wri
 ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id);
 /* Records an identified incoming channel (takes the write lock). */
 ps_status_t ps__shm_peer_add_in(ps__shm_van_t *van, ps__shm_chan_t *ch, int id);
-/* Takes a channel out of the peer table (takes the write lock). */
-void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch);
+/* Takes a channel out of the peer table (takes the write lock); `why` it
+ * failed is kept for ps__shm_peer_lost(). */
+void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch, ps_status_t why);
+/* How the peer's last channel failed; PS_OK if none did since it connected. */
+ps_status_t ps__shm_peer_lost(ps__shm_van_t *van, int id);
 /* Connector: recv of the acceptor's answer that still finds a WELCOME
  * queued behind the ECONNRESET of an acceptor that refused and closed. */
 ssize_t ps__shm_recv_answer(int fd, void *buf, size_t cap, int flags);

@@ -93,12 +93,13 @@ ps_status_t ps__shm_peer_add_in(ps__shm_van_t *van, ps__shm_chan_t *ch, int id)
     if (p->num_in < (int)(sizeof(p->in) / sizeof(p->in[0]))) {
         p->in[p->num_in++] = ch;
     }
+    p->lost = PS_OK;
     ch->peer_id = id;
     pthread_rwlock_unlock(&van->peers_lock);
     return PS_OK;
 }
 
-void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch)
+void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch, ps_status_t why)
 {
     if (ch->peer_id == PS_NODE_EMPTY) {
         return;
@@ -116,8 +117,20 @@ void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch)
                 break;
             }
         }
+        if (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED) {
+            p->lost = why;
+        }
     }
     pthread_rwlock_unlock(&van->peers_lock);
+}
+
+ps_status_t ps__shm_peer_lost(ps__shm_van_t *van, int id)
+{
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__shm_peer_t *p = ps__shm_peer_get(van, id, 0);
+    ps_status_t lost = p != NULL ? p->lost : PS_OK;
+    pthread_rwlock_unlock(&van->peers_lock);
+    return lost;
 }
 
 int ps__shm_has_peer(ps_van_t *v, int id)

@@ -358,6 +358,7 @@ ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id
         for (int i = 0; i < made; ++i) {
             p->out[p->num_out++] = fresh[i];
         }
+        p->lost = PS_OK;
     }
     pthread_rwlock_unlock(&van->peers_lock);
     if (made != nstreams) {
@@ -645,7 +646,7 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
     }
     int id = conn->peer_id;
     int was_connecting = conn->state == PS__TCP_CONNECTING;
-    ps__tcp_peer_remove_conn(van, conn);
+    ps__tcp_peer_remove_conn(van, conn, why);
     if (conn->in_epoll) {
         epoll_ctl(van->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
         conn->in_epoll = 0;

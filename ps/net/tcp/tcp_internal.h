@@ -214,6 +214,11 @@ typedef struct {
      * each carries the ACK of the other; on two one-way streams every
      * message costs an extra bare ACK packet. */
     ps__tcp_conn_t *chosen;
+    /* How its last connection failed (PS_ERR_PEER_GONE or
+     * PS_ERR_LINK_FAILED; PS_OK while connected): a send that finds no
+     * connection says that, not "unreachable", even before the postoffice
+     * has heard of the failure. */
+    ps_status_t lost;
 } ps__tcp_peer_t;
 
 struct ps__tcp_van {
@@ -264,7 +269,9 @@ struct ps__tcp_van {
 void ps__tcp_wake(ps__tcp_van_t *van);
 /* Peer table (callers hold peers_lock as noted). */
 ps__tcp_peer_t *ps__tcp_peer_get(ps__tcp_van_t *van, int id, int create); /* write lock when create */
-void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn); /* takes write lock */
+void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn,
+                              ps_status_t why); /* takes write lock */
+ps_status_t ps__tcp_peer_lost(ps__tcp_van_t *van, int id); /* PS_OK if none */
 ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id); /* takes write lock */
 /* The connections a frame of `data_total` bytes to node `id` goes on,
  * referenced, into conns[] (PS__TCP_MAX_STREAMS): 1 (stream 0 alone), n > 1

@@ -55,7 +55,7 @@ static void remove_from(ps__tcp_conn_t **arr, int *num, const ps__tcp_conn_t *co
     }
 }
 
-void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
+void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn, ps_status_t why)
 {
     if (conn->peer_id == PS_NODE_EMPTY) {
         return;
@@ -68,8 +68,20 @@ void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
         if (p->chosen == conn) {
             __atomic_store_n(&p->chosen, NULL, __ATOMIC_RELEASE);
         }
+        if (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED) {
+            p->lost = why;
+        }
     }
     pthread_rwlock_unlock(&van->peers_lock);
+}
+
+ps_status_t ps__tcp_peer_lost(ps__tcp_van_t *van, int id)
+{
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__tcp_peer_t *p = ps__tcp_peer_get(van, id, 0);
+    ps_status_t lost = p != NULL ? p->lost : PS_OK;
+    pthread_rwlock_unlock(&van->peers_lock);
+    return lost;
 }
 
 ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id)
@@ -85,6 +97,7 @@ ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id
     if (p->num_in < PS__TCP_MAX_STREAMS) {
         p->in[p->num_in++] = conn;
     }
+    p->lost = PS_OK;
     conn->peer_id = id;
     pthread_rwlock_unlock(&van->peers_lock);
     return PS_OK;

@@ -509,6 +509,16 @@ static ps_status_t tx_desc(ps__fab_van_t *van, ps__fab_tx_t *tx, int i, void **d
     return PS_OK;
 }
 
+/* What a send to a failed or detached peer returns (peer->lock held): what
+ * the postoffice was or will be told of its failure, so that a request
+ * sent before the report arrives fails the way those it fails do. */
+static ps_status_t refused_status(const ps__fab_peer_t *peer)
+{
+    if (!peer->failed)
+        return PS_ERR_PEER_GONE; /* detached: disconnect() after its death */
+    return peer->fail_why == PS_ERR_PEER_GONE ? PS_ERR_PEER_GONE : PS_ERR_LINK_FAILED;
+}
+
 /* A small message whose bytes are all in buf[0..len) (header still to
  * fill): injected from there, no send object. PS_OK when posted;
  * PS_INPROGRESS when it must go the queued way (sends are queued for the
@@ -519,7 +529,7 @@ static ps_status_t post_direct(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab
     if (ps__fab_lock(van, &peer->lock) != 0)
         return PS_ERR_LINK_FAILED;
     if (peer->failed || __atomic_load_n(&peer->detached, __ATOMIC_ACQUIRE)) {
-        ps_status_t st = peer->failed ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE;
+        ps_status_t st = refused_status(peer);
         pthread_mutex_unlock(&peer->lock);
         return st;
     }
@@ -574,7 +584,7 @@ static ps_status_t tx_submit(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab_t
         return PS_ERR_LINK_FAILED;
     }
     if (peer->failed || __atomic_load_n(&peer->detached, __ATOMIC_ACQUIRE)) {
-        st = peer->failed ? PS_ERR_LINK_FAILED : PS_ERR_PEER_GONE;
+        st = refused_status(peer);
         pthread_mutex_unlock(&peer->lock);
         *refused_p = 1;
         return st;

@@ -191,7 +191,7 @@ ps__ucx_peer_t *ps__ucx_peer_get(ps__ucx_van_t *van, int id, int create)
 
 /* Takes conn out of the table; returns 1 if it was there (the table's
  * reference passes to the caller). */
-static int peer_remove_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
+static int peer_remove_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, ps_status_t why)
 {
     int found = 0;
     pthread_rwlock_wrlock(&van->peers_lock);
@@ -209,12 +209,15 @@ static int peer_remove_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
                 break;
             }
         }
+        if (found && (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED)) {
+            p->lost = why;
+        }
     }
     pthread_rwlock_unlock(&van->peers_lock);
     return found;
 }
 
-static ps_status_t peer_add_in(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
+ps_status_t ps__ucx_peer_add_in(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
 {
     pthread_rwlock_wrlock(&van->peers_lock);
     ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 1);
@@ -228,6 +231,7 @@ static ps_status_t peer_add_in(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
     if (p->num_in < PS__UCX_MAX_STREAMS) {
         p->in[p->num_in++] = ps__ucx_conn_ref(conn);
     }
+    p->lost = PS_OK;
     pthread_rwlock_unlock(&van->peers_lock);
     return PS_OK;
 }
@@ -269,6 +273,19 @@ ps__ucx_conn_t *ps__ucx_peer_send_conn(ps__ucx_van_t *van, int id)
     }
     pthread_rwlock_unlock(&van->peers_lock);
     return conn;
+}
+
+ps_status_t ps__ucx_peer_unconnected(ps__ucx_van_t *van, int id)
+{
+    pthread_rwlock_rdlock(&van->peers_lock);
+    const ps__ucx_peer_t *p = ps_van_peer_slots_find(&van->peers, id);
+    ps_status_t lost = p != NULL ? p->lost : PS_OK;
+    pthread_rwlock_unlock(&van->peers_lock);
+    if (lost != PS_OK) {
+        return lost;
+    }
+    ps_warn_ratelimited(PS_LOG_UCX, "send to node %d: not connected", id);
+    return PS_ERR_UNREACHABLE;
 }
 
 /* ---- UCX callbacks: record, never act (ucx_internal.h says why) ---- */
@@ -624,6 +641,7 @@ ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id
         replaced = p->out;
     }
     p->out = ps__ucx_conn_ref(conn); /* the table's reference */
+    p->lost = PS_OK;
     pthread_rwlock_unlock(&van->peers_lock);
 
     pthread_mutex_lock(&van->pending_lock);
@@ -872,7 +890,7 @@ static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, u
     conn->nonce = nonce;
     ps_status_t st = cookie_assign(van, conn);
     if (st == PS_OK && id != PS_NODE_EMPTY) {
-        st = peer_add_in(van, conn, id);
+        st = ps__ucx_peer_add_in(van, conn, id);
     }
     if (st == PS_OK) {
         int my = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
@@ -1136,7 +1154,7 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
         return;
     }
     int id = conn->peer_id;
-    if (id != PS_NODE_EMPTY && peer_remove_conn(van, conn, id)) {
+    if (id != PS_NODE_EMPTY && peer_remove_conn(van, conn, id, why)) {
         ps__ucx_conn_unref(conn); /* the table's reference */
     }
     cookie_remove(van, conn);

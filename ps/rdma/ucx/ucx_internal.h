@@ -372,6 +372,11 @@ typedef struct {
     ps__ucx_conn_t *out;                       /* ours */
     ps__ucx_conn_t *in[PS__UCX_MAX_STREAMS];   /* the peer's, identified */
     int num_in;
+    /* How its last connection failed (PS_ERR_PEER_GONE or
+     * PS_ERR_LINK_FAILED; PS_OK while connected): a send that finds no
+     * connection says that, not "unreachable", even before the postoffice
+     * has heard of the failure. */
+    ps_status_t lost;
 } ps__ucx_peer_t;
 
 struct ps__ucx_van {
@@ -531,6 +536,11 @@ void ps__ucx_conn_unref(ps__ucx_conn_t *conn);
 ps__ucx_conn_t *ps__ucx_conn_lookup(ps__ucx_van_t *van, uint32_t cookie);
 /* The connection send() uses for a node: referenced, or NULL. */
 ps__ucx_conn_t *ps__ucx_peer_send_conn(ps__ucx_van_t *van, int id);
+/* Records an identified incoming connection under its id (write lock). */
+ps_status_t ps__ucx_peer_add_in(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id);
+/* What a send to a node without a connection returns: how its last one
+ * failed, else PS_ERR_UNREACHABLE (logged). */
+ps_status_t ps__ucx_peer_unconnected(ps__ucx_van_t *van, int id);
 /* The same with peers_lock held (read) by the caller, not referenced:
  * valid until the caller unlocks. */
 ps__ucx_conn_t *ps__ucx_peer_send_conn_locked(ps__ucx_van_t *van, int id);

@@ -498,18 +498,10 @@ static ps_status_t rx_hello(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
                  conn->addr_str, id);
         return PS_ERR_PROTOCOL;
     }
-    /* Registers the connection under its id (as an incoming one). */
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 1);
-    if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers_lock);
-        return PS_ERR_NO_MEMORY;
+    ps_status_t st = ps__ucx_peer_add_in(van, conn, id);
+    if (st != PS_OK) {
+        return st;
     }
-    conn->peer_id = id;
-    if (p->num_in < PS__UCX_MAX_STREAMS) {
-        p->in[p->num_in++] = ps__ucx_conn_ref(conn);
-    }
-    pthread_rwlock_unlock(&van->peers_lock);
     ps_info(PS_LOG_UCX, "connection from %s is node %d", conn->addr_str, id);
     return PS_OK;
 }

@@ -455,8 +455,7 @@ static ps_status_t send_op(ps__ucx_van_t *van, int recver, const ps_meta_t *meta
     ps__ucx_conn_t *conn = ps__ucx_peer_send_conn(van, recver);
     if (conn == NULL) {
         ps__ucx_op_release(van, op);
-        ps_warn_ratelimited(PS_LOG_UCX, "send to node %d: not connected", recver);
-        return PS_ERR_UNREACHABLE;
+        return ps__ucx_peer_unconnected(van, recver);
     }
     return ps__ucx_conn_submit(conn, op, NULL); /* takes our reference on conn */
 }
@@ -563,8 +562,7 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
         return PS_OK;
     }
     if (conn == NULL) {
-        ps_warn_ratelimited(PS_LOG_UCX, "send to node %d: not connected", recver);
-        return PS_ERR_UNREACHABLE;
+        return ps__ucx_peer_unconnected(van, recver);
     }
     ps__ucx_op_t *op;
     ps_status_t st = op_new(van, &op);

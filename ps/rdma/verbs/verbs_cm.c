@@ -546,8 +546,10 @@ ps_status_t ps__vb_cm_connect(ps__vb_van_t *van, const ps_node_t *peer, int my_i
         }
         if (peer->id < van->peers_cap)
             p = &van->peers[peer->id];
-        if (p != NULL)
+        if (p != NULL) {
             p->out = c;
+            p->lost = PS_OK;
+        }
         pthread_rwlock_unlock(&van->peers_lock);
         if (p == NULL) {
             ps__vb_conn_unref(c);

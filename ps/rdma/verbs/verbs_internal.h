@@ -233,6 +233,11 @@ typedef struct {
     ps__vb_conn_t *out;
     ps__vb_conn_t *in[PS__VB_MAX_IN];
     int num_in;
+    /* How its last connection failed (PS_ERR_PEER_GONE or
+     * PS_ERR_LINK_FAILED; PS_OK while connected): a send that finds no
+     * connection says that, not "unreachable", even before the postoffice
+     * has heard of the failure. */
+    ps_status_t lost;
 } ps__vb_peer_t;
 
 /* One QP's share of a tx's completions. */
@@ -372,6 +377,8 @@ ps__vb_conn_t *ps__vb_peer_send_conn(ps__vb_van_t *van, int id);
 ps_status_t ps__vb_peer_add_in(ps__vb_van_t *van, ps__vb_conn_t *conn, int id);
 /* Takes a connection out of the peer table. */
 void ps__vb_peer_remove(ps__vb_van_t *van, ps__vb_conn_t *conn);
+/* How the peer's last connection failed; PS_OK if none did since. */
+ps_status_t ps__vb_peer_lost(ps__vb_van_t *van, int id);
 /* The connection with this serial (referenced), or NULL. */
 ps__vb_conn_t *ps__vb_conn_by_serial(ps__vb_van_t *van, uint64_t serial);
 /* QP number -> QP (its connection referenced), or NULL. */

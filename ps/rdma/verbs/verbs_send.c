@@ -1017,6 +1017,9 @@ ps_status_t ps__vb_send(ps__vb_van_t *van, const ps_msg_t *msg)
     }
     ps__vb_conn_t *conn = ps__vb_peer_send_conn(van, recver);
     if (conn == NULL) {
+        ps_status_t lost = ps__vb_peer_lost(van, recver);
+        if (lost != PS_OK)
+            return lost;
         ps_warn_ratelimited(PS_LOG_RDMA, "send to node %d: not connected", recver);
         return PS_ERR_UNREACHABLE;
     }

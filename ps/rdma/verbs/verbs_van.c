@@ -191,6 +191,7 @@ ps_status_t ps__vb_peer_add_in(ps__vb_van_t *van, ps__vb_conn_t *conn, int id)
         p->num_in--;
     }
     p->in[p->num_in++] = conn;
+    p->lost = PS_OK;
     __atomic_store_n(&conn->peer_id, id, __ATOMIC_RELEASE);
     pthread_rwlock_unlock(&van->peers_lock);
     return PS_OK;
@@ -213,8 +214,27 @@ void ps__vb_peer_remove(ps__vb_van_t *van, ps__vb_conn_t *conn)
                 break;
             }
         }
+        ps_status_t why = __atomic_load_n(&conn->why, __ATOMIC_ACQUIRE);
+        if (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED)
+            p->lost = why;
     }
     pthread_rwlock_unlock(&van->peers_lock);
+}
+
+ps_status_t ps__vb_peer_lost(ps__vb_van_t *van, int id)
+{
+    pthread_rwlock_rdlock(&van->peers_lock);
+    ps__vb_peer_t *p = peer_get(van, id, 0);
+    ps_status_t lost = p != NULL ? p->lost : PS_OK;
+    /* A failed connection of ours stays listed until its teardown ends. */
+    if (p != NULL && lost == PS_OK && p->out != NULL &&
+        __atomic_load_n(&p->out->state, __ATOMIC_ACQUIRE) == PS__VB_C_FAILED) {
+        ps_status_t why = __atomic_load_n(&p->out->why, __ATOMIC_ACQUIRE);
+        if (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED)
+            lost = why;
+    }
+    pthread_rwlock_unlock(&van->peers_lock);
+    return lost;
 }
 
 /* The other live connections of `id` (referenced), for failing them too. */
