@@ -6,12 +6,14 @@
 MODE
   idle       2,000 connections that never speak and 200 that send half a
              hello, at server0's port, then the same at the scheduler's
-             (VAN tcp or shm: shm floods the nodes' rendezvous sockets).
+             (VAN tcp, fabric (its TCP port) or shm: shm floods the nodes'
+             rendezvous sockets; ucx runs too, and fails inside UCX, see
+             docs/RELIABILITY.md).
   halfframe  (tcp) 2,000 connections that send a valid frame header
              announcing a meta just under 1 MiB, part of it, and stall; then
              200 that send a valid hello first and then the same.
-  emfile     (tcp) server0 runs with RLIMIT_NOFILE 96; 600 silent
-             connections exhaust its descriptors.
+  emfile     (tcp, shm, fabric) server0 runs with RLIMIT_NOFILE 96; 600
+             silent connections exhaust its descriptors.
 
 Checks, per attacked process: its CPU (utime+stime from /proc over a window
 of at least 2 s while the connections are held) stays under 10% of a core;
@@ -298,7 +300,7 @@ def main():
     hello = bytes.fromhex(subprocess.run([raw_client, "-", "0", "hello-hex", "32767"],
                                          capture_output=True, text=True,
                                          check=True).stdout.strip())
-    half_hello = hello[:len(hello) // 2] if van == "tcp" else b"\x01\x00"
+    half_hello = hello[:len(hello) // 2] if van in ("tcp", "fabric") else b"\x01\x00"
     try:
         for w in ("worker0", "worker1"):
             if not job.wait_for(w, r"sum_node: worker \d+ started", deadline):
