@@ -32,6 +32,12 @@
 #     for `run emu`) whose parameters must match a single-process run, when
 #     the host's python3 (GPU_CHECK_PYTHON) has torch; GPU_CHECK_TRAIN=0
 #     leaves it out;
+#   - device memory from Python without a copy (with the training run's
+#     interpreter and GPU_CHECK_TRAIN switch): tests/python/kv_node.py
+#     device (ps.DeviceArray values of the kind through KVWorker, and for
+#     cuda CUDA torch tensors, one written on a stream of its own) and
+#     af_node.py sum (2 attention workers, 2 FFN servers, bf16 device
+#     tensors through ps.af, sums checked);
 #   - StepMesh's driver, tests/test.sh joint 4096000 10 push_pull, for each
 #     pairing (cpu2cpu, cpu2gpu, gpu2gpu, gpu2cpu), every pulled byte checked
 #     (DEBUG_MODE), 30 rounds.
@@ -61,7 +67,8 @@ pack() {
   # 3.11+) and the training job's worker.
   mkdir -p "$out/python/ps"
   cp ps/python/ps/*.py "$bin/ps/python/ps/_ps.abi3.so" "$out/python/ps/" &&
-    cp tests/python/train_node.py tests/test.sh "$out/" || return 1
+    cp tests/python/train_node.py tests/python/kv_node.py tests/python/af_node.py \
+      tests/test.sh "$out/" || return 1
   # The shared libraries they need beyond the C and C++ runtimes (libsodium),
   # which the GPU host may lack.
   mkdir -p "$out/lib"
@@ -103,6 +110,32 @@ train() {
     { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }
   verdict "training ($device)" "$rc"
   rm -f "$log"
+}
+
+# Device memory from Python: KVWorker (kv_node.py device, 2 workers, 1
+# server) and ps.af (af_node.py sum, 2A2F) on the kind's memory.
+pydevice() {
+  local kind=$1 here=$2 launcher=$3 py=${GPU_CHECK_PYTHON:-python3} log rc
+  if [ "${GPU_CHECK_TRAIN:-1}" = 0 ]; then
+    step "Python device values: not run (GPU_CHECK_TRAIN=0)"
+    return
+  fi
+  local job name node servers want
+  for job in "kv:kv_node.py device:1:device ($kind) round trips ok" \
+             "af:af_node.py sum:2:PASS worker sum on $kind memory"; do
+    IFS=: read -r name node servers want <<<"$job"
+    step "Python $name device values on $kind memory, 2 workers x $servers servers"
+    log=$(mktemp)
+    # shellcheck disable=SC2086  # node is the script and its mode
+    PYTHONPATH="$here/python" PS_TEST_DEVICE_KIND=$kind timeout 240 "$py" "$launcher" \
+      -s "$servers" -w 2 --timeout 200 -- "$py" "$here/"$node >"$log" 2>&1
+    rc=$?
+    grep -E "round trips ok|CUDA tensors ok|PASS worker|Error" "$log"
+    [ "$rc" -eq 0 ] && [ "$(grep -c "$want" "$log")" -eq 2 ] ||
+      { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }
+    verdict "Python $name device values ($kind)" "$rc"
+    rm -f "$log"
+  done
 }
 
 # tests/test.sh's four pairings, each a short job with its pulls checked.
@@ -168,6 +201,7 @@ run() {
     rm -f "$log"
   done
   train "$kind" "$here" "$launcher"
+  pydevice "$kind" "$here" "$launcher"
   drive "$kind" "$here"
   echo
   if [ "$failed" -eq 0 ]; then echo "gpu_check: every check passed"; else echo "gpu_check: some checks FAILED"; fi

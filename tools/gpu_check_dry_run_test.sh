@@ -4,7 +4,8 @@
 # the script that a GPU host runs is itself tested on every build.
 #
 #   gpu_check_dry_run_test.sh GPU_CHECK LAUNCHER KV_DEVICE_CHECK MEM_BW PY_EXTENSION TRAIN_NODE
-#                             TEST_SH TEST_BENCHMARK
+#                             TEST_SH TEST_BENCHMARK KV_NODE AF_NODE
+# PY_EXTENSION is the test build of the package (the emulated kind linked).
 set -uo pipefail
 dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/gpu_check.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
@@ -12,7 +13,7 @@ mkdir -p "$dir/bin"
 cp "$1" "$dir/gpu_check.sh" && cp "$2" "$dir/ps_launch.py" && cp "$3" "$4" "$dir/bin/" || exit 1
 # The package: the extension and the Python files beside it in the runfiles.
 mkdir -p "$dir/python/ps" &&
-  cp "$5" "$(dirname "$5")"/*.py "$dir/python/ps/" && cp "$6" "$7" "$dir/" &&
+  cp "$5" "$(dirname "$5")"/*.py "$dir/python/ps/" && cp "$6" "$7" "$9" "${10}" "$dir/" &&
   cp "$8" "$dir/bin/" || exit 1
 chmod +x "$dir/gpu_check.sh"
 # An extension built with ASan or TSan cannot load into the plain
@@ -32,15 +33,16 @@ echo "$out"
 # the bandwidth table has its 3 sizes, and each worker's late-ready push
 # carried what its stream wrote, in every job; the training run (on CPU
 # tensors here) matched its single-process run; tests/test.sh ran its four
-# pairings.
+# pairings; the Python device nodes ran (KV and AF, 2 workers each).
 lines=$(grep -c "worker [01]: .* push .* pull .*sums checked" <<<"$out")
 bw=$(grep -c "bytes: d2h pageable .* GB/s" <<<"$out")
 late=$(grep -c "worker [01]: late-ready push .* bytes checked" <<<"$out")
 trained=$(grep -c "PASSED: training (cpu)" <<<"$out")
 driven=$(grep -c "PASSED: test.sh \(cpu2cpu\|cpu2gpu\|gpu2gpu\|gpu2cpu\)" <<<"$out")
+pydev=$(grep -c "PASSED: Python \(kv\|af\) device values (emu)" <<<"$out")
 if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6 ] || [ "$trained" -ne "$want_trained" ] || [ "$driven" -ne 4 ] ||
-  ! grep -q "every check passed" <<<"$out"; then
-  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, training passed $trained of $want_trained, test.sh $driven of 4 pairings"
+  [ "$pydev" -ne $((2 * want_trained)) ] || ! grep -q "every check passed" <<<"$out"; then
+  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, training passed $trained of $want_trained, test.sh $driven of 4 pairings, Python device jobs $pydev of $((2 * want_trained))"
   exit 1
 fi
 echo "PASSED: gpu_check.sh run emu ($lines rounds checked)"

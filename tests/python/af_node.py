@@ -16,6 +16,10 @@ GIL), respond refusing a
 result of the wrong size, an unknown key and a second answer, and the
 worker refusing buffers it cannot send.
 
+With PS_TEST_DEVICE_KIND set (emu, or cuda on a GPU host) the sum
+workers push from and pull into device memory of that kind (ps.DeviceArray;
+CUDA torch tensors for cuda).
+
 Each node prints "PASS <role> MODE" and leaves; a failed check raises.
 """
 import os
@@ -33,6 +37,24 @@ ROUNDS = 6
 SHAPE = (4, 96)
 PUSH_KEYS = (1, 2)
 PULL_KEY = 100
+DEVICE = os.environ.get("PS_TEST_DEVICE_KIND")
+
+
+def to_device(t):
+    """A bfloat16 CPU tensor's copy in device memory: (object, dtype)."""
+    if DEVICE == "cuda":
+        return t.cuda(), None
+    d = ps.DeviceArray(tuple(t.shape), "uint16", kind=DEVICE)
+    d.upload(t.view(torch.int16).numpy())
+    return d, "bfloat16"
+
+
+def from_device(obj):
+    if DEVICE == "cuda":
+        return obj.cpu()
+    a = np.empty(SHAPE, np.uint16)
+    obj.download(a)
+    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
 
 
 def pushes(rank, rnd):
@@ -108,12 +130,20 @@ def work_sum():
                 pool[i].copy_(t)
             push = [pool[i] for i in range(len(push))]
         outs = [torch.empty(SHAPE, dtype=torch.bfloat16) for _ in range(servers)]
-        if rnd % 2:
+        if DEVICE:
+            dev = [to_device(t) for t in push]
+            douts = [to_device(o) for o in outs]
+            h = worker.batch_push_pull(
+                [(k, d) + ((dt,) if dt else ()) for k, (d, dt) in zip(PUSH_KEYS, dev)],
+                [(PULL_KEY, d) + ((dt,) if dt else ()) for d, dt in douts])
+        elif rnd % 2:
             h = worker.push_pull(push, list(PUSH_KEYS), outs, [PULL_KEY] * servers)
         else:
             h = worker.batch_push_pull(list(zip(PUSH_KEYS, push)),
                                        [(PULL_KEY, o) for o in outs])
         h.wait(timeout=30)
+        if DEVICE:
+            outs = [from_device(d) for d, _ in douts]
         want = expected_sum(rnd)
         for s, out in enumerate(outs):
             torch.testing.assert_close(out.float(), want * (s + 1), rtol=2 ** -7, atol=2 ** -6)
@@ -124,7 +154,8 @@ def work_sum():
                 assert 0 < req["start"] <= req["postsend"] <= resp["postrecv"], (req, resp)
         else:
             assert traces == [None] * servers
-    print("PASS worker sum%s" % (" traced" if trace else ""))
+    print("PASS worker sum%s%s" % (" traced" if trace else "",
+                                   " on %s memory" % DEVICE if DEVICE else ""))
 
 
 def serve_errors():

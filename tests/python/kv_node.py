@@ -1,6 +1,6 @@
 """One process of the KV jobs of test_kv.py: DMLC_ROLE says which.
 
-  kv_node.py MODE      MODE: dtypes | zerocopy | errors | gil
+  kv_node.py MODE      MODE: dtypes | zerocopy | errors | gil | device
 
 The servers run a Python KVServer whose handler keeps each key's last
 pushed value (a copy) and answers pulls with it; it checks that a value of
@@ -8,7 +8,10 @@ key 100+i arrives as ps.DTYPES[i], sleeps before answering keys
 SLOW_KEY..SLOW_KEY+9 and
 raises KeyError for a key never pushed; it fails requests of REFUSED_KEY
 (raising ps.InvalidArgument) and FAILED_KEY (request.fail(ps.Unsupported)),
-which the worker sees as those errors. A worker runs MODE's checks, prints
+which the worker sees as those errors. device: values in device memory of
+the kind PS_TEST_DEVICE_KIND (emu by default: the test build of the
+package; cuda on a GPU host, where CUDA torch tensors are checked too).
+A worker runs MODE's checks, prints
 "PASS worker MODE" and leaves; any failed check raises (exit 1).
 """
 import sys
@@ -246,6 +249,80 @@ def check_gil(w):
     print("van not held up by the handler: app 1 answered in %.4f s" % took)
 
 
+class HostInterface:
+    """Host memory that claims to be device memory: ps must refuse it."""
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.__cuda_array_interface__ = {"shape": arr.shape, "typestr": arr.dtype.str,
+                                         "data": (arr.ctypes.data, False), "version": 3}
+
+
+def device_array(a, kind):
+    d = ps.DeviceArray(a.shape, str(a.dtype), kind=kind)
+    d.upload(a)
+    return d
+
+
+def downloaded(d, like):
+    out = np.empty_like(like)
+    d.download(out)
+    return out
+
+
+def check_device(w):
+    import os
+    kind = os.environ.get("PS_TEST_DEVICE_KIND", "emu")
+    key = 3000 + 10 * ps.rank()
+    n = 1 << 16
+    a = np.arange(n, dtype=np.float32) * (ps.rank() + 1)
+    da = device_array(a, kind)
+    before = w.stats()
+    w.push([key, key + 1], da).wait(timeout=30)  # device -> server
+    staged = w.stats()["push_bytes_staged"] - before["push_bytes_staged"]
+    assert staged == a.nbytes, "%d bytes pushed from device memory, expected %d" % (
+        staged, a.nbytes)
+    host = np.zeros_like(a)
+    w.pull([key, key + 1], host).wait(timeout=30)  # gpu2cpu: what the device held
+    assert np.array_equal(host, a), "device push arrived changed"
+    dout = device_array(np.zeros_like(a), kind)
+    got = w.pull([key, key + 1], dout).wait(timeout=30)  # server -> device
+    assert got is dout and np.array_equal(downloaded(dout, a), a), "pull into device memory"
+    b = np.full(n, 3.5, dtype=np.float32)
+    w.push_pull(key + 2, device_array(b, kind), dout).wait(timeout=30)
+    assert np.array_equal(downloaded(dout, a), b), "device push_pull"
+    # bfloat16 as uint16 bits, named by dtype.
+    bits = (np.arange(512, dtype=np.uint16) * 7) & 0x7f7f
+    dbits = device_array(bits, kind)
+    w.push(key + 3, dbits, dtype="bfloat16").wait(timeout=30)
+    dback = device_array(np.zeros_like(bits), kind)
+    w.pull(key + 3, dback, dtype="bfloat16").wait(timeout=30)
+    assert np.array_equal(downloaded(dback, bits), bits), "bfloat16 device round trip"
+    try:
+        w.push(key + 4, HostInterface(np.zeros(8, np.float32)))
+        raise AssertionError("host memory behind __cuda_array_interface__ was taken")
+    except ValueError as e:
+        assert "not device memory" in str(e), e
+    print("device (%s) round trips ok" % kind)
+    if kind != "cuda":
+        return
+    import torch
+    t = torch.arange(4096, device="cuda", dtype=torch.float32) * (ps.rank() + 2)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):  # written on a stream of its own: ps waits for it
+        u = t * 2
+        w.push(key + 5, u).wait(timeout=30)
+    out = torch.zeros_like(u)
+    w.pull(key + 5, out).wait(timeout=30)
+    assert torch.equal(out, t * 2), "CUDA tensor round trip"
+    bf = (torch.arange(300, device="cuda") * 0.25).to(torch.bfloat16)
+    w.push(key + 6, bf).wait(timeout=30)
+    bout = torch.zeros_like(bf)
+    w.pull(key + 6, bout).wait(timeout=30)
+    assert torch.equal(bout, bf), "CUDA bfloat16 tensor round trip"
+    print("CUDA tensors ok")
+
+
 def main():
     mode = sys.argv[1]
     ps.init()
@@ -257,7 +334,7 @@ def main():
         return
     w = ps.KVWorker()
     {"dtypes": check_dtypes, "zerocopy": check_zerocopy, "errors": check_errors,
-     "gil": check_gil}[mode](w)
+     "gil": check_gil, "device": check_device}[mode](w)
     print("PASS worker %s" % mode)
     ps.finalize()
 

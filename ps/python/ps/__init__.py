@@ -8,12 +8,14 @@
     ps.finalize()
 
 Buffers (numpy arrays, bytes, memoryview, anything with the buffer
-protocol) are sent and received without a copy: leave them alone until the
-request's handle says it ended. Blocking calls release the GIL. ps statuses
+protocol, CPU and CUDA torch tensors, anything with __cuda_array_interface__,
+ps.DeviceArray) are sent and received without a copy: leave them alone
+until the request's handle says it ended. Blocking calls release the GIL. ps statuses
 raise ps.Error subclasses (ps.TimedOut, ps.PeerGone, ...).
 """
 from ps._ps import (  # noqa: F401  (the public names)
-    AuthError, BadState, CallError, Cancelled, ConfigError, Error, Handle, InvalidArgument,
+    AuthError, BadState, CallError, Cancelled, ConfigError, DeviceArray, Error, Handle,
+    InvalidArgument,
     JobError, LinkError, LinkFailed, NotFound, PeerError, PeerGone, ProtocolError, Request,
     ResourceError, Shutdown, SumTensor, TimedOut, TimeError, Unsupported,
 )
@@ -29,5 +31,5 @@ DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32",
 
 from ps import _ps as _core  # noqa: E402
 
-# Objects without the buffer protocol (CPU torch tensors) go through as_buffer.
+# Objects without the buffer protocol (torch tensors) go through as_buffer.
 _core.set_converter(as_buffer)

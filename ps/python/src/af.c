@@ -83,6 +83,8 @@ static int tensor_of(const ps__py_view_t *v, uint64_t key, const char *what, ps_
         shape[0] = (int64_t)((size_t)v->view.len / elem);
     }
     ps_af_tensor_init(t, key, v->view.buf, af, ndim, shape);
+    t->mem_kind = v->mem_kind;
+    t->device = v->device;
     return 0;
 }
 
@@ -106,6 +108,24 @@ static int pair_get(PyObject *item, int writable, const char *what, uint64_t *ke
     }
     *key_p = k;
     return ps__py_view_get(obj, writable, dtype, what, view_p);
+}
+
+/* Waits, without the GIL, for the work queued on the streams of the device
+ * tensors among `views` (the AF app takes device memory as it is at the
+ * call, in default-stream order). -1 with an exception. */
+static int views_sync(const ps__py_view_t *views)
+{
+    ps_status_t st = PS_OK;
+    int ms = ps__py_po ? ps_postoffice_request_timeout_ms(ps__py_po) : -1;
+    Py_BEGIN_ALLOW_THREADS
+    for (const ps__py_view_t *v = views; v && st == PS_OK; v = v->next)
+        st = ps__py_view_sync(v, ms);
+    Py_END_ALLOW_THREADS
+    if (st != PS_OK) {
+        ps__py_raise(st, "waiting for a tensor's stream");
+        return -1;
+    }
+    return 0;
 }
 
 /* Fills tensors[0..n) from a sequence of (key, tensor) pairs; the views go
@@ -352,8 +372,9 @@ static PyObject *worker_batch_push_pull(PyObject *self, PyObject *args, PyObject
     ps_af_tensor_t *push = NULL, *pull = NULL;
     size_t num_push = 0, num_pull = 0;
     if (tensors_get(push_obj, 0, "push", &push, &num_push, &views) < 0 ||
-        tensors_get(pull_obj, 1, "pull", &pull, &num_pull, &views) < 0) {
+        tensors_get(pull_obj, 1, "pull", &pull, &num_pull, &views) < 0 || views_sync(views) < 0) {
         free(push);
+        free(pull);
         views_free(views);
         return NULL;
     }
@@ -710,7 +731,9 @@ static PyObject *server_respond(PyObject *self, PyObject *args, PyObject *kw)
     ps__py_view_t *views = NULL;
     ps_af_tensor_t *results = NULL;
     size_t n = 0;
-    if (tensors_get(results_obj, 0, "results", &results, &n, &views) < 0) {
+    if (tensors_get(results_obj, 0, "results", &results, &n, &views) < 0 ||
+        views_sync(views) < 0) {
+        free(results);
         views_free(views);
         return NULL;
     }

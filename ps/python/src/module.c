@@ -243,7 +243,7 @@ PyMODINIT_FUNC PyInit__ps(void)
     if (!m)
         return NULL;
     if (ps__py_errors_add(m) < 0 || ps__py_worker_add(m) < 0 || ps__py_server_add(m) < 0 ||
-        ps__py_sum_add(m) < 0 || ps__py_af_add(m) < 0) {
+        ps__py_sum_add(m) < 0 || ps__py_af_add(m) < 0 || ps__py_device_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

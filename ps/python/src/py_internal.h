@@ -48,12 +48,22 @@ int ps__py_dtype_parse(PyObject *name, ps_data_type_t *type_p);
 
 /* ---- zero-copy views of Python buffers ---- */
 
+#define PS__PY_MAX_DIMS 8
+
 /* A Python buffer held while ps may use its bytes. Released under the GIL:
- * a ps thread that lets go of it only queues it (ps__py_sweep releases). */
+ * a ps thread that lets go of it only queues it (ps__py_sweep releases).
+ * Device memory (an object with __cuda_array_interface__) has `owner` set,
+ * and view.buf, len, itemsize, ndim, shape, format, readonly filled from
+ * the interface; its other fields are unused. */
 typedef struct ps__py_view {
     Py_buffer view;
     ps_data_type_t type;
     struct ps__py_view *next;
+    PyObject *owner;        /* device memory: the object, referenced */
+    ps_mem_kind_t mem_kind; /* PS_MEM_HOST for a Python buffer */
+    int device;
+    void *stream;           /* the stream the producer wrote on; NULL: default order */
+    Py_ssize_t dev_shape[PS__PY_MAX_DIMS];
 } ps__py_view_t;
 
 /* Takes a C-contiguous buffer of `obj` (writable when `writable`) and its
@@ -65,6 +75,15 @@ typedef struct ps__py_view {
  * (ps__py_set_converter) does not turn into one. */
 int ps__py_view_get(PyObject *obj, int writable, PyObject *dtype, const char *what,
                   ps__py_view_t **view_p);
+/* A view of the device memory `obj` describes with its
+ * __cuda_array_interface__ dict `cai`; the memory's kind is the linked
+ * device kind that claims the pointer. -1 with a ValueError. */
+int ps__py_view_get_device(PyObject *obj, PyObject *cai, int writable, const char *what,
+                           ps__py_view_t **view_p);
+/* Waits (GIL released by the caller) up to timeout_ms until the work the
+ * view's producer queued on its stream is done; PS_OK at once for a host
+ * view or one without a stream. For APIs without readiness events. */
+ps_status_t ps__py_view_sync(const ps__py_view_t *view, int timeout_ms);
 /* Sets the callable that turns other objects (torch tensors) into buffers:
  * fn(obj, dtype) -> (buffer, dtype); None removes it. */
 int ps__py_set_converter(PyObject *fn);
@@ -87,6 +106,7 @@ int ps__py_worker_add(PyObject *module);
 int ps__py_server_add(PyObject *module);
 int ps__py_sum_add(PyObject *module);
 int ps__py_af_add(PyObject *module);
+int ps__py_device_add(PyObject *module);
 
 /* The C worker of a ps.KVWorker object (raises and NULL when closed). */
 ps_kv_worker_t *ps__py_worker_get(PyObject *obj);

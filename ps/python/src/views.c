@@ -148,12 +148,36 @@ int ps__py_set_converter(PyObject *fn)
 
 static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const char *what,
                            ps__py_view_t **view_p);
+/* The element type of v from its format, narrowed by `dtype` (a name, may
+ * be NULL or None); -1 with a ValueError. */
+static int view_set_type(ps__py_view_t *v, PyObject *dtype, const char *what);
+
+/* Device memory when obj has a __cuda_array_interface__, else a buffer. */
+static int view_get_any(PyObject *obj, int writable, PyObject *dtype, const char *what,
+                        ps__py_view_t **view_p)
+{
+    if (!PyObject_CheckBuffer(obj)) {
+        PyObject *cai = PyObject_GetAttrString(obj, "__cuda_array_interface__");
+        if (cai) {
+            int rc = ps__py_view_get_device(obj, cai, writable, what, view_p);
+            Py_DECREF(cai);
+            if (rc == 0 && view_set_type(*view_p, dtype, what) < 0) {
+                ps__py_view_free(*view_p);
+                *view_p = NULL;
+                return -1;
+            }
+            return rc;
+        }
+        PyErr_Clear();
+    }
+    return view_get_buffer(obj, writable, dtype, what, view_p);
+}
 
 int ps__py_view_get(PyObject *obj, int writable, PyObject *dtype, const char *what,
                   ps__py_view_t **view_p)
 {
     if (PyObject_CheckBuffer(obj) || !g_converter)
-        return view_get_buffer(obj, writable, dtype, what, view_p);
+        return view_get_any(obj, writable, dtype, what, view_p);
     PyObject *res = PyObject_CallFunctionObjArgs(g_converter, obj, dtype ? dtype : Py_None, NULL);
     if (!res)
         return -1;
@@ -162,7 +186,7 @@ int ps__py_view_get(PyObject *obj, int writable, PyObject *dtype, const char *wh
     if (!PyArg_ParseTuple(res, "OO", &buf, &dt))
         PyErr_SetString(PyExc_TypeError, "the converter must return (buffer, dtype)");
     else
-        rc = view_get_buffer(buf, writable, dt, what, view_p);
+        rc = view_get_any(buf, writable, dt, what, view_p);
     Py_DECREF(res);
     return rc;
 }
@@ -196,18 +220,24 @@ static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const c
         ps__py_view_free(v);
         return -1;
     }
-    ps_data_type_t from_format;
-    if (type_from_format(v->view.format, v->view.itemsize, what, &from_format) < 0) {
+    if (view_set_type(v, dtype, what) < 0) {
         ps__py_view_free(v);
         return -1;
     }
+    *view_p = v;
+    return 0;
+}
+
+static int view_set_type(ps__py_view_t *v, PyObject *dtype, const char *what)
+{
+    ps_data_type_t from_format;
+    if (type_from_format(v->view.format, v->view.itemsize, what, &from_format) < 0)
+        return -1;
     v->type = from_format;
     if (dtype && dtype != Py_None) {
         ps_data_type_t wanted;
-        if (ps__py_dtype_parse(dtype, &wanted) < 0) {
-            ps__py_view_free(v);
+        if (ps__py_dtype_parse(dtype, &wanted) < 0)
             return -1;
-        }
         size_t size = ps__py_dtype_size(wanted);
         /* The same item size reinterprets (uint16 bits as bfloat16); raw
          * bytes may be any type whose elements they hold whole. */
@@ -218,12 +248,10 @@ static int view_get_buffer(PyObject *obj, int writable, PyObject *dtype, const c
                          "%s holds %zd-byte elements (format '%s'), dtype %s has %zu-byte ones",
                          what, v->view.itemsize, v->view.format ? v->view.format : "B",
                          ps__py_dtype_name(wanted), size);
-            ps__py_view_free(v);
             return -1;
         }
         v->type = wanted;
     }
-    *view_p = v;
     return 0;
 }
 
@@ -231,7 +259,10 @@ void ps__py_view_free(ps__py_view_t *view)
 {
     if (!view)
         return;
-    PyBuffer_Release(&view->view);
+    if (view->owner)
+        Py_DECREF(view->owner);
+    else
+        PyBuffer_Release(&view->view);
     free(view);
 }
 
@@ -253,8 +284,19 @@ static void view_released(void *data, size_t len, void *arg)
 
 ps_status_t ps__py_view_slice(ps__py_view_t *view, ps_slice_t *slice_p)
 {
-    ps_status_t st = ps_slice_wrap(view->view.buf, (size_t)view->view.len, view_released, view,
-                                   slice_p);
+    ps_status_t st;
+    if (view->owner) {
+        ps_buf_t *buf;
+        st = ps_buf_wrap_mem(view->view.buf, (size_t)view->view.len, (ps_buf_mem_t)view->mem_kind,
+                             view->device, view_released, view, &buf);
+        if (st == PS_OK) {
+            /* The slice takes the only reference. */
+            *slice_p = (ps_slice_t){buf, 0, (size_t)view->view.len};
+            return PS_OK;
+        }
+    } else {
+        st = ps_slice_wrap(view->view.buf, (size_t)view->view.len, view_released, view, slice_p);
+    }
     if (st != PS_OK)
         ps__py_view_free(view);
     return st;

@@ -356,6 +356,10 @@ static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject
                  in ? "vals" : "out", &lens) < 0)
         goto out;
 
+    /* Pushed device memory that its producer wrote on a stream of its own
+     * goes out once that stream's work is done (the worker's ready thread
+     * waits, not this call). */
+    ps_kv_ready_t ready = {NULL, in ? in->stream : NULL};
     if (in) {
         if (pairs_of(in, &keys, &lens, &in_kvs) < 0) {
             in = NULL;
@@ -399,11 +403,11 @@ static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject
     int ts = -1;
     Py_BEGIN_ALLOW_THREADS
     if (op == OP_PUSH)
-        st = ps_kv_zpush(worker, &in_kvs, cmd, on_done, d, &ts);
+        st = ps_kv_zpush_when(worker, &in_kvs, &ready, cmd, on_done, d, &ts);
     else if (op == OP_PULL)
         st = ps_kv_zpull(worker, &out_kvs, cmd, on_done, d, &ts);
     else
-        st = ps_kv_zpushpull(worker, &in_kvs, &out_kvs, cmd, on_done, d, &ts);
+        st = ps_kv_zpushpull_when(worker, &in_kvs, &out_kvs, &ready, cmd, on_done, d, &ts);
     Py_END_ALLOW_THREADS
     if (st != PS_OK) {
         /* Not accepted: the callback will not run. */
@@ -453,12 +457,15 @@ static PyObject *worker_stats(PyObject *self, PyObject *unused)
         return NULL;
     ps_kv_worker_stats_t s;
     ps_kv_worker_stats(worker, &s);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "requests", (unsigned long long)s.requests,
-                         "messages", (unsigned long long)s.messages, "pull_bytes_in_place",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "requests",
+                         (unsigned long long)s.requests, "messages",
+                         (unsigned long long)s.messages, "pull_bytes_in_place",
                          (unsigned long long)s.pull_bytes_in_place, "pull_bytes_copied",
                          (unsigned long long)s.pull_bytes_copied, "pull_bytes_small",
                          (unsigned long long)s.pull_bytes_small, "lane_messages",
-                         (unsigned long long)s.lane_messages);
+                         (unsigned long long)s.lane_messages, "push_bytes_staged",
+                         (unsigned long long)s.push_bytes_staged, "push_bytes_ipc",
+                         (unsigned long long)s.push_bytes_ipc);
 }
 
 static PyObject *worker_app_id(PyObject *self, void *closure)
