@@ -75,6 +75,8 @@ NOT_IN_TABLE = {
     "TEST_UNDECLARED_OUTPUTS_DIR": (BAZEL, "tests"),
     "BUILD_WORKING_DIRECTORY": (BAZEL + " (tools resolve paths from where "
                                 "`bazel run` was called)", "any"),
+    "PS_TEST_DEVICE_KIND": (TEST_KNOB + " (the memory kind of the Python device nodes: emu, "
+                            "or cuda in tools/gpu_check.sh)", "tests"),
     "PO_ROUNDS": (TEST_KNOB, "tests"),
     "PO_MODE": (TEST_KNOB, "tests"),
     "PO_ROUND_MS": (TEST_KNOB, "tests"),
