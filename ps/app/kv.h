@@ -121,6 +121,24 @@ ps_status_t ps_kv_zpushpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
                             const ps_kv_pairs_t *out, int cmd,
                             ps_kv_done_func_t done, void *arg, int *ts_p);
 
+/* A pull whose value lengths the servers decide (ps-lite's ZPull with an
+ * empty destination and lens to fill): each server answers its keys with
+ * whatever values it has, and their per-key lengths (in elements of
+ * `type`; without them its bytes are split evenly over its keys). Keys are
+ * referenced, as for ps_kv_zpull. Once the request completed with PS_OK
+ * its result is kept by the worker until ps_kv_pull_result() takes it (or
+ * the worker is destroyed); a failed one keeps nothing. Host memory only. */
+ps_status_t ps_kv_pull_any(ps_kv_worker_t *worker, const ps_slice_t *keys, ps_data_type_t type,
+                           int cmd, ps_kv_done_func_t done, void *arg, int *ts_p);
+/* Hands over the result of server-sized pull ts: *vals_p the values of
+ * every key back to back in key order, *lens_p an int32 per key (its
+ * element count); both the caller's to ps_slice_unref. The values may be
+ * the van's receive buffer itself (one server answered), so drop them when
+ * done rather than keep them for long. PS_ERR_NOT_FOUND when ts has no
+ * result (not completed, failed, not such a pull, or taken already). */
+ps_status_t ps_kv_pull_result(ps_kv_worker_t *worker, int ts, ps_slice_t *vals_p,
+                              ps_slice_t *lens_p);
+
 /* When pushed device values are ready: the push is sent once `event` (a
  * ps_mem_event_h of the values' memory kind, ps/gpu/mem.h, recorded by the
  * caller) completed, or once the work queued so far on `stream` (the kind's

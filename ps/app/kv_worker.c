@@ -48,6 +48,9 @@ typedef struct {
     ps_slice_t keys;  /* its keys, to check the response against */
     ps_slice_t lens;  /* expected per-key lengths of a pull (empty: uniform) */
     ps_slice_t dest;  /* pull: where its values go */
+    /* A pull the server sizes (ps_kv_pull_any): its answer, kept. */
+    ps_slice_t got_vals;
+    ps_slice_t got_lens;
     /* Receive in place: the van writes into `dest` through `proxy`, a
      * buffer over the same memory whose release says the van let go.
      * `lent` keeps dest's buffer (and its registrations) meanwhile. */
@@ -67,6 +70,7 @@ typedef struct kv_req {
     atomic_int fired;     /* the completion callback ran */
     atomic_int ended;     /* the customer ended it (worker_done ran) */
     int pull;
+    int any;              /* the servers size the values (ps_kv_pull_any) */
     size_t elem_size;
     size_t uniform_bytes; /* per-key value bytes of a pull without lens */
     atomic_int remaining; /* responses still expected */
@@ -134,6 +138,12 @@ struct ps_kv_worker {
         kv_req_t *r;
     } *draining;
     size_t num_draining, draining_cap;
+    /* Under `lock`: results of server-sized pulls not taken yet. */
+    struct kv_result {
+        int ts;
+        ps_slice_t vals, lens;
+    } *results;
+    size_t num_results, results_cap;
 };
 
 size_t ps_kv_pairs_num_keys(const ps_kv_pairs_t *kvs)
@@ -175,6 +185,8 @@ static void req_release(ps_kv_worker_t *w, kv_req_t *r)
         ps_slice_unref(&p->keys);
         ps_slice_unref(&p->lens);
         ps_slice_unref(&p->dest);
+        ps_slice_unref(&p->got_vals);
+        ps_slice_unref(&p->got_lens);
     }
     req_put(w, r);
 }
@@ -312,11 +324,123 @@ typedef struct {
     size_t keys_len;
     const void *vals;
     size_t vals_len;
+    const ps_slice_t *vals_slice; /* the message's, NULL on the lane */
     const void *lens;
     size_t lens_len;
     int lane; /* the values came inline in a lane message: copied, by design */
     ps_status_t error; /* the server failed the request (kv_error.h) */
 } kv_resp_t;
+
+/* A response to a pull the servers size: its keys must be the part's; its
+ * per-key lengths (or, without them, an equal split) must add up to what
+ * came. The values are kept in the part, the message's buffer referenced
+ * (a lane payload copied). */
+static ps_status_t take_any_response(const kv_req_t *r, kv_part_t *p, const kv_resp_t *rp)
+{
+    size_t nk = p->keys.len / sizeof(ps_key_t);
+    if (rp->keys_len != p->keys.len ||
+        (rp->keys_len && memcmp(rp->keys, ps_slice_ptr(&p->keys), rp->keys_len) != 0)) {
+        ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d has other keys than asked",
+                rp->ts, rp->sender);
+        return PS_ERR_PROTOCOL;
+    }
+    ps_status_t st = ps_slice_alloc(nk * sizeof(int32_t), 0, &p->got_lens);
+    if (st != PS_OK)
+        return st;
+    int32_t *lens = ps_slice_ptr(&p->got_lens);
+    uint64_t total = 0;
+    if (rp->lens_len > 0) {
+        if (rp->lens_len != nk * sizeof(int32_t)) {
+            ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d: %zu length bytes for %zu "
+                    "keys", rp->ts, rp->sender, rp->lens_len, nk);
+            return PS_ERR_PROTOCOL;
+        }
+        for (size_t i = 0; i < nk; i++) {
+            lens[i] = load_i32(rp->lens, i);
+            if (lens[i] < 0)
+                return PS_ERR_PROTOCOL;
+            total += (uint64_t)lens[i] * r->elem_size;
+        }
+    } else if (nk > 0 && rp->vals_len % (nk * r->elem_size) == 0 &&
+               rp->vals_len / (nk * r->elem_size) <= INT32_MAX) {
+        for (size_t i = 0; i < nk; i++)
+            lens[i] = (int32_t)(rp->vals_len / (nk * r->elem_size));
+        total = rp->vals_len;
+    }
+    if (total != rp->vals_len) {
+        ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d: %zu value bytes, its lengths "
+                "say %llu", rp->ts, rp->sender, rp->vals_len, (unsigned long long)total);
+        return PS_ERR_PROTOCOL;
+    }
+    if (rp->vals_len == 0)
+        return PS_OK;
+    if (rp->vals_slice != NULL) {
+        p->got_vals = ps_slice_ref(rp->vals_slice);
+        atomic_fetch_add_explicit(&r->w->n_in_place, rp->vals_len, memory_order_relaxed);
+        return PS_OK;
+    }
+    atomic_fetch_add_explicit(&r->w->n_small, rp->vals_len, memory_order_relaxed);
+    if ((st = ps_slice_alloc(rp->vals_len, 0, &p->got_vals)) == PS_OK)
+        memcpy(ps_slice_ptr(&p->got_vals), rp->vals, rp->vals_len);
+    return st;
+}
+
+/* A server-sized pull's parts, answered: their values (key order) in one
+ * slice (the one part's own when only one answered with values) and their
+ * lengths, kept for ps_kv_pull_result. */
+static ps_status_t keep_any_result(ps_kv_worker_t *w, kv_req_t *r, int ts)
+{
+    struct kv_result res = {.ts = ts};
+    size_t bytes = 0, nk = 0, with_vals = 0;
+    const kv_part_t *only = NULL;
+    for (int i = 0; i < r->num_parts; i++) {
+        const kv_part_t *p = &r->parts[i];
+        if (!p->server_id)
+            continue;
+        bytes += p->got_vals.len;
+        nk += p->got_lens.len / sizeof(int32_t);
+        if (p->got_vals.len) {
+            with_vals++;
+            only = p;
+        }
+    }
+    ps_status_t st = ps_slice_alloc(nk * sizeof(int32_t), 0, &res.lens);
+    if (st == PS_OK && with_vals == 1)
+        res.vals = ps_slice_ref(&only->got_vals);
+    else if (st == PS_OK)
+        st = ps_slice_alloc(bytes, 0, &res.vals);
+    size_t voff = 0, loff = 0;
+    for (int i = 0; st == PS_OK && i < r->num_parts; i++) {
+        const kv_part_t *p = &r->parts[i];
+        if (!p->server_id)
+            continue;
+        memcpy((char *)ps_slice_ptr(&res.lens) + loff, ps_slice_ptr(&p->got_lens), p->got_lens.len);
+        loff += p->got_lens.len;
+        if (with_vals > 1 && p->got_vals.len)
+            memcpy((char *)ps_slice_ptr(&res.vals) + voff, ps_slice_ptr(&p->got_vals),
+                   p->got_vals.len);
+        voff += p->got_vals.len;
+    }
+    ps_mutex_lock(&w->lock);
+    if (st == PS_OK && w->num_results == w->results_cap) {
+        size_t cap = w->results_cap ? 2 * w->results_cap : 8;
+        struct kv_result *grown = realloc(w->results, cap * sizeof(*grown));
+        if (grown != NULL) {
+            w->results = grown;
+            w->results_cap = cap;
+        } else {
+            st = PS_ERR_NO_MEMORY;
+        }
+    }
+    if (st == PS_OK)
+        w->results[w->num_results++] = res;
+    ps_mutex_unlock(&w->lock);
+    if (st != PS_OK) {
+        ps_slice_unref(&res.vals);
+        ps_slice_unref(&res.lens);
+    }
+    return st;
+}
 
 /* Checks a pull response from one server against what was asked, and puts
  * its values in place. */
@@ -427,17 +551,21 @@ static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
     ps_status_t st = rp->error;
     if (r->pull) {
         if (st == PS_OK)
-            st = take_pull_response(w, r, claim.p, &claim.p->dest, rp);
+            st = r->any ? take_any_response(r, claim.p, rp)
+                        : take_pull_response(w, r, claim.p, &claim.p->dest, rp);
         holder_drop(w, r);
     }
+    /* One decrement per part (p->responded was set once, under the claim):
+     * exactly one response is the last, and its callback runs before the
+     * count below lets a waiter go. That count, when it completes the
+     * request, leaves the rest of worker_done to us. A server-sized pull's
+     * result is kept before anyone can see the request complete. */
+    int last = st == PS_OK && atomic_fetch_sub(&r->remaining, 1) == 1;
+    if (last && r->any)
+        st = keep_any_result(w, r, ts);
     if (st != PS_OK) {
         ps_customer_fail_request(w->customer, ts, st);
     } else {
-        /* One decrement per part (p->responded was set once, under the
-         * claim): exactly one response is the last, and its callback runs
-         * before the count below lets a waiter go. That count, when it
-         * completes the request, leaves the rest of worker_done to us. */
-        int last = atomic_fetch_sub(&r->remaining, 1) == 1;
         if (last)
             fire_callback(r, ts, PS_OK);
         if (ps_customer_add_response_quiet(w->customer, ts, 1)) {
@@ -472,6 +600,7 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
     if (msg->num_data > 1) {
         rp.vals = ps_slice_ptr(&msg->data[1]);
         rp.vals_len = msg->data[1].len;
+        rp.vals_slice = &msg->data[1];
     }
     if (msg->num_data > 2) {
         rp.lens = ps_slice_ptr(&msg->data[2]);
@@ -521,6 +650,11 @@ static void worker_free(ps_kv_worker_t *w)
     for (size_t i = 0; i < w->num_draining; i++)
         req_unref(w, w->draining[i].r);
     free(w->draining);
+    for (size_t i = 0; i < w->num_results; i++) {
+        ps_slice_unref(&w->results[i].vals);
+        ps_slice_unref(&w->results[i].lens);
+    }
+    free(w->results);
     release_retired(w); /* no response is running any more */
     ps_cond_destroy(&w->idle);
     ps_mutex_destroy(&w->lock);
@@ -1075,10 +1209,11 @@ static ps_status_t defer_sends(ps_kv_worker_t *w, kv_req_t *r, int ts, const ps_
 #define ISSUE_STACK_SERVERS 16
 
 /* The common path of push, pull and push-pull. `push` is the data pushed
- * (NULL for a pull); `out` the destination of a pull (NULL for a push). */
+ * (NULL for a pull); `out` the destination of a pull (NULL for a push), or
+ * with `any` the keys of a pull the servers size (no values). */
 static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
-                                 const ps_kv_pairs_t *out, ps_mem_event_h ready, bool *own_ready_p,
-                                 int cmd, ps_kv_done_func_t done, void *arg, int *ts_p);
+                                 const ps_kv_pairs_t *out, int any, ps_mem_event_h ready,
+                                 bool *own_ready_p, int cmd, ps_kv_done_func_t done, void *arg, int *ts_p);
 
 /* The event a push waits for (NULL: none, or already complete), made from
  * ps_kv_ready_t; *own_p when ps made it (recorded on the caller's stream).
@@ -1122,7 +1257,7 @@ static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *r
 }
 
 static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_kv_pairs_t *out,
-                         const ps_kv_ready_t *ready, int cmd, ps_kv_done_func_t done, void *arg,
+                         int any, const ps_kv_ready_t *ready, int cmd, ps_kv_done_func_t done, void *arg,
                          int *ts_p)
 {
     ps_status_t st;
@@ -1143,15 +1278,15 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
         (st = ready_event(push, ready, on_default, &ev, &own)) != PS_OK)
         return st;
     /* Device values are staged per server, in send_part. */
-    st = issue_checked(w, push, out, ev, &own, cmd, done, arg, ts_p);
+    st = issue_checked(w, push, out, any, ev, &own, cmd, done, arg, ts_p);
     if (own)
         (void)ps_mem_event_destroy(ev); /* not handed to the ready queue */
     return st;
 }
 
 static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
-                                 const ps_kv_pairs_t *out, ps_mem_event_h ready, bool *own_ready_p,
-                                 int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
+                                 const ps_kv_pairs_t *out, int any, ps_mem_event_h ready,
+                                 bool *own_ready_p, int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
 {
     const ps_kv_pairs_t *req = push ? push : out;
     ps_status_t st;
@@ -1183,6 +1318,7 @@ static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
     r->done_arg = arg;
     r->num_parts = ns;
     r->pull = out != NULL;
+    r->any = any;
 
     st = PS_ERR_NO_MEMORY;
     if (!on_heap) {
@@ -1260,9 +1396,15 @@ static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
      * callback and ps_kv_wait like any other. */
     *ts_p = ts;
     if (num_peers == 0) {
-        /* No keys, so no server to ask: done at once. */
-        fire_callback(r, ts, PS_OK);
-        ps_customer_add_response(w->customer, ts, 1);
+        /* No keys, so no server to ask: done at once (a server-sized pull
+         * with an empty result). */
+        ps_status_t kept = any ? keep_any_result(w, r, ts) : PS_OK;
+        if (kept == PS_OK) {
+            fire_callback(r, ts, PS_OK);
+            ps_customer_add_response(w->customer, ts, 1);
+        } else {
+            ps_customer_fail_request(w->customer, ts, kept);
+        }
     }
     if (ready != NULL) {
         st = defer_sends(w, r, ts, push, push_slices, req->type, cmd, ready, *own_ready_p);
@@ -1331,7 +1473,7 @@ ps_status_t ps_kv_push(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_
         unref_pairs(&kvs);
         return st;
     }
-    st = issue(worker, &kvs, NULL, NULL, cmd, done, arg, ts_p);
+    st = issue(worker, &kvs, NULL, 0, NULL, cmd, done, arg, ts_p);
     unref_pairs(&kvs);
     return st;
 }
@@ -1353,7 +1495,7 @@ ps_status_t ps_kv_pull(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_
         unref_pairs(&kvs);
         return st;
     }
-    st = issue(worker, NULL, &kvs, NULL, cmd, done, arg, ts_p);
+    st = issue(worker, NULL, &kvs, 0, NULL, cmd, done, arg, ts_p);
     unref_pairs(&kvs);
     return st;
 }
@@ -1363,7 +1505,7 @@ ps_status_t ps_kv_zpush(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cm
 {
     if (!kvs)
         return PS_ERR_INVALID_ARG;
-    return issue(worker, kvs, NULL, NULL, cmd, done, arg, ts_p);
+    return issue(worker, kvs, NULL, 0, NULL, cmd, done, arg, ts_p);
 }
 
 ps_status_t ps_kv_zpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cmd,
@@ -1371,7 +1513,7 @@ ps_status_t ps_kv_zpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs, int cm
 {
     if (!kvs)
         return PS_ERR_INVALID_ARG;
-    return issue(worker, NULL, kvs, NULL, cmd, done, arg, ts_p);
+    return issue(worker, NULL, kvs, 0, NULL, cmd, done, arg, ts_p);
 }
 
 ps_status_t ps_kv_zpushpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
@@ -1380,7 +1522,7 @@ ps_status_t ps_kv_zpushpull(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
 {
     if (!push || !out)
         return PS_ERR_INVALID_ARG;
-    return issue(worker, push, out, NULL, cmd, done, arg, ts_p);
+    return issue(worker, push, out, 0, NULL, cmd, done, arg, ts_p);
 }
 
 ps_status_t ps_kv_zpush_when(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs,
@@ -1389,7 +1531,7 @@ ps_status_t ps_kv_zpush_when(ps_kv_worker_t *worker, const ps_kv_pairs_t *kvs,
 {
     if (!kvs)
         return PS_ERR_INVALID_ARG;
-    return issue(worker, kvs, NULL, ready, cmd, done, arg, ts_p);
+    return issue(worker, kvs, NULL, 0, ready, cmd, done, arg, ts_p);
 }
 
 ps_status_t ps_kv_zpushpull_when(ps_kv_worker_t *worker, const ps_kv_pairs_t *push,
@@ -1398,7 +1540,36 @@ ps_status_t ps_kv_zpushpull_when(ps_kv_worker_t *worker, const ps_kv_pairs_t *pu
 {
     if (!push || !out)
         return PS_ERR_INVALID_ARG;
-    return issue(worker, push, out, ready, cmd, done, arg, ts_p);
+    return issue(worker, push, out, 0, ready, cmd, done, arg, ts_p);
+}
+
+ps_status_t ps_kv_pull_any(ps_kv_worker_t *worker, const ps_slice_t *keys, ps_data_type_t type,
+                           int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
+{
+    if (!keys)
+        return PS_ERR_INVALID_ARG;
+    ps_kv_pairs_t kvs = {.keys = *keys, .type = type};
+    return issue(worker, NULL, &kvs, 1, NULL, cmd, done, arg, ts_p);
+}
+
+ps_status_t ps_kv_pull_result(ps_kv_worker_t *worker, int ts, ps_slice_t *vals_p,
+                              ps_slice_t *lens_p)
+{
+    if (!worker || !vals_p || !lens_p)
+        return PS_ERR_INVALID_ARG;
+    ps_status_t st = PS_ERR_NOT_FOUND;
+    ps_mutex_lock(&worker->lock);
+    for (size_t i = 0; i < worker->num_results; i++) {
+        if (worker->results[i].ts != ts)
+            continue;
+        *vals_p = worker->results[i].vals;
+        *lens_p = worker->results[i].lens;
+        worker->results[i] = worker->results[--worker->num_results];
+        st = PS_OK;
+        break;
+    }
+    ps_mutex_unlock(&worker->lock);
+    return st;
 }
 
 ps_status_t ps_kv_wait(ps_kv_worker_t *worker, int ts, int timeout_ms)
