@@ -1,6 +1,6 @@
 """One process of the KV jobs of test_kv.py: DMLC_ROLE says which.
 
-  kv_node.py MODE      MODE: dtypes | zerocopy | errors | gil | device
+  kv_node.py MODE      MODE: dtypes | zerocopy | errors | gil | device | anysize
 
 The servers run a Python KVServer whose handler keeps each key's last
 pushed value (a copy) and answers pulls with it; it checks that a value of
@@ -11,6 +11,8 @@ raises KeyError for a key never pushed; it fails requests of REFUSED_KEY
 which the worker sees as those errors. device: values in device memory of
 the kind PS_TEST_DEVICE_KIND (emu by default: the test build of the
 package; cuda on a GPU host, where CUDA torch tensors are checked too).
+anysize: values of several lengths pushed over both halves of the key
+space, pulled back with pull_any (the servers size the values).
 A worker runs MODE's checks, prints
 "PASS worker MODE" and leaves; any failed check raises (exit 1).
 """
@@ -249,6 +251,24 @@ def check_gil(w):
     print("van not held up by the handler: app 1 answered in %.4f s" % took)
 
 
+def check_anysize(w):
+    base = 6000 + 100 * ps.rank()
+    # Keys on both servers' halves of the key space (when there are two).
+    keys = [base, base + 1, base + 2, (1 << 63) + base, (1 << 63) + base + 1]
+    lens = [3, 1, 7, 5, 2]
+    a = np.arange(sum(lens), dtype=np.float32) + base
+    w.push(keys, a, lens=lens).wait(timeout=30)
+    vals, got_lens = w.pull_any(keys, "float32").wait(timeout=30)
+    assert got_lens == lens, got_lens
+    got = np.asarray(vals)
+    assert got.dtype == np.float32 and np.array_equal(got, a), got
+    vals, got_lens = w.pull_any([base + 2], dtype="float32").wait(timeout=30)
+    assert got_lens == [7] and np.array_equal(np.asarray(vals), a[4:11])
+    vals, got_lens = w.pull_any([]).wait(timeout=30)
+    assert got_lens == [] and len(vals) == 0
+    print("pull_any ok")
+
+
 class HostInterface:
     """Host memory that claims to be device memory: ps must refuse it."""
 
@@ -334,7 +354,7 @@ def main():
         return
     w = ps.KVWorker()
     {"dtypes": check_dtypes, "zerocopy": check_zerocopy, "errors": check_errors,
-     "gil": check_gil, "device": check_device}[mode](w)
+     "gil": check_gil, "device": check_device, "anysize": check_anysize}[mode](w)
     print("PASS worker %s" % mode)
     ps.finalize()
 

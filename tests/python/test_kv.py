@@ -24,6 +24,13 @@ def test_zero_copy(van):
     run("zerocopy", van)
 
 
+@pytest.mark.parametrize("van", ["tcp", "shm"])
+def test_pull_any_values_the_servers_size(van):
+    job = run("anysize", van, servers=2)
+    for rank in range(2):
+        assert "pull_any ok" in job.output("worker", rank)
+
+
 def test_errors_and_handler_exception():
     job = run("errors")
     server = job.output("server")

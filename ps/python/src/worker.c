@@ -37,10 +37,98 @@ typedef struct {
     int finished; /* wait() saw the end */
     ps_status_t status;
     const char *what;
+    int any;             /* a pull the servers size: wait() takes its result */
+    ps_data_type_t type; /* (its element type) */
 } handle_obj_t;
+
+/* The values of a server-sized pull: a slice held for the buffers made of
+ * it (writable: they are the caller's). */
+typedef struct {
+    PyObject_HEAD
+    ps_slice_t slice;
+    ps_data_type_t type;
+    Py_ssize_t shape[1];
+    Py_ssize_t strides[1];
+} result_obj_t;
 
 static PyTypeObject *g_worker_type;
 static PyTypeObject *g_handle_type;
+static PyTypeObject *g_result_type;
+
+static int result_getbuffer(PyObject *self, Py_buffer *view, int flags)
+{
+    result_obj_t *r = (result_obj_t *)self;
+    size_t elem = ps__py_dtype_size(r->type);
+    size_t len = ps_slice_len(&r->slice);
+    static char kEmpty[1];
+    view->buf = len ? ps_slice_ptr(&r->slice) : kEmpty;
+    view->obj = self;
+    Py_INCREF(self);
+    view->len = (Py_ssize_t)len;
+    view->readonly = 0;
+    view->itemsize = (Py_ssize_t)elem;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)ps__py_dtype_format(r->type) : NULL;
+    view->ndim = 1;
+    r->shape[0] = (Py_ssize_t)(len / elem);
+    r->strides[0] = (Py_ssize_t)elem;
+    view->shape = (flags & PyBUF_ND) ? r->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) ? r->strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    return 0;
+}
+
+static void result_dealloc(PyObject *self)
+{
+    ps_slice_unref(&((result_obj_t *)self)->slice);
+    ps__py_free_object(self);
+}
+
+static PyType_Slot kResultSlots[] = {
+    {Py_tp_dealloc, result_dealloc},
+    {Py_bf_getbuffer, result_getbuffer},
+    {Py_tp_doc, "The values of a server-sized pull (buffer protocol, no copy)."},
+    {0, NULL},
+};
+
+static PyType_Spec kResultSpec = {
+    "ps._PullResult", sizeof(result_obj_t), 0, Py_TPFLAGS_DEFAULT, kResultSlots,
+};
+
+/* (memoryview of the values, [lengths]) of server-sized pull ts, taken from
+ * the worker; NULL with an exception. */
+static PyObject *take_any_result(ps_kv_worker_t *worker, int ts, ps_data_type_t type)
+{
+    ps_slice_t vals, lens;
+    ps_status_t st = ps_kv_pull_result(worker, ts, &vals, &lens);
+    if (st != PS_OK)
+        return ps__py_raise(st, "taking the pull's result");
+    size_t nk = lens.len / sizeof(int32_t);
+    PyObject *list = PyList_New((Py_ssize_t)nk);
+    for (size_t i = 0; list && i < nk; i++) {
+        int32_t n;
+        memcpy(&n, (const char *)ps_slice_ptr(&lens) + i * sizeof(n), sizeof(n));
+        PyObject *item = PyLong_FromLong(n);
+        if (!item || PyList_SetItem(list, (Py_ssize_t)i, item) < 0)
+            Py_CLEAR(list);
+    }
+    ps_slice_unref(&lens);
+    result_obj_t *r = list ? PyObject_New(result_obj_t, g_result_type) : NULL;
+    if (!r) {
+        ps_slice_unref(&vals);
+        Py_XDECREF(list);
+        return NULL;
+    }
+    r->slice = vals;
+    r->type = type;
+    PyObject *mv = PyMemoryView_FromObject((PyObject *)r);
+    Py_DECREF(r);
+    if (!mv) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", mv, list);
+}
 
 static void done_unref(done_t *d)
 {
@@ -108,6 +196,13 @@ static PyObject *handle_wait(PyObject *self, PyObject *args, PyObject *kw)
         }
         if (atomic_load_explicit(&h->done->fired, memory_order_acquire))
             st = h->done->status;
+        if (st == PS_OK && h->any) {
+            PyObject *res = take_any_result(((worker_obj_t *)h->worker)->worker, h->ts, h->type);
+            if (!res)
+                return NULL;
+            Py_DECREF(h->result);
+            h->result = res;
+        }
         h->finished = 1;
         h->status = st;
         ps__py_sweep();
@@ -266,6 +361,37 @@ fail:
     return -1;
 }
 
+/* A handle whose wait() returns `result`, with its completion record (one
+ * reference for the handle, one for the request's callback). */
+static handle_obj_t *handle_new(PyObject *worker, PyObject *result, const char *what)
+{
+    done_t *d = malloc(sizeof(*d));
+    if (!d) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    atomic_init(&d->refs, 2);
+    atomic_init(&d->fired, 0);
+    d->status = PS_INPROGRESS;
+    handle_obj_t *h = PyObject_New(handle_obj_t, g_handle_type);
+    if (!h) {
+        free(d);
+        return NULL;
+    }
+    h->worker = worker;
+    Py_INCREF(worker);
+    h->result = result;
+    Py_INCREF(result);
+    h->done = d;
+    h->finished = 0;
+    h->status = PS_INPROGRESS;
+    h->what = what;
+    h->ts = -1;
+    h->any = 0;
+    h->type = PS_DATA_OTHER;
+    return h;
+}
+
 enum { OP_PUSH, OP_PULL, OP_PUSH_PULL };
 
 static const char *kOpWhat[] = {"push", "pull", "push_pull"};
@@ -375,28 +501,10 @@ static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject
         out_wrapped = 1;
     }
 
-    done_t *d = malloc(sizeof(*d));
-    if (!d) {
-        PyErr_NoMemory();
+    handle_obj_t *h = handle_new(self, out_obj ? out_obj : Py_None, kOpWhat[op]);
+    if (!h)
         goto out;
-    }
-    atomic_init(&d->refs, 2);
-    atomic_init(&d->fired, 0);
-    d->status = PS_INPROGRESS;
-    handle_obj_t *h = PyObject_New(handle_obj_t, g_handle_type);
-    if (!h) {
-        free(d);
-        goto out;
-    }
-    h->worker = self;
-    Py_INCREF(self);
-    h->result = out_obj ? out_obj : Py_None;
-    Py_INCREF(h->result);
-    h->done = d;
-    h->finished = 0;
-    h->status = PS_INPROGRESS;
-    h->what = kOpWhat[op];
-    h->ts = -1;
+    done_t *d = h->done;
 
     ps_kv_worker_t *worker = w->worker;
     ps_status_t st;
@@ -444,6 +552,49 @@ static PyObject *worker_pull(PyObject *self, PyObject *args, PyObject *kw)
     return worker_request(self, OP_PULL, args, kw);
 }
 
+/* pull_any(keys, dtype='float32', cmd=0): a pull the servers size. */
+static PyObject *worker_pull_any(PyObject *self, PyObject *args, PyObject *kw)
+{
+    worker_obj_t *w = (worker_obj_t *)self;
+    static char *kwlist[] = {"keys", "dtype", "cmd", NULL};
+    PyObject *keys_obj, *dtype = NULL;
+    int cmd = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Oi", kwlist, &keys_obj, &dtype, &cmd))
+        return NULL;
+    if (!w->worker)
+        return ps__py_raise(PS_ERR_BAD_STATE, "the KVWorker is closed");
+    ps_data_type_t type = PS_DATA_FLOAT;
+    if (dtype && dtype != Py_None && ps__py_dtype_parse(dtype, &type) < 0)
+        return NULL;
+    ps__py_sweep();
+    ps_slice_t keys = PS_SLICE_EMPTY_INIT;
+    size_t num_keys;
+    if (ps__py_keys_get(keys_obj, &keys, &num_keys) < 0)
+        return NULL;
+    handle_obj_t *h = handle_new(self, Py_None, "pull_any");
+    if (!h) {
+        ps_slice_unref(&keys);
+        return NULL;
+    }
+    h->any = 1;
+    h->type = type;
+    done_t *d = h->done;
+    ps_kv_worker_t *worker = w->worker;
+    ps_status_t st;
+    int ts = -1;
+    Py_BEGIN_ALLOW_THREADS
+    st = ps_kv_pull_any(worker, &keys, type, cmd, on_done, d, &ts);
+    Py_END_ALLOW_THREADS
+    ps_slice_unref(&keys);
+    if (st != PS_OK) {
+        done_unref(d); /* the callback's: it will not run */
+        Py_DECREF(h);
+        return ps__py_raise(st, "pull_any");
+    }
+    h->ts = ts;
+    return (PyObject *)h;
+}
+
 static PyObject *worker_push_pull(PyObject *self, PyObject *args, PyObject *kw)
 {
     return worker_request(self, OP_PUSH_PULL, args, kw);
@@ -489,6 +640,10 @@ static PyMethodDef kWorkerMethods[] = {
      "pull(keys, out, lens=None, cmd=0, dtype=None) -> Handle (wait() returns out)"},
     {"push_pull", KW_METHOD(worker_push_pull),
      "push_pull(keys, vals, out, lens=None, cmd=0, dtype=None) -> Handle"},
+    {"pull_any", KW_METHOD(worker_pull_any),
+     "pull_any(keys, dtype='float32', cmd=0) -> Handle: a pull the servers size; wait() "
+     "returns (values, lens): a typed memoryview of every key's values in key order (no "
+     "copy) and each key's element count"},
     {"close", worker_close, METH_NOARGS, "Waits for outstanding requests (bounded), frees."},
     {"stats", worker_stats, METH_NOARGS, "The worker's counters."},
     {NULL, NULL, 0, NULL},
@@ -519,5 +674,6 @@ int ps__py_worker_add(PyObject *module)
 {
     g_worker_type = ps__py_add_type(module, &kWorkerSpec, "KVWorker");
     g_handle_type = ps__py_add_type(module, &kHandleSpec, "Handle");
-    return g_worker_type && g_handle_type ? 0 : -1;
+    g_result_type = ps__py_add_type(module, &kResultSpec, "_PullResult");
+    return g_worker_type && g_handle_type && g_result_type ? 0 : -1;
 }
