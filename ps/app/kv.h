@@ -227,6 +227,18 @@ ps_status_t ps_kv_server_create(ps_postoffice_t *po, int app_id,
  * allocated (never freed under it). */
 void ps_kv_server_destroy(ps_kv_server_t *server);
 
+/* Registers where the values of a push from worker `worker_rank` whose
+ * first key is `key` land (ps-lite's RegisterRecvBuffer): a van that
+ * receives in place (PS_CAP_RECV_INTO_DEST) writes them into `buffer`
+ * when they fit, and the handler's req->vals is then a slice of it; else
+ * they arrive as usual (the small lane included: small values come
+ * inline). The buffer is referenced until the server is destroyed. Every
+ * such push writes into it, so the handler must be done with one before
+ * the worker pushes the next (as in ps-lite). PS_ERR_EXISTS when (rank,
+ * key) has a buffer already. */
+ps_status_t ps_kv_server_register_recv_buffer(ps_kv_server_t *server, int worker_rank,
+                                              ps_key_t key, const ps_slice_t *buffer);
+
 /* Answers a request: `res` NULL (or no keys) for a push acknowledgement;
  * for a pull, the keys and values, and optionally per-key lengths (sent
  * zero-copy: the transport takes its own references, so the caller may

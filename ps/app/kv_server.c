@@ -7,6 +7,11 @@
  * keys and values are copied into a block of the server's, which the next
  * one reuses unless the handler kept a reference to it. A response goes on
  * the lane when it fits, whichever way its request came.
+ *
+ * Registered receive buffers (ps-lite's RegisterRecvBuffer): the values of
+ * a push from worker rank r whose first key is k land in the buffer
+ * registered for (r, k), through the customer's recv_buffer hook, where
+ * the van receives in place.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -20,10 +25,18 @@
 #include "ps/base/buffer.h"
 #include "ps/base/log.h"
 #include "ps/base/stage_trace.h"
+#include "ps/base/thread.h"
 #include "ps/net/caps.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+
+/* A receive buffer registered for (worker rank, first key). */
+typedef struct {
+    int rank;
+    ps_key_t key;
+    ps_slice_t slice;
+} kv_reg_t;
 
 struct ps_kv_server {
     ps_postoffice_t *po;
@@ -38,7 +51,89 @@ struct ps_kv_server {
     /* Workers' device allocations opened for pushes as IPC handles
      * (kv_ipc.h); made with the first such push. */
     _Atomic(ps__kv_ipc_cache_t *) ipc;
+    /* Registered receive buffers, sorted by (rank, key); under reg_lock. */
+    ps_mutex_t reg_lock;
+    kv_reg_t *regs;
+    size_t num_regs, cap_regs;
 };
+
+/* ---- registered receive buffers ---- */
+
+static int reg_cmp(int rank, ps_key_t key, const kv_reg_t *r)
+{
+    if (rank != r->rank)
+        return rank < r->rank ? -1 : 1;
+    return key < r->key ? -1 : key > r->key;
+}
+
+/* The index of (rank, key), or where it would go (*found 0). reg_lock held. */
+static size_t reg_index(const ps_kv_server_t *s, int rank, ps_key_t key, int *found)
+{
+    size_t lo = 0, hi = s->num_regs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = reg_cmp(rank, key, &s->regs[mid]);
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    *found = 0;
+    return lo;
+}
+
+static ps_status_t server_recv_buffer(void *arg, ps_customer_t *customer, const ps_meta_t *meta,
+                                      unsigned index, uint64_t len, ps_slice_t *slice_p)
+{
+    ps_kv_server_t *s = arg;
+    (void)customer;
+    if (index != 1 || !meta->request || !meta->push || len == 0)
+        return PS_ERR_NOT_FOUND;
+    ps_status_t st = PS_ERR_NOT_FOUND;
+    int found;
+    ps_mutex_lock(&s->reg_lock);
+    size_t i = reg_index(s, ps_id_to_rank(meta->sender), meta->key, &found);
+    if (found && len <= s->regs[i].slice.len &&
+        (s->device_ok || ps_slice_in_host_mem(&s->regs[i].slice)))
+        st = ps_slice_sub(&s->regs[i].slice, 0, (size_t)len, slice_p);
+    ps_mutex_unlock(&s->reg_lock);
+    return st;
+}
+
+ps_status_t ps_kv_server_register_recv_buffer(ps_kv_server_t *server, int worker_rank,
+                                              ps_key_t key, const ps_slice_t *buffer)
+{
+    if (!server || worker_rank < 0 || !buffer || buffer->len == 0)
+        return PS_ERR_INVALID_ARG;
+    ps_status_t st = PS_OK;
+    int found;
+    ps_mutex_lock(&server->reg_lock);
+    size_t i = reg_index(server, worker_rank, key, &found);
+    if (found) {
+        st = PS_ERR_EXISTS;
+    } else if (server->num_regs == server->cap_regs) {
+        size_t cap = server->cap_regs ? 2 * server->cap_regs : 16;
+        kv_reg_t *grown = realloc(server->regs, cap * sizeof(*grown));
+        if (grown) {
+            server->regs = grown;
+            server->cap_regs = cap;
+        } else {
+            st = PS_ERR_NO_MEMORY;
+        }
+    }
+    if (st == PS_OK) {
+        memmove(&server->regs[i + 1], &server->regs[i],
+                (server->num_regs - i) * sizeof(server->regs[0]));
+        server->regs[i] = (kv_reg_t){worker_rank, key, ps_slice_ref(buffer)};
+        server->num_regs++;
+    }
+    ps_mutex_unlock(&server->reg_lock);
+    return st;
+}
 
 static ps_status_t ipc_cache_of(ps_kv_server_t *s, ps__kv_ipc_cache_t **cache_p)
 {
@@ -205,12 +300,21 @@ ps_status_t ps_kv_server_create(ps_postoffice_t *po, int app_id,
     s->handler = handler;
     s->handler_arg = arg;
     s->device_ok = (ps_postoffice_capabilities(po) & PS_CAP_DEVICE_MEMORY) != 0;
-    ps_status_t st = ps_customer_create_lane(po, app_id, app_id, server_recv, server_lane_recv,
-                                             s, &s->customer);
+    ps_status_t st = ps_mutex_init(&s->reg_lock);
     if (st != PS_OK) {
         free(s);
         return st;
     }
+    st = ps_customer_create_lane(po, app_id, app_id, server_recv, server_lane_recv, s,
+                                 &s->customer);
+    if (st != PS_OK) {
+        ps_mutex_destroy(&s->reg_lock);
+        free(s);
+        return st;
+    }
+    /* Only a push's values (segment 1) may go to a registered buffer. */
+    ps_customer_set_recv_buffer_segments(s->customer, 1u << 1);
+    ps_customer_set_recv_buffer_func(s->customer, server_recv_buffer, s);
     *server_p = s;
     return PS_OK;
 }
@@ -227,6 +331,10 @@ void ps_kv_server_destroy(ps_kv_server_t *server)
     }
     ps_buf_unref(atomic_exchange(&server->lane_spare, NULL));
     ps__kv_ipc_cache_destroy(atomic_exchange(&server->ipc, NULL));
+    for (size_t i = 0; i < server->num_regs; i++)
+        ps_slice_unref(&server->regs[i].slice);
+    free(server->regs);
+    ps_mutex_destroy(&server->reg_lock);
     free(server);
 }
 

@@ -217,7 +217,7 @@ PS_CONFIG_VAR(TOTAL_DURATION, INT, "2000000000", "benchmark", NULL,
 PS_CONFIG_VAR(BENCHMARK_NTHREAD, INT, "1", "benchmark", NULL,
               "Worker threads (KV workers) a benchmark runs concurrently, a count.")
 PS_CONFIG_VAR(ENABLE_RECV_BUFFER, BOOL, "0", "benchmark", NULL,
-              "Upstream test_benchmark's registered receive buffers; test_benchmark logs that 1 is ignored (pull responses already land in the worker's buffer where the van can).")
+              "1 makes test_benchmark's servers register a receive buffer per (worker rank, key) (ps_kv_server_register_recv_buffer, upstream's RegisterRecvBuffer): pushes land there where the van receives in place, and each server reports how many did.")
 PS_CONFIG_VAR(PS_BENCH_JSON, BOOL, "0", "benchmark", NULL,
               "1 makes test_benchmark add one JSON line per report (as its --json option).")
 PS_CONFIG_VAR(TEST_NUM_GPU_WORKER, INT, "0", "benchmark", NULL,

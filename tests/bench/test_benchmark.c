@@ -21,8 +21,11 @@
  * LOG_DURATION (10), TOTAL_DURATION (2000000000), BENCHMARK_NTHREAD (1; one
  * KV worker, customer id = thread index, per thread), DEBUG_MODE (0; 1 makes
  * the server keep every pushed value and the worker check what it pulls).
- * ENABLE_RECV_BUFFER is accepted and ignored: pull responses already land in
- * the worker's buffer when the van can (PS_CAP_RECV_INTO_DEST).
+ * ENABLE_RECV_BUFFER=1 makes each server register a receive buffer per
+ * (worker rank, key) it owns (ps_kv_server_register_recv_buffer, as
+ * upstream's RegisterRecvBuffer): pushes land there where the van receives
+ * in place, and the server reports how many did. Pull responses land in
+ * the worker's buffer whenever the van can (PS_CAP_RECV_INTO_DEST).
  * PS_BENCH_JSON=1 (or --json) adds one JSON line per report.
  * TEST_NUM_GPU_WORKER > 0 puts the workers' value buffers in device memory,
  * TEST_NUM_GPU_SERVER > 0 the servers' store (StepMesh's cpu2gpu, gpu2gpu,
@@ -83,6 +86,7 @@ typedef struct {
     long long total_duration;
     int nthread;
     int debug;
+    int recv_buffer;   /* ENABLE_RECV_BUFFER */
     int worker_device; /* TEST_NUM_GPU_WORKER > 0 */
     int server_device; /* TEST_NUM_GPU_SERVER > 0 */
     ps_mem_kind_t device_kind;
@@ -143,6 +147,14 @@ typedef struct {
     size_t cap; /* power of two */
     size_t count;
     int debug;
+    /* ENABLE_RECV_BUFFER: the buffers registered, one per (rank, key). */
+    struct bench_recv_buf {
+        int rank;
+        uint64_t key;
+        ps_slice_t buf;
+    } *recv_bufs;
+    size_t num_recv_bufs;
+    atomic_ullong pushes, pushes_landed;
 } bench_store_t;
 
 static size_t store_hash(uint64_t key, size_t cap)
@@ -302,6 +314,16 @@ static void server_handle(void *arg, const ps_kv_meta_t *meta, const ps_kv_pairs
     const ps_key_t *keys = ps_slice_ptr(&req->keys);
     ps_status_t s = PS_OK;
 
+    if (meta->push && st->num_recv_bufs > 0) {
+        atomic_fetch_add(&st->pushes, 1);
+        int rank = ps_id_to_rank(meta->sender);
+        for (size_t i = 0; i < st->num_recv_bufs; i++) {
+            const struct bench_recv_buf *b = &st->recv_bufs[i];
+            if (b->rank == rank && b->key == meta->key &&
+                ps_slice_ptr(&req->vals) == ps_slice_ptr(&b->buf))
+                atomic_fetch_add(&st->pushes_landed, 1);
+        }
+    }
     pthread_mutex_lock(&st->lock);
     if (meta->push) {
         const char *vals = ps_slice_ptr(&req->vals);
@@ -356,6 +378,32 @@ static void server_handle(void *arg, const ps_kv_meta_t *meta, const ps_kv_pairs
         fprintf(stderr, "test_benchmark: server: cannot answer a pull: %s\n", ps_status_str(s));
     ps_kv_server_respond(server, meta, &res);
     ps_slice_unref(&res.vals);
+}
+
+/* ENABLE_RECV_BUFFER: a buffer of len bytes for each (worker rank, key of
+ * this server), registered with the server. */
+static ps_status_t register_recv_buffers(bench_store_t *st, ps_kv_server_t *server)
+{
+    int ns = ps_postoffice_num_servers(g_po), nw = ps_postoffice_num_workers(g_po);
+    int me = ps_postoffice_my_rank(g_po);
+    size_t nkeys = (size_t)g_cfg.keys_per_server * (size_t)ns;
+    uint64_t begin, end;
+    ps_status_t s = ps_postoffice_server_key_range(g_po, me, &begin, &end);
+    st->recv_bufs = calloc(nkeys * (size_t)nw, sizeof(*st->recv_bufs));
+    if (s == PS_OK && st->recv_bufs == NULL)
+        s = PS_ERR_NO_MEMORY;
+    for (int r = 0; r < nw && s == PS_OK; r++) {
+        for (size_t i = (size_t)me; i < nkeys && s == PS_OK; i += (size_t)ns) {
+            struct bench_recv_buf *b = &st->recv_bufs[st->num_recv_bufs];
+            b->rank = r;
+            b->key = begin + i;
+            if ((s = buf_new(g_cfg.server_device, g_cfg.len, &b->buf)) != PS_OK)
+                break;
+            st->num_recv_bufs++;
+            s = ps_kv_server_register_recv_buffer(server, r, b->key, &b->buf);
+        }
+    }
+    return s;
 }
 
 /* ------------------------------------------------------------------ worker */
@@ -845,6 +893,7 @@ static int parse_args(int argc, char **argv)
     g_cfg.total_duration = env_ll("TOTAL_DURATION", 2000000000LL);
     g_cfg.nthread = (int)env_ll("BENCHMARK_NTHREAD", 1);
     g_cfg.debug = (int)env_ll("DEBUG_MODE", 0) != 0;
+    g_cfg.recv_buffer = (int)env_ll("ENABLE_RECV_BUFFER", 0) != 0;
     g_cfg.worker_device = env_ll("TEST_NUM_GPU_WORKER", 0) > 0;
     g_cfg.server_device = env_ll("TEST_NUM_GPU_SERVER", 0) > 0;
     const char *kind = getenv("PS_BENCH_DEVICE_KIND");
@@ -900,9 +949,6 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (parse_args(argc, argv) != 0)
         return 2;
-    if (getenv("ENABLE_RECV_BUFFER") != NULL && atoi(getenv("ENABLE_RECV_BUFFER")) != 0)
-        fprintf(stderr, "test_benchmark: ENABLE_RECV_BUFFER is ignored: pull responses land in "
-                        "the worker's buffer whenever the van can\n");
 
     if (g_cfg.worker_device || g_cfg.server_device) {
         g_dev = ps_mem_ops(g_cfg.device_kind);
@@ -949,6 +995,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "test_benchmark: cannot create the KV server: %s\n",
                     ps_status_str(s));
             failed = 1;
+        } else if (g_cfg.recv_buffer && (s = register_recv_buffers(&store, server)) != PS_OK) {
+            fprintf(stderr, "test_benchmark: cannot register receive buffers: %s\n",
+                    ps_status_str(s));
+            failed = 1;
         }
         failed |= start_barrier() != 0;
         if ((s = ps_postoffice_barrier(g_po, PS_GROUP_ALL, long_wait)) != PS_OK) {
@@ -956,8 +1006,15 @@ int main(int argc, char **argv)
             failed = 1;
         }
         report_cpu(role_name);
+        if (g_cfg.recv_buffer)
+            out("server: ENABLE_RECV_BUFFER: %llu of %llu pushes landed in registered receive "
+                "buffers\n", (unsigned long long)atomic_load(&store.pushes_landed),
+                (unsigned long long)atomic_load(&store.pushes));
         if (server != NULL)
             ps_kv_server_destroy(server);
+        for (size_t i = 0; i < store.num_recv_bufs; i++)
+            ps_slice_unref(&store.recv_bufs[i].buf);
+        free(store.recv_bufs);
         store_destroy(&store);
     } else if (role == PS_ROLE_WORKER) {
         failed = start_barrier() != 0 || run_worker();

@@ -118,6 +118,23 @@ if run ipv6 TOTAL_DURATION=5 NUM_KEY_PER_SERVER=4 DEBUG_MODE=1 -- 4096 1 1; then
       || fail "ipv6: worker $w did not check its data"
   done
 fi
+# 6b. ENABLE_RECV_BUFFER: every push lands in the buffer its server
+# registered for (worker rank, key); the pulled data is still right.
+if run recvbuf ENABLE_RECV_BUFFER=1 TOTAL_DURATION=5 NUM_KEY_PER_SERVER=4 DEBUG_MODE=1 -- 65536 1 1; then
+  for s in 0 1; do
+    line=$(grep "^\[server $s\] server: ENABLE_RECV_BUFFER: " "$TMP/recvbuf.out")
+    if [[ $line =~ :\ ([0-9]+)\ of\ ([0-9]+)\ pushes ]] && [ "${BASH_REMATCH[2]}" -gt 0 ] &&
+      [ "${BASH_REMATCH[1]}" -eq "${BASH_REMATCH[2]}" ]; then
+      pass "recvbuf: server $s: every push landed in its registered buffer"
+    else
+      fail "recvbuf: server $s: $line"
+    fi
+  done
+  for w in 0 1; do
+    grep -q "^\[worker $w\] \[0\]	DEBUG_MODE: $((5 * 8 * 65536)) pulled bytes checked$" "$TMP/recvbuf.out" \
+      || fail "recvbuf: worker $w did not check its data"
+  done
+fi
 LOPTS=(-s 1 -w 1)
 
 # 7. BENCHMARK_NTHREAD: one KV worker per thread, each reports and checks.
