@@ -90,6 +90,22 @@ ps_status_t ps_kv_worker_destroy_timed(ps_kv_worker_t *worker, int timeout_ms);
  * debugging a van). Call before issuing requests. */
 void ps_kv_worker_set_recv_in_place(ps_kv_worker_t *worker, int enable);
 
+/* A slicer (ps-lite's set_slicer): the server, by index 0 .. num_servers-1
+ * (rank order), of each of a request's `num_keys` sorted keys, written to
+ * server_of_key; an error status refuses the request. Called on the
+ * issuing thread for every request. */
+typedef ps_status_t (*ps_kv_slicer_func_t)(void *arg, const ps_key_t *keys, size_t num_keys,
+                                           int num_servers, int *server_of_key);
+/* Replaces the default slicing by the servers' key ranges (NULL restores
+ * it). Call before issuing requests. A slicer that gives the keys to
+ * servers in key order (servers non-decreasing along the keys) costs
+ * nothing: each server's share is a window on the caller's buffers. One
+ * that interleaves them (key % num_servers, say) costs a copy of the
+ * request's keys, values and lengths, and a pull's values are copied into
+ * the destination at completion; such requests take host memory only, and
+ * ps_kv_pull_any refuses them. */
+void ps_kv_worker_set_slicer(ps_kv_worker_t *worker, ps_kv_slicer_func_t fn, void *arg);
+
 /* Copying variants: the data is copied before the call returns. */
 ps_status_t ps_kv_push(ps_kv_worker_t *worker, const ps_key_t *keys, size_t num_keys,
                        const void *vals, size_t vals_bytes, const int32_t *lens,

@@ -219,3 +219,25 @@ ps_status_t ps_kv_slice_vals(size_t num_keys, const int32_t *lens, size_t vals_b
     fill_vals(lens, per_key, elem_size, num_ranges, slices);
     return PS_OK;
 }
+
+ps_status_t ps_kv_shares_of_owners(const int *owner, size_t num_keys, int num_ranges,
+                                   ps_kv_slice_t *by_key)
+{
+    if (num_ranges <= 0 || (num_keys && !owner) || !by_key)
+        return PS_ERR_INVALID_ARG;
+    for (int r = 0; r < num_ranges; r++)
+        by_key[r] = (ps_kv_slice_t){0, 0, 0, 0};
+    size_t i = 0;
+    for (int r = 0; r < num_ranges; r++) {
+        by_key[r].key_begin = by_key[r].key_end = i;
+        while (i < num_keys && owner[i] == r)
+            i++;
+        by_key[r].key_end = i;
+    }
+    if (i != num_keys) {
+        ps_error(PS_LOG_APP, "kv slicer: key %zu goes to server %d, after keys of server %d "
+                 "(or out of 0..%d)", i, owner[i], i ? owner[i - 1] : -1, num_ranges - 1);
+        return PS_ERR_INVALID_ARG;
+    }
+    return PS_OK;
+}

@@ -60,6 +60,13 @@ ps_status_t ps_kv_slice_vals(size_t num_keys, const int32_t *lens, size_t vals_b
                              size_t elem_size, const ps_kv_slice_t *by_key, int num_ranges,
                              ps_kv_slice_t *slices);
 
+/* Key shares from a server index per key (owner[i] in 0 .. num_ranges-1,
+ * non-decreasing): writes by_key[0 .. num_ranges-1] with their key ranges
+ * (values left 0; ps_kv_slice_vals cuts them). PS_ERR_INVALID_ARG (logged)
+ * when the owners are out of range or not in order. */
+ps_status_t ps_kv_shares_of_owners(const int *owner, size_t num_keys, int num_ranges,
+                                   ps_kv_slice_t *by_key);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@
 #include "ps/app/kv_error.h"
 #include "ps/app/kv_ipc.h"
 #include "ps/app/kv_lane.h"
+#include "ps/app/kv_regroup.h"
 #include "ps/app/kv_slicer.h"
 #include "ps/app/ready_queue.h"
 #include "ps/base/buffer.h"
@@ -71,6 +72,12 @@ typedef struct kv_req {
     atomic_int ended;     /* the customer ended it (worker_done ran) */
     int pull;
     int any;              /* the servers size the values (ps_kv_pull_any) */
+    /* A pull regrouped for a user slicer (kv_regroup.h): its values arrive
+     * in `scratch` and are copied into `user_dest` at completion. */
+    size_t *scatter;
+    size_t scatter_keys;
+    ps_slice_t scratch;
+    ps_slice_t user_dest;
     size_t elem_size;
     size_t uniform_bytes; /* per-key value bytes of a pull without lens */
     atomic_int remaining; /* responses still expected */
@@ -95,6 +102,8 @@ struct ps_kv_worker {
     atomic_int users;
     int *server_ids;
     ps_kv_range_t *ranges;
+    ps_kv_slicer_func_t slicer; /* NULL: by the servers' key ranges */
+    void *slicer_arg;
 
     atomic_uint_least64_t n_requests;
     atomic_uint_least64_t n_messages;
@@ -188,6 +197,9 @@ static void req_release(ps_kv_worker_t *w, kv_req_t *r)
         ps_slice_unref(&p->got_vals);
         ps_slice_unref(&p->got_lens);
     }
+    free(r->scatter);
+    ps_slice_unref(&r->scratch);
+    ps_slice_unref(&r->user_dest);
     req_put(w, r);
 }
 
@@ -563,6 +575,8 @@ static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
     int last = st == PS_OK && atomic_fetch_sub(&r->remaining, 1) == 1;
     if (last && r->any)
         st = keep_any_result(w, r, ts);
+    if (last && r->scatter)
+        st = ps__kv_regroup_scatter(r->scatter, r->scatter_keys, &r->scratch, &r->user_dest);
     if (st != PS_OK) {
         ps_customer_fail_request(w->customer, ts, st);
     } else {
@@ -811,6 +825,14 @@ fail_alloc:
     return st;
 }
 
+void ps_kv_worker_set_slicer(ps_kv_worker_t *w, ps_kv_slicer_func_t fn, void *arg)
+{
+    if (!w)
+        return;
+    w->slicer = fn;
+    w->slicer_arg = arg;
+}
+
 void ps_kv_worker_set_recv_in_place(ps_kv_worker_t *w, int enable)
 {
     if (!w)
@@ -958,8 +980,18 @@ static size_t elem_size_of(ps_data_type_t type)
     return es ? es : 1;
 }
 
-static ps_status_t slice_pairs(ps_kv_worker_t *w, const ps_kv_pairs_t *kvs, ps_kv_slice_t *slices)
+static ps_status_t slice_pairs(ps_kv_worker_t *w, const ps_kv_pairs_t *kvs, const int *owner,
+                               ps_kv_slice_t *slices)
 {
+    if (owner) {
+        /* A user slicer's servers, in key order: shares by owner. */
+        size_t nk = ps_kv_pairs_num_keys(kvs);
+        ps_status_t st = ps_kv_shares_of_owners(owner, nk, w->num_servers, slices);
+        return st != PS_OK ? st
+                           : ps_kv_slice_vals(nk, kvs->lens.len ? ps_slice_ptr(&kvs->lens) : NULL,
+                                              kvs->vals.len, elem_size_of(kvs->type), slices,
+                                              w->num_servers, slices);
+    }
     return ps_kv_slice_keys(ps_slice_ptr(&kvs->keys), ps_kv_pairs_num_keys(kvs),
                             kvs->lens.len ? ps_slice_ptr(&kvs->lens) : NULL, kvs->vals.len,
                             elem_size_of(kvs->type), w->ranges, w->num_servers, slices);
@@ -1212,8 +1244,9 @@ static ps_status_t defer_sends(ps_kv_worker_t *w, kv_req_t *r, int ts, const ps_
  * (NULL for a pull); `out` the destination of a pull (NULL for a push), or
  * with `any` the keys of a pull the servers size (no values). */
 static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
-                                 const ps_kv_pairs_t *out, int any, ps_mem_event_h ready,
-                                 bool *own_ready_p, int cmd, ps_kv_done_func_t done, void *arg, int *ts_p);
+                                 const ps_kv_pairs_t *out, int any, const int *owner,
+                                 ps__kv_regroup_t *rg, ps_mem_event_h ready, bool *own_ready_p,
+                                 int cmd, ps_kv_done_func_t done, void *arg, int *ts_p);
 
 /* The event a push waits for (NULL: none, or already complete), made from
  * ps_kv_ready_t; *own_p when ps made it (recorded on the caller's stream).
@@ -1256,6 +1289,49 @@ static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *r
     return st; /* PS_OK: complete already, sent at once */
 }
 
+/* The server of each key of `kvs` by the user's slicer (*owner_p, the
+ * caller's to free; NULL for no keys); *regroup_p when they are not in
+ * key order. */
+static ps_status_t slicer_owners(ps_kv_worker_t *w, const ps_kv_pairs_t *kvs, int **owner_p,
+                                 int *regroup_p)
+{
+    size_t nk = ps_kv_pairs_num_keys(kvs);
+    *owner_p = NULL;
+    *regroup_p = 0;
+    if (nk == 0)
+        return PS_OK;
+    const char *keys = ps_slice_ptr(&kvs->keys);
+    for (size_t i = 1; i < nk; i++) {
+        ps_key_t a, b;
+        memcpy(&a, keys + (i - 1) * sizeof(a), sizeof(a));
+        memcpy(&b, keys + i * sizeof(b), sizeof(b));
+        if (a >= b) {
+            ps_error(PS_LOG_APP, "kv: keys must be sorted and unique (index %zu)", i);
+            return PS_ERR_INVALID_ARG;
+        }
+    }
+    int *owner = malloc(nk * sizeof(*owner));
+    if (!owner)
+        return PS_ERR_NO_MEMORY;
+    ps_status_t st = w->slicer(w->slicer_arg, (const ps_key_t *)(const void *)keys, nk,
+                               w->num_servers, owner);
+    for (size_t i = 0; st == PS_OK && i < nk; i++) {
+        if (owner[i] < 0 || owner[i] >= w->num_servers) {
+            ps_error(PS_LOG_APP, "kv: the slicer sent key %zu to server %d (of %d)", i, owner[i],
+                     w->num_servers);
+            st = PS_ERR_INVALID_ARG;
+        } else if (i && owner[i] < owner[i - 1]) {
+            *regroup_p = 1;
+        }
+    }
+    if (st != PS_OK) {
+        free(owner);
+        return st;
+    }
+    *owner_p = owner;
+    return PS_OK;
+}
+
 static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_kv_pairs_t *out,
                          int any, const ps_kv_ready_t *ready, int cmd, ps_kv_done_func_t done, void *arg,
                          int *ts_p)
@@ -1277,16 +1353,42 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
     if (push && (ready || on_default) &&
         (st = ready_event(push, ready, on_default, &ev, &own)) != PS_OK)
         return st;
+    /* A user slicer: its servers in key order slice the request as it is;
+     * out of order, the request is regrouped (kv_regroup.h). */
+    int *owner = NULL;
+    ps__kv_regroup_t rg;
+    int regrouped = 0;
+    if (w->slicer && (st = slicer_owners(w, push ? push : out, &owner, &regrouped)) != PS_OK)
+        return st;
+    if (regrouped) {
+        if (any) {
+            ps_error(PS_LOG_APP, "kv pull_any: the slicer sends keys to servers out of key order");
+            st = PS_ERR_INVALID_ARG;
+        } else {
+            st = ps__kv_regroup(push, out, owner, w->num_servers, &rg);
+        }
+        free(owner);
+        owner = NULL;
+        if (st != PS_OK)
+            return st;
+        push = push ? &rg.push : NULL;
+        out = out ? &rg.out : NULL;
+    }
     /* Device values are staged per server, in send_part. */
-    st = issue_checked(w, push, out, any, ev, &own, cmd, done, arg, ts_p);
+    st = issue_checked(w, push, out, any, regrouped ? rg.owner : owner, regrouped ? &rg : NULL,
+                       ev, &own, cmd, done, arg, ts_p);
     if (own)
         (void)ps_mem_event_destroy(ev); /* not handed to the ready queue */
+    free(owner);
+    if (regrouped)
+        ps__kv_regroup_free(&rg);
     return st;
 }
 
 static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
-                                 const ps_kv_pairs_t *out, int any, ps_mem_event_h ready,
-                                 bool *own_ready_p, int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
+                                 const ps_kv_pairs_t *out, int any, const int *owner,
+                                 ps__kv_regroup_t *rg, ps_mem_event_h ready, bool *own_ready_p,
+                                 int cmd, ps_kv_done_func_t done, void *arg, int *ts_p)
 {
     const ps_kv_pairs_t *req = push ? push : out;
     ps_status_t st;
@@ -1319,6 +1421,15 @@ static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
     r->num_parts = ns;
     r->pull = out != NULL;
     r->any = any;
+    if (rg && rg->scatter) {
+        /* The pull's values come back regrouped: copied into the caller's
+         * destination at completion. */
+        r->scatter = rg->scatter;
+        rg->scatter = NULL;
+        r->scatter_keys = rg->num_keys;
+        r->scratch = ps_slice_ref(&rg->out.vals);
+        r->user_dest = ps_slice_ref(&rg->dest);
+    }
 
     st = PS_ERR_NO_MEMORY;
     if (!on_heap) {
@@ -1331,7 +1442,7 @@ static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
         goto fail;
     }
 
-    if (push && (st = slice_pairs(w, push, push_slices)) != PS_OK)
+    if (push && (st = slice_pairs(w, push, owner, push_slices)) != PS_OK)
         goto fail;
     if (out) {
         /* The destination is cut by the request's keys and the pull's own
@@ -1342,7 +1453,7 @@ static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
             st = ps_kv_slice_vals(nk, out->lens.len ? ps_slice_ptr(&out->lens) : NULL,
                                   out->vals.len, r->elem_size, push_slices, ns, out_slices);
         } else {
-            st = slice_pairs(w, out, out_slices);
+            st = slice_pairs(w, out, owner, out_slices);
         }
         if (st != PS_OK)
             goto fail;

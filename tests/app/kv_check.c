@@ -26,6 +26,10 @@
  *
  * --copy: the worker lets the van receive pull responses into its own
  * buffers and copies them (the path of vans without PS_CAP_RECV_INTO_DEST).
+ * --slicer=interleave: a user slicer (ps_kv_worker_set_slicer) that gives
+ * keys to servers by a hash, out of key order: every request is regrouped.
+ * --slicer=ordered: one that keeps key order but not the servers' ranges
+ * (the first quarter of the key space to server 0, the rest to the last).
  *
  * Prints "PASS <role> <rank> ..." and exits 0, or "FAIL ..." and exits 1.
  */
@@ -526,6 +530,25 @@ static int run_threads(ps_postoffice_t *po, ps_kv_worker_t *w)
 }
 
 static int g_copy; /* --copy: pull responses copied, not received in place */
+static ps_kv_slicer_func_t g_slicer; /* --slicer */
+
+static ps_status_t slice_interleave(void *arg, const ps_key_t *keys, size_t n, int servers,
+                                    int *server_of)
+{
+    (void)arg;
+    for (size_t i = 0; i < n; i++)
+        server_of[i] = (int)(((keys[i] * 0x9E3779B97F4A7C15ull) >> 33) % (uint64_t)servers);
+    return PS_OK;
+}
+
+static ps_status_t slice_ordered(void *arg, const ps_key_t *keys, size_t n, int servers,
+                                 int *server_of)
+{
+    (void)arg;
+    for (size_t i = 0; i < n; i++)
+        server_of[i] = keys[i] < UINT64_MAX / 4 ? 0 : servers - 1;
+    return PS_OK;
+}
 
 /* Small requests, each to one server and within a lane message: a
  * push-pull of one key again and again (each answer the exact running sum
@@ -604,6 +627,8 @@ static void run_worker(ps_postoffice_t *po)
     CHECK_OK(ps_kv_worker_create(po, 0, 0, &w));
     if (g_copy)
         ps_kv_worker_set_recv_in_place(w, 0);
+    if (g_slicer)
+        ps_kv_worker_set_slicer(w, g_slicer, NULL);
     build_table(po);
     int me = check_rank;
     int issued = 0;
@@ -793,16 +818,50 @@ static void run_worker(ps_postoffice_t *po)
     free(g_keys);
 }
 
+/* With --slicer: the store's handler, after checking that every key of the
+ * request is one the slicer gives to this server. */
+typedef struct {
+    ps_kv_store_t *store;
+    int rank, servers;
+    atomic_ullong keys_checked;
+} sliced_store_t;
+
+static void sliced_handler(void *arg, const ps_kv_meta_t *meta, const ps_kv_pairs_t *req,
+                           ps_kv_server_t *server)
+{
+    sliced_store_t *s = arg;
+    size_t n = ps_kv_pairs_num_keys(req);
+    const ps_key_t *keys = ps_slice_ptr(&req->keys);
+    int *owner = malloc((n ? n : 1) * sizeof(*owner));
+    if (owner && n && g_slicer(NULL, keys, n, s->servers, owner) == PS_OK) {
+        for (size_t i = 0; i < n; i++)
+            if (owner[i] != s->rank)
+                check_fail("server %d got key %llu, which the slicer gives to server %d",
+                           s->rank, (unsigned long long)keys[i], owner[i]);
+        atomic_fetch_add(&s->keys_checked, n);
+    }
+    free(owner);
+    ps_kv_store_handler(s->store, meta, req, server);
+}
+
 static void run_server(ps_postoffice_t *po)
 {
     ps_kv_store_t *store;
     ps_kv_server_t *server;
     CHECK_OK(ps_kv_store_create(&store));
-    CHECK_OK(ps_kv_server_create(po, 0, ps_kv_store_handler, store, &server));
+    sliced_store_t sliced = {store, ps_postoffice_my_rank(po), g_num_servers, 0};
+    if (g_slicer)
+        CHECK_OK(ps_kv_server_create(po, 0, sliced_handler, &sliced, &server));
+    else
+        CHECK_OK(ps_kv_server_create(po, 0, ps_kv_store_handler, store, &server));
     /* Serves until the workers are done. */
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, 10 * BARRIER_TIMEOUT_MS));
     ps_kv_server_destroy(server);
-    snprintf(g_summary, sizeof(g_summary), "%zu keys stored", ps_kv_store_num_keys(store));
+    snprintf(g_summary, sizeof(g_summary), "%zu keys stored%s", ps_kv_store_num_keys(store),
+             g_slicer ? ", each where the slicer sent it" : "");
+    /* (The ordered slicer leaves the middle servers without keys.) */
+    if (g_slicer == slice_interleave && atomic_load(&sliced.keys_checked) == 0)
+        check_fail("server %d: no request came", sliced.rank);
     ps_kv_store_destroy(store);
 }
 
@@ -818,8 +877,12 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--copy") == 0) {
             g_copy = 1;
+        } else if (strcmp(argv[i], "--slicer=interleave") == 0) {
+            g_slicer = slice_interleave;
+        } else if (strcmp(argv[i], "--slicer=ordered") == 0) {
+            g_slicer = slice_ordered;
         } else {
-            fprintf(stderr, "usage: kv_check [--copy]\n");
+            fprintf(stderr, "usage: kv_check [--copy] [--slicer=interleave|ordered]\n");
             return 2;
         }
     }

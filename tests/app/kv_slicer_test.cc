@@ -309,3 +309,22 @@ TEST(KvSlicer, ValuesByKeySharesMatchSlicingAgain)
 }
 
 }  // namespace
+
+// Shares from a server per key (a user slicer's answer in key order).
+TEST(KvSharesOfOwners, ContiguousRunsPerServer)
+{
+    const int owner[] = {0, 0, 2, 2, 2, 3};
+    ps_kv_slice_t s[4];
+    ASSERT_EQ(PS_OK, ps_kv_shares_of_owners(owner, 6, 4, s));
+    EXPECT_EQ(0u, s[0].key_begin);
+    EXPECT_EQ(2u, s[0].key_end);
+    EXPECT_EQ(s[1].key_begin, s[1].key_end); // server 1 gets nothing
+    EXPECT_EQ(2u, s[2].key_begin);
+    EXPECT_EQ(5u, s[2].key_end);
+    EXPECT_EQ(5u, s[3].key_begin);
+    EXPECT_EQ(6u, s[3].key_end);
+    const int back[] = {1, 0};
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_shares_of_owners(back, 2, 2, s));
+    const int out_of_range[] = {0, 2};
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_kv_shares_of_owners(out_of_range, 2, 2, s));
+}
