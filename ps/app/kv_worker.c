@@ -1333,8 +1333,8 @@ static ps_status_t slicer_owners(ps_kv_worker_t *w, const ps_kv_pairs_t *kvs, in
 }
 
 static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_kv_pairs_t *out,
-                         int any, const ps_kv_ready_t *ready, int cmd, ps_kv_done_func_t done, void *arg,
-                         int *ts_p)
+                         int any, const ps_kv_ready_t *ready, int cmd, ps_kv_done_func_t done,
+                         void *arg, int *ts_p)
 {
     ps_status_t st;
     ps_stage_begin();
@@ -1342,16 +1342,6 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
         return PS_ERR_INVALID_ARG;
     if ((push && (st = check_pairs(push, "push")) != PS_OK) ||
         (out && (st = check_pairs(out, "pull")) != PS_OK))
-        return st;
-    ps_mem_event_h ev = NULL;
-    bool own = false;
-    /* A push as an IPC handle is read by the server's process as soon as
-     * the handle arrives, outside this process's stream order: what is
-     * still queued on the device's default stream (a copy from pageable
-     * memory returns before its DMA ends) must be done first. */
-    bool on_default = push && w->device_ipc && !ps_slice_in_host_mem(&push->vals);
-    if (push && (ready || on_default) &&
-        (st = ready_event(push, ready, on_default, &ev, &own)) != PS_OK)
         return st;
     /* A user slicer: its servers in key order slice the request as it is;
      * out of order, the request is regrouped (kv_regroup.h). */
@@ -1373,6 +1363,20 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
             return st;
         push = push ? &rg.push : NULL;
         out = out ? &rg.out : NULL;
+    }
+    ps_mem_event_h ev = NULL;
+    bool own = false;
+    /* A push as an IPC handle is read by the server's process as soon as
+     * the handle arrives, outside this process's stream order: what is
+     * still queued on the device's default stream (a copy from pageable
+     * memory returns before its DMA ends) must be done first. */
+    bool on_default = push && w->device_ipc && !ps_slice_in_host_mem(&push->vals);
+    if (push && (ready || on_default) &&
+        (st = ready_event(push, ready, on_default, &ev, &own)) != PS_OK) {
+        free(owner);
+        if (regrouped)
+            ps__kv_regroup_free(&rg);
+        return st;
     }
     /* Device values are staged per server, in send_part. */
     st = issue_checked(w, push, out, any, regrouped ? rg.owner : owner, regrouped ? &rg : NULL,
