@@ -100,8 +100,22 @@ start() { # NAME ROLE RANK
   eval "pid_$1=$!"
 }
 # The scheduler logs its barrier releases (info), which the kill-server
-# check below orders against its verdict on the dead server.
-PS_LOG_LEVEL=info start scheduler scheduler -1
+# check below orders against its verdict on the dead server. It starts
+# first: a port another test took between job_free_port and the bind is
+# replaced by another (twice at most) before anyone else starts.
+for attempt in 1 2 3; do
+  PS_LOG_LEVEL=info start scheduler scheduler -1
+  for _ in $(seq 600); do
+    grep -q " listening (van \|ADDRESS_IN_USE" "$dir/scheduler.log" && break
+    kill -0 "$pid_scheduler" 2>/dev/null || break
+    sleep 0.05
+  done
+  grep -q "ADDRESS_IN_USE" "$dir/scheduler.log" && [ $netns -eq 0 ] && [ $attempt -lt 3 ] || break
+  echo "== the scheduler's port $DMLC_PS_ROOT_PORT was taken; another one"
+  wait "$pid_scheduler" 2>/dev/null
+  pids=()
+  export DMLC_PS_ROOT_PORT=$(job_free_port)
+done
 start server0 server 0
 start server1 server 1
 start worker0 worker 0
