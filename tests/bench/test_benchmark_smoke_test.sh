@@ -118,6 +118,14 @@ if run ipv6 TOTAL_DURATION=5 NUM_KEY_PER_SERVER=4 DEBUG_MODE=1 -- 4096 1 1; then
       || fail "ipv6: worker $w did not check its data"
   done
 fi
+# 6a. IPv6 over the fabric van (libfabric's tcp provider).
+if run ipv6_fabric DMLC_ENABLE_RDMA=fabric "FI_PROVIDER=tcp;ofi_rxm" TOTAL_DURATION=5 NUM_KEY_PER_SERVER=2 DEBUG_MODE=1 -- 4096 1 1; then
+  for w in 0 1; do
+    grep -q "^\[worker $w\] \[0\]	DEBUG_MODE: $((5 * 4 * 4096)) pulled bytes checked$" "$TMP/ipv6_fabric.out" \
+      || fail "ipv6 fabric: worker $w did not check its data"
+  done
+fi
+
 # 6b. ENABLE_RECV_BUFFER: every push lands in the buffer its server
 # registered for (worker rank, key); the pulled data is still right.
 if run recvbuf ENABLE_RECV_BUFFER=1 TOTAL_DURATION=5 NUM_KEY_PER_SERVER=4 DEBUG_MODE=1 -- 65536 1 1; then
