@@ -3,6 +3,7 @@
 
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -311,4 +312,32 @@ ps_status_t ps_mem_event_wait(ps_mem_event_h event, int timeout_ms)
             nanosleep(&ts, NULL);
         }
     }
+}
+
+static void slice_memory_release(void *data, size_t len, void *arg)
+{
+    (void)len;
+    (void)ps_mem_ops((ps_mem_kind_t)(uintptr_t)arg)->free(data);
+}
+
+ps_status_t ps_mem_slice_alloc(ps_mem_kind_t kind, int device, size_t len, ps_slice_t *slice_p)
+{
+    if (!slice_p || (unsigned)kind >= PS_MEM_KIND_COUNT)
+        return PS_ERR_INVALID_ARG;
+    if (kind == PS_MEM_HOST || len == 0)
+        return ps_slice_alloc(len, 0, slice_p);
+    const ps_mem_ops_t *ops = ps_mem_ops(kind);
+    void *ptr;
+    ps_status_t st = ops->alloc(len, device, &ptr);
+    if (st != PS_OK)
+        return st;
+    ps_buf_t *buf;
+    st = ps_buf_wrap_mem(ptr, len, (ps_buf_mem_t)kind, device, slice_memory_release,
+                         (void *)(uintptr_t)kind, &buf);
+    if (st != PS_OK) {
+        (void)ops->free(ptr);
+        return st;
+    }
+    *slice_p = (ps_slice_t){buf, 0, len}; /* the slice takes the only reference */
+    return PS_OK;
 }

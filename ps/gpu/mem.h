@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "ps/base/buffer.h"
 #include "ps/base/mem_kind.h"
 #include "ps/base/status.h"
 
@@ -142,6 +143,11 @@ ps_status_t ps_mem_describe(ps_mem_kind_t kind, ps_mem_info_t *info_p);
 /* The kind ptr belongs to: the first linked device kind that claims it, else
  * host. Never fails for a non-NULL ptr. */
 ps_status_t ps_mem_kind_of(const void *ptr, ps_mem_kind_t *kind_p, int *device_p);
+
+/* `len` bytes of the kind's memory on `device` as a slice covering them,
+ * given back to the kind when the last reference goes (host: a plain
+ * ps_slice_alloc, 64-byte aligned). The kind must be initialised. */
+ps_status_t ps_mem_slice_alloc(ps_mem_kind_t kind, int device, size_t len, ps_slice_t *slice_p);
 
 /* Dispatch on the event's own kind, so a holder need not remember it. */
 ps_status_t ps_mem_event_record(ps_mem_event_h event, void *stream);

@@ -297,3 +297,27 @@ TEST(MemHostStreams, WorkIsDoneInTheCall) {
 }
 
 }  // namespace
+
+// ps_mem_slice_alloc: device memory as a slice of its kind, given back to
+// the kind with the last reference; host memory as a plain slice.
+TEST(MemEmu, SliceAllocGivesMemoryBackWithTheLastReference) {
+    ASSERT_EQ(PS_OK, ps_mem_ops(PS_MEM_EMU)->init());
+    ps_slice_t s;
+    ASSERT_EQ(PS_OK, ps_mem_slice_alloc(PS_MEM_EMU, 1, 4096, &s));
+    EXPECT_EQ(PS_BUF_MEM_EMU, ps_slice_mem_kind(&s));
+    EXPECT_EQ(1, s.buf->device);
+    EXPECT_EQ(4096u, s.len);
+    void *ptr = ps_slice_ptr(&s);
+    int device = -1;
+    EXPECT_TRUE(ps_mem_ops(PS_MEM_EMU)->is_addr(ptr, &device));
+    EXPECT_EQ(1, device);
+    ps_slice_t more = ps_slice_ref(&s);
+    ps_slice_unref(&s);
+    EXPECT_TRUE(ps_mem_ops(PS_MEM_EMU)->is_addr(ptr, &device)) << "freed with a reference left";
+    ps_slice_unref(&more);
+    EXPECT_FALSE(ps_mem_ops(PS_MEM_EMU)->is_addr(ptr, &device)) << "not given back";
+    ASSERT_EQ(PS_OK, ps_mem_slice_alloc(PS_MEM_HOST, 0, 64, &s));
+    EXPECT_TRUE(ps_slice_in_host_mem(&s));
+    ps_slice_unref(&s);
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_mem_slice_alloc(PS_MEM_KIND_COUNT, 0, 64, &s));
+}

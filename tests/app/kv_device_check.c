@@ -50,25 +50,8 @@ static int g_expect_ipc;
 /* A slice of `len` bytes in the device kind (device) or host memory. */
 static void *alloc_slice(int device, size_t len, ps_slice_t *slice_p)
 {
-    void *ptr;
-    ps_buf_t *buf;
-    if (device) {
-        CHECK_OK(g_ops->alloc(len, 0, &ptr));
-        CHECK_OK(ps_buf_wrap_mem(ptr, len, (ps_buf_mem_t)g_kind, 0, NULL, NULL, &buf));
-        CHECK_OK(ps_slice_of(buf, 0, len, slice_p));
-        ps_buf_unref(buf);
-    } else {
-        CHECK_OK(ps_slice_alloc(len, 0, slice_p));
-        ptr = ps_slice_ptr(slice_p);
-    }
-    return ptr;
-}
-
-static void free_slice(int device, void *ptr, ps_slice_t *slice)
-{
-    ps_slice_unref(slice);
-    if (device)
-        CHECK_OK(g_ops->free(ptr));
+    CHECK_OK(ps_mem_slice_alloc(device ? g_kind : PS_MEM_HOST, 0, len, slice_p));
+    return ps_slice_ptr(slice_p);
 }
 
 static void fill(int device, void *ptr, const float *host, size_t len)
@@ -217,8 +200,8 @@ static void measure(ps_postoffice_t *po, ps_kv_worker_t *w, size_t bytes)
                        k_paths[p].pushpull, &bufs[p], &push[p][i], &pull[p][i]);
     }
     for (size_t p = 0; p < NUM_PATHS; p++) {
-        free_slice(k_paths[p].push_dev, bufs[p].src_ptr, &bufs[p].src);
-        free_slice(k_paths[p].pull_dev, bufs[p].dst_ptr, &bufs[p].dst);
+        ps_slice_unref(&bufs[p].src);
+        ps_slice_unref(&bufs[p].dst);
     }
     size_t n = bytes / sizeof(float) * NUM_KEYS;
     for (size_t p = 0; p < NUM_PATHS; p++) {
@@ -282,8 +265,8 @@ static void late_ready_round(ps_postoffice_t *po, ps_kv_worker_t *w)
            "ended after %.3f ms (data written at %d ms), %d bytes checked\n",
            me, LATE_BYTES, call_ms, done_ms, LATE_MS, LATE_BYTES);
     CHECK_OK(g_ops->stream_destroy(stream));
-    free_slice(1, dev, &src);
-    free_slice(0, host, &dst);
+    ps_slice_unref(&src);
+    ps_slice_unref(&dst);
     ps_slice_unref(&keys);
 }
 

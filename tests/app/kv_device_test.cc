@@ -28,18 +28,10 @@ struct DeviceSlice {
 
     explicit DeviceSlice(size_t len)
     {
-        EXPECT_EQ(PS_OK, ops->alloc(len, 0, &ptr));
-        ps_buf_t *buf;
-        EXPECT_EQ(PS_OK, ps_buf_wrap_mem(ptr, len, (ps_buf_mem_t)PS_MEM_EMU, 0, nullptr,
-                                         nullptr, &buf));
-        EXPECT_EQ(PS_OK, ps_slice_of(buf, 0, len, &slice));
-        ps_buf_unref(buf);
+        EXPECT_EQ(PS_OK, ps_mem_slice_alloc(PS_MEM_EMU, 0, len, &slice));
+        ptr = ps_slice_ptr(&slice);
     }
-    ~DeviceSlice()
-    {
-        ps_slice_unref(&slice);
-        ops->free(ptr);
-    }
+    ~DeviceSlice() { ps_slice_unref(&slice); }
     void Fill(const std::vector<float> &v)
     {
         ASSERT_EQ(PS_OK, ops->copy_from_host(ptr, v.data(), v.size() * sizeof(float)));

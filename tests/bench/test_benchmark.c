@@ -204,32 +204,12 @@ static void store_destroy(bench_store_t *st)
 
 /* ------------------------------------------------- host or device buffers */
 
-static void device_release(void *data, size_t len, void *arg)
-{
-    (void)len;
-    (void)arg;
-    g_dev->free(data);
-}
-
 /* `len` bytes, page-aligned host memory or (device) the device kind's. */
 static ps_status_t buf_new(int device, size_t len, ps_slice_t *slice_p)
 {
     if (!device || len == 0)
         return ps_slice_alloc(len, PAGE_ALIGN, slice_p);
-    void *ptr;
-    ps_buf_t *buf;
-    ps_status_t st = g_dev->alloc(len, 0, &ptr);
-    if (st != PS_OK)
-        return st;
-    st = ps_buf_wrap_mem(ptr, len, (ps_buf_mem_t)g_cfg.device_kind, 0, device_release, NULL,
-                         &buf);
-    if (st != PS_OK) {
-        g_dev->free(ptr);
-        return st;
-    }
-    st = ps_slice_of(buf, 0, len, slice_p);
-    ps_buf_unref(buf);
-    return st;
+    return ps_mem_slice_alloc(g_cfg.device_kind, 0, len, slice_p);
 }
 
 static ps_status_t buf_write(const ps_slice_t *s, size_t off, const void *src, size_t len)
