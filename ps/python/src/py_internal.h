@@ -93,6 +93,12 @@ void ps__py_view_free(ps__py_view_t *view);
  * (through ps__py_sweep) once ps dropped its last reference. On failure the
  * view is released at once. */
 ps_status_t ps__py_view_slice(ps__py_view_t *view, ps_slice_t *slice_p);
+/* Fills *view (bf_getbuffer) with a slice's host bytes as a typed
+ * one-dimensional buffer owned by `owner`; shape_strides is storage of the
+ * owner's for the shape and stride. -1 with BufferError for a writable
+ * request of read-only values, or values not in host memory. */
+int ps__py_slice_getbuffer(PyObject *owner, const ps_slice_t *slice, ps_data_type_t type,
+                           int readonly, Py_ssize_t shape_strides[2], Py_buffer *view, int flags);
 /* Releases every view ps let go of (GIL held). */
 void ps__py_sweep(void);
 

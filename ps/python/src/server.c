@@ -45,8 +45,7 @@ typedef struct {
     PyObject *server;
     item_t *item;
     int answered;
-    Py_ssize_t shape[1];
-    Py_ssize_t strides[1];
+    Py_ssize_t shape_strides[2];
 } request_obj_t;
 
 static PyTypeObject *g_server_type;
@@ -264,32 +263,8 @@ static void request_dealloc(PyObject *self)
 static int request_getbuffer(PyObject *self, Py_buffer *view, int flags)
 {
     request_obj_t *r = (request_obj_t *)self;
-    if (flags & PyBUF_WRITABLE) {
-        PyErr_SetString(PyExc_BufferError, "a request's values are read-only");
-        return -1;
-    }
-    if (!ps_slice_in_host_mem(&r->item->vals)) {
-        PyErr_SetString(PyExc_BufferError, "the request's values are not in host memory");
-        return -1;
-    }
-    size_t elem = ps__py_dtype_size(r->item->type);
-    size_t len = ps_slice_len(&r->item->vals);
-    static char kEmpty[1];
-    view->buf = len ? ps_slice_ptr(&r->item->vals) : kEmpty;
-    view->obj = self;
-    Py_INCREF(self);
-    view->len = (Py_ssize_t)len;
-    view->readonly = 1;
-    view->itemsize = (Py_ssize_t)elem;
-    view->format = (flags & PyBUF_FORMAT) ? (char *)ps__py_dtype_format(r->item->type) : NULL;
-    view->ndim = 1;
-    r->shape[0] = (Py_ssize_t)(len / elem);
-    r->strides[0] = (Py_ssize_t)elem;
-    view->shape = (flags & PyBUF_ND) ? r->shape : NULL;
-    view->strides = (flags & PyBUF_STRIDES) ? r->strides : NULL;
-    view->suboffsets = NULL;
-    view->internal = NULL;
-    return 0;
+    return ps__py_slice_getbuffer(self, &r->item->vals, r->item->type, 1, r->shape_strides, view,
+                                  flags);
 }
 
 static PyObject *slice_ints(const ps_slice_t *s, int is_keys)

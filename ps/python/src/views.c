@@ -404,3 +404,34 @@ int ps__py_worker_args(PyObject *args, PyObject *kw, int *app_id_p, int *custome
         return -1;
     return ps__py_require_started();
 }
+
+int ps__py_slice_getbuffer(PyObject *owner, const ps_slice_t *slice, ps_data_type_t type,
+                           int readonly, Py_ssize_t shape_strides[2], Py_buffer *view, int flags)
+{
+    if (readonly && (flags & PyBUF_WRITABLE)) {
+        PyErr_SetString(PyExc_BufferError, "these values are read-only");
+        return -1;
+    }
+    if (!ps_slice_in_host_mem(slice)) {
+        PyErr_SetString(PyExc_BufferError, "the values are not in host memory");
+        return -1;
+    }
+    size_t elem = ps__py_dtype_size(type);
+    size_t len = ps_slice_len(slice);
+    static char kEmpty[1];
+    view->buf = len ? ps_slice_ptr(slice) : kEmpty;
+    view->obj = owner;
+    Py_INCREF(owner);
+    view->len = (Py_ssize_t)len;
+    view->readonly = readonly;
+    view->itemsize = (Py_ssize_t)elem;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)ps__py_dtype_format(type) : NULL;
+    view->ndim = 1;
+    shape_strides[0] = (Py_ssize_t)(len / elem);
+    shape_strides[1] = (Py_ssize_t)elem;
+    view->shape = (flags & PyBUF_ND) ? &shape_strides[0] : NULL;
+    view->strides = (flags & PyBUF_STRIDES) ? &shape_strides[1] : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    return 0;
+}

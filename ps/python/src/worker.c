@@ -47,8 +47,7 @@ typedef struct {
     PyObject_HEAD
     ps_slice_t slice;
     ps_data_type_t type;
-    Py_ssize_t shape[1];
-    Py_ssize_t strides[1];
+    Py_ssize_t shape_strides[2];
 } result_obj_t;
 
 static PyTypeObject *g_worker_type;
@@ -58,24 +57,7 @@ static PyTypeObject *g_result_type;
 static int result_getbuffer(PyObject *self, Py_buffer *view, int flags)
 {
     result_obj_t *r = (result_obj_t *)self;
-    size_t elem = ps__py_dtype_size(r->type);
-    size_t len = ps_slice_len(&r->slice);
-    static char kEmpty[1];
-    view->buf = len ? ps_slice_ptr(&r->slice) : kEmpty;
-    view->obj = self;
-    Py_INCREF(self);
-    view->len = (Py_ssize_t)len;
-    view->readonly = 0;
-    view->itemsize = (Py_ssize_t)elem;
-    view->format = (flags & PyBUF_FORMAT) ? (char *)ps__py_dtype_format(r->type) : NULL;
-    view->ndim = 1;
-    r->shape[0] = (Py_ssize_t)(len / elem);
-    r->strides[0] = (Py_ssize_t)elem;
-    view->shape = (flags & PyBUF_ND) ? r->shape : NULL;
-    view->strides = (flags & PyBUF_STRIDES) ? r->strides : NULL;
-    view->suboffsets = NULL;
-    view->internal = NULL;
-    return 0;
+    return ps__py_slice_getbuffer(self, &r->slice, r->type, 0, r->shape_strides, view, flags);
 }
 
 static void result_dealloc(PyObject *self)
