@@ -62,14 +62,38 @@ TEST(ShmMeta, RoundTrip)
     EXPECT_EQ(std::string(reinterpret_cast<const char *>(back.body), back.body_len), "some body");
 }
 
+// The AF app's tensor messages: dtype and shape (after the body) too.
+TEST(ShmMeta, TensorsRoundTrip)
+{
+    ps_meta_t m = DataMeta();
+    const char body[] = "batch 7 of 3";
+    m.body = reinterpret_cast<const uint8_t *>(body);
+    m.body_len = sizeof(body) - 1;
+    m.is_tensor = true;
+    m.dtype = 15; // bfloat16
+    m.ndim = 3;
+    m.shape[0] = 128;
+    m.shape[1] = 7168;
+    m.shape[2] = -1;
+    size_t len = 0;
+    ASSERT_TRUE(ps__shm_meta_fast_size(&m, &len));
+    std::vector<uint8_t> buf(len);
+    ps__shm_meta_fast_write(&m, buf.data());
+    ps_meta_t back;
+    ASSERT_EQ(ps__shm_meta_fast_read(buf.data(), buf.size(), &back), PS_OK);
+    EXPECT_TRUE(ps_meta_equal(&m, &back));
+    EXPECT_EQ(std::string(reinterpret_cast<const char *>(back.body), back.body_len), body);
+    // A length that leaves out part of the shape is refused.
+    EXPECT_EQ(ps__shm_meta_fast_read(buf.data(), buf.size() - 8, &back), PS_ERR_PROTOCOL);
+    m.ndim = PS_META_MAX_SHAPE + 1;
+    EXPECT_FALSE(ps__shm_meta_fast_size(&m, &len));
+}
+
 TEST(ShmMeta, LeavesTheRestToTheCodec)
 {
     size_t len;
     ps_meta_t m = DataMeta();
     m.control.cmd = PS_CTRL_BARRIER;
-    EXPECT_FALSE(ps__shm_meta_fast_size(&m, &len));
-    m = DataMeta();
-    m.is_tensor = true;
     EXPECT_FALSE(ps__shm_meta_fast_size(&m, &len));
     m = DataMeta();
     m.num_data_types = 5;

@@ -12,11 +12,13 @@ typedef struct {
     int32_t src_dev_type, src_dev_id, dst_dev_type, dst_dev_id;
     int32_t option, sid, priority;
     uint8_t request, push, pull, simple_app;
+    uint8_t is_tensor, ndim;
+    int8_t dtype;
     uint32_t num_data_types;
     uint8_t data_types[PS_MSG_MAX_DATA];
     uint32_t body_len;
     uint64_t data_size, key, addr, val_len;
-    /* body_len bytes of body follow */
+    /* body_len bytes of body follow, then ndim int64 of shape */
 } fast_meta_t;
 
 static int zero_bytes(const void *p, size_t n)
@@ -35,7 +37,7 @@ int ps__shm_meta_fast_size(const ps_meta_t *m, size_t *len_p)
     if (m->control.cmd != PS_CTRL_EMPTY || m->control.num_nodes != 0 ||
         m->control.barrier_group != 0 || m->control.msg_sig != 0 ||
         m->num_data_types > PS_MSG_MAX_DATA || m->body_len > PS__SHM_FAST_BODY_MAX ||
-        m->is_tensor || m->dtype != 0 || m->ndim != 0 || m->num_slave_qp_counters != 0 ||
+        m->ndim > PS_META_MAX_SHAPE || m->num_slave_qp_counters != 0 ||
         m->slave_qp_num != 0 || m->van_data_len != 0 ||
         !zero_bytes(&m->request_trace, sizeof(m->request_trace)) ||
         !zero_bytes(&m->response_trace, sizeof(m->response_trace))) {
@@ -50,7 +52,7 @@ int ps__shm_meta_fast_size(const ps_meta_t *m, size_t *len_p)
         (unsigned)m->dst_dev_type >= PS_DEV_TYPE_COUNT) {
         return 0;
     }
-    *len_p = sizeof(fast_meta_t) + m->body_len;
+    *len_p = sizeof(fast_meta_t) + m->body_len + m->ndim * sizeof(m->shape[0]);
     return 1;
 }
 
@@ -75,6 +77,9 @@ void ps__shm_meta_fast_write(const ps_meta_t *m, uint8_t *out)
     f.push = m->push;
     f.pull = m->pull;
     f.simple_app = m->simple_app;
+    f.is_tensor = m->is_tensor;
+    f.dtype = m->dtype;
+    f.ndim = (uint8_t)m->ndim;
     f.num_data_types = m->num_data_types;
     for (uint32_t i = 0; i < m->num_data_types; ++i) {
         f.data_types[i] = (uint8_t)m->data_types[i];
@@ -88,6 +93,9 @@ void ps__shm_meta_fast_write(const ps_meta_t *m, uint8_t *out)
     if (m->body_len != 0) {
         memcpy(out + sizeof(f), m->body, m->body_len);
     }
+    if (m->ndim != 0) {
+        memcpy(out + sizeof(f) + m->body_len, m->shape, m->ndim * sizeof(m->shape[0]));
+    }
 }
 
 ps_status_t ps__shm_meta_fast_read(const uint8_t *in, size_t len, ps_meta_t *meta_p)
@@ -98,7 +106,9 @@ ps_status_t ps__shm_meta_fast_read(const uint8_t *in, size_t len, ps_meta_t *met
     }
     memcpy(&f, in, sizeof(f));
     if (f.num_data_types > PS_MSG_MAX_DATA || f.body_len > PS__SHM_FAST_BODY_MAX ||
-        len != sizeof(f) + f.body_len || (uint32_t)f.src_dev_type >= PS_DEV_TYPE_COUNT ||
+        f.ndim > PS_META_MAX_SHAPE || f.is_tensor > 1 ||
+        len != sizeof(f) + f.body_len + f.ndim * sizeof(int64_t) ||
+        (uint32_t)f.src_dev_type >= PS_DEV_TYPE_COUNT ||
         (uint32_t)f.dst_dev_type >= PS_DEV_TYPE_COUNT) {
         return PS_ERR_PROTOCOL;
     }
@@ -121,6 +131,12 @@ ps_status_t ps__shm_meta_fast_read(const uint8_t *in, size_t len, ps_meta_t *met
     m.push = f.push != 0;
     m.pull = f.pull != 0;
     m.simple_app = f.simple_app != 0;
+    m.is_tensor = f.is_tensor != 0;
+    m.dtype = f.dtype;
+    m.ndim = f.ndim;
+    if (f.ndim != 0) {
+        memcpy(m.shape, in + sizeof(f) + f.body_len, f.ndim * sizeof(m.shape[0]));
+    }
     m.num_data_types = f.num_data_types;
     for (uint32_t i = 0; i < f.num_data_types; ++i) {
         if (f.data_types[i] >= PS_DATA_TYPE_COUNT) {

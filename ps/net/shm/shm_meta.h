@@ -5,8 +5,10 @@
  * Why: both ends run on one host and speak the same protocol version
  * (checked at the handshake), and encoding plus decoding a meta with the
  * codec costs microseconds, more than the rest of a small message's trip.
- * Messages it cannot carry — control messages, tensors, traces, van data,
- * more data types than segments, big bodies — use the codec (codec.h).
+ * Messages it cannot carry — control messages, traces, van data, more data
+ * types than segments, big bodies — use the codec (codec.h). Tensor
+ * messages (the AF app's dtype and shape) it carries: the shape follows
+ * the body.
  * The reader checks every value as the codec does.
  */
 #ifndef PS_NET_SHM_SHM_META_H_
