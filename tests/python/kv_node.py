@@ -1,6 +1,7 @@
 """One process of the KV jobs of test_kv.py: DMLC_ROLE says which.
 
-  kv_node.py MODE      MODE: dtypes | zerocopy | errors | gil | device | anysize
+  kv_node.py MODE      MODE: dtypes | zerocopy | errors | gil | device | anysize |
+                            recvbuf
 
 The servers run a Python KVServer whose handler keeps each key's last
 pushed value (a copy) and answers pulls with it; it checks that a value of
@@ -13,6 +14,9 @@ the kind PS_TEST_DEVICE_KIND (emu by default: the test build of the
 package; cuda on a GPU host, where CUDA torch tensors are checked too).
 anysize: values of several lengths pushed over both halves of the key
 space, pulled back with pull_any (the servers size the values).
+recvbuf: the server registers a receive buffer for each worker's key
+RECV_KEY + rank (register_recv_buffer) and reports how many pushes landed
+in them.
 A worker runs MODE's checks, prints
 "PASS worker MODE" and leaves; any failed check raises (exit 1).
 """
@@ -35,8 +39,15 @@ NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
       "uint64": np.uint64, "char": np.uint8}
 
 
-def serve():
+RECV_KEY = 7100
+RECV_FLOATS = 1 << 14
+
+
+def serve(mode):
     store = {}
+    # recvbuf: a buffer per worker for its pushes of RECV_KEY.
+    recv = {r: ps.empty(RECV_FLOATS, "float32") for r in range(ps.num_workers())}
+    landed = [0, 0]  # pushes of RECV_KEY, those that were in their buffer
 
     def handler(req):
         keys = req.keys
@@ -45,6 +56,11 @@ def serve():
         if FAILED_KEY in keys:
             req.fail(ps.Unsupported)
             return None
+        if req.push and RECV_KEY <= keys[0] < RECV_KEY + len(recv):
+            landed[0] += 1
+            rank = (req.sender - 9) // 2  # worker ids are 9, 11, ...
+            arr = np.frombuffer(req.vals, dtype=np.uint8)
+            landed[1] += arr.size and arr.ctypes.data == recv[rank].ctypes.data
         if req.push:
             vals = np.frombuffer(req.vals, dtype=NP[req.dtype]).copy()
             for k in keys:
@@ -65,11 +81,23 @@ def serve():
                         parts[0][0])
 
     server = ps.KVServer(handler)
+    if mode == "recvbuf":
+        for rank, buf in recv.items():
+            server.register_recv_buffer(rank, RECV_KEY + rank, buf)
+        try:
+            server.register_recv_buffer(0, RECV_KEY, recv[0])
+            raise AssertionError("a second buffer for one rank and key was taken")
+        except ps.Error:
+            pass
+        ps.barrier("servers+workers", timeout=30)
     # KV app 1 of the same process: the summation server, answered on the
     # van's thread while the Python handler of app 0 may be sleeping.
     ps.SumServer(app_id=1)
     ps.wait_job_end(timeout=120)
     print("server handled %d requests, %d handler errors" % (server.handled, server.errors))
+    if mode == "recvbuf":
+        print("recv buffer: %d of %d pushes landed in their registered buffer" % (
+            landed[1], landed[0]))
 
 
 def sample(dtype, n, seed):
@@ -269,6 +297,17 @@ def check_anysize(w):
     print("pull_any ok")
 
 
+def check_recvbuf(w):
+    ps.barrier("servers+workers", timeout=30)  # the servers registered their buffers
+    for i in range(3):
+        a = np.full(RECV_FLOATS, float(ps.rank() * 10 + i), dtype=np.float32)
+        w.push(RECV_KEY + ps.rank(), a).wait(timeout=30)
+        out = np.zeros_like(a)
+        w.pull(RECV_KEY + ps.rank(), out).wait(timeout=30)
+        assert np.array_equal(out, a), "the value pushed into a registered buffer"
+    print("recvbuf pushes ok")
+
+
 class HostInterface:
     """Host memory that claims to be device memory: ps must refuse it."""
 
@@ -350,11 +389,12 @@ def main():
         ps.wait_job_end(timeout=120)
         return
     if ps.is_server():
-        serve()
+        serve(mode)
         return
     w = ps.KVWorker()
     {"dtypes": check_dtypes, "zerocopy": check_zerocopy, "errors": check_errors,
-     "gil": check_gil, "device": check_device, "anysize": check_anysize}[mode](w)
+     "gil": check_gil, "device": check_device, "anysize": check_anysize,
+     "recvbuf": check_recvbuf}[mode](w)
     print("PASS worker %s" % mode)
     ps.finalize()
 

@@ -25,6 +25,12 @@ def test_zero_copy(van):
 
 
 @pytest.mark.parametrize("van", ["tcp", "shm"])
+def test_registered_receive_buffers(van):
+    job = run("recvbuf", van)
+    assert "recv buffer: 6 of 6 pushes landed" in job.output("server"), job.output("server")
+
+
+@pytest.mark.parametrize("van", ["tcp", "shm"])
 def test_pull_any_values_the_servers_size(van):
     job = run("anysize", van, servers=2)
     for rank in range(2):

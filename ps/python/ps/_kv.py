@@ -99,6 +99,14 @@ class KVServer:
             if not req.answered:
                 req.fail()
 
+    def register_recv_buffer(self, worker_rank, key, buffer):
+        """Pushes from worker `worker_rank` whose first key is `key` land in
+        `buffer` (a writable buffer or CPU tensor, held by the server) where
+        the van receives in place; request.vals is then a view of it. Every
+        such push overwrites it: be done with one before the next (ps-lite's
+        RegisterRecvBuffer)."""
+        self._core.register_recv_buffer(worker_rank, key, buffer)
+
     def close(self):
         """Stops the handler thread; requests still queued are answered
         'no value'. Before ps.finalize() (which calls it)."""

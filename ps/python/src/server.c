@@ -525,7 +525,35 @@ static void server_dealloc(PyObject *self)
     ps__py_free_object(self);
 }
 
+static PyObject *server_register_recv_buffer(PyObject *self, PyObject *args)
+{
+    server_obj_t *s = (server_obj_t *)self;
+    int rank;
+    unsigned long long key;
+    PyObject *buf;
+    if (!PyArg_ParseTuple(args, "iKO", &rank, &key, &buf))
+        return NULL;
+    if (s->closed || !s->server)
+        return ps__py_raise(PS_ERR_BAD_STATE, "the KVServer is closed");
+    ps__py_view_t *v;
+    if (ps__py_view_get(buf, 1, NULL, "buffer", &v) < 0)
+        return NULL;
+    ps_slice_t slice;
+    ps_status_t st = ps__py_view_slice(v, &slice);
+    if (st == PS_OK) {
+        st = ps_kv_server_register_recv_buffer(s->server, rank, (ps_key_t)key, &slice);
+        ps_slice_unref(&slice);
+    }
+    ps__py_sweep();
+    if (st != PS_OK)
+        return ps__py_raise(st, "register_recv_buffer");
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef kServerMethods[] = {
+    {"register_recv_buffer", server_register_recv_buffer, METH_VARARGS,
+     "register_recv_buffer(worker_rank, key, buffer): pushes from that worker whose first "
+     "key is `key` land in `buffer` (writable, kept until the server is freed)."},
     {"next", (PyCFunction)(void (*)(void))server_next, METH_VARARGS | METH_KEYWORDS,
      "next(timeout=None) -> Request or None: the next request (blocks without the GIL; "
      "None after timeout seconds, 1 s by default, or once closed)."},
