@@ -65,7 +65,7 @@ static ps_status_t job_id_check(const char *id)
 void ps__po_body_job_id(const char *body, char *out, size_t cap)
 {
     out[0] = '\0';
-    const char *key = PS__JOB_KEY + 1; /* at the start of a body: no blank */
+    const char *key = &PS__JOB_KEY[1]; /* at the start of a body: no blank */
     const char *at = NULL;
     if (strncmp(body, key, strlen(key)) == 0)
         at = body + strlen(key);
@@ -435,7 +435,7 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     ps_mutex_unlock(&po->lock);
 
     char job[sizeof(PS__JOB_KEY) + PS_JOB_ID_MAX];
-    snprintf(job, sizeof(job), "%s", PS__JOB_KEY + 1);
+    snprintf(job, sizeof(job), "%s", &PS__JOB_KEY[1]);
     snprintf(job + strlen(job), sizeof(job) - strlen(job), "%s", po->job_id);
     for (size_t i = 0; i < n; i++) {
         st = ps__po_send_control(po, table[i].id, PS_CTRL_ADD_NODE, 0, 0, 0, table, n + 1, job);

@@ -257,7 +257,7 @@ void ps__po_sched_try_recover(ps_postoffice_t *po)
                                 "dead before this node joined");
         table[idx].is_recovery = true;
         char job[sizeof(PS__JOB_KEY) + PS_JOB_ID_MAX];
-        snprintf(job, sizeof(job), "%s", PS__JOB_KEY + 1);
+        snprintf(job, sizeof(job), "%s", &PS__JOB_KEY[1]);
         snprintf(job + strlen(job), sizeof(job) - strlen(job), "%s", po->job_id);
         ps__po_send_control(po, id, PS_CTRL_ADD_NODE, 0, 0, 0, table, n, job);
         free(table);

@@ -252,6 +252,62 @@ TEST(MetaCompact, EveryTruncationAndAnyTrailingByteAreRefused)
     }
 }
 
+// Tensor messages (bit 12): dtype, ndim and shape round trip, values 0
+// and negative included; a bad block is refused; traces stay with the codec.
+TEST(MetaCompact, TensorsRoundTrip)
+{
+    std::mt19937_64 rng(20261127);
+    for (int i = 0; i < 2000; i++) {
+        std::vector<uint8_t> body;
+        ps_meta_t m = RandomPlainMeta(rng, &body);
+        m.is_tensor = true;
+        m.dtype = static_cast<int8_t>(rng());
+        m.ndim = static_cast<uint32_t>(rng() % (PS_META_MAX_SHAPE + 1));
+        for (uint32_t d = 0; d < m.ndim; d++)
+            m.shape[d] = rng() % 3 == 0 ? static_cast<int64_t>(rng()) : static_cast<int64_t>(rng() % 9000) - 1;
+        Bytes c = Compact(m);
+        EXPECT_LE(c.size(), PS_META_COMPACT_MAX_FIXED + m.num_data_types + m.body_len);
+        ps_meta_t d;
+        memset(&d, 0xa5, sizeof(d));
+        ASSERT_EQ(Decode(c, &d), PS_OK) << i;
+        EXPECT_TRUE(ps_meta_equal(&d, &m)) << i;
+        EXPECT_EQ(Compact(d), c) << i;
+        for (size_t len = 0; len < c.size(); len += 1 + len / 8) {
+            Bytes cut(c.begin(), c.begin() + len);
+            ASSERT_EQ(Decode(cut, &d), PS_ERR_PROTOCOL) << i << " " << len;
+        }
+    }
+    ps_meta_t d;
+    // timestamp-less, bit 12: dtype 15 (zigzag 30), 2 dimensions, 128 and -1.
+    ASSERT_EQ(Decode(Bytes{0, 2, 0, 0x00, 0x10, 0x1e, 0x02, 0x80, 0x02, 0x01}, &d), PS_OK);
+    EXPECT_TRUE(d.is_tensor);
+    EXPECT_EQ(d.dtype, 15);
+    ASSERT_EQ(d.ndim, 2u);
+    EXPECT_EQ(d.shape[0], 128);
+    EXPECT_EQ(d.shape[1], -1);
+    EXPECT_EQ(d.shape[2], 0);
+    EXPECT_EQ(Decode(Bytes{0, 2, 0, 0x00, 0x10, 0x1e, 0x09}, &d), PS_ERR_PROTOCOL);  // 9 dims
+    EXPECT_EQ(Decode(Bytes{0, 2, 0, 0x00, 0x10, 0x1e, 0x01, 0x80, 0x00}, &d),
+              PS_ERR_PROTOCOL);  // overlong
+    EXPECT_EQ(Decode(Bytes{0, 2, 0, 0x00, 0x10, 0x80, 0x02, 0x00}, &d),
+              PS_ERR_PROTOCOL);  // dtype past a byte
+    // What the compact form leaves to the codec.
+    std::vector<uint8_t> body;
+    ps_meta_t m = RandomPlainMeta(rng, &body);
+    uint8_t buf[1024];
+    size_t len;
+    m.ndim = 1; // a shape without is_tensor
+    EXPECT_EQ(ps_meta_compact_encode(&m, buf, sizeof(buf), &len), PS_ERR_UNSUPPORTED);
+    m.is_tensor = true;
+    m.shape[3] = 5; // past ndim
+    EXPECT_EQ(ps_meta_compact_encode(&m, buf, sizeof(buf), &len), PS_ERR_UNSUPPORTED);
+    m.shape[3] = 0;
+    m.request_trace.start = 1;
+    EXPECT_EQ(ps_meta_compact_encode(&m, buf, sizeof(buf), &len), PS_ERR_UNSUPPORTED);
+    m.request_trace.start = 0;
+    EXPECT_EQ(ps_meta_compact_encode(&m, buf, sizeof(buf), &len), PS_OK);
+}
+
 TEST(MetaCompact, MalformedFieldsAreRefused)
 {
     ps_meta_t d;
@@ -260,7 +316,7 @@ TEST(MetaCompact, MalformedFieldsAreRefused)
     ASSERT_EQ(Decode(Bytes{0, 2, 0, 0x01, 0x00, 0x02}, &d), PS_OK);
     EXPECT_EQ(d.timestamp, 2);
     EXPECT_TRUE(refused({0, 2, 0x10, 0x01, 0x00, 0x02}));  // unknown flag
-    EXPECT_TRUE(refused({0, 2, 0, 0x01, 0x10, 0x02}));     // bitmap bit 12
+    EXPECT_TRUE(refused({0, 2, 0, 0x01, 0x20, 0x02}));     // bitmap bit 13
     EXPECT_TRUE(refused({0, 2, 0, 0x01, 0x80, 0x02}));     // bitmap bit 15
     EXPECT_TRUE(refused({0, 2, 0, 0x01, 0x00, 0x82, 0x00}));  // overlong field
     EXPECT_TRUE(refused({0, 2, 0, 0x01, 0x00, 0x00}));     // present at its default

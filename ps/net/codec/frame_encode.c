@@ -26,7 +26,7 @@ ps_status_t ps_frame_encode_head(const ps_meta_t *meta, const uint64_t *lens, ui
      * fits: the compact header and the compact meta (frame.h, meta_fast.h)
      * written in one pass, a small message in a few dozen bytes. Anything
      * else takes the general path below, which also says what is wrong. */
-    size_t fast = ps__meta_fast_size(meta);
+    size_t fast = ps__meta_compact_size(meta);
     if (fast != 0 && num_data <= limits->max_segments &&
         limits->max_segments <= PS_FRAME_MAX_SEGMENTS && (num_data == 0 || lens != NULL)) {
         /* The segment lengths' varints and their sum (no overflow). */

@@ -49,7 +49,7 @@ ps_status_t ps_meta_fast_encode(const ps_meta_t *m, uint8_t *buf, size_t cap, si
 
 ps_status_t ps_meta_compact_encode(const ps_meta_t *m, uint8_t *buf, size_t cap, size_t *len_p)
 {
-    size_t fast = ps__meta_fast_size(m);
+    size_t fast = ps__meta_compact_size(m);
     if (fast == 0) {
         return PS_ERR_UNSUPPORTED;
     }
@@ -181,11 +181,41 @@ static ps_status_t decode_compact(const uint8_t *buf, size_t len, ps_meta_t *m)
         if (rare & 64u) MC_GET(dst_type, PS_DEV_TYPE_COUNT - 1);
         if (rare & 128u) MC_GET(dst_id, UINT32_MAX);
     }
+    /* A tensor's block: values that may be 0, each in its shortest form. */
+    uint64_t dtype = 0, ndim = 0, shape[PS_META_MAX_SHAPE];
+    if (bitmap & PS__MC_TENSOR) {
+        int n = ps__varint_get(p, (size_t)(end - p), &dtype);
+        if (n <= 0 || dtype > UINT8_MAX || ps__unzigzag32((uint32_t)dtype) < INT8_MIN ||
+            ps__unzigzag32((uint32_t)dtype) > INT8_MAX) {
+            return PS_ERR_PROTOCOL;
+        }
+        p += n;
+        n = ps__varint_get(p, (size_t)(end - p), &ndim);
+        if (n <= 0 || ndim > PS_META_MAX_SHAPE) {
+            return PS_ERR_PROTOCOL;
+        }
+        p += n;
+        for (uint64_t i = 0; i < ndim; ++i) {
+            n = ps__varint_get(p, (size_t)(end - p), &shape[i]);
+            if (n <= 0) {
+                return PS_ERR_PROTOCOL;
+            }
+            p += n;
+        }
+    }
     if ((size_t)(end - p) != ntypes + body_len || !types_valid(p, (uint32_t)ntypes)) {
         return PS_ERR_PROTOCOL;
     }
 
     clear_rest(m, (uint32_t)ntypes);
+    if (bitmap & PS__MC_TENSOR) {
+        m->is_tensor = true;
+        m->dtype = (int8_t)ps__unzigzag32((uint32_t)dtype);
+        m->ndim = (uint32_t)ndim;
+        for (uint64_t i = 0; i < ndim; ++i) {
+            m->shape[i] = ps__unzigzag64(shape[i]);
+        }
+    }
     set_flags(m, buf[2]);
     m->head = ps__unzigzag32((uint32_t)head);
     m->app_id = (int32_t)(uint32_t)app_id;

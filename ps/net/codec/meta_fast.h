@@ -1,7 +1,9 @@
 /*
  * A compact fixed-layout encoding for the metas of plain data messages
  * (KV push/pull requests and responses, simple-app messages): no control
- * command, no node list, no tensor, trace, QP or van fields. Encoding and
+ * command, no node list, no tensor, trace, QP or van fields. The compact
+ * form (version 2) also carries tensor messages (the AF app's dtype and
+ * shape), but no traces. Encoding and
  * decoding it costs a few dozen ns, where the protobuf codec (codec.h)
  * costs microseconds; a van uses it for such metas and codec.h for every
  * other one.
@@ -37,7 +39,10 @@
  *        1 option, 2 sid, 3 priority (zigzag), 4 src_dev_type
  *        (1..PS_DEV_TYPE_COUNT-1), 5 src_dev_id (zigzag of id + 1),
  *        6 dst_dev_type, 7 dst_dev_id (as 4, 5)
- *     12..15 must be 0
+ *     12 a tensor (is_tensor): varints dtype (zigzag of the int8), ndim
+ *        (0..PS_META_MAX_SHAPE), then ndim shape entries (zigzag of the
+ *        int64); these may be 0
+ *     13..15 must be 0
  *   then u8 data_types[num_data_types], then body_len bytes of body.
  * A field left out is 0 (-1 for the device ids), so a present one is never
  * 0 on the wire; varints are in their shortest form: every meta has exactly
@@ -60,7 +65,8 @@ extern "C" {
 #define PS_META_FAST_FIXED_LEN 92
 #define PS_META_COMPACT_VERSION 2
 /* The longest compact form of a meta, but for its data types and body. */
-#define PS_META_COMPACT_MAX_FIXED 106 /* 5 + 6*5 + 4*10 + 1 + 1 + 2 + 3*5 + 2*(1 + 5) */
+#define PS_META_COMPACT_MAX_FIXED 189 /* 5 + 6*5 + 4*10 + 1 + 1 + 2 + 3*5 + 2*(1 + 5) \
+                                         + 2 + 1 + 8*10 (a tensor's dtype, ndim, shape) */
 /* Bodies longer than this take the protobuf path. */
 #define PS_META_FAST_BODY_MAX 4096
 

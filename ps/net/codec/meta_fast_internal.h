@@ -117,7 +117,32 @@ static inline uint8_t ps__meta_fast_flags(const ps_meta_t *m)
 #define PS__MC_OFF_BITMAP 3
 #define PS__MC_OFF_FIELDS 5
 #define PS__MC_RARE 0x0800u
-#define PS__MC_BITMAP_KNOWN 0x0fffu
+#define PS__MC_TENSOR 0x1000u
+#define PS__MC_BITMAP_KNOWN 0x1fffu
+
+/* ps__meta_fast_size() for the compact form, which also carries tensor
+ * metas (is_tensor set, at most PS_META_MAX_SHAPE dimensions, nothing set
+ * past them) but no traces: the same bound, or 0. */
+static inline size_t ps__meta_compact_size(const ps_meta_t *m)
+{
+    if (!m->is_tensor && m->dtype == 0 && m->ndim == 0) {
+        return ps__meta_fast_size(m);
+    }
+    if (!m->is_tensor || m->ndim > PS_META_MAX_SHAPE) {
+        return 0;
+    }
+    ps_meta_t plain = *m;
+    plain.is_tensor = false;
+    plain.dtype = 0;
+    plain.ndim = 0;
+    for (uint32_t i = 0; i < PS_META_MAX_SHAPE; ++i) {
+        if (i >= m->ndim && m->shape[i] != 0) {
+            return 0;
+        }
+        plain.shape[i] = 0;
+    }
+    return ps__meta_fast_size(&plain);
+}
 
 /* Both forms end the same way: the data types, a byte each, then the
  * body. Writes them at p; returns the byte after. */
@@ -141,7 +166,7 @@ static inline uint32_t ps__mc_dev_id(int32_t id)
     return ps__zigzag32((int32_t)((uint32_t)id + 1u));
 }
 
-/* Writes the compact form of m, which must be plain (ps__meta_fast_size()
+/* Writes the compact form of m, which must be plain (ps__meta_compact_size()
  * not 0), into buf, which must hold PS_META_COMPACT_MAX_FIXED +
  * num_data_types + body_len + 8 bytes (the varints are written with 8-byte
  * stores); returns the byte after it. One pass:
@@ -186,6 +211,14 @@ static inline uint8_t *ps__meta_compact_write(const ps_meta_t *m, uint8_t *buf)
         PS__MC_PUT(7, ps__mc_dev_id(m->dst_dev_id));
         *rare = (uint8_t)bitmap;
         bitmap = outer | PS__MC_RARE;
+    }
+    if (m->is_tensor) {
+        bitmap |= PS__MC_TENSOR;
+        p = ps__varint_put_fast(p, ps__zigzag32(m->dtype));
+        p = ps__varint_put_fast(p, m->ndim);
+        for (uint32_t i = 0; i < m->ndim; ++i) {
+            p = ps__varint_put_fast(p, ps__zigzag64(m->shape[i]));
+        }
     }
 #undef PS__MC_PUT
     buf[0] = 0;

@@ -137,4 +137,14 @@ static inline int32_t ps__unzigzag32(uint32_t u)
     return (int32_t)((u >> 1) ^ (0u - (u & 1u)));
 }
 
+static inline uint64_t ps__zigzag64(int64_t v)
+{
+    return ((uint64_t)v << 1) ^ (0u - ((uint64_t)v >> 63));
+}
+
+static inline int64_t ps__unzigzag64(uint64_t u)
+{
+    return (int64_t)((u >> 1) ^ (0u - (u & 1u)));
+}
+
 #endif /* PS_NET_CODEC_VARINT_INTERNAL_H_ */
