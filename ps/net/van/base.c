@@ -144,6 +144,15 @@ void ps_van_base_set_own_tag(ps_van_base_t *base, const char *tag)
     base->own_tag_len = (uint32_t)n;
 }
 
+ps_status_t ps_van_check_recver(const ps_van_base_t *base, int recver, const char *what)
+{
+    if (recver <= 0 || recver >= PS_NODE_EMPTY) {
+        ps_error(base->log, "%s: message without a receiver (recver %d)", what, recver);
+        return PS_ERR_INVALID_ARG;
+    }
+    return PS_OK;
+}
+
 ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg, int device_ok,
                                 ps_meta_t *scratch, const ps_meta_t **meta_p)
 {
@@ -151,9 +160,9 @@ ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg, 
         return PS_ERR_INVALID_ARG;
     }
     int recver = msg->meta.recver;
-    if (recver <= 0 || recver >= PS_NODE_EMPTY) {
-        ps_error(base->log, "send: message without a receiver (recver %d)", recver);
-        return PS_ERR_INVALID_ARG;
+    ps_status_t st = ps_van_check_recver(base, recver, "send");
+    if (st != PS_OK) {
+        return st;
     }
     if (base->own_tag_len != 0 && msg->meta.van_data_len >= base->own_tag_len &&
         memcmp(msg->meta.van_data, base->own_tag, base->own_tag_len) == 0) {

@@ -114,6 +114,10 @@ ps_frame_limits_t ps_van_frame_limits(const ps_van_params_t *params);
  * from such limits. */
 void ps_van_frame_attr(const ps_frame_limits_t *limits, ps_van_attr_t *attr);
 
+/* PS_OK for a node id a message can go to (1 .. PS_NODE_EMPTY - 1), else
+ * PS_ERR_INVALID_ARG (logged under the base's component, naming `what`). */
+ps_status_t ps_van_check_recver(const ps_van_base_t *base, int recver, const char *what);
+
 /* Send side: the checks every van makes before it encodes, and the meta
  * to encode. PS_ERR_INVALID_ARG for a message without a receiver, or
  * whose van_data starts with the van's own tag (ps_van_base_set_own_tag);

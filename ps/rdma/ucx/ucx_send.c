@@ -595,15 +595,6 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
 }
 
 /* 1 when `recver` names a node; else says so for `what`. */
-static int recver_ok(int recver, const char *what)
-{
-    if (recver < 0 || recver == PS_NODE_EMPTY) {
-        ps_error(PS_LOG_UCX, "%s: message without a receiver (recver %d)", what, recver);
-        return 0;
-    }
-    return 1;
-}
-
 ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
 {
     ps_meta_t with_nodes;
@@ -639,7 +630,7 @@ ps_status_t ps__ucx_send_lane(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
         bytes[0] != PS_LANE_MAGIC) {
         return PS_ERR_INVALID_ARG;
     }
-    if (!recver_ok(recver, "send_lane")) {
+    if (ps_van_check_recver(&van->base, recver, "send_lane") != PS_OK) {
         return PS_ERR_INVALID_ARG;
     }
     ps_status_t st = send_small(van, recver, bytes - PS__UCX_AM_META_HDR, len);

@@ -1005,10 +1005,8 @@ ps_status_t ps__vb_send(ps__vb_van_t *van, const ps_msg_t *msg)
     if (msg == NULL || msg->num_data > PS_MSG_MAX_DATA)
         return PS_ERR_INVALID_ARG;
     int recver = msg->meta.recver;
-    if (recver <= 0 || recver >= PS_NODE_EMPTY) {
-        ps_error(PS_LOG_RDMA, "send: message without a receiver (recver %d)", recver);
+    if (ps_van_check_recver(&van->base, recver, "send") != PS_OK)
         return PS_ERR_INVALID_ARG;
-    }
     if (msg->meta.van_data_len != 0 &&
         ps__vb_pull_desc_decode(msg->meta.van_data, msg->meta.van_data_len,
                                 &(ps__vb_pull_desc_t){0}) != PS_ERR_NOT_FOUND) {
