@@ -135,6 +135,26 @@ ps_status_t ps_af_worker_register_tensor(ps_af_worker_t *worker, const ps_af_ten
 ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *worker, const ps_af_tensor_t *push,
                                          size_t num_push, const ps_af_tensor_t *pull,
                                          size_t num_pull, ps_af_handle_t **handle_p);
+/* When a batch's device push tensors are ready (StepMesh passes a CUDA
+ * event with its tensors): `event` (a ps_mem_event_h of the tensors'
+ * kind, recorded by the caller), or the work queued so far on `stream`
+ * (the kind's stream; ps records an event on it during the call). */
+typedef struct ps_af_ready {
+    struct ps_mem_event *event;
+    void *stream;
+} ps_af_ready_t;
+/* ps_af_worker_batch_push_pull, sent once `ready` completed: the call
+ * returns at once, a thread of the worker polls the event and then
+ * stages and sends the batch. Host push tensors, or neither field set:
+ * sent at the call. A batch not ready within PS_REQUEST_TIMEOUT_MS fails
+ * with PS_ERR_TIMED_OUT, unsent; one whose worker is destroyed meanwhile
+ * with PS_ERR_SHUTDOWN. Batches sent so take their sequence numbers when
+ * they go, so a batch that never goes holds nothing back at the servers;
+ * a batch issued later may reach them first. */
+ps_status_t ps_af_worker_batch_push_pull_when(ps_af_worker_t *worker, const ps_af_tensor_t *push,
+                                              size_t num_push, const ps_af_tensor_t *pull,
+                                              size_t num_pull, const ps_af_ready_t *ready,
+                                              ps_af_handle_t **handle_p);
 /* Blocks until the batch completed or timeout_ms passed (< 0 means
  * PS_REQUEST_TIMEOUT_MS): PS_OK, PS_ERR_TIMED_OUT (the batch stays
  * outstanding; wait again or release), or why it failed (PS_ERR_PEER_GONE,

@@ -27,6 +27,7 @@
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
 #include "ps/net/caps.h"
+#include "ps/app/ready_queue.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
@@ -75,6 +76,9 @@ struct ps_af_worker {
     ps_mutex_t regions_lock;
     af_region_t *regions;
     size_t num_regions, cap_regions;
+    /* Batches waiting for their readiness event (made with the first,
+     * under regions_lock; NULL until then). */
+    _Atomic(ps__ready_queue_t *) ready;
 };
 
 /* ---- handles ---- */
@@ -362,6 +366,8 @@ void ps_af_worker_destroy(ps_af_worker_t *w)
 {
     if (!w)
         return;
+    /* Batches still waiting for their data fail with PS_ERR_SHUTDOWN. */
+    ps__ready_queue_destroy(atomic_exchange(&w->ready, NULL));
     ps_customer_destroy(w->customer); /* fails what is outstanding */
     for (size_t i = 0; i < w->num_regions; i++)
         ps_buf_unref(w->regions[i].buf);
@@ -445,17 +451,20 @@ static ps_status_t wrap_tensor(ps_af_worker_t *w, const ps_af_tensor_t *t, ps_sl
     return st;
 }
 
-/* A push tensor as the van can send it: its memory, or, in device memory
- * a van cannot send from, a host copy of it (one copy). */
-static ps_status_t push_slice(ps_af_worker_t *w, const ps_af_tensor_t *t, ps_slice_t *slice_p)
+/* The push tensors as the van can send them: their memory, or, in device
+ * memory a van cannot send from, a host copy (one copy), made just before
+ * the sends, once the data is ready. */
+static ps_status_t stage_pushes(ps_af_worker_t *w, ps_af_handle_t *h)
 {
-    ps_slice_t named;
-    ps_status_t st = wrap_tensor(w, t, &named);
-    if (st != PS_OK)
-        return st;
-    st = ps__app_sendable(&named, w->device_ok, slice_p);
-    ps_slice_unref(&named);
-    return st;
+    for (int i = 0; i < h->num_push; i++) {
+        ps_slice_t sendable;
+        ps_status_t st = ps__app_sendable(&h->push[i], w->device_ok, &sendable);
+        if (st != PS_OK)
+            return st;
+        ps_slice_unref(&h->push[i]);
+        h->push[i] = sendable;
+    }
+    return PS_OK;
 }
 
 static ps_status_t send_one(ps_af_worker_t *w, ps_af_handle_t *h, int server, uint32_t index,
@@ -504,9 +513,125 @@ static ps_status_t send_one(ps_af_worker_t *w, ps_af_handle_t *h, int server, ui
     return ps_postoffice_send(w->po, &msg);
 }
 
+/* Sends a prepared batch: stages its pushes, takes its sequence number
+ * (so a batch that never goes leaves no gap), sends every message; a
+ * failure is the batch's result (the servers drop what they got of it). */
+static void send_batch(ps_af_worker_t *w, ps_af_handle_t *h, const ps_af_tensor_t *push,
+                       size_t num_push, const ps_af_tensor_t *pull, uint64_t start_ns)
+{
+    int ns = h->num_servers;
+    size_t per_server = (size_t)h->per_server;
+    ps_status_t st = stage_pushes(w, h);
+    h->seq = atomic_fetch_add(&w->next_seq, 1);
+    for (int i = 0; i < ns && st == PS_OK; i++) {
+        for (uint32_t k = 0; k < (uint32_t)h->num_ts && st == PS_OK; k++) {
+            const ps_af_tensor_t *t = k < num_push ? &push[k]
+                                                   : &pull[(size_t)i * per_server + (k - num_push)];
+            st = send_one(w, h, i, k, t, start_ns);
+        }
+    }
+    if (st != PS_OK) {
+        handle_fail(h, st);
+        for (int k = 0; k < h->num_ts; k++)
+            ps_customer_fail_request(w->customer, h->ts[k], st);
+    }
+}
+
+/* A batch whose push tensors are not ready yet: its tensors (copied: the
+ * caller's arrays are read during the call only) and a reference on it. */
+typedef struct {
+    ps_af_worker_t *w;
+    ps_af_handle_t *h;
+    size_t num_push;
+    uint64_t start_ns;
+    ps_af_tensor_t tensors[]; /* push, then pull */
+} af_deferred_t;
+
+/* On the ready queue's thread: the data is ready (why PS_OK), or the batch
+ * ends unsent. A batch that ended meanwhile (worker destroyed) is not
+ * sent. */
+static void deferred_run(void *arg, ps_status_t why)
+{
+    af_deferred_t *d = arg;
+    if (why != PS_OK) {
+        ps_warn(PS_LOG_APP, "af batch: not sent, its data never became ready: %s",
+                ps_status_str(why));
+        handle_fail(d->h, why);
+        for (int k = 0; k < d->h->num_ts; k++)
+            ps_customer_fail_request(d->w->customer, d->h->ts[k], why);
+    } else if (atomic_load(&d->h->remaining) == d->h->num_ts) {
+        send_batch(d->w, d->h, d->tensors, d->num_push, d->tensors + d->num_push, d->start_ns);
+    }
+    handle_unref(d->h, 1);
+    free(d);
+}
+
+/* Queues the batch's sends behind `ready` (the queue owns it when
+ * `own`); a failure fails the batch, which the caller then waits for. */
+static ps_status_t defer_batch(ps_af_worker_t *w, ps_af_handle_t *h, const ps_af_tensor_t *push,
+                               size_t num_push, const ps_af_tensor_t *pull, size_t num_pull,
+                               uint64_t start_ns, ps_mem_event_h ready, bool own)
+{
+    af_deferred_t *d = malloc(sizeof(*d) + (num_push + num_pull) * sizeof(d->tensors[0]));
+    ps__ready_queue_t *q = atomic_load(&w->ready);
+    ps_status_t st = d ? PS_OK : PS_ERR_NO_MEMORY;
+    if (st == PS_OK && q == NULL) {
+        ps_mutex_lock(&w->regions_lock);
+        q = atomic_load(&w->ready);
+        if (q == NULL && (st = ps__ready_queue_create(&q)) == PS_OK)
+            atomic_store(&w->ready, q);
+        ps_mutex_unlock(&w->regions_lock);
+    }
+    if (st == PS_OK) {
+        *d = (af_deferred_t){.w = w, .h = h, .num_push = num_push, .start_ns = start_ns};
+        memcpy(d->tensors, push, num_push * sizeof(*push));
+        memcpy(d->tensors + num_push, pull, num_pull * sizeof(*pull));
+        atomic_fetch_add(&h->refs, 1);
+        st = ps__ready_queue_add(q, ready, own, w->request_timeout_ms, deferred_run, d);
+        if (st != PS_OK)
+            atomic_fetch_sub(&h->refs, 1);
+    }
+    if (st != PS_OK) {
+        free(d);
+        if (own)
+            (void)ps_mem_event_destroy(ready);
+        ps_error(PS_LOG_APP, "af batch: cannot wait for its data: %s", ps_status_str(st));
+        handle_fail(h, st);
+        for (int k = 0; k < h->num_ts; k++)
+            ps_customer_fail_request(w->customer, h->ts[k], st);
+    }
+    return PS_OK;
+}
+
+/* The event a batch waits for (NULL: none, or complete already): from the
+ * first push tensor in device memory, as ps_kv_ready_t for KV pushes. */
+static ps_status_t batch_ready_event(const ps_af_tensor_t *push, size_t num_push,
+                                     const ps_af_ready_t *ready, ps_mem_event_h *event_p,
+                                     bool *own_p)
+{
+    *event_p = NULL;
+    *own_p = false;
+    if (ready == NULL || (ready->event == NULL && ready->stream == NULL))
+        return PS_OK;
+    for (size_t i = 0; i < num_push; i++) {
+        if (push[i].mem_kind != PS_MEM_HOST)
+            return ps__ready_event(push[i].mem_kind, push[i].device, ready->event, ready->stream,
+                                   "af batch", event_p, own_p);
+    }
+    return PS_OK; /* host tensors are ready when the call is made */
+}
+
 ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *w, const ps_af_tensor_t *push,
                                          size_t num_push, const ps_af_tensor_t *pull,
                                          size_t num_pull, ps_af_handle_t **handle_p)
+{
+    return ps_af_worker_batch_push_pull_when(w, push, num_push, pull, num_pull, NULL, handle_p);
+}
+
+ps_status_t ps_af_worker_batch_push_pull_when(ps_af_worker_t *w, const ps_af_tensor_t *push,
+                                              size_t num_push, const ps_af_tensor_t *pull,
+                                              size_t num_pull, const ps_af_ready_t *ready_in,
+                                              ps_af_handle_t **handle_p)
 {
     if (!w || !handle_p || (num_push && !push) || (num_pull && !pull) || num_push + num_pull == 0)
         return PS_ERR_INVALID_ARG;
@@ -522,14 +647,19 @@ ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *w, const ps_af_tensor_t
                  num_push + per_server, PS__AF_MAX_BATCH_MSGS);
         return PS_ERR_TOO_LARGE;
     }
-    ps_af_handle_t *h;
-    ps_status_t st = handle_alloc(ns, (int)num_push, (int)per_server, &h);
+    ps_mem_event_h ready = NULL;
+    bool own_ready = false;
+    ps_status_t st = batch_ready_event(push, num_push, ready_in, &ready, &own_ready);
     if (st != PS_OK)
         return st;
+    ps_af_handle_t *h;
+    st = handle_alloc(ns, (int)num_push, (int)per_server, &h);
+    if (st != PS_OK)
+        goto fail_event;
     atomic_init(&h->refs, 1);
     atomic_init(&h->status, PS_OK);
     for (size_t i = 0; i < num_push && st == PS_OK; i++)
-        st = push_slice(w, &push[i], &h->push[i]);
+        st = wrap_tensor(w, &push[i], &h->push[i]);
     for (size_t i = 0; i < num_pull && st == PS_OK; i++) {
         st = wrap_tensor(w, &pull[i], &h->dest[i]);
         h->dest_key[i] = pull[i].key;
@@ -538,7 +668,7 @@ ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *w, const ps_af_tensor_t
         ps_error(PS_LOG_APP, "af worker: a tensor of the batch is not valid: %s",
                  ps_status_str(st));
         handle_free(h);
-        return st;
+        goto fail_event;
     }
 
     /* Every request exists before any message leaves: an answer always
@@ -558,25 +688,19 @@ ps_status_t ps_af_worker_batch_push_pull(ps_af_worker_t *w, const ps_af_tensor_t
         for (int k = 0; k < made; k++)
             ps_customer_fail_request(w->customer, h->ts[k], st);
         handle_unref(h, 1);
-        return st;
-    }
-    h->seq = atomic_fetch_add(&w->next_seq, 1);
-    for (int i = 0; i < ns && st == PS_OK; i++) {
-        for (uint32_t k = 0; k < (uint32_t)h->num_ts && st == PS_OK; k++) {
-            const ps_af_tensor_t *t = k < num_push ? &push[k]
-                                                   : &pull[(size_t)i * per_server + (k - num_push)];
-            st = send_one(w, h, i, k, t, start_ns);
-        }
-    }
-    if (st != PS_OK) {
-        /* The batch's result; the servers drop what they got of it. */
-        handle_fail(h, st);
-        for (int k = 0; k < h->num_ts; k++)
-            ps_customer_fail_request(w->customer, h->ts[k], st);
+        goto fail_event;
     }
     atomic_fetch_add_explicit(&w->n_batches, 1, memory_order_relaxed);
     *handle_p = h;
+    if (ready != NULL)
+        return defer_batch(w, h, push, num_push, pull, num_pull, start_ns, ready, own_ready);
+    send_batch(w, h, push, num_push, pull, start_ns);
     return PS_OK;
+
+fail_event:
+    if (own_ready)
+        (void)ps_mem_event_destroy(ready);
+    return st;
 }
 
 ps_status_t ps_af_worker_wait(ps_af_worker_t *w, ps_af_handle_t *h, int timeout_ms)

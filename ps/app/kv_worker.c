@@ -1263,30 +1263,8 @@ static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *r
     if ((ready->event == NULL && ready->stream == NULL && !on_default) ||
         ps_slice_in_host_mem(&push->vals))
         return PS_OK; /* host memory is ready when the call is made */
-    ps_mem_event_h ev = ready->event;
-    if (ev == NULL) {
-        ps_mem_kind_t kind = ps_slice_mem_ops_kind(&push->vals);
-        const ps_mem_ops_t *ops = ps_mem_ops(kind);
-        ps_status_t st = ops->event_create(push->vals.buf->device, &ev);
-        if (st == PS_OK && (st = ops->event_record(ev, ready->stream)) != PS_OK)
-            (void)ops->event_destroy(ev);
-        if (st != PS_OK) {
-            ps_error(PS_LOG_APP, "kv push: cannot record a readiness event on the caller's "
-                     "stream: %s", ps_status_str(st));
-            return st;
-        }
-        *own_p = true;
-    }
-    ps_status_t st = ps_mem_event_query(ev);
-    if (st == PS_INPROGRESS) {
-        *event_p = ev;
-        return PS_OK;
-    }
-    if (*own_p)
-        (void)ps_mem_event_destroy(ev);
-    if (st != PS_OK)
-        ps_error(PS_LOG_APP, "kv push: its readiness event failed: %s", ps_status_str(st));
-    return st; /* PS_OK: complete already, sent at once */
+    return ps__ready_event(ps_slice_mem_ops_kind(&push->vals), push->vals.buf->device,
+                           ready->event, ready->stream, "kv push", event_p, own_p);
 }
 
 /* The server of each key of `kvs` by the user's slicer (*owner_p, the

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "ps/base/log.h"
 #include "ps/base/queue.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
@@ -109,4 +110,35 @@ void ps__ready_queue_destroy(ps__ready_queue_t *q)
     (void)ps_thread_join(&q->thread, NULL);
     ps_queue_destroy(q->entries);
     free(q);
+}
+
+ps_status_t ps__ready_event(ps_mem_kind_t kind, int device, ps_mem_event_h event, void *stream,
+                            const char *what, ps_mem_event_h *event_p, bool *own_p)
+{
+    *event_p = NULL;
+    *own_p = false;
+    ps_mem_event_h ev = event;
+    if (ev == NULL) {
+        const ps_mem_ops_t *ops = ps_mem_ops(kind);
+        ps_status_t st = ops->event_create(device, &ev);
+        if (st == PS_OK && (st = ops->event_record(ev, stream)) != PS_OK)
+            (void)ops->event_destroy(ev);
+        if (st != PS_OK) {
+            ps_error(PS_LOG_APP, "%s: cannot record a readiness event on the caller's stream: %s",
+                     what, ps_status_str(st));
+            return st;
+        }
+        *own_p = true;
+    }
+    ps_status_t st = ps_mem_event_query(ev);
+    if (st == PS_INPROGRESS) {
+        *event_p = ev;
+        return PS_OK;
+    }
+    if (*own_p)
+        (void)ps_mem_event_destroy(ev);
+    *own_p = false;
+    if (st != PS_OK)
+        ps_error(PS_LOG_APP, "%s: its readiness event failed: %s", what, ps_status_str(st));
+    return st; /* PS_OK: complete already */
 }

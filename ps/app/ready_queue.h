@@ -33,6 +33,14 @@ ps_status_t ps__ready_queue_create(ps__ready_queue_t **queue_p);
 ps_status_t ps__ready_queue_add(ps__ready_queue_t *queue, ps_mem_event_h event, bool own_event,
                                 int timeout_ms, ps__ready_fn_t fn, void *arg);
 
+/* The event to wait for before sending device data of `kind` on `device`:
+ * `event` itself when given, else one recorded now on `stream` (NULL: the
+ * device's default stream), which *own_p says the caller must destroy.
+ * *event_p NULL with PS_OK when the work is done already (nothing to
+ * wait for); another status when the event cannot be made or failed
+ * (logged, naming `what`). */
+ps_status_t ps__ready_event(ps_mem_kind_t kind, int device, ps_mem_event_h event, void *stream,
+                            const char *what, ps_mem_event_h *event_p, bool *own_p);
 /* Ends the thread: entries whose event completed by then run with PS_OK,
  * the others with PS_ERR_SHUTDOWN. Waits for the fn running now. NULL is a
  * no-op. */

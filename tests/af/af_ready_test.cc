@@ -1,0 +1,153 @@
+// AF batches with a readiness event (ps_af_worker_batch_push_pull_when):
+// the push tensor is written on a device stream after a delay and the
+// server must see what the stream wrote, not what the memory held at the
+// call; a batch never ready fails with PS_ERR_TIMED_OUT unsent, and the
+// worker goes on. On the emulated device, over tcp and shm.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "ps/app/af.h"
+#include "ps/base/buffer.h"
+#include "ps/base/time.h"
+#include "ps/gpu/mem.h"
+#include "ps/net/postoffice.h"
+#include "tests/lib/small_job.h"
+}
+
+namespace {
+
+constexpr int64_t kBytes = 64 << 10;
+constexpr uint64_t kPushKey = 1, kPullKey = 100;
+
+const ps_mem_ops_t *Emu() { return ps_mem_ops(PS_MEM_EMU); }
+
+void SleepOnStream(void *arg) { ps_sleep_ms(*static_cast<int *>(arg)); }
+
+// Blocks the stream until opened: an event that does not complete.
+struct Gate {
+    std::atomic<bool> open{false};
+    static void Wait(void *arg)
+    {
+        auto *g = static_cast<Gate *>(arg);
+        while (!g->open.load())
+            ps_sleep_ms(1);
+    }
+};
+
+// Answers each batch with the first byte of its push, repeated, and counts
+// the batches it saw.
+struct Server {
+    std::atomic<int> batches{0};
+    std::vector<uint8_t> result = std::vector<uint8_t>(kBytes);
+    static void Handle(void *arg, ps_af_server_t *server, ps_af_batch_t *b)
+    {
+        auto *s = static_cast<Server *>(arg);
+        s->batches++;
+        uint8_t first = 0;
+        EXPECT_EQ(1u, b->num_push);
+        if (b->num_push == 1)
+            first = *static_cast<const uint8_t *>(b->push[0].data);
+        memset(s->result.data(), first, s->result.size());
+        ps_af_tensor_t r = b->pull[0];
+        r.data = s->result.data();
+        r.mem_kind = PS_MEM_HOST;
+        EXPECT_EQ(PS_OK, ps_af_server_respond(server, b, &r, nullptr, 1));
+    }
+};
+
+class AfReady : public ::testing::TestWithParam<std::string> {
+  protected:
+    void Start(int request_ms)
+    {
+        ASSERT_EQ(PS_OK, Emu()->init());
+        small_job_opts_t o = {GetParam().c_str(), 0, 0, request_ms};
+        ASSERT_EQ(PS_OK, small_job_start(&o, po_));
+        ASSERT_EQ(PS_OK, ps_af_server_create(po_[SMALL_JOB_SERVER], 0, Server::Handle, &server_,
+                                             &srv_));
+        ASSERT_EQ(PS_OK, ps_af_worker_create(po_[SMALL_JOB_WORKER], 0, 0, &w_));
+        ASSERT_EQ(PS_OK, ps_mem_slice_alloc(PS_MEM_EMU, 0, kBytes, &dev_));
+        ASSERT_EQ(PS_OK, Emu()->memset(ps_slice_ptr(&dev_), 0, kBytes));
+        ASSERT_EQ(PS_OK, Emu()->stream_create(0, &stream_));
+        ps_af_tensor_init(&push_, kPushKey, ps_slice_ptr(&dev_), PS_AF_UINT8, 1, &kBytes);
+        push_.mem_kind = PS_MEM_EMU;
+        ps_af_tensor_init(&pull_, kPullKey, out_.data(), PS_AF_UINT8, 1, &kBytes);
+    }
+    void TearDown() override
+    {
+        if (w_ != nullptr)
+            ps_af_worker_destroy(w_);
+        if (srv_ != nullptr)
+            ps_af_server_destroy(srv_);
+        small_job_finalize(po_, 1);
+        if (stream_ != nullptr)
+            Emu()->stream_destroy(stream_);
+        ps_slice_unref(&dev_);
+    }
+    // Issues the batch behind the stream; the call's own time in *call_ms.
+    ps_status_t Issue(ps_af_handle_t **h, double *call_ms)
+    {
+        ps_af_ready_t ready = {nullptr, stream_};
+        uint64_t t0 = ps_time_now_ns();
+        ps_status_t st = ps_af_worker_batch_push_pull_when(w_, &push_, 1, &pull_, 1, &ready, h);
+        *call_ms = (double)(ps_time_now_ns() - t0) / 1e6;
+        return st;
+    }
+
+    ps_postoffice_t *po_[SMALL_JOB_NODES] = {nullptr, nullptr, nullptr};
+    Server server_;
+    ps_af_server_t *srv_ = nullptr;
+    ps_af_worker_t *w_ = nullptr;
+    ps_slice_t dev_ = PS_SLICE_EMPTY_INIT;
+    void *stream_ = nullptr;
+    std::vector<uint8_t> out_ = std::vector<uint8_t>(kBytes);
+    ps_af_tensor_t push_, pull_;
+};
+
+} // namespace
+
+TEST_P(AfReady, TheBatchCarriesWhatTheStreamWroteLate)
+{
+    ASSERT_NO_FATAL_FAILURE(Start(0));
+    int ms = 50;
+    ASSERT_EQ(PS_OK, Emu()->launch_host_func(stream_, SleepOnStream, &ms));
+    ASSERT_EQ(PS_OK, Emu()->memset_async(ps_slice_ptr(&dev_), 7, kBytes, stream_));
+    ps_af_handle_t *h;
+    double call_ms;
+    ASSERT_EQ(PS_OK, Issue(&h, &call_ms));
+    EXPECT_LT(call_ms, 40.0) << "the call waited for the stream";
+    ASSERT_EQ(PS_OK, ps_af_worker_wait(w_, h, 10000));
+    ps_af_handle_release(w_, h);
+    for (int64_t i = 0; i < kBytes; i++)
+        ASSERT_EQ(7, out_[i]) << "byte " << i << ": the batch went before its data was ready";
+    EXPECT_EQ(1, server_.batches.load());
+}
+
+TEST_P(AfReady, ABatchNeverReadyFailsUnsentAndTheNextGoes)
+{
+    ASSERT_NO_FATAL_FAILURE(Start(300));
+    Gate gate;
+    ASSERT_EQ(PS_OK, Emu()->launch_host_func(stream_, Gate::Wait, &gate));
+    ps_af_handle_t *h;
+    double call_ms;
+    ASSERT_EQ(PS_OK, Issue(&h, &call_ms));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_af_worker_wait(w_, h, 10000));
+    ps_af_handle_release(w_, h);
+    gate.open = true;
+    EXPECT_EQ(0, server_.batches.load()) << "a batch that was never ready reached the server";
+    // The next batch (its data ready at once) goes, with the next sequence
+    // number the server expects.
+    ASSERT_EQ(PS_OK, Emu()->memset(ps_slice_ptr(&dev_), 3, kBytes));
+    ASSERT_EQ(PS_OK, ps_af_worker_batch_push_pull(w_, &push_, 1, &pull_, 1, &h));
+    ASSERT_EQ(PS_OK, ps_af_worker_wait(w_, h, 10000));
+    ps_af_handle_release(w_, h);
+    EXPECT_EQ(3, out_[0]);
+    EXPECT_EQ(1, server_.batches.load());
+}
+
+INSTANTIATE_TEST_SUITE_P(Vans, AfReady, ::testing::Values("tcp", "shm"),
+                         [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });
