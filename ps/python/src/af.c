@@ -111,20 +111,41 @@ static int pair_get(PyObject *item, int writable, const char *what, uint64_t *ke
 }
 
 /* Waits, without the GIL, for the work queued on the streams of the device
- * tensors among `views` (the AF app takes device memory as it is at the
- * call, in default-stream order). -1 with an exception. */
-static int views_sync(const ps__py_view_t *views)
+ * tensors among `views` up to (not including) `end` (the AF app takes
+ * device memory as it is, in default-stream order, unless a batch names
+ * its stream). -1 with an exception. */
+static int views_sync(const ps__py_view_t *views, const ps__py_view_t *end)
 {
     ps_status_t st = PS_OK;
     int ms = ps__py_po ? ps_postoffice_request_timeout_ms(ps__py_po) : -1;
     Py_BEGIN_ALLOW_THREADS
-    for (const ps__py_view_t *v = views; v && st == PS_OK; v = v->next)
+    for (const ps__py_view_t *v = views; v != end && st == PS_OK; v = v->next)
         st = ps__py_view_sync(v, ms);
     Py_END_ALLOW_THREADS
     if (st != PS_OK) {
         ps__py_raise(st, "waiting for a tensor's stream");
         return -1;
     }
+    return 0;
+}
+
+/* The readiness of a batch's push tensors: the one stream their producer
+ * wrote them on goes to the worker, which sends the batch once its work is
+ * done, without holding up the caller; tensors on several streams are
+ * waited for here. -1 with an exception. */
+static int push_ready(const ps__py_view_t *push_views, ps_af_ready_t *ready_p)
+{
+    void *stream = NULL;
+    int several = 0;
+    for (const ps__py_view_t *v = push_views; v; v = v->next) {
+        if (v->stream && stream && v->stream != stream)
+            several = 1;
+        if (v->stream)
+            stream = v->stream;
+    }
+    if (several)
+        return views_sync(push_views, NULL);
+    ready_p->stream = stream;
     return 0;
 }
 
@@ -368,11 +389,14 @@ static PyObject *worker_batch_push_pull(PyObject *self, PyObject *args, PyObject
         return NULL;
     if (!w->worker)
         return ps__py_raise(PS_ERR_BAD_STATE, "the AF worker is closed");
-    ps__py_view_t *views = NULL;
+    ps__py_view_t *views = NULL, *push_views = NULL;
     ps_af_tensor_t *push = NULL, *pull = NULL;
     size_t num_push = 0, num_pull = 0;
-    if (tensors_get(push_obj, 0, "push", &push, &num_push, &views) < 0 ||
-        tensors_get(pull_obj, 1, "pull", &pull, &num_pull, &views) < 0 || views_sync(views) < 0) {
+    ps_af_ready_t ready = {NULL, NULL};
+    int push_ok = tensors_get(push_obj, 0, "push", &push, &num_push, &views) == 0;
+    push_views = views; /* the pull views go before these on the chain */
+    if (!push_ok || tensors_get(pull_obj, 1, "pull", &pull, &num_pull, &views) < 0 ||
+        views_sync(views, push_views) < 0 || push_ready(push_views, &ready) < 0) {
         free(push);
         free(pull);
         views_free(views);
@@ -395,7 +419,8 @@ static PyObject *worker_batch_push_pull(PyObject *self, PyObject *args, PyObject
     ps_af_handle_t *handle = NULL;
     ps_status_t st;
     Py_BEGIN_ALLOW_THREADS
-    st = ps_af_worker_batch_push_pull(worker, push, num_push, pull, num_pull, &handle);
+    st = ps_af_worker_batch_push_pull_when(worker, push, num_push, pull, num_pull, &ready,
+                                           &handle);
     Py_END_ALLOW_THREADS
     free(push);
     free(pull);
@@ -732,7 +757,7 @@ static PyObject *server_respond(PyObject *self, PyObject *args, PyObject *kw)
     ps_af_tensor_t *results = NULL;
     size_t n = 0;
     if (tensors_get(results_obj, 0, "results", &results, &n, &views) < 0 ||
-        views_sync(views) < 0) {
+        views_sync(views, NULL) < 0) {
         free(results);
         views_free(views);
         return NULL;
