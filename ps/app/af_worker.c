@@ -21,13 +21,13 @@
 #include "ps/app/af_block.h"
 #include "ps/app/host_stage.h"
 #include "ps/app/af_wire.h"
+#include "ps/app/ready_queue.h"
 #include "ps/base/buffer.h"
 #include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
 #include "ps/net/caps.h"
-#include "ps/app/ready_queue.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
@@ -584,8 +584,10 @@ static ps_status_t defer_batch(ps_af_worker_t *w, ps_af_handle_t *h, const ps_af
     }
     if (st == PS_OK) {
         *d = (af_deferred_t){.w = w, .h = h, .num_push = num_push, .start_ns = start_ns};
-        memcpy(d->tensors, push, num_push * sizeof(*push));
-        memcpy(d->tensors + num_push, pull, num_pull * sizeof(*pull));
+        if (num_push)
+            memcpy(d->tensors, push, num_push * sizeof(*push));
+        if (num_pull)
+            memcpy(d->tensors + num_push, pull, num_pull * sizeof(*pull));
         atomic_fetch_add(&h->refs, 1);
         st = ps__ready_queue_add(q, ready, own, w->request_timeout_ms, deferred_run, d);
         if (st != PS_OK)
