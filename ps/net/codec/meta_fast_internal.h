@@ -67,13 +67,13 @@ _Static_assert(sizeof(ps_trace_t) % sizeof(uint64_t) == 0 &&
                    PS__MF_ZERO_RUN_OFF % sizeof(uint64_t) == 0,
                "whole aligned words");
 
-/* 0 when every word of the run is 0; whole words, no early exit. */
-static inline uint64_t ps__meta_fast_zero_run(const ps_meta_t *m)
+/* The OR of the words [off, end) of m; whole words, no early exit. */
+static inline uint64_t ps__meta_words_or(const ps_meta_t *m, size_t off, size_t end)
 {
-    const uint8_t *run = (const uint8_t *)m + PS__MF_ZERO_RUN_OFF;
+    const uint8_t *run = (const uint8_t *)m + off;
     uint64_t acc = 0;
 #pragma GCC unroll 32
-    for (size_t i = 0; i < PS__MF_ZERO_RUN_WORDS; ++i) {
+    for (size_t i = 0; i < (end - off) / sizeof(uint64_t); ++i) {
         uint64_t w;
         memcpy(&w, run + i * sizeof(w), sizeof(w));
         acc |= w;
@@ -81,15 +81,20 @@ static inline uint64_t ps__meta_fast_zero_run(const ps_meta_t *m)
     return acc;
 }
 
-/* ps_meta_fast_size(), inline for the encoders. */
-static inline size_t ps__meta_fast_size(const ps_meta_t *m)
+/* 0 when every word of the shape and the traces is 0. */
+static inline uint64_t ps__meta_fast_zero_run(const ps_meta_t *m)
+{
+    return ps__meta_words_or(m, PS__MF_ZERO_RUN_OFF, PS__MF_ZERO_RUN_END);
+}
+
+/* The bound of both forms for m, given `other`, the OR of the tensor and
+ * trace fields each form checks itself; 0 when m is not plain. */
+static inline size_t ps__meta_plain_size(const ps_meta_t *m, uint64_t other)
 {
     /* Everything a plain meta leaves at zero, in one word. */
     uint64_t extra = (uint64_t)m->control.cmd | m->control.num_nodes |
                      (uint32_t)m->control.barrier_group | m->control.msg_sig |
-                     (uint64_t)m->is_tensor | (uint8_t)m->dtype | m->ndim |
-                     m->num_slave_qp_counters | m->slave_qp_num | m->van_data_len |
-                     ps__meta_fast_zero_run(m);
+                     m->num_slave_qp_counters | m->slave_qp_num | m->van_data_len | other;
     uint32_t ntypes = m->num_data_types;
     size_t body_len = m->body_len;
     if (extra != 0 || ntypes > PS_META_MAX_DATA || body_len > PS_META_FAST_BODY_MAX ||
@@ -104,6 +109,13 @@ static inline size_t ps__meta_fast_size(const ps_meta_t *m)
         }
     }
     return PS_META_FAST_FIXED_LEN + ntypes + body_len;
+}
+
+/* ps_meta_fast_size(), inline for the encoders: no tensor, no trace. */
+static inline size_t ps__meta_fast_size(const ps_meta_t *m)
+{
+    return ps__meta_plain_size(m, (uint64_t)m->is_tensor | (uint8_t)m->dtype | m->ndim |
+                                      ps__meta_fast_zero_run(m));
 }
 
 /* The flags byte of both versions. */
@@ -125,23 +137,16 @@ static inline uint8_t ps__meta_fast_flags(const ps_meta_t *m)
  * past them) but no traces: the same bound, or 0. */
 static inline size_t ps__meta_compact_size(const ps_meta_t *m)
 {
-    if (!m->is_tensor && m->dtype == 0 && m->ndim == 0) {
+    if (!m->is_tensor) {
         return ps__meta_fast_size(m);
     }
-    if (!m->is_tensor || m->ndim > PS_META_MAX_SHAPE) {
+    if (m->ndim > PS_META_MAX_SHAPE) {
         return 0;
     }
-    ps_meta_t plain = *m;
-    plain.is_tensor = false;
-    plain.dtype = 0;
-    plain.ndim = 0;
-    for (uint32_t i = 0; i < PS_META_MAX_SHAPE; ++i) {
-        if (i >= m->ndim && m->shape[i] != 0) {
-            return 0;
-        }
-        plain.shape[i] = 0;
-    }
-    return ps__meta_fast_size(&plain);
+    /* The shape past ndim and the traces must be 0. */
+    uint64_t past = ps__meta_words_or(m, offsetof(ps_meta_t, shape) + m->ndim * sizeof(m->shape[0]),
+                                      PS__MF_ZERO_RUN_END);
+    return ps__meta_plain_size(m, past);
 }
 
 /* Both forms end the same way: the data types, a byte each, then the
