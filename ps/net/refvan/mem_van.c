@@ -201,7 +201,7 @@ static void conn_destroy(ps__mem_conn_t *c, ps_status_t why, int report)
     }
     int last = unlink_peer_locked(van, c);
     ps__mem_peer_t *p = ps_van_peer_slots_find(&van->peers, c->peer_id);
-    if (last && p != NULL && (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED)) {
+    if (last && p != NULL && ps_van_keeps_lost(why)) {
         p->lost = why;
     }
     while (c->out_head != NULL) {

@@ -205,9 +205,7 @@ typedef struct {
     ps__shm_chan_t *out;     /* ours */
     ps__shm_chan_t *in[4];   /* the peer's, identified */
     int num_in;
-    /* How its last channel failed (PS_ERR_PEER_GONE or PS_ERR_LINK_FAILED;
-     * PS_OK while connected): a send that finds no channel says that, not
-     * "unreachable", even before the postoffice has heard of the failure. */
+    /* How its last channel failed, PS_OK while connected (ps_van_keeps_lost). */
     ps_status_t lost;
 } ps__shm_peer_t;
 

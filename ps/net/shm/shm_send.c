@@ -547,12 +547,7 @@ ps_status_t ps__shm_send(ps__shm_van_t *van, const ps_msg_t *msg)
     ps__shm_chan_t *ch = ps__shm_peer_send_chan(van, recver);
     if (ch == NULL) {
         free(heap);
-        ps_status_t lost = ps__shm_peer_lost(van, recver);
-        if (lost != PS_OK) {
-            return lost;
-        }
-        ps_warn_ratelimited(PS_LOG_SHM, "send to node %d: not connected", recver);
-        return PS_ERR_UNREACHABLE;
+        return ps_van_unconnected(&van->base, recver, ps__shm_peer_lost(van, recver));
     }
 
     ps_slice_t staged[PS_MSG_MAX_DATA];

@@ -117,7 +117,7 @@ void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch, ps_status_
                 break;
             }
         }
-        if (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED) {
+        if (ps_van_keeps_lost(why)) {
             p->lost = why;
         }
     }

@@ -214,10 +214,7 @@ typedef struct {
      * each carries the ACK of the other; on two one-way streams every
      * message costs an extra bare ACK packet. */
     ps__tcp_conn_t *chosen;
-    /* How its last connection failed (PS_ERR_PEER_GONE or
-     * PS_ERR_LINK_FAILED; PS_OK while connected): a send that finds no
-     * connection says that, not "unreachable", even before the postoffice
-     * has heard of the failure. */
+    /* How its last connection failed, PS_OK while connected (ps_van_keeps_lost). */
     ps_status_t lost;
 } ps__tcp_peer_t;
 

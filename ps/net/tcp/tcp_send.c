@@ -383,12 +383,7 @@ ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg)
         if (n < 0) {
             return PS_ERR_PEER_GONE;
         }
-        ps_status_t lost = ps__tcp_peer_lost(van, recver);
-        if (lost != PS_OK) {
-            return lost;
-        }
-        ps_warn_ratelimited(PS_LOG_TCP, "send to node %d: not connected", recver);
-        return PS_ERR_UNREACHABLE;
+        return ps_van_unconnected(&van->base, recver, ps__tcp_peer_lost(van, recver));
     }
     if (n == 1) {
         st = ps__tcp_conn_send_frame(conns[0], hm, hm_len, msg->data, msg->num_data);

@@ -68,7 +68,7 @@ void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn, ps_statu
         if (p->chosen == conn) {
             __atomic_store_n(&p->chosen, NULL, __ATOMIC_RELEASE);
         }
-        if (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED) {
+        if (ps_van_keeps_lost(why)) {
             p->lost = why;
         }
     }

@@ -144,6 +144,15 @@ void ps_van_base_set_own_tag(ps_van_base_t *base, const char *tag)
     base->own_tag_len = (uint32_t)n;
 }
 
+ps_status_t ps_van_unconnected(const ps_van_base_t *base, int id, ps_status_t lost)
+{
+    if (lost != PS_OK) {
+        return lost;
+    }
+    ps_warn_ratelimited(base->log, "send to node %d: not connected", id);
+    return PS_ERR_UNREACHABLE;
+}
+
 ps_status_t ps_van_check_recver(const ps_van_base_t *base, int recver, const char *what)
 {
     if (recver <= 0 || recver >= PS_NODE_EMPTY) {

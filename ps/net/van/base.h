@@ -114,6 +114,20 @@ ps_frame_limits_t ps_van_frame_limits(const ps_van_params_t *params);
  * from such limits. */
 void ps_van_frame_attr(const ps_frame_limits_t *limits, ps_van_attr_t *attr);
 
+/* Whether a connection that failed with `why` is remembered for the sends
+ * that then find no connection to its peer (each van keeps it in its peer
+ * table, PS_OK while connected), so that a request sent before the
+ * postoffice hears of the failure fails the way those it fails do. */
+static inline int ps_van_keeps_lost(ps_status_t why)
+{
+    return why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED;
+}
+
+/* What a send to node `id` that finds no connection returns: `lost` (how
+ * its last connection failed), or PS_ERR_UNREACHABLE when none did (a
+ * rate-limited warning). */
+ps_status_t ps_van_unconnected(const ps_van_base_t *base, int id, ps_status_t lost);
+
 /* PS_OK for a node id a message can go to (1 .. PS_NODE_EMPTY - 1), else
  * PS_ERR_INVALID_ARG (logged under the base's component, naming `what`). */
 ps_status_t ps_van_check_recver(const ps_van_base_t *base, int recver, const char *what);

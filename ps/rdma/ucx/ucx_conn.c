@@ -209,7 +209,7 @@ static int peer_remove_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, ps
                 break;
             }
         }
-        if (found && (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED)) {
+        if (found && ps_van_keeps_lost(why)) {
             p->lost = why;
         }
     }
@@ -281,11 +281,7 @@ ps_status_t ps__ucx_peer_unconnected(ps__ucx_van_t *van, int id)
     const ps__ucx_peer_t *p = ps_van_peer_slots_find(&van->peers, id);
     ps_status_t lost = p != NULL ? p->lost : PS_OK;
     pthread_rwlock_unlock(&van->peers_lock);
-    if (lost != PS_OK) {
-        return lost;
-    }
-    ps_warn_ratelimited(PS_LOG_UCX, "send to node %d: not connected", id);
-    return PS_ERR_UNREACHABLE;
+    return ps_van_unconnected(&van->base, id, lost);
 }
 
 /* ---- UCX callbacks: record, never act (ucx_internal.h says why) ---- */

@@ -233,10 +233,7 @@ typedef struct {
     ps__vb_conn_t *out;
     ps__vb_conn_t *in[PS__VB_MAX_IN];
     int num_in;
-    /* How its last connection failed (PS_ERR_PEER_GONE or
-     * PS_ERR_LINK_FAILED; PS_OK while connected): a send that finds no
-     * connection says that, not "unreachable", even before the postoffice
-     * has heard of the failure. */
+    /* How its last connection failed, PS_OK while connected (ps_van_keeps_lost). */
     ps_status_t lost;
 } ps__vb_peer_t;
 

@@ -1015,11 +1015,7 @@ ps_status_t ps__vb_send(ps__vb_van_t *van, const ps_msg_t *msg)
     }
     ps__vb_conn_t *conn = ps__vb_peer_send_conn(van, recver);
     if (conn == NULL) {
-        ps_status_t lost = ps__vb_peer_lost(van, recver);
-        if (lost != PS_OK)
-            return lost;
-        ps_warn_ratelimited(PS_LOG_RDMA, "send to node %d: not connected", recver);
-        return PS_ERR_UNREACHABLE;
+        return ps_van_unconnected(&van->base, recver, ps__vb_peer_lost(van, recver));
     }
     ps__vb_tx_t *tx = tx_new(conn);
     ps__vb_conn_unref(conn); /* the tx holds one */

@@ -215,7 +215,7 @@ void ps__vb_peer_remove(ps__vb_van_t *van, ps__vb_conn_t *conn)
             }
         }
         ps_status_t why = __atomic_load_n(&conn->why, __ATOMIC_ACQUIRE);
-        if (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED)
+        if (ps_van_keeps_lost(why))
             p->lost = why;
     }
     pthread_rwlock_unlock(&van->peers_lock);
@@ -230,7 +230,7 @@ ps_status_t ps__vb_peer_lost(ps__vb_van_t *van, int id)
     if (p != NULL && lost == PS_OK && p->out != NULL &&
         __atomic_load_n(&p->out->state, __ATOMIC_ACQUIRE) == PS__VB_C_FAILED) {
         ps_status_t why = __atomic_load_n(&p->out->why, __ATOMIC_ACQUIRE);
-        if (why == PS_ERR_PEER_GONE || why == PS_ERR_LINK_FAILED)
+        if (ps_van_keeps_lost(why))
             lost = why;
     }
     pthread_rwlock_unlock(&van->peers_lock);
