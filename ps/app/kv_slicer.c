@@ -136,6 +136,19 @@ static int owner_of(uint64_t key, const ps_kv_range_t *ranges, int num_ranges)
     return lo > 0 && key < ranges[lo - 1].end ? lo - 1 : -1;
 }
 
+ps_status_t ps_kv_check_sorted(const uint64_t *keys, size_t num_keys)
+{
+    for (size_t i = 1; i < num_keys; i++) {
+        if (load_key(keys, i - 1) >= load_key(keys, i)) {
+            ps_error(PS_LOG_APP, "kv: keys must be sorted and unique (index %zu: %llu after %llu)",
+                     i, (unsigned long long)load_key(keys, i),
+                     (unsigned long long)load_key(keys, i - 1));
+            return PS_ERR_INVALID_ARG;
+        }
+    }
+    return PS_OK;
+}
+
 ps_status_t ps_kv_slice_keys(const uint64_t *keys, size_t num_keys, const int32_t *lens,
                              size_t vals_bytes, size_t elem_size,
                              const ps_kv_range_t *ranges, int num_ranges,
@@ -163,14 +176,9 @@ ps_status_t ps_kv_slice_keys(const uint64_t *keys, size_t num_keys, const int32_
         }
     }
 
-    for (size_t i = 1; i < num_keys; i++) {
-        if (load_key(keys, i - 1) >= load_key(keys, i)) {
-            ps_error(PS_LOG_APP, "kv: keys must be sorted and unique (index %zu: %llu after %llu)",
-                     i, (unsigned long long)load_key(keys, i),
-                     (unsigned long long)load_key(keys, i - 1));
-            return PS_ERR_INVALID_ARG;
-        }
-    }
+    ps_status_t sorted = ps_kv_check_sorted(keys, num_keys);
+    if (sorted != PS_OK)
+        return sorted;
 
     size_t per_key;
     ps_status_t st = check_vals(num_keys, lens, vals_bytes, elem_size, &per_key);

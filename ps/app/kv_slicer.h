@@ -36,6 +36,10 @@ typedef struct ps_kv_slice {
     size_t val_end;
 } ps_kv_slice_t;
 
+/* PS_OK when the keys (read with unaligned loads) strictly increase, else
+ * PS_ERR_INVALID_ARG (logged, naming the first out of order). */
+ps_status_t ps_kv_check_sorted(const uint64_t *keys, size_t num_keys);
+
 /* Slices `num_keys` keys (strictly increasing; read with unaligned loads)
  * with `vals_bytes` of values across `num_ranges` ranges, writing
  * slices[0 .. num_ranges-1].

@@ -1279,20 +1279,14 @@ static ps_status_t slicer_owners(ps_kv_worker_t *w, const ps_kv_pairs_t *kvs, in
     if (nk == 0)
         return PS_OK;
     const char *keys = ps_slice_ptr(&kvs->keys);
-    for (size_t i = 1; i < nk; i++) {
-        ps_key_t a, b;
-        memcpy(&a, keys + (i - 1) * sizeof(a), sizeof(a));
-        memcpy(&b, keys + i * sizeof(b), sizeof(b));
-        if (a >= b) {
-            ps_error(PS_LOG_APP, "kv: keys must be sorted and unique (index %zu)", i);
-            return PS_ERR_INVALID_ARG;
-        }
-    }
+    ps_status_t st = ps_kv_check_sorted((const uint64_t *)(const void *)keys, nk);
+    if (st != PS_OK)
+        return st;
     int *owner = malloc(nk * sizeof(*owner));
     if (!owner)
         return PS_ERR_NO_MEMORY;
-    ps_status_t st = w->slicer(w->slicer_arg, (const ps_key_t *)(const void *)keys, nk,
-                               w->num_servers, owner);
+    st = w->slicer(w->slicer_arg, (const ps_key_t *)(const void *)keys, nk, w->num_servers,
+                   owner);
     for (size_t i = 0; st == PS_OK && i < nk; i++) {
         if (owner[i] < 0 || owner[i] >= w->num_servers) {
             ps_error(PS_LOG_APP, "kv: the slicer sent key %zu to server %d (of %d)", i, owner[i],
