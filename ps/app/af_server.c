@@ -97,7 +97,8 @@ static void drop_item(void *arg, void *item)
 }
 
 /* A batch and all its arrays in one allocation. */
-static af_batch_t *batch_alloc(int sender, int customer_id, const ps__af_hdr_t *hdr)
+static af_batch_t *batch_alloc(int sender, int worker_rank, int customer_id,
+                               const ps__af_hdr_t *hdr)
 {
     size_t n = hdr->count;
     af_batch_t *b = NULL;
@@ -126,7 +127,7 @@ static af_batch_t *batch_alloc(int sender, int customer_id, const ps__af_hdr_t *
     b->present = (uint8_t *)(block + o_present);
     b->answered = (atomic_uchar *)(block + o_answered);
     b->pub.sender = sender;
-    b->pub.worker_rank = ps_id_to_rank(sender);
+    b->pub.worker_rank = worker_rank;
     b->pub.seq = hdr->seq;
     b->pub.num_push = hdr->num_push;
     b->pub.push = b->tensors;
@@ -159,7 +160,7 @@ static ps_status_t server_recv_buffer(void *arg, ps_customer_t *customer, const 
         return PS_ERR_NOT_FOUND;
     ps_status_t st = PS_ERR_NOT_FOUND;
     ps_mutex_lock(&s->reg_lock);
-    const af_reg_t *r = reg_find(s, ps_id_to_rank(meta->sender), meta->key, len);
+    const af_reg_t *r = reg_find(s, ps_postoffice_peer_rank(s->po, meta->sender), meta->key, len);
     if (r != NULL && (s->device_ok || ps_slice_in_host_mem(&r->slice)))
         st = ps_slice_sub(&r->slice, 0, (size_t)len, slice_p);
     ps_mutex_unlock(&s->reg_lock);
@@ -257,9 +258,9 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         return dropped(s, m, "no batch header");
     if (ps__af_meta_get_tensor(m, &t, &bytes) != PS_OK)
         return dropped(s, m, "no valid tensor");
-    int rank = ps_id_to_rank(m->sender);
-    if (ps_id_to_role(m->sender) != PS_ROLE_WORKER || rank >= s->num_workers)
-        return dropped(s, m, "not from a worker");
+    int rank = ps_postoffice_peer_rank(s->po, m->sender);
+    if (ps_id_to_role(m->sender) != PS_ROLE_WORKER || rank < 0 || rank >= s->num_workers)
+        return dropped(s, m, "not from a worker of this instance");
     int is_push = hdr.index < hdr.num_push;
     if (is_push != (m->push && !m->pull))
         return dropped(s, m, "push / pull flags disagree with its place in the batch");
@@ -281,7 +282,7 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
     }
     af_batch_t *b = *slot;
     if (b == NULL) {
-        b = batch_alloc(m->sender, m->customer_id, &hdr);
+        b = batch_alloc(m->sender, rank, m->customer_id, &hdr);
         if (b == NULL) {
             ps_mutex_unlock(&s->lock);
             return dropped(s, m, "out of memory");

@@ -160,7 +160,7 @@ typedef struct {
     int ts;
     uint32_t index;
     ps_af_handle_t *h;
-    int server;          /* the sender's rank */
+    int server;          /* the sender's group rank (ps_postoffice_peer_rank) */
     uint64_t len;        /* claim_dest: the incoming bytes */
     int device_ok;       /* claim_dest: the van may write device memory */
     ps_slice_t *slice_p; /* claim_dest: where they go */
@@ -168,14 +168,11 @@ typedef struct {
 
 /* Checks that message `c->index` of server `c->sender` is one of h's and
  * has the timestamp it came with. */
-static int claim_matches(const ps_af_handle_t *h, af_claim_t *c)
+static int claim_matches(const ps_af_handle_t *h, const af_claim_t *c)
 {
-    int rank = ps_id_to_rank(c->sender);
-    if (ps_id_to_role(c->sender) != PS_ROLE_SERVER || rank >= h->num_servers ||
-        c->index >= (uint32_t)h->num_ts || h->ts[c->index] != c->ts)
-        return 0;
-    c->server = rank;
-    return 1;
+    return ps_id_to_role(c->sender) == PS_ROLE_SERVER && c->server >= 0 &&
+           c->server < h->num_servers && c->index < (uint32_t)h->num_ts &&
+           h->ts[c->index] == c->ts;
 }
 
 /* Under the request's claim: marks the message answered and takes a
@@ -221,6 +218,7 @@ static ps_status_t worker_recv_buffer(void *arg, ps_customer_t *customer, const 
         ps__af_hdr_read(meta->body, meta->body_len, &hdr) != PS_OK)
         return PS_ERR_NOT_FOUND;
     af_claim_t c = {.sender = meta->sender,
+                    .server = ps_postoffice_peer_rank(w->po, meta->sender),
                     .ts = meta->timestamp,
                     .index = hdr.index,
                     .len = len,
@@ -280,7 +278,10 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
                             w->app_id, m->sender);
         return;
     }
-    af_claim_t c = {.sender = m->sender, .ts = m->timestamp, .index = hdr.index};
+    af_claim_t c = {.sender = m->sender,
+                    .server = ps_postoffice_peer_rank(w->po, m->sender),
+                    .ts = m->timestamp,
+                    .index = hdr.index};
     if (ps_customer_claim_request(w->customer, m->timestamp, claim_answer, &c) != PS_OK) {
         ps_debug(PS_LOG_APP, "af worker app %d: ignored an answer ts %d from node %d", w->app_id,
                  m->timestamp, m->sender);
@@ -321,8 +322,9 @@ ps_status_t ps_af_worker_create(ps_postoffice_t *po, int app_id, int customer_id
     ps_af_worker_t *w = (po && worker_p) ? calloc(1, sizeof(*w)) : NULL;
     if (!w)
         return po && worker_p ? PS_ERR_NO_MEMORY : PS_ERR_INVALID_ARG;
-    /* Every server, in rank order: each gets every push of a batch. */
-    int ns = ps_postoffice_group_ids(po, PS_GROUP_SERVER, NULL, 0);
+    /* Every server (of this worker's instance), in rank order: each gets
+     * every push of a batch. */
+    int ns = ps_postoffice_num_servers(po);
     int *ids = ns > 0 ? calloc((size_t)ns, sizeof(int)) : NULL;
     if (!ids) {
         if (ns <= 0)
@@ -330,7 +332,8 @@ ps_status_t ps_af_worker_create(ps_postoffice_t *po, int app_id, int customer_id
         free(w);
         return ns <= 0 ? PS_ERR_CONFIG : PS_ERR_NO_MEMORY;
     }
-    ps_postoffice_group_ids(po, PS_GROUP_SERVER, ids, ns);
+    for (int i = 0; i < ns; i++)
+        ids[i] = ps_postoffice_peer_id(po, PS_ROLE_SERVER, i);
     *w = (ps_af_worker_t){
         .po = po,
         .app_id = app_id,

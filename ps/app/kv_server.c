@@ -96,7 +96,7 @@ static ps_status_t server_recv_buffer(void *arg, ps_customer_t *customer, const 
     ps_status_t st = PS_ERR_NOT_FOUND;
     int found;
     ps_mutex_lock(&s->reg_lock);
-    size_t i = reg_index(s, ps_id_to_rank(meta->sender), meta->key, &found);
+    size_t i = reg_index(s, ps_postoffice_peer_rank(s->po, meta->sender), meta->key, &found);
     if (found && len <= s->regs[i].slice.len &&
         (s->device_ok || ps_slice_in_host_mem(&s->regs[i].slice)))
         st = ps_slice_sub(&s->regs[i].slice, 0, (size_t)len, slice_p);

@@ -532,7 +532,7 @@ static ps_status_t claim_part(void *ctx, void *arg)
 {
     kv_req_t *r = ctx;
     kv_claim_t *c = arg;
-    int rank = ps_id_to_rank(c->sender);
+    int rank = ps_postoffice_peer_rank(r->w->po, c->sender);
     if (rank < 0 || rank >= r->num_parts)
         return PS_ERR_NOT_FOUND;
     kv_part_t *p = &r->parts[rank];
@@ -711,7 +711,7 @@ static ps_status_t claim_dest(void *ctx, void *arg)
 {
     kv_req_t *r = ctx;
     kv_dest_claim_t *c = arg;
-    int rank = ps_id_to_rank(c->sender);
+    int rank = ps_postoffice_peer_rank(r->w->po, c->sender);
     if (!r->pull || rank < 0 || rank >= r->num_parts)
         return PS_ERR_NOT_FOUND;
     kv_part_t *p = &r->parts[rank];
@@ -787,7 +787,7 @@ ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id
     if (!w->server_ids || !w->ranges)
         goto fail_alloc;
     for (int i = 0; i < ns; i++) {
-        w->server_ids[i] = ps_server_rank_to_id(i);
+        w->server_ids[i] = ps_postoffice_peer_id(po, PS_ROLE_SERVER, i);
         st = ps_postoffice_server_key_range(po, i, &w->ranges[i].begin, &w->ranges[i].end);
         if (st != PS_OK)
             goto fail_alloc;

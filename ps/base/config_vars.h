@@ -39,9 +39,15 @@ PS_CONFIG_VAR(DMLC_INTERFACE, STRING, "", "bootstrap", NULL,
 PS_CONFIG_VAR(DMLC_PORT, INT, "", "bootstrap", NULL,
               "Fixed TCP port for this node's first listening port; unset means a random free port.")
 PS_CONFIG_VAR(DMLC_GROUP_SIZE, INT, "1", "bootstrap", NULL,
-              "Upstream's postoffice instances per process; ps runs one, so a value other than 1 is logged as a warning and has no effect.")
+              "Instances per server or worker group, 1 to 1024: the job has DMLC_NUM_SERVER x this servers and DMLC_NUM_WORKER x this workers, and instance i of a worker group talks to instance i of every server group only (a process per GPU, or several postoffices in one process with ps_postoffice_start_group).")
 PS_CONFIG_VAR(DMLC_RANK, INT, "-1", "bootstrap", NULL,
-              "Preferred rank of this node within its role; -1 lets the scheduler assign one.")
+              "Preferred rank of this node within its role, instances counted (group rank x DMLC_GROUP_SIZE + instance; ps_postoffice_start_group takes it as the group's rank); -1 lets the scheduler assign one.")
+PS_CONFIG_VAR(DMLC_NODE_RANK, INT, "", "bootstrap", NULL,
+              "Rank of this node's group (StepMesh: the machine); without DMLC_RANK the preferred rank is this x DMLC_GROUP_SIZE + the instance.")
+PS_CONFIG_VAR(DMLC_INSTANCE_ID, INT, "", "bootstrap", NULL,
+              "This node's instance within its group, 0 to DMLC_GROUP_SIZE - 1; unset means STEPMESH_GPU + DMLC_RANK_OFFSET when STEPMESH_GPU is set, else whatever the rank the scheduler assigns implies.")
+PS_CONFIG_VAR(DMLC_RANK_OFFSET, INT, "0", "bootstrap", NULL,
+              "Added to STEPMESH_GPU to give the instance when DMLC_INSTANCE_ID is unset (StepMesh: several ps jobs sharing a machine's GPUs).")
 PS_CONFIG_VAR(DMLC_WORKER_ID, INT, "", "bootstrap", NULL,
               "Worker index as set by BytePS launchers; used as the preferred worker rank when DMLC_RANK is unset.")
 PS_CONFIG_VAR(DMLC_USE_KUBERNETES, BOOL, "0", "bootstrap", NULL,
@@ -183,7 +189,7 @@ PS_CONFIG_VAR(PS_KEY_LOG, BOOL, "0", "byteps-server", NULL,
 
 /* ---- stepmesh: the AF tensor API ---- */
 PS_CONFIG_VAR(STEPMESH_GPU, INT, "0", "stepmesh", "STEPAF_GPU",
-              "Local GPU index of this process, an integer; picks the cores STEPMESH_BIND_CPU_CORE pins to and, with DMLC_INTERFACE=auto, the RDMA interface nearest that GPU.")
+              "Local GPU index of this process, an integer; picks the cores STEPMESH_BIND_CPU_CORE pins to, with DMLC_INTERFACE=auto the RDMA interface nearest that GPU, and with DMLC_GROUP_SIZE > 1 and DMLC_INSTANCE_ID unset the instance (plus DMLC_RANK_OFFSET).")
 PS_CONFIG_VAR(STEPMESH_SPLIT_QP_LAG, BOOL, "0", "stepmesh", "DMLC_SPLIT_QP_LAG",
               "1 pins the queue pairs of an endpoint to both ports of a bonded NIC and splits payloads across them.")
 PS_CONFIG_VAR(STEPMESH_QP_NUM, INT, "2", "stepmesh", "STEPAF_QP_NUM",

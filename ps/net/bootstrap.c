@@ -32,7 +32,7 @@
 /* A registration carries the job shape its node was started with, so that
  * nodes started with different DMLC_NUM_SERVER / DMLC_NUM_WORKER are told
  * at once instead of waiting for a count that never comes. */
-#define PS__SHAPE_FMT "servers=%d workers=%d"
+#define PS__SHAPE_FMT "servers=%d workers=%d group=%d"
 
 /* ---- the job's identity ---- */
 
@@ -122,16 +122,19 @@ ps_status_t ps__po_sched_check_shape(const ps_postoffice_t *po, const ps_msg_t *
     char body[64];
     int servers;
     int workers;
+    int group;
     char who[PS_NODE_HOSTNAME_MAX + 48];
     ps__msg_body(msg, body, sizeof(body));
-    if (sscanf(body, PS__SHAPE_FMT, &servers, &workers) != 2)
+    if (sscanf(body, PS__SHAPE_FMT, &servers, &workers, &group) != 3)
         return PS_OK;
-    if (servers == po->params.num_servers && workers == po->params.num_workers)
+    if (servers == po->params.num_servers && workers == po->params.num_workers &&
+        group == po->params.group_size)
         return PS_OK;
-    snprintf(why, cap, "%s was started with DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d, the "
-             "scheduler with DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d: every node of a job needs "
-             "the same counts", ps__node_describe(node, who, sizeof(who)), servers, workers,
-             po->params.num_servers, po->params.num_workers);
+    snprintf(why, cap, "%s was started with DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d "
+             "DMLC_GROUP_SIZE=%d, the scheduler with DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d "
+             "DMLC_GROUP_SIZE=%d: every node of a job needs the same counts",
+             ps__node_describe(node, who, sizeof(who)), servers, workers, group,
+             po->params.num_servers, po->params.num_workers, po->params.group_size);
     return PS_ERR_CONFIG;
 }
 
@@ -163,7 +166,7 @@ void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
     }
     const ps_node_t *node = &nodes[0];
     int port = node->num_ports > 0 ? node->ports[0] : 0;
-    size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
+    size_t expected = (size_t)ps__po_server_nodes(po) + (size_t)ps__po_worker_nodes(po);
 
     ps_mutex_lock(&po->lock);
     if (po->ready || po->finalizing) {
@@ -231,7 +234,8 @@ void ps__po_sched_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
     ps_mutex_unlock(&po->lock);
     ps_info(PS_LOG_CORE, "node registered: %s%s (%zu of %zu)",
             ps__node_describe(node, who, sizeof(who)),
-            node->aux_id >= 0 ? " with a preferred rank" : "", count, expected);
+            node->aux_id >= 0 ? " with a preferred rank"
+            : node->aux_id < PS_NODE_AUX_ANY ? " for an instance" : "", count, expected);
 }
 
 /* Node: the scheduler's answer to our registration. */
@@ -289,7 +293,7 @@ void ps__po_node_on_add_node(ps_postoffice_t *po, const ps_msg_t *msg)
 static void sched_fail_start(ps_postoffice_t *po, ps_status_t status, const char *why,
                              int wait_for_all)
 {
-    size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
+    size_t expected = (size_t)ps__po_server_nodes(po) + (size_t)ps__po_worker_nodes(po);
     ps_mutex_lock(&po->lock);
     size_t n = po->sched.num_reg;
     ps_node_t *nodes = n > 0 ? malloc(n * sizeof(*nodes)) : NULL;
@@ -334,7 +338,7 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
 {
     char who[PS_NODE_HOSTNAME_MAX + 48];
     char why[512];
-    size_t expected = (size_t)po->params.num_servers + (size_t)po->params.num_workers;
+    size_t expected = (size_t)ps__po_server_nodes(po) + (size_t)ps__po_worker_nodes(po);
 
     ps_mutex_lock(&po->lock);
     while (po->sched.num_reg < expected && po->sched.verdict == PS_OK) {
@@ -377,8 +381,8 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
         snprintf(why, sizeof(why),
                  "start-up timed out after %d ms: %zu of %zu nodes registered with the "
                  "scheduler (%zu of %d servers, %zu of %d workers)%s",
-                 po->params.start_timeout_ms, n, expected, ns, po->params.num_servers, n - ns,
-                 po->params.num_workers, also);
+                 po->params.start_timeout_ms, n, expected, ns, ps__po_server_nodes(po), n - ns,
+                 ps__po_worker_nodes(po), also);
         ps_error(PS_LOG_CORE, "%s", why);
         free(table);
         sched_fail_start(po, PS_ERR_TIMED_OUT, why, 0);
@@ -388,8 +392,8 @@ ps_status_t ps__po_sched_start(ps_postoffice_t *po, ps_deadline_t deadline)
     const char *ordered = ps_config_str_or(PS_CFG_BYTEPS_ORDERED_HOSTS, "");
     int mixed = ps_config_bool_or(PS_CFG_BYTEPS_ENABLE_MIXED_MODE, 0);
     ps_status_t st = ps__node_table_assign(table, n, po->params.num_servers,
-                                           po->params.num_workers, ordered, mixed, why,
-                                           sizeof(why));
+                                           po->params.num_workers, po->params.group_size,
+                                           ordered, mixed, why, sizeof(why));
     if (st != PS_OK) {
         ps_error(PS_LOG_CORE, "cannot start the job: %s", why);
         free(table);
@@ -470,7 +474,7 @@ static ps_status_t node_register(ps_postoffice_t *po)
         return st;
     char shape[64 + sizeof(PS__JOB_KEY) + PS_JOB_ID_MAX];
     int w = snprintf(shape, sizeof(shape), PS__SHAPE_FMT, po->params.num_servers,
-                     po->params.num_workers);
+                     po->params.num_workers, po->params.group_size);
     if (po->job_id_claim[0] != '\0' && w > 0 && (size_t)w < sizeof(shape))
         snprintf(shape + w, sizeof(shape) - (size_t)w, "%s%s", PS__JOB_KEY, po->job_id_claim);
     return ps__po_send_control(po, PS_SCHEDULER_ID, PS_CTRL_ADD_NODE, 1, 0, 0, &po->my_node, 1,
@@ -537,7 +541,8 @@ ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline)
         return last;
     ps_info(PS_LOG_CORE, "registering with the %s as %s%s", sched_desc,
             ps__node_describe(&po->my_node, who, sizeof(who)),
-            po->my_node.aux_id >= 0 ? " with a preferred rank" : "");
+            po->my_node.aux_id >= 0 ? " with a preferred rank"
+            : po->my_node.aux_id < PS_NODE_AUX_ANY ? " for an instance" : "");
     last = node_register(po);
     int retries = 0;
 
@@ -596,8 +601,8 @@ ps_status_t ps__po_node_start(ps_postoffice_t *po, ps_deadline_t deadline)
             ps_error(PS_LOG_CORE,
                      "start-up timed out after %d ms: no node table from the %s (not "
                      "reachable, or still waiting for some of the %d servers and %d workers)",
-                     waited_ms, sched_desc, po->params.num_servers,
-                     po->params.num_workers);
+                     waited_ms, sched_desc, ps__po_server_nodes(po),
+                     ps__po_worker_nodes(po));
             return PS_ERR_TIMED_OUT;
         }
     }
@@ -706,11 +711,23 @@ ps_status_t ps__po_check_params(const ps_start_params_t *p)
         ps_error(PS_LOG_CORE, "DMLC_PORT is %d; expected 0 to 65535", p->port);
         return PS_ERR_CONFIG;
     }
+    if (p->group_size < 1 || p->group_size > PS_GROUP_SIZE_MAX ||
+        p->instance >= p->group_size) {
+        ps_error(PS_LOG_CORE, "DMLC_GROUP_SIZE is %d and the instance %d; expected a group size "
+                 "of 1 to %d and an instance below it (or -1)", p->group_size, p->instance,
+                 PS_GROUP_SIZE_MAX);
+        return PS_ERR_CONFIG;
+    }
     if (p->role != PS_ROLE_SCHEDULER && p->preferred_rank >= 0) {
-        int n = p->role == PS_ROLE_SERVER ? p->num_servers : p->num_workers;
+        int n = (p->role == PS_ROLE_SERVER ? p->num_servers : p->num_workers) * p->group_size;
         if (p->preferred_rank >= n) {
             ps_error(PS_LOG_CORE, "preferred rank %d (DMLC_RANK) is out of range: %s ranks are "
                      "0 to %d", p->preferred_rank, ps_role_str(p->role), n - 1);
+            return PS_ERR_CONFIG;
+        }
+        if (p->instance >= 0 && p->preferred_rank % p->group_size != p->instance) {
+            ps_error(PS_LOG_CORE, "preferred rank %d is instance %d of its group, not %d",
+                     p->preferred_rank, p->preferred_rank % p->group_size, p->instance);
             return PS_ERR_CONFIG;
         }
     }

@@ -4,21 +4,7 @@
 #include "ps/net/joint.h"
 
 #include "ps/base/log.h"
-#include "ps/base/thread.h"
-
-typedef struct {
-    ps_start_params_t params;
-    int do_barrier;
-    ps_postoffice_t *po;
-    ps_status_t status;
-} joint_start_t;
-
-static void *start_main(void *arg)
-{
-    joint_start_t *s = arg;
-    s->status = ps_postoffice_start(&s->params, s->do_barrier, &s->po);
-    return NULL;
-}
+#include "ps/net/start_each_internal.h"
 
 ps_status_t ps_postoffice_start_joint(const ps_start_params_t *params, int do_barrier,
                                       ps_postoffice_t **server_p, ps_postoffice_t **worker_p)
@@ -38,30 +24,17 @@ ps_status_t ps_postoffice_start_joint(const ps_start_params_t *params, int do_ba
                  ps_role_str(p.role));
         return PS_ERR_INVALID_ARG;
     }
-    joint_start_t s = {.params = p, .do_barrier = do_barrier};
-    joint_start_t w = {.params = p, .do_barrier = do_barrier};
-    s.params.role = PS_ROLE_SERVER;
-    w.params.role = PS_ROLE_WORKER;
-    w.params.port = 0; /* one fixed port (DMLC_PORT) serves one node: the server */
-
-    ps_thread_t server_thread;
-    ps_status_t st = ps_thread_create("ps-joint-srv", PS_THREAD_NO_CPU, start_main, &s,
-                                      &server_thread);
+    ps_start_params_t both[2] = {p, p};
+    both[0].role = PS_ROLE_SERVER;
+    both[1].role = PS_ROLE_WORKER;
+    both[1].port = 0; /* one fixed port (DMLC_PORT) serves one node: the server */
+    ps_postoffice_t *pos[2];
+    ps_status_t statuses[2];
+    ps_status_t st = ps__po_start_each(both, 2, do_barrier, "joint process (server, worker)",
+                                       pos, statuses);
     if (st != PS_OK)
         return st;
-    start_main(&w);
-    ps_thread_join(&server_thread, NULL);
-
-    if (s.status == PS_OK && w.status == PS_OK) {
-        *server_p = s.po;
-        *worker_p = w.po;
-        return PS_OK;
-    }
-    if (s.status == PS_OK)
-        ps_postoffice_finalize(s.po, 0);
-    if (w.status == PS_OK)
-        ps_postoffice_finalize(w.po, 0);
-    ps_error(PS_LOG_CORE, "joint process: the server's start ended with %s, the worker's with %s",
-             ps_status_name(s.status), ps_status_name(w.status));
-    return s.status != PS_OK ? s.status : w.status;
+    *server_p = pos[0];
+    *worker_p = pos[1];
+    return PS_OK;
 }

@@ -114,12 +114,17 @@ static int cmp_items(const void *a, const void *b)
     return x->index < y->index ? -1 : (x->index > y->index);
 }
 
-/* Ranks the nodes of one role; rank_of[i] for items[i]. */
+/* Ranks the nodes of one role (`expected` = groups * group_size of them);
+ * rank_of[i] for items[i]: preferred ranks first, then nodes that asked for
+ * an instance take the first free rank of it, then the rest the first free
+ * rank. */
 static ps_status_t rank_role(const sort_item_t *items, size_t count, int expected,
-                             const char *env_name, int *rank_of, char *why, size_t why_cap)
+                             int group_size, const char *env_name, int *rank_of, char *why,
+                             size_t why_cap)
 {
     char a[PS_NODE_HOSTNAME_MAX + 48];
     char b[PS_NODE_HOSTNAME_MAX + 48];
+    ps_status_t st = PS_OK;
     size_t *holder = malloc((size_t)(expected > 0 ? expected : 1) * sizeof(*holder));
     if (holder == NULL) {
         snprintf(why, why_cap, "out of memory assigning ranks");
@@ -137,18 +142,37 @@ static ps_status_t rank_role(const sort_item_t *items, size_t count, int expecte
             snprintf(why, why_cap, "%s asked for rank %d but %s is %d (ranks 0..%d)",
                      ps__node_describe(items[i].node, a, sizeof(a)), want, env_name, expected,
                      expected - 1);
-            free(holder);
-            return PS_ERR_CONFIG;
+            st = PS_ERR_CONFIG;
+            goto out;
         }
         if (holder[want] != (size_t)-1) {
             snprintf(why, why_cap, "%s and %s both asked for rank %d",
                      ps__node_describe(items[holder[want]].node, a, sizeof(a)),
                      ps__node_describe(items[i].node, b, sizeof(b)), want);
-            free(holder);
-            return PS_ERR_CONFIG;
+            st = PS_ERR_CONFIG;
+            goto out;
         }
         holder[want] = i;
         rank_of[i] = want;
+    }
+    for (size_t i = 0; i < count; i++) {
+        int aux = items[i].node->aux_id;
+        if (aux >= PS_NODE_AUX_ANY)
+            continue;
+        int instance = PS_NODE_AUX_INSTANCE_OF(aux);
+        int r = instance;
+        while (r < expected && holder[r] != (size_t)-1)
+            r += group_size;
+        if (instance >= group_size || r >= expected) {
+            snprintf(why, why_cap, "%s asked for instance %d but %s", 
+                     ps__node_describe(items[i].node, a, sizeof(a)), instance,
+                     instance >= group_size ? "DMLC_GROUP_SIZE is smaller"
+                                            : "every group's instance of it is taken");
+            st = PS_ERR_CONFIG;
+            goto out;
+        }
+        holder[r] = i;
+        rank_of[i] = r;
     }
     int next = 0;
     for (size_t i = 0; i < count; i++) {
@@ -159,8 +183,9 @@ static ps_status_t rank_role(const sort_item_t *items, size_t count, int expecte
         holder[next] = i;
         rank_of[i] = next;
     }
+out:
     free(holder);
-    return PS_OK;
+    return st;
 }
 
 /* Nodes registered from `node`'s host. */
@@ -202,8 +227,8 @@ static ps_status_t check_mixed(const ps_node_t *nodes, size_t n, const char *ord
 }
 
 ps_status_t ps__node_table_assign(ps_node_t *nodes, size_t n, int num_servers, int num_workers,
-                                  const char *ordered_hosts, int mixed_mode, char *why,
-                                  size_t why_cap)
+                                  int group_size, const char *ordered_hosts, int mixed_mode,
+                                  char *why, size_t why_cap)
 {
     char a[PS_NODE_HOSTNAME_MAX + 48];
     size_t ns = 0;
@@ -231,11 +256,23 @@ ps_status_t ps__node_table_assign(ps_node_t *nodes, size_t n, int num_servers, i
             }
         }
     }
-    if (ns != (size_t)num_servers || nw != (size_t)num_workers) {
-        snprintf(why, why_cap,
-                 "%zu servers and %zu workers registered but DMLC_NUM_SERVER is %d and "
-                 "DMLC_NUM_WORKER is %d",
-                 ns, nw, num_servers, num_workers);
+    if (group_size < 1) {
+        snprintf(why, why_cap, "DMLC_GROUP_SIZE is %d", group_size);
+        return PS_ERR_CONFIG;
+    }
+    int server_nodes = num_servers * group_size;
+    int worker_nodes = num_workers * group_size;
+    if (ns != (size_t)server_nodes || nw != (size_t)worker_nodes) {
+        if (group_size == 1)
+            snprintf(why, why_cap,
+                     "%zu servers and %zu workers registered but DMLC_NUM_SERVER is %d and "
+                     "DMLC_NUM_WORKER is %d",
+                     ns, nw, num_servers, num_workers);
+        else
+            snprintf(why, why_cap,
+                     "%zu servers and %zu workers registered but DMLC_NUM_SERVER %d and "
+                     "DMLC_NUM_WORKER %d groups of DMLC_GROUP_SIZE %d make %d and %d",
+                     ns, nw, num_servers, num_workers, group_size, server_nodes, worker_nodes);
         return PS_ERR_CONFIG;
     }
     if (n == 0)
@@ -267,10 +304,14 @@ ps_status_t ps__node_table_assign(ps_node_t *nodes, size_t n, int num_servers, i
         }
         qsort(items + first, k - first, sizeof(*items), cmp_items);
     }
-    st = rank_role(items, ns, num_servers, "DMLC_NUM_SERVER", rank_of, why, why_cap);
+    st = rank_role(items, ns, server_nodes, group_size,
+                   group_size == 1 ? "DMLC_NUM_SERVER" : "the server count", rank_of, why,
+                   why_cap);
     if (st != PS_OK)
         goto out;
-    st = rank_role(items + ns, nw, num_workers, "DMLC_NUM_WORKER", rank_of + ns, why, why_cap);
+    st = rank_role(items + ns, nw, worker_nodes, group_size,
+                   group_size == 1 ? "DMLC_NUM_WORKER" : "the worker count", rank_of + ns, why,
+                   why_cap);
     if (st != PS_OK)
         goto out;
     for (size_t i = 0; i < n; i++) {

@@ -19,12 +19,16 @@ extern "C" {
 
 /*
  * Assigns ids to the `n` registered nodes (servers and workers; each with
- * hostname, port and aux_id = preferred rank or -1) and reorders them:
- * servers by rank, then workers by rank.
+ * hostname, port and aux_id: a preferred rank, PS_NODE_AUX_ANY or
+ * PS_NODE_AUX_INSTANCE(i)) and reorders them: servers by rank, then
+ * workers by rank. Each role has num_* groups of `group_size` instances
+ * (DMLC_GROUP_SIZE), so num_* x group_size nodes.
  *
  * Preferred ranks: a node that asked for one gets it; it must lie in
  * 0..N-1 of its role and no two nodes of a role may ask for the same one.
- * The other nodes take the free ranks in sorted order. Sorting: by the
+ * A node that asked for instance i then takes the first free rank r with
+ * r % group_size == i (PS_ERR_CONFIG when none is left). The other nodes
+ * take the free ranks in sorted order. Sorting: by the
  * position of "host" or "host:port" in `ordered_hosts` (comma-separated;
  * "[v6]:port" for IPv6 with a port; NULL or "" for none), nodes not listed
  * after those listed, then by host name and port. With `mixed_mode`
@@ -39,8 +43,8 @@ extern "C" {
  * two nodes, or a worker is alone on its host. The array is unchanged then.
  */
 ps_status_t ps__node_table_assign(ps_node_t *nodes, size_t n, int num_servers, int num_workers,
-                                  const char *ordered_hosts, int mixed_mode, char *why,
-                                  size_t why_cap);
+                                  int group_size, const char *ordered_hosts, int mixed_mode,
+                                  char *why, size_t why_cap);
 
 /* The index of the node with this hostname and port, or -1. */
 int ps__node_table_find(const ps_node_t *nodes, size_t n, const char *hostname, int port);

@@ -9,6 +9,7 @@
 #include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/start_each_internal.h"
 
 /* The config table's default of an INT variable (one source of truth). */
 static int table_default_int(ps_config_id_t id, int fallback)
@@ -41,6 +42,8 @@ void ps_start_params_init(ps_start_params_t *p)
     p->heartbeat_interval_s = table_default_int(PS_CFG_PS_HEARTBEAT_INTERVAL, 5);
     p->heartbeat_timeout_s = table_default_int(PS_CFG_PS_HEARTBEAT_TIMEOUT, 20);
     p->busy_poll = table_default_bool(PS_CFG_PS_BUSY_POLL, 0);
+    p->group_size = 1;
+    p->instance = -1;
 }
 
 static ps_status_t parse_role(const char *text, ps_role_t *role_p)
@@ -163,7 +166,68 @@ static void derive_heartbeat(ps_start_params_t *p)
                 p->heartbeat_timeout_s, p->heartbeat_interval_s);
 }
 
+/* Instance groups (postoffice.h): DMLC_GROUP_SIZE; the instance from
+ * DMLC_INSTANCE_ID, else StepMesh's STEPMESH_GPU + DMLC_RANK_OFFSET; with
+ * DMLC_NODE_RANK and no DMLC_RANK, the rank node_rank * g + instance, as
+ * StepMesh computes it. A rank and an instance that disagree are refused. */
+static ps_status_t group_from_env(ps_start_params_t *p, int whole_group)
+{
+    ps_status_t st;
+    int offset = 0;
+    int gpu = -1;
+    int node_rank = -1;
+    if ((st = optional_int(PS_CFG_DMLC_GROUP_SIZE, 1, PS_GROUP_SIZE_MAX, &p->group_size)) !=
+            PS_OK ||
+        (st = optional_int(PS_CFG_DMLC_RANK_OFFSET, 0, PS_GROUP_SIZE_MAX, &offset)) != PS_OK ||
+        (st = optional_int(PS_CFG_DMLC_NODE_RANK, 0, 1 << 20, &node_rank)) != PS_OK)
+        return st;
+    int g = p->group_size;
+    if (whole_group) {
+        if (p->preferred_rank < 0)
+            p->preferred_rank = node_rank;
+        return PS_OK;
+    }
+    if (ps_config_is_set(PS_CFG_DMLC_INSTANCE_ID)) {
+        if ((st = optional_int(PS_CFG_DMLC_INSTANCE_ID, 0, g - 1, &p->instance)) != PS_OK)
+            return st;
+    } else if (ps_config_is_set(PS_CFG_STEPMESH_GPU)) {
+        if ((st = optional_int(PS_CFG_STEPMESH_GPU, 0, PS_GROUP_SIZE_MAX, &gpu)) != PS_OK)
+            return st;
+        p->instance = g > 1 ? gpu + offset : 0;
+        if (p->instance >= g) {
+            ps_error(PS_LOG_CORE, "STEPMESH_GPU %d + DMLC_RANK_OFFSET %d is instance %d, but "
+                     "DMLC_GROUP_SIZE is %d (instances 0..%d)", gpu, offset, p->instance, g,
+                     g - 1);
+            return PS_ERR_CONFIG;
+        }
+    } else if (g == 1) {
+        p->instance = 0;
+    }
+    if (p->role == PS_ROLE_SCHEDULER)
+        return PS_OK;
+    if (p->preferred_rank < 0 && node_rank >= 0) {
+        if (p->instance < 0) {
+            ps_error(PS_LOG_CORE, "DMLC_NODE_RANK is set but not the instance within the node "
+                     "(DMLC_INSTANCE_ID or STEPMESH_GPU) with DMLC_GROUP_SIZE %d", g);
+            return PS_ERR_CONFIG;
+        }
+        p->preferred_rank = node_rank * g + p->instance;
+    }
+    if (p->preferred_rank >= 0 && p->instance >= 0 && p->preferred_rank % g != p->instance) {
+        ps_error(PS_LOG_CORE, "rank %d is instance %d of its group (DMLC_GROUP_SIZE %d), not "
+                 "instance %d (DMLC_INSTANCE_ID, STEPMESH_GPU)", p->preferred_rank,
+                 p->preferred_rank % g, g, p->instance);
+        return PS_ERR_CONFIG;
+    }
+    return PS_OK;
+}
+
 ps_status_t ps_start_params_from_env(ps_start_params_t *params_p)
+{
+    return ps__start_params_from_env(params_p, 0);
+}
+
+ps_status_t ps__start_params_from_env(ps_start_params_t *params_p, int whole_group)
 {
     ps_start_params_t p;
     ps_status_t st;
@@ -228,10 +292,8 @@ ps_status_t ps_start_params_from_env(ps_start_params_t *params_p)
     else if (st != PS_ERR_NOT_FOUND)
         return PS_ERR_CONFIG;
 
-    int64_t group_size = ps_config_int_or(PS_CFG_DMLC_GROUP_SIZE, 1);
-    if (group_size != 1)
-        ps_warn(PS_LOG_CORE, "DMLC_GROUP_SIZE=%lld is not supported: this process runs one "
-                "postoffice", (long long)group_size);
+    if ((st = group_from_env(&p, whole_group)) != PS_OK)
+        return st;
 
     /* p.van stays "": start resolves it with ps_van_select_name(), so that
      * programs filling the struct themselves get the same rule. */

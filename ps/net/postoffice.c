@@ -170,6 +170,8 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     p.node_host[sizeof(p.node_host) - 1] = '\0';
     p.interface[sizeof(p.interface) - 1] = '\0';
     p.van[sizeof(p.van) - 1] = '\0';
+    if (p.group_size == 0) /* a struct zeroed instead of ps_start_params_init() */
+        p.group_size = 1;
     if ((st = ps__po_check_params(&p)) != PS_OK)
         return st;
 
@@ -247,7 +249,10 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
         if (st != PS_OK)
             goto err;
         po->my_node.ports[0] = p.port;
-        po->my_node.aux_id = p.preferred_rank;
+        po->my_node.aux_id = p.preferred_rank >= 0 ? p.preferred_rank
+                             : p.instance >= 0 && p.group_size > 1
+                                 ? PS_NODE_AUX_INSTANCE(p.instance)
+                                 : PS_NODE_AUX_ANY;
         ps_log_set_prefix(ps_role_str(p.role));
     }
 
@@ -322,7 +327,7 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     if (po->is_scheduler) {
         ps_info(PS_LOG_CORE, "job %s: waiting for %d servers and %d workers to register "
                 "(a node restarted later proves it belongs to the job with PS_JOB_ID=%s%s)",
-                po->job_id, p.num_servers, p.num_workers, po->job_id,
+                po->job_id, ps__po_server_nodes(po), ps__po_worker_nodes(po), po->job_id,
                 po->auth_enabled ? " or the job secret" : "");
         if (p.heartbeat_timeout_s > 0)
             ps_info(PS_LOG_CORE, "nodes silent for %d s are declared dead; they must send "
@@ -437,6 +442,43 @@ int ps_postoffice_num_servers(const ps_postoffice_t *po)
     return po->params.num_servers;
 }
 
+int ps_postoffice_group_size(const ps_postoffice_t *po)
+{
+    return po->params.group_size;
+}
+
+int ps_postoffice_instance(const ps_postoffice_t *po)
+{
+    int id = ps__po_my_id(po);
+    if (id < PS_RANK_ID_BASE)
+        return 0;
+    return ps_id_to_rank(id) % po->params.group_size;
+}
+
+int ps_postoffice_peer_id(const ps_postoffice_t *po, ps_role_t role, int group_rank)
+{
+    int groups = role == PS_ROLE_SERVER   ? po->params.num_servers
+                 : role == PS_ROLE_WORKER ? po->params.num_workers
+                                          : 0;
+    if (group_rank < 0 || group_rank >= groups)
+        return -1;
+    int rank = group_rank * po->params.group_size + ps_postoffice_instance(po);
+    return role == PS_ROLE_SERVER ? ps_server_rank_to_id(rank) : ps_worker_rank_to_id(rank);
+}
+
+int ps_postoffice_peer_rank(const ps_postoffice_t *po, int id)
+{
+    int g = po->params.group_size;
+    if (id < PS_RANK_ID_BASE)
+        return -1;
+    int nodes = ps_id_to_role(id) == PS_ROLE_SERVER ? ps__po_server_nodes(po)
+                                                    : ps__po_worker_nodes(po);
+    int rank = ps_id_to_rank(id);
+    if (rank < 0 || rank >= nodes || rank % g != ps_postoffice_instance(po))
+        return -1;
+    return rank / g;
+}
+
 int ps_postoffice_request_timeout_ms(const ps_postoffice_t *po)
 {
     return po->params.request_timeout_ms;
@@ -466,13 +508,13 @@ int ps_postoffice_group_ids(const ps_postoffice_t *po, int group_or_id, int *ids
         n++;
     }
     if (group_or_id & PS_GROUP_SERVER) {
-        for (int r = 0; r < po->params.num_servers; r++, n++) {
+        for (int r = 0; r < ps__po_server_nodes(po); r++, n++) {
             if (n < cap && ids != NULL)
                 ids[n] = ps_server_rank_to_id(r);
         }
     }
     if (group_or_id & PS_GROUP_WORKER) {
-        for (int r = 0; r < po->params.num_workers; r++, n++) {
+        for (int r = 0; r < ps__po_worker_nodes(po); r++, n++) {
             if (n < cap && ids != NULL)
                 ids[n] = ps_worker_rank_to_id(r);
         }

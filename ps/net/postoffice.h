@@ -91,6 +91,9 @@ typedef struct ps_postoffice ps_postoffice_t;
 /* Longest job id (PS_JOB_ID): letters, digits, '.', '-' and '_'. */
 #define PS_JOB_ID_MAX 64
 
+/* Most instances per group (DMLC_GROUP_SIZE). */
+#define PS_GROUP_SIZE_MAX 1024
+
 /* Group ids (PS_GROUP_SCHEDULER, PS_GROUP_SERVER, PS_GROUP_WORKER,
  * PS_GROUP_ALL) and node-id helpers are in ps/net/codec/message.h. */
 
@@ -118,6 +121,11 @@ typedef struct ps_start_params {
                                   * the scheduler's decides; keep it above
                                   * the interval) */
     int busy_poll;               /* PS_BUSY_POLL */
+    int group_size;              /* DMLC_GROUP_SIZE: instances per server
+                                  * or worker group (1) */
+    int instance;                /* this node's instance in its group
+                                  * (DMLC_INSTANCE_ID, ...): -1 = whichever
+                                  * the rank the scheduler gives implies */
 } ps_start_params_t;
 
 void ps_start_params_init(ps_start_params_t *params);
@@ -167,12 +175,37 @@ ps_status_t ps_postoffice_finalize(ps_postoffice_t *po, int do_barrier);
  * meanwhile) or the scheduler is lost. */
 ps_status_t ps_postoffice_barrier(ps_postoffice_t *po, int group, int timeout_ms);
 
-/* Identity and job shape. */
+/* Identity and job shape.
+ *
+ * Instance groups (DMLC_GROUP_SIZE = g > 1, as upstream and StepMesh): each
+ * of DMLC_NUM_SERVER server groups and DMLC_NUM_WORKER worker groups has g
+ * instances, each a node of its own (a process per GPU, or several
+ * postoffices in one process: ps_postoffice_start_group()). A node's rank
+ * counts instances: group rank * g + instance. Instance i of a worker group
+ * talks to instance i of every server group and to no other: the apps
+ * address servers by group rank through ps_postoffice_peer_id(), so a job
+ * of g instances per group is g independent jobs of DMLC_NUM_SERVER
+ * servers and DMLC_NUM_WORKER workers sharing a scheduler. Barriers count
+ * every instance. With g = 1 (the default) instance and group are the
+ * node. */
 int ps_postoffice_my_id(const ps_postoffice_t *po);
+/* Rank among the nodes of this role, instances counted (0 .. groups*g-1). */
 int ps_postoffice_my_rank(const ps_postoffice_t *po);
 ps_role_t ps_postoffice_role(const ps_postoffice_t *po);
+/* Worker and server groups (DMLC_NUM_WORKER, DMLC_NUM_SERVER). */
 int ps_postoffice_num_workers(const ps_postoffice_t *po);
 int ps_postoffice_num_servers(const ps_postoffice_t *po);
+/* DMLC_GROUP_SIZE, and this node's instance in its group (0 for the
+ * scheduler). */
+int ps_postoffice_group_size(const ps_postoffice_t *po);
+int ps_postoffice_instance(const ps_postoffice_t *po);
+/* The node id of the peer of `role` (server or worker) in group
+ * `group_rank` that this node talks to: the one of this node's instance.
+ * -1 when there is no such group. */
+int ps_postoffice_peer_id(const ps_postoffice_t *po, ps_role_t role, int group_rank);
+/* The group rank of node `id` when it is a server or worker of this node's
+ * instance (a peer this node talks to), else -1. */
+int ps_postoffice_peer_rank(const ps_postoffice_t *po, int id);
 int ps_postoffice_request_timeout_ms(const ps_postoffice_t *po);
 /* What teardown calls (destroy, remove) wait by default: finalize_timeout_ms,
  * or PS_TEARDOWN_DEFAULT_MS when that is -1 (no limit on the barrier). */
@@ -183,8 +216,8 @@ int ps_postoffice_finalize_timeout_ms(const ps_postoffice_t *po);
  * count (may exceed cap; only cap are written). */
 int ps_postoffice_group_ids(const ps_postoffice_t *po, int group_or_id, int *ids, int cap);
 
-/* Server `rank` owns keys [begin, end): the key space split evenly, as
- * upstream. */
+/* Server group `server_rank` owns keys [begin, end): the key space split
+ * evenly over the server groups, as upstream. */
 ps_status_t ps_postoffice_server_key_range(const ps_postoffice_t *po, int server_rank,
                                            uint64_t *begin_p, uint64_t *end_p);
 

@@ -19,8 +19,8 @@
 static int group_size(const ps_postoffice_t *po, int group)
 {
     return ((group & PS_GROUP_SCHEDULER) ? 1 : 0) +
-           ((group & PS_GROUP_SERVER) ? po->params.num_servers : 0) +
-           ((group & PS_GROUP_WORKER) ? po->params.num_workers : 0);
+           ((group & PS_GROUP_SERVER) ? ps__po_server_nodes(po) : 0) +
+           ((group & PS_GROUP_WORKER) ? ps__po_worker_nodes(po) : 0);
 }
 
 void ps__po_barrier_release(ps_postoffice_t *po, int group, ps_status_t status,

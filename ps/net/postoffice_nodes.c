@@ -50,14 +50,15 @@ const char *ps__po_id_describe(int id, char *buf, size_t cap)
 /* Index of a node id in the table, or -1. */
 int ps__po_table_index(const ps_postoffice_t *po, int id)
 {
+    int servers = ps__po_server_nodes(po);
     if (id == PS_SCHEDULER_ID)
-        return po->params.num_servers + po->params.num_workers;
+        return servers + ps__po_worker_nodes(po);
     if (id < PS_RANK_ID_BASE)
         return -1;
     int rank = ps_id_to_rank(id);
     if (ps_id_to_role(id) == PS_ROLE_SERVER)
-        return rank < po->params.num_servers ? rank : -1;
-    return rank < po->params.num_workers ? po->params.num_servers + rank : -1;
+        return rank < servers ? rank : -1;
+    return rank < ps__po_worker_nodes(po) ? servers + rank : -1;
 }
 
 int ps__po_ids_has(const int *ids, size_t n, int id)

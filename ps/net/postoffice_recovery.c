@@ -160,16 +160,19 @@ void ps__po_sched_on_late_add_node(ps_postoffice_t *po, const ps_msg_t *msg,
     }
 }
 
-/* A dead node of `role` (rank `rank` if >= 0) a new process may take over,
- * or -1. Under lock. */
-static int sched_dead_of_role_locked(ps_postoffice_t *po, ps_role_t role, int rank)
+/* A dead node of `role` a new process may take over, or -1: of the rank
+ * or instance the registration's aux_id asks for, if any. Under lock. */
+static int sched_dead_of_role_locked(ps_postoffice_t *po, ps_role_t role, int aux)
 {
     int best = -1;
     for (size_t i = 0; i < po->num_dead; i++) {
         int id = po->dead[i];
         if (ps_id_to_role(id) != role || ps__po_table_index(po, id) < 0)
             continue;
-        if (rank >= 0 && ps_id_to_rank(id) != rank)
+        if (aux >= 0 && ps_id_to_rank(id) != aux)
+            continue;
+        if (aux < PS_NODE_AUX_ANY &&
+            ps_id_to_rank(id) % po->params.group_size != PS_NODE_AUX_INSTANCE_OF(aux))
             continue;
         if (best < 0 || id < best)
             best = id;
@@ -285,8 +288,8 @@ uint64_t ps__po_sched_expire_late(ps_postoffice_t *po, uint64_t now_ns)
                 node = po->sched.late[i].node;
                 po->sched.late[i] = po->sched.late[--po->sched.num_late];
                 found = 1;
-                n = node.role == PS_ROLE_SERVER ? po->params.num_servers
-                                                : po->params.num_workers;
+                n = node.role == PS_ROLE_SERVER ? ps__po_server_nodes(po)
+                                                : ps__po_worker_nodes(po);
                 break;
             }
             if (next == 0 || po->sched.late[i].expires_ns < next)

@@ -207,6 +207,17 @@ static inline int ps__po_my_id(const ps_postoffice_t *po)
     return __atomic_load_n(&po->my_id, __ATOMIC_ACQUIRE);
 }
 
+/* Nodes of each role: groups x instances (params count groups). */
+static inline int ps__po_server_nodes(const ps_postoffice_t *po)
+{
+    return po->params.num_servers * po->params.group_size;
+}
+
+static inline int ps__po_worker_nodes(const ps_postoffice_t *po)
+{
+    return po->params.num_workers * po->params.group_size;
+}
+
 /* One line for PS_VERBOSE=2 (debug) logs about a message sent or received. */
 void ps__po_log_msg_line(const char *dir, const ps_msg_t *msg);
 static inline void ps__po_log_msg(const char *dir, const ps_msg_t *msg)

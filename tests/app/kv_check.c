@@ -31,6 +31,13 @@
  * --slicer=ordered: one that keeps key order but not the servers' ranges
  * (the first quarter of the key space to server 0, the rest to the last).
  *
+ * Instance groups (DMLC_GROUP_SIZE > 1): each instance is a job of its own
+ * with the same keys, its values salted with the instance, so a request
+ * that reached another instance's server shows as a wrong sum. Ranks
+ * above are group ranks. --whole-group: this process runs every instance
+ * of its group (ps_postoffice_start_group), one thread each, and prints
+ * a PASS line per instance.
+ *
  * Prints "PASS <role> <rank> ..." and exits 0, or "FAIL ..." and exits 1.
  */
 #include <inttypes.h>
@@ -48,6 +55,7 @@
 #include "ps/base/thread.h"
 #include "ps/net/caps.h"
 #include "ps/net/codec/message.h"
+#include "ps/net/group.h"
 #include "ps/net/postoffice.h"
 #include "tests/lib/check_node.h"
 
@@ -57,7 +65,10 @@
 #define WAIT_TIMEOUT_MS 60000
 #define UNIFORM_FLOAT_ELEMS 33
 
-static char g_summary[320] = "done";
+/* Per instance (a thread each with --whole-group). */
+static _Thread_local char g_summary[320] = "done";
+static _Thread_local int t_rank;     /* group rank */
+static _Thread_local int t_instance; /* instance in the group */
 
 /* ---- deterministic data ---- */
 
@@ -77,8 +88,9 @@ static const ps_data_type_t k_types[] = {
 #define NUM_TYPES (sizeof(k_types) / sizeof(k_types[0]))
 
 static int g_num_workers, g_num_servers;
-static key_info_t *g_keys;
+static key_info_t *g_keys; /* built once, by the first worker instance */
 static int g_num_keys;
+static ps_mutex_t g_keys_lock;
 
 static int cmp_key(const void *a, const void *b)
 {
@@ -94,7 +106,16 @@ static size_t esize(ps_data_type_t t)
 
 /* The same table in every worker: random keys plus both ends of every
  * server's range. */
+static void build_table_locked(ps_postoffice_t *po);
 static void build_table(ps_postoffice_t *po)
+{
+    ps_mutex_lock(&g_keys_lock);
+    if (g_keys == NULL)
+        build_table_locked(po);
+    ps_mutex_unlock(&g_keys_lock);
+}
+
+static void build_table_locked(ps_postoffice_t *po)
 {
     int cap = NUM_RANDOM_KEYS + 2 * g_num_servers;
     g_keys = calloc((size_t)cap, sizeof(*g_keys));
@@ -142,7 +163,8 @@ static int pushes(int r, int round, int i)
  * as a double (exact), and its raw 64-bit pattern for the integer types. */
 static uint64_t raw_value(int r, int round, int i, int32_t e)
 {
-    return check_hash4((uint64_t)r * 31 + (uint64_t)round, g_keys[i].key, (uint64_t)e, 99);
+    return check_hash4((uint64_t)r * 31 + (uint64_t)round, g_keys[i].key, (uint64_t)e,
+                       99 + 1000 * (uint64_t)t_instance);
 }
 
 static double float_value(ps_data_type_t t, uint64_t raw)
@@ -254,16 +276,21 @@ typedef struct {
     int uniform;
 } batch_t;
 
-static atomic_int g_callbacks;
-static atomic_int g_callback_errors;
+/* Callbacks of one instance's worker (they run on the worker's threads). */
+typedef struct {
+    atomic_int calls;
+    atomic_int errors;
+} done_count_t;
+static done_count_t g_done[PS_GROUP_SIZE_MAX];
+#define MY_DONE (&g_done[t_instance])
 
 static void on_done(void *arg, int ts, ps_status_t st)
 {
-    (void)arg;
+    done_count_t *d = arg;
     (void)ts;
     if (st != PS_OK)
-        atomic_fetch_add(&g_callback_errors, 1);
-    atomic_fetch_add(&g_callbacks, 1);
+        atomic_fetch_add(&d->errors, 1);
+    atomic_fetch_add(&d->calls, 1);
 }
 
 static ps_slice_t alloc_slice(size_t len)
@@ -386,6 +413,8 @@ typedef struct {
     ps_postoffice_t *po;
     ps_kv_worker_t *w;
     int t;
+    int rank; /* the worker's group rank */
+    done_count_t *done;
     int issued;
     int failed;
     char why[256];
@@ -413,7 +442,7 @@ static void *thread_main(void *p)
     for (int j = 0; j < nk; j++) {
         uint64_t b, e;
         ps_postoffice_server_key_range(a->po, j / 2, &b, &e);
-        keys[j] = b + 4096 + (uint64_t)check_rank * 256 + (uint64_t)a->t * 16 + (uint64_t)(j % 2);
+        keys[j] = b + 4096 + (uint64_t)a->rank * 256 + (uint64_t)a->t * 16 + (uint64_t)(j % 2);
         memset(sum[j], 0, sizeof(sum[j]));
     }
     for (int it = 0; it < THREAD_ITERS; it++) {
@@ -425,7 +454,7 @@ static void *thread_main(void *p)
         int ts;
         if (it % 2) {
             st = ps_kv_push(a->w, keys, (size_t)nk, v, sizeof(v[0]) * (size_t)nk * THREAD_ELEMS,
-                            NULL, PS_DATA_INT64, 0, on_done, NULL, &ts);
+                            NULL, PS_DATA_INT64, 0, on_done, a->done, &ts);
         } else {
             ps_kv_pairs_t kvs = {PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT,
                                  PS_DATA_INT64};
@@ -433,7 +462,7 @@ static void *thread_main(void *p)
             kvs.vals = alloc_slice(sizeof(v[0]) * (size_t)nk * THREAD_ELEMS);
             memcpy(ps_slice_ptr(&kvs.keys), keys, kvs.keys.len);
             memcpy(ps_slice_ptr(&kvs.vals), v, kvs.vals.len);
-            st = ps_kv_zpush(a->w, &kvs, 0, on_done, NULL, &ts);
+            st = ps_kv_zpush(a->w, &kvs, 0, on_done, a->done, &ts);
             /* The request holds its own references. */
             ps_slice_unref(&kvs.keys);
             ps_slice_unref(&kvs.vals);
@@ -462,7 +491,7 @@ static void *thread_main(void *p)
     CHECK_OK(ps_slice_wrap(ones, vbytes, NULL, NULL, &push.vals));
     CHECK_OK(ps_slice_wrap(out, vbytes, NULL, NULL, &dst.vals));
     int ts;
-    st = ps_kv_zpushpull(a->w, &push, &dst, 0, on_done, NULL, &ts);
+    st = ps_kv_zpushpull(a->w, &push, &dst, 0, on_done, a->done, &ts);
     if (st == PS_OK)
         st = wait_ts(a->w, ts);
     ps_slice_unref(&push.keys);
@@ -484,7 +513,7 @@ static void *thread_main(void *p)
         }
 
     memset(out, 0, sizeof(out));
-    st = ps_kv_pull(a->w, keys, (size_t)nk, out, vbytes, NULL, PS_DATA_INT64, 0, on_done, NULL,
+    st = ps_kv_pull(a->w, keys, (size_t)nk, out, vbytes, NULL, PS_DATA_INT64, 0, on_done, a->done,
                     &ts);
     if (st == PS_OK)
         st = wait_ts(a->w, ts);
@@ -517,6 +546,8 @@ static int run_threads(ps_postoffice_t *po, ps_kv_worker_t *w)
         args[t].po = po;
         args[t].w = w;
         args[t].t = t;
+        args[t].rank = t_rank;
+        args[t].done = MY_DONE;
         CHECK_OK(ps_thread_create("kv_check", PS_THREAD_NO_CPU, thread_main, &args[t], &th[t]));
     }
     int issued = 0;
@@ -576,7 +607,7 @@ static int run_small(ps_postoffice_t *po, ps_kv_worker_t *w, int me)
         memcpy(ps_slice_ptr(&push.vals), v, sizeof(v));
         want[0] += v[0];
         want[1] += v[1];
-        CHECK_OK(ps_kv_zpushpull(w, &push, &out, 0, on_done, NULL, &ts));
+        CHECK_OK(ps_kv_zpushpull(w, &push, &out, 0, on_done, MY_DONE, &ts));
         issued++;
         CHECK_OK(wait_ts(w, ts));
         if (memcmp(ps_slice_ptr(&out.vals), want, sizeof(want)) != 0) {
@@ -596,19 +627,19 @@ static int run_small(ps_postoffice_t *po, ps_kv_worker_t *w, int me)
     }
     for (int i = 0; i < 2; i++) {
         CHECK_OK(ps_kv_push(w, keys, 3, vals, sizeof(vals), lens, PS_DATA_INT64, 0, on_done,
-                            NULL, &ts));
+                            MY_DONE, &ts));
         issued++;
         CHECK_OK(wait_ts(w, ts));
     }
     memset(got, 0x5A, sizeof(got));
-    CHECK_OK(ps_kv_pull(w, keys, 3, got, sizeof(got), lens, PS_DATA_INT64, 0, on_done, NULL,
+    CHECK_OK(ps_kv_pull(w, keys, 3, got, sizeof(got), lens, PS_DATA_INT64, 0, on_done, MY_DONE,
                         &ts));
     issued++;
     CHECK_OK(wait_ts(w, ts));
     if (memcmp(got, sum, sizeof(sum)) != 0)
         check_fail("small pull of three keys with lengths: wrong values");
     int32_t last[2];
-    CHECK_OK(ps_kv_pull(w, &k0, 1, last, sizeof(last), NULL, PS_DATA_INT32, 0, on_done, NULL,
+    CHECK_OK(ps_kv_pull(w, &k0, 1, last, sizeof(last), NULL, PS_DATA_INT32, 0, on_done, MY_DONE,
                         &ts));
     issued++;
     CHECK_OK(wait_ts(w, ts));
@@ -630,7 +661,7 @@ static void run_worker(ps_postoffice_t *po)
     if (g_slicer)
         ps_kv_worker_set_slicer(w, g_slicer, NULL);
     build_table(po);
-    int me = check_rank;
+    int me = t_rank;
     int issued = 0;
     int uncounted = 0; /* requests issued without a callback (error cases) */
     batch_t b[NUM_TYPES];
@@ -644,9 +675,9 @@ static void run_worker(ps_postoffice_t *po)
             CHECK_OK(ps_kv_push(w, ps_slice_ptr(&x->kvs.keys), (size_t)x->n,
                                 ps_slice_ptr(&x->kvs.vals), x->bytes,
                                 x->uniform ? NULL : ps_slice_ptr(&x->kvs.lens), x->type, 0,
-                                on_done, NULL, &ts[t]));
+                                on_done, MY_DONE, &ts[t]));
         } else {
-            CHECK_OK(ps_kv_zpush(w, &b[t].kvs, 0, on_done, NULL, &ts[t]));
+            CHECK_OK(ps_kv_zpush(w, &b[t].kvs, 0, on_done, MY_DONE, &ts[t]));
         }
         issued++;
     }
@@ -661,7 +692,7 @@ static void run_worker(ps_postoffice_t *po)
         if (turn == me) {
             for (size_t t = 0; t < NUM_TYPES; t++) {
                 make_batch(&b[t], k_types[t], me, 1, 0);
-                CHECK_OK(ps_kv_zpushpull(w, &b[t].kvs, &b[t].out, 0, on_done, NULL, &ts[t]));
+                CHECK_OK(ps_kv_zpushpull(w, &b[t].kvs, &b[t].out, 0, on_done, MY_DONE, &ts[t]));
                 issued++;
             }
             for (size_t t = 0; t < NUM_TYPES; t++) {
@@ -677,7 +708,7 @@ static void run_worker(ps_postoffice_t *po)
      * predictable here, the sums are checked by the final pull. */
     for (size_t t = 0; t < NUM_TYPES; t++) {
         make_batch(&b[t], k_types[t], me, 2, 0);
-        CHECK_OK(ps_kv_zpushpull(w, &b[t].kvs, &b[t].out, 0, on_done, NULL, &ts[t]));
+        CHECK_OK(ps_kv_zpushpull(w, &b[t].kvs, &b[t].out, 0, on_done, MY_DONE, &ts[t]));
         issued++;
     }
     for (size_t t = 0; t < NUM_TYPES; t++) {
@@ -700,14 +731,14 @@ static void run_worker(ps_postoffice_t *po)
             int pts;
             CHECK_OK(ps_kv_pull(w, ps_slice_ptr(&x->kvs.keys), (size_t)x->n, dst, x->bytes,
                                 x->uniform ? NULL : ps_slice_ptr(&x->kvs.lens), x->type, 0,
-                                on_done, NULL, &pts));
+                                on_done, MY_DONE, &pts));
             issued++;
             CHECK_OK(wait_ts(w, pts));
             verify(x, dst, ROUNDS, 0, "final pull");
             free(dst);
         } else {
             int pts;
-            CHECK_OK(ps_kv_zpull(w, &x->out, 0, on_done, NULL, &pts));
+            CHECK_OK(ps_kv_zpull(w, &x->out, 0, on_done, MY_DONE, &pts));
             issued++;
             CHECK_OK(wait_ts(w, pts));
             verify(x, ps_slice_ptr(&x->out.vals), ROUNDS, 0, "final zpull");
@@ -756,10 +787,10 @@ static void run_worker(ps_postoffice_t *po)
             break;
         }
         /* No keys: completes at once, callback included. */
-        int before = atomic_load(&g_callbacks);
-        CHECK_OK(ps_kv_push(w, NULL, 0, NULL, 0, NULL, PS_DATA_FLOAT, 0, on_done, NULL, &pts));
+        int before = atomic_load(&MY_DONE->calls);
+        CHECK_OK(ps_kv_push(w, NULL, 0, NULL, 0, NULL, PS_DATA_FLOAT, 0, on_done, MY_DONE, &pts));
         issued++;
-        if (atomic_load(&g_callbacks) != before + 1)
+        if (atomic_load(&MY_DONE->calls) != before + 1)
             check_fail("a push of no keys did not complete at once");
         CHECK_OK(wait_ts(w, pts));
         /* Unsorted keys are refused before anything is sent. */
@@ -770,10 +801,10 @@ static void run_worker(ps_postoffice_t *po)
             check_fail("unsorted keys were accepted");
     }
 
-    if (atomic_load(&g_callbacks) != issued)
-        check_fail("%d callbacks for %d requests", atomic_load(&g_callbacks), issued);
-    if (atomic_load(&g_callback_errors) != 0)
-        check_fail("%d callbacks reported an error", atomic_load(&g_callback_errors));
+    if (atomic_load(&MY_DONE->calls) != issued)
+        check_fail("%d callbacks for %d requests", atomic_load(&MY_DONE->calls), issued);
+    if (atomic_load(&MY_DONE->errors) != 0)
+        check_fail("%d callbacks reported an error", atomic_load(&MY_DONE->errors));
 
     /* Where pulled values landed: straight in the destination when the van
      * says it can (PS_CAP_RECV_INTO_DEST), else copied once. */
@@ -815,7 +846,6 @@ static void run_worker(ps_postoffice_t *po)
              (unsigned long long)stats.pull_bytes_in_place,
              (unsigned long long)stats.pull_bytes_copied,
              (unsigned long long)stats.pull_bytes_small);
-    free(g_keys);
 }
 
 /* With --slicer: the store's handler, after checking that every key of the
@@ -849,7 +879,7 @@ static void run_server(ps_postoffice_t *po)
     ps_kv_store_t *store;
     ps_kv_server_t *server;
     CHECK_OK(ps_kv_store_create(&store));
-    sliced_store_t sliced = {store, ps_postoffice_my_rank(po), g_num_servers, 0};
+    sliced_store_t sliced = {store, t_rank, g_num_servers, 0};
     if (g_slicer)
         CHECK_OK(ps_kv_server_create(po, 0, sliced_handler, &sliced, &server));
     else
@@ -871,25 +901,92 @@ static void run_scheduler(ps_postoffice_t *po)
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, 10 * BARRIER_TIMEOUT_MS));
 }
 
+/* One instance: its role's function, finalize, its PASS line. */
+static void run_instance(ps_postoffice_t *po)
+{
+    /* (The postoffice is gone after check_node_run.) */
+    const char *role = ps_role_str(ps_postoffice_role(po));
+    int rank = ps_postoffice_my_rank(po);
+    int group_size = ps_postoffice_group_size(po);
+    t_instance = ps_postoffice_instance(po);
+    t_rank = rank / group_size;
+    check_node_run(po, run_worker, run_server, run_scheduler);
+    if (group_size > 1)
+        printf("PASS %s %d: %s (group %d, instance %d)\n", role, rank, g_summary, t_rank,
+               t_instance);
+    else
+        printf("PASS %s %d: %s\n", role, rank, g_summary);
+}
+
+static void *instance_main(void *arg)
+{
+    run_instance(arg);
+    return NULL;
+}
+
+/* --whole-group: every instance of this process's group, a thread each. */
+static void run_whole_group(void)
+{
+    ps_start_params_t params;
+    CHECK_OK(ps_start_params_from_env(&params));
+    if (params.role == PS_ROLE_SCHEDULER) {
+        ps_postoffice_t *po = check_node_start();
+        g_num_workers = ps_postoffice_num_workers(po);
+        g_num_servers = ps_postoffice_num_servers(po);
+        run_instance(po);
+        return;
+    }
+    int g = params.group_size;
+    ps_postoffice_t **pos = calloc((size_t)g, sizeof(*pos));
+    ps_thread_t *th = calloc((size_t)g, sizeof(*th));
+    if (!pos || !th)
+        check_fail("out of memory");
+    check_role = ps_role_str(params.role);
+    CHECK_OK(ps_postoffice_start_group(NULL, 1, pos));
+    g_num_workers = ps_postoffice_num_workers(pos[0]);
+    g_num_servers = ps_postoffice_num_servers(pos[0]);
+    for (int i = 0; i < g; i++) {
+        if (ps_postoffice_instance(pos[i]) != i)
+            check_fail("postoffice %d of the group is instance %d", i,
+                       ps_postoffice_instance(pos[i]));
+        CHECK_OK(ps_thread_create("kv_check_inst", PS_THREAD_NO_CPU, instance_main, pos[i],
+                                  &th[i]));
+    }
+    for (int i = 0; i < g; i++)
+        CHECK_OK(ps_thread_join(&th[i], NULL));
+    free(pos);
+    free(th);
+}
+
 int main(int argc, char **argv)
 {
+    int whole_group = 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--copy") == 0) {
             g_copy = 1;
+        } else if (strcmp(argv[i], "--whole-group") == 0) {
+            whole_group = 1;
         } else if (strcmp(argv[i], "--slicer=interleave") == 0) {
             g_slicer = slice_interleave;
         } else if (strcmp(argv[i], "--slicer=ordered") == 0) {
             g_slicer = slice_ordered;
         } else {
-            fprintf(stderr, "usage: kv_check [--copy] [--slicer=interleave|ordered]\n");
+            fprintf(stderr, "usage: kv_check [--copy] [--whole-group] "
+                    "[--slicer=interleave|ordered]\n");
             return 2;
         }
     }
-    ps_postoffice_t *po = check_node_start();
-    g_num_workers = ps_postoffice_num_workers(po);
-    g_num_servers = ps_postoffice_num_servers(po);
-    check_node_run(po, run_worker, run_server, run_scheduler);
-    printf("PASS %s %d: %s\n", check_role, check_rank, g_summary);
+    CHECK_OK(ps_mutex_init(&g_keys_lock));
+    if (whole_group) {
+        run_whole_group();
+    } else {
+        ps_postoffice_t *po = check_node_start();
+        g_num_workers = ps_postoffice_num_workers(po);
+        g_num_servers = ps_postoffice_num_servers(po);
+        run_instance(po);
+    }
+    free(g_keys);
+    ps_mutex_destroy(&g_keys_lock);
     return 0;
 }

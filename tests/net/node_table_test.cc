@@ -30,12 +30,12 @@ struct Result {
 };
 
 Result assign(std::vector<ps_node_t> nodes, int servers, int workers,
-              const char *ordered = nullptr, int mixed = 0)
+              const char *ordered = nullptr, int mixed = 0, int group_size = 1)
 {
     char why[512];
     Result r;
-    r.status = ps__node_table_assign(nodes.data(), nodes.size(), servers, workers, ordered, mixed,
-                                     why, sizeof(why));
+    r.status = ps__node_table_assign(nodes.data(), nodes.size(), servers, workers, group_size,
+                                     ordered, mixed, why, sizeof(why));
     r.why = why;
     r.nodes = nodes;
     return r;
@@ -209,6 +209,51 @@ TEST(NodeTable, MixedModeRefusesLayoutsUpstreamRefuses)
     EXPECT_NE(std::string::npos, both.why.find("BYTEPS_ORDERED_HOSTS")) << both.why;
     // Unchanged on refusal.
     EXPECT_EQ(PS_NODE_EMPTY, lone.nodes[0].id);
+}
+
+// DMLC_GROUP_SIZE 2: 2 server groups make 4 servers; preferred ranks count
+// instances, and a node that asked for an instance gets a rank of it.
+TEST(NodeTable, InstanceGroupsCountInstancesAndHonourInstances)
+{
+    const int i0 = PS_NODE_AUX_INSTANCE(0), i1 = PS_NODE_AUX_INSTANCE(1);
+    auto r = assign({make(PS_ROLE_SERVER, "h", 1, i1), make(PS_ROLE_SERVER, "h", 2, i1),
+                     make(PS_ROLE_SERVER, "h", 3, i0), make(PS_ROLE_SERVER, "h", 4, 2),
+                     make(PS_ROLE_WORKER, "h", 5), make(PS_ROLE_WORKER, "h", 6, i1)},
+                    2, 1, nullptr, 0, 2);
+    ASSERT_EQ(PS_OK, r.status) << r.why;
+    // Rank 2 was asked for; instance 1 takes ranks 1 and 3 in sorted order,
+    // instance 0 the one left (0).
+    EXPECT_EQ("h:3", ep(r.nodes[0]));
+    EXPECT_EQ("h:1", ep(r.nodes[1]));
+    EXPECT_EQ("h:4", ep(r.nodes[2]));
+    EXPECT_EQ("h:2", ep(r.nodes[3]));
+    EXPECT_EQ(ps_server_rank_to_id(3), r.nodes[3].id);
+    // The worker of instance 1 gets rank 1, the other the rank left.
+    EXPECT_EQ("h:5", ep(r.nodes[4]));
+    EXPECT_EQ(ps_worker_rank_to_id(0), r.nodes[4].id);
+    EXPECT_EQ("h:6", ep(r.nodes[5]));
+    EXPECT_EQ(ps_worker_rank_to_id(1), r.nodes[5].id);
+
+    // Three nodes for instance 1 of two groups.
+    auto full = assign({make(PS_ROLE_SERVER, "h", 1, i1), make(PS_ROLE_SERVER, "h", 2, i1),
+                        make(PS_ROLE_SERVER, "h", 3, i1), make(PS_ROLE_SERVER, "h", 4),
+                        make(PS_ROLE_WORKER, "h", 5), make(PS_ROLE_WORKER, "h", 6)},
+                       2, 1, nullptr, 0, 2);
+    EXPECT_EQ(PS_ERR_CONFIG, full.status);
+    EXPECT_NE(std::string::npos, full.why.find("every group's instance of it is taken"))
+        << full.why;
+    // An instance beyond the group, and counts that are not groups x size.
+    auto beyond = assign({make(PS_ROLE_SERVER, "h", 1, PS_NODE_AUX_INSTANCE(2)),
+                          make(PS_ROLE_SERVER, "h", 2), make(PS_ROLE_WORKER, "h", 5),
+                          make(PS_ROLE_WORKER, "h", 6)},
+                         1, 1, nullptr, 0, 2);
+    EXPECT_EQ(PS_ERR_CONFIG, beyond.status);
+    EXPECT_NE(std::string::npos, beyond.why.find("DMLC_GROUP_SIZE is smaller")) << beyond.why;
+    auto counts = assign({make(PS_ROLE_SERVER, "h", 1), make(PS_ROLE_WORKER, "h", 5),
+                          make(PS_ROLE_WORKER, "h", 6)},
+                         1, 1, nullptr, 0, 2);
+    EXPECT_EQ(PS_ERR_CONFIG, counts.status);
+    EXPECT_NE(std::string::npos, counts.why.find("DMLC_GROUP_SIZE 2 make 2 and 2")) << counts.why;
 }
 
 TEST(NodeTable, EmptyJob)

@@ -35,6 +35,13 @@ rank, unless --no-rank), DMLC_NODE_HOST (local mode: --host), --van as
 DMLC_PS_VAN_TYPE (an inherited DMLC_ENABLE_RDMA is dropped), then --env and
 --role-env, which win.
 
+Instance groups (local mode): --group-size G starts G processes per server
+and per worker group, StepMesh's way (a process per GPU): every process
+gets DMLC_GROUP_SIZE=G, and each server or worker DMLC_INSTANCE_ID (its
+instance) and DMLC_NODE_RANK (its group, unless --no-rank) instead of
+DMLC_RANK. A program that runs a whole group itself
+(ps_postoffice_start_group) takes --env DMLC_GROUP_SIZE=G instead.
+
 Every line a process prints is prefixed with its role and rank
 (`[worker 1] ...`), stdout to stdout and stderr to stderr. When any process
 fails, or the time limit passes, or ps_launch itself is interrupted, every
@@ -110,10 +117,13 @@ def van_env(van):
 
 
 def build_env(role, rank, num_servers, num_workers, root_uri, root_port,
-              node_host=None, set_rank=True, van=None, extra=None):
+              node_host=None, set_rank=True, van=None, extra=None, group_size=1):
     """The DMLC_* variables one process of the job needs (additions only).
 
-    Returns (set, unset) like van_env. `extra` (the user's --env) wins."""
+    With group_size > 1, `rank` counts instances (group * group_size +
+    instance) and the process gets StepMesh's group variables instead of
+    DMLC_RANK. Returns (set, unset) like van_env. `extra` (the user's
+    --env) wins."""
     if role not in ROLES:
         raise LaunchError("unknown role %r" % role)
     env = {
@@ -125,7 +135,13 @@ def build_env(role, rank, num_servers, num_workers, root_uri, root_port,
     }
     if node_host:
         env["DMLC_NODE_HOST"] = node_host
-    if set_rank and role != "scheduler":
+    if group_size > 1:
+        env["DMLC_GROUP_SIZE"] = str(group_size)
+        if role != "scheduler":
+            env["DMLC_INSTANCE_ID"] = str(rank % group_size)
+            if set_rank:
+                env["DMLC_NODE_RANK"] = str(rank // group_size)
+    elif set_rank and role != "scheduler":
         env["DMLC_RANK"] = str(rank)
     vset, unset = van_env(van)
     env.update(vset)
@@ -541,6 +557,8 @@ def make_parser():
                     help="command line of the scheduler (default: the program itself)")
     ap.add_argument("--no-rank", action="store_true",
                     help="do not pass DMLC_RANK: let the scheduler assign ranks")
+    ap.add_argument("--group-size", type=int, default=1, metavar="G",
+                    help="local mode: G processes (instances) per server and worker group")
     ap.add_argument("--hostfile", default=None, help="start processes over ssh on the hosts of FILE")
     ap.add_argument("--ssh", default=os.environ.get("PS_LAUNCH_SSH", "ssh"), help="ssh program")
     ap.add_argument("--ssh-opt", action="append", default=None, metavar="OPT",
@@ -612,11 +630,15 @@ def build_procs(args, environ):
             procs.append(Proc(role, rank, argv, dict(environ)))
         return procs
 
+    g = args.group_size
+    if g < 1:
+        raise LaunchError("--group-size must be at least 1")
     port = args.port or find_free_port(args.host)
     procs = []
-    for role, rank in local_plan(s, w):
+    for role, rank in local_plan(s * g, w * g):
         add, unset = build_env(role, rank, s, w, args.host, port, node_host=args.host,
-                               set_rank=not args.no_rank, van=args.van, extra=extra_for(role))
+                               set_rank=not args.no_rank, van=args.van, extra=extra_for(role),
+                               group_size=g)
         procs.append(Proc(role, rank, argv_for(role), full_env(add, unset)))
     return procs
 

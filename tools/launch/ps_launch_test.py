@@ -199,6 +199,31 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(procs[2].env["PATH"], "/bin")
         self.assertEqual(procs[0].env["DMLC_ROLE"], "scheduler")
 
+    def test_group_size_starts_a_process_per_instance(self):
+        args = self.parse("-s", "2", "-w", "1", "--group-size", "2", "--port", "9999",
+                          "--", "prog")
+        procs = L.build_procs(args, {})
+        self.assertEqual([p.label for p in procs],
+                         ["scheduler", "server 0", "server 1", "server 2", "server 3",
+                          "worker 0", "worker 1"])
+        for p in procs:
+            self.assertEqual(p.env["DMLC_GROUP_SIZE"], "2")
+            self.assertEqual(p.env["DMLC_NUM_SERVER"], "2")
+            self.assertEqual(p.env["DMLC_NUM_WORKER"], "1")
+            self.assertNotIn("DMLC_RANK", p.env)
+        self.assertNotIn("DMLC_INSTANCE_ID", procs[0].env)
+        self.assertEqual((procs[3].env["DMLC_NODE_RANK"], procs[3].env["DMLC_INSTANCE_ID"]),
+                         ("1", "0"))
+        self.assertEqual((procs[6].env["DMLC_NODE_RANK"], procs[6].env["DMLC_INSTANCE_ID"]),
+                         ("0", "1"))
+        norank = L.build_procs(self.parse("--group-size", "3", "--no-rank", "--port", "1",
+                                          "--", "prog"), {})
+        self.assertEqual(len(norank), 7)
+        self.assertNotIn("DMLC_NODE_RANK", norank[2].env)
+        self.assertEqual(norank[2].env["DMLC_INSTANCE_ID"], "1")
+        with self.assertRaises(L.LaunchError):
+            L.build_procs(self.parse("--group-size", "0", "--", "prog"), {})
+
     def test_role_env(self):
         self.assertEqual(L.parse_role_env(["worker:A=1", "server:B=2", "worker:C=3"]),
                          {"worker": {"A": "1", "C": "3"}, "server": {"B": "2"}})

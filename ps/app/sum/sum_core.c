@@ -518,6 +518,16 @@ static void join_round(ps_sum_t *s, sum_key_t *k, int worker, ps_slice_t *data, 
 static void advance(ps_sum_t *s, sum_key_t *k, replies_t *r);
 static void refuse(ps_sum_t *s, const ps_kv_meta_t *meta, const char *why, unsigned long long key);
 
+/* The rank of the worker (of this server's instance) node `id` is, or -1.
+ * Without a postoffice (tests) a worker's rank is its node rank. */
+static int sum_worker_rank(const ps_sum_t *s, int id)
+{
+    if (ps_id_is_group(id) || ps_id_to_role(id) != PS_ROLE_WORKER)
+        return -1;
+    int w = s->po ? ps_postoffice_peer_rank(s->po, id) : ps_id_to_rank(id);
+    return w >= 0 && w < s->n ? w : -1;
+}
+
 static void free_held(sum_held_t **head, sum_held_t **tail)
 {
     for (sum_held_t *h = *head, *n; h; h = n) {
@@ -1019,9 +1029,8 @@ void ps_sum_handler(void *arg, const ps_kv_meta_t *meta, const ps_kv_pairs_t *re
                key);
         goto out;
     }
-    int worker = ps_id_to_rank(meta->sender);
-    if (ps_id_is_group(meta->sender) || ps_id_to_role(meta->sender) != PS_ROLE_WORKER ||
-        worker >= s->n) {
+    int worker = sum_worker_rank(s, meta->sender);
+    if (worker < 0) {
         refuse(s, meta, "not from a worker of this job", key);
         goto out;
     }
@@ -1091,10 +1100,8 @@ out:
 
 void ps_sum_worker_gone(ps_sum_t *s, int node_id)
 {
-    if (!s || ps_id_is_group(node_id) || ps_id_to_role(node_id) != PS_ROLE_WORKER)
-        return;
-    int w = ps_id_to_rank(node_id);
-    if (w >= s->n)
+    int w = s ? sum_worker_rank(s, node_id) : -1;
+    if (w < 0)
         return;
     uint64_t bit = 1ull << (w % 64);
     if (__atomic_fetch_or(&s->dead[w / 64], bit, __ATOMIC_ACQ_REL) & bit)

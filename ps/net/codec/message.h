@@ -122,8 +122,15 @@ typedef struct {
     bool is_recovery;
     uint32_t endpoint_name_len;
     uint8_t endpoint_name[PS_NODE_ENDPOINT_MAX];
-    int32_t aux_id; /* preferred rank at ADD_NODE; -1 for none */
+    int32_t aux_id; /* at ADD_NODE: a preferred rank, PS_NODE_AUX_ANY or
+                     * PS_NODE_AUX_INSTANCE(i) */
 } ps_node_t;
+
+/* A registration's aux_id when the node takes any rank, and when it takes
+ * any rank of instance i (rank % DMLC_GROUP_SIZE == i). */
+#define PS_NODE_AUX_ANY (-1)
+#define PS_NODE_AUX_INSTANCE(i) (-2 - (i))
+#define PS_NODE_AUX_INSTANCE_OF(aux) (-2 - (aux))
 
 typedef struct {
     ps_control_cmd_t cmd;
