@@ -291,7 +291,7 @@ static void send_raw(ps_postoffice_t *po, int s, const ps__af_hdr_t *hdr, int ba
     msg.meta.timestamp = 30000;
     msg.meta.request = true;
     msg.meta.push = true;
-    msg.meta.recver = ps_server_rank_to_id(s);
+    msg.meta.recver = ps_postoffice_peer_id(po, PS_ROLE_SERVER, s);
     msg.meta.sender = ps_postoffice_my_id(po);
     int64_t shape[2] = {rows, 16};
     ps_af_tensor_t t;

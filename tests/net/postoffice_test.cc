@@ -31,6 +31,7 @@ extern "C" {
 #include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/net/customer.h"
+#include "ps/net/group.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
 // Internal: the registry, to check that unclaimed messages expire.
@@ -1432,6 +1433,79 @@ TEST(StartParams, FromEnvironment)
                           "DMLC_WORKER_ID", "PS_HEARTBEAT_INTERVAL", "PS_HEARTBEAT_TIMEOUT",
                           "PS_BUSY_POLL"})
         unsetenv(v);
+}
+
+// Instance groups as StepMesh's launch scripts set them: the rank from
+// DMLC_NODE_RANK and the instance (DMLC_INSTANCE_ID, or STEPMESH_GPU +
+// DMLC_RANK_OFFSET); a rank and an instance that disagree are refused.
+TEST(StartParams, InstanceGroupsFromEnvironment)
+{
+    setenv("DMLC_ROLE", "worker", 1);
+    setenv("DMLC_PS_ROOT_URI", "127.0.0.1", 1);
+    setenv("DMLC_PS_ROOT_PORT", "9000", 1);
+    setenv("DMLC_NUM_SERVER", "2", 1);
+    setenv("DMLC_NUM_WORKER", "3", 1);
+    ps_start_params_t p;
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(1, p.group_size);
+    EXPECT_EQ(0, p.instance);
+    EXPECT_EQ(-1, p.preferred_rank);
+
+    setenv("DMLC_GROUP_SIZE", "4", 1);
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(4, p.group_size);
+    EXPECT_EQ(-1, p.instance); // whatever the scheduler's rank implies
+    setenv("DMLC_INSTANCE_ID", "3", 1);
+    setenv("DMLC_NODE_RANK", "2", 1);
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(3, p.instance);
+    EXPECT_EQ(11, p.preferred_rank); // 2 * 4 + 3
+    unsetenv("DMLC_INSTANCE_ID");
+    setenv("STEPMESH_GPU", "1", 1);
+    setenv("DMLC_RANK_OFFSET", "2", 1);
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(3, p.instance);
+    EXPECT_EQ(11, p.preferred_rank);
+    // DMLC_RANK counts instances and wins over DMLC_NODE_RANK.
+    setenv("DMLC_RANK", "7", 1);
+    ASSERT_EQ(PS_OK, ps_start_params_from_env(&p));
+    EXPECT_EQ(7, p.preferred_rank);
+    setenv("DMLC_RANK", "6", 1); // instance 2, not STEPMESH_GPU + offset
+    EXPECT_EQ(PS_ERR_CONFIG, ps_start_params_from_env(&p));
+    unsetenv("DMLC_RANK");
+    setenv("DMLC_RANK_OFFSET", "3", 1); // instance 4 of 4
+    EXPECT_EQ(PS_ERR_CONFIG, ps_start_params_from_env(&p));
+    unsetenv("DMLC_RANK_OFFSET");
+    unsetenv("STEPMESH_GPU");
+    // A node rank without an instance names no rank.
+    EXPECT_EQ(PS_ERR_CONFIG, ps_start_params_from_env(&p));
+    setenv("DMLC_INSTANCE_ID", "4", 1);
+    EXPECT_EQ(PS_ERR_CONFIG, ps_start_params_from_env(&p));
+    setenv("DMLC_GROUP_SIZE", "0", 1);
+    EXPECT_EQ(PS_ERR_CONFIG, ps_start_params_from_env(&p));
+    for (const char *v : {"DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER",
+                          "DMLC_NUM_WORKER", "DMLC_GROUP_SIZE", "DMLC_INSTANCE_ID",
+                          "DMLC_NODE_RANK"})
+        unsetenv(v);
+}
+
+// A group start refuses what is not a server or worker group, and a group
+// rank beyond the groups, before starting anything.
+TEST(StartGroup, RefusesBadParams)
+{
+    ps_start_params_t p;
+    ps_start_params_init(&p);
+    snprintf(p.scheduler_host, sizeof(p.scheduler_host), "127.0.0.1");
+    p.scheduler_port = 1;
+    p.num_servers = 1;
+    p.num_workers = 1;
+    p.group_size = 2;
+    ps_postoffice_t *pos[2];
+    p.role = PS_ROLE_SCHEDULER;
+    EXPECT_EQ(PS_ERR_INVALID_ARG, ps_postoffice_start_group(&p, 1, pos));
+    p.role = PS_ROLE_WORKER;
+    p.preferred_rank = 1;
+    EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start_group(&p, 1, pos));
 }
 
 } // namespace

@@ -81,10 +81,17 @@ static int is_float(ps_data_type_t t)
            t == PS_DATA_BFLOAT16;
 }
 
+/* This worker's rank in its instance's job, and its instance (instance
+ * groups: each instance sums its own values, salted with the instance, so
+ * a push that reached another instance's server shows as a wrong sum). */
+static int g_rank;
+static int g_instance;
+
 /* Element i of tensor `x` as pushed by `rank` in `round`, written to out. */
 static void gen(const tensor_t *x, int rank, int round, size_t i, void *out)
 {
-    uint64_t h = check_hash4((uint64_t)rank + 1, (uint64_t)round + 1, x->id, i);
+    uint64_t h = check_hash4((uint64_t)rank + 1 + ((uint64_t)g_instance << 32),
+                             (uint64_t)round + 1, x->id, i);
     double v = x->exact ? (double)((int)(h % 17) - 8)
                         : ((double)(h >> 11) * 0x1p-53) * 8.0 - 4.0; /* [-4, 4) */
     switch (x->type) {
@@ -200,7 +207,7 @@ static void fill(tensor_t *x, int round)
     size_t es = ps_data_type_size(x->type);
     unsigned char *p = ps_slice_ptr(&x->src);
     for (size_t i = 0; i < x->elems; i++)
-        gen(x, check_rank, round, i, p + i * es);
+        gen(x, g_rank, round, i, p + i * es);
 }
 
 static void tensor_init(tensor_t *x, ps_kv_worker_t *w, ps_postoffice_t *po, uint32_t id,
@@ -280,7 +287,7 @@ static void run_worker(ps_postoffice_t *po)
         /* A pull before anyone pushed waits for every worker's push. */
         tensor_t e;
         tensor_init(&e, w, po, 5000, PS_DATA_FLOAT, 777, 0, 0, 0);
-        if (check_rank == 0) {
+        if (g_rank == 0) {
             CHECK_OK(ps_sum_tensor_start(e.t, PS_SUM_OP_PULL, NULL, &e.dst));
             ps_status_t st = ps_sum_tensor_wait(e.t, 300);
             if (st != PS_ERR_TIMED_OUT)
@@ -288,7 +295,7 @@ static void run_worker(ps_postoffice_t *po)
         }
         CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_WORKER, BARRIER_MS));
         fill(&e, 0);
-        if (check_rank == 0) {
+        if (g_rank == 0) {
             /* Its own push goes out while its pull still waits: a push-pull
              * op needs the tensor idle, so push through the KV API. */
             ps_key_t key;
@@ -483,6 +490,8 @@ int main(int argc, char **argv)
     if (st != PS_OK)
         check_fail("start: %s", ps_status_str(st));
     check_rank = ps_postoffice_my_rank(po);
+    g_rank = check_rank / ps_postoffice_group_size(po);
+    g_instance = ps_postoffice_instance(po);
 
     int expect_gone = g_dead_dir != NULL;
     switch (params.role) {

@@ -6,7 +6,8 @@
 #   sum_job_test.sh LAUNCHER WORKERS SERVERS TIME_LIMIT_S [K=V ...] -- PROGRAM [ARGS...]
 #
 # K=V pairs go to every process (--env). An argument @DIR@ is replaced by a
-# fresh directory shared by the job.
+# fresh directory shared by the job. CLUSTER_GROUP_SIZE=G (1) makes WORKERS
+# and SERVERS group counts of G instances, a process each.
 set -uo pipefail
 launcher=$1 workers=$2 servers=$3 limit=$4
 shift 4
@@ -25,11 +26,13 @@ for a in "$@"; do
   if [ "$a" = "@DIR@" ]; then args+=("$dir/shared"); else args+=("$a"); fi
 done
 
-expected=$((workers + servers + 1))
+group=${CLUSTER_GROUP_SIZE:-1}
+expected=$(((workers + servers) * group + 1))
 for attempt in 1 2; do
   log="$dir/job.$attempt.log"
   start=$(date +%s)
-  python3 "$launcher" -s "$servers" -w "$workers" --timeout "$limit" "${envs[@]}" -- "${args[@]}" \
+  python3 "$launcher" -s "$servers" -w "$workers" --group-size "$group" --timeout "$limit" \
+    "${envs[@]}" -- "${args[@]}" \
     >"$log" 2>&1
   rc=$?
   cat "$log"
