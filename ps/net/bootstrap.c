@@ -130,11 +130,17 @@ ps_status_t ps__po_sched_check_shape(const ps_postoffice_t *po, const ps_msg_t *
     if (servers == po->params.num_servers && workers == po->params.num_workers &&
         group == po->params.group_size)
         return PS_OK;
-    snprintf(why, cap, "%s was started with DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d "
-             "DMLC_GROUP_SIZE=%d, the scheduler with DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d "
-             "DMLC_GROUP_SIZE=%d: every node of a job needs the same counts",
-             ps__node_describe(node, who, sizeof(who)), servers, workers, group,
-             po->params.num_servers, po->params.num_workers, po->params.group_size);
+    char node_group[32] = "";
+    char sched_group[32] = "";
+    if (group != 1 || po->params.group_size != 1) {
+        snprintf(node_group, sizeof(node_group), " DMLC_GROUP_SIZE=%d", group);
+        snprintf(sched_group, sizeof(sched_group), " DMLC_GROUP_SIZE=%d",
+                 po->params.group_size);
+    }
+    snprintf(why, cap, "%s was started with DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d%s, the "
+             "scheduler with DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d%s: every node of a job "
+             "needs the same counts", ps__node_describe(node, who, sizeof(who)), servers,
+             workers, node_group, po->params.num_servers, po->params.num_workers, sched_group);
     return PS_ERR_CONFIG;
 }
 

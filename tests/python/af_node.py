@@ -72,7 +72,7 @@ def expected_sum(rnd):
 
 def serve_sum():
     server = ps.af.Server()
-    me, workers = ps.rank(), ps.num_workers()
+    me, workers = ps.rank() // ps.group_size(), ps.num_workers()  # group ranks
     # Every worker's pushes of each key land in its part of one tensor.
     recv = {key: torch.empty((workers,) + SHAPE, dtype=torch.bfloat16) for key in PUSH_KEYS}
     for key, t in recv.items():
@@ -124,7 +124,7 @@ def work_sum():
         pass
     ps.barrier("servers+workers", timeout=30)
     for rnd in range(ROUNDS):
-        push = pushes(ps.rank(), rnd)
+        push = pushes(ps.rank() // ps.group_size(), rnd)  # the group rank
         if rnd % 2:
             for i, t in enumerate(push):
                 pool[i].copy_(t)

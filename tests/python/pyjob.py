@@ -50,10 +50,13 @@ def van_env(van):
 
 
 def run(worker_cmd, workers, servers, van="tcp", deadline_s=90, server_cmd=None,
-        scheduler_cmd=None, env=None):
+        scheduler_cmd=None, env=None, group_size=1):
     """Runs the job; commands are argument lists (the role arrives as
     DMLC_ROLE). server_cmd defaults to worker_cmd, scheduler_cmd to
-    `python3 -m ps.server` (which runs the job until the workers finalize)."""
+    `python3 -m ps.server` (which runs the job until the workers finalize).
+    group_size > 1: workers and servers count groups of that many
+    instances, a process each (DMLC_NODE_RANK, DMLC_INSTANCE_ID); ranks in
+    the results count instances."""
     server_cmd = server_cmd or worker_cmd
     scheduler_cmd = scheduler_cmd or sum_server_cmd()
     base = dict(os.environ)
@@ -70,14 +73,19 @@ def run(worker_cmd, workers, servers, van="tcp", deadline_s=90, server_cmd=None,
     })
     base.update(van_env(van))
     base.update(env or {})
+    if group_size > 1:
+        base["DMLC_GROUP_SIZE"] = str(group_size)
     plan = [("scheduler", 0, scheduler_cmd)]
-    plan += [("server", i, server_cmd) for i in range(servers)]
-    plan += [("worker", i, worker_cmd) for i in range(workers)]
+    plan += [("server", i, server_cmd) for i in range(servers * group_size)]
+    plan += [("worker", i, worker_cmd) for i in range(workers * group_size)]
     tmp = tempfile.mkdtemp(prefix="pyjob.", dir=os.environ.get("TEST_TMPDIR"))
     procs = []
     for role, rank, cmd in plan:
         penv = dict(base, DMLC_ROLE=role)
-        if role != "scheduler":
+        if role != "scheduler" and group_size > 1:
+            penv["DMLC_NODE_RANK"] = str(rank // group_size)
+            penv["DMLC_INSTANCE_ID"] = str(rank % group_size)
+        elif role != "scheduler":
             penv["DMLC_RANK"] = str(rank)
         out = open(os.path.join(tmp, "%s.%d.log" % (role, rank)), "w+")
         p = subprocess.Popen(cmd, env=penv, stdout=out, stderr=subprocess.STDOUT,

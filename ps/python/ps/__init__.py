@@ -20,7 +20,8 @@ from ps._ps import (  # noqa: F401  (the public names)
     ResourceError, Shutdown, SumTensor, TimedOut, TimeError, Unsupported,
 )
 from ps._job import (  # noqa: F401
-    barrier, finalize, init, is_started, my_id, num_servers, num_workers, rank, role, van_name,
+    barrier, finalize, group_size, init, instance, is_started, my_id, num_servers, num_workers,
+    rank, role, van_name,
     is_scheduler, is_server, is_worker, wait_job_end,
 )
 from ps._kv import KVServer, KVWorker, SumServer  # noqa: F401

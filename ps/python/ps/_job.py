@@ -14,6 +14,9 @@ _INIT_VARS = {
     "scheduler_host": "DMLC_PS_ROOT_URI",
     "scheduler_port": "DMLC_PS_ROOT_PORT",
     "rank": "DMLC_RANK",
+    "group_size": "DMLC_GROUP_SIZE",
+    "node_rank": "DMLC_NODE_RANK",
+    "instance": "DMLC_INSTANCE_ID",
     "node_host": "DMLC_NODE_HOST",
     "interface": "DMLC_INTERFACE",
     "port": "DMLC_PORT",
@@ -42,7 +45,8 @@ def _untrack(obj):
 def init(do_barrier=True, **settings):
     """Joins the job as DMLC_ROLE says. Settings come from the DMLC_* / PS_*
     environment; keyword arguments (role, num_workers, num_servers,
-    scheduler_host, scheduler_port, rank, node_host, interface, port, van)
+    scheduler_host, scheduler_port, rank, group_size, node_rank, instance,
+    node_host, interface, port, van)
     set the corresponding DMLC_* variable of this process first. Blocks
     (without the GIL) until every node joined, bounded by
     PS_START_TIMEOUT_MS."""
@@ -86,6 +90,8 @@ rank = _ps.rank
 my_id = _ps.my_id
 num_workers = _ps.num_workers
 num_servers = _ps.num_servers
+group_size = _ps.group_size
+instance = _ps.instance
 role = _ps.role
 van_name = _ps.van_name
 is_started = _ps.is_started

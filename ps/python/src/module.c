@@ -120,6 +120,8 @@ INT_QUERY(py_rank, ps_postoffice_my_rank(ps__py_po))
 INT_QUERY(py_my_id, ps_postoffice_my_id(ps__py_po))
 INT_QUERY(py_num_workers, ps_postoffice_num_workers(ps__py_po))
 INT_QUERY(py_num_servers, ps_postoffice_num_servers(ps__py_po))
+INT_QUERY(py_group_size, ps_postoffice_group_size(ps__py_po))
+INT_QUERY(py_instance, ps_postoffice_instance(ps__py_po))
 
 static PyObject *py_role(PyObject *self, PyObject *unused)
 {
@@ -215,10 +217,12 @@ static PyMethodDef kMethods[] = {
     {"finalize", py_finalize, METH_VARARGS, "finalize(do_barrier=True): leave the job."},
     {"barrier", (PyCFunction)(void (*)(void))py_barrier, METH_VARARGS | METH_KEYWORDS,
      "barrier(group='all', timeout=None)"},
-    {"rank", py_rank, METH_NOARGS, "This node's rank in its role."},
+    {"rank", py_rank, METH_NOARGS, "This node's rank in its role (instances counted)."},
     {"my_id", py_my_id, METH_NOARGS, "This node's id."},
-    {"num_workers", py_num_workers, METH_NOARGS, "Workers in the job."},
-    {"num_servers", py_num_servers, METH_NOARGS, "Servers in the job."},
+    {"num_workers", py_num_workers, METH_NOARGS, "Worker groups in the job."},
+    {"num_servers", py_num_servers, METH_NOARGS, "Server groups in the job."},
+    {"group_size", py_group_size, METH_NOARGS, "Instances per group (DMLC_GROUP_SIZE)."},
+    {"instance", py_instance, METH_NOARGS, "This node's instance in its group."},
     {"role", py_role, METH_NOARGS, "'server', 'worker' or 'scheduler'."},
     {"van_name", py_van_name, METH_NOARGS, "The transport in use."},
     {"is_started", py_is_started, METH_NOARGS, "True between start() and finalize()."},
