@@ -40,7 +40,7 @@
 #include "ps/base/buffer.h"
 #include "ps/base/mem_kind.h"
 #include "ps/base/status.h"
-#include "ps/net/codec/message.h"
+#include "ps/base/ids.h"
 #include "ps/net/postoffice.h"
 
 #ifdef __cplusplus
@@ -65,7 +65,8 @@ size_t ps_af_dtype_size(int dtype);
 /* "bfloat16", ...; "unknown" for other values. */
 const char *ps_af_dtype_str(int dtype);
 
-#define PS_AF_MAX_DIMS PS_META_MAX_SHAPE
+/* Most dimensions of a tensor (the wire meta's shape array). */
+#define PS_AF_MAX_DIMS 8
 
 /* A tensor: borrowed memory of a kind (host, CUDA, emulated device) with a
  * key, an element type and a shape (row-major, dense). */
@@ -92,12 +93,19 @@ ps_status_t ps_af_tensor_bytes(const ps_af_tensor_t *t, uint64_t *bytes_p);
 #define PS_AF_FLAG_BATCH_MIDDLE 2
 #define PS_AF_FLAG_BATCH_END 3
 
-/* One direction of a traced pull slot, CLOCK_MONOTONIC ns (ps_trace_t of
- * the meta): request — start (batch issued), postsend (message posted),
+/* One direction of a traced pull slot, CLOCK_MONOTONIC ns (as the meta
+ * carries it): request — start (batch issued), postsend (message posted),
  * postrecv (received by the server), process (handed to the server's
  * handler); response — start (respond called), postsend (posted),
- * postrecv (received by the worker). 0 where not stamped. */
-typedef ps_trace_t ps_af_trace_t;
+ * postrecv (received by the worker). 0 where not stamped; pre_start is
+ * StepMesh's and the AF apps leave it 0. */
+typedef struct {
+    uint64_t pre_start;
+    uint64_t start;
+    uint64_t postsend;
+    uint64_t postrecv;
+    uint64_t process;
+} ps_af_trace_t;
 
 typedef struct ps_af_worker ps_af_worker_t;
 typedef struct ps_af_server ps_af_server_t;

@@ -26,6 +26,7 @@
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 
 typedef struct af_batch {
     ps_af_batch_t pub; /* first: the handler's pointer is this batch's */

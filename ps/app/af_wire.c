@@ -7,6 +7,9 @@
 
 #include "ps/base/endian.h"
 
+/* A tensor's shape travels in the meta's shape array. */
+_Static_assert(PS_AF_MAX_DIMS == PS_META_MAX_SHAPE, "AF dims and the meta's shape differ");
+
 size_t ps_af_dtype_size(int dtype)
 {
     switch (dtype) {

@@ -31,6 +31,7 @@
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 
 struct ps_af_handle {
     atomic_int refs;
@@ -155,6 +156,11 @@ static void worker_done(void *arg, ps_customer_t *customer, int ts, void *ctx, p
 
 /* ---- responses ---- */
 
+static ps_af_trace_t af_trace(const ps_trace_t *t)
+{
+    return (ps_af_trace_t){t->pre_start, t->start, t->postsend, t->postrecv, t->process};
+}
+
 typedef struct {
     int sender;
     int ts;
@@ -256,8 +262,8 @@ static ps_status_t take_pull(ps_af_worker_t *w, ps_af_handle_t *h, const af_clai
         }
     }
     if (w->trace) {
-        h->req_trace[slot] = msg->meta.request_trace;
-        h->rsp_trace[slot] = msg->meta.response_trace;
+        h->req_trace[slot] = af_trace(&msg->meta.request_trace);
+        h->rsp_trace[slot] = af_trace(&msg->meta.response_trace);
         h->rsp_trace[slot].postrecv = now;
         atomic_store_explicit(&h->traced[slot], 1, memory_order_release);
     }

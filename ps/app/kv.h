@@ -40,7 +40,7 @@
 
 #include "ps/base/buffer.h"
 #include "ps/base/status.h"
-#include "ps/net/codec/message.h"
+#include "ps/base/ids.h"
 #include "ps/net/postoffice.h"
 
 #ifdef __cplusplus

@@ -30,6 +30,7 @@
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 
 /* A receive buffer registered for (worker rank, first key). */
 typedef struct {

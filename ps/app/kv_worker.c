@@ -41,6 +41,7 @@
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 
 /* One server's share of a request. */
 typedef struct {

@@ -11,6 +11,7 @@
 #include "ps/base/log.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
+#include "ps/net/postoffice_msg.h"
 
 struct ps_simple_app {
     ps_postoffice_t *po;

@@ -120,10 +120,6 @@ ps_status_t ps_config_validate(void);
  * given. For ps_info and debugging. PS_JOB_SECRET's value is not shown. */
 ps_status_t ps_config_print(int fd, int set_only);
 
-/* Tests only: forget which "deprecated"/"ignored" notes about legacy names
- * were logged, so each is logged once again. */
-void ps__config_reset_notes(void);
-
 /* Standalone parsers (also used by the getters). They do not log; leading
  * and trailing blanks are ignored; PS_ERR_PARSE on bad text (including
  * overflow), out-parameter untouched. */

@@ -1,4 +1,5 @@
 #include "ps/base/config.h"
+#include "ps/base/config_internal.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>

@@ -24,6 +24,7 @@
  *    It sleeps on a condition variable: an idle process uses no CPU.
  */
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -76,11 +76,9 @@
 
 #include <stdint.h>
 
+#include "ps/base/ids.h"
 #include "ps/base/status.h"
 #include "ps/net/caps.h"
-#include "ps/net/codec/lane.h"
-#include "ps/net/codec/message.h"
-#include "ps/net/message.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -94,8 +92,9 @@ typedef struct ps_postoffice ps_postoffice_t;
 /* Most instances per group (DMLC_GROUP_SIZE). */
 #define PS_GROUP_SIZE_MAX 1024
 
-/* Group ids (PS_GROUP_SCHEDULER, PS_GROUP_SERVER, PS_GROUP_WORKER,
- * PS_GROUP_ALL) and node-id helpers are in ps/net/codec/message.h. */
+/* Roles, group ids (PS_GROUP_SCHEDULER, PS_GROUP_SERVER, PS_GROUP_WORKER,
+ * PS_GROUP_ALL) and node-id helpers are in ps/base/ids.h. Sending messages
+ * (for the apps built on the postoffice) is in ps/net/postoffice_msg.h. */
 
 /* What a process needs to join a job. ps_start_params_from_env() fills it
  * from DMLC_* / PS_* as upstream; programs that do not use the environment
@@ -224,35 +223,6 @@ ps_status_t ps_postoffice_server_key_range(const ps_postoffice_t *po, int server
 /* PS_CAP_* flags of the van in use, and its name (for logs only). */
 uint32_t ps_postoffice_capabilities(const ps_postoffice_t *po);
 const char *ps_postoffice_van_name(const ps_postoffice_t *po);
-
-/* Sends a message to meta.recver (a node id); stamps meta.sender. Never
- * blocks on the network. The caller keeps and releases *msg. PS_OK (queued
- * or sent), PS_ERR_PEER_GONE (the node is dead, or its connection closed),
- * PS_ERR_LINK_FAILED (no working connection to it otherwise),
- * PS_ERR_SHUTDOWN (finalizing). */
-ps_status_t ps_postoffice_send(ps_postoffice_t *po, const ps_msg_t *msg);
-
-/* The small lane (ps/net/codec/lane.h): a message of an app's own compact
- * form, without meta or frame, for the small requests and responses whose
- * generic path costs more than their transport. The payload bytes a lane
- * message may carry, or 0 when there is no lane: the van has none,
- * PS_SMALL_LANE=0, or PS_RESEND / PS_DROP_MSG must see every message. */
-size_t ps_postoffice_lane_max(const ps_postoffice_t *po);
-
-/* Room a lane sender leaves in front of its payload, for the headers. */
-#define PS_POSTOFFICE_LANE_HEADROOM PS_LANE_HEADROOM
-
-/* Sends payload[0..len) (len <= ps_postoffice_lane_max()) to the customer
- * (app_id, customer_id) of node `recver`, a server or worker, whose lane
- * function (ps_customer_set_lane_func) receives it, in order with this
- * node's other messages to `recver`. The PS_POSTOFFICE_LANE_HEADROOM bytes
- * before payload must be writable. Statuses as ps_postoffice_send();
- * PS_ERR_INVALID_ARG also for a payload too long; PS_ERR_UNSUPPORTED when
- * the lane cannot carry it (app or customer id outside 0..65535) or the
- * van cannot take a lane message to that node: nothing was sent, send it
- * the generic way. */
-ps_status_t ps_postoffice_send_lane(ps_postoffice_t *po, int recver, int app_id, int customer_id,
-                                    uint8_t *payload, size_t len);
 
 /* Bytes sent/received by the van so far. */
 void ps_postoffice_traffic(const ps_postoffice_t *po, uint64_t *sent_p, uint64_t *recv_p);

@@ -19,6 +19,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 #include "ps/net/postoffice_internal.h"
 #include "ps/net/profile_internal.h"
 #include "ps/net/resender_internal.h"

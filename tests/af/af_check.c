@@ -42,6 +42,7 @@
 #include "ps/net/caps.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 #include "tests/lib/check_node.h"
 
 #define BARRIER_TIMEOUT_MS 120000

@@ -57,6 +57,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/group.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 #include "tests/lib/check_node.h"
 
 #define NUM_RANDOM_KEYS 96

@@ -15,6 +15,7 @@ extern "C" {
 #include "ps/base/buffer.h"
 #include "ps/net/caps.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 #include "tests/lib/small_job.h"
 }
 

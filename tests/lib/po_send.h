@@ -14,6 +14,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 
 #ifdef __cplusplus
 extern "C" {

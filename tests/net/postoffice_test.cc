@@ -34,6 +34,7 @@ extern "C" {
 #include "ps/net/group.h"
 #include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 // Internal: the registry, to check that unclaimed messages expire.
 #include "ps/base/time.h"
 #include "ps/net/postoffice_internal.h"

@@ -8,7 +8,8 @@
  * and a control message's node list is an array the caller provides.
  *
  * Values and numbering follow upstream ps-lite/StepMesh where they exist
- * (roles, control commands, data types, node ids, PS_NODE_EMPTY).
+ * (control commands, device types; roles, node ids and data types are in
+ * ps/base/ids.h).
  */
 #ifndef PS_NET_CODEC_MESSAGE_H_
 #define PS_NET_CODEC_MESSAGE_H_
@@ -17,12 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ps/base/ids.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Upstream's "unset" value for ids, app ids, timestamps (INT16_MAX). */
-#define PS_NODE_EMPTY 32767
 
 /* Array sizes of the model. meta.options carries the same numbers. */
 #define PS_NODE_HOSTNAME_MAX 256 /* bytes including the terminating NUL */
@@ -33,12 +34,6 @@ extern "C" {
 #define PS_META_MAX_SLAVE_QP 8
 #define PS_META_VAN_DATA_MAX 64
 
-typedef enum {
-    PS_ROLE_SERVER = 0,
-    PS_ROLE_WORKER = 1,
-    PS_ROLE_SCHEDULER = 2,
-    PS_ROLE_JOINT = 3, /* one process hosting a server and a worker */
-} ps_role_t;
 
 typedef enum {
     PS_CTRL_EMPTY = 0, /* not a control message */
@@ -56,23 +51,6 @@ typedef enum {
 } ps_control_cmd_t;
 #define PS_CTRL_COUNT 12
 
-typedef enum {
-    PS_DATA_CHAR = 0,
-    PS_DATA_INT8 = 1,
-    PS_DATA_INT16 = 2,
-    PS_DATA_INT32 = 3,
-    PS_DATA_INT64 = 4,
-    PS_DATA_UINT8 = 5,
-    PS_DATA_UINT16 = 6,
-    PS_DATA_UINT32 = 7,
-    PS_DATA_UINT64 = 8,
-    PS_DATA_FLOAT = 9,
-    PS_DATA_DOUBLE = 10,
-    PS_DATA_OTHER = 11,
-    PS_DATA_FLOAT16 = 12,
-    PS_DATA_BFLOAT16 = 13,
-} ps_data_type_t;
-#define PS_DATA_TYPE_COUNT 14
 
 typedef enum {
     PS_DEV_UNK = 0,
@@ -81,33 +59,6 @@ typedef enum {
 } ps_device_type_t;
 #define PS_DEV_TYPE_COUNT 3
 
-/* Node ids and groups (upstream): groups are bit flags below 8, the
- * scheduler is 1, server rank r is 8 + 2r and worker rank r is 9 + 2r. */
-#define PS_SCHEDULER_ID 1
-/* Server and worker ids start here (server rank 0); ids below it are the
- * scheduler and the groups. */
-#define PS_RANK_ID_BASE 8
-#define PS_GROUP_SCHEDULER 1
-#define PS_GROUP_SERVER 2
-#define PS_GROUP_WORKER 4
-#define PS_GROUP_ALL (PS_GROUP_SCHEDULER | PS_GROUP_SERVER | PS_GROUP_WORKER)
-
-static inline int ps_server_rank_to_id(int rank) { return PS_RANK_ID_BASE + 2 * rank; }
-static inline int ps_worker_rank_to_id(int rank) { return PS_RANK_ID_BASE + 1 + 2 * rank; }
-/* max((id - 8) / 2, 0), as upstream's IDtoRank. */
-static inline int ps_id_to_rank(int id)
-{
-    return id < PS_RANK_ID_BASE ? 0 : (id - PS_RANK_ID_BASE) / 2;
-}
-/* True for a group id (a union of PS_GROUP_* bits) rather than one node. */
-static inline bool ps_id_is_group(int id) { return id >= 1 && id < PS_RANK_ID_BASE; }
-/* Below 8 the scheduler, then even ids are servers and odd ids workers. */
-static inline ps_role_t ps_id_to_role(int id)
-{
-    if (id < PS_RANK_ID_BASE)
-        return PS_ROLE_SCHEDULER;
-    return (id % 2) ? PS_ROLE_WORKER : PS_ROLE_SERVER;
-}
 
 typedef struct {
     ps_role_t role;
@@ -218,15 +169,10 @@ static inline bool ps_meta_is_control(const ps_meta_t *meta)
 bool ps_node_equal(const ps_node_t *a, const ps_node_t *b);
 bool ps_meta_equal(const ps_meta_t *a, const ps_meta_t *b);
 
-/* Bytes per element: 1 for CHAR, 2 for FLOAT16/BFLOAT16, ...; 0 when not
- * known (OTHER, values outside the enum). */
-size_t ps_data_type_size(ps_data_type_t type);
 
-/* Lower-case names ("server", "add_node", "float16", "gpu"); never NULL,
- * "unknown" for values outside the enum. */
-const char *ps_role_str(ps_role_t role);
+/* Lower-case names ("add_node", "gpu"); never NULL, "unknown" for values
+ * outside the enum. */
 const char *ps_control_cmd_str(ps_control_cmd_t cmd);
-const char *ps_data_type_str(ps_data_type_t type);
 const char *ps_device_type_str(ps_device_type_t type);
 
 #ifdef __cplusplus

@@ -22,6 +22,7 @@ extern "C" {
 #include "ps/base/config.h"
 #include "ps/net/customer.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 }
 
 namespace {
