@@ -1,7 +1,7 @@
 """One process of the KV jobs of test_kv.py: DMLC_ROLE says which.
 
   kv_node.py MODE      MODE: dtypes | zerocopy | errors | gil | device | anysize |
-                            recvbuf
+                            recvbuf | slicer
 
 The servers run a Python KVServer whose handler keeps each key's last
 pushed value (a copy) and answers pulls with it; it checks that a value of
@@ -17,6 +17,9 @@ space, pulled back with pull_any (the servers size the values).
 recvbuf: the server registers a receive buffer for each worker's key
 RECV_KEY + rank (register_recv_buffer) and reports how many pushes landed
 in them.
+slicer: the workers give key k to server k % num_servers
+(KVWorker.set_slicer), which every server checks of every key it gets;
+a slicer that names no server fails the request.
 A worker runs MODE's checks, prints
 "PASS worker MODE" and leaves; any failed check raises (exit 1).
 """
@@ -48,9 +51,16 @@ def serve(mode):
     # recvbuf: a buffer per worker for its pushes of RECV_KEY.
     recv = {r: ps.empty(RECV_FLOATS, "float32") for r in range(ps.num_workers())}
     landed = [0, 0]  # pushes of RECV_KEY, those that were in their buffer
+    sliced = [0]  # slicer: keys checked
 
     def handler(req):
         keys = req.keys
+        if mode == "slicer" and SLICER_KEY <= keys[0]:
+            for k in keys:
+                if k % ps.num_servers() != ps.rank():
+                    raise ValueError("server %d got key %d, which the slicer gives to %d" % (
+                        ps.rank(), k, k % ps.num_servers()))
+            sliced[0] += len(keys)
         if REFUSED_KEY in keys:
             raise ps.InvalidArgument("key %d is refused" % REFUSED_KEY)
         if FAILED_KEY in keys:
@@ -98,6 +108,8 @@ def serve(mode):
     if mode == "recvbuf":
         print("recv buffer: %d of %d pushes landed in their registered buffer" % (
             landed[1], landed[0]))
+    if mode == "slicer":
+        print("slicer: %d keys, each on its server" % sliced[0])
 
 
 def sample(dtype, n, seed):
@@ -308,6 +320,33 @@ def check_recvbuf(w):
     print("recvbuf pushes ok")
 
 
+SLICER_KEY = 8000
+
+
+def check_slicer(w):
+    calls = []
+
+    def interleave(keys, num_servers):
+        calls.append(len(keys))
+        return [k % num_servers for k in keys]
+
+    w.set_slicer(interleave)
+    base = SLICER_KEY + 100 * ps.rank()
+    keys = list(range(base, base + 6))
+    lens = [1, 2, 3, 4, 5, 6]
+    a = np.arange(sum(lens), dtype=np.float32) + base
+    w.push(keys, a, lens=lens).wait(timeout=30)
+    out = np.zeros_like(a)
+    w.pull(keys, out, lens=lens).wait(timeout=30)
+    assert np.array_equal(out, a), out
+    assert calls == [6, 6], calls
+    w.set_slicer(lambda keys, n: [n] * len(keys))  # no such server
+    expect(ps.InvalidArgument, "", lambda: w.push(keys, a, lens=lens).wait(timeout=30))
+    w.set_slicer(None)  # the key ranges again (keys the servers do not check)
+    w.push([k - SLICER_KEY // 2 for k in keys], a, lens=lens).wait(timeout=30)
+    print("slicer ok")
+
+
 class HostInterface:
     """Host memory that claims to be device memory: ps must refuse it."""
 
@@ -394,7 +433,7 @@ def main():
     w = ps.KVWorker()
     {"dtypes": check_dtypes, "zerocopy": check_zerocopy, "errors": check_errors,
      "gil": check_gil, "device": check_device, "anysize": check_anysize,
-     "recvbuf": check_recvbuf}[mode](w)
+     "recvbuf": check_recvbuf, "slicer": check_slicer}[mode](w)
     print("PASS worker %s" % mode)
     ps.finalize()
 

@@ -37,6 +37,16 @@ def test_pull_any_values_the_servers_size(van):
         assert "pull_any ok" in job.output("worker", rank)
 
 
+@pytest.mark.parametrize("van", ["tcp", "shm"])
+def test_user_slicer(van):
+    job = run("slicer", van, servers=2)
+    for rank in range(2):
+        assert "slicer ok" in job.output("worker", rank)
+    checked = sum(int(line.split()[1]) for line in job.output("server").splitlines()
+                  if line.startswith("slicer:"))
+    assert checked == 2 * 2 * 6, job.output("server")
+
+
 def test_errors_and_handler_exception():
     job = run("errors")
     server = job.output("server")

@@ -19,6 +19,7 @@ typedef struct {
     int app_id;
     int customer_id;
     int waiters; /* threads in wait() (GIL-protected) */
+    PyObject *slicer; /* set_slicer's function, or NULL */
 } worker_obj_t;
 
 /* What a request's callback and its handle share. */
@@ -261,12 +262,13 @@ static void worker_destroy(worker_obj_t *w)
 {
     ps_kv_worker_t *worker = w->worker;
     w->worker = NULL;
-    if (!worker)
-        return;
-    Py_BEGIN_ALLOW_THREADS
-    ps_kv_worker_destroy(worker);
-    Py_END_ALLOW_THREADS
-    ps__py_sweep();
+    if (worker) {
+        Py_BEGIN_ALLOW_THREADS
+        ps_kv_worker_destroy(worker);
+        Py_END_ALLOW_THREADS
+        ps__py_sweep();
+    }
+    Py_CLEAR(w->slicer); /* no request can call it any more */
 }
 
 static PyObject *worker_close(PyObject *self, PyObject *unused)
@@ -582,6 +584,83 @@ static PyObject *worker_push_pull(PyObject *self, PyObject *args, PyObject *kw)
     return worker_request(self, OP_PUSH_PULL, args, kw);
 }
 
+/* ---- a slicer in Python ---- */
+
+/* The C slicer calling the worker's Python one, on whichever thread issues
+ * the request (it takes the GIL): fn(keys, num_servers) with keys a
+ * read-only memoryview of uint64 (a copy: it may outlive the call), giving
+ * one server index per key. A failure (an exception, a wrong count or
+ * index) is reported on stderr and refuses the request. */
+static ps_status_t py_slicer(void *arg, const ps_key_t *keys, size_t num_keys, int num_servers,
+                             int *server_of_key)
+{
+    worker_obj_t *w = arg;
+    ps_status_t st = PS_ERR_INVALID_ARG;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *bytes = NULL, *view = NULL, *keys_view = NULL, *got = NULL, *seq = NULL;
+    if (!w->slicer)
+        goto out;
+    bytes = PyBytes_FromStringAndSize((const char *)keys, (Py_ssize_t)(num_keys * sizeof(*keys)));
+    view = bytes ? PyMemoryView_FromObject(bytes) : NULL;
+    keys_view = view ? PyObject_CallMethod(view, "cast", "s", "Q") : NULL;
+    got = keys_view ? PyObject_CallFunction(w->slicer, "Oi", keys_view, num_servers) : NULL;
+    seq = got ? PySequence_List(got) : NULL;
+    if (!seq)
+        goto report;
+    if ((size_t)PyList_Size(seq) != num_keys) {
+        PyErr_Format(PyExc_ValueError, "the slicer gave %zd servers for %zu keys",
+                     PyList_Size(seq), num_keys);
+        goto report;
+    }
+    for (size_t i = 0; i < num_keys; i++) {
+        long s = PyLong_AsLong(PyList_GetItem(seq, (Py_ssize_t)i)); /* borrowed */
+        if (s == -1 && PyErr_Occurred())
+            goto report;
+        if (s < 0 || s >= num_servers) {
+            PyErr_Format(PyExc_ValueError, "the slicer gave key %zu server %ld of %d", i, s,
+                         num_servers);
+            goto report;
+        }
+        server_of_key[i] = (int)s;
+    }
+    st = PS_OK;
+    goto out;
+report:
+    PyErr_WriteUnraisable(w->slicer);
+out:
+    Py_XDECREF(seq);
+    Py_XDECREF(got);
+    Py_XDECREF(keys_view);
+    Py_XDECREF(view);
+    Py_XDECREF(bytes);
+    PyGILState_Release(gil);
+    return st;
+}
+
+static PyObject *worker_set_slicer(PyObject *self, PyObject *fn)
+{
+    worker_obj_t *w = (worker_obj_t *)self;
+    if (!w->worker)
+        return ps__py_raise(PS_ERR_SHUTDOWN, "the KVWorker was closed");
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "set_slicer takes a function or None");
+        return NULL;
+    }
+    /* Requests issue without the GIL, so the C slicer changes first and
+     * the function it calls after (py_slicer reads it under the GIL). */
+    if (fn == Py_None) {
+        ps_kv_worker_set_slicer(w->worker, NULL, NULL);
+        Py_CLEAR(w->slicer);
+    } else {
+        PyObject *old = w->slicer;
+        Py_INCREF(fn);
+        w->slicer = fn;
+        Py_XDECREF(old);
+        ps_kv_worker_set_slicer(w->worker, py_slicer, w);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *worker_stats(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -626,6 +705,13 @@ static PyMethodDef kWorkerMethods[] = {
      "pull_any(keys, dtype='float32', cmd=0) -> Handle: a pull the servers size; wait() "
      "returns (values, lens): a typed memoryview of every key's values in key order (no "
      "copy) and each key's element count"},
+    {"set_slicer", worker_set_slicer, METH_O,
+     "set_slicer(fn): fn(keys, num_servers) -> one server index per key (keys: a read-only "
+     "uint64 memoryview of a request's sorted keys), called for every request on the thread "
+     "that issues it; None restores the servers' key ranges. Servers out of key order cost a "
+     "copy of the request (host memory only). A slicer that raises or answers wrongly is "
+     "reported on stderr and the request fails with ps.InvalidArgument. Set it before "
+     "issuing requests."},
     {"close", worker_close, METH_NOARGS, "Waits for outstanding requests (bounded), frees."},
     {"stats", worker_stats, METH_NOARGS, "The worker's counters."},
     {NULL, NULL, 0, NULL},
