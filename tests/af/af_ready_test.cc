@@ -19,25 +19,14 @@ extern "C" {
 #include "tests/lib/small_job.h"
 }
 
+#include "tests/lib/emu_stream.h"
+
 namespace {
 
 constexpr int64_t kBytes = 64 << 10;
 constexpr uint64_t kPushKey = 1, kPullKey = 100;
 
 const ps_mem_ops_t *Emu() { return ps_mem_ops(PS_MEM_EMU); }
-
-void SleepOnStream(void *arg) { ps_sleep_ms(*static_cast<int *>(arg)); }
-
-// Blocks the stream until opened: an event that does not complete.
-struct Gate {
-    std::atomic<bool> open{false};
-    static void Wait(void *arg)
-    {
-        auto *g = static_cast<Gate *>(arg);
-        while (!g->open.load())
-            ps_sleep_ms(1);
-    }
-};
 
 // Answers each batch with the first byte of its push, repeated, and counts
 // the batches it saw.

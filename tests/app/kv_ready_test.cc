@@ -18,26 +18,14 @@ extern "C" {
 #include "tests/lib/small_job.h"
 }
 
+#include "tests/lib/emu_stream.h"
+
 namespace {
 
 constexpr size_t kFloats = 1 << 16;  // 256 KiB: messages, not the small lane
 constexpr size_t kBytes = kFloats * sizeof(float);
 
 const ps_mem_ops_t *Emu() { return ps_mem_ops(PS_MEM_EMU); }
-
-// Sleeps on the stream's thread: the work queued after it waits.
-void SleepOnStream(void *arg) { ps_sleep_ms(*static_cast<int *>(arg)); }
-
-// Blocks the stream until released: an event that does not complete.
-struct Gate {
-    std::atomic<bool> open{false};
-    static void Wait(void *arg)
-    {
-        auto *g = static_cast<Gate *>(arg);
-        while (!g->open.load())
-            ps_sleep_ms(1);
-    }
-};
 
 class KvReady : public ::testing::TestWithParam<std::string> {
   protected:
