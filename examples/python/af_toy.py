@@ -94,7 +94,7 @@ def main():
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--ffn", type=int, default=256)
     args = ap.parse_args()
-    ps.init()
+    ps.init(af=True)  # busy polling, as StepMesh
     role = os.environ.get("DMLC_ROLE", "worker")
     if role == "scheduler":
         ps.wait_job_end()

@@ -280,6 +280,14 @@ void ps_af_worker_stats(ps_af_worker_t *worker, ps_af_worker_stats_t *stats_p);
  * thread may not run on; PS_ERR_CONFIG for settings that leave no core. */
 ps_status_t ps_af_bind_cpu_core(int offset, int *core_p);
 
+/* StepMesh's threads poll without pause; ps's sleep when idle unless
+ * PS_BUSY_POLL=1 (the KV default). An AF program applies AF's default to
+ * the parameters it starts with: busy polling (PS_BUSY_POLL's, so the
+ * van's threads and the waits that drive them) on when STEPMESH_BUSY_POLL_ENABLE
+ * is 1 (the default), unless PS_BUSY_POLL itself is set, which wins. The
+ * scheduler never spins. test_benchmark_af starts so. */
+void ps_af_start_params(ps_start_params_t *params);
+
 #ifdef __cplusplus
 }
 #endif

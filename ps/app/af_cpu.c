@@ -1,6 +1,7 @@
 /*
- * StepMesh's BindCpuCore for the AF app: which core a GPU's communication
- * thread runs on, from the STEPMESH_* pinning variables.
+ * StepMesh's CPU policy for the AF app: BindCpuCore (which core a GPU's
+ * communication thread runs on, from the STEPMESH_* pinning variables) and
+ * busy polling by default.
  */
 #include "ps/app/af.h"
 #include "ps/app/af_wire.h"
@@ -49,4 +50,10 @@ ps_status_t ps_af_bind_cpu_core(int offset, int *core_p)
     if (core_p)
         *core_p = core;
     return PS_OK;
+}
+
+void ps_af_start_params(ps_start_params_t *params)
+{
+    if (params && !ps_config_is_set(PS_CFG_PS_BUSY_POLL))
+        params->busy_poll = ps_config_bool_or(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, 1);
 }

@@ -50,7 +50,7 @@ af() {
       BENCHMARK_WARMUP=50 BENCHMARK_ITER=$iter BENCHMARK_BATCH_START=$b BENCHMARK_BATCH_END=$b \
         BENCHMARK_BATCH_STEP=1 BENCHMARK_WORKER_NUMBER=$w \
         timeout 600 python3 "$here/tools/launch/ps_launch.py" -s "$s" -w "$w" --timeout 580 -- \
-        "$bench" 2>&1 | grep -E "pushpull batch latency overall|AF_BENCH .*\"op\":\"pushpull\"|busy polling"
+        "$bench" 2>&1 | grep -E "pushpull batch latency overall|AF_BENCH .*\"op\":\"pushpull\"|busy-poll"
     )
   done
 }

@@ -149,6 +149,9 @@ static void on_batch(void *arg, ps_af_server_t *server, ps_af_batch_t *batch)
         s->errors++;
 }
 
+/* The van's threads busy-poll (PS_BUSY_POLL, or AF's default). */
+static int g_busy_poll;
+
 static void run_server(ps_postoffice_t *po)
 {
     srv_t s = {.rank = check_rank};
@@ -270,8 +273,10 @@ static void run_worker(ps_postoffice_t *po)
     CHECK_OK(ps_af_worker_create(po, 0, 0, &w));
     int core;
     CHECK_OK(ps_af_bind_cpu_core(0, &core));
-    printf("worker thread %s (busy polling %s)\n", core >= 0 ? "pinned" : "not pinned",
-           ps_config_bool_or(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, 1) ? "on" : "off");
+    printf("worker thread %s (waits spin: %s; van threads busy-poll: %s)\n",
+           core >= 0 ? "pinned" : "not pinned",
+           ps_config_bool_or(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, 1) ? "yes" : "no",
+           g_busy_poll ? "yes" : "no");
     if (core >= 0)
         printf("worker thread on core %d\n", core);
     int me = check_rank, ns = g_num_servers;
@@ -404,7 +409,12 @@ int main(void)
      * long after its first when BENCHMARK_ITER is large. */
     g_barrier_ms = g_cfg.iter > 100000 ? INT_MAX : 600000;
 
-    ps_postoffice_t *po = check_node_start();
+    /* AF's default: busy polling (ps_af_start_params). */
+    ps_start_params_t params;
+    CHECK_OK(ps_start_params_from_env(&params));
+    ps_af_start_params(&params);
+    g_busy_poll = params.busy_poll;
+    ps_postoffice_t *po = check_node_start_params(&params);
     g_num_workers = ps_postoffice_num_workers(po);
     g_num_servers = ps_postoffice_num_servers(po);
     if (g_cfg.worker_number != g_num_workers)

@@ -24,8 +24,13 @@ void check_fail(const char *fmt, ...)
 
 ps_postoffice_t *check_node_start(void)
 {
+    return check_node_start_params(NULL);
+}
+
+ps_postoffice_t *check_node_start_params(const ps_start_params_t *params)
+{
     ps_postoffice_t *po;
-    ps_status_t st = ps_postoffice_start(NULL, 1, &po);
+    ps_status_t st = ps_postoffice_start(params, 1, &po);
     if (st != PS_OK)
         check_fail("start: %s", ps_status_str(st));
     check_role = ps_role_str(ps_postoffice_role(po));

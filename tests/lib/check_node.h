@@ -31,6 +31,8 @@ void check_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noret
  * start barrier) and sets check_role and check_rank; check_fail()s when it
  * cannot. */
 ps_postoffice_t *check_node_start(void);
+/* The same with the parameters given (NULL: from DMLC_*). */
+ps_postoffice_t *check_node_start_params(const ps_start_params_t *params);
 
 /* What a check program does in one role. */
 typedef void (*check_role_func_t)(ps_postoffice_t *po);

@@ -42,21 +42,23 @@ def _untrack(obj):
         _open.discard(obj)
 
 
-def init(do_barrier=True, **settings):
+def init(do_barrier=True, af=False, **settings):
     """Joins the job as DMLC_ROLE says. Settings come from the DMLC_* / PS_*
     environment; keyword arguments (role, num_workers, num_servers,
     scheduler_host, scheduler_port, rank, group_size, node_rank, instance,
     node_host, interface, port, van)
     set the corresponding DMLC_* variable of this process first. Blocks
     (without the GIL) until every node joined, bounded by
-    PS_START_TIMEOUT_MS."""
+    PS_START_TIMEOUT_MS. af=True starts with the AF app's default, as
+    StepMesh: the van's threads busy-poll (unless PS_BUSY_POLL says
+    otherwise, or STEPMESH_BUSY_POLL_ENABLE=0)."""
     for key, value in settings.items():
         if key not in _INIT_VARS:
             raise TypeError("init() got an unknown setting %r (known: %s)"
                             % (key, ", ".join(sorted(_INIT_VARS))))
         name = _INIT_VARS[key]
         os.environ[name] = str(value)
-    _ps.start(bool(do_barrier))
+    _ps.start(bool(do_barrier), bool(af))
 
 
 def finalize(do_barrier=True):

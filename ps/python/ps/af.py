@@ -3,7 +3,7 @@
 Attention instances are workers, FFN instances servers:
 
     import ps, ps.af
-    ps.init()
+    ps.init(af=True)          # busy polling, as StepMesh (PS_BUSY_POLL=0 turns it off)
     if ps.is_worker():
         w = ps.af.Worker()
         h = w.push_pull([x], [0], [out_s0, out_s1], [100, 100])   # pull: one per server

@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "ps/app/af.h"
 #include "ps/app/sum/sum_server.h"
 
 ps_postoffice_t *ps__py_po;
@@ -14,7 +15,8 @@ static PyObject *py_start(PyObject *self, PyObject *args)
 {
     (void)self;
     int do_barrier = 1;
-    if (!PyArg_ParseTuple(args, "|p", &do_barrier))
+    int af = 0;
+    if (!PyArg_ParseTuple(args, "|pp", &do_barrier, &af))
         return NULL;
     ps__py_sweep();
     if (ps__py_po)
@@ -23,6 +25,8 @@ static PyObject *py_start(PyObject *self, PyObject *args)
     ps_status_t st = ps_start_params_from_env(&params);
     if (st != PS_OK)
         return ps__py_raise(st, "reading the DMLC_* settings (see the log line above)");
+    if (af)
+        ps_af_start_params(&params);
     ps_postoffice_t *po = NULL;
     Py_BEGIN_ALLOW_THREADS
     st = ps_postoffice_start(&params, do_barrier, &po);
@@ -213,7 +217,8 @@ void ps__py_free_object(PyObject *self)
 }
 
 static PyMethodDef kMethods[] = {
-    {"start", py_start, METH_VARARGS, "start(do_barrier=True): join the job (DMLC_* settings)."},
+    {"start", py_start, METH_VARARGS,
+     "start(do_barrier=True, af=False): join the job (DMLC_* settings; af: AF's busy polling)."},
     {"finalize", py_finalize, METH_VARARGS, "finalize(do_barrier=True): leave the job."},
     {"barrier", (PyCFunction)(void (*)(void))py_barrier, METH_VARARGS | METH_KEYWORDS,
      "barrier(group='all', timeout=None)"},
