@@ -45,8 +45,11 @@ typedef struct {
     void *base;     /* where the allocation is open in this process */
     size_t len;     /* its length */
     uint64_t used;  /* last use, for eviction */
+    int pins;       /* fetches copying from it now (outside the lock) */
 } ipc_entry_t;
 
+/* Entries are fixed slots; one that a fetch copies from is pinned, and
+ * eviction passes it over. */
 struct ps__kv_ipc_cache {
     pthread_mutex_t lock;
     ipc_entry_t entries[PS__KV_IPC_CACHE];
@@ -76,6 +79,7 @@ void ps__kv_ipc_cache_destroy(ps__kv_ipc_cache_t *c)
 {
     if (c == NULL)
         return;
+    /* No fetch runs now (the server's customer is gone): nothing pinned. */
     for (int i = 0; i < PS__KV_IPC_CACHE; i++) {
         if (c->entries[i].sender != 0)
             entry_close(&c->entries[i]);
@@ -102,11 +106,14 @@ static ps_status_t lookup(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_de
             *entry_p = e;
             return PS_OK;
         }
-        if (oldest == NULL || e->used < oldest->used)
+        if (e->pins == 0 && (oldest == NULL || e->used < oldest->used))
             oldest = e;
     }
     ipc_entry_t *e = free_slot;
     if (e == NULL) {
+        /* The least recently used that no fetch copies from. */
+        if (oldest == NULL)
+            return PS_ERR_NO_RESOURCE;
         entry_close(oldest);
         e = oldest;
     }
@@ -139,24 +146,37 @@ ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc
     pthread_mutex_lock(&c->lock);
     ipc_entry_t *e;
     ps_status_t st = lookup(c, sender, d, &e);
-    if (st == PS_OK) {
-        /* The length is checked against the allocation before a host
-         * buffer of that length is made. Under the lock, eviction cannot
-         * close the allocation during the copy. */
-        if (d->offset > e->len || d->len > e->len - d->offset) {
-            ps_warn_ratelimited(PS_LOG_APP, "kv ipc: node %d named %llu bytes at offset %llu of "
-                                "an allocation of %zu", sender, (unsigned long long)d->len,
-                                (unsigned long long)d->offset, e->len);
-            st = PS_ERR_INVALID_ARG;
-        } else if ((st = ps_stage_pool_get(e->kind, d->len, &host)) == PS_OK) {
-            st = ps_mem_ops(e->kind)->copy_to_host(ps_slice_ptr(&host),
-                                                  (char *)e->base + d->offset, d->len);
-        }
-    } else {
-        ps_warn_ratelimited(PS_LOG_APP, "kv ipc: node %d's handle does not open here (%s); "
-                            "a worker in another container or namespace needs "
-                            "PS_DEVICE_IPC=0", sender, ps_status_str(st));
+    if (st != PS_OK) {
+        pthread_mutex_unlock(&c->lock);
+        if (st == PS_ERR_NO_RESOURCE)
+            ps_warn_ratelimited(PS_LOG_APP, "kv ipc: node %d's allocation cannot open: all %d "
+                                "cached ones are being copied from", sender, PS__KV_IPC_CACHE);
+        else
+            ps_warn_ratelimited(PS_LOG_APP, "kv ipc: node %d's handle does not open here (%s); "
+                                "a worker in another container or namespace needs "
+                                "PS_DEVICE_IPC=0", sender, ps_status_str(st));
+        return st;
     }
+    /* The length is checked against the allocation before a host buffer
+     * of that length is made. */
+    if (d->offset > e->len || d->len > e->len - d->offset) {
+        size_t alloc_len = e->len;
+        pthread_mutex_unlock(&c->lock);
+        ps_warn_ratelimited(PS_LOG_APP, "kv ipc: node %d named %llu bytes at offset %llu of an "
+                            "allocation of %zu", sender, (unsigned long long)d->len,
+                            (unsigned long long)d->offset, alloc_len);
+        return PS_ERR_INVALID_ARG;
+    }
+    /* Pinned, the allocation stays open (eviction passes it over) while
+     * the pool allocates and the copy runs without the lock. */
+    e->pins++;
+    ps_mem_kind_t kind = e->kind;
+    const char *src = (const char *)e->base + d->offset;
+    pthread_mutex_unlock(&c->lock);
+    if ((st = ps_stage_pool_get(kind, d->len, &host)) == PS_OK)
+        st = ps_mem_ops(kind)->copy_to_host(ps_slice_ptr(&host), src, d->len);
+    pthread_mutex_lock(&c->lock);
+    e->pins--;
     pthread_mutex_unlock(&c->lock);
     if (st != PS_OK) {
         ps_slice_unref(&host);

@@ -58,7 +58,10 @@ ps_status_t ps__kv_ipc_cache_create(ps__kv_ipc_cache_t **cache_p);
 void ps__kv_ipc_cache_destroy(ps__kv_ipc_cache_t *cache);
 
 /* The values a descriptor from node `sender` names, copied into a pinned
- * host slice of desc->len bytes (the caller's reference). */
+ * host slice of desc->len bytes (the caller's reference). Thread-safe; the
+ * copy runs outside the cache's lock, its allocation pinned in the cache
+ * meanwhile (PS_ERR_NO_RESOURCE when every one of PS__KV_IPC_CACHE
+ * allocations is pinned so and a new one must open). */
 ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *cache, int sender,
                              const ps__kv_ipc_desc_t *desc, ps_slice_t *vals_p);
 

@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 extern "C" {
@@ -184,6 +186,39 @@ TEST_F(KvIpc, HostileDescriptorsFailTheirRequestOnly) {
   EXPECT_EQ(ps__kv_ipc_fetch(cache_, 0, &descs_[2], &vals), PS_ERR_UNSUPPORTED);
   // The allocation itself still opens and reads right.
   FetchAndCheck(9, descs_[2], 2);
+}
+
+// Fetches on several threads at once, over more allocations than the cache
+// holds: copies run outside the cache's lock while other fetches open and
+// evict allocations (never one being copied from: it is pinned); every
+// byte is checked, and when all are done the cache holds its full count.
+TEST_F(KvIpc, ConcurrentFetchesReadRightWhileTheCacheEvicts) {
+  constexpr int kThreads = 4, kFetches = 300;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([this, t, &bad] {
+      for (int i = 0; i < kFetches; i++) {
+        int a = (i * 7 + t * 3) % kAllocs;
+        ps_slice_t vals;
+        if (ps__kv_ipc_fetch(cache_, 9 + 2 * (i % 2), &descs_[a], &vals) != PS_OK) {
+          bad++;
+          continue;
+        }
+        const unsigned char *p = static_cast<const unsigned char *>(ps_slice_ptr(&vals));
+        for (size_t k = 0; k < vals.len; k++) {
+          if (p[k] != Pattern(a, kOffset + k)) {
+            bad++;
+            break;
+          }
+        }
+        ps_slice_unref(&vals);
+      }
+    });
+  }
+  for (auto &th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), PS__KV_IPC_CACHE);
 }
 
 TEST_F(KvIpc, TheLeastRecentlyUsedIsClosedBeyondTheCache) {
