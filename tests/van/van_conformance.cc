@@ -281,6 +281,30 @@ TEST_P(VanConformance, SegmentsOfEverySizeArriveIntactAndInOrder)
     EXPECT_EQ(sent, recv);
 }
 
+// Large segments that start 16 bytes past an aligned address (numpy's
+// arrays), and small ones beside them: every byte arrives (the tcp van
+// sends the large ones from an aligned copy).
+TEST_P(VanConformance, MisalignedSegmentsArriveIntact)
+{
+    VanBase server, worker;
+    ASSERT_NO_FATAL_FAILURE(OpenPair(server, worker));
+    const std::vector<std::vector<size_t>> shapes = {
+        {4u << 20}, {1u << 20, 5}, {3, (2u << 20) + 1, 4096}, {(1u << 20) - 1},
+    };
+    uint64_t seq = 0;
+    for (int round = 0; round < 2; ++round) {
+        for (const auto &sizes : shapes) {
+            OutMsg m(8, seq++, sizes, 16);
+            ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+        }
+    }
+    ASSERT_TRUE(server.inbox.WaitMsgs(seq));
+    std::lock_guard<std::mutex> lk(server.inbox.mu);
+    ASSERT_EQ(server.inbox.msgs.size(), seq);
+    for (uint64_t i = 0; i < seq; ++i)
+        EXPECT_TRUE(CheckMsg(server.inbox.msgs[i], 9, i, shapes[i % shapes.size()]));
+}
+
 TEST_P(VanConformance, RepliesTravelBackWithAndWithoutOwnConnection)
 {
     VanBase server, worker;

@@ -171,7 +171,7 @@ void VanBase::Close()
     }
 }
 
-OutMsg::OutMsg(int recver, uint64_t seq, const std::vector<size_t> &sizes)
+OutMsg::OutMsg(int recver, uint64_t seq, const std::vector<size_t> &sizes, size_t offset)
 {
     ps_msg_init(&msg);
     msg.meta.recver = recver;
@@ -180,8 +180,10 @@ OutMsg::OutMsg(int recver, uint64_t seq, const std::vector<size_t> &sizes)
     msg.meta.request = true;
     msg.meta.push = true;
     for (unsigned s = 0; s < sizes.size(); ++s) {
-        ps_slice_t sl;
-        EXPECT_EQ(ps_slice_alloc(sizes[s], 0, &sl), PS_OK);
+        ps_slice_t whole, sl;
+        EXPECT_EQ(ps_slice_alloc(sizes[s] + offset, 0, &whole), PS_OK);
+        EXPECT_EQ(ps_slice_sub(&whole, offset, sizes[s], &sl), PS_OK);
+        ps_slice_unref(&whole);
         uint8_t *p = static_cast<uint8_t *>(ps_slice_ptr(&sl));
         for (size_t i = 0; i < sizes[s]; ++i) {
             p[i] = Pattern(seq, s, i);

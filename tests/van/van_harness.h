@@ -108,7 +108,9 @@ struct VanBase {
 // pattern of `seq`.
 struct OutMsg {
     ps_msg_t msg;
-    OutMsg(int recver, uint64_t seq, const std::vector<size_t> &sizes);
+    // Each segment starts `offset` bytes into its own buffer (alignment:
+    // the buffer's data is 64-byte aligned).
+    OutMsg(int recver, uint64_t seq, const std::vector<size_t> &sizes, size_t offset = 0);
     ~OutMsg() { ps_msg_release(&msg); }
 };
 

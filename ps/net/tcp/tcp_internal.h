@@ -87,6 +87,12 @@
 /* Staging bytes a direct read into a segment may also take (the next
  * frame's start); more would only be copied again. */
 #define PS__TCP_DIRECT_STAGING (16u << 10)
+/* A data segment of at least this many bytes that does not start on a page
+ * (numpy's arrays: 16 bytes past one) is copied into a page-aligned pooled
+ * buffer and sent from there: the kernel copies such a source into the
+ * socket at well under half its speed, and the copy plus the aligned send
+ * cost less (docs/PERF.md, "Where numpy's own arrays lose"). */
+#define PS__TCP_SEND_ALIGN_MIN (1u << 20)
 
 typedef enum {
     PS__TCP_H_WAKE,

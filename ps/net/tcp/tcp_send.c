@@ -350,6 +350,27 @@ static ps_status_t send_striped(ps__tcp_conn_t **conns, int n, const uint8_t *hm
     return st;
 }
 
+/* data[i]: msg's segment i, or an aligned copy of it (PS__TCP_SEND_ALIGN_MIN);
+ * a bit of the result per copy, which the caller releases. */
+static uint64_t align_segments(ps__tcp_van_t *van, const ps_msg_t *msg, ps_slice_t *data)
+{
+    uint64_t copies = 0;
+    for (uint32_t i = 0; i < msg->num_data; ++i) {
+        const ps_slice_t *s = &msg->data[i];
+        data[i] = *s;
+        if (s->len < PS__TCP_SEND_ALIGN_MIN || (uintptr_t)ps_slice_ptr(s) % 4096 == 0 ||
+            !ps_slice_in_host_mem(s))
+            continue;
+        ps_slice_t copy;
+        if (ps_van_rx_pool_get(van->pool, s->len, &copy) != PS_OK)
+            continue; /* sent as it is */
+        memcpy(ps_slice_ptr(&copy), ps_slice_ptr(s), s->len);
+        data[i] = copy;
+        copies |= 1ull << i;
+    }
+    return copies;
+}
+
 ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg)
 {
     ps_meta_t with_nodes;
@@ -385,10 +406,16 @@ ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg)
         }
         return ps_van_unconnected(&van->base, recver, ps__tcp_peer_lost(van, recver));
     }
+    ps_slice_t data[PS_MSG_MAX_DATA];
+    uint64_t copies = align_segments(van, msg, data);
     if (n == 1) {
-        st = ps__tcp_conn_send_frame(conns[0], hm, hm_len, msg->data, msg->num_data);
+        st = ps__tcp_conn_send_frame(conns[0], hm, hm_len, data, msg->num_data);
     } else {
-        st = send_striped(conns, n, hm, hm_len, msg->data, msg->num_data, total);
+        st = send_striped(conns, n, hm, hm_len, data, msg->num_data, total);
+    }
+    for (uint32_t i = 0; i < msg->num_data; ++i) {
+        if (copies & (1ull << i))
+            ps_slice_unref(&data[i]); /* the queue holds its own reference */
     }
     for (int i = 0; i < n; ++i) {
         ps__tcp_conn_unref(conns[i]);
