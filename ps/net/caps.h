@@ -7,7 +7,8 @@
 #define PS_NET_CAPS_H_
 
 enum {
-    PS_CAP_ZCOPY_SEND = 1u << 0,        /* sends user buffers without a staging copy */
+    PS_CAP_ZCOPY_SEND = 1u << 0,        /* sends user buffers without a staging copy (but
+                                         * where one is faster: tcp, large unaligned) */
     PS_CAP_RECV_INTO_DEST = 1u << 1,    /* pull responses land in the buffer the worker named */
     PS_CAP_REMOTE_WRITE = 1u << 2,      /* one-sided write into a peer's registered buffer */
     PS_CAP_MEM_REGISTRATION = 1u << 3,  /* memory registration with a cache */

@@ -3,7 +3,8 @@
  *
  * send() encodes header + meta on the caller's stack and writes the frame
  * with one sendmsg() whose iovecs point at the user's slices: no staging
- * copy. What the socket cannot take is queued on the connection, holding
+ * copy, but for a large segment that does not start on a page, sent from
+ * an aligned copy (PS__TCP_SEND_ALIGN_MIN: faster). What the socket cannot take is queued on the connection, holding
  * references on the slices, and the progress thread finishes it when the
  * socket becomes writable (EPOLLOUT). A frame is either written directly
  * (queue empty) or appended to the queue, both under the connection's send
