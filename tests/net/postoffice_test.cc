@@ -842,6 +842,68 @@ TEST(Postoffice, RecoveryTakesOverADeadWorker)
         EXPECT_EQ(PS_OK, s);
 }
 
+// Instance groups (DMLC_GROUP_SIZE 2, one group of each role): nodes that
+// ask for an instance get ranks of it, each talks to its own instance's
+// peers only, and when worker instance 1 dies a new worker of instance 0
+// cannot take its place (refused as a node too many) while one of
+// instance 1 does.
+TEST(Postoffice, InstanceGroupsPairPeersAndRecoveryKeepsTheInstance)
+{
+    Job job = start_job(2, 2, [](int i, ps_start_params_t *p) {
+        p->group_size = 2;
+        p->num_servers = 1;
+        p->num_workers = 1;
+        p->heartbeat_interval_s = 1;
+        p->heartbeat_timeout_s = 2;
+        if (i > 0)
+            p->instance = (i - 1) % 2; // server 0 and worker 0 ask for instance 0
+    });
+    for (size_t i = 0; i < job.po.size(); i++)
+        ASSERT_EQ(PS_OK, job.status[i]) << i;
+    for (int i = 0; i < 2; i++) {
+        EXPECT_EQ(i, ps_postoffice_instance(job.server(i)));
+        EXPECT_EQ(i, ps_postoffice_instance(job.worker(i)));
+        EXPECT_EQ(i, ps_postoffice_my_rank(job.worker(i)));
+        EXPECT_EQ(1, ps_postoffice_num_servers(job.worker(i))); // groups
+        EXPECT_EQ(2, ps_postoffice_group_size(job.worker(i)));
+        EXPECT_EQ(ps_server_rank_to_id(i), ps_postoffice_peer_id(job.worker(i), PS_ROLE_SERVER, 0));
+        EXPECT_EQ(ps_worker_rank_to_id(i), ps_postoffice_peer_id(job.server(i), PS_ROLE_WORKER, 0));
+        EXPECT_EQ(-1, ps_postoffice_peer_id(job.worker(i), PS_ROLE_SERVER, 1)); // one group
+        EXPECT_EQ(0, ps_postoffice_peer_rank(job.server(i), ps_worker_rank_to_id(i)));
+        EXPECT_EQ(-1, ps_postoffice_peer_rank(job.server(i), ps_worker_rank_to_id(1 - i)));
+    }
+    EXPECT_EQ(4, ps_postoffice_group_ids(job.sched(), PS_GROUP_SERVER | PS_GROUP_WORKER, nullptr, 0));
+
+    // Worker instance 1 dies; a new process of instance 1 takes its place.
+    Events failed;
+    ASSERT_EQ(PS_OK, ps_postoffice_on_node_failed(job.server(1), record_event, &failed));
+    EXPECT_EQ(PS_OK, ps_postoffice_finalize(job.worker(1), 0));
+    job.po[4] = nullptr;
+    ASSERT_TRUE(eventually([&] { return failed.size() == 1; }));
+    EXPECT_EQ(ps_worker_rank_to_id(1), failed.at(0).first);
+    ps_start_params_t p = make_params(PS_ROLE_WORKER, job.port, 1, 1);
+    p.group_size = 2;
+    p.heartbeat_interval_s = 1;
+    p.heartbeat_timeout_s = 2;
+    std::string job_id = ps_postoffice_job_id(job.sched());
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_JOB_ID, job_id.c_str()));
+    ps_postoffice_t *fresh = nullptr;
+    p.instance = 0;
+    EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start(&p, 1, &fresh));
+    EXPECT_EQ(nullptr, fresh);
+    p.instance = 1;
+    ps_status_t st = ps_postoffice_start(&p, 1, &fresh);
+    ps_config_clear_overrides();
+    ASSERT_EQ(PS_OK, st);
+    job.po[4] = fresh;
+    EXPECT_EQ(1, ps_postoffice_is_recovery(fresh));
+    EXPECT_EQ(ps_worker_rank_to_id(1), ps_postoffice_my_id(fresh));
+    EXPECT_EQ(1, ps_postoffice_instance(fresh));
+    EXPECT_EQ(ps_server_rank_to_id(1), ps_postoffice_peer_id(fresh, PS_ROLE_SERVER, 0));
+    for (ps_status_t s : finalize_all(job, 0))
+        EXPECT_EQ(PS_OK, s);
+}
+
 TEST(Postoffice, ANodeTooManyIsRefused)
 {
     // Everyone alive: a late worker the job accepts as a replacement
