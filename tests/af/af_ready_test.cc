@@ -127,6 +127,7 @@ TEST_P(AfReady, ABatchNeverReadyFailsUnsentAndTheNextGoes)
     EXPECT_EQ(PS_ERR_TIMED_OUT, ps_af_worker_wait(w_, h, 10000));
     ps_af_handle_release(w_, h);
     gate.open = true;
+    ASSERT_EQ(PS_OK, DrainEmuStream(stream_)); // the stream is done with the gate
     EXPECT_EQ(0, server_.batches.load()) << "a batch that was never ready reached the server";
     // The next batch (its data ready at once) goes, with the next sequence
     // number the server expects.

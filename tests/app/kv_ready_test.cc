@@ -84,14 +84,7 @@ class KvReady : public ::testing::TestWithParam<std::string> {
             ASSERT_EQ(1, got[i]) << "byte " << i;
     }
     // Waits until the stream's work is done.
-    void DrainStream()
-    {
-        ps_mem_event_h ev;
-        ASSERT_EQ(PS_OK, Emu()->event_create(0, &ev));
-        ASSERT_EQ(PS_OK, Emu()->event_record(ev, stream_));
-        ASSERT_EQ(PS_OK, ps_mem_event_wait(ev, 10000));
-        ASSERT_EQ(PS_OK, Emu()->event_destroy(ev));
-    }
+    void DrainStream() { ASSERT_EQ(PS_OK, DrainEmuStream(stream_)); }
     // What the server holds for the key, pulled into host memory.
     std::vector<unsigned char> Pull()
     {

@@ -8,6 +8,7 @@
 
 extern "C" {
 #include "ps/base/time.h"
+#include "ps/gpu/mem.h"
 }
 
 // Sleeps *(int *)arg milliseconds on the stream's thread.
@@ -23,5 +24,20 @@ struct Gate {
             ps_sleep_ms(1);
     }
 };
+
+// Waits (up to 10 s) until the work queued on an emulated stream so far is
+// done: after opening a Gate, before the Gate goes out of scope.
+inline ps_status_t DrainEmuStream(void *stream)
+{
+    const ps_mem_ops_t *emu = ps_mem_ops(PS_MEM_EMU);
+    ps_mem_event_h ev;
+    ps_status_t st = emu->event_create(0, &ev);
+    if (st != PS_OK)
+        return st;
+    if ((st = emu->event_record(ev, stream)) == PS_OK)
+        st = ps_mem_event_wait(ev, 10000);
+    ps_status_t dst = emu->event_destroy(ev);
+    return st != PS_OK ? st : dst;
+}
 
 #endif  // PS_TESTS_LIB_EMU_STREAM_H_
