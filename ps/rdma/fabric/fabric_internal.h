@@ -271,6 +271,8 @@ struct ps__fab_peer {
     ps__fab_tx_t *inflight;
     int in_blocked;
     struct ps__fab_peer *next_blocked;
+    /* pid, pidfd, same_host and local_addr_len: written under peer->lock,
+     * atomically, and read atomically without it (the watchdog). */
     pid_t pid;            /* its process (0: not in our PID namespace) */
     int pidfd;            /* pidfd of pid (-1: none; kill(pid, 0) then) */
     int same_host;

@@ -154,17 +154,23 @@ ps__fab_peer_t *ps__fab_peer_for_rx(ps__fab_van_t *van, int id)
     return p;
 }
 
+/* The fields watch_process() sets are read here without the peer's lock
+ * (the watchdog must not wait for a lock a stuck thread may hold): each is
+ * written and read atomically. */
 int ps__fab_peer_process_gone(const ps__fab_peer_t *peer)
 {
-    if (peer->local_addr_len != 0) /* our own process: is its van still open? */
-        return !ps__fab_local_open(peer->local_addr, peer->local_addr_len);
-    if (peer->pidfd >= 0) {
+    size_t addr_len = __atomic_load_n(&peer->local_addr_len, __ATOMIC_ACQUIRE);
+    if (addr_len != 0) /* our own process: is its van still open? */
+        return !ps__fab_local_open(peer->local_addr, addr_len);
+    int pidfd = __atomic_load_n(&peer->pidfd, __ATOMIC_ACQUIRE);
+    if (pidfd >= 0) {
         /* Readable once the process has exited, reaped or not. */
-        struct pollfd pfd = {.fd = peer->pidfd, .events = POLLIN};
+        struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
         return poll(&pfd, 1, 0) > 0;
     }
     /* Without a pidfd: a zombie still counts as alive here. */
-    return peer->pid > 0 && kill(peer->pid, 0) != 0 && errno == ESRCH;
+    pid_t pid = __atomic_load_n(&peer->pid, __ATOMIC_ACQUIRE);
+    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 /* Whether a same-host peer's process is gone or on its way out: its memory
@@ -174,10 +180,12 @@ int ps__fab_peer_process_exiting(const ps__fab_peer_t *peer)
 {
     if (ps__fab_peer_process_gone(peer))
         return 1;
-    if (peer->local_addr_len != 0 || peer->pid <= 0 || !peer->same_host)
+    pid_t pid = __atomic_load_n(&peer->pid, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&peer->local_addr_len, __ATOMIC_ACQUIRE) != 0 || pid <= 0 ||
+        !__atomic_load_n(&peer->same_host, __ATOMIC_ACQUIRE))
         return 0;
     char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/statm", (int)peer->pid);
+    snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
     FILE *f = fopen(path, "re");
     if (f == NULL)
         return errno == ENOENT;
@@ -194,20 +202,21 @@ static void watch_process(ps__fab_van_t *van, ps__fab_peer_t *p, pid_t pid, int 
 {
     /* Only an address a van of ours has open now: anything else (a forged
      * or stale address) is left to the provider to fail as unreachable. */
-    p->local_addr_len = 0;
+    __atomic_store_n(&p->local_addr_len, 0, __ATOMIC_RELEASE);
     if (same_host && pid > 0 && pid == getpid() && addr_len <= sizeof(p->local_addr) &&
         ps__fab_local_open(addr, addr_len)) {
         memcpy(p->local_addr, addr, addr_len);
-        p->local_addr_len = addr_len;
+        __atomic_store_n(&p->local_addr_len, addr_len, __ATOMIC_RELEASE);
     }
     if (p->pidfd >= 0 && p->pid != pid) {
-        close(p->pidfd);
-        p->pidfd = -1;
+        int old = p->pidfd;
+        __atomic_store_n(&p->pidfd, -1, __ATOMIC_RELEASE);
+        close(old);
     }
-    p->pid = pid;
-    p->same_host = same_host;
-    if (pid > 0 && p->pidfd < 0)
-        p->pidfd = pidfd_open(pid, 0); /* -1 (gone already, or no pidfds): kill() */
+    __atomic_store_n(&p->pid, pid, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->same_host, same_host, __ATOMIC_RELEASE);
+    if (pid > 0 && p->pidfd < 0) /* -1 (gone already, or no pidfds): kill() */
+        __atomic_store_n(&p->pidfd, (int)pidfd_open(pid, 0), __ATOMIC_RELEASE);
     /* shm spins forever on the region lock of a peer that died holding it
      * (libfabric 1.17): nothing is posted to a peer whose process is gone. */
     p->watch_pid = van->same_host_only && pid > 0;

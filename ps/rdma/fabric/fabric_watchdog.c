@@ -81,7 +81,7 @@ static void fail_all(ps__fab_van_t *van)
         if (ps__fab_peer_lookup(van, p->id) != p) {
             continue; /* replaced or disconnected: the table's entry speaks for the id */
         }
-        /* pidfd and pid are set at connect, before the peer is published. */
+        /* The process fields are read atomically: a connect may set them now. */
         ps_status_t why = ps__fab_peer_process_gone(p) ? PS_ERR_PEER_GONE : PS_ERR_LINK_FAILED;
         if (van->base.cb.peer_failed != NULL) {
             van->base.cb.peer_failed(van->base.cb.arg, p->id, why);
