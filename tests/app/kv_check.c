@@ -925,16 +925,23 @@ static void *instance_main(void *arg)
     return NULL;
 }
 
-/* --whole-group: every instance of this process's group, a thread each. */
+/* This process's one node. */
+static void run_one(void)
+{
+    ps_postoffice_t *po = check_node_start();
+    g_num_workers = ps_postoffice_num_workers(po);
+    g_num_servers = ps_postoffice_num_servers(po);
+    run_instance(po);
+}
+
+/* --whole-group: every instance of this process's group, a thread each
+ * (the scheduler is one node). */
 static void run_whole_group(void)
 {
     ps_start_params_t params;
     CHECK_OK(ps_start_params_from_env(&params));
     if (params.role == PS_ROLE_SCHEDULER) {
-        ps_postoffice_t *po = check_node_start();
-        g_num_workers = ps_postoffice_num_workers(po);
-        g_num_servers = ps_postoffice_num_servers(po);
-        run_instance(po);
+        run_one();
         return;
     }
     int g = params.group_size;
@@ -979,14 +986,10 @@ int main(int argc, char **argv)
         }
     }
     CHECK_OK(ps_mutex_init(&g_keys_lock));
-    if (whole_group) {
+    if (whole_group)
         run_whole_group();
-    } else {
-        ps_postoffice_t *po = check_node_start();
-        g_num_workers = ps_postoffice_num_workers(po);
-        g_num_servers = ps_postoffice_num_servers(po);
-        run_instance(po);
-    }
+    else
+        run_one();
     free(g_keys);
     ps_mutex_destroy(&g_keys_lock);
     return 0;
