@@ -5,10 +5,12 @@ key — from Python, with a float32 numpy array, and prints the same figures
 as a JSON line (cpu_s: the process's CPU time over the rounds, user and
 system, as test_benchmark's).
 
-  bench_push_pull_worker.py LEN_BYTES ROUNDS [page|numpy]
+  bench_push_pull_worker.py LEN_BYTES ROUNDS [page|numpy|numpy-push|numpy-pull]
 
 page (the default): the arrays are page-aligned (ps.empty), as
-test_benchmark's buffers; numpy: numpy's own allocations.
+test_benchmark's buffers; numpy: numpy's own allocations (data 16 bytes
+past a page); numpy-push / numpy-pull: only the pushed values / only the
+pull destination numpy's, the other page-aligned.
 """
 import json
 import sys
@@ -28,12 +30,11 @@ def main():
     w = ps.KVWorker(app_id=0, customer_id=0)
     alloc = sys.argv[3] if len(sys.argv) > 3 else "page"
     n = max(nbytes // 4, 1)
-    if alloc == "page":
-        vals, out = ps.empty(n, np.float32), ps.empty(n, np.float32)
-        vals[:], out[:] = 1.0, 0.0
-    else:
-        vals = np.ones(n, dtype=np.float32)
-        out = np.zeros_like(vals)
+    numpy_vals = alloc in ("numpy", "numpy-push")
+    numpy_out = alloc in ("numpy", "numpy-pull")
+    vals = np.empty(n, dtype=np.float32) if numpy_vals else ps.empty(n, np.float32)
+    out = np.empty(n, dtype=np.float32) if numpy_out else ps.empty(n, np.float32)
+    vals[:], out[:] = 1.0, 0.0
     w.push(0, vals).wait()  # warm-up as test_benchmark's: the server sizes its store
     each = [0] * rounds
     clock = time.perf_counter_ns

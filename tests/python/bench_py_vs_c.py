@@ -1,6 +1,7 @@
 """Python's push_pull against the C API's in the same run.
 
   bench_py_vs_c.py TEST_BENCHMARK [--van tcp|shm] [--busy-poll] [--repeats 3] [--sizes 4194304,8]
+                   [--kinds C,Python,Py-numpy]
 
 For each size (4 MiB: goodput; 8 bytes: per-call latency) it runs, in
 turns, a job whose worker is test_benchmark mode 4 (ps_kv_zpushpull, one
@@ -11,7 +12,9 @@ numpy arrays: page-aligned ones from ps.empty, "Python", and numpy's own,
 the median round trip of a run (test_benchmark's p50; the Python worker
 times each call); CPU is the worker process's user + system time per round
 trip. Prints every run and the medians: each Python variant's goodput as a share of C's,
-and the extra microseconds a Python round trip costs.
+and the extra microseconds a Python round trip costs. --kinds also takes
+Py-numpy-push and Py-numpy-pull (numpy's own array for the pushed values
+only, or for the pull destination only).
 """
 import argparse
 import json
@@ -22,6 +25,10 @@ import sys
 import pyjob
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Worker variants: the C program, or bench_push_pull_worker.py with its arrays
+# from ps.empty (page-aligned) or numpy (both, or only the pushed / pulled).
+KINDS = {"C": None, "Python": "page", "Py-numpy": "numpy", "Py-numpy-push": "numpy-push",
+         "Py-numpy-pull": "numpy-pull"}
 SIZES = [(4 << 20, 400), (8, 20000)]
 
 
@@ -40,7 +47,7 @@ def run(kind, c_bench, nbytes, rounds, van, busy_poll=False, cpu=None):
            "TOTAL_DURATION": str(rounds), "PS_BENCH_JSON": "1",
            "PS_BUSY_POLL": "1" if busy_poll else "0"}
     c_cmd = [c_bench, str(nbytes), "1", "4"]
-    alloc = "numpy" if kind == "Py-numpy" else "page"
+    alloc = KINDS[kind]
     worker = c_cmd if kind == "C" else [pyjob.PYTHON, os.path.join(HERE,
                                         "bench_push_pull_worker.py"), str(nbytes), str(rounds),
                                         alloc]
@@ -60,20 +67,25 @@ def main():
     ap.add_argument("--cpu", default=None,
                     help="run every process on this CPU (taskset -c): no cross-CPU wake-ups")
     ap.add_argument("--sizes", default=",".join(str(n) for n, _ in SIZES))
+    ap.add_argument("--kinds", default="C,Python,Py-numpy",
+                    help="worker variants, C first: " + ", ".join(KINDS))
     args = ap.parse_args()
+    kinds = args.kinds.split(",")
+    if kinds[0] != "C" or any(k not in KINDS for k in kinds):
+        ap.error("--kinds: C first, then any of " + ", ".join(KINDS))
     c_bench = os.path.abspath(args.test_benchmark)
     wanted = [int(x) for x in args.sizes.split(",")]
     for nbytes, rounds in [(n, r) for n, r in SIZES if n in wanted]:
-        res = {"C": [], "Python": [], "Py-numpy": []}
+        res = {k: [] for k in kinds}
         for rep in range(args.repeats):
-            for kind in ("C", "Python", "Py-numpy"):
+            for kind in kinds:
                 gbps, lat, cpu = run(kind, c_bench, nbytes, rounds, args.van, args.busy_poll, args.cpu)
                 res[kind].append((gbps, lat, cpu))
-                print("%-8s %8d B x %6d  run %d: %9.3f Gbps  %9.2f us per round trip (p50)  "
+                print("%-13s %8d B x %6d  run %d: %9.3f Gbps  %9.2f us per round trip (p50)  "
                       "%8.2f us CPU per round trip" % (kind, nbytes, rounds, rep, gbps, lat, cpu),
                       flush=True)
         c = [statistics.median(r[i] for r in res["C"]) for i in range(3)]
-        for kind in ("Python", "Py-numpy"):
+        for kind in kinds[1:]:
             p = [statistics.median(r[i] for r in res[kind]) for i in range(3)]
             print("median %d B over %s%s%s: C %.3f Gbps %.2f us (CPU %.2f us), %s %.3f Gbps "
                   "%.2f us (CPU %.2f us): goodput %.1f %% of C, %+.2f us per call (p50), CPU %+.2f us"
