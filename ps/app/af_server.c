@@ -305,7 +305,7 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         b->tensors[i].data = ps_slice_ptr(&b->data[i]);
         if (b->data[i].buf != NULL) {
             b->tensors[i].mem_kind = ps_slice_mem_ops_kind(&b->data[i]);
-            b->tensors[i].device = b->data[i].buf->device;
+            b->tensors[i].device = ps_slice_device(&b->data[i]);
         }
         atomic_fetch_add_explicit(&s->n_push_bytes, bytes, memory_order_relaxed);
         ps_mutex_lock(&s->reg_lock);
@@ -534,7 +534,7 @@ static ps_status_t send_answer(ps_af_server_t *s, af_batch_t *b, uint32_t i,
         size_t len = (size_t)b->slot_bytes[i];
         ps_slice_t named = PS_SLICE_EMPTY_INIT;
         if (owner != NULL) {
-            uintptr_t base = (uintptr_t)owner->data, at = (uintptr_t)res->data;
+            uintptr_t base = (uintptr_t)ps_buf_data(owner), at = (uintptr_t)res->data;
             st = at >= base ? ps_slice_of(owner, (size_t)(at - base), len, &named)
                             : PS_ERR_INVALID_ARG;
         } else {
@@ -582,8 +582,8 @@ static ps_status_t match_results(const af_batch_t *b, const ps_af_tensor_t *resu
             return PS_ERR_INVALID_ARG;
         }
         if (owners && owners[r] &&
-            ((uintptr_t)results[r].data < (uintptr_t)owners[r]->data ||
-             (uintptr_t)results[r].data - (uintptr_t)owners[r]->data + bytes > owners[r]->length)) {
+            ((uintptr_t)results[r].data < (uintptr_t)ps_buf_data(owners[r]) ||
+             (uintptr_t)results[r].data - (uintptr_t)ps_buf_data(owners[r]) + bytes > ps_buf_length(owners[r]))) {
             ps_error(PS_LOG_APP, "af server: result %zu lies outside its owner", r);
             return PS_ERR_INVALID_ARG;
         }

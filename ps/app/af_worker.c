@@ -512,7 +512,7 @@ static ps_status_t send_one(ps_af_worker_t *w, ps_af_handle_t *h, int server, ui
     }
     msg.meta.addr = (uint64_t)(uintptr_t)ps_slice_ptr(named);
     msg.meta.val_len = named->len;
-    if (named->buf != NULL && (ps_buf_mem_t)named->buf->mem_kind != PS_BUF_MEM_HOST) {
+    if (named->buf != NULL && ps_slice_mem_kind(named) != PS_BUF_MEM_HOST) {
         msg.meta.src_dev_type = is_push ? PS_DEV_GPU : PS_DEV_CPU;
         msg.meta.dst_dev_type = is_push ? PS_DEV_CPU : PS_DEV_GPU;
     }

@@ -23,7 +23,7 @@ ps_status_t ps__kv_ipc_describe(const ps_slice_t *vals, ps__kv_ipc_desc_t *desc_
         return PS_ERR_UNSUPPORTED; /* memory without handles (a pool, VMM): staged instead */
     desc_p->magic = PS__KV_IPC_MAGIC;
     desc_p->kind = (uint32_t)kind;
-    desc_p->device = vals->buf->device;
+    desc_p->device = ps_slice_device(vals);
     desc_p->offset = (uint64_t)((char *)ptr - (char *)base);
     desc_p->len = vals->len;
     return PS_OK;

@@ -255,7 +255,7 @@ static void server_lane_recv(void *arg, ps_customer_t *customer, int sender, int
         return;
     }
     size_t kb = m.num_keys * sizeof(ps_key_t), lb = m.lens ? m.num_keys * sizeof(int32_t) : 0;
-    memcpy(blk->data, payload + PS__KV_LANE_FIXED, len - PS__KV_LANE_FIXED);
+    memcpy(ps_buf_data(blk), payload + PS__KV_LANE_FIXED, len - PS__KV_LANE_FIXED);
     ps_kv_pairs_t req = {PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT, m.type};
     /* Windows on the block, lent as a message's segments are (no reference
      * of their own: a handler that keeps one takes it). */
@@ -278,7 +278,7 @@ static void server_lane_recv(void *arg, ps_customer_t *customer, int sender, int
         /* addr and option stay 0: no transport destination (kv_lane.h). */
     };
     if (kb != 0)
-        memcpy(&meta.key, blk->data, sizeof(meta.key));
+        memcpy(&meta.key, ps_buf_data(blk), sizeof(meta.key));
     s->handler(s->handler_arg, &meta, &req, s);
     ps_buf_t *none = NULL;
     if (ps_buf_refcount(blk) != 1 ||

@@ -53,13 +53,12 @@ typedef struct {
     /* A pull the server sizes (ps_kv_pull_any): its answer, kept. */
     ps_slice_t got_vals;
     ps_slice_t got_lens;
-    /* Receive in place: the van writes into `dest` through `proxy`, a
-     * buffer over the same memory whose release says the van let go.
+    /* Receive in place: the van writes into `dest` through a proxy (a
+     * buffer over the same memory whose release says the van let go).
      * `lent` keeps dest's buffer (and its registrations) meanwhile. */
     struct kv_req *req;
     atomic_int lending;
     ps_slice_t lent;
-    ps_buf_t proxy;
 } kv_part_t;
 
 typedef struct kv_req {
@@ -721,24 +720,21 @@ static ps_status_t claim_dest(void *ctx, void *arg)
     if (p->server_id != c->sender || p->responded || p->dest.len != c->len || c->len == 0 ||
         !ps__app_receivable(&p->dest, r->w->device_ok) || atomic_exchange(&p->lending, 1) != 0)
         return PS_ERR_NOT_FOUND;
-    ps_buf_t *real = p->dest.buf;
+    /* The van finds the memory's registrations on the proxy where it would
+     * on dest's own buffer; undoing them stays dest's (lent keeps it). Out
+     * of memory: the van receives into a buffer of its own instead. */
+    ps_buf_t *proxy;
+    if (ps_buf_proxy(p->dest.buf, proxy_released, p, &proxy) != PS_OK) {
+        atomic_store(&p->lending, 0);
+        return PS_ERR_NOT_FOUND;
+    }
     p->req = r;
     atomic_fetch_add(&r->w->users, 1);
     p->lent = ps_slice_ref(&p->dest);
-    ps_buf_init_wrapped(&p->proxy, real->data, real->length, proxy_released, p);
-    p->proxy.mem_kind = real->mem_kind;
-    p->proxy.device = real->device;
-    /* The van finds the memory's registrations where it would on dest's
-     * own buffer; undoing them stays dest's (lent keeps it). */
-    for (unsigned i = 0; i < PS_BUF_REG_SLOTS; i++) {
-        void *reg = ps_buf_reg_get(real, i);
-        if (reg != NULL)
-            (void)ps_buf_reg_attach(&p->proxy, i, reg, NULL);
-    }
     atomic_fetch_add(&r->refs, 1);
     atomic_fetch_add(&r->holders, 1);
     /* The proxy's first reference is the slice's. */
-    c->slice_p->buf = &p->proxy;
+    c->slice_p->buf = proxy;
     c->slice_p->off = p->dest.off;
     c->slice_p->len = c->len;
     return PS_OK;
@@ -1264,7 +1260,7 @@ static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *r
     if ((ready->event == NULL && ready->stream == NULL && !on_default) ||
         ps_slice_in_host_mem(&push->vals))
         return PS_OK; /* host memory is ready when the call is made */
-    return ps__ready_event(ps_slice_mem_ops_kind(&push->vals), push->vals.buf->device,
+    return ps__ready_event(ps_slice_mem_ops_kind(&push->vals), ps_slice_device(&push->vals),
                            ready->event, ready->stream, "kv push", event_p, own_p);
 }
 

@@ -1,4 +1,5 @@
 #include "ps/base/buffer.h"
+#include "ps/base/buffer_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,29 @@ ps_status_t ps_buf_wrap(void *data, size_t len, ps_buf_release_func_t release, v
     return ps_buf_wrap_mem(data, len, PS_BUF_MEM_HOST, 0, release, arg, buf_p);
 }
 
+ps_status_t ps_buf_proxy(const ps_buf_t *real, ps_buf_release_func_t release, void *arg,
+                         ps_buf_t **proxy_p)
+{
+    if (real == NULL || release == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    ps_buf_t *proxy;
+    ps_status_t st = ps_buf_wrap_mem(real->data, real->length, (ps_buf_mem_t)real->mem_kind,
+                                     real->device, release, arg, &proxy);
+    if (st != PS_OK) {
+        return st;
+    }
+    /* Undoing the registrations stays the real buffer's. */
+    for (unsigned i = 0; i < PS_BUF_REG_SLOTS; i++) {
+        void *reg = ps_buf_reg_get(real, i);
+        if (reg != NULL) {
+            (void)ps_buf_reg_attach(proxy, i, reg, NULL);
+        }
+    }
+    *proxy_p = proxy;
+    return PS_OK;
+}
+
 ps_buf_t *ps_buf_ref(ps_buf_t *buf)
 {
     /* Relaxed is enough: the caller already holds a reference, so the buffer
@@ -145,6 +169,31 @@ void ps_buf_unref(ps_buf_t *buf)
 uint32_t ps_buf_refcount(const ps_buf_t *buf)
 {
     return __atomic_load_n(&buf->refcount, __ATOMIC_ACQUIRE);
+}
+
+void *ps_buf_data(const ps_buf_t *buf)
+{
+    return buf->data;
+}
+
+size_t ps_buf_length(const ps_buf_t *buf)
+{
+    return buf->length;
+}
+
+ps_buf_mem_t ps_buf_mem_kind(const ps_buf_t *buf)
+{
+    return (ps_buf_mem_t)buf->mem_kind;
+}
+
+int ps_buf_device(const ps_buf_t *buf)
+{
+    return buf->device;
+}
+
+int ps_buf_released_by(const ps_buf_t *buf, ps_buf_release_func_t release)
+{
+    return buf->release == release;
 }
 
 ps_status_t ps_buf_reg_attach(ps_buf_t *buf, unsigned slot, void *reg,
@@ -286,6 +335,21 @@ void ps_slice_unref(ps_slice_t *slice)
     slice->buf = NULL;
     slice->off = 0;
     slice->len = 0;
+}
+
+void *ps_slice_ptr(const ps_slice_t *slice)
+{
+    return slice->buf != NULL ? (char *)slice->buf->data + slice->off : NULL;
+}
+
+ps_buf_mem_t ps_slice_mem_kind(const ps_slice_t *slice)
+{
+    return slice->buf != NULL ? (ps_buf_mem_t)slice->buf->mem_kind : PS_BUF_MEM_HOST;
+}
+
+int ps_slice_device(const ps_slice_t *slice)
+{
+    return slice->buf != NULL ? slice->buf->device : 0;
 }
 
 static ps_status_t ps_slice_host_range(const ps_slice_t *slice, size_t off, size_t len,

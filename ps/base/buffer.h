@@ -43,37 +43,17 @@ static inline ps_mem_kind_t ps_buf_mem_ops_kind(ps_buf_mem_t kind)
     return kind == PS_BUF_MEM_SHM ? PS_MEM_HOST : (ps_mem_kind_t)kind;
 }
 
-/* Registration slots a transport may hang its handle (an MR, a memory key)
- * on; slot numbers are handed out by the layer above. */
-#define PS_BUF_REG_SLOTS 4
-
 /* Default alignment of ps_buf_alloc(): a cache line. */
 #define PS_BUF_DEFAULT_ALIGN 64
 /* Largest alignment ps_buf_alloc() accepts (a 2 MiB huge page). */
 #define PS_BUF_MAX_ALIGN (2u << 20)
 
+/* Opaque: its header (reference count, release, transports' registrations)
+ * is ps's own (ps/base/buffer_internal.h). */
 typedef struct ps_buf ps_buf_t;
 
 /* Gives a wrapped region back; called once, when the last reference goes. */
 typedef void (*ps_buf_release_func_t)(void *data, size_t length, void *arg);
-
-/* Undoes a registration hung on `slot`; called when the last reference goes,
- * before the memory itself is released. */
-typedef void (*ps_buf_reg_release_func_t)(ps_buf_t *buf, unsigned slot, void *reg);
-
-struct ps_buf {
-    void *data;
-    size_t length;
-    uint32_t refcount;  /* atomic; use ps_buf_ref/unref */
-    uint16_t mem_kind;  /* ps_buf_mem_t */
-    uint16_t flags;     /* private */
-    int device;         /* device ordinal for device memory, else 0 */
-    ps_buf_release_func_t release; /* NULL: borrowed, or inline (alloc) */
-    void *release_arg;
-    /* Use ps_buf_reg_* (atomic); NULL when empty. */
-    void *reg[PS_BUF_REG_SLOTS];
-    ps_buf_reg_release_func_t reg_release[PS_BUF_REG_SLOTS];
-};
 
 /* Allocates `len` bytes of host memory (not zeroed) aligned to `align` (a
  * power of two up to PS_BUF_MAX_ALIGN; 0 means PS_BUF_DEFAULT_ALIGN), with
@@ -89,13 +69,14 @@ ps_status_t ps_buf_wrap(void *data, size_t len, ps_buf_release_func_t release, v
 ps_status_t ps_buf_wrap_mem(void *data, size_t len, ps_buf_mem_t kind, int device,
                             ps_buf_release_func_t release, void *arg, ps_buf_t **buf_p);
 
-/* ps_buf_wrap with the header in storage the caller provides (`buf`, e.g.
- * a field of a pooled block), for buffers handed out again and again: no
- * allocation per use. When the last reference goes, `release` runs and the
- * header is not touched after it (release may free the storage holding
- * it). The storage must not be reused before then. */
-void ps_buf_init_wrapped(ps_buf_t *buf, void *data, size_t len, ps_buf_release_func_t release,
-                         void *arg);
+/* A second header over `real`'s memory (same bytes, kind, device and
+ * transport registrations) with a release of its own: handing out the
+ * proxy instead of `real` tells its owner, through `release`, when every
+ * holder let go. The proxy neither keeps `real` alive nor undoes its
+ * registrations: the caller keeps a reference on `real` until `release`
+ * ran. */
+ps_status_t ps_buf_proxy(const ps_buf_t *real, ps_buf_release_func_t release, void *arg,
+                         ps_buf_t **proxy_p);
 
 /* Takes one more reference; returns buf. */
 ps_buf_t *ps_buf_ref(ps_buf_t *buf);
@@ -107,18 +88,12 @@ void ps_buf_unref(ps_buf_t *buf);
  * happened before, so the caller may reuse it. */
 uint32_t ps_buf_refcount(const ps_buf_t *buf);
 
-/* Hangs a registration on `slot`: PS_ERR_EXISTS if the slot is taken (another
- * thread won the race: use ps_buf_reg_get), PS_ERR_INVALID_ARG for a bad
- * slot or NULL reg. `release` may be NULL if the owner undoes it itself.
- * Concurrent attaches to one slot are safe (one wins); an attach and a
- * detach of the same slot must not race (the slot's owner orders them). */
-ps_status_t ps_buf_reg_attach(ps_buf_t *buf, unsigned slot, void *reg,
-                              ps_buf_reg_release_func_t release);
-/* The registration on `slot`, or NULL. */
-void *ps_buf_reg_get(const ps_buf_t *buf, unsigned slot);
-/* Takes the registration off `slot` without calling its release; the caller
- * undoes it. PS_ERR_NOT_FOUND if the slot is empty. */
-ps_status_t ps_buf_reg_detach(ps_buf_t *buf, unsigned slot, void **reg_p);
+/* The buffer's bytes, length, memory kind and device ordinal (0 for host
+ * memory). */
+void *ps_buf_data(const ps_buf_t *buf);
+size_t ps_buf_length(const ps_buf_t *buf);
+ps_buf_mem_t ps_buf_mem_kind(const ps_buf_t *buf);
+int ps_buf_device(const ps_buf_t *buf);
 
 /* ---- slices ---- */
 
@@ -150,10 +125,8 @@ ps_slice_t ps_slice_ref(const ps_slice_t *slice);
 /* Drops the slice's reference and empties it. NULL is a no-op. */
 void ps_slice_unref(ps_slice_t *slice);
 
-static inline void *ps_slice_ptr(const ps_slice_t *slice)
-{
-    return slice->buf != NULL ? (char *)slice->buf->data + slice->off : NULL;
-}
+/* The slice's first byte (NULL for the empty slice). */
+void *ps_slice_ptr(const ps_slice_t *slice);
 
 static inline size_t ps_slice_len(const ps_slice_t *slice)
 {
@@ -165,10 +138,10 @@ static inline int ps_slice_is_empty(const ps_slice_t *slice)
     return slice->len == 0;
 }
 
-static inline ps_buf_mem_t ps_slice_mem_kind(const ps_slice_t *slice)
-{
-    return slice->buf != NULL ? (ps_buf_mem_t)slice->buf->mem_kind : PS_BUF_MEM_HOST;
-}
+/* The memory kind of the slice's buffer (host for the empty slice). */
+ps_buf_mem_t ps_slice_mem_kind(const ps_slice_t *slice);
+/* The device ordinal of the slice's buffer (0 for host memory). */
+int ps_slice_device(const ps_slice_t *slice);
 
 /* The memory kind whose ops table (ps/gpu/mem.h) handles the slice's bytes. */
 static inline ps_mem_kind_t ps_slice_mem_ops_kind(const ps_slice_t *slice)

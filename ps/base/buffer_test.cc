@@ -1,4 +1,5 @@
 #include "ps/base/buffer.h"
+#include "ps/base/buffer_internal.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -282,6 +283,42 @@ TEST(Buffer, RegistrationSlots) {
   ps_buf_unref(buf);
   // Registrations are undone before the memory goes back.
   EXPECT_EQ(log.order, "r0ar3bm");
+  g_reg_log = nullptr;
+}
+
+// A proxy shares the memory, kind, device and registrations, releases on
+// its own last reference, and leaves undoing the registrations to the real
+// buffer.
+TEST(Buffer, ProxySharesMemoryAndRegistrationsNotTheirRelease) {
+  ReleaseLog real_log, proxy_log;
+  g_reg_log = &real_log;
+  static char mem[32];
+  static char mr[] = "x";
+  ps_buf_t *real;
+  ASSERT_EQ(ps_buf_wrap_mem(mem, sizeof(mem), PS_BUF_MEM_EMU, 2, RecordRelease, &real_log, &real),
+            PS_OK);
+  ASSERT_EQ(ps_buf_reg_attach(real, 1, mr, RecordDereg), PS_OK);
+  ps_buf_t *proxy;
+  ASSERT_EQ(ps_buf_proxy(real, RecordRelease, &proxy_log, &proxy), PS_OK);
+  EXPECT_EQ(ps_buf_data(proxy), static_cast<void *>(mem));
+  EXPECT_EQ(ps_buf_length(proxy), sizeof(mem));
+  EXPECT_EQ(ps_buf_mem_kind(proxy), PS_BUF_MEM_EMU);
+  EXPECT_EQ(ps_buf_device(proxy), 2);
+  EXPECT_EQ(ps_buf_reg_get(proxy, 1), mr);
+  EXPECT_EQ(ps_buf_reg_get(proxy, 0), nullptr);
+  EXPECT_EQ(ps_buf_refcount(real), 1u);  // the proxy holds no reference on it
+
+  ps_slice_t s;
+  ASSERT_EQ(ps_slice_of(proxy, 4, 8, &s), PS_OK);
+  ps_buf_unref(proxy);
+  EXPECT_EQ(proxy_log.calls.load(), 0);
+  ps_slice_unref(&s);
+  EXPECT_EQ(proxy_log.calls.load(), 1);
+  EXPECT_EQ(proxy_log.data, static_cast<void *>(mem));
+  EXPECT_EQ(real_log.order, "");  // the proxy undid nothing
+  ps_buf_unref(real);
+  EXPECT_EQ(real_log.order, "r1xm");
+  EXPECT_EQ(ps_buf_proxy(nullptr, RecordRelease, nullptr, &proxy), PS_ERR_INVALID_ARG);
   g_reg_log = nullptr;
 }
 

@@ -305,7 +305,7 @@ TEST(MemEmu, SliceAllocGivesMemoryBackWithTheLastReference) {
     ps_slice_t s;
     ASSERT_EQ(PS_OK, ps_mem_slice_alloc(PS_MEM_EMU, 1, 4096, &s));
     EXPECT_EQ(PS_BUF_MEM_EMU, ps_slice_mem_kind(&s));
-    EXPECT_EQ(1, s.buf->device);
+    EXPECT_EQ(1, ps_slice_device(&s));
     EXPECT_EQ(4096u, s.len);
     void *ptr = ps_slice_ptr(&s);
     int device = -1;

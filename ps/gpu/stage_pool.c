@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "ps/base/buffer_internal.h"
 #include "ps/base/log.h"
 #include "ps/gpu/mem.h"
 

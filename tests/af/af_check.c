@@ -98,7 +98,7 @@ static void answer(srv_t *s, ps_af_batch_t *batch)
     ps_buf_t *out;
     if ((st = ps_buf_alloc((size_t)bytes, 0, &out)) != PS_OK)
         return server_fail(s, "allocating a result", st);
-    uint16_t *o = out->data;
+    uint16_t *o = ps_buf_data(out);
     for (size_t i = 0; i < n; i++) {
         float sum = 0.0f;
         for (size_t t = 0; t < batch->num_push; t++) {
@@ -114,7 +114,7 @@ static void answer(srv_t *s, ps_af_batch_t *batch)
             return server_fail(s, "a push of another size than the pull", PS_ERR_PROTOCOL);
     }
     ps_af_tensor_t res = batch->pull[0];
-    res.data = out->data;
+    res.data = ps_buf_data(out);
     res.mem_kind = PS_MEM_HOST;
     res.device = 0;
     if (batch->seq == 0) {

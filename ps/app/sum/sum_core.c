@@ -192,7 +192,7 @@ static int dead_get(const ps_sum_t *s, int i)
  * writing the bytes afterwards cannot race with its reads. */
 static int slice_exclusive(const ps_slice_t *s)
 {
-    return s->buf && __atomic_load_n(&s->buf->refcount, __ATOMIC_ACQUIRE) == 1;
+    return s->buf && ps_buf_refcount(s->buf) == 1;
 }
 
 static ps_slice_t slice_take(ps_slice_t *s)

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ps/base/buffer_internal.h"
 #include "ps/base/log.h"
 #include "ps/net/shm/shm_job.h"
 #include "ps/net/shm/shm_seg.h"
@@ -148,7 +149,7 @@ ps_status_t ps__shm_seg_wrap(ps__shm_seg_t *seg, size_t len, ps__shm_seg_release
 
 const ps__shm_seg_t *ps__shm_seg_of(const ps_buf_t *buf)
 {
-    if (buf == NULL || buf->release != wrap_release || buf->mem_kind != PS_BUF_MEM_SHM) {
+    if (buf == NULL || !ps_buf_released_by(buf, wrap_release) || buf->mem_kind != PS_BUF_MEM_SHM) {
         return NULL;
     }
     return ((const wrap_t *)buf->release_arg)->seg;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/base/buffer_internal.h"
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
 

@@ -43,7 +43,7 @@ TEST(BufPool, ReusesBlocksOfAClass)
     ps_slice_t s;
     ASSERT_EQ(ps_rdma_buf_pool_get(p, 5000, &s), PS_OK);
     EXPECT_EQ(s.len, 5000u);
-    EXPECT_EQ(s.buf->length, 8192u);
+    EXPECT_EQ(ps_buf_length(s.buf), 8192u);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(ps_slice_ptr(&s)) % 4096, 0u);
     memset(ps_slice_ptr(&s), 0xab, s.len);
     void *mem = ps_slice_ptr(&s);
@@ -54,7 +54,7 @@ TEST(BufPool, ReusesBlocksOfAClass)
     EXPECT_EQ(r.regs, 1);
     ps_slice_t t;
     ASSERT_EQ(ps_rdma_buf_pool_get(p, 100, &t), PS_OK);  // smallest class
-    EXPECT_EQ(t.buf->length, 4096u);
+    EXPECT_EQ(ps_buf_length(t.buf), 4096u);
     EXPECT_EQ(r.regs, 2);
     ps_rdma_buf_pool_stats_t st;
     ps_rdma_buf_pool_stats(p, &st);
@@ -88,7 +88,7 @@ TEST(BufPool, IdleBoundAndOversize)
     ASSERT_EQ(ps_rdma_buf_pool_get(p, 8192, &a), PS_OK);
     ASSERT_EQ(ps_rdma_buf_pool_get(p, 8192, &b), PS_OK);
     ASSERT_EQ(ps_rdma_buf_pool_get(p, 20000, &big), PS_OK);  // above max_block
-    EXPECT_EQ(big.buf->length, 20480u);
+    EXPECT_EQ(ps_buf_length(big.buf), 20480u);
     ps_slice_unref(&a);
     ps_slice_unref(&b);  // over the idle bound: freed
     ps_slice_unref(&big);

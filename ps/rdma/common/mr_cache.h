@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "ps/base/buffer.h"
+#include "ps/base/buffer_internal.h"
 #include "ps/base/log.h"
 #include "ps/base/status.h"
 #include "ps/rdma/common/reg.h"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ps/base/buffer.h"
+#include "ps/base/buffer_internal.h"
 
 namespace {
 

@@ -128,11 +128,11 @@ static int rx_posted(ps__ucx_rx_t *rx)
 static void staging_put(ps__ucx_van_t *van, ps_slice_t *staging)
 {
     ps_buf_t *buf = staging->buf;
-    if (buf != NULL && van->rx_spare.buf == NULL && buf->length <= RX_SPARE_MAX &&
+    if (buf != NULL && van->rx_spare.buf == NULL && ps_buf_length(buf) <= RX_SPARE_MAX &&
         ps_buf_refcount(buf) == 1) {
         van->rx_spare.buf = buf;
         van->rx_spare.off = 0;
-        van->rx_spare.len = buf->length;
+        van->rx_spare.len = ps_buf_length(buf);
         staging->buf = NULL;
         staging->off = staging->len = 0;
         return;
