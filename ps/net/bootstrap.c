@@ -25,6 +25,7 @@
 #include "ps/base/time.h"
 #include "ps/net/auth.h"
 #include "ps/net/node_table_internal.h"
+#include "ps/net/params_internal.h"
 #include "ps/net/postoffice_state_internal.h"
 
 /* ---- registration (van thread) ---- */
@@ -731,13 +732,8 @@ ps_status_t ps__po_check_params(const ps_start_params_t *p)
                      "0 to %d", p->preferred_rank, ps_role_str(p->role), n - 1);
             return PS_ERR_CONFIG;
         }
-        if (p->instance >= 0 && p->preferred_rank % p->group_size != p->instance) {
-            ps_error(PS_LOG_CORE, "preferred rank %d is instance %d of its group, not %d",
-                     p->preferred_rank, p->preferred_rank % p->group_size, p->instance);
-            return PS_ERR_CONFIG;
-        }
     }
-    return PS_OK;
+    return ps__start_params_check_instance(p);
 }
 
 ps_status_t ps__po_select_host(const ps_start_params_t *p, char *host, size_t cap)

@@ -10,6 +10,7 @@
 
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
+#include "ps/net/params_internal.h"
 #include "ps/net/start_each_internal.h"
 
 typedef struct {
@@ -86,13 +87,9 @@ ps_status_t ps_postoffice_start_group(const ps_start_params_t *params, int do_ba
     if (pos == NULL)
         return PS_ERR_INVALID_ARG;
     ps_start_params_t p;
-    if (params == NULL) {
-        ps_status_t st = ps__start_params_from_env(&p, 1);
-        if (st != PS_OK)
-            return st;
-    } else {
-        p = *params;
-    }
+    ps_status_t given = ps__start_params_given_or_env(params, 1, &p);
+    if (given != PS_OK)
+        return given;
     if (p.role != PS_ROLE_SERVER && p.role != PS_ROLE_WORKER) {
         ps_error(PS_LOG_CORE, "ps_postoffice_start_group: the role is %s; a group is of servers "
                  "or of workers", ps_role_str(p.role));

@@ -4,6 +4,7 @@
 #include "ps/net/joint.h"
 
 #include "ps/base/log.h"
+#include "ps/net/params_internal.h"
 #include "ps/net/start_each_internal.h"
 
 ps_status_t ps_postoffice_start_joint(const ps_start_params_t *params, int do_barrier,
@@ -12,13 +13,9 @@ ps_status_t ps_postoffice_start_joint(const ps_start_params_t *params, int do_ba
     if (server_p == NULL || worker_p == NULL)
         return PS_ERR_INVALID_ARG;
     ps_start_params_t p;
-    if (params == NULL) {
-        ps_status_t st = ps_start_params_from_env(&p);
-        if (st != PS_OK)
-            return st;
-    } else {
-        p = *params;
-    }
+    ps_status_t given = ps__start_params_given_or_env(params, 0, &p);
+    if (given != PS_OK)
+        return given;
     if (p.role != PS_ROLE_JOINT) {
         ps_error(PS_LOG_CORE, "ps_postoffice_start_joint: the role is %s, not joint",
                  ps_role_str(p.role));

@@ -9,7 +9,7 @@
 #include "ps/base/config.h"
 #include "ps/base/log.h"
 #include "ps/net/postoffice.h"
-#include "ps/net/start_each_internal.h"
+#include "ps/net/params_internal.h"
 
 /* The config table's default of an INT variable (one source of truth). */
 static int table_default_int(ps_config_id_t id, int fallback)
@@ -213,12 +213,27 @@ static ps_status_t group_from_env(ps_start_params_t *p, int whole_group)
         }
         p->preferred_rank = node_rank * g + p->instance;
     }
-    if (p->preferred_rank >= 0 && p->instance >= 0 && p->preferred_rank % g != p->instance) {
-        ps_error(PS_LOG_CORE, "rank %d is instance %d of its group (DMLC_GROUP_SIZE %d), not "
-                 "instance %d (DMLC_INSTANCE_ID, STEPMESH_GPU)", p->preferred_rank,
-                 p->preferred_rank % g, g, p->instance);
-        return PS_ERR_CONFIG;
-    }
+    return ps__start_params_check_instance(p);
+}
+
+ps_status_t ps__start_params_check_instance(const ps_start_params_t *p)
+{
+    int g = p->group_size;
+    if (p->role == PS_ROLE_SCHEDULER || p->preferred_rank < 0 || p->instance < 0 || g < 1 ||
+        p->preferred_rank % g == p->instance)
+        return PS_OK;
+    ps_error(PS_LOG_CORE, "rank %d is instance %d of its group (DMLC_GROUP_SIZE %d), not "
+             "instance %d (DMLC_INSTANCE_ID, STEPMESH_GPU)", p->preferred_rank,
+             p->preferred_rank % g, g, p->instance);
+    return PS_ERR_CONFIG;
+}
+
+ps_status_t ps__start_params_given_or_env(const ps_start_params_t *given, int whole_group,
+                                          ps_start_params_t *p)
+{
+    if (given == NULL)
+        return ps__start_params_from_env(p, whole_group);
+    *p = *given;
     return PS_OK;
 }
 

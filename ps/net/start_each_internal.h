@@ -16,9 +16,4 @@
 ps_status_t ps__po_start_each(const ps_start_params_t *params, int n, int do_barrier,
                               const char *what, ps_postoffice_t **pos, ps_status_t *statuses);
 
-/* ps_start_params_from_env(); with `whole_group` for a process that runs
- * every instance of its group: the preferred rank is the group's
- * (DMLC_RANK, DMLC_WORKER_ID or DMLC_NODE_RANK) and no instance is read. */
-ps_status_t ps__start_params_from_env(ps_start_params_t *params_p, int whole_group);
-
 #endif /* PS_NET_START_EACH_INTERNAL_H_ */

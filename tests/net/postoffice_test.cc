@@ -1571,4 +1571,24 @@ TEST(StartGroup, RefusesBadParams)
     EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start_group(&p, 1, pos));
 }
 
+// Parameters a program fills itself get the environment's check too: rank 1
+// of a group of 2 is instance 1, so asking for instance 0 is refused
+// before anything starts (the scheduler's port 1 is never dialled).
+TEST(StartParams, RankAndInstanceThatDisagreeAreRefused)
+{
+    ps_start_params_t p;
+    ps_start_params_init(&p);
+    snprintf(p.scheduler_host, sizeof(p.scheduler_host), "127.0.0.1");
+    p.scheduler_port = 1;
+    p.num_servers = 1;
+    p.num_workers = 1;
+    p.group_size = 2;
+    p.role = PS_ROLE_WORKER;
+    p.preferred_rank = 1;
+    p.instance = 0;
+    ps_postoffice_t *po = NULL;
+    EXPECT_EQ(PS_ERR_CONFIG, ps_postoffice_start(&p, 1, &po));
+    EXPECT_EQ(nullptr, po);
+}
+
 } // namespace
