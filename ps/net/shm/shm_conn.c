@@ -173,8 +173,9 @@ ps_status_t ps__shm_announce(ps__shm_chan_t *ch, uint64_t id, uint64_t size, int
 
 /* ---- bind ---- */
 
-ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry)
+ps_status_t ps__shm_bind(ps_van_t *v, ps_node_t *node, int max_retry)
 {
+    ps__shm_van_t *van = ps__shm_of(v);
     if (node == NULL) {
         return PS_ERR_INVALID_ARG;
     }
@@ -332,7 +333,7 @@ static ps_status_t make_chan_mem(ps__shm_van_t *van, ps__shm_chan_t *ch, int *fd
     return PS_OK;
 }
 
-ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id, int quiet)
+static ps_status_t shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id, int quiet)
 {
     int port;
     ps_status_t pst = ps_van_peer_port(peer, PS_LOG_SHM, &port);
@@ -526,8 +527,19 @@ ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id
     return PS_OK;
 }
 
-void ps__shm_disconnect(ps__shm_van_t *van, int node_id)
+ps_status_t ps__shm_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
 {
+    return shm_connect(ps__shm_of(v), peer, my_id, 0);
+}
+
+ps_status_t ps__shm_try_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
+{
+    return shm_connect(ps__shm_of(v), peer, my_id, 1);
+}
+
+void ps__shm_disconnect(ps_van_t *v, int node_id)
+{
+    ps__shm_van_t *van = ps__shm_of(v);
     ps__shm_chan_t *gone[5];
     int n = 0;
     pthread_rwlock_wrlock(&van->peers_lock);

@@ -255,6 +255,13 @@ struct ps__shm_van {
     uint8_t cookie[PS__SHM_COOKIE_LEN];
 };
 
+/* The van behind the handle its ops receive (the base, and so the handle,
+ * come first). */
+static inline ps__shm_van_t *ps__shm_of(ps_van_t *v)
+{
+    return (ps__shm_van_t *)v;
+}
+
 /* ---- shm_van.c ---- */
 void ps__shm_wake(ps__shm_van_t *van);
 int ps__shm_on_progress(const ps__shm_van_t *van);
@@ -287,10 +294,10 @@ ps_status_t ps__shm_auth_refused(ps__shm_chan_t *ch);
 ps_status_t ps__shm_auth_welcomed(ps__shm_chan_t *ch);
 
 /* ---- shm_conn.c ---- */
-ps_status_t ps__shm_bind(ps__shm_van_t *van, ps_node_t *node, int max_retry);
+ps_status_t ps__shm_bind(ps_van_t *v, ps_node_t *node, int max_retry);
 /* quiet: an absent listener is not worth a log line (probing). */
-ps_status_t ps__shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my_id, int quiet);
-void ps__shm_disconnect(ps__shm_van_t *van, int node_id);
+ps_status_t ps__shm_connect(ps_van_t *v, const ps_node_t *peer, int my_id);
+void ps__shm_disconnect(ps_van_t *v, int node_id);
 void ps__shm_accept_all(ps__shm_van_t *van);
 /* Reads what the channel's socket has (handshake, segments, bells). */
 void ps__shm_on_socket(ps__shm_chan_t *ch, uint32_t events);
@@ -315,7 +322,7 @@ int ps__shm_run_timers(ps__shm_van_t *van);
 void ps__shm_close_all(ps__shm_van_t *van);
 
 /* ---- shm_send.c ---- */
-ps_status_t ps__shm_send(ps__shm_van_t *van, const ps_msg_t *msg);
+ps_status_t ps__shm_send(ps_van_t *v, const ps_msg_t *msg);
 /* Writes an ID record (tx_lock not held). */
 ps_status_t ps__shm_send_id(ps__shm_chan_t *ch, int node_id);
 /* Progress thread: writes pending acks and queued messages; 1 if anything

@@ -524,8 +524,9 @@ static void name_destination(ps__shm_chan_t *ch, const ps_msg_t *msg, plan_t *pl
     (void)ps__shm_seg_with_addr(msg->meta.addr, msg->meta.val_len, name_place, &c);
 }
 
-ps_status_t ps__shm_send(ps__shm_van_t *van, const ps_msg_t *msg)
+ps_status_t ps__shm_send(ps_van_t *v, const ps_msg_t *msg)
 {
+    ps__shm_van_t *van = ps__shm_of(v);
     ps_status_t prep = ps_van_send_prepare(&van->base, msg, 0, NULL, NULL);
     if (prep != PS_OK) {
         return prep;

@@ -343,19 +343,15 @@ static const ps_van_loop_ops_t shm_loop_ops = {
 
 /* ---- ops ---- */
 
-static ps__shm_van_t *sv_of(ps_van_t *v)
-{
-    return (ps__shm_van_t *)v;
-}
-
 static void sv_close(ps_van_t *v);
 static const ps_van_ops_t sv_ops;
 
 void ps__shm_test_options(ps_van_t *v, int allow_cma, int allow_seg, int allow_stage)
 {
-    sv_of(v)->allow_cma = allow_cma;
-    sv_of(v)->allow_seg = allow_seg;
-    sv_of(v)->allow_stage = allow_stage;
+    ps__shm_van_t *van = ps__shm_of(v);
+    van->allow_cma = allow_cma;
+    van->allow_seg = allow_seg;
+    van->allow_stage = allow_stage;
 }
 
 static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks_t *cb,
@@ -469,7 +465,7 @@ static int64_t shm_outstanding(void *arg, uint64_t *moved_p)
  * (PS_ERR_PEER_GONE / PS_ERR_UNREACHABLE). Idempotent. */
 void ps__shm_stop(ps_van_t *v)
 {
-    ps__shm_van_t *van = sv_of(v);
+    ps__shm_van_t *van = ps__shm_of(v);
     if (__atomic_load_n(&van->loop.started, __ATOMIC_ACQUIRE) &&
         !ps_van_loop_abandoned(&van->loop)) {
         /* How the values travelled (see ps__shm_test_counters): the first
@@ -497,7 +493,7 @@ static void sv_close(ps_van_t *v)
     if (v == NULL) {
         return;
     }
-    ps__shm_van_t *van = sv_of(v);
+    ps__shm_van_t *van = ps__shm_of(v);
     ps__shm_stop(v);
     if (ps_van_loop_abandoned(&van->loop)) {
         return; /* its thread may still touch all of it */
@@ -523,7 +519,7 @@ static void sv_close(ps_van_t *v)
 
 static ps_status_t sv_query(ps_van_t *v, ps_van_attr_t *attr_p)
 {
-    ps__shm_van_t *van = sv_of(v);
+    ps__shm_van_t *van = ps__shm_of(v);
     if (attr_p == NULL) {
         return PS_ERR_INVALID_ARG;
     }
@@ -538,36 +534,16 @@ static ps_status_t sv_query(ps_van_t *v, ps_van_attr_t *attr_p)
     return PS_OK;
 }
 
-static ps_status_t sv_bind(ps_van_t *v, ps_node_t *node, int max_retry)
-{
-    return ps__shm_bind(sv_of(v), node, max_retry);
-}
-
-static ps_status_t sv_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
-{
-    return ps__shm_connect(sv_of(v), peer, my_id, 0);
-}
-
 void ps__shm_test_counters(ps_van_t *v, uint64_t counts[PS__SHM_TEST_KINDS])
 {
     for (int i = 0; i < PS__SHM_TEST_KINDS; ++i) {
-        counts[i] = __atomic_load_n(&sv_of(v)->sent_by_kind[i], __ATOMIC_RELAXED);
+        counts[i] = __atomic_load_n(&ps__shm_of(v)->sent_by_kind[i], __ATOMIC_RELAXED);
     }
-}
-
-ps_status_t ps__shm_try_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
-{
-    return ps__shm_connect(sv_of(v), peer, my_id, 1);
-}
-
-static void sv_disconnect(ps_van_t *v, int node_id)
-{
-    ps__shm_disconnect(sv_of(v), node_id);
 }
 
 static ps_status_t sv_set_node_id(ps_van_t *v, int node_id)
 {
-    ps__shm_van_t *van = sv_of(v);
+    ps__shm_van_t *van = ps__shm_of(v);
     int changed;
     ps_status_t st = ps_van_base_set_node_id(&van->base, node_id, &changed);
     if (st != PS_OK || !changed) {
@@ -608,21 +584,16 @@ static ps_status_t sv_set_node_id(ps_van_t *v, int node_id)
     return result;
 }
 
-static ps_status_t sv_send(ps_van_t *v, const ps_msg_t *msg)
-{
-    return ps__shm_send(sv_of(v), msg);
-}
-
 static const ps_van_ops_t sv_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = sv_open,
     .close = sv_close,
     .query = sv_query,
-    .bind = sv_bind,
-    .connect = sv_connect,
-    .disconnect = sv_disconnect,
+    .bind = ps__shm_bind,
+    .connect = ps__shm_connect,
+    .disconnect = ps__shm_disconnect,
     .set_node_id = sv_set_node_id,
-    .send = sv_send,
+    .send = ps__shm_send,
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = ps_van_base_stats,

@@ -122,8 +122,9 @@ static void conn_unlink(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
 
 /* ---- bind ---- */
 
-ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry)
+ps_status_t ps__tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry)
 {
+    ps__tcp_van_t *van = ps__tcp_of(v);
     if (node == NULL) {
         return PS_ERR_INVALID_ARG;
     }
@@ -283,8 +284,9 @@ static uint64_t expire_handshakes(ps__tcp_van_t *van, uint64_t now)
 
 /* ---- connect ---- */
 
-ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id)
+ps_status_t ps__tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
 {
+    ps__tcp_van_t *van = ps__tcp_of(v);
     ps_sockaddr_t addr;
     ps_status_t st = ps_van_peer_addr(peer, PS_LOG_TCP, &addr);
     if (st != PS_OK) {
@@ -395,8 +397,9 @@ ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id
     return PS_OK;
 }
 
-void ps__tcp_disconnect(ps__tcp_van_t *van, int node_id)
+void ps__tcp_disconnect(ps_van_t *v, int node_id)
 {
+    ps__tcp_van_t *van = ps__tcp_of(v);
     ps__tcp_conn_t *gone[2 * PS__TCP_MAX_STREAMS];
     int n = 0;
     pthread_rwlock_wrlock(&van->peers_lock);

@@ -268,6 +268,13 @@ struct ps__tcp_van {
     uint64_t prealloc;      /* PS_RECV_PREALLOC_BYTES */
 };
 
+/* The van behind the handle its ops receive (the base, and so the handle,
+ * come first). */
+static inline ps__tcp_van_t *ps__tcp_of(ps_van_t *v)
+{
+    return (ps__tcp_van_t *)v;
+}
+
 /* ---- tcp_van.c ---- */
 void ps__tcp_wake(ps__tcp_van_t *van);
 /* Peer table (callers hold peers_lock as noted). */
@@ -284,9 +291,9 @@ int ps__tcp_peer_send_conns(ps__tcp_van_t *van, int id, uint64_t data_total,
                             ps__tcp_conn_t **conns);
 
 /* ---- tcp_conn.c ---- */
-ps_status_t ps__tcp_bind(ps__tcp_van_t *van, ps_node_t *node, int max_retry);
-ps_status_t ps__tcp_connect(ps__tcp_van_t *van, const ps_node_t *peer, int my_id);
-void ps__tcp_disconnect(ps__tcp_van_t *van, int node_id);
+ps_status_t ps__tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry);
+ps_status_t ps__tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id);
+void ps__tcp_disconnect(ps_van_t *v, int node_id);
 void ps__tcp_accept_all(ps__tcp_van_t *van);
 void ps__tcp_start_pending(ps__tcp_van_t *van);
 void ps__tcp_on_connected_event(ps__tcp_conn_t *conn, uint32_t events);
@@ -320,7 +327,7 @@ int ps__tcp_auth_claim_ok(const ps__tcp_conn_t *conn, int id);
 ps_status_t ps__tcp_auth_cut(ps__tcp_conn_t *conn);
 
 /* ---- tcp_send.c ---- */
-ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg);
+ps_status_t ps__tcp_send(ps_van_t *v, const ps_msg_t *msg);
 /* Sends (or queues) the frame [hm, data...] on conn. */
 ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
                                     const ps_slice_t *data, uint32_t num_data);

@@ -372,8 +372,9 @@ static uint64_t align_segments(ps__tcp_van_t *van, const ps_msg_t *msg, ps_slice
     return copies;
 }
 
-ps_status_t ps__tcp_send(ps__tcp_van_t *van, const ps_msg_t *msg)
+ps_status_t ps__tcp_send(ps_van_t *v, const ps_msg_t *msg)
 {
+    ps__tcp_van_t *van = ps__tcp_of(v);
     ps_meta_t with_nodes;
     const ps_meta_t *meta;
     ps_status_t st = ps_van_send_prepare(&van->base, msg, 0, &with_nodes, &meta);

@@ -283,11 +283,6 @@ static const ps_van_loop_ops_t tcp_loop_ops = {
 
 /* ---- ops ---- */
 
-static ps__tcp_van_t *tcp_of(ps_van_t *van)
-{
-    return (ps__tcp_van_t *)van;
-}
-
 static void tcp_close(ps_van_t *v);
 static const ps_van_ops_t tcp_ops;
 
@@ -370,7 +365,7 @@ static void tcp_close(ps_van_t *v)
     if (v == NULL) {
         return;
     }
-    ps__tcp_van_t *van = tcp_of(v);
+    ps__tcp_van_t *van = ps__tcp_of(v);
     /* Queued frames leave first (bounded); then everything is ours alone,
      * unless the thread is stuck in the van: then all of it stays. */
     if (ps_van_loop_stop(&van->loop) != PS_OK) {
@@ -397,7 +392,7 @@ static void tcp_close(ps_van_t *v)
 
 static ps_status_t tcp_query(ps_van_t *v, ps_van_attr_t *attr_p)
 {
-    ps__tcp_van_t *van = tcp_of(v);
+    ps__tcp_van_t *van = ps__tcp_of(v);
     if (attr_p == NULL) {
         return PS_ERR_INVALID_ARG;
     }
@@ -413,24 +408,9 @@ static ps_status_t tcp_query(ps_van_t *v, ps_van_attr_t *attr_p)
     return PS_OK;
 }
 
-static ps_status_t tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry)
-{
-    return ps__tcp_bind(tcp_of(v), node, max_retry);
-}
-
-static ps_status_t tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
-{
-    return ps__tcp_connect(tcp_of(v), peer, my_id);
-}
-
-static void tcp_disconnect(ps_van_t *v, int node_id)
-{
-    ps__tcp_disconnect(tcp_of(v), node_id);
-}
-
 static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
 {
-    ps__tcp_van_t *van = tcp_of(v);
+    ps__tcp_van_t *van = ps__tcp_of(v);
     int changed;
     ps_status_t st = ps_van_base_set_node_id(&van->base, node_id, &changed);
     if (st != PS_OK || !changed) {
@@ -482,21 +462,16 @@ static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
     return result;
 }
 
-static ps_status_t tcp_send(ps_van_t *v, const ps_msg_t *msg)
-{
-    return ps__tcp_send(tcp_of(v), msg);
-}
-
 static const ps_van_ops_t tcp_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = tcp_open,
     .close = tcp_close,
     .query = tcp_query,
-    .bind = tcp_bind,
-    .connect = tcp_connect,
-    .disconnect = tcp_disconnect,
+    .bind = ps__tcp_bind,
+    .connect = ps__tcp_connect,
+    .disconnect = ps__tcp_disconnect,
     .set_node_id = tcp_set_node_id,
-    .send = tcp_send,
+    .send = ps__tcp_send,
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = ps_van_base_stats,

@@ -523,8 +523,9 @@ static int port_free(const ps_sockaddr_t *addr)
     return ok;
 }
 
-ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
+ps_status_t ps__ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry)
 {
+    ps__ucx_van_t *van = ps__ucx_of(v);
     if (node == NULL) {
         return PS_ERR_INVALID_ARG;
     }
@@ -594,8 +595,9 @@ ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry)
 /* ---- connect / disconnect / node id ---- */
 
 
-ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id)
+ps_status_t ps__ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
 {
+    ps__ucx_van_t *van = ps__ucx_of(v);
     ps_sockaddr_t addr;
     ps_status_t st = ps_van_peer_addr(peer, PS_LOG_UCX, &addr);
     if (st != PS_OK) {
@@ -654,8 +656,9 @@ ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id
     return PS_OK;
 }
 
-void ps__ucx_disconnect(ps__ucx_van_t *van, int node_id)
+void ps__ucx_disconnect(ps_van_t *v, int node_id)
 {
+    ps__ucx_van_t *van = ps__ucx_of(v);
     ps__ucx_conn_t *gone[1 + PS__UCX_MAX_STREAMS];
     int n = 0;
     pthread_rwlock_wrlock(&van->peers_lock);
@@ -685,8 +688,9 @@ void ps__ucx_disconnect(ps__ucx_van_t *van, int node_id)
     ps_info(PS_LOG_UCX, "disconnecting from node %d", node_id);
 }
 
-ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id)
+ps_status_t ps__ucx_set_node_id(ps_van_t *v, int node_id)
 {
+    ps__ucx_van_t *van = ps__ucx_of(v);
     int changed;
     ps_status_t st = ps_van_base_set_node_id(&van->base, node_id, &changed);
     if (st != PS_OK || !changed) {

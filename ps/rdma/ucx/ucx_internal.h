@@ -473,6 +473,13 @@ struct ps__ucx_van {
     struct ps_rdma_buf_pool *pool; /* what data lands in when nobody names a place */
 };
 
+/* The van behind the handle its ops receive (the base, and so the handle,
+ * come first). */
+static inline ps__ucx_van_t *ps__ucx_of(ps_van_t *v)
+{
+    return (ps__ucx_van_t *)v;
+}
+
 /* ---- ucx_van.c ---- */
 void ps__ucx_wake(ps__ucx_van_t *van);
 /* Queues a callback's record for the progress thread (any thread). */
@@ -495,10 +502,10 @@ void ps__ucx_ep_transports(ucp_ep_h ep, char *buf, size_t cap);
 ps_status_t ps__ucx_status(ucs_status_t st);
 
 /* ---- ucx_conn.c ---- */
-ps_status_t ps__ucx_bind(ps__ucx_van_t *van, ps_node_t *node, int max_retry);
-ps_status_t ps__ucx_connect(ps__ucx_van_t *van, const ps_node_t *peer, int my_id);
-void ps__ucx_disconnect(ps__ucx_van_t *van, int node_id);
-ps_status_t ps__ucx_set_node_id(ps__ucx_van_t *van, int node_id);
+ps_status_t ps__ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry);
+ps_status_t ps__ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id);
+void ps__ucx_disconnect(ps_van_t *v, int node_id);
+ps_status_t ps__ucx_set_node_id(ps_van_t *v, int node_id);
 /* Progress thread: connections handed over, events, timers. */
 void ps__ucx_start_pending(ps__ucx_van_t *van);
 /* Whether other threads handed something over (checked every turn,
@@ -553,14 +560,14 @@ ps__ucx_peer_t *ps__ucx_peer_get(ps__ucx_van_t *van, int id, int create);
 int ps__ucx_may_claim(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, uint64_t nonce);
 
 /* ---- ucx_send.c ---- */
-ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg);
+ps_status_t ps__ucx_send(ps_van_t *v, const ps_msg_t *msg);
 /* Hands the lane messages the handler copied to deliver_lane, in arrival
  * order; returns how many. Before ps__ucx_rx_process() in a turn: they
  * arrived before anything its receives hold of their connections. */
 int ps__ucx_lane_deliver(ps__ucx_van_t *van);
 /* The van's send_lane op (ps/net/van/van.h): the lane message goes as a
  * small META, sent at once when UCX takes it, in sequence with the others. */
-ps_status_t ps__ucx_send_lane(ps__ucx_van_t *van, int recver, uint8_t *bytes, size_t len);
+ps_status_t ps__ucx_send_lane(ps_van_t *v, int recver, uint8_t *bytes, size_t len);
 /* Queues or posts an op on conn (takes the op, and a reference on conn
  * the caller holds: the op keeps it). *sent_p (if not NULL): 1 when UCX
  * took all of it at once (posted, and no request left in flight). */

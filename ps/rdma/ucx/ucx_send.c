@@ -595,8 +595,9 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
 }
 
 /* 1 when `recver` names a node; else says so for `what`. */
-ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
+ps_status_t ps__ucx_send(ps_van_t *v, const ps_msg_t *msg)
 {
+    ps__ucx_van_t *van = ps__ucx_of(v);
     ps_meta_t with_nodes;
     const ps_meta_t *meta;
     ps_status_t st = ps_van_send_prepare(&van->base, msg, 0, &with_nodes, &meta);
@@ -622,8 +623,9 @@ ps_status_t ps__ucx_send(ps__ucx_van_t *van, const ps_msg_t *msg)
     return st;
 }
 
-ps_status_t ps__ucx_send_lane(ps__ucx_van_t *van, int recver, uint8_t *bytes, size_t len)
+ps_status_t ps__ucx_send_lane(ps_van_t *v, int recver, uint8_t *bytes, size_t len)
 {
+    ps__ucx_van_t *van = ps__ucx_of(v);
     _Static_assert(PS_LANE_VAN_HEADROOM >= PS__UCX_AM_META_HDR, "room for the tag");
     _Static_assert(PS_LANE_MAX_BYTES <= PS__UCX_HM_INLINE, "a lane message is a small META");
     if (bytes == NULL || len < PS_LANE_HDR_LEN || len > PS_LANE_MAX_BYTES ||

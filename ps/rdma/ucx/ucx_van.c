@@ -260,11 +260,6 @@ static const ps_van_loop_ops_t ucx_loop_ops = {
 
 /* ---- ops ---- */
 
-static ps__ucx_van_t *ucx_of(ps_van_t *van)
-{
-    return (ps__ucx_van_t *)van;
-}
-
 static void ucx_close(ps_van_t *v);
 static const ps_van_ops_t ucx_ops;
 
@@ -418,7 +413,7 @@ static void ucx_close(ps_van_t *v)
     if (v == NULL) {
         return;
     }
-    ps__ucx_van_t *van = ucx_of(v);
+    ps__ucx_van_t *van = ps__ucx_of(v);
     /* Sends leave while they still move (bounded); then the thread stops.
      * One stuck inside UCX keeps the van, the worker and the context. */
     if (ps_van_loop_stop(&van->loop) != PS_OK) {
@@ -478,7 +473,7 @@ static void ucx_close(ps_van_t *v)
 
 static ps_status_t ucx_query(ps_van_t *v, ps_van_attr_t *attr_p)
 {
-    ps__ucx_van_t *van = ucx_of(v);
+    ps__ucx_van_t *van = ps__ucx_of(v);
     if (attr_p == NULL) {
         return PS_ERR_INVALID_ARG;
     }
@@ -491,51 +486,21 @@ static ps_status_t ucx_query(ps_van_t *v, ps_van_attr_t *attr_p)
     return PS_OK;
 }
 
-static ps_status_t ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry)
-{
-    return ps__ucx_bind(ucx_of(v), node, max_retry);
-}
-
-static ps_status_t ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
-{
-    return ps__ucx_connect(ucx_of(v), peer, my_id);
-}
-
-static void ucx_disconnect(ps_van_t *v, int node_id)
-{
-    ps__ucx_disconnect(ucx_of(v), node_id);
-}
-
-static ps_status_t ucx_set_node_id(ps_van_t *v, int node_id)
-{
-    return ps__ucx_set_node_id(ucx_of(v), node_id);
-}
-
-static ps_status_t ucx_send(ps_van_t *v, const ps_msg_t *msg)
-{
-    return ps__ucx_send(ucx_of(v), msg);
-}
-
-static ps_status_t ucx_send_lane(ps_van_t *v, int recver, uint8_t *bytes, size_t len)
-{
-    return ps__ucx_send_lane(ucx_of(v), recver, bytes, len);
-}
-
 static const ps_van_ops_t ucx_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = ucx_open,
     .close = ucx_close,
     .query = ucx_query,
-    .bind = ucx_bind,
-    .connect = ucx_connect,
-    .disconnect = ucx_disconnect,
-    .set_node_id = ucx_set_node_id,
-    .send = ucx_send,
+    .bind = ps__ucx_bind,
+    .connect = ps__ucx_connect,
+    .disconnect = ps__ucx_disconnect,
+    .set_node_id = ps__ucx_set_node_id,
+    .send = ps__ucx_send,
     .register_mem = ps_van_no_register_mem,
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = ps_van_base_stats,
     .progress = ps_van_loop_progress,
-    .send_lane = ucx_send_lane,
+    .send_lane = ps__ucx_send_lane,
 };
 
 static int ucx_unavailable(char *why, size_t cap)

@@ -127,8 +127,9 @@ static ps_status_t auto_interface(ps__vb_van_t *van, ps_node_t *node)
     return PS_OK;
 }
 
-ps_status_t ps__vb_cm_bind(ps__vb_van_t *van, ps_node_t *node, int max_retry)
+ps_status_t ps__vb_cm_bind(ps_van_t *v, ps_node_t *node, int max_retry)
 {
+    ps__vb_van_t *van = ps__vb_of(v);
     if (node == NULL)
         return PS_ERR_INVALID_ARG;
     if (van->listen_id != NULL) {
@@ -488,8 +489,9 @@ static void attempt_start(ps__vb_conn_t *c)
 
 /* ---- connect / disconnect (caller threads) ---- */
 
-ps_status_t ps__vb_cm_connect(ps__vb_van_t *van, const ps_node_t *peer, int my_id)
+ps_status_t ps__vb_cm_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
 {
+    ps__vb_van_t *van = ps__vb_of(v);
     if (peer == NULL || peer->id <= 0 || peer->id >= PS_NODE_EMPTY || peer->num_ports == 0)
         return PS_ERR_INVALID_ARG;
     if (__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE))
@@ -590,8 +592,9 @@ ps_status_t ps__vb_cm_connect(ps__vb_van_t *van, const ps_node_t *peer, int my_i
     return st;
 }
 
-void ps__vb_cm_disconnect(ps__vb_van_t *van, int node_id)
+void ps__vb_cm_disconnect(ps_van_t *v, int node_id)
 {
+    ps__vb_van_t *van = ps__vb_of(v);
     ps__vb_conn_t *list[PS__VB_MAX_IN + 1];
     int n = 0;
     pthread_rwlock_rdlock(&van->peers_lock);

@@ -413,9 +413,9 @@ ps_status_t ps__vb_slice_lkey(ps__vb_dev_t *dev, const ps_slice_t *slice, uint32
                               ps_rdma_mr_t **mr_p);
 
 /* ---- verbs_cm.c ---- */
-ps_status_t ps__vb_cm_bind(ps__vb_van_t *van, ps_node_t *node, int max_retry);
-ps_status_t ps__vb_cm_connect(ps__vb_van_t *van, const ps_node_t *peer, int my_id);
-void ps__vb_cm_disconnect(ps__vb_van_t *van, int node_id);
+ps_status_t ps__vb_cm_bind(ps_van_t *v, ps_node_t *node, int max_retry);
+ps_status_t ps__vb_cm_connect(ps_van_t *v, const ps_node_t *peer, int my_id);
+void ps__vb_cm_disconnect(ps_van_t *v, int node_id);
 ps_status_t ps__vb_cm_start(ps__vb_van_t *van);
 /* Every QP is established (and, with a job secret, the responder has the
  * initiator's proof): READY, into the peer table, queued sends go. CM
@@ -430,7 +430,7 @@ void ps__vb_cm_stop(ps__vb_van_t *van);
 void ps__vb_cm_destroy_all(ps__vb_van_t *van);
 
 /* ---- verbs_send.c ---- */
-ps_status_t ps__vb_send(ps__vb_van_t *van, const ps_msg_t *msg);
+ps_status_t ps__vb_send(ps_van_t *v, const ps_msg_t *msg);
 /* Queues a control message (START/GRANT/DROP/HELLO) on conn, ahead of
  * messages, and posts it when there is room. */
 ps_status_t ps__vb_send_ctrl(ps__vb_conn_t *conn, const ps__vb_ctrl_t *c);

@@ -1000,8 +1000,9 @@ static ps_status_t encode_fm(ps__vb_van_t *van, ps__vb_tx_t *tx, const ps_meta_t
     return PS_OK;
 }
 
-ps_status_t ps__vb_send(ps__vb_van_t *van, const ps_msg_t *msg)
+ps_status_t ps__vb_send(ps_van_t *v, const ps_msg_t *msg)
 {
+    ps__vb_van_t *van = ps__vb_of(v);
     if (msg == NULL || msg->num_data > PS_MSG_MAX_DATA)
         return PS_ERR_INVALID_ARG;
     int recver = msg->meta.recver;

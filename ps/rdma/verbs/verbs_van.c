@@ -552,21 +552,6 @@ static ps_status_t vb_query(ps_van_t *v, ps_van_attr_t *attr_p)
     return PS_OK;
 }
 
-static ps_status_t vb_bind(ps_van_t *v, ps_node_t *node, int max_retry)
-{
-    return ps__vb_cm_bind(ps__vb_of(v), node, max_retry);
-}
-
-static ps_status_t vb_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
-{
-    return ps__vb_cm_connect(ps__vb_of(v), peer, my_id);
-}
-
-static void vb_disconnect(ps_van_t *v, int node_id)
-{
-    ps__vb_cm_disconnect(ps__vb_of(v), node_id);
-}
-
 static ps_status_t vb_set_node_id(ps_van_t *v, int node_id)
 {
     ps__vb_van_t *van = ps__vb_of(v);
@@ -602,11 +587,6 @@ static ps_status_t vb_set_node_id(ps_van_t *v, int node_id)
     }
     ps_info(PS_LOG_RDMA, "node id is now %d (announced on %d connections)", node_id, n);
     return result;
-}
-
-static ps_status_t vb_send(ps_van_t *v, const ps_msg_t *msg)
-{
-    return ps__vb_send(ps__vb_of(v), msg);
 }
 
 static ps_status_t vb_register_mem(ps_van_t *v, ps_buf_t *buf)
@@ -650,11 +630,11 @@ static const ps_van_ops_t vb_ops = {
     .open = vb_open,
     .close = vb_close,
     .query = vb_query,
-    .bind = vb_bind,
-    .connect = vb_connect,
-    .disconnect = vb_disconnect,
+    .bind = ps__vb_cm_bind,
+    .connect = ps__vb_cm_connect,
+    .disconnect = ps__vb_cm_disconnect,
     .set_node_id = vb_set_node_id,
-    .send = vb_send,
+    .send = ps__vb_send,
     .register_mem = vb_register_mem,
     .deregister_mem = vb_deregister_mem,
     .stats = ps_van_base_stats,
