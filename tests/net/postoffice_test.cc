@@ -1552,9 +1552,9 @@ TEST(StartParams, InstanceGroupsFromEnvironment)
         unsetenv(v);
 }
 
-// A group start refuses what is not a server or worker group, and a group
-// rank beyond the groups, before starting anything.
-TEST(StartGroup, RefusesBadParams)
+// One server group and one worker group of 2 instances; a scheduler at
+// port 1, which a refused start never dials.
+static ps_start_params_t GroupsOfTwo()
 {
     ps_start_params_t p;
     ps_start_params_init(&p);
@@ -1563,6 +1563,14 @@ TEST(StartGroup, RefusesBadParams)
     p.num_servers = 1;
     p.num_workers = 1;
     p.group_size = 2;
+    return p;
+}
+
+// A group start refuses what is not a server or worker group, and a group
+// rank beyond the groups, before starting anything.
+TEST(StartGroup, RefusesBadParams)
+{
+    ps_start_params_t p = GroupsOfTwo();
     ps_postoffice_t *pos[2];
     p.role = PS_ROLE_SCHEDULER;
     EXPECT_EQ(PS_ERR_INVALID_ARG, ps_postoffice_start_group(&p, 1, pos));
@@ -1573,16 +1581,10 @@ TEST(StartGroup, RefusesBadParams)
 
 // Parameters a program fills itself get the environment's check too: rank 1
 // of a group of 2 is instance 1, so asking for instance 0 is refused
-// before anything starts (the scheduler's port 1 is never dialled).
+// before anything starts.
 TEST(StartParams, RankAndInstanceThatDisagreeAreRefused)
 {
-    ps_start_params_t p;
-    ps_start_params_init(&p);
-    snprintf(p.scheduler_host, sizeof(p.scheduler_host), "127.0.0.1");
-    p.scheduler_port = 1;
-    p.num_servers = 1;
-    p.num_workers = 1;
-    p.group_size = 2;
+    ps_start_params_t p = GroupsOfTwo();
     p.role = PS_ROLE_WORKER;
     p.preferred_rank = 1;
     p.instance = 0;
