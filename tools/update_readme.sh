@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the README's environment-variable reference from the config
-# table (ps/base/config_vars.h) via `ps_info --markdown`.
+# tables (ps/base/config_vars.h and each van's own) via `ps_info --markdown`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bazel build //tools/ps_info >/dev/null 2>&1

@@ -13,32 +13,95 @@
 
 #include "ps/base/log.h"
 
-static const ps_config_entry_t ps_config_table[PS_CFG_COUNT] = {
+static const ps_config_entry_t ps_config_core[PS_CFG_COUNT] = {
 #define PS_CONFIG_VAR(_name, _type, _default, _section, _alias, _help) \
     [PS_CFG_##_name] = {#_name, PS_CFG_TYPE_##_type, _default, _section, _alias, _help},
 #include "ps/base/config_vars.h"
 #undef PS_CONFIG_VAR
 };
 
+/* Variables of the layers above (each van's own), registered by their
+ * tables after the core's ids. */
+#define PS_CONFIG_MAX_REGISTERED 256
+#define PS_CONFIG_CAPACITY (PS_CFG_COUNT + PS_CONFIG_MAX_REGISTERED)
+static const ps_config_entry_t *ps_config_registered[PS_CONFIG_MAX_REGISTERED];
+static int ps_config_num_ids = PS_CFG_COUNT; /* atomic */
+
 /* Overrides are set before ps starts; the lock only keeps a late reader from
- * seeing a half-replaced pointer. */
+ * seeing a half-replaced pointer. It also orders registrations. */
 static pthread_mutex_t ps_config_lock = PTHREAD_MUTEX_INITIALIZER;
-static char *ps_config_overrides[PS_CFG_COUNT];
+static char *ps_config_overrides[PS_CONFIG_CAPACITY];
 
 /* Per variable: bit 0 = "alias is deprecated" logged, bit 1 = "alias
  * ignored because the new name is set" logged. Each is said once. */
-static unsigned ps_config_alias_logged[PS_CFG_COUNT];
+static unsigned ps_config_alias_logged[PS_CONFIG_CAPACITY];
 
 #define PS_CONFIG_NUM_MAX 64 /* longest numeric text we accept */
 
+int ps_config_count(void)
+{
+    return __atomic_load_n(&ps_config_num_ids, __ATOMIC_ACQUIRE);
+}
+
 static int ps_config_id_valid(ps_config_id_t id)
 {
-    return (unsigned)id < (unsigned)PS_CFG_COUNT;
+    return (int)id >= 0 && (int)id < ps_config_count();
+}
+
+/* The entry of a valid id. */
+static const ps_config_entry_t *ps_config_at(int id)
+{
+    return id < PS_CFG_COUNT ? &ps_config_core[id] : ps_config_registered[id - PS_CFG_COUNT];
 }
 
 const ps_config_entry_t *ps_config_entry(ps_config_id_t id)
 {
-    return ps_config_id_valid(id) ? &ps_config_table[id] : NULL;
+    return ps_config_id_valid(id) ? ps_config_at((int)id) : NULL;
+}
+
+static int ps_config_named(const ps_config_entry_t *e, const char *name)
+{
+    return !strcmp(e->name, name) || (e->alias != NULL && !strcmp(e->alias, name));
+}
+
+ps_status_t ps_config_register(ps_config_table_t *table)
+{
+    if (table == NULL || table->entries == NULL || table->count <= 0) {
+        return PS_ERR_INVALID_ARG;
+    }
+    ps_status_t st = PS_OK;
+    pthread_mutex_lock(&ps_config_lock);
+    int n = ps_config_num_ids;
+    if (table->first_id >= PS_CFG_COUNT) {
+        goto out; /* registered already */
+    }
+    if (n + table->count > PS_CONFIG_CAPACITY) {
+        st = PS_ERR_NO_RESOURCE;
+        goto out;
+    }
+    for (int k = 0; k < table->count; ++k) {
+        for (int i = 0; i < n; ++i) {
+            const ps_config_entry_t *e = ps_config_at(i);
+            if (ps_config_named(e, table->entries[k].name) ||
+                (table->entries[k].alias != NULL && ps_config_named(e, table->entries[k].alias))) {
+                st = PS_ERR_EXISTS;
+                goto out;
+            }
+        }
+    }
+    for (int k = 0; k < table->count; ++k) {
+        ps_config_registered[n - PS_CFG_COUNT + k] = &table->entries[k];
+    }
+    table->first_id = n;
+    __atomic_store_n(&ps_config_num_ids, n + table->count, __ATOMIC_RELEASE);
+out:
+    pthread_mutex_unlock(&ps_config_lock);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_BASE, "the config table of %s was not registered: %s", table->owner,
+                 st == PS_ERR_EXISTS ? "a variable of it is already in the table"
+                                     : "the table is full");
+    }
+    return st;
 }
 
 ps_status_t ps_config_find(const char *name, ps_config_id_t *id_p)
@@ -46,9 +109,10 @@ ps_status_t ps_config_find(const char *name, ps_config_id_t *id_p)
     if (name == NULL || id_p == NULL) {
         return PS_ERR_INVALID_ARG;
     }
-    for (int i = 0; i < PS_CFG_COUNT; ++i) {
-        const ps_config_entry_t *e = &ps_config_table[i];
-        if (!strcmp(e->name, name) || (e->alias != NULL && !strcmp(e->alias, name))) {
+    int n = ps_config_count();
+    for (int i = 0; i < n; ++i) {
+        const ps_config_entry_t *e = ps_config_at(i);
+        if (ps_config_named(e, name)) {
             *id_p = (ps_config_id_t)i;
             return PS_OK;
         }
@@ -87,7 +151,7 @@ static const char *ps_config_getenv(const char *name)
 
 static void ps_config_alias_note(ps_config_id_t id, unsigned bit, const char *fmt_kind)
 {
-    const ps_config_entry_t *e = &ps_config_table[id];
+    const ps_config_entry_t *e = ps_config_at((int)id);
     if (__atomic_fetch_or(&ps_config_alias_logged[id], bit, __ATOMIC_RELAXED) & bit) {
         return;
     }
@@ -101,7 +165,7 @@ static void ps_config_alias_note(ps_config_id_t id, unsigned bit, const char *fm
 
 void ps__config_reset_notes(void)
 {
-    for (int i = 0; i < PS_CFG_COUNT; ++i) {
+    for (int i = 0; i < PS_CONFIG_CAPACITY; ++i) {
         __atomic_store_n(&ps_config_alias_logged[i], 0u, __ATOMIC_RELAXED);
     }
 }
@@ -112,7 +176,7 @@ ps_status_t ps_config_get_raw(ps_config_id_t id, const char **value_p,
     if (!ps_config_id_valid(id) || value_p == NULL) {
         return PS_ERR_INVALID_ARG;
     }
-    const ps_config_entry_t *e = &ps_config_table[id];
+    const ps_config_entry_t *e = ps_config_at((int)id);
     const char *value;
     ps_config_source_t source;
 
@@ -311,7 +375,7 @@ static const char *ps_config_expected(ps_config_type_t type)
 static void ps_config_log_bad(ps_config_id_t id, ps_config_type_t as, const char *text,
                               ps_config_source_t source, const char *why)
 {
-    const ps_config_entry_t *e = &ps_config_table[id];
+    const ps_config_entry_t *e = ps_config_at((int)id);
     const char *name = source == PS_CFG_SRC_ALIAS ? e->alias : e->name;
 
     ps_error(PS_LOG_BASE, "bad value '%s' for %s (from %s): expected %s%s", text, name,
@@ -327,13 +391,13 @@ static ps_status_t ps_config_text(ps_config_id_t id, ps_config_type_t want,
         ps_error(PS_LOG_BASE, "config id %d is out of range", (int)id);
         return PS_ERR_INVALID_ARG;
     }
-    ps_config_type_t have = ps_config_table[id].type;
+    ps_config_type_t have = ps_config_at((int)id)->type;
     int compatible = have == want || want == PS_CFG_TYPE_STRING ||
                      (want == PS_CFG_TYPE_INT && have == PS_CFG_TYPE_SIZE) ||
                      (want == PS_CFG_TYPE_SIZE && have == PS_CFG_TYPE_INT) ||
                      (want == PS_CFG_TYPE_DOUBLE && have == PS_CFG_TYPE_INT);
     if (!compatible) {
-        ps_error(PS_LOG_BASE, "%s is a %s variable, read as %s", ps_config_table[id].name,
+        ps_error(PS_LOG_BASE, "%s is a %s variable, read as %s", ps_config_at((int)id)->name,
                  ps_config_type_name(have), ps_config_type_name(want));
         return PS_ERR_INVALID_ARG;
     }
@@ -372,7 +436,7 @@ ps_status_t ps_config_get_int(ps_config_id_t id, int64_t *value_p)
     if (st != PS_OK) {
         return st;
     }
-    if (ps_config_table[id].type == PS_CFG_TYPE_SIZE) {
+    if (ps_config_at((int)id)->type == PS_CFG_TYPE_SIZE) {
         uint64_t u;
         if (ps_config_parse_size(text, &u) != PS_OK) {
             ps_config_log_bad(id, PS_CFG_TYPE_SIZE, text, source, "");
@@ -446,7 +510,7 @@ ps_status_t ps_config_get_size(ps_config_id_t id, uint64_t *value_p)
     if (st != PS_OK) {
         return st;
     }
-    if (ps_config_table[id].type == PS_CFG_TYPE_INT) {
+    if (ps_config_at((int)id)->type == PS_CFG_TYPE_INT) {
         int64_t i;
         if (ps_config_parse_int(text, &i) != PS_OK || i < 0) {
             ps_config_log_bad(id, PS_CFG_TYPE_INT, text, source, ", not negative");
@@ -513,13 +577,13 @@ ps_status_t ps_config_set(ps_config_id_t id, const char *value)
 
 void ps_config_clear_overrides(void)
 {
-    char *old[PS_CFG_COUNT];
+    char *old[PS_CONFIG_CAPACITY];
 
     pthread_mutex_lock(&ps_config_lock);
     memcpy(old, ps_config_overrides, sizeof(old));
     memset(ps_config_overrides, 0, sizeof(ps_config_overrides));
     pthread_mutex_unlock(&ps_config_lock);
-    for (int i = 0; i < PS_CFG_COUNT; ++i) {
+    for (int i = 0; i < PS_CONFIG_CAPACITY; ++i) {
         free(old[i]);
     }
 }
@@ -530,7 +594,8 @@ ps_status_t ps_config_validate(void)
 {
     int bad = 0;
 
-    for (int i = 0; i < PS_CFG_COUNT; ++i) {
+    int n = ps_config_count();
+    for (int i = 0; i < n; ++i) {
         ps_config_id_t id = (ps_config_id_t)i;
         if (!ps_config_is_set(id)) {
             continue;
@@ -542,7 +607,7 @@ ps_status_t ps_config_validate(void)
             double d;
             uint64_t u;
         } v;
-        switch (ps_config_table[i].type) {
+        switch (ps_config_at(i)->type) {
         case PS_CFG_TYPE_STRING: break;
         case PS_CFG_TYPE_INT: st = ps_config_get_int(id, &v.i); break;
         case PS_CFG_TYPE_BOOL: st = ps_config_get_bool(id, &v.b); break;
@@ -565,8 +630,9 @@ ps_status_t ps_config_print(int fd, int set_only)
         return PS_ERR_INVALID_ARG;
     }
 
-    for (int i = 0; i < PS_CFG_COUNT; ++i) {
-        const ps_config_entry_t *e = &ps_config_table[i];
+    int n = ps_config_count();
+    for (int i = 0; i < n; ++i) {
+        const ps_config_entry_t *e = ps_config_at(i);
         const char *value;
         ps_config_source_t source;
 

@@ -5,7 +5,10 @@
  * environment reference is generated from it.
  *
  * The entries themselves are listed once, in config_vars.h (an X-macro), so
- * the enum below, the table and the docs cannot drift apart.
+ * the enum below, the table and the docs cannot drift apart. A layer above
+ * (each van) lists its own variables the same way in a file of its own and
+ * registers them as a table (ps_config_register): they get ids after the
+ * core's and are read, printed and validated like the core's.
  *
  * Values come from, in order: an override set with ps_config_set() (programs
  * that do not use the environment), the environment variable, a legacy alias
@@ -50,6 +53,47 @@ typedef struct {
 
 /* The table entry of `id`; NULL for an out-of-range id. */
 const ps_config_entry_t *ps_config_entry(ps_config_id_t id);
+
+/* How many ids there are: the core's (PS_CFG_COUNT) and the registered
+ * tables'. Ids run from 0 to this minus one. */
+int ps_config_count(void);
+
+/* A layer's own variables. `entries` lists them (PS_CONFIG_ENTRY over the
+ * layer's X-macro file); first_id is 0 until registered. */
+typedef struct ps_config_table {
+    const char *owner; /* "tcp", "ucx", ... */
+    const ps_config_entry_t *entries;
+    int count;
+    int first_id;
+} ps_config_table_t;
+
+/* Adds a table once (again: PS_OK, nothing changes). PS_ERR_EXISTS when a
+ * name or alias of it is already taken, PS_ERR_NO_RESOURCE when the table
+ * is full; both logged. */
+ps_status_t ps_config_register(ps_config_table_t *table);
+
+/* The id of entry `index` of a registered table (an invalid id before). */
+static inline ps_config_id_t ps_config_table_id(const ps_config_table_t *table, int index)
+{
+    return table->first_id > 0 ? (ps_config_id_t)(table->first_id + index) : (ps_config_id_t)-1;
+}
+
+/* The X-macro expansions a layer's table is made of:
+ *   enum { #define PS_CONFIG_VAR PS_CONFIG_INDEX ... };  -> PS_CFGI_<NAME>
+ *   static const ps_config_entry_t e[] = { #define PS_CONFIG_VAR PS_CONFIG_ENTRY ... }; */
+#define PS_CONFIG_INDEX(_name, _type, _default, _section, _alias, _help) PS_CFGI_##_name,
+#define PS_CONFIG_ENTRY(_name, _type, _default, _section, _alias, _help) \
+    {#_name, PS_CFG_TYPE_##_type, _default, _section, _alias, _help},
+
+/* Defines the table `_table` of `_owner` over the array `_entries`, and
+ * registers it when the object defining it is linked, before main. */
+#define PS_CONFIG_TABLE(_table, _owner, _entries)                                       \
+    ps_config_table_t _table = {_owner, _entries,                                       \
+                                (int)(sizeof(_entries) / sizeof((_entries)[0])), 0};    \
+    __attribute__((constructor)) static void ps__config_register_##_table(void)         \
+    {                                                                                   \
+        (void)ps_config_register(&(_table));                                            \
+    }
 
 /* Looks a variable up by its name (or alias). */
 ps_status_t ps_config_find(const char *name, ps_config_id_t *id_p);

@@ -60,7 +60,7 @@ class ConfigTest : public ::testing::Test {
   void TearDown() override { Clean(); }
   static void Clean() {
     ps_config_clear_overrides();
-    for (int i = 0; i < PS_CFG_COUNT; ++i) {
+    for (int i = 0; i < ps_config_count(); ++i) {
       const ps_config_entry_t *e = ps_config_entry(static_cast<ps_config_id_t>(i));
       unsetenv(e->name);
       if (e->alias != nullptr) {
@@ -70,9 +70,11 @@ class ConfigTest : public ::testing::Test {
   }
 };
 
+// The core table's sections: no transport among them (each van's variables
+// are in a table of its own).
 const std::set<std::string> kSections = {
-    "bootstrap", "logging", "van", "tcp", "shm", "rdma", "fabric", "ucx",
-    "reliability", "security", "byteps-server", "stepmesh", "profiling", "benchmark"};
+    "bootstrap", "logging", "van", "ipc", "reliability", "security", "byteps-server",
+    "stepmesh", "profiling", "benchmark"};
 
 TEST_F(ConfigTest, TableIsWellFormed) {
   std::set<std::string> names;
@@ -93,7 +95,7 @@ TEST_F(ConfigTest, TableIsWellFormed) {
     EXPECT_STRNE(ps_config_type_name(e->type), "?");
     ASSERT_NE(e->default_value, nullptr);
   }
-  EXPECT_EQ(ps_config_entry(PS_CFG_COUNT), nullptr);
+  EXPECT_EQ(ps_config_entry(static_cast<ps_config_id_t>(ps_config_count())), nullptr);
   EXPECT_EQ(ps_config_entry(static_cast<ps_config_id_t>(-1)), nullptr);
 }
 
@@ -144,17 +146,12 @@ TEST_F(ConfigTest, PsSpecificVariablesHaveTheirDefaults) {
       {PS_CFG_PS_MAX_MESSAGE_BYTES, "PS_MAX_MESSAGE_BYTES", PS_CFG_TYPE_SIZE, "4g", nullptr},
       {PS_CFG_PS_MAX_DATA_SEGMENTS, "PS_MAX_DATA_SEGMENTS", PS_CFG_TYPE_INT, "16", nullptr},
       {PS_CFG_PS_BUSY_POLL, "PS_BUSY_POLL", PS_CFG_TYPE_BOOL, "0", nullptr},
-      {PS_CFG_PS_TCP_CONNS_PER_PEER, "PS_TCP_CONNS_PER_PEER", PS_CFG_TYPE_INT, "1", "tcp"},
-      {PS_CFG_PS_TCP_SOCKBUF, "PS_TCP_SOCKBUF", PS_CFG_TYPE_SIZE, "0", "tcp"},
       {PS_CFG_PS_JOB_SECRET, "PS_JOB_SECRET", PS_CFG_TYPE_STRING, "", "security"},
       {PS_CFG_PS_JOB_SECRET_FILE, "PS_JOB_SECRET_FILE", PS_CFG_TYPE_STRING, "", "security"},
       {PS_CFG_PS_JOB_ID, "PS_JOB_ID", PS_CFG_TYPE_STRING, "", "security"},
       {PS_CFG_PS_BIND_ANY, "PS_BIND_ANY", PS_CFG_TYPE_BOOL, "0", nullptr},
-      {PS_CFG_PS_FABRIC_PROVIDER, "PS_FABRIC_PROVIDER", PS_CFG_TYPE_STRING, "", "fabric"},
-      {PS_CFG_PS_MR_CACHE_BYTES, "PS_MR_CACHE_BYTES", PS_CFG_TYPE_SIZE, "0", nullptr},
       // A few upstream ones.
       {PS_CFG_DMLC_ROLE, "DMLC_ROLE", PS_CFG_TYPE_STRING, "", "bootstrap"},
-      {PS_CFG_BYTEPS_RDMA_RX_DEPTH, "BYTEPS_RDMA_RX_DEPTH", PS_CFG_TYPE_INT, "2048", "rdma"},
       {PS_CFG_BYTEPS_PARTITION_BYTES, "BYTEPS_PARTITION_BYTES", PS_CFG_TYPE_SIZE, "4096000", nullptr},
       {PS_CFG_PS_RESEND_TIMEOUT, "PS_RESEND_TIMEOUT", PS_CFG_TYPE_INT, "1000", "reliability"},
       {PS_CFG_NUM_KEY_PER_SERVER, "NUM_KEY_PER_SERVER", PS_CFG_TYPE_INT, "40", "benchmark"},
@@ -312,10 +309,10 @@ TEST_F(ConfigTest, BadValueIsLoggedAndLeavesOutputAlone) {
   EXPECT_NE(log.Text().find("'maybe' for PS_BUSY_POLL"), std::string::npos);
 
   uint64_t s = 3;
-  setenv("PS_TCP_SOCKBUF", "12q", 1);
-  EXPECT_EQ(ps_config_get_size(PS_CFG_PS_TCP_SOCKBUF, &s), PS_ERR_CONFIG);
+  setenv("PS_RECV_PREALLOC_BYTES", "12q", 1);
+  EXPECT_EQ(ps_config_get_size(PS_CFG_PS_RECV_PREALLOC_BYTES, &s), PS_ERR_CONFIG);
   EXPECT_EQ(s, 3u);
-  EXPECT_EQ(ps_config_size_or(PS_CFG_PS_TCP_SOCKBUF, 77), 77u);
+  EXPECT_EQ(ps_config_size_or(PS_CFG_PS_RECV_PREALLOC_BYTES, 77), 77u);
   EXPECT_NE(log.Text().find("k/m/g/t suffix"), std::string::npos);
 
   // A bad legacy name is reported under that name.
@@ -327,7 +324,7 @@ TEST_F(ConfigTest, BadValueIsLoggedAndLeavesOutputAlone) {
   EXPECT_EQ(ps_config_validate(), PS_ERR_CONFIG);
   unsetenv("DMLC_NUM_WORKER");
   unsetenv("PS_BUSY_POLL");
-  unsetenv("PS_TCP_SOCKBUF");
+  unsetenv("PS_RECV_PREALLOC_BYTES");
   unsetenv("DMLC_SPLIT_QP_LAG");
   EXPECT_EQ(ps_config_validate(), PS_OK);
 }
@@ -356,10 +353,11 @@ TEST_F(ConfigTest, TypeMismatchIsAProgrammingError) {
   setenv("DMLC_NUM_PORTS", "-1", 1);
   EXPECT_EQ(ps_config_get_size(PS_CFG_DMLC_NUM_PORTS, &u), PS_ERR_CONFIG);
   // Out-of-range ids.
-  EXPECT_EQ(ps_config_get_int(PS_CFG_COUNT, &i), PS_ERR_INVALID_ARG);
-  EXPECT_EQ(ps_config_get_raw(PS_CFG_COUNT, &s, nullptr), PS_ERR_INVALID_ARG);
-  EXPECT_EQ(ps_config_set(PS_CFG_COUNT, "1"), PS_ERR_INVALID_ARG);
-  EXPECT_FALSE(ps_config_is_set(PS_CFG_COUNT));
+  const ps_config_id_t past = static_cast<ps_config_id_t>(ps_config_count());
+  EXPECT_EQ(ps_config_get_int(past, &i), PS_ERR_INVALID_ARG);
+  EXPECT_EQ(ps_config_get_raw(past, &s, nullptr), PS_ERR_INVALID_ARG);
+  EXPECT_EQ(ps_config_set(past, "1"), PS_ERR_INVALID_ARG);
+  EXPECT_FALSE(ps_config_is_set(past));
   EXPECT_EQ(ps_config_get_int(PS_CFG_DMLC_NUM_PORTS, nullptr), PS_ERR_INVALID_ARG);
 }
 
@@ -516,6 +514,66 @@ TEST_F(ConfigTest, ConcurrentReaders) {
   for (auto &th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(ok[t], 500);
   EXPECT_EQ(log.Count("STEPAF_BUSY_POLL_ENABLE is deprecated"), 1u);
+}
+
+// A layer's own table: ids after the core's, read, found, set, validated
+// and printed like the core's; registered once; a name already taken
+// refuses the whole table.
+TEST_F(ConfigTest, ALayersTableIsReadLikeTheCore) {
+  static const ps_config_entry_t entries[] = {
+      {"PS_TEST_TABLE_INT", PS_CFG_TYPE_INT, "7", "test", nullptr, "An int of a test table."},
+      {"PS_TEST_TABLE_SIZE", PS_CFG_TYPE_SIZE, "1k", "test", "PS_TEST_TABLE_OLD",
+       "A size of a test table, in bytes."},
+  };
+  static ps_config_table_t table = {"test", entries, 2, 0};
+  EXPECT_EQ(ps_config_entry(ps_config_table_id(&table, 0)), nullptr);  // not yet registered
+  const int before = ps_config_count();
+  ASSERT_EQ(ps_config_register(&table), PS_OK);
+  EXPECT_EQ(table.first_id, before);
+  EXPECT_EQ(ps_config_count(), before + 2);
+  ASSERT_EQ(ps_config_register(&table), PS_OK);
+  EXPECT_EQ(ps_config_count(), before + 2);
+
+  const ps_config_id_t a = ps_config_table_id(&table, 0), b = ps_config_table_id(&table, 1);
+  EXPECT_STREQ(ps_config_entry(a)->name, "PS_TEST_TABLE_INT");
+  EXPECT_EQ(ps_config_int_or(a, 0), 7);
+  setenv("PS_TEST_TABLE_INT", "12", 1);
+  EXPECT_EQ(ps_config_int_or(a, 0), 12);
+  ps_config_id_t found = PS_CFG_DMLC_ROLE;
+  ASSERT_EQ(ps_config_find("PS_TEST_TABLE_OLD", &found), PS_OK);
+  EXPECT_EQ(found, b);
+  ASSERT_EQ(ps_config_set(b, "2m"), PS_OK);
+  EXPECT_EQ(ps_config_size_or(b, 0), 2u << 20);
+  ps_config_clear_overrides();
+  {
+    LogCapture log;
+    setenv("PS_TEST_TABLE_SIZE", "2x", 1);
+    EXPECT_EQ(ps_config_validate(), PS_ERR_CONFIG);
+    EXPECT_NE(log.Text().find("PS_TEST_TABLE_SIZE"), std::string::npos) << log.Text();
+    unsetenv("PS_TEST_TABLE_SIZE");
+  }
+  EXPECT_EQ(ps_config_validate(), PS_OK);
+  FILE *f = tmpfile();
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(ps_config_print(fileno(f), 0), PS_OK);
+  std::string text(8192 * 8, '\0');
+  rewind(f);
+  text.resize(fread(&text[0], 1, text.size(), f));
+  fclose(f);
+  EXPECT_NE(text.find("# test\nPS_TEST_TABLE_INT=12  [env]"), std::string::npos) << text;
+
+  static const ps_config_entry_t clash[] = {
+      {"PS_TEST_TABLE_OTHER", PS_CFG_TYPE_INT, "1", "test", "DMLC_ROLE", "Takes a core name."},
+  };
+  static ps_config_table_t clash_table = {"clash", clash, 1, 0};
+  {
+    LogCapture log;
+    EXPECT_EQ(ps_config_register(&clash_table), PS_ERR_EXISTS);
+    EXPECT_NE(log.Text().find("clash"), std::string::npos) << log.Text();
+  }
+  EXPECT_EQ(clash_table.first_id, 0);
+  EXPECT_EQ(ps_config_count(), before + 2);
+  unsetenv("PS_TEST_TABLE_INT");
 }
 
 }  // namespace

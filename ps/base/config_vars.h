@@ -1,6 +1,8 @@
 /*
- * Every environment variable ps reads, once. No include guard: this file is
- * an X-macro list, included several times with different definitions of
+ * Every environment variable of ps's core, once (each van lists its own in
+ * a file of its own, in this format: ps/base/config.h). No include guard:
+ * this file is an X-macro list, included several times with different
+ * definitions of
  *
  *   PS_CONFIG_VAR(NAME, TYPE, "default", "section", ALIAS_OR_NULL, "help")
  *
@@ -95,49 +97,14 @@ PS_CONFIG_VAR(PS_HANDSHAKE_TIMEOUT_MS, INT, "5000", "van", NULL,
 PS_CONFIG_VAR(PS_RECV_PREALLOC_BYTES, SIZE, "4m", "van", NULL,
               "Largest receive buffer allocated for a message segment on the length its sender announced alone; a bigger one grows as its bytes arrive (tcp) or is allocated once its data message is matched (ucx), in bytes (k/m/g suffixes allowed).")
 
-/* ---- tcp van ---- */
-PS_CONFIG_VAR(PS_TCP_CONNS_PER_PEER, INT, "1", "tcp", NULL,
-              "Number of TCP connections opened to each peer, a count.")
-PS_CONFIG_VAR(PS_TCP_SOCKBUF, SIZE, "0", "tcp", NULL,
-              "Socket send and receive buffer size, in bytes; 0 keeps the kernel default.")
-
-/* ---- shared memory (BytePS IPC) ---- */
-PS_CONFIG_VAR(BYTEPS_ENABLE_IPC, BOOL, "0", "shm", NULL,
+/* ---- same-host transfers (BytePS IPC); each van's own variables are
+ * in its own list (ps/net/tcp/tcp_config_vars.h, ...) ---- */
+PS_CONFIG_VAR(BYTEPS_ENABLE_IPC, BOOL, "0", "ipc", NULL,
               "1 talks to peers on the same host through shared memory and to the others through the van DMLC_ENABLE_RDMA, DMLC_ENABLE_UCX or DMLC_PS_VAN_TYPE chooses (van ipc); ignored when that van is shm.")
-PS_CONFIG_VAR(PS_DEVICE_IPC, BOOL, "0", "shm", NULL,
+PS_CONFIG_VAR(PS_DEVICE_IPC, BOOL, "0", "ipc", NULL,
               "1 sends a KV push from device memory over the shm van as an IPC handle (CUDA IPC): the server copies the values out of the worker's device memory itself, so the worker makes no host copy and no value byte crosses shared memory. Worker and server must be separate processes that can open each other's handles (one host, one container); 0 stages the values through host memory as every other van does.")
-PS_CONFIG_VAR(BYTEPS_PARTITION_BYTES, SIZE, "4096000", "shm", NULL,
+PS_CONFIG_VAR(BYTEPS_PARTITION_BYTES, SIZE, "4096000", "ipc", NULL,
               "Tensor partition size and shared-memory stride per partition, in bytes.")
-PS_CONFIG_VAR(BYTEPS_JOB_ID, STRING, "0", "shm", NULL,
-              "Job id inserted in shared-memory segment names so that jobs on one host do not collide.")
-
-/* ---- rdma (ibverbs + rdmacm) ---- */
-PS_CONFIG_VAR(BYTEPS_RDMA_START_DEPTH, INT, "128", "rdma", NULL,
-              "Rendezvous-start send contexts per endpoint, a count.")
-PS_CONFIG_VAR(BYTEPS_RDMA_RX_DEPTH, INT, "2048", "rdma", NULL,
-              "Posted receives (and reply contexts) per endpoint, a count.")
-PS_CONFIG_VAR(BYTEPS_RDMA_MAX_CONCURR_WR, INT, "8192", "rdma", NULL,
-              "Most signaled sends in flight on one RDMA device (its completion queue holds them plus BYTEPS_RDMA_RX_DEPTH receives; a send past it waits), a count from 16.")
-PS_CONFIG_VAR(BYTEPS_ADDRESS_POOL_SIZE, INT, "10240", "rdma", NULL,
-              "Slots in the rendezvous address pool (the most receive buffers outstanding at once), a count.")
-PS_CONFIG_VAR(BYTEPS_PRINT_RDMA_LOG, BOOL, "0", "rdma", NULL,
-              "1 logs every RDMA message.")
-PS_CONFIG_VAR(PS_MR_CACHE_BYTES, SIZE, "0", "rdma", NULL,
-              "Most memory kept registered by the registration cache, in bytes; 0 means half of RLIMIT_MEMLOCK, or unlimited.")
-
-/* ---- libfabric ---- */
-PS_CONFIG_VAR(PS_FABRIC_PROVIDER, STRING, "", "fabric", NULL,
-              "libfabric provider to use (efa, tcp, shm, verbs, ...); unset takes the first that fits.")
-PS_CONFIG_VAR(PS_FABRIC_STUCK_MS, INT, "10000", "fabric", NULL,
-              "Longest time the fabric van's progress thread may stay inside one call of the provider (libfabric's shm spins for good on a lock a killed process held) before the van fails every link and leaves that thread behind at close, in milliseconds (at least 1000); 0 never.")
-
-/* ---- ucx ---- */
-PS_CONFIG_VAR(DMLC_NUM_CPU_DEV, INT, "1", "ucx", NULL,
-              "Upstream's UCX contexts on host memory per node; the ucx van runs one UCX worker per process, so a value above 1 is logged and has no effect.")
-PS_CONFIG_VAR(DMLC_NUM_GPU_DEV, INT, "0", "ucx", NULL,
-              "Upstream's UCX contexts on GPU memory per node; the ucx van moves host memory only, so a value above 0 is logged as a warning and has no effect.")
-PS_CONFIG_VAR(BYTEPS_UCX_SHORT_THRESH, SIZE, "4096", "ucx", NULL,
-              "Data below this size is packed into the meta message, in bytes.")
 
 /* ---- reliability: deadlines, resend, heartbeats ---- */
 PS_CONFIG_VAR(PS_START_TIMEOUT_MS, INT, "120000", "reliability", NULL,

@@ -265,9 +265,7 @@ ps_status_t ps_postoffice_start(const ps_start_params_t *params, int do_barrier,
     /* The scheduler carries control messages only: a spinning scheduler
      * would take a core from the workers and servers it serves. */
     vp.busy_poll = p.busy_poll && !po->is_scheduler;
-    int ports = (int)ps_config_int_or(PS_CFG_DMLC_NUM_PORTS, 1);
-    int conns = (int)ps_config_int_or(PS_CFG_PS_TCP_CONNS_PER_PEER, 1);
-    vp.conns_per_peer = conns > ports ? conns : ports;
+    vp.conns_per_peer = (int)ps_config_int_or(PS_CFG_DMLC_NUM_PORTS, 1);
     vp.max_meta_bytes = ps_config_size_or(PS_CFG_PS_MAX_META_BYTES, 1u << 20);
     vp.max_message_bytes = ps_config_size_or(PS_CFG_PS_MAX_MESSAGE_BYTES, 4ull << 30);
     vp.max_data_segments = (uint32_t)ps_config_int_or(PS_CFG_PS_MAX_DATA_SEGMENTS, 16);

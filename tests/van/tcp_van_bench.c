@@ -1044,7 +1044,10 @@ int main(int argc, char **argv)
     if (g_opts.iters < 10) {
         g_opts.iters = 10;
     }
-    g_opts.sockbuf = (int)ps_config_size_or(PS_CFG_PS_TCP_SOCKBUF, 0);
+    ps_config_id_t sockbuf_id;
+    g_opts.sockbuf = ps_config_find("PS_TCP_SOCKBUF", &sockbuf_id) == PS_OK
+                         ? (int)ps_config_size_or(sockbuf_id, 0)
+                         : 0;
     printf("# tcp_van_bench host %s, %s, sockbuf %d, %.1f s per push run, %d ping-pong rounds\n",
            g_opts.host, g_opts.fork_mode ? "two processes" : "one process", g_opts.sockbuf,
            g_opts.seconds, g_opts.iters);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Config-table completeness: the table in ps/base/config_vars.h and the code
-that reads the environment agree.
+"""Config-table completeness: the tables (the core's in ps/base/config_vars.h
+and each layer's own, ps/**/*_config_vars.h) and the code that reads the
+environment agree.
 
   check_config_vars.py ROOT    exit 0 when ROOT's tree is clean, 1 with one
                                line per violation otherwise
@@ -9,7 +10,8 @@ Rules (C and C++ sources under ps/, tests/ and tools/; Python under tests/
 and tools/; the config module itself and ps_info, which print every entry,
 never count as readers):
 
-  unread     every table entry has a reader: PS_CFG_<NAME> used in a source
+  unread     every table entry has a reader: PS_CFG_<NAME> (a layer's own:
+             PS_<LAYER>_CFG(<NAME>)) used in a source
              that is not a unit test (*_test.c, *_test.cc) other than as the
              first argument of ps_config_set(), or "<NAME>" read with
              getenv() or an environment-reading helper (a C function that
@@ -128,7 +130,7 @@ TABLE_RE = re.compile(
     r'\s*(?:NULL|"([A-Z0-9_]+)")', re.M)
 GETENV_LIT_RE = re.compile(r'\b(?:secure_)?getenv\s*\(\s*"([A-Za-z0-9_]+)"')
 GETENV_ANY_RE = re.compile(r'\b(?:secure_)?getenv\s*\(\s*([^)"\s][^)]*)\)')
-CFG_RE = re.compile(r'\bPS_CFG_([A-Z0-9_]+)\b')
+CFG_RE = re.compile(r'\bPS_CFG_([A-Z0-9_]+)\b|\bPS_[A-Z]+_CFG\(\s*([A-Z0-9_]+)\s*\)')
 PY_LIT_RE = re.compile(
     r'\b(?:os\.)?(?:environ\.get|getenv)\s*\(\s*["\']([A-Za-z0-9_]+)["\']'
     r'|\benviron\s*\[\s*["\']([A-Za-z0-9_]+)["\']\s*\](?!\s*=[^=])')
@@ -186,6 +188,17 @@ def function_body(text, pos):
 SELF = {"tools/lint/check_config_vars.py", "tests/lint/config_vars_test.py"}
 
 
+def table_files(root):
+    """The core table and every layer's own (ps/**/*_config_vars.h)."""
+    yield "ps/base/config_vars.h"
+    for d, dirs, files in os.walk(os.path.join(root, "ps")):
+        dirs.sort()
+        for f in sorted(files):
+            rel = os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+            if f.endswith("_config_vars.h") and rel != "ps/base/config_vars.h":
+                yield rel
+
+
 def source_files(root):
     for top in ("ps", "tests", "tools"):
         for d, dirs, files in os.walk(os.path.join(root, top)):
@@ -211,13 +224,14 @@ def check(root, other_owner_unread=None, not_in_table=None, bypass_allowed=None,
     bypass_allowed = BYPASS_ALLOWED if bypass_allowed is None else bypass_allowed
     py_read_helpers = PY_READ_HELPERS if py_read_helpers is None else py_read_helpers
     errors = []
-    with open(os.path.join(root, "ps/base/config_vars.h")) as f:
-        table_text = strip_c_comments(f.read())
     names, aliases = [], {}
-    for m in TABLE_RE.finditer(table_text):
-        names.append(m.group(1))
-        if m.group(2):
-            aliases[m.group(2)] = m.group(1)
+    for rel in table_files(root):
+        with open(os.path.join(root, rel)) as f:
+            table_text = strip_c_comments(f.read())
+        for m in TABLE_RE.finditer(table_text):
+            names.append(m.group(1))
+            if m.group(2):
+                aliases[m.group(2)] = m.group(1)
     if not names:
         return ["ps/base/config_vars.h: no PS_CONFIG_VAR entries found"]
     in_table = set(names) | set(aliases)
@@ -282,7 +296,7 @@ def check(root, other_owner_unread=None, not_in_table=None, bypass_allowed=None,
             before = text[max(0, m.start() - 40):m.start()]
             if re.search(r'ps_config_set\s*\(\s*$', before):
                 continue
-            readers.setdefault(m.group(1), rel)
+            readers.setdefault(m.group(1) or m.group(2), rel)
 
     # C and Python literal reads count as readers of table names (outside
     # the config module and unit tests), and must be of known names.

@@ -167,7 +167,7 @@ static void print_markdown(void)
 {
     const char *section = NULL;
 
-    for (int i = 0; i < PS_CFG_COUNT; ++i) {
+    for (int i = 0; i < ps_config_count(); ++i) {
         const ps_config_entry_t *e = ps_config_entry((ps_config_id_t)i);
         if (section == NULL || strcmp(section, e->section) != 0) {
             section = e->section;

@@ -51,8 +51,8 @@ void ps__shm_job_id(char *buf, size_t cap)
     const char *v = ps_config_str_or(PS_CFG_PS_JOB_ID, "");
     if (v[0] != '\0') {
         snprintf(raw, sizeof(raw), "%s", v);
-    } else if (ps_config_is_set(PS_CFG_BYTEPS_JOB_ID)) {
-        snprintf(raw, sizeof(raw), "%s", ps_config_str_or(PS_CFG_BYTEPS_JOB_ID, "0"));
+    } else if (ps_config_is_set(PS_SHM_CFG(BYTEPS_JOB_ID))) {
+        snprintf(raw, sizeof(raw), "%s", ps_config_str_or(PS_SHM_CFG(BYTEPS_JOB_ID), "0"));
     } else {
         /* Every process of a job is told the scheduler's address: the same
          * text everywhere, and two live jobs cannot share it. */
@@ -92,3 +92,10 @@ ps_status_t ps__shm_sock_addr(const char *job, const char *host, int port,
     *len_p = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
     return PS_OK;
 }
+
+static const ps_config_entry_t shm_vars[] = {
+#define PS_CONFIG_VAR PS_CONFIG_ENTRY
+#include "ps/net/shm/shm_config_vars.h"
+#undef PS_CONFIG_VAR
+};
+PS_CONFIG_TABLE(ps__shm_config, "shm", shm_vars)

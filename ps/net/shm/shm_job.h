@@ -11,6 +11,7 @@
 #ifndef PS_NET_SHM_SHM_JOB_H_
 #define PS_NET_SHM_SHM_JOB_H_
 
+#include "ps/base/config.h"
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -32,5 +33,15 @@ ps_status_t ps__shm_sock_addr(const char *job, const char *host, int port,
 
 /* 64-bit FNV-1a of a string, for names that would be too long. */
 unsigned long long ps__shm_hash(const char *s);
+
+/* This van's own variables (shm_config_vars.h), a config table of their own:
+ * read them as ps_config_*(PS_SHM_CFG(NAME), ...). */
+typedef enum {
+#define PS_CONFIG_VAR PS_CONFIG_INDEX
+#include "ps/net/shm/shm_config_vars.h"
+#undef PS_CONFIG_VAR
+} ps__shm_config_index_t;
+extern ps_config_table_t ps__shm_config;
+#define PS_SHM_CFG(_name) ps_config_table_id(&ps__shm_config, PS_CFGI_##_name)
 
 #endif /* PS_NET_SHM_SHM_JOB_H_ */

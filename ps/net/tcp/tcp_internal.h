@@ -43,6 +43,7 @@
 #ifndef PS_NET_TCP_TCP_INTERNAL_H_
 #define PS_NET_TCP_TCP_INTERNAL_H_
 
+#include "ps/base/config.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -376,5 +377,15 @@ int ps__tcp_parse_hello(const ps_meta_t *meta, uint64_t *nonce_p, int *stream_p,
 #define PS__TCP_OWN_TAG "PSTCP"
 /* 1 if a message's van_data starts with PS__TCP_OWN_TAG. */
 int ps__tcp_looks_like_hello(const ps_meta_t *meta);
+
+/* This van's own variables (tcp_config_vars.h), a config table of their own:
+ * read them as ps_config_*(PS_TCP_CFG(NAME), ...). */
+typedef enum {
+#define PS_CONFIG_VAR PS_CONFIG_INDEX
+#include "ps/net/tcp/tcp_config_vars.h"
+#undef PS_CONFIG_VAR
+} ps__tcp_config_index_t;
+extern ps_config_table_t ps__tcp_config;
+#define PS_TCP_CFG(_name) ps_config_table_id(&ps__tcp_config, PS_CFGI_##_name)
 
 #endif /* PS_NET_TCP_TCP_INTERNAL_H_ */

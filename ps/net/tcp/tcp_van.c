@@ -302,9 +302,14 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     van->base.params.connect_timeout_ms =
         ps_van_connect_timeout_ms(van->base.params.connect_timeout_ms, PS__TCP_DEFAULT_CONNECT_MS);
     van->limits = ps_van_frame_limits(params);
-    uint64_t sockbuf = ps_config_size_or(PS_CFG_PS_TCP_SOCKBUF, 0);
+    uint64_t sockbuf = ps_config_size_or(PS_TCP_CFG(PS_TCP_SOCKBUF), 0);
     van->sockbuf = sockbuf > INT_MAX / 2 ? INT_MAX / 2 : (int)sockbuf;
-    van->conns_per_peer = params->conns_per_peer < 1 ? 1 : params->conns_per_peer;
+    /* The larger of DMLC_NUM_PORTS (the postoffice's) and this van's own. */
+    int conns = (int)ps_config_int_or(PS_TCP_CFG(PS_TCP_CONNS_PER_PEER), 1);
+    van->conns_per_peer = params->conns_per_peer > conns ? params->conns_per_peer : conns;
+    if (van->conns_per_peer < 1) {
+        van->conns_per_peer = 1;
+    }
     if (van->conns_per_peer > PS__TCP_MAX_STREAMS) {
         ps_warn(PS_LOG_TCP, "%d connections per peer requested; the tcp van opens at most %d",
                 van->conns_per_peer, PS__TCP_MAX_STREAMS);
@@ -486,3 +491,10 @@ const ps_van_component_t ps__tcp_component = {
 };
 
 PS_VAN_REGISTER(ps__tcp_component)
+
+static const ps_config_entry_t tcp_vars[] = {
+#define PS_CONFIG_VAR PS_CONFIG_ENTRY
+#include "ps/net/tcp/tcp_config_vars.h"
+#undef PS_CONFIG_VAR
+};
+PS_CONFIG_TABLE(ps__tcp_config, "tcp", tcp_vars)

@@ -71,7 +71,7 @@ typedef struct ps_van_params {
     ps_role_t role;
     int is_scheduler;
     int busy_poll;               /* PS_BUSY_POLL */
-    int conns_per_peer;          /* PS_TCP_CONNS_PER_PEER / DMLC_NUM_PORTS */
+    int conns_per_peer;          /* DMLC_NUM_PORTS (a van may raise it) */
     uint64_t max_meta_bytes;     /* PS_MAX_META_BYTES */
     uint64_t max_message_bytes;  /* PS_MAX_MESSAGE_BYTES */
     uint32_t max_data_segments;  /* PS_MAX_DATA_SEGMENTS */

@@ -22,6 +22,7 @@
 #include <sys/resource.h>
 
 #include "ps/base/config.h"
+#include "ps/rdma/common/rdma_config.h"
 #include "ps/base/thread.h"
 
 struct ps__rdma_mr_anchor {
@@ -88,7 +89,7 @@ static void anchor_unref(anchor_t *a)
 
 uint64_t ps_rdma_mr_cache_default_limit(int pins_memory)
 {
-    uint64_t v = ps_config_size_or(PS_CFG_PS_MR_CACHE_BYTES, 0);
+    uint64_t v = ps_config_size_or(PS_RDMA_CFG(PS_MR_CACHE_BYTES), 0);
     if (v != 0 || !pins_memory)
         return v;
     struct rlimit rl;

@@ -116,7 +116,7 @@ static void record_info(ps__fab_van_t *van, struct fi_info *info)
 
 ps_status_t ps__fab_probe(ps__fab_van_t *van)
 {
-    const char *want = ps_config_str_or(PS_CFG_PS_FABRIC_PROVIDER, "");
+    const char *want = ps_config_str_or(PS_FABRIC_CFG(PS_FABRIC_PROVIDER), "");
     struct fi_info *info = NULL;
     int ret;
     if (want[0] != '\0') {

@@ -46,6 +46,7 @@
 #ifndef PS_RDMA_FABRIC_FABRIC_INTERNAL_H_
 #define PS_RDMA_FABRIC_FABRIC_INTERNAL_H_
 
+#include "ps/base/config.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -540,5 +541,15 @@ extern int ps__fab_repeat_errors;           /* test hook: handle each error twic
 extern unsigned long ps__fab_errors_repeated;
 extern unsigned long ps__fab_rma_writes;
 extern int ps__fab_enable_failures; /* atomic: enables still to fail as EADDRINUSE */
+
+/* This van's own variables (fabric_config_vars.h), a config table of their own:
+ * read them as ps_config_*(PS_FABRIC_CFG(NAME), ...). */
+typedef enum {
+#define PS_CONFIG_VAR PS_CONFIG_INDEX
+#include "ps/rdma/fabric/fabric_config_vars.h"
+#undef PS_CONFIG_VAR
+} ps__fabric_config_index_t;
+extern ps_config_table_t ps__fabric_config;
+#define PS_FABRIC_CFG(_name) ps_config_table_id(&ps__fabric_config, PS_CFGI_##_name)
 
 #endif /* PS_RDMA_FABRIC_FABRIC_INTERNAL_H_ */

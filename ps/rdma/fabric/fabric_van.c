@@ -32,6 +32,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
+#include "ps/rdma/common/rdma_config.h"
 #include "ps/rdma/common/van_open.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/lane.h"
@@ -489,7 +490,7 @@ static ps_status_t fab_bind(ps_van_t *v, ps_node_t *node, int max_retry)
     if ((st = ps__fab_setup(van, node->hostname)) != PS_OK)
         return st;
     if (van->use_rma) {
-        int64_t slots = ps_config_int_or(PS_CFG_BYTEPS_ADDRESS_POOL_SIZE, PS__FAB_RDV_SLOTS);
+        int64_t slots = ps_config_int_or(PS_RDMA_CFG(BYTEPS_ADDRESS_POOL_SIZE), PS__FAB_RDV_SLOTS);
         if (slots < 1 || slots > PS_RDMA_SLOT_POOL_MAX)
             slots = PS__FAB_RDV_SLOTS;
         if ((st = ps_rdma_slot_pool_create("fabric pull", (uint32_t)slots, &van->pulls)) != PS_OK)
@@ -749,3 +750,10 @@ void ps__fabric_test_dump(struct ps_van *v)
                     t->stage, t->refs, t->flags);
     }
 }
+
+static const ps_config_entry_t fabric_vars[] = {
+#define PS_CONFIG_VAR PS_CONFIG_ENTRY
+#include "ps/rdma/fabric/fabric_config_vars.h"
+#undef PS_CONFIG_VAR
+};
+PS_CONFIG_TABLE(ps__fabric_config, "fabric", fabric_vars)

@@ -120,7 +120,7 @@ static void *watch_main(void *arg)
 
 ps_status_t ps__fab_watchdog_start(ps__fab_van_t *van)
 {
-    int64_t ms = ps_config_int_or(PS_CFG_PS_FABRIC_STUCK_MS, PS__FAB_STUCK_MS_DEFAULT);
+    int64_t ms = ps_config_int_or(PS_FABRIC_CFG(PS_FABRIC_STUCK_MS), PS__FAB_STUCK_MS_DEFAULT);
     if (ms <= 0) {
         return PS_OK;
     }

@@ -116,6 +116,7 @@
 #ifndef PS_RDMA_UCX_UCX_INTERNAL_H_
 #define PS_RDMA_UCX_UCX_INTERNAL_H_
 
+#include "ps/base/config.h"
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -622,5 +623,15 @@ void ps__ucx_rx_free_all(ps__ucx_van_t *van);
 ps_status_t ps__ucx_encode_frame(ps__ucx_van_t *van, const ps_meta_t *meta, const uint64_t *lens,
                                  uint32_t num_data, uint8_t *buf, size_t cap, uint8_t **hm_p,
                                  size_t *len_p, uint8_t **heap_p);
+
+/* This van's own variables (ucx_config_vars.h), a config table of their own:
+ * read them as ps_config_*(PS_UCX_CFG(NAME), ...). */
+typedef enum {
+#define PS_CONFIG_VAR PS_CONFIG_INDEX
+#include "ps/rdma/ucx/ucx_config_vars.h"
+#undef PS_CONFIG_VAR
+} ps__ucx_config_index_t;
+extern ps_config_table_t ps__ucx_config;
+#define PS_UCX_CFG(_name) ps_config_table_id(&ps__ucx_config, PS_CFGI_##_name)
 
 #endif /* PS_RDMA_UCX_UCX_INTERNAL_H_ */

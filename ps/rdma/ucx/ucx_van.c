@@ -292,13 +292,13 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
     van->base.params.connect_timeout_ms =
         ps_van_connect_timeout_ms(van->base.params.connect_timeout_ms, PS__UCX_DEFAULT_CONNECT_MS);
     van->limits = ps_van_frame_limits(params);
-    van->inline_max = ps_config_size_or(PS_CFG_BYTEPS_UCX_SHORT_THRESH, 4096);
+    van->inline_max = ps_config_size_or(PS_UCX_CFG(BYTEPS_UCX_SHORT_THRESH), 4096);
     van->prealloc = ps_config_size_or(PS_CFG_PS_RECV_PREALLOC_BYTES, 4u << 20);
-    if (ps_config_int_or(PS_CFG_DMLC_NUM_CPU_DEV, 1) > 1 || params->conns_per_peer > 1) {
+    if (ps_config_int_or(PS_UCX_CFG(DMLC_NUM_CPU_DEV), 1) > 1 || params->conns_per_peer > 1) {
         ps_info(PS_LOG_UCX, "one ucx worker per process: DMLC_NUM_CPU_DEV / DMLC_NUM_PORTS "
                 "above 1 are not used");
     }
-    if (ps_config_int_or(PS_CFG_DMLC_NUM_GPU_DEV, 0) > 0) {
+    if (ps_config_int_or(PS_UCX_CFG(DMLC_NUM_GPU_DEV), 0) > 0) {
         ps_warn(PS_LOG_UCX, "DMLC_NUM_GPU_DEV is set, but this ucx van moves host memory only");
     }
     van->efd = -1;
@@ -521,3 +521,10 @@ const ps_van_component_t ps__ucx_component = {
 };
 
 PS_VAN_REGISTER(ps__ucx_component)
+
+static const ps_config_entry_t ucx_vars[] = {
+#define PS_CONFIG_VAR PS_CONFIG_ENTRY
+#include "ps/rdma/ucx/ucx_config_vars.h"
+#undef PS_CONFIG_VAR
+};
+PS_CONFIG_TABLE(ps__ucx_config, "ucx", ucx_vars)

@@ -43,6 +43,7 @@
 #ifndef PS_RDMA_VERBS_VERBS_INTERNAL_H_
 #define PS_RDMA_VERBS_VERBS_INTERNAL_H_
 
+#include "ps/base/config.h"
 #include <pthread.h>
 #include <stdint.h>
 
@@ -461,5 +462,15 @@ ps_status_t ps__vb_poll_stop(ps__vb_van_t *van);
 ps_status_t ps__vb_poll_add_dev(ps__vb_van_t *van, ps__vb_dev_t *dev);
 /* close(): messages still held for slave chunks. */
 void ps__vb_poll_drop_held(ps__vb_conn_t *conn);
+
+/* This van's own variables (verbs_config_vars.h), a config table of their own:
+ * read them as ps_config_*(PS_VERBS_CFG(NAME), ...). */
+typedef enum {
+#define PS_CONFIG_VAR PS_CONFIG_INDEX
+#include "ps/rdma/verbs/verbs_config_vars.h"
+#undef PS_CONFIG_VAR
+} ps__verbs_config_index_t;
+extern ps_config_table_t ps__verbs_config;
+#define PS_VERBS_CFG(_name) ps_config_table_id(&ps__verbs_config, PS_CFGI_##_name)
 
 #endif /* PS_RDMA_VERBS_VERBS_INTERNAL_H_ */

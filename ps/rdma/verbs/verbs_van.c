@@ -17,6 +17,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
+#include "ps/rdma/common/rdma_config.h"
 #include "ps/rdma/common/van_open.h"
 #include "ps/base/time.h"
 #include "ps/rdma/verbs/verbs_diag.h"
@@ -436,12 +437,12 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
     van->limits = ps_van_frame_limits(params);
     van->nqp = clamp_cfg(PS_CFG_STEPMESH_QP_NUM, 2, 1, PS__VB_MAX_QP);
     van->lag = ps_config_bool_or(PS_CFG_STEPMESH_SPLIT_QP_LAG, 0);
-    van->rx_depth = clamp_cfg(PS_CFG_BYTEPS_RDMA_RX_DEPTH, 2048, 16, 65536);
-    van->send_depth = 2 * clamp_cfg(PS_CFG_BYTEPS_RDMA_START_DEPTH, 128, 8, 8192);
-    van->cq_sends = clamp_cfg(PS_CFG_BYTEPS_RDMA_MAX_CONCURR_WR, 8192, PS__VB_CQ_MIN_SENDS,
+    van->rx_depth = clamp_cfg(PS_VERBS_CFG(BYTEPS_RDMA_RX_DEPTH), 2048, 16, 65536);
+    van->send_depth = 2 * clamp_cfg(PS_VERBS_CFG(BYTEPS_RDMA_START_DEPTH), 128, 8, 8192);
+    van->cq_sends = clamp_cfg(PS_VERBS_CFG(BYTEPS_RDMA_MAX_CONCURR_WR), 8192, PS__VB_CQ_MIN_SENDS,
                               1 << 22);
-    van->pool_slots = clamp_cfg(PS_CFG_BYTEPS_ADDRESS_POOL_SIZE, 10240, 16, PS_RDMA_SLOT_POOL_MAX);
-    van->print_log = ps_config_bool_or(PS_CFG_BYTEPS_PRINT_RDMA_LOG, 0);
+    van->pool_slots = clamp_cfg(PS_RDMA_CFG(BYTEPS_ADDRESS_POOL_SIZE), 10240, 16, PS_RDMA_SLOT_POOL_MAX);
+    van->print_log = ps_config_bool_or(PS_VERBS_CFG(BYTEPS_PRINT_RDMA_LOG), 0);
     van->cm_wakefd = van->loop.wakefd = van->poll_epfd = -1;
     pthread_mutex_init(&van->lock, NULL);
     pthread_cond_init(&van->cond, NULL);
@@ -650,3 +651,10 @@ const ps_van_component_t ps__verbs_component = {
 };
 
 PS_VAN_REGISTER(ps__verbs_component)
+
+static const ps_config_entry_t ibverbs_vars[] = {
+#define PS_CONFIG_VAR PS_CONFIG_ENTRY
+#include "ps/rdma/verbs/verbs_config_vars.h"
+#undef PS_CONFIG_VAR
+};
+PS_CONFIG_TABLE(ps__verbs_config, "ibverbs", ibverbs_vars)

@@ -46,6 +46,14 @@ extern "C" {
 
 namespace {
 
+// Sets one of the fabric van's own variables (a table it registers).
+ps_status_t ConfigSet(const char *name, const char *value)
+{
+    ps_config_id_t id;
+    ps_status_t st = ps_config_find(name, &id);
+    return st == PS_OK ? ps_config_set(id, value) : st;
+}
+
 using namespace ps_van_test;
 
 // The vans open in this process: every one finishes its sends before one
@@ -243,9 +251,9 @@ bool ReadAll(int fd, void *p, size_t n)
 int ChildMain(const char *mode)
 {
     if (const char *prov = getenv("PS_FABRIC_TEST_PROVIDER"))
-        ps_config_set(PS_CFG_PS_FABRIC_PROVIDER, prov);
+        ConfigSet("PS_FABRIC_PROVIDER", prov);
     if (strcmp(mode, "stall") == 0)
-        ps_config_set(PS_CFG_PS_FABRIC_STUCK_MS, "1000");
+        ConfigSet("PS_FABRIC_STUCK_MS", "1000");
     auto *v = new Van;  // never closed when the child dies on purpose
     if (v->Open(8) != PS_OK)
         return 2;
@@ -419,7 +427,7 @@ protected:
     {
         if (!ProviderAvailable(GetParam()))
             GTEST_SKIP() << "libfabric provider " << GetParam() << " is not available here";
-        ASSERT_EQ(ps_config_set(PS_CFG_PS_FABRIC_PROVIDER, GetParam()), PS_OK);
+        ASSERT_EQ(ConfigSet("PS_FABRIC_PROVIDER", GetParam()), PS_OK);
         ps__fabric_test_disable_rma(0);
     }
     void TearDown() override
@@ -996,7 +1004,7 @@ INSTANTIATE_TEST_SUITE_P(Providers, FabricVanTest, ::testing::Values("tcp", "shm
 
 TEST(FabricVanConfig, UnknownProviderIsAClearError)
 {
-    ASSERT_EQ(ps_config_set(PS_CFG_PS_FABRIC_PROVIDER, "no-such-provider"), PS_OK);
+    ASSERT_EQ(ConfigSet("PS_FABRIC_PROVIDER", "no-such-provider"), PS_OK);
     const ps_van_ops_t *ops = VanOps("fabric");
     ASSERT_NE(ops, nullptr);
     ps_van_params_t p;

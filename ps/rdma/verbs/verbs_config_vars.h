@@ -1,0 +1,18 @@
+/*
+ * The variables of the ibverbs van, an X-macro list in the core table's format
+ * (ps/base/config_vars.h): registered as a table of their own
+ * (ps_config_register), listed by ps_info and the README with the rest.
+ * No include guard: included with different definitions of PS_CONFIG_VAR.
+ */
+#ifndef PS_CONFIG_VAR
+#error "define PS_CONFIG_VAR before including this list"
+#endif
+
+PS_CONFIG_VAR(BYTEPS_RDMA_START_DEPTH, INT, "128", "rdma", NULL,
+              "Rendezvous-start send contexts per endpoint, a count.")
+PS_CONFIG_VAR(BYTEPS_RDMA_RX_DEPTH, INT, "2048", "rdma", NULL,
+              "Posted receives (and reply contexts) per endpoint, a count.")
+PS_CONFIG_VAR(BYTEPS_RDMA_MAX_CONCURR_WR, INT, "8192", "rdma", NULL,
+              "Most signaled sends in flight on one RDMA device (its completion queue holds them plus BYTEPS_RDMA_RX_DEPTH receives; a send past it waits), a count from 16.")
+PS_CONFIG_VAR(BYTEPS_PRINT_RDMA_LOG, BOOL, "0", "rdma", NULL,
+              "1 logs every RDMA message.")
