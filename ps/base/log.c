@@ -18,12 +18,16 @@ static int ps_log_fd = STDERR_FILENO;
 static char ps_log_prefix[64];
 static pthread_mutex_t ps_log_prefix_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static const char *const ps_log_component_names[PS_LOG_COMPONENT_COUNT] = {
-    [PS_LOG_CORE] = "core",  [PS_LOG_BASE] = "base", [PS_LOG_CODEC] = "codec",
-    [PS_LOG_VAN] = "van",    [PS_LOG_TCP] = "tcp",   [PS_LOG_SHM] = "shm",
-    [PS_LOG_RDMA] = "rdma",  [PS_LOG_FABRIC] = "fabric", [PS_LOG_UCX] = "ucx",
-    [PS_LOG_GPU] = "gpu",    [PS_LOG_APP] = "app",   [PS_LOG_TOOL] = "tool",
+/* The core's components first, then the registered ones (names are the
+ * registrants' static strings; an entry is written once, before the count
+ * that publishes it). */
+static const char *ps_log_component_names[PS_LOG_COMPONENT_MAX] = {
+    [PS_LOG_CORE] = "core", [PS_LOG_BASE] = "base", [PS_LOG_CODEC] = "codec",
+    [PS_LOG_VAN] = "van",   [PS_LOG_GPU] = "gpu",   [PS_LOG_APP] = "app",
+    [PS_LOG_TOOL] = "tool",
 };
+static int ps_log_num_components = PS_LOG_CORE_COMPONENT_COUNT; /* atomic */
+static pthread_mutex_t ps_log_register_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const ps_log_level_names[PS_LOG_LEVEL_COUNT] = {
     [PS_LOG_ERROR] = "error", [PS_LOG_WARN] = "warn", [PS_LOG_INFO] = "info",
@@ -32,7 +36,8 @@ static const char *const ps_log_level_names[PS_LOG_LEVEL_COUNT] = {
 
 const char *ps_log_component_name(ps_log_component_t comp)
 {
-    return (unsigned)comp < PS_LOG_COMPONENT_COUNT ? ps_log_component_names[comp] : "?";
+    int n = __atomic_load_n(&ps_log_num_components, __ATOMIC_ACQUIRE);
+    return (int)comp >= 0 && (int)comp < n ? ps_log_component_names[comp] : "?";
 }
 
 const char *ps_log_level_name(ps_log_level_t level)
@@ -51,7 +56,8 @@ static unsigned ps_log_parse_components(const char *list)
         if (!strcasecmp(tok, "all")) {
             return ~0u;
         }
-        for (int c = 0; c < PS_LOG_COMPONENT_COUNT; ++c) {
+        int n = __atomic_load_n(&ps_log_num_components, __ATOMIC_ACQUIRE);
+        for (int c = 0; c < n; ++c) {
             if (!strcasecmp(tok, ps_log_component_names[c])) {
                 mask |= 1u << c;
             }
@@ -85,6 +91,33 @@ void ps_log_init_from_env(void)
                      comps != NULL && *comps != '\0' ? ps_log_parse_components(comps) : ~0u,
                      __ATOMIC_RELAXED);
     __atomic_store_n(&ps__log_level, lvl, __ATOMIC_RELAXED);
+}
+
+ps_log_component_t ps_log_component_register(const char *name)
+{
+    ps_log_component_t id = PS_LOG_VAN; /* the table is full: log as a van */
+    pthread_mutex_lock(&ps_log_register_lock);
+    int n = ps_log_num_components;
+    for (int c = 0; c < n; ++c) {
+        if (!strcasecmp(name, ps_log_component_names[c])) {
+            id = (ps_log_component_t)c;
+            goto out;
+        }
+    }
+    if (n < PS_LOG_COMPONENT_MAX) {
+        ps_log_component_names[n] = name;
+        __atomic_store_n(&ps_log_num_components, n + 1, __ATOMIC_RELEASE);
+        id = (ps_log_component_t)n;
+    }
+out:
+    pthread_mutex_unlock(&ps_log_register_lock);
+    /* PS_LOG_COMPONENTS may name it: read again now that it is known. */
+    const char *comps = getenv("PS_LOG_COMPONENTS");
+    if (comps != NULL && *comps != '\0') {
+        __atomic_store_n(&ps_log_component_mask, ps_log_parse_components(comps),
+                         __ATOMIC_RELAXED);
+    }
+    return id;
 }
 
 __attribute__((constructor)) static void ps_log_constructor(void)

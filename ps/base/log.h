@@ -44,6 +44,20 @@ void ps__log(ps_log_level_t level, ps_log_component_t comp, const char *file,
 /* Returns 1 if a call site whose state is *last_ns may log now. */
 int ps__log_ratelimit(uint64_t *last_ns, uint32_t *suppressed, uint64_t interval_ns);
 
+/* A layer's own component (each van's): the id of `name` (a static
+ * string), registered on first use; PS_LOG_VAN when PS_LOG_COMPONENT_MAX
+ * are taken. PS_LOG_COMPONENTS may name it. */
+ps_log_component_t ps_log_component_register(const char *name);
+
+/* Defines `_var`, a layer's component named `_name`, registered when the
+ * object defining it is linked, before main (PS_LOG_VAN until then). */
+#define PS_LOG_COMPONENT(_var, _name)                                          \
+    ps_log_component_t _var = PS_LOG_VAN;                                      \
+    __attribute__((constructor)) static void ps__log_register_##_var(void)     \
+    {                                                                          \
+        _var = ps_log_component_register(_name);                               \
+    }
+
 #define ps_log(_level, _comp, _fmt, ...)                                      \
     do {                                                                      \
         if ((_level) <= PS_LOG_MAX_LEVEL &&                                   \

@@ -19,21 +19,21 @@ typedef enum {
     PS_LOG_LEVEL_COUNT
 } ps_log_level_t;
 
+/* The core's components; each van registers its own ("tcp", "shm",
+ * "rdma", "fabric", "ucx": ps_log_component_register in log.h), up to
+ * PS_LOG_COMPONENT_MAX in all. */
 typedef enum {
     PS_LOG_CORE = 0, /* postoffice, bootstrap, lifecycle */
     PS_LOG_BASE,
     PS_LOG_CODEC,
     PS_LOG_VAN,      /* van interface and registry */
-    PS_LOG_TCP,
-    PS_LOG_SHM,
-    PS_LOG_RDMA,     /* ibverbs + rdmacm */
-    PS_LOG_FABRIC,
-    PS_LOG_UCX,
     PS_LOG_GPU,
     PS_LOG_APP,
     PS_LOG_TOOL,
-    PS_LOG_COMPONENT_COUNT
+    PS_LOG_CORE_COMPONENT_COUNT
 } ps_log_component_t;
+
+#define PS_LOG_COMPONENT_MAX 32
 
 /* Re-reads PS_VERBOSE / PS_LOG_LEVEL / PS_LOG_COMPONENTS from the environment. */
 void ps_log_init_from_env(void);
@@ -44,6 +44,7 @@ void ps_log_set_prefix(const char *prefix);
 /* Redirect output (tests); fd -1 restores stderr. */
 void ps_log_set_fd(int fd);
 
+/* A component's name ("core", "tcp", ...); "?" for an unknown one. */
 const char *ps_log_component_name(ps_log_component_t comp);
 const char *ps_log_level_name(ps_log_level_t level);
 

@@ -14,6 +14,14 @@
 
 namespace {
 
+// Layers' own components, registered as the vans register theirs.
+PS_LOG_COMPONENT(test_tcp_log, "tcp")
+PS_LOG_COMPONENT(test_rdma_log, "rdma")
+PS_LOG_COMPONENT(test_fabric_log, "fabric")
+#define PS_LOG_TCP test_tcp_log
+#define PS_LOG_RDMA test_rdma_log
+#define PS_LOG_FABRIC test_fabric_log
+
 class LogTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -163,6 +171,17 @@ TEST_F(LogTest, Names) {
   EXPECT_STREQ(ps_log_level_name(static_cast<ps_log_level_t>(99)), "?");
   EXPECT_STREQ(ps_log_component_name(PS_LOG_FABRIC), "fabric");
   EXPECT_STREQ(ps_log_component_name(static_cast<ps_log_component_t>(-1)), "?");
+  EXPECT_STREQ(ps_log_component_name(static_cast<ps_log_component_t>(PS_LOG_COMPONENT_MAX)), "?");
+}
+
+// A name registers once: a second registration (a probe's, beside its
+// van's) gets the same id; registered components follow the core's.
+TEST_F(LogTest, ComponentsRegisterOnceByName) {
+  EXPECT_GE(static_cast<int>(PS_LOG_TCP), static_cast<int>(PS_LOG_CORE_COMPONENT_COUNT));
+  EXPECT_EQ(ps_log_component_register("tcp"), PS_LOG_TCP);
+  EXPECT_EQ(ps_log_component_register("TCP"), PS_LOG_TCP);
+  EXPECT_EQ(ps_log_component_register("van"), PS_LOG_VAN);
+  EXPECT_NE(PS_LOG_TCP, PS_LOG_RDMA);
 }
 
 // Threads log while another changes the level and the output (tsan).

@@ -6,6 +6,9 @@
 #include "ps/rdma/fabric/fabric_dl.h"
 #include "ps/rdma/probe.h"
 
+/* The van's own component: a probe runs without the van linked in. */
+static PS_LOG_COMPONENT(probe_log, "fabric")
+
 /* The API this code was written against; older libraries refuse it. */
 #define PS_PROBE_FI_API FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
 
@@ -42,7 +45,7 @@ ps_status_t ps_probe_fabric(ps_probe_fabric_t *info_p)
     char why[sizeof(info_p->reason)];
     if (ps__fab_dl_load(why, sizeof(why)) != PS_OK) {
         snprintf(info_p->reason, sizeof(info_p->reason), "%s", why);
-        ps_debug(PS_LOG_FABRIC, "no libfabric: %s", why);
+        ps_debug(probe_log, "no libfabric: %s", why);
         return PS_OK;
     }
     info_p->version = fi_version();
@@ -50,7 +53,7 @@ ps_status_t ps_probe_fabric(ps_probe_fabric_t *info_p)
     rc = fi_getinfo(PS_PROBE_FI_API, NULL, NULL, 0, NULL, &list);
     if (rc != 0) {
         snprintf(info_p->reason, sizeof(info_p->reason), "fi_getinfo: %s", fi_strerror(-rc));
-        ps_debug(PS_LOG_FABRIC, "no libfabric providers: %s", info_p->reason);
+        ps_debug(probe_log, "no libfabric providers: %s", info_p->reason);
         return PS_OK;
     }
     for (struct fi_info *i = list; i != NULL; i = i->next) {

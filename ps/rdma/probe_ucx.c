@@ -11,6 +11,9 @@
 #include "ps/rdma/probe.h"
 #include "ps/rdma/ucx/ucx_dl.h"
 
+/* The van's own component: a probe runs without the van linked in. */
+static PS_LOG_COMPONENT(probe_log, "ucx")
+
 static const char *probe_ucx_device_type(uct_device_type_t type)
 {
     switch (type) {
@@ -40,18 +43,18 @@ static void probe_ucx_md(ps_probe_ucx_t *info, uct_component_h component,
 
     st = uct_md_config_read(component, NULL, NULL, &config);
     if (st != UCS_OK) {
-        ps_debug(PS_LOG_UCX, "ucx md %s: config: %s", md_name, ucs_status_string(st));
+        ps_debug(probe_log, "ucx md %s: config: %s", md_name, ucs_status_string(st));
         return;
     }
     st = uct_md_open(component, md_name, config, &md);
     uct_config_release(config);
     if (st != UCS_OK) {
-        ps_debug(PS_LOG_UCX, "ucx md %s: open: %s", md_name, ucs_status_string(st));
+        ps_debug(probe_log, "ucx md %s: open: %s", md_name, ucs_status_string(st));
         return;
     }
     st = uct_md_query_tl_resources(md, &tls, &num_tls);
     if (st != UCS_OK) {
-        ps_debug(PS_LOG_UCX, "ucx md %s: resources: %s", md_name, ucs_status_string(st));
+        ps_debug(probe_log, "ucx md %s: resources: %s", md_name, ucs_status_string(st));
         uct_md_close(md);
         return;
     }
@@ -84,7 +87,7 @@ static void probe_ucx_component(ps_probe_ucx_t *info, uct_component_h component)
     attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
     st = uct_component_query(component, &attr);
     if (st != UCS_OK) {
-        ps_debug(PS_LOG_UCX, "ucx component query: %s", ucs_status_string(st));
+        ps_debug(probe_log, "ucx component query: %s", ucs_status_string(st));
         return;
     }
     if (info->component_count < PS_PROBE_UCX_MAX_COMPONENTS) {
@@ -125,7 +128,7 @@ ps_status_t ps_probe_ucx(ps_probe_ucx_t *info_p)
     char why[sizeof(info_p->reason)];
     if (ps__ucx_dl_load(why, sizeof(why)) != PS_OK) {
         snprintf(info_p->reason, sizeof(info_p->reason), "%s", why);
-        ps_debug(PS_LOG_UCX, "no ucx: %s", why);
+        ps_debug(probe_log, "no ucx: %s", why);
         return PS_OK;
     }
     ucp_get_version(&info_p->major, &info_p->minor, &info_p->release);
@@ -135,7 +138,7 @@ ps_status_t ps_probe_ucx(ps_probe_ucx_t *info_p)
     if (st != UCS_OK) {
         snprintf(info_p->reason, sizeof(info_p->reason), "uct_query_components: %s",
                  ucs_status_string(st));
-        ps_debug(PS_LOG_UCX, "no ucx transports: %s", info_p->reason);
+        ps_debug(probe_log, "no ucx transports: %s", info_p->reason);
         return PS_OK;
     }
     for (unsigned c = 0; c < num_components; ++c) {

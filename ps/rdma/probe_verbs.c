@@ -7,6 +7,9 @@
 #include "ps/rdma/probe.h"
 #include "ps/rdma/verbs/verbs_dl.h"
 
+/* The van's own component: a probe runs without the van linked in. */
+static PS_LOG_COMPONENT(probe_log, "rdma")
+
 /* Querying a few hundred GIDs per port is enough to tell "has addresses". */
 #define PS_PROBE_GID_SCAN_MAX 256
 
@@ -117,7 +120,7 @@ ps_status_t ps_probe_ibverbs(ps_probe_ibverbs_t *info_p)
     char why[sizeof(info_p->reason)];
     if (ps__ibv_dl_load(why, sizeof(why)) != PS_OK) {
         snprintf(info_p->reason, sizeof(info_p->reason), "%s", why);
-        ps_debug(PS_LOG_RDMA, "no ibverbs: %s", why);
+        ps_debug(probe_log, "no ibverbs: %s", why);
         return PS_OK;
     }
     errno = 0;
@@ -126,13 +129,13 @@ ps_status_t ps_probe_ibverbs(ps_probe_ibverbs_t *info_p)
         /* ENOSYS: the kernel has no uverbs support at all. */
         snprintf(info_p->reason, sizeof(info_p->reason), "no ibverbs devices: %s",
                  errno != 0 ? strerror(errno) : "ibv_get_device_list failed");
-        ps_debug(PS_LOG_RDMA, "%s", info_p->reason);
+        ps_debug(probe_log, "%s", info_p->reason);
         return PS_OK;
     }
     if (n <= 0) {
         snprintf(info_p->reason, sizeof(info_p->reason),
                  "no ibverbs devices: none listed (no RDMA NIC or driver loaded)");
-        ps_debug(PS_LOG_RDMA, "%s", info_p->reason);
+        ps_debug(probe_log, "%s", info_p->reason);
         ibv_free_device_list(list);
         return PS_OK;
     }
@@ -160,7 +163,7 @@ ps_status_t ps_probe_rdmacm(ps_probe_rdmacm_t *info_p)
     char why[sizeof(info_p->reason)];
     if (ps__rdmacm_dl_load(why, sizeof(why)) != PS_OK) {
         snprintf(info_p->reason, sizeof(info_p->reason), "%s", why);
-        ps_debug(PS_LOG_RDMA, "rdma_cm unavailable: %s", why);
+        ps_debug(probe_log, "rdma_cm unavailable: %s", why);
         return PS_OK;
     }
     errno = 0;
@@ -169,13 +172,13 @@ ps_status_t ps_probe_rdmacm(ps_probe_rdmacm_t *info_p)
         /* ENODEV: no /dev/infiniband/rdma_cm (module not loaded, no device). */
         snprintf(info_p->reason, sizeof(info_p->reason), "rdma_create_event_channel: %s",
                  errno != 0 ? strerror(errno) : "failed");
-        ps_debug(PS_LOG_RDMA, "rdma_cm unavailable: %s", info_p->reason);
+        ps_debug(probe_log, "rdma_cm unavailable: %s", info_p->reason);
         return PS_OK;
     }
     if (rdma_create_id(channel, &id, NULL, RDMA_PS_TCP) != 0) {
         snprintf(info_p->reason, sizeof(info_p->reason), "rdma_create_id: %s",
                  strerror(errno));
-        ps_debug(PS_LOG_RDMA, "rdma_cm unavailable: %s", info_p->reason);
+        ps_debug(probe_log, "rdma_cm unavailable: %s", info_p->reason);
     } else {
         info_p->available = true;
         rdma_destroy_id(id);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ps/base/config.h"
+#include "ps/base/log.h"
 
 unsigned long long ps__shm_hash(const char *s)
 {
@@ -99,3 +100,5 @@ static const ps_config_entry_t shm_vars[] = {
 #undef PS_CONFIG_VAR
 };
 PS_CONFIG_TABLE(ps__shm_config, "shm", shm_vars)
+
+PS_LOG_COMPONENT(ps__shm_log, "shm")

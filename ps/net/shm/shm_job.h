@@ -11,6 +11,7 @@
 #ifndef PS_NET_SHM_SHM_JOB_H_
 #define PS_NET_SHM_SHM_JOB_H_
 
+#include "ps/base/log_level.h"
 #include "ps/base/config.h"
 #include <stddef.h>
 #include <sys/socket.h>
@@ -33,6 +34,10 @@ ps_status_t ps__shm_sock_addr(const char *job, const char *host, int port,
 
 /* 64-bit FNV-1a of a string, for names that would be too long. */
 unsigned long long ps__shm_hash(const char *s);
+
+/* This van's log component "shm" (registered by shm_job.c). */
+extern ps_log_component_t ps__shm_log;
+#define PS_LOG_SHM ps__shm_log
 
 /* This van's own variables (shm_config_vars.h), a config table of their own:
  * read them as ps_config_*(PS_SHM_CFG(NAME), ...). */

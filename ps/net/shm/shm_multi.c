@@ -32,6 +32,7 @@
 #include <strings.h>
 
 #include "ps/base/log.h"
+#include "ps/net/shm/shm_job.h"
 #include "ps/net/shm/shm_van.h"
 #include "ps/net/van/base.h"
 #include "ps/net/van/progress_loop.h"

@@ -7,6 +7,7 @@
 
 #include "ps/base/log.h"
 #include "ps/net/message.h"
+#include "ps/net/shm/shm_job.h"
 #include "ps/net/shm/shm_proto.h"
 
 ps_status_t ps__shm_rec_msg_head(const uint8_t *rec, uint32_t rec_len, uint32_t max_meta,

@@ -43,6 +43,7 @@
 #ifndef PS_NET_TCP_TCP_INTERNAL_H_
 #define PS_NET_TCP_TCP_INTERNAL_H_
 
+#include "ps/base/log_level.h"
 #include "ps/base/config.h"
 #include <pthread.h>
 #include <stdint.h>
@@ -377,6 +378,10 @@ int ps__tcp_parse_hello(const ps_meta_t *meta, uint64_t *nonce_p, int *stream_p,
 #define PS__TCP_OWN_TAG "PSTCP"
 /* 1 if a message's van_data starts with PS__TCP_OWN_TAG. */
 int ps__tcp_looks_like_hello(const ps_meta_t *meta);
+
+/* This van's log component "tcp" (registered by tcp_van.c). */
+extern ps_log_component_t ps__tcp_log;
+#define PS_LOG_TCP ps__tcp_log
 
 /* This van's own variables (tcp_config_vars.h), a config table of their own:
  * read them as ps_config_*(PS_TCP_CFG(NAME), ...). */

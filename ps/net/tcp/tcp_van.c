@@ -498,3 +498,5 @@ static const ps_config_entry_t tcp_vars[] = {
 #undef PS_CONFIG_VAR
 };
 PS_CONFIG_TABLE(ps__tcp_config, "tcp", tcp_vars)
+
+PS_LOG_COMPONENT(ps__tcp_log, "tcp")

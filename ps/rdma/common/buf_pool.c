@@ -13,6 +13,7 @@
 
 #include "ps/base/buffer_internal.h"
 #include "ps/base/log.h"
+#include "ps/rdma/common/rdma_shared.h"
 #include "ps/base/thread.h"
 
 #define NUM_CLASSES 48

@@ -22,7 +22,7 @@
 #include <sys/resource.h>
 
 #include "ps/base/config.h"
-#include "ps/rdma/common/rdma_config.h"
+#include "ps/rdma/common/rdma_shared.h"
 #include "ps/base/thread.h"
 
 struct ps__rdma_mr_anchor {

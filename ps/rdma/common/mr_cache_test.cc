@@ -2,6 +2,7 @@
 // registered: hits, the limit and LRU eviction, pins, buffers that go,
 // transfers that fill the cache, failures and the retry after eviction.
 #include "ps/rdma/common/mr_cache.h"
+#include "ps/rdma/common/rdma_shared.h"
 
 #include <gtest/gtest.h>
 

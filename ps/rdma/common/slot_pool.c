@@ -10,6 +10,7 @@
 
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
+#include "ps/rdma/common/rdma_shared.h"
 
 #define INDEX_BITS 20
 #define INDEX_MASK ((1u << INDEX_BITS) - 1)

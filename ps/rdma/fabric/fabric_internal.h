@@ -46,6 +46,7 @@
 #ifndef PS_RDMA_FABRIC_FABRIC_INTERNAL_H_
 #define PS_RDMA_FABRIC_FABRIC_INTERNAL_H_
 
+#include "ps/base/log_level.h"
 #include "ps/base/config.h"
 #include <pthread.h>
 #include <stdint.h>
@@ -541,6 +542,10 @@ extern int ps__fab_repeat_errors;           /* test hook: handle each error twic
 extern unsigned long ps__fab_errors_repeated;
 extern unsigned long ps__fab_rma_writes;
 extern int ps__fab_enable_failures; /* atomic: enables still to fail as EADDRINUSE */
+
+/* This van's log component "fabric" (registered by fabric_van.c). */
+extern ps_log_component_t ps__fabric_log;
+#define PS_LOG_FABRIC ps__fabric_log
 
 /* This van's own variables (fabric_config_vars.h), a config table of their own:
  * read them as ps_config_*(PS_FABRIC_CFG(NAME), ...). */

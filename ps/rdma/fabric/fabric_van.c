@@ -32,7 +32,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
-#include "ps/rdma/common/rdma_config.h"
+#include "ps/rdma/common/rdma_shared.h"
 #include "ps/rdma/common/van_open.h"
 #include "ps/base/time.h"
 #include "ps/net/codec/lane.h"
@@ -757,3 +757,5 @@ static const ps_config_entry_t fabric_vars[] = {
 #undef PS_CONFIG_VAR
 };
 PS_CONFIG_TABLE(ps__fabric_config, "fabric", fabric_vars)
+
+PS_LOG_COMPONENT(ps__fabric_log, "fabric")

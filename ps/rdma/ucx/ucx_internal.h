@@ -116,6 +116,7 @@
 #ifndef PS_RDMA_UCX_UCX_INTERNAL_H_
 #define PS_RDMA_UCX_UCX_INTERNAL_H_
 
+#include "ps/base/log_level.h"
 #include "ps/base/config.h"
 #include <pthread.h>
 #include <stddef.h>
@@ -623,6 +624,10 @@ void ps__ucx_rx_free_all(ps__ucx_van_t *van);
 ps_status_t ps__ucx_encode_frame(ps__ucx_van_t *van, const ps_meta_t *meta, const uint64_t *lens,
                                  uint32_t num_data, uint8_t *buf, size_t cap, uint8_t **hm_p,
                                  size_t *len_p, uint8_t **heap_p);
+
+/* This van's log component "ucx" (registered by ucx_van.c). */
+extern ps_log_component_t ps__ucx_log;
+#define PS_LOG_UCX ps__ucx_log
 
 /* This van's own variables (ucx_config_vars.h), a config table of their own:
  * read them as ps_config_*(PS_UCX_CFG(NAME), ...). */

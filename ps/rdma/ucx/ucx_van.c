@@ -528,3 +528,5 @@ static const ps_config_entry_t ucx_vars[] = {
 #undef PS_CONFIG_VAR
 };
 PS_CONFIG_TABLE(ps__ucx_config, "ucx", ucx_vars)
+
+PS_LOG_COMPONENT(ps__ucx_log, "ucx")

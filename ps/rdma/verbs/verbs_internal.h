@@ -64,6 +64,7 @@
 #include "ps/net/van/progress_loop.h"
 #include "ps/rdma/common/buf_pool.h"
 #include "ps/rdma/common/mr_cache.h"
+#include "ps/rdma/common/rdma_shared.h"
 #include "ps/rdma/common/rdv_table.h"
 #include "ps/rdma/common/slot_pool.h"
 #include "ps/rdma/verbs/verbs_auth.h"

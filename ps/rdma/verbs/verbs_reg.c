@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ps/base/log.h"
+#include "ps/rdma/common/rdma_shared.h"
 #include "ps/rdma/verbs/verbs_diag.h"
 #include "ps/rdma/verbs/verbs_dl.h"
 

@@ -15,6 +15,7 @@
 extern "C" {
 #include "ps/base/buffer.h"
 #include "ps/rdma/common/mr_cache.h"
+#include "ps/rdma/common/rdma_shared.h"
 #include "ps/rdma/verbs/verbs_reg.h"
 }
 

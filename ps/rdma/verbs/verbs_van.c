@@ -17,7 +17,7 @@
 
 #include "ps/base/config.h"
 #include "ps/base/log.h"
-#include "ps/rdma/common/rdma_config.h"
+#include "ps/rdma/common/rdma_shared.h"
 #include "ps/rdma/common/van_open.h"
 #include "ps/base/time.h"
 #include "ps/rdma/verbs/verbs_diag.h"
