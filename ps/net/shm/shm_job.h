@@ -11,12 +11,12 @@
 #ifndef PS_NET_SHM_SHM_JOB_H_
 #define PS_NET_SHM_SHM_JOB_H_
 
-#include "ps/base/log_level.h"
-#include "ps/base/config.h"
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "ps/base/config.h"
+#include "ps/base/log_level.h"
 #include "ps/base/status.h"
 
 /* Longest job id kept (longer ones become a prefix and a hash). */

@@ -43,13 +43,13 @@
 #ifndef PS_NET_TCP_TCP_INTERNAL_H_
 #define PS_NET_TCP_TCP_INTERNAL_H_
 
-#include "ps/base/log_level.h"
-#include "ps/base/config.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
 #include "ps/base/buffer.h"
+#include "ps/base/config.h"
+#include "ps/base/log_level.h"
 #include "ps/base/mpool.h"
 #include "ps/base/sockaddr.h"
 #include "ps/base/status.h"

@@ -13,8 +13,8 @@
 
 #include "ps/base/buffer_internal.h"
 #include "ps/base/log.h"
-#include "ps/rdma/common/rdma_shared.h"
 #include "ps/base/thread.h"
+#include "ps/rdma/common/rdma_shared.h"
 
 #define NUM_CLASSES 48
 

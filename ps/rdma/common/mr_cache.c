@@ -22,8 +22,8 @@
 #include <sys/resource.h>
 
 #include "ps/base/config.h"
-#include "ps/rdma/common/rdma_shared.h"
 #include "ps/base/thread.h"
+#include "ps/rdma/common/rdma_shared.h"
 
 struct ps__rdma_mr_anchor {
     pthread_mutex_t lock;

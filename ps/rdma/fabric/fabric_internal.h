@@ -46,8 +46,6 @@
 #ifndef PS_RDMA_FABRIC_FABRIC_INTERNAL_H_
 #define PS_RDMA_FABRIC_FABRIC_INTERNAL_H_
 
-#include "ps/base/log_level.h"
-#include "ps/base/config.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -60,6 +58,8 @@
 #include "ps/rdma/fabric/fabric_dl.h" /* after the <rdma/...> headers */
 
 #include "ps/base/buffer.h"
+#include "ps/base/config.h"
+#include "ps/base/log_level.h"
 #include "ps/base/status.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/base/thread.h"

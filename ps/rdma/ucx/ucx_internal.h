@@ -116,8 +116,6 @@
 #ifndef PS_RDMA_UCX_UCX_INTERNAL_H_
 #define PS_RDMA_UCX_UCX_INTERNAL_H_
 
-#include "ps/base/log_level.h"
-#include "ps/base/config.h"
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -127,6 +125,8 @@
 #include "ps/rdma/ucx/ucx_dl.h" /* after <ucp/api/ucp.h> */
 
 #include "ps/base/buffer.h"
+#include "ps/base/config.h"
+#include "ps/base/log_level.h"
 #include "ps/base/mpool.h"
 #include "ps/base/sockaddr.h"
 #include "ps/base/status.h"

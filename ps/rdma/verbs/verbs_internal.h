@@ -43,7 +43,6 @@
 #ifndef PS_RDMA_VERBS_VERBS_INTERNAL_H_
 #define PS_RDMA_VERBS_VERBS_INTERNAL_H_
 
-#include "ps/base/config.h"
 #include <pthread.h>
 #include <stdint.h>
 
@@ -53,6 +52,7 @@
 #include "ps/rdma/verbs/verbs_dl.h" /* after the library headers */
 
 #include "ps/base/buffer.h"
+#include "ps/base/config.h"
 #include "ps/base/sockaddr.h"
 #include "ps/base/status.h"
 #include "ps/base/thread.h"
