@@ -66,6 +66,16 @@ static unsigned ps_log_parse_components(const char *list)
     return mask ? mask : ~0u;
 }
 
+/* The component mask from PS_LOG_COMPONENTS (unset: every component),
+ * with the components known so far. */
+static void ps_log_read_components(void)
+{
+    const char *comps = getenv("PS_LOG_COMPONENTS");
+    __atomic_store_n(&ps_log_component_mask,
+                     comps != NULL && *comps != '\0' ? ps_log_parse_components(comps) : ~0u,
+                     __ATOMIC_RELAXED);
+}
+
 /* Reads the three logging variables of the config table (PS_VERBOSE,
  * PS_LOG_LEVEL, PS_LOG_COMPONENTS) directly: logging must work before, and
  * while, the config table itself is parsed. */
@@ -73,7 +83,6 @@ void ps_log_init_from_env(void)
 {
     const char *verbose = getenv("PS_VERBOSE");
     const char *level = getenv("PS_LOG_LEVEL");
-    const char *comps = getenv("PS_LOG_COMPONENTS");
     int lvl = PS_LOG_WARN;
 
     if (verbose != NULL && *verbose != '\0') {
@@ -87,9 +96,7 @@ void ps_log_init_from_env(void)
             }
         }
     }
-    __atomic_store_n(&ps_log_component_mask,
-                     comps != NULL && *comps != '\0' ? ps_log_parse_components(comps) : ~0u,
-                     __ATOMIC_RELAXED);
+    ps_log_read_components();
     __atomic_store_n(&ps__log_level, lvl, __ATOMIC_RELAXED);
 }
 
@@ -112,11 +119,7 @@ ps_log_component_t ps_log_component_register(const char *name)
 out:
     pthread_mutex_unlock(&ps_log_register_lock);
     /* PS_LOG_COMPONENTS may name it: read again now that it is known. */
-    const char *comps = getenv("PS_LOG_COMPONENTS");
-    if (comps != NULL && *comps != '\0') {
-        __atomic_store_n(&ps_log_component_mask, ps_log_parse_components(comps),
-                         __ATOMIC_RELAXED);
-    }
+    ps_log_read_components();
     return id;
 }
 
