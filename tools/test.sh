@@ -62,9 +62,12 @@ if ! bazel build "${CI_FLAGS[@]}" "${NO_LINKS[@]}" //...; then
 fi
 
 step "bazel test //..."
+touch "$LOG.start"
 bazel test "${CI_FLAGS[@]}" "${NO_LINKS[@]}" "$@" //... 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
 count_results "$LOG"
+
+FAILED_TESTS=$(grep -Eo '^(//|@)[^ ]+ +(FAILED|TIMEOUT|FLAKY)' "$LOG" | awk '{print $1}')
 
 # Skipped tests are counted as such, not as passed.
 TESTLOGS=$(bazel info "${CI_FLAGS[@]}" "${NO_LINKS[@]}" bazel-testlogs 2>/dev/null)
@@ -121,6 +124,18 @@ if ! grep -Eq '^//[^ ]+ +(\(cached\) +)?PASSED' "$LOG"; then
   failed=$((failed + 1))
 fi
 (cd tests/consumer && bazel shutdown) >/dev/null 2>&1
+
+# What each failed test said last, where a log reader that keeps only the
+# end of this output still sees it.
+for label in $FAILED_TESTS; do
+  rel=${label#//}
+  rel=${rel/://}
+  for f in $(find "$TESTLOGS/$rel" -name test.log -newer "$LOG.start" 2>/dev/null | sort); do
+    echo "== ${label}: the end of ${f#"$TESTLOGS"/}"
+    grep -E "FAIL|[Ee]rror|TIMEOUT|Assertion|not ok" "$f" | tail -8
+    tail -4 "$f"
+  done
+done
 
 bazel shutdown >/dev/null 2>&1
 echo "bazel: ${passed} passed, ${failed} failed, ${skipped} skipped"
