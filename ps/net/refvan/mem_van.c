@@ -402,22 +402,31 @@ static ps_status_t mem_query(ps_van_t *v, ps_van_attr_t *attr)
     return PS_OK;
 }
 
+typedef struct {
+    ps__mem_van_t *van;
+    const char *host;
+} listen_try_t;
+
+static ps_status_t listen_try(void *arg, int port, int random, char *where, size_t cap)
+{
+    (void)random;
+    listen_try_t *t = arg;
+    snprintf(where, cap, "%s:%d", t->host[0] != '\0' ? t->host : "*", port);
+    return ps__mem_listen(t->van, t->host, port);
+}
+
 static ps_status_t mem_bind(ps_van_t *v, ps_node_t *node, int max_retry)
 {
     ps__mem_van_t *van = mem_of(v);
     if (__atomic_exchange_n(&van->bound, 1, __ATOMIC_ACQ_REL)) {
         return PS_ERR_BAD_STATE;
     }
-    const char *host = van->base.params.bind_any ? "" : node->hostname;
-    ps_van_listen_ports_t ports;
-    ps_status_t st = ps_van_listen_ports(node, max_retry, PS_LOG_VAN, &ports);
+    listen_try_t t = {.van = van, .host = van->base.params.bind_any ? "" : node->hostname};
+    char where[PS_NODE_HOSTNAME_MAX + 8];
     int port = 0;
-    for (int i = 0; st == PS_OK && i < ports.attempts; ++i) {
-        port = ps_van_listen_port(&ports, NULL, NULL, 0);
-        if ((st = ps__mem_listen(van, host, port)) != PS_ERR_ADDRESS_IN_USE) {
-            break;
-        }
-    }
+    ps_status_t st = ps_van_listen_on_port(node, max_retry, van->base.params.is_scheduler,
+                                           PS_LOG_VAN, listen_try, &t, NULL, &port, where,
+                                           sizeof(where));
     if (st != PS_OK) {
         __atomic_store_n(&van->bound, 0, __ATOMIC_RELEASE);
         return st;

@@ -173,6 +173,43 @@ ps_status_t ps__shm_announce(ps__shm_chan_t *ch, uint64_t id, uint64_t size, int
 
 /* ---- bind ---- */
 
+typedef struct {
+    ps__shm_van_t *van;
+    const char *host;
+    int fd;
+} listen_try_t;
+
+/* A listener's name is the job's, the host's and the port's (shm_job.c). */
+static ps_status_t listen_try(void *arg, int port, int random, char *where, size_t cap)
+{
+    (void)random;
+    listen_try_t *t = arg;
+    snprintf(where, cap, "%s:%d", t->host, port);
+    struct sockaddr_un addr;
+    socklen_t alen;
+    ps_status_t st = ps__shm_sock_addr(t->van->job, t->host, port, &addr, &alen);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_SHM, "bind: no socket name for %s", where);
+        return st;
+    }
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        ps_error(PS_LOG_SHM, "bind: socket(): %m");
+        return ps_status_from_errno(errno);
+    }
+    if (bind(fd, (struct sockaddr *)&addr, alen) == 0 && listen(fd, LISTEN_BACKLOG) == 0) {
+        t->fd = fd;
+        return PS_OK;
+    }
+    int err = errno;
+    close(fd);
+    if (err == EADDRINUSE) {
+        return PS_ERR_ADDRESS_IN_USE;
+    }
+    ps_error(PS_LOG_SHM, "cannot listen as %s: %s", where, strerror(err));
+    return ps_status_from_errno(err);
+}
+
 ps_status_t ps__shm_bind(ps_van_t *v, ps_node_t *node, int max_retry)
 {
     ps__shm_van_t *van = ps__shm_of(v);
@@ -183,64 +220,35 @@ ps_status_t ps__shm_bind(ps_van_t *v, ps_node_t *node, int max_retry)
         ps_error(PS_LOG_SHM, "bind: this van is already listening");
         return PS_ERR_BAD_STATE;
     }
-    const char *host = node->hostname[0] != '\0' ? node->hostname : "localhost";
-    ps_van_listen_ports_t ports;
-    ps_status_t pst = ps_van_listen_ports(node, max_retry, PS_LOG_SHM, &ports);
-    if (pst != PS_OK) {
-        return pst;
-    }
-    int fixed = ports.fixed;
-    int attempts = ports.attempts;
-    int fd = -1;
+    listen_try_t t = {
+        .van = van,
+        .host = node->hostname[0] != '\0' ? node->hostname : "localhost",
+        .fd = -1,
+    };
+    char taken[PS__SHM_JOB_MAX + 64];
+    snprintf(taken, sizeof(taken), "another process of job '%s' on this host listens there",
+             van->job);
+    char where[PS_NODE_HOSTNAME_MAX + 8];
     int port = 0;
-    for (int i = 0; i < attempts && fd < 0; ++i) {
-        port = ps_van_listen_port(&ports, NULL, NULL, 0);
-        struct sockaddr_un addr;
-        socklen_t alen;
-        ps_status_t st = ps__shm_sock_addr(van->job, host, port, &addr, &alen);
-        if (st != PS_OK) {
-            ps_error(PS_LOG_SHM, "bind: no socket name for %s:%d", host, port);
-            return st;
-        }
-        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            ps_error(PS_LOG_SHM, "bind: socket(): %m");
-            return ps_status_from_errno(errno);
-        }
-        if (bind(fd, (struct sockaddr *)&addr, alen) == 0 && listen(fd, LISTEN_BACKLOG) == 0) {
-            break;
-        }
-        int err = errno;
-        close(fd);
-        fd = -1;
-        if (err != EADDRINUSE) {
-            ps_error(PS_LOG_SHM, "cannot listen as %s:%d: %s", host, port, strerror(err));
-            return ps_status_from_errno(err);
-        }
-        if (fixed != 0) {
-            ps_error(PS_LOG_SHM, "cannot listen as %s:%d: another process of job '%s' on this host already does",
-                     host, port, van->job);
-            return PS_ERR_ADDRESS_IN_USE;
-        }
-    }
-    if (fd < 0) {
-        ps_error(PS_LOG_SHM, "cannot listen as %s: no free port after %d random tries", host,
-                 attempts);
-        return PS_ERR_ADDRESS_IN_USE;
+    ps_status_t st = ps_van_listen_on_port(node, max_retry, van->base.params.is_scheduler,
+                                           PS_LOG_SHM, listen_try, &t, taken, &port, where,
+                                           sizeof(where));
+    if (st != PS_OK) {
+        return st;
     }
     /* Before epoll: the progress thread accepts through it. */
     ps_van_admission_init(&van->adm, PS_LOG_SHM);
-    ps_van_admission_listener(&van->adm, van->epfd, fd, &van->listen_handle);
-    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, EPOLLIN, &van->listen_handle) != 0) {
+    ps_van_admission_listener(&van->adm, van->epfd, t.fd, &van->listen_handle);
+    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, t.fd, EPOLLIN, &van->listen_handle) != 0) {
         ps_error(PS_LOG_SHM, "bind: epoll_ctl: %m");
-        close(fd);
+        close(t.fd);
         return PS_ERR_NO_RESOURCE;
     }
-    snprintf(van->listen_host, sizeof(van->listen_host), "%s", host);
+    snprintf(van->listen_host, sizeof(van->listen_host), "%s", t.host);
     van->listen_port = port;
-    __atomic_store_n(&van->listen_fd, fd, __ATOMIC_RELEASE);
+    __atomic_store_n(&van->listen_fd, t.fd, __ATOMIC_RELEASE);
     ps_van_listen_bound(node, port);
-    ps_info(PS_LOG_SHM, "listening as %s:%d (job '%s')", host, port, van->job);
+    ps_info(PS_LOG_SHM, "listening as %s (job '%s')", where, van->job);
     return PS_OK;
 }
 
@@ -343,11 +351,11 @@ static ps_status_t shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my
     const char *host = peer->hostname[0] != '\0' ? peer->hostname : "localhost";
 
     /* Idempotent: a live channel of ours to the same place stays. */
-    pthread_rwlock_rdlock(&van->peers_lock);
-    ps__shm_peer_t *p = ps__shm_peer_get(van, peer->id, 0);
+    pthread_rwlock_rdlock(&van->peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, peer->id, 0);
     int have = p != NULL && p->out != NULL && p->out->peer_port == port &&
                strcmp(p->out->peer_host, host) == 0;
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     if (have) {
         return PS_OK;
     }
@@ -499,17 +507,17 @@ static ps_status_t shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my
     (void)fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 
     ps__shm_chan_t *old = NULL;
-    pthread_rwlock_wrlock(&van->peers_lock);
-    p = ps__shm_peer_get(van, peer->id, 1);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    p = ps_van_peer_table_get(&van->peers, peer->id, 1);
     if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers_lock);
+        pthread_rwlock_unlock(&van->peers.lock);
         ps__shm_chan_unref(ch);
         return PS_ERR_NO_MEMORY;
     }
     old = p->out;
     p->out = ch;
-    p->lost = PS_OK;
-    pthread_rwlock_unlock(&van->peers_lock);
+    ps_van_peer_connected(&p->hdr);
+    pthread_rwlock_unlock(&van->peers.lock);
 
     pthread_mutex_lock(&van->pending_lock);
     ch->next_pending = van->pending; /* the pending list takes our reference */
@@ -542,8 +550,8 @@ void ps__shm_disconnect(ps_van_t *v, int node_id)
     ps__shm_van_t *van = ps__shm_of(v);
     ps__shm_chan_t *gone[5];
     int n = 0;
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__shm_peer_t *p = ps__shm_peer_get(van, node_id, 0);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, node_id, 0);
     if (p != NULL) {
         if (p->out != NULL) {
             gone[n++] = p->out;
@@ -557,7 +565,7 @@ void ps__shm_disconnect(ps_van_t *v, int node_id)
             __atomic_add_fetch(&gone[i]->refs, 1, __ATOMIC_RELAXED);
         }
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     if (n == 0) {
         return;
     }
@@ -1067,8 +1075,8 @@ void ps__shm_chan_fail(ps__shm_chan_t *ch, ps_status_t why, int notify)
      * postoffice hears about it once. */
     ps__shm_chan_t *others[5];
     int n = 0;
-    pthread_rwlock_rdlock(&van->peers_lock);
-    ps__shm_peer_t *p = ps__shm_peer_get(van, id, 0);
+    pthread_rwlock_rdlock(&van->peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
     if (p != NULL) {
         if (p->out != NULL) {
             others[n++] = p->out;
@@ -1080,7 +1088,7 @@ void ps__shm_chan_fail(ps__shm_chan_t *ch, ps_status_t why, int notify)
             __atomic_add_fetch(&others[i]->refs, 1, __ATOMIC_RELAXED);
         }
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     for (int i = 0; i < n; ++i) {
         /* What the peer wrote on its other channel before it went (the
          * answer it sent last, say) is delivered first. */

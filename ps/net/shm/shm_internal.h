@@ -15,7 +15,7 @@
  * Threads. One progress thread per van reads every ring and socket, accepts,
  * flushes queued sends and acks, and calls the callbacks (with no van lock
  * held: they may send). Any thread may send().
- *   - peers_lock (rwlock) guards the peer table: senders read it.
+ *   - the peer table's lock (a rwlock, van->peers.lock): senders read it.
  *   - chan->tx_lock guards everything a sender touches: the producer side
  *     of the channel's out ring, its send queue, its tokens, the segments
  *     announced to the peer, chan->state as senders see it, and writes to
@@ -24,7 +24,7 @@
  *     dropped by any thread.
  *   - Everything else of a channel (the in ring, the receive state, peer
  *     segments) is the progress thread's.
- * Lock order: peers_lock, then tx_lock; ack_lock is never held with another.
+ * Lock order: the peer table's, then tx_lock; ack_lock is never held with another.
  */
 #ifndef PS_NET_SHM_SHM_INTERNAL_H_
 #define PS_NET_SHM_SHM_INTERNAL_H_
@@ -44,7 +44,7 @@
 #include "ps/net/shm/shm_ring.h"
 #include "ps/net/shm/shm_stage.h"
 #include "ps/net/van/admission.h"
-#include "ps/net/van/peer_slots.h"
+#include "ps/net/van/peer_table.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/rx_pool.h"
 #include "ps/net/van/base.h"
@@ -201,12 +201,10 @@ struct ps__shm_chan {
 };
 
 typedef struct {
-    int id;
+    ps_van_peer_t hdr;       /* first: the peer table's */
     ps__shm_chan_t *out;     /* ours */
     ps__shm_chan_t *in[4];   /* the peer's, identified */
     int num_in;
-    /* How its last channel failed, PS_OK while connected (ps_van_keeps_lost). */
-    ps_status_t lost;
 } ps__shm_peer_t;
 
 struct ps__shm_van {
@@ -233,8 +231,7 @@ struct ps__shm_van {
     ps_van_loop_t loop;
     unsigned rounds;         /* polls so far (the sockets' turn) */
 
-    pthread_rwlock_t peers_lock;
-    ps_van_peer_slots_t peers; /* ps__shm_peer_t by node id */
+    ps_van_peer_table_t peers; /* ps__shm_peer_t by node id */
 
     pthread_mutex_t pending_lock;
     ps__shm_chan_t *pending;  /* new outgoing channels for the progress thread */
@@ -265,16 +262,13 @@ static inline ps__shm_van_t *ps__shm_of(ps_van_t *v)
 /* ---- shm_van.c ---- */
 void ps__shm_wake(ps__shm_van_t *van);
 int ps__shm_on_progress(const ps__shm_van_t *van);
-ps__shm_peer_t *ps__shm_peer_get(ps__shm_van_t *van, int id, int create); /* write lock when create */
 /* Our channel to node id (referenced), or NULL. */
 ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id);
 /* Records an identified incoming channel (takes the write lock). */
 ps_status_t ps__shm_peer_add_in(ps__shm_van_t *van, ps__shm_chan_t *ch, int id);
 /* Takes a channel out of the peer table (takes the write lock); `why` it
- * failed is kept for ps__shm_peer_lost(). */
+ * failed is kept (ps_van_peer_table_lost). */
 void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch, ps_status_t why);
-/* How the peer's last channel failed; PS_OK if none did since it connected. */
-ps_status_t ps__shm_peer_lost(ps__shm_van_t *van, int id);
 /* Connector: recv of the acceptor's answer that still finds a WELCOME
  * queued behind the ECONNRESET of an acceptor that refused and closed. */
 ssize_t ps__shm_recv_answer(int fd, void *buf, size_t cap, int flags);

@@ -56,21 +56,11 @@ int ps__shm_on_progress(const ps__shm_van_t *van)
 
 /* ---- peer table ---- */
 
-ps__shm_peer_t *ps__shm_peer_get(ps__shm_van_t *van, int id, int create)
-{
-    int created;
-    ps__shm_peer_t *p = ps_van_peer_slots_get(&van->peers, id, sizeof(*p), create, &created);
-    if (created) {
-        p->id = id;
-    }
-    return p;
-}
-
 ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id)
 {
     ps__shm_chan_t *ch = NULL;
-    pthread_rwlock_rdlock(&van->peers_lock);
-    ps__shm_peer_t *p = ps__shm_peer_get(van, id, 0);
+    pthread_rwlock_rdlock(&van->peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
     if (p != NULL) {
         /* One fixed choice per peer keeps its messages in order. */
         ch = p->out != NULL ? p->out : (p->num_in > 0 ? p->in[0] : NULL);
@@ -78,24 +68,24 @@ ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id)
             __atomic_add_fetch(&ch->refs, 1, __ATOMIC_RELAXED);
         }
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     return ch;
 }
 
 ps_status_t ps__shm_peer_add_in(ps__shm_van_t *van, ps__shm_chan_t *ch, int id)
 {
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__shm_peer_t *p = ps__shm_peer_get(van, id, 1);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, id, 1);
     if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers_lock);
+        pthread_rwlock_unlock(&van->peers.lock);
         return PS_ERR_NO_MEMORY;
     }
     if (p->num_in < (int)(sizeof(p->in) / sizeof(p->in[0]))) {
         p->in[p->num_in++] = ch;
     }
-    p->lost = PS_OK;
+    ps_van_peer_connected(&p->hdr);
     ch->peer_id = id;
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     return PS_OK;
 }
 
@@ -104,8 +94,8 @@ void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch, ps_status_
     if (ch->peer_id == PS_NODE_EMPTY) {
         return;
     }
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__shm_peer_t *p = ps__shm_peer_get(van, ch->peer_id, 0);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, ch->peer_id, 0);
     if (p != NULL) {
         if (p->out == ch) {
             p->out = NULL;
@@ -117,20 +107,9 @@ void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch, ps_status_
                 break;
             }
         }
-        if (ps_van_keeps_lost(why)) {
-            p->lost = why;
-        }
+        ps_van_peer_went(&p->hdr, why);
     }
-    pthread_rwlock_unlock(&van->peers_lock);
-}
-
-ps_status_t ps__shm_peer_lost(ps__shm_van_t *van, int id)
-{
-    pthread_rwlock_rdlock(&van->peers_lock);
-    ps__shm_peer_t *p = ps__shm_peer_get(van, id, 0);
-    ps_status_t lost = p != NULL ? p->lost : PS_OK;
-    pthread_rwlock_unlock(&van->peers_lock);
-    return lost;
+    pthread_rwlock_unlock(&van->peers.lock);
 }
 
 int ps__shm_has_peer(ps_van_t *v, int id)
@@ -397,7 +376,7 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
         free(van);
         return st;
     }
-    pthread_rwlock_init(&van->peers_lock, NULL);
+    ps_van_peer_table_init(&van->peers, sizeof(ps__shm_peer_t));
     pthread_mutex_init(&van->pending_lock, NULL);
     pthread_mutex_init(&van->hints_lock, NULL);
 
@@ -432,9 +411,9 @@ static int64_t shm_outstanding(void *arg, uint64_t *moved_p)
     ps__shm_van_t *van = arg;
     int busy = 0;
     uint64_t moved = 0;
-    pthread_rwlock_rdlock(&van->peers_lock);
-    for (int id = 0; id < van->peers.cap; ++id) {
-        ps__shm_peer_t *p = van->peers.slot[id];
+    pthread_rwlock_rdlock(&van->peers.lock);
+    for (int id = 0; id < van->peers.slots.cap; ++id) {
+        ps__shm_peer_t *p = van->peers.slots.slot[id];
         if (p == NULL) {
             continue;
         }
@@ -455,7 +434,7 @@ static int64_t shm_outstanding(void *arg, uint64_t *moved_p)
             pthread_mutex_unlock(&ch->tx_lock);
         }
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     *moved_p = moved;
     return busy;
 }
@@ -498,7 +477,6 @@ static void sv_close(ps_van_t *v)
     if (ps_van_loop_abandoned(&van->loop)) {
         return; /* its thread may still touch all of it */
     }
-    ps_van_peer_slots_free(&van->peers);
     free(van->chans);
     int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
     if (lfd >= 0) {
@@ -510,7 +488,7 @@ static void sv_close(ps_van_t *v)
     ps_van_base_fini(&van->base);
     ps_van_rx_pool_release(van->pool);
     ps__shm_stage_release(van->stage);
-    pthread_rwlock_destroy(&van->peers_lock);
+    ps_van_peer_table_fini(&van->peers);
     pthread_mutex_destroy(&van->pending_lock);
     pthread_mutex_destroy(&van->hints_lock);
     ps_van_loop_cleanup(&van->loop);
@@ -541,6 +519,18 @@ void ps__shm_test_counters(ps_van_t *v, uint64_t counts[PS__SHM_TEST_KINDS])
     }
 }
 
+/* The channel a new node id is announced on: ours. */
+static int pick_announced(void *peer, void **out, int max)
+{
+    ps__shm_peer_t *p = peer;
+    if (p->out == NULL || max < 1) {
+        return 0;
+    }
+    __atomic_add_fetch(&p->out->refs, 1, __ATOMIC_RELAXED);
+    out[0] = p->out;
+    return 1;
+}
+
 static ps_status_t sv_set_node_id(ps_van_t *v, int node_id)
 {
     ps__shm_van_t *van = ps__shm_of(v);
@@ -551,26 +541,8 @@ static ps_status_t sv_set_node_id(ps_van_t *v, int node_id)
     }
     /* Re-announce on every channel we opened, in order with the messages
      * already written to it. */
-    ps__shm_chan_t **list = NULL;
-    int n = 0, cap = 0;
-    pthread_rwlock_rdlock(&van->peers_lock);
-    for (int id = 0; id < van->peers.cap; ++id) {
-        ps__shm_peer_t *p = van->peers.slot[id];
-        if (p == NULL || p->out == NULL) {
-            continue;
-        }
-        if (n == cap) {
-            cap = cap == 0 ? 16 : cap * 2;
-            ps__shm_chan_t **grown = realloc(list, (size_t)cap * sizeof(*list));
-            if (grown == NULL) {
-                break;
-            }
-            list = grown;
-        }
-        __atomic_add_fetch(&p->out->refs, 1, __ATOMIC_RELAXED);
-        list[n++] = p->out;
-    }
-    pthread_rwlock_unlock(&van->peers_lock);
+    void **list;
+    int n = ps_van_peer_table_collect(&van->peers, pick_announced, 1, &list);
     ps_status_t result = PS_OK;
     for (int i = 0; i < n; ++i) {
         ps_status_t st = ps__shm_send_id(list[i], node_id);

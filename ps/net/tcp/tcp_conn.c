@@ -122,6 +122,44 @@ static void conn_unlink(ps__tcp_van_t *van, ps__tcp_conn_t *conn)
 
 /* ---- bind ---- */
 
+typedef struct {
+    ps__tcp_van_t *van;
+    ps_sockaddr_t addr;
+    int fd;
+} listen_try_t;
+
+static ps_status_t listen_try(void *arg, int port, int random, char *where, size_t cap)
+{
+    (void)random;
+    listen_try_t *t = arg;
+    ps_van_listen_where(&t->addr, port, where, cap);
+    int fd = socket(ps_sockaddr_family(&t->addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        ps_error(PS_LOG_TCP, "bind: socket() for %s: %m", where);
+        return ps_status_from_errno(errno);
+    }
+    int one = 1, zero = 0;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ps_sockaddr_family(&t->addr) == AF_INET6 && ps_sockaddr_is_wildcard(&t->addr)) {
+        /* The IPv6 wildcard also takes IPv4 peers. */
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    }
+    /* Accepted sockets inherit the buffer sizes; the receive buffer must
+     * be set before the handshake for the window scale to match it. */
+    tune_socket(t->van, fd);
+    if (bind(fd, ps_sockaddr_sa(&t->addr), t->addr.len) == 0 && listen(fd, LISTEN_BACKLOG) == 0) {
+        t->fd = fd;
+        return PS_OK;
+    }
+    int err = errno;
+    close(fd);
+    if (err == EADDRINUSE) {
+        return PS_ERR_ADDRESS_IN_USE;
+    }
+    ps_error(PS_LOG_TCP, "cannot listen on %s: %s", where, strerror(err));
+    return err == EADDRNOTAVAIL ? PS_ERR_INVALID_ARG : ps_status_from_errno(err);
+}
+
 ps_status_t ps__tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry)
 {
     ps__tcp_van_t *van = ps__tcp_of(v);
@@ -132,66 +170,26 @@ ps_status_t ps__tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry)
         ps_error(PS_LOG_TCP, "bind: this van is already listening");
         return PS_ERR_BAD_STATE;
     }
-    ps_sockaddr_t addr;
-    ps_van_listen_ports_t ports;
-    ps_status_t st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_TCP, &addr);
+    listen_try_t t = {.van = van, .fd = -1};
+    char where[PS_SOCKADDR_STRLEN];
+    int port = 0;
+    ps_status_t st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_TCP, &t.addr);
     if (st == PS_OK) {
-        st = ps_van_listen_ports(node, max_retry, PS_LOG_TCP, &ports);
+        st = ps_van_listen_on_port(node, max_retry, van->base.params.is_scheduler, PS_LOG_TCP,
+                                   listen_try, &t, NULL, &port, where, sizeof(where));
     }
     if (st != PS_OK) {
         return st;
     }
-    int fixed = ports.fixed;
-    int fd = -1;
-    int port = 0;
-    char where[PS_SOCKADDR_STRLEN];
-    for (int i = 0; i < ports.attempts; ++i) {
-        port = ps_van_listen_port(&ports, &addr, where, sizeof(where));
-        fd = socket(ps_sockaddr_family(&addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            ps_error(PS_LOG_TCP, "bind: socket() for %s: %m", where);
-            return ps_status_from_errno(errno);
-        }
-        int one = 1, zero = 0;
-        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (ps_sockaddr_family(&addr) == AF_INET6 && ps_sockaddr_is_wildcard(&addr)) {
-            /* The IPv6 wildcard also takes IPv4 peers. */
-            (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-        }
-        /* Accepted sockets inherit the buffer sizes; the receive buffer must
-         * be set before the handshake for the window scale to match it. */
-        tune_socket(van, fd);
-        if (bind(fd, ps_sockaddr_sa(&addr), addr.len) == 0 && listen(fd, LISTEN_BACKLOG) == 0) {
-            break;
-        }
-        int err = errno;
-        close(fd);
-        fd = -1;
-        if (err != EADDRINUSE) {
-            ps_error(PS_LOG_TCP, "cannot listen on %s: %s", where, strerror(err));
-            return err == EADDRNOTAVAIL ? PS_ERR_INVALID_ARG : ps_status_from_errno(err);
-        }
-        if (fixed != 0) {
-            ps_error(PS_LOG_TCP,
-                     "cannot listen on %s: address already in use (port %d is taken; %s)",
-                     where, port, van->base.params.is_scheduler ? "give the job another DMLC_PS_ROOT_PORT" : "choose another DMLC_PORT or leave it unset for a random one");
-            return PS_ERR_ADDRESS_IN_USE;
-        }
-    }
-    if (fd < 0) {
-        ps_error(PS_LOG_TCP, "cannot listen on %s: no free port after %d random tries (PS_BIND_RETRIES)",
-                 node->hostname[0] ? node->hostname : "*", ports.attempts);
-        return PS_ERR_ADDRESS_IN_USE;
-    }
     /* Before epoll: the progress thread accepts through it. */
-    ps_van_admission_listener(&van->adm, van->epfd, fd, &van->listen_handle);
-    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, EPOLLIN, &van->listen_handle) != 0) {
+    ps_van_admission_listener(&van->adm, van->epfd, t.fd, &van->listen_handle);
+    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, t.fd, EPOLLIN, &van->listen_handle) != 0) {
         ps_error(PS_LOG_TCP, "bind: epoll_ctl for %s: %m", where);
-        close(fd);
+        close(t.fd);
         return PS_ERR_NO_RESOURCE;
     }
-    van->listen_addr = addr;
-    __atomic_store_n(&van->listen_fd, fd, __ATOMIC_RELEASE);
+    van->listen_addr = t.addr;
+    __atomic_store_n(&van->listen_fd, t.fd, __ATOMIC_RELEASE);
     ps_van_listen_bound(node, port);
     ps_info(PS_LOG_TCP, "listening on %s", where);
     return PS_OK;
@@ -295,17 +293,17 @@ ps_status_t ps__tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
     int hello_id = my_id != PS_NODE_EMPTY ? my_id : __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
     uint64_t deadline = ps_time_now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
 
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__tcp_peer_t *p = ps__tcp_peer_get(van, peer->id, 1);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, peer->id, 1);
     if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers_lock);
+        pthread_rwlock_unlock(&van->peers.lock);
         return PS_ERR_NO_MEMORY;
     }
     ps__tcp_conn_t *replaced[PS__TCP_MAX_STREAMS];
     int num_replaced = 0;
     if (p->num_out > 0) {
         if (ps_sockaddr_equal(&p->out[0]->addr, &addr)) {
-            pthread_rwlock_unlock(&van->peers_lock);
+            pthread_rwlock_unlock(&van->peers.lock);
             return PS_OK; /* already connected (or connecting) */
         }
         /* The id moved to another address (a recovered node took it over):
@@ -360,9 +358,9 @@ ps_status_t ps__tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
         for (int i = 0; i < made; ++i) {
             p->out[p->num_out++] = fresh[i];
         }
-        p->lost = PS_OK;
+        ps_van_peer_connected(&p->hdr);
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     if (made != nstreams) {
         for (int i = 0; i < made; ++i) {
             ps__tcp_conn_destroy_now(fresh[i]);
@@ -402,8 +400,8 @@ void ps__tcp_disconnect(ps_van_t *v, int node_id)
     ps__tcp_van_t *van = ps__tcp_of(v);
     ps__tcp_conn_t *gone[2 * PS__TCP_MAX_STREAMS];
     int n = 0;
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__tcp_peer_t *p = ps__tcp_peer_get(van, node_id, 0);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, node_id, 0);
     if (p != NULL) {
         for (int i = 0; i < p->num_out; ++i) {
             gone[n++] = p->out[i];
@@ -417,7 +415,7 @@ void ps__tcp_disconnect(ps_van_t *v, int node_id)
         p->num_out = p->num_in = 0;
         __atomic_store_n(&p->chosen, NULL, __ATOMIC_RELEASE);
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     if (n == 0) {
         return;
     }
@@ -688,8 +686,8 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
      * postoffice hears about it once. */
     ps__tcp_conn_t *others[2 * PS__TCP_MAX_STREAMS];
     int n = 0;
-    pthread_rwlock_rdlock(&van->peers_lock);
-    ps__tcp_peer_t *p = ps__tcp_peer_get(van, id, 0);
+    pthread_rwlock_rdlock(&van->peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
     if (p != NULL) {
         for (int i = 0; i < p->num_out; ++i) {
             others[n++] = p->out[i];
@@ -701,7 +699,7 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
             __atomic_add_fetch(&others[i]->refs, 1, __ATOMIC_RELAXED);
         }
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     /* What the peer sent on its other streams before this one broke is
      * still delivered (a peer that finished its work and exited must not
      * lose its last messages): read them dry first. */

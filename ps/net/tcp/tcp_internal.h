@@ -10,7 +10,7 @@
  * With busy polling a waiting thread may run the event loop instead
  * (tcp_van.c, the progress op): "the progress thread" below means whoever
  * runs van->loop (ps/net/van/progress_loop.h).
- *   - van->peers (id -> connections) is guarded by peers_lock (a rwlock:
+ *   - van->peers (id -> connections) is guarded by its lock (a rwlock:
  *     senders read it, connection set-up and teardown write it).
  *   - conn->send_lock guards a connection's send queue, its state as
  *     senders see it, and writes to its socket; there is no global send
@@ -59,7 +59,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/van/admission.h"
-#include "ps/net/van/peer_slots.h"
+#include "ps/net/van/peer_table.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/rx_pool.h"
 #include "ps/net/van/base.h"
@@ -210,7 +210,7 @@ typedef struct ps__tcp_conn {
 
 /* The connections of one peer node. */
 typedef struct {
-    int id;
+    ps_van_peer_t hdr; /* first: the peer table's */
     ps__tcp_conn_t *out[PS__TCP_MAX_STREAMS]; /* ours, stream order */
     int num_out;
     ps__tcp_conn_t *in[PS__TCP_MAX_STREAMS];  /* the peer's, identified */
@@ -222,8 +222,6 @@ typedef struct {
      * each carries the ACK of the other; on two one-way streams every
      * message costs an extra bare ACK packet. */
     ps__tcp_conn_t *chosen;
-    /* How its last connection failed, PS_OK while connected (ps_van_keeps_lost). */
-    ps_status_t lost;
 } ps__tcp_peer_t;
 
 struct ps__tcp_van {
@@ -243,8 +241,7 @@ struct ps__tcp_van {
      * "progress thread only". */
     ps_van_loop_t loop;
 
-    pthread_rwlock_t peers_lock;
-    ps_van_peer_slots_t peers; /* ps__tcp_peer_t by node id */
+    ps_van_peer_table_t peers; /* ps__tcp_peer_t by node id */
 
     /* Handed from other threads to the progress thread. */
     pthread_mutex_t pending_lock;
@@ -279,11 +276,9 @@ static inline ps__tcp_van_t *ps__tcp_of(ps_van_t *v)
 
 /* ---- tcp_van.c ---- */
 void ps__tcp_wake(ps__tcp_van_t *van);
-/* Peer table (callers hold peers_lock as noted). */
-ps__tcp_peer_t *ps__tcp_peer_get(ps__tcp_van_t *van, int id, int create); /* write lock when create */
+/* Peer table (van->peers; its lock as noted). */
 void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn,
                               ps_status_t why); /* takes write lock */
-ps_status_t ps__tcp_peer_lost(ps__tcp_van_t *van, int id); /* PS_OK if none */
 ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id); /* takes write lock */
 /* The connections a frame of `data_total` bytes to node `id` goes on,
  * referenced, into conns[] (PS__TCP_MAX_STREAMS): 1 (stream 0 alone), n > 1

@@ -200,14 +200,14 @@ static int rx_may_claim(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id, uint64
         return 1;
     }
     int taken = 0;
-    pthread_rwlock_rdlock(&van->peers_lock);
-    ps__tcp_peer_t *p = ps__tcp_peer_get(van, id, 0);
+    pthread_rwlock_rdlock(&van->peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
     for (int i = 0; p != NULL && i < p->num_in; ++i) {
         if (p->in[i] != conn && p->in[i]->nonce != nonce) {
             taken = 1;
         }
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     return !taken;
 }
 
@@ -242,7 +242,7 @@ static ps_status_t rx_hello(ps__tcp_conn_t *conn, int id, uint64_t nonce, int st
     }
     if (!conn->hello_seen) {
         /* Once: a re-announcement only confirms them, and senders read
-         * nstreams of identified connections (under peers_lock). */
+         * nstreams of identified connections (under the peer table's lock). */
         conn->hello_seen = 1;
         conn->nonce = nonce;
         conn->stream = stream;

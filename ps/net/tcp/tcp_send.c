@@ -406,7 +406,7 @@ ps_status_t ps__tcp_send(ps_van_t *v, const ps_msg_t *msg)
         if (n < 0) {
             return PS_ERR_PEER_GONE;
         }
-        return ps_van_unconnected(&van->base, recver, ps__tcp_peer_lost(van, recver));
+        return ps_van_unconnected(&van->base, recver, ps_van_peer_table_lost(&van->peers, recver));
     }
     ps_slice_t data[PS_MSG_MAX_DATA];
     uint64_t copies = align_segments(van, msg, data);

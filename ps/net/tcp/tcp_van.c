@@ -34,16 +34,6 @@ void ps__tcp_wake(ps__tcp_van_t *van)
 
 /* ---- peer table ---- */
 
-ps__tcp_peer_t *ps__tcp_peer_get(ps__tcp_van_t *van, int id, int create)
-{
-    int created;
-    ps__tcp_peer_t *p = ps_van_peer_slots_get(&van->peers, id, sizeof(*p), create, &created);
-    if (created) {
-        p->id = id;
-    }
-    return p;
-}
-
 static void remove_from(ps__tcp_conn_t **arr, int *num, const ps__tcp_conn_t *conn)
 {
     for (int i = 0; i < *num; ++i) {
@@ -60,36 +50,25 @@ void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn, ps_statu
     if (conn->peer_id == PS_NODE_EMPTY) {
         return;
     }
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__tcp_peer_t *p = ps__tcp_peer_get(van, conn->peer_id, 0);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, conn->peer_id, 0);
     if (p != NULL) {
         remove_from(p->out, &p->num_out, conn);
         remove_from(p->in, &p->num_in, conn);
         if (p->chosen == conn) {
             __atomic_store_n(&p->chosen, NULL, __ATOMIC_RELEASE);
         }
-        if (ps_van_keeps_lost(why)) {
-            p->lost = why;
-        }
+        ps_van_peer_went(&p->hdr, why);
     }
-    pthread_rwlock_unlock(&van->peers_lock);
-}
-
-ps_status_t ps__tcp_peer_lost(ps__tcp_van_t *van, int id)
-{
-    pthread_rwlock_rdlock(&van->peers_lock);
-    ps__tcp_peer_t *p = ps__tcp_peer_get(van, id, 0);
-    ps_status_t lost = p != NULL ? p->lost : PS_OK;
-    pthread_rwlock_unlock(&van->peers_lock);
-    return lost;
+    pthread_rwlock_unlock(&van->peers.lock);
 }
 
 ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id)
 {
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__tcp_peer_t *p = ps__tcp_peer_get(van, id, 1);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, id, 1);
     if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers_lock);
+        pthread_rwlock_unlock(&van->peers.lock);
         return PS_ERR_NO_MEMORY;
     }
     /* More streams than we index still deliver; they are just not used
@@ -97,13 +76,13 @@ ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id
     if (p->num_in < PS__TCP_MAX_STREAMS) {
         p->in[p->num_in++] = conn;
     }
-    p->lost = PS_OK;
+    ps_van_peer_connected(&p->hdr);
     conn->peer_id = id;
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     return PS_OK;
 }
 
-/* The connection of a single-stream peer (peers_lock held for reading):
+/* The connection of a single-stream peer (the peer table's lock held for reading):
  * see ps__tcp_peer_t.chosen. */
 static ps__tcp_conn_t *single_stream_conn(ps__tcp_van_t *van, ps__tcp_peer_t *p)
 {
@@ -112,7 +91,7 @@ static ps__tcp_conn_t *single_stream_conn(ps__tcp_van_t *van, ps__tcp_peer_t *p)
         return c;
     }
     int me = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
-    int lower_is_me = me != PS_NODE_EMPTY && me < p->id;
+    int lower_is_me = me != PS_NODE_EMPTY && me < p->hdr.id;
     ps__tcp_conn_t *mine = p->num_out > 0 ? p->out[0] : NULL;
     ps__tcp_conn_t *theirs = NULL;
     for (int i = 0; i < p->num_in && theirs == NULL; ++i) {
@@ -137,8 +116,8 @@ int ps__tcp_peer_send_conns(ps__tcp_van_t *van, int id, uint64_t data_total,
                             ps__tcp_conn_t **conns)
 {
     int n = 0;
-    pthread_rwlock_rdlock(&van->peers_lock);
-    ps__tcp_peer_t *p = ps__tcp_peer_get(van, id, 0);
+    pthread_rwlock_rdlock(&van->peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
     if (p != NULL) {
         /* Our own connections first; else the peer's connection to us (a
          * node we never connected to can still be answered). One fixed
@@ -162,7 +141,7 @@ int ps__tcp_peer_send_conns(ps__tcp_van_t *van, int id, uint64_t data_total,
             __atomic_add_fetch(&conns[i]->refs, 1, __ATOMIC_RELAXED);
         }
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     return n;
 }
 
@@ -335,12 +314,12 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
         free(van);
         return st;
     }
-    pthread_rwlock_init(&van->peers_lock, NULL);
+    ps_van_peer_table_init(&van->peers, sizeof(ps__tcp_peer_t));
     pthread_mutex_init(&van->pending_lock, NULL);
 
     st = ps_mpool_init(&van->entries, "tcp send queue", sizeof(ps__tcp_entry_t), 64, 64, 0);
     if (st != PS_OK) {
-        pthread_rwlock_destroy(&van->peers_lock);
+        ps_van_peer_table_fini(&van->peers);
         pthread_mutex_destroy(&van->pending_lock);
         ps_van_loop_cleanup(&van->loop);
         free(van);
@@ -378,7 +357,6 @@ static void tcp_close(ps_van_t *v)
     }
     ps__tcp_close_all(van);
     bury(van);
-    ps_van_peer_slots_free(&van->peers);
     int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
     if (lfd >= 0) {
         close(lfd);
@@ -389,7 +367,7 @@ static void tcp_close(ps_van_t *v)
     ps_van_base_fini(&van->base);
     ps_van_rx_pool_release(van->pool);
     ps_mpool_cleanup(&van->entries);
-    pthread_rwlock_destroy(&van->peers_lock);
+    ps_van_peer_table_fini(&van->peers);
     pthread_mutex_destroy(&van->pending_lock);
     ps_van_loop_cleanup(&van->loop);
     free(van);
@@ -413,6 +391,21 @@ static ps_status_t tcp_query(ps_van_t *v, ps_van_attr_t *attr_p)
     return PS_OK;
 }
 
+/* The connections a new node id is announced on: ours, stream 0 of each
+ * group (streams > 0 carry chunks only, after one hello). */
+static int pick_announced(void *peer, void **out, int max)
+{
+    ps__tcp_peer_t *p = peer;
+    int n = 0;
+    for (int i = 0; i < p->num_out && n < max; ++i) {
+        if (p->out[i]->stream == 0) {
+            __atomic_add_fetch(&p->out[i]->refs, 1, __ATOMIC_RELAXED);
+            out[n++] = p->out[i];
+        }
+    }
+    return n;
+}
+
 static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
 {
     ps__tcp_van_t *van = ps__tcp_of(v);
@@ -423,30 +416,8 @@ static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
     }
     /* Re-announce on every connection we opened, in line with the data
      * already queued on it. */
-    ps__tcp_conn_t **list = NULL;
-    int n = 0, cap = 0;
-    pthread_rwlock_rdlock(&van->peers_lock);
-    for (int id = 0; id < van->peers.cap; ++id) {
-        ps__tcp_peer_t *p = van->peers.slot[id];
-        for (int i = 0; p != NULL && i < p->num_out; ++i) {
-            if (p->out[i]->stream != 0) {
-                continue; /* streams > 0 carry chunks only, after one hello */
-            }
-            if (n == cap) {
-                cap = cap == 0 ? 16 : cap * 2;
-                ps__tcp_conn_t **grown = realloc(list, (size_t)cap * sizeof(*list));
-                if (grown == NULL) {
-                    break;
-                }
-                list = grown;
-            }
-            if (n < cap) {
-                __atomic_add_fetch(&p->out[i]->refs, 1, __ATOMIC_RELAXED);
-                list[n++] = p->out[i];
-            }
-        }
-    }
-    pthread_rwlock_unlock(&van->peers_lock);
+    void **list;
+    int n = ps_van_peer_table_collect(&van->peers, pick_announced, PS__TCP_MAX_STREAMS, &list);
     ps_status_t result = PS_OK;
     for (int i = 0; i < n; ++i) {
         ps__tcp_conn_t *conn = list[i];

@@ -28,33 +28,51 @@ ps_status_t ps_van_listen_addr(const ps_node_t *node, int bind_any, ps_log_compo
     return PS_OK;
 }
 
-ps_status_t ps_van_listen_ports(const ps_node_t *node, int max_retry, ps_log_component_t log,
-                                ps_van_listen_ports_t *ports_p)
+ps_status_t ps_van_listen_on_port(const ps_node_t *node, int max_retry, int is_scheduler,
+                                  ps_log_component_t log, ps_van_listen_try_t try_one,
+                                  void *arg, const char *taken, int *port_p, char *where,
+                                  size_t cap)
 {
     int fixed = node->num_ports > 0 ? node->ports[0] : 0;
     if (fixed < 0 || fixed > 65535) {
         ps_error(log, "bind: port %d is out of range", fixed);
         return PS_ERR_INVALID_ARG;
     }
-    ports_p->fixed = fixed;
-    ports_p->attempts = fixed != 0 ? 1 : (max_retry > 0 ? max_retry : 0) + 1;
-    return PS_OK;
-}
-
-int ps_van_listen_port(const ps_van_listen_ports_t *ports, ps_sockaddr_t *addr, char *where,
-                       size_t cap)
-{
-    int port = ports->fixed;
-    if (port == 0) {
-        port = RANDOM_PORT_BASE + (int)(ps_van_random() % RANDOM_PORT_SPAN);
-    }
-    if (addr != NULL) {
-        ps_sockaddr_set_port(addr, (uint16_t)port);
-        if (ps_sockaddr_format(addr, where, cap) != PS_OK) {
-            snprintf(where, cap, "?");
+    int attempts = fixed != 0 ? 1 : (max_retry > 0 ? max_retry : 0) + 1;
+    for (int i = 0; i < attempts; ++i) {
+        int port = fixed;
+        if (port == 0) {
+            port = RANDOM_PORT_BASE + (int)(ps_van_random() % RANDOM_PORT_SPAN);
+        }
+        snprintf(where, cap, "?");
+        ps_status_t st = try_one(arg, port, fixed == 0, where, cap);
+        if (st == PS_OK) {
+            *port_p = port;
+            return PS_OK;
+        }
+        if (st != PS_ERR_ADDRESS_IN_USE) {
+            return st;
+        }
+        if (fixed != 0) {
+            ps_error(log, "cannot listen on %s: address already in use (port %d is taken; %s)",
+                     where, port,
+                     taken != NULL      ? taken
+                     : is_scheduler ? "give the job another DMLC_PS_ROOT_PORT"
+                                    : "choose another DMLC_PORT or leave it unset for a random one");
+            return PS_ERR_ADDRESS_IN_USE;
         }
     }
-    return port;
+    ps_error(log, "cannot listen on %s: no free port after %d random tries (PS_BIND_RETRIES)",
+             node->hostname[0] ? node->hostname : "*", attempts);
+    return PS_ERR_ADDRESS_IN_USE;
+}
+
+void ps_van_listen_where(ps_sockaddr_t *addr, int port, char *where, size_t cap)
+{
+    ps_sockaddr_set_port(addr, (uint16_t)port);
+    if (ps_sockaddr_format(addr, where, cap) != PS_OK) {
+        snprintf(where, cap, "?");
+    }
 }
 
 void ps_van_listen_bound(ps_node_t *node, int port)

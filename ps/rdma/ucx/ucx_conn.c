@@ -177,25 +177,15 @@ static void cookie_remove(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
     }
 }
 
-/* ---- peer table (peers_lock) ---- */
-
-ps__ucx_peer_t *ps__ucx_peer_get(ps__ucx_van_t *van, int id, int create)
-{
-    int created;
-    ps__ucx_peer_t *p = ps_van_peer_slots_get(&van->peers, id, sizeof(*p), create, &created);
-    if (created) {
-        p->id = id;
-    }
-    return p;
-}
+/* ---- peer table (its lock: van->peers.lock) ---- */
 
 /* Takes conn out of the table; returns 1 if it was there (the table's
  * reference passes to the caller). */
 static int peer_remove_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, ps_status_t why)
 {
     int found = 0;
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__ucx_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
     if (p != NULL) {
         if (p->out == conn) {
             p->out = NULL;
@@ -209,20 +199,20 @@ static int peer_remove_conn(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, ps
                 break;
             }
         }
-        if (found && ps_van_keeps_lost(why)) {
-            p->lost = why;
+        if (found) {
+            ps_van_peer_went(&p->hdr, why);
         }
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     return found;
 }
 
 ps_status_t ps__ucx_peer_add_in(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id)
 {
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 1);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__ucx_peer_t *p = ps_van_peer_table_get(&van->peers, id, 1);
     if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers_lock);
+        pthread_rwlock_unlock(&van->peers.lock);
         return PS_ERR_NO_MEMORY;
     }
     conn->peer_id = id;
@@ -231,8 +221,8 @@ ps_status_t ps__ucx_peer_add_in(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id
     if (p->num_in < PS__UCX_MAX_STREAMS) {
         p->in[p->num_in++] = ps__ucx_conn_ref(conn);
     }
-    p->lost = PS_OK;
-    pthread_rwlock_unlock(&van->peers_lock);
+    ps_van_peer_connected(&p->hdr);
+    pthread_rwlock_unlock(&van->peers.lock);
     return PS_OK;
 }
 
@@ -242,20 +232,20 @@ int ps__ucx_may_claim(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id, uint64_t
         return 1;
     }
     int taken = 0;
-    pthread_rwlock_rdlock(&van->peers_lock);
-    ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
+    pthread_rwlock_rdlock(&van->peers.lock);
+    ps__ucx_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
     for (int i = 0; p != NULL && i < p->num_in; ++i) {
         if (p->in[i] != conn && p->in[i]->nonce != nonce && p->in[i]->state != PS__UCX_DEAD) {
             taken = 1;
         }
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     return !taken;
 }
 
 ps__ucx_conn_t *ps__ucx_peer_send_conn_locked(ps__ucx_van_t *van, int id)
 {
-    const ps__ucx_peer_t *p = ps_van_peer_slots_find(&van->peers, id);
+    const ps__ucx_peer_t *p = ps_van_peer_slots_find(&van->peers.slots, id);
     if (p == NULL) {
         return NULL;
     }
@@ -266,22 +256,18 @@ ps__ucx_conn_t *ps__ucx_peer_send_conn_locked(ps__ucx_van_t *van, int id)
 
 ps__ucx_conn_t *ps__ucx_peer_send_conn(ps__ucx_van_t *van, int id)
 {
-    pthread_rwlock_rdlock(&van->peers_lock);
+    pthread_rwlock_rdlock(&van->peers.lock);
     ps__ucx_conn_t *conn = ps__ucx_peer_send_conn_locked(van, id);
     if (conn != NULL) {
         ps__ucx_conn_ref(conn);
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     return conn;
 }
 
 ps_status_t ps__ucx_peer_unconnected(ps__ucx_van_t *van, int id)
 {
-    pthread_rwlock_rdlock(&van->peers_lock);
-    const ps__ucx_peer_t *p = ps_van_peer_slots_find(&van->peers, id);
-    ps_status_t lost = p != NULL ? p->lost : PS_OK;
-    pthread_rwlock_unlock(&van->peers_lock);
-    return ps_van_unconnected(&van->base, id, lost);
+    return ps_van_unconnected(&van->base, id, ps_van_peer_table_lost(&van->peers, id));
 }
 
 /* ---- UCX callbacks: record, never act (ucx_internal.h says why) ---- */
@@ -523,6 +509,41 @@ static int port_free(const ps_sockaddr_t *addr)
     return ok;
 }
 
+typedef struct {
+    ps__ucx_van_t *van;
+    ps_sockaddr_t addr;
+} listen_try_t;
+
+static ps_status_t listen_try(void *arg, int port, int random, char *where, size_t cap)
+{
+    listen_try_t *t = arg;
+    ps__ucx_van_t *van = t->van;
+    ps_van_listen_where(&t->addr, port, where, cap);
+    if (random && !port_free(&t->addr)) {
+        return PS_ERR_ADDRESS_IN_USE;
+    }
+    ucp_listener_params_t lp;
+    memset(&lp, 0, sizeof(lp));
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = ps_sockaddr_sa(&t->addr);
+    lp.sockaddr.addrlen = t->addr.len;
+    lp.conn_handler.cb = on_conn_request;
+    lp.conn_handler.arg = van;
+    /* UCX accepts the sockets (and backs off on EMFILE itself); the cap and
+     * the deadline are ours. */
+    ps_van_admission_init(&van->adm, PS_LOG_UCX);
+    ucs_status_t ust = ucp_listener_create(van->worker, &lp, &van->listener);
+    if (ust == UCS_OK) {
+        return PS_OK;
+    }
+    van->listener = NULL;
+    if (ust == UCS_ERR_BUSY) {
+        return PS_ERR_ADDRESS_IN_USE;
+    }
+    ps_error(PS_LOG_UCX, "cannot listen on %s: %s", where, ucs_status_string(ust));
+    return ps__ucx_status(ust);
+}
+
 ps_status_t ps__ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry)
 {
     ps__ucx_van_t *van = ps__ucx_of(v);
@@ -533,58 +554,19 @@ ps_status_t ps__ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry)
         ps_error(PS_LOG_UCX, "bind: this van is already listening");
         return PS_ERR_BAD_STATE;
     }
-    ps_sockaddr_t addr;
-    ps_van_listen_ports_t ports;
-    ps_status_t st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_UCX, &addr);
+    listen_try_t t = {.van = van};
+    char where[PS_SOCKADDR_STRLEN];
+    int port = 0;
+    ps_status_t st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_UCX, &t.addr);
     if (st == PS_OK) {
-        st = family_usable(&addr, "bind");
+        st = family_usable(&t.addr, "bind");
     }
     if (st == PS_OK) {
-        st = ps_van_listen_ports(node, max_retry, PS_LOG_UCX, &ports);
+        st = ps_van_listen_on_port(node, max_retry, van->base.params.is_scheduler, PS_LOG_UCX,
+                                   listen_try, &t, NULL, &port, where, sizeof(where));
     }
     if (st != PS_OK) {
         return st;
-    }
-    int fixed = ports.fixed;
-    char where[PS_SOCKADDR_STRLEN] = "?";
-    ucs_status_t ust = UCS_ERR_BUSY;
-    int port = 0;
-    for (int i = 0; i < ports.attempts; ++i) {
-        port = ps_van_listen_port(&ports, &addr, where, sizeof(where));
-        if (fixed == 0 && !port_free(&addr)) {
-            continue;
-        }
-        ucp_listener_params_t lp;
-        memset(&lp, 0, sizeof(lp));
-        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-        lp.sockaddr.addr = ps_sockaddr_sa(&addr);
-        lp.sockaddr.addrlen = addr.len;
-        lp.conn_handler.cb = on_conn_request;
-        lp.conn_handler.arg = van;
-        /* UCX accepts the sockets (and backs off on EMFILE itself); the
-         * cap and the deadline are ours. */
-        ps_van_admission_init(&van->adm, PS_LOG_UCX);
-        ust = ucp_listener_create(van->worker, &lp, &van->listener);
-        if (ust == UCS_OK) {
-            break;
-        }
-        van->listener = NULL;
-        if (ust != UCS_ERR_BUSY) {
-            ps_error(PS_LOG_UCX, "cannot listen on %s: %s", where, ucs_status_string(ust));
-            return ps__ucx_status(ust);
-        }
-        if (fixed != 0) {
-            ps_error(PS_LOG_UCX,
-                     "cannot listen on %s: address already in use (port %d is taken; choose "
-                     "another DMLC_PORT or leave it unset for a random one)",
-                     where, port);
-            return PS_ERR_ADDRESS_IN_USE;
-        }
-    }
-    if (van->listener == NULL) {
-        ps_error(PS_LOG_UCX, "cannot listen on %s: no free port after %d random tries "
-                 "(PS_BIND_RETRIES)", node->hostname[0] ? node->hostname : "*", ports.attempts);
-        return PS_ERR_ADDRESS_IN_USE;
     }
     snprintf(van->listen_str, sizeof(van->listen_str), "%s", where);
     ps_van_listen_bound(node, port);
@@ -621,16 +603,16 @@ ps_status_t ps__ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
         ps_time_now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
 
     ps__ucx_conn_t *replaced = NULL;
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__ucx_peer_t *p = ps__ucx_peer_get(van, peer->id, 1);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__ucx_peer_t *p = ps_van_peer_table_get(&van->peers, peer->id, 1);
     if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers_lock);
+        pthread_rwlock_unlock(&van->peers.lock);
         ps__ucx_conn_unref(conn);
         return PS_ERR_NO_MEMORY;
     }
     if (p->out != NULL) {
         if (ps_sockaddr_equal(&p->out->addr, &addr)) {
-            pthread_rwlock_unlock(&van->peers_lock);
+            pthread_rwlock_unlock(&van->peers.lock);
             ps__ucx_conn_unref(conn);
             return PS_OK; /* already connected (or connecting) */
         }
@@ -639,8 +621,8 @@ ps_status_t ps__ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
         replaced = p->out;
     }
     p->out = ps__ucx_conn_ref(conn); /* the table's reference */
-    p->lost = PS_OK;
-    pthread_rwlock_unlock(&van->peers_lock);
+    ps_van_peer_connected(&p->hdr);
+    pthread_rwlock_unlock(&van->peers.lock);
 
     pthread_mutex_lock(&van->pending_lock);
     conn->next_pending = van->pending; /* the pending list takes our reference */
@@ -661,8 +643,8 @@ void ps__ucx_disconnect(ps_van_t *v, int node_id)
     ps__ucx_van_t *van = ps__ucx_of(v);
     ps__ucx_conn_t *gone[1 + PS__UCX_MAX_STREAMS];
     int n = 0;
-    pthread_rwlock_wrlock(&van->peers_lock);
-    ps__ucx_peer_t *p = ps__ucx_peer_get(van, node_id, 0);
+    pthread_rwlock_wrlock(&van->peers.lock);
+    ps__ucx_peer_t *p = ps_van_peer_table_get(&van->peers, node_id, 0);
     if (p != NULL) {
         if (p->out != NULL) {
             gone[n++] = p->out;
@@ -673,7 +655,7 @@ void ps__ucx_disconnect(ps_van_t *v, int node_id)
         p->out = NULL;
         p->num_in = 0;
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     if (n == 0) {
         return;
     }
@@ -688,6 +670,17 @@ void ps__ucx_disconnect(ps_van_t *v, int node_id)
     ps_info(PS_LOG_UCX, "disconnecting from node %d", node_id);
 }
 
+/* The connection a new node id is announced on: ours. */
+static int pick_announced(void *peer, void **out, int max)
+{
+    ps__ucx_peer_t *p = peer;
+    if (p->out == NULL || max < 1) {
+        return 0;
+    }
+    out[0] = ps__ucx_conn_ref(p->out);
+    return 1;
+}
+
 ps_status_t ps__ucx_set_node_id(ps_van_t *v, int node_id)
 {
     ps__ucx_van_t *van = ps__ucx_of(v);
@@ -697,25 +690,8 @@ ps_status_t ps__ucx_set_node_id(ps_van_t *v, int node_id)
         return st;
     }
     /* Re-announce on every connection we opened, in line with its data. */
-    ps__ucx_conn_t **list = NULL;
-    int n = 0, cap = 0;
-    pthread_rwlock_rdlock(&van->peers_lock);
-    for (int id = 0; id < van->peers.cap; ++id) {
-        ps__ucx_peer_t *p = van->peers.slot[id];
-        if (p == NULL || p->out == NULL) {
-            continue;
-        }
-        if (n == cap) {
-            cap = cap == 0 ? 16 : cap * 2;
-            ps__ucx_conn_t **grown = realloc(list, (size_t)cap * sizeof(*list));
-            if (grown == NULL) {
-                break;
-            }
-            list = grown;
-        }
-        list[n++] = ps__ucx_conn_ref(p->out);
-    }
-    pthread_rwlock_unlock(&van->peers_lock);
+    void **list;
+    int n = ps_van_peer_table_collect(&van->peers, pick_announced, 1, &list);
     ps_status_t result = PS_OK;
     for (int i = 0; i < n; ++i) {
         ps__ucx_op_t *op = NULL;
@@ -1202,8 +1178,8 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
          * and the postoffice hears about it once. */
         ps__ucx_conn_t *others[1 + PS__UCX_MAX_STREAMS];
         int n = 0;
-        pthread_rwlock_rdlock(&van->peers_lock);
-        ps__ucx_peer_t *p = ps__ucx_peer_get(van, id, 0);
+        pthread_rwlock_rdlock(&van->peers.lock);
+        ps__ucx_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
         if (p != NULL) {
             if (p->out != NULL) {
                 others[n++] = ps__ucx_conn_ref(p->out);
@@ -1212,7 +1188,7 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
                 others[n++] = ps__ucx_conn_ref(p->in[i]);
             }
         }
-        pthread_rwlock_unlock(&van->peers_lock);
+        pthread_rwlock_unlock(&van->peers.lock);
         for (int i = 0; i < n; ++i) {
             ps__ucx_conn_fail(others[i], why, 0);
             ps__ucx_conn_unref(others[i]);
@@ -1244,9 +1220,9 @@ void ps__ucx_close_all(ps__ucx_van_t *van)
         ps__ucx_conn_fail(van->conns, PS_OK, 0);
     }
     /* Connections connect() made that never reached the list. */
-    pthread_rwlock_wrlock(&van->peers_lock);
-    for (int id = 0; id < van->peers.cap; ++id) {
-        ps__ucx_peer_t *p = van->peers.slot[id];
+    pthread_rwlock_wrlock(&van->peers.lock);
+    for (int id = 0; id < van->peers.slots.cap; ++id) {
+        ps__ucx_peer_t *p = van->peers.slots.slot[id];
         if (p == NULL) {
             continue;
         }
@@ -1259,6 +1235,6 @@ void ps__ucx_close_all(ps__ucx_van_t *van)
         p->out = NULL;
         p->num_in = 0;
     }
-    ps_van_peer_slots_free(&van->peers);
-    pthread_rwlock_unlock(&van->peers_lock);
+    ps_van_peer_slots_free(&van->peers.slots);
+    pthread_rwlock_unlock(&van->peers.lock);
 }

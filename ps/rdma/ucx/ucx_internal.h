@@ -104,7 +104,7 @@
  * ps/net/van/progress_loop.h) holds its lock, and "progress thread" below
  * means that one. Any thread may call send(),
  * which posts to UCX directly under the connection's lock. Lock order:
- * the loop's lock -> peers_lock -> conn->lock -> (UCX worker lock); ev_lock and
+ * the loop's lock -> the peer table's (van->peers.lock) -> conn->lock -> (UCX worker lock); ev_lock and
  * ops_lock are leaves. UCX callbacks therefore never take a ps lock other
  * than ev_lock, and never call back into the postoffice: they record what
  * happened, and the progress thread acts on it after ucp_worker_progress()
@@ -136,7 +136,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/van/admission.h"
-#include "ps/net/van/peer_slots.h"
+#include "ps/net/van/peer_table.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/base.h"
 #include "ps/net/van/handshake.h"
@@ -370,12 +370,10 @@ struct ps__ucx_conn {
 
 /* The connections of one peer node. */
 typedef struct {
-    int id;
+    ps_van_peer_t hdr;                         /* first: the peer table's */
     ps__ucx_conn_t *out;                       /* ours */
     ps__ucx_conn_t *in[PS__UCX_MAX_STREAMS];   /* the peer's, identified */
     int num_in;
-    /* How its last connection failed, PS_OK while connected (ps_van_keeps_lost). */
-    ps_status_t lost;
 } ps__ucx_peer_t;
 
 struct ps__ucx_van {
@@ -407,8 +405,7 @@ struct ps__ucx_van {
     uint64_t posted;           /* atomic: sends left in progress by other threads */
     uint64_t posted_seen;      /* `posted` at the start of the loop's last poll */
 
-    pthread_rwlock_t peers_lock;
-    ps_van_peer_slots_t peers; /* ps__ucx_peer_t by node id */
+    ps_van_peer_table_t peers; /* ps__ucx_peer_t by node id */
 
     /* Handed from other threads to the progress thread. */
     pthread_mutex_t pending_lock;
@@ -547,7 +544,7 @@ ps_status_t ps__ucx_peer_add_in(ps__ucx_van_t *van, ps__ucx_conn_t *conn, int id
 /* What a send to a node without a connection returns: how its last one
  * failed, else PS_ERR_UNREACHABLE (logged). */
 ps_status_t ps__ucx_peer_unconnected(ps__ucx_van_t *van, int id);
-/* The same with peers_lock held (read) by the caller, not referenced:
+/* The same with the peer table's lock held (read) by the caller, not referenced:
  * valid until the caller unlocks. */
 ps__ucx_conn_t *ps__ucx_peer_send_conn_locked(ps__ucx_van_t *van, int id);
 /* close(): every connection down, endpoints closed (bounded). */
@@ -555,7 +552,6 @@ void ps__ucx_close_all(ps__ucx_van_t *van);
 /* close(), before the worker goes: gives back the close requests that did
  * not finish (endpoints to peers that are gone); UCX insists. */
 void ps__ucx_abandon_closing(ps__ucx_van_t *van);
-ps__ucx_peer_t *ps__ucx_peer_get(ps__ucx_van_t *van, int id, int create);
 /* Whether conn (accepted, HELLO nonce `nonce`) may speak for node `id`: not
  * while another live incoming connection from another connect() does, as
  * in the TCP van (a stranger cannot take over a running node's id). */

@@ -535,7 +535,7 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
 {
     size_t wire = PS__UCX_AM_META_HDR + frame_len;
     int asked = 0, sent = 0;
-    pthread_rwlock_rdlock(&van->peers_lock);
+    pthread_rwlock_rdlock(&van->peers.lock);
     ps__ucx_conn_t *conn = ps__ucx_peer_send_conn_locked(van, recver);
     if (conn != NULL && wire <= __atomic_load_n(&conn->now_max, __ATOMIC_RELAXED)) {
         pthread_mutex_lock(&conn->lock);
@@ -555,7 +555,7 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
     if (conn != NULL && !sent) {
         ps__ucx_conn_ref(conn); /* the op's */
     }
-    pthread_rwlock_unlock(&van->peers_lock);
+    pthread_rwlock_unlock(&van->peers.lock);
     if (sent) {
         ps_stage_posted();
         __atomic_add_fetch(&van->base.bytes_sent, frame_len, __ATOMIC_RELAXED);

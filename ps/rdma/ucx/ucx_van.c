@@ -316,13 +316,13 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
         free(van);
         return st;
     }
-    pthread_rwlock_init(&van->peers_lock, NULL);
+    ps_van_peer_table_init(&van->peers, sizeof(ps__ucx_peer_t));
     pthread_mutex_init(&van->pending_lock, NULL);
     pthread_mutex_init(&van->ev_lock, NULL);
     pthread_mutex_init(&van->ops_lock, NULL);
     st = ps_mpool_init(&van->ops, "ucx send ops", sizeof(ps__ucx_op_t), 64, 64, 0);
     if (st != PS_OK) {
-        pthread_rwlock_destroy(&van->peers_lock);
+        ps_van_peer_table_fini(&van->peers);
         pthread_mutex_destroy(&van->pending_lock);
         pthread_mutex_destroy(&van->ev_lock);
         pthread_mutex_destroy(&van->ops_lock);
@@ -452,7 +452,6 @@ static void ucx_close(ps_van_t *v)
     }
     ps__ucx_rx_free_all(van);
     free(van->cookies);
-    ps_van_peer_slots_free(&van->peers);
     ps_van_base_fini(&van->base);
     if (van->pool != NULL) {
         ps_rdma_buf_pool_stats_t ps;
@@ -463,7 +462,7 @@ static void ucx_close(ps_van_t *v)
     }
     ps__ucx_op_spare_free(van);
     ps_mpool_cleanup(&van->ops);
-    pthread_rwlock_destroy(&van->peers_lock);
+    ps_van_peer_table_fini(&van->peers);
     pthread_mutex_destroy(&van->pending_lock);
     pthread_mutex_destroy(&van->ev_lock);
     pthread_mutex_destroy(&van->ops_lock);

@@ -127,6 +127,29 @@ static ps_status_t auto_interface(ps__vb_van_t *van, ps_node_t *node)
     return PS_OK;
 }
 
+typedef struct {
+    struct rdma_cm_id *id;
+    ps_sockaddr_t addr;
+} listen_try_t;
+
+static ps_status_t listen_try(void *arg, int port, int random, char *where, size_t cap)
+{
+    (void)random;
+    listen_try_t *t = arg;
+    ps_van_listen_where(&t->addr, port, where, cap);
+    if (rdma_bind_addr(t->id, (struct sockaddr *)&t->addr.ss) == 0)
+        return PS_OK;
+    int err = errno;
+    if (err == EADDRINUSE)
+        return PS_ERR_ADDRESS_IN_USE;
+    char nics[256];
+    list_rdma_netdevs(nics, sizeof(nics));
+    ps_error(PS_LOG_RDMA, "cannot listen on %s for RDMA: rdma_bind_addr: %s; the address "
+             "must belong to an RDMA-capable interface (here: %s; set DMLC_NODE_HOST or "
+             "DMLC_INTERFACE)", where, strerror(err), nics);
+    return err == ENODEV || err == EADDRNOTAVAIL ? PS_ERR_CONFIG : ps_status_from_errno(err);
+}
+
 ps_status_t ps__vb_cm_bind(ps_van_t *v, ps_node_t *node, int max_retry)
 {
     ps__vb_van_t *van = ps__vb_of(v);
@@ -148,49 +171,21 @@ ps_status_t ps__vb_cm_bind(ps_van_t *v, ps_node_t *node, int max_retry)
         van->src_addr = addr;
         van->have_src = !ps_sockaddr_is_wildcard(&addr);
     }
-    ps_van_listen_ports_t ports;
-    st = ps_van_listen_ports(node, max_retry, PS_LOG_RDMA, &ports);
-    if (st != PS_OK)
-        return st;
     struct rdma_cm_id *id = NULL;
     if (rdma_create_id(van->channel, &id, NULL, RDMA_PS_TCP) != 0) {
         ps_error(PS_LOG_RDMA, "bind: rdma_create_id: %m");
         return PS_ERR_DEVICE;
     }
-    int fixed = ports.fixed;
-    int attempts = ports.attempts;
-    int port = 0;
+    listen_try_t t = {.id = id, .addr = addr};
     char where[PS_SOCKADDR_STRLEN];
-    int bound = 0;
-    for (int i = 0; i < attempts && !bound; i++) {
-        port = ps_van_listen_port(&ports, &addr, where, sizeof(where));
-        if (rdma_bind_addr(id, (struct sockaddr *)&addr.ss) == 0) {
-            bound = 1;
-            break;
-        }
-        int err = errno;
-        if (err == EADDRINUSE && fixed == 0)
-            continue;
-        char nics[256];
-        list_rdma_netdevs(nics, sizeof(nics));
-        if (err == EADDRINUSE)
-            ps_error(PS_LOG_RDMA, "cannot listen on %s for RDMA: address already in use (port %d "
-                     "is taken; choose another DMLC_PORT or leave it unset)", where, port);
-        else
-            ps_error(PS_LOG_RDMA, "cannot listen on %s for RDMA: rdma_bind_addr: %s; the address "
-                     "must belong to an RDMA-capable interface (here: %s; set DMLC_NODE_HOST or "
-                     "DMLC_INTERFACE)", where, strerror(err), nics);
+    int port = 0;
+    st = ps_van_listen_on_port(node, max_retry, van->base.params.is_scheduler, PS_LOG_RDMA,
+                               listen_try, &t, NULL, &port, where, sizeof(where));
+    if (st != PS_OK) {
         rdma_destroy_id(id);
-        return err == EADDRINUSE ? PS_ERR_ADDRESS_IN_USE
-                                 : err == ENODEV || err == EADDRNOTAVAIL ? PS_ERR_CONFIG
-                                                                        : ps_status_from_errno(err);
+        return st;
     }
-    if (!bound) {
-        ps_error(PS_LOG_RDMA, "cannot listen on %s for RDMA: no free port after %d random tries "
-                 "(PS_BIND_RETRIES)", where, attempts);
-        rdma_destroy_id(id);
-        return PS_ERR_ADDRESS_IN_USE;
-    }
+    addr = t.addr;
     if (rdma_listen(id, LISTEN_BACKLOG) != 0) {
         ps_error(PS_LOG_RDMA, "rdma_listen on %s: %m", where);
         rdma_destroy_id(id);
