@@ -216,9 +216,9 @@ ps_status_t ps__shm_bind(ps_van_t *v, ps_node_t *node, int max_retry)
     if (node == NULL) {
         return PS_ERR_INVALID_ARG;
     }
-    if (__atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE) >= 0) {
-        ps_error(PS_LOG_SHM, "bind: this van is already listening");
-        return PS_ERR_BAD_STATE;
+    ps_status_t st = ps_van_sock_may_bind(&van->sock);
+    if (st != PS_OK) {
+        return st;
     }
     listen_try_t t = {
         .van = van,
@@ -230,23 +230,17 @@ ps_status_t ps__shm_bind(ps_van_t *v, ps_node_t *node, int max_retry)
              van->job);
     char where[PS_NODE_HOSTNAME_MAX + 8];
     int port = 0;
-    ps_status_t st = ps_van_listen_on_port(node, max_retry, van->base.params.is_scheduler,
-                                           PS_LOG_SHM, listen_try, &t, taken, &port, where,
-                                           sizeof(where));
+    st = ps_van_listen_on_port(node, max_retry, van->base.params.is_scheduler, PS_LOG_SHM,
+                               listen_try, &t, taken, &port, where, sizeof(where));
     if (st != PS_OK) {
         return st;
     }
-    /* Before epoll: the progress thread accepts through it. */
-    ps_van_admission_init(&van->adm, PS_LOG_SHM);
-    ps_van_admission_listener(&van->adm, van->epfd, t.fd, &van->listen_handle);
-    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, t.fd, EPOLLIN, &van->listen_handle) != 0) {
-        ps_error(PS_LOG_SHM, "bind: epoll_ctl: %m");
-        close(t.fd);
-        return PS_ERR_NO_RESOURCE;
-    }
     snprintf(van->listen_host, sizeof(van->listen_host), "%s", t.host);
     van->listen_port = port;
-    __atomic_store_n(&van->listen_fd, t.fd, __ATOMIC_RELEASE);
+    st = ps_van_sock_listen(&van->sock, t.fd, &van->listen_handle, where);
+    if (st != PS_OK) {
+        return st;
+    }
     ps_van_listen_bound(node, port);
     ps_info(PS_LOG_SHM, "listening as %s (job '%s')", where, van->job);
     return PS_OK;
@@ -351,11 +345,11 @@ static ps_status_t shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my
     const char *host = peer->hostname[0] != '\0' ? peer->hostname : "localhost";
 
     /* Idempotent: a live channel of ours to the same place stays. */
-    pthread_rwlock_rdlock(&van->peers.lock);
-    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, peer->id, 0);
+    pthread_rwlock_rdlock(&van->sock.peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->sock.peers, peer->id, 0);
     int have = p != NULL && p->out != NULL && p->out->peer_port == port &&
                strcmp(p->out->peer_host, host) == 0;
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     if (have) {
         return PS_OK;
     }
@@ -507,17 +501,17 @@ static ps_status_t shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my
     (void)fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 
     ps__shm_chan_t *old = NULL;
-    pthread_rwlock_wrlock(&van->peers.lock);
-    p = ps_van_peer_table_get(&van->peers, peer->id, 1);
+    pthread_rwlock_wrlock(&van->sock.peers.lock);
+    p = ps_van_peer_table_get(&van->sock.peers, peer->id, 1);
     if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers.lock);
+        pthread_rwlock_unlock(&van->sock.peers.lock);
         ps__shm_chan_unref(ch);
         return PS_ERR_NO_MEMORY;
     }
     old = p->out;
     p->out = ch;
     ps_van_peer_connected(&p->hdr);
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
 
     pthread_mutex_lock(&van->pending_lock);
     ch->next_pending = van->pending; /* the pending list takes our reference */
@@ -550,8 +544,8 @@ void ps__shm_disconnect(ps_van_t *v, int node_id)
     ps__shm_van_t *van = ps__shm_of(v);
     ps__shm_chan_t *gone[5];
     int n = 0;
-    pthread_rwlock_wrlock(&van->peers.lock);
-    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, node_id, 0);
+    pthread_rwlock_wrlock(&van->sock.peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->sock.peers, node_id, 0);
     if (p != NULL) {
         if (p->out != NULL) {
             gone[n++] = p->out;
@@ -565,7 +559,7 @@ void ps__shm_disconnect(ps_van_t *v, int node_id)
             __atomic_add_fetch(&gone[i]->refs, 1, __ATOMIC_RELAXED);
         }
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     if (n == 0) {
         return;
     }
@@ -584,7 +578,7 @@ void ps__shm_disconnect(ps_van_t *v, int node_id)
 static ps_status_t chan_watch(ps__shm_van_t *van, ps__shm_chan_t *ch)
 {
     uint32_t events = EPOLLIN | EPOLLRDHUP;
-    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, ch->fd, events, &ch->handle) != 0) {
+    if (ps_van_epoll_ctl(van->sock.epfd, EPOLL_CTL_ADD, ch->fd, events, &ch->handle) != 0) {
         ps_error(PS_LOG_SHM, "epoll_ctl for a channel: %m");
         return PS_ERR_NO_RESOURCE;
     }
@@ -622,31 +616,34 @@ void ps__shm_take_pending(ps__shm_van_t *van)
     }
 }
 
+/* A process of another user is refused before it counts against admission
+ * (without the job secret). */
+static int screen_uid(void *arg, int fd)
+{
+    if (peer_uid_ok(arg, fd, "accept")) {
+        return 1;
+    }
+    /* Best effort: a ps connector reports why. */
+    ps__shm_pkt_welcome_t w;
+    memset(&w, 0, sizeof(w));
+    w.type = PS__SHM_PKT_WELCOME;
+    w.magic = PS__SHM_MAGIC;
+    snprintf(w.reason, sizeof(w.reason), "it runs as another user (no PS_JOB_SECRET)");
+    (void)send(fd, &w, sizeof(w), MSG_DONTWAIT | MSG_NOSIGNAL);
+    close(fd);
+    return 0;
+}
+
 void ps__shm_accept_all(ps__shm_van_t *van)
 {
     for (;;) {
-        int fd = ps_van_admission_accept(&van->adm, NULL, NULL);
+        int fd = ps_van_sock_accept(&van->sock, NULL, NULL, screen_uid, van);
         if (fd < 0) {
             return;
         }
-        if (!peer_uid_ok(van, fd, "accept")) {
-            /* Best effort: a ps connector reports why. */
-            ps__shm_pkt_welcome_t w;
-            memset(&w, 0, sizeof(w));
-            w.type = PS__SHM_PKT_WELCOME;
-            w.magic = PS__SHM_MAGIC;
-            snprintf(w.reason, sizeof(w.reason), "it runs as another user (no PS_JOB_SECRET)");
-            (void)send(fd, &w, sizeof(w), MSG_DONTWAIT | MSG_NOSIGNAL);
-            close(fd);
-            continue;
-        }
-        if (!ps_van_admission_admit(&van->adm)) {
-            close(fd); /* too many strangers already wait for their hello */
-            continue;
-        }
         ps__shm_chan_t *ch = ps__shm_chan_new(van, 0);
         if (ch == NULL) {
-            ps_van_admission_done(&van->adm);
+            ps_van_admission_done(&van->sock.adm);
             ps_warn_ratelimited(PS_LOG_SHM, "out of memory accepting a channel");
             close(fd);
             continue;
@@ -656,7 +653,7 @@ void ps__shm_accept_all(ps__shm_van_t *van)
         ch->peer_pid = peer_pid_of(fd);
         ps_van_hs_accept(&ch->hs); /* job secret: AUTH expected first */
         if (ps__shm_list_chan(van, ch) != PS_OK) {
-            ps_van_admission_done(&van->adm);
+            ps_van_admission_done(&van->sock.adm);
             ps__shm_chan_unref(ch);
             continue;
         }
@@ -673,7 +670,7 @@ static void chan_admitted(ps__shm_chan_t *ch)
 {
     if (ch->admit_pending) {
         ch->admit_pending = 0;
-        ps_van_admission_done(&ch->van->adm);
+        ps_van_admission_done(&ch->van->sock.adm);
     }
 }
 
@@ -1010,9 +1007,8 @@ int ps__shm_run_timers(ps__shm_van_t *van)
 {
     uint64_t now = ps_time_now_ns();
     uint64_t next = UINT64_MAX;
-    /* bind() sets van->adm up before it publishes listen_fd. */
-    int paused = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE) >= 0
-                     ? ps_van_admission_timer(&van->adm)
+    int paused = __atomic_load_n(&van->sock.listen_fd, __ATOMIC_ACQUIRE) >= 0
+                     ? ps_van_admission_timer(&van->sock.adm)
                      : -1;
     for (size_t i = 0; i < van->nchans; ++i) {
         ps__shm_chan_t *ch = van->chans[i];
@@ -1020,12 +1016,12 @@ int ps__shm_run_timers(ps__shm_van_t *van)
             continue;
         }
         /* Accepted channels: PS_HANDSHAKE_TIMEOUT_MS (admission.h). */
-        int ms = ch->outgoing ? van->base.params.connect_timeout_ms : van->adm.handshake_ms;
+        int ms = ch->outgoing ? van->base.params.connect_timeout_ms : van->sock.adm.handshake_ms;
         uint64_t limit = (uint64_t)ms * PS_NSEC_PER_MSEC;
         if (now - ch->created_ns >= limit) {
             char who[32];
             snprintf(who, sizeof(who), "pid %d", (int)ch->peer_pid);
-            ps_van_admission_expired(&van->adm, who);
+            ps_van_admission_expired(&van->sock.adm, who);
             ps__shm_chan_fail(ch, PS_ERR_TIMED_OUT, 0);
         } else if (ch->created_ns + limit < next) {
             next = ch->created_ns + limit;
@@ -1049,7 +1045,7 @@ void ps__shm_chan_fail(ps__shm_chan_t *ch, ps_status_t why, int notify)
     int id = ch->peer_id;
     ps__shm_peer_remove_chan(van, ch, why);
     if (ch->in_epoll) {
-        epoll_ctl(van->epfd, EPOLL_CTL_DEL, ch->fd, NULL);
+        epoll_ctl(van->sock.epfd, EPOLL_CTL_DEL, ch->fd, NULL);
         ch->in_epoll = 0;
     }
     pthread_mutex_lock(&ch->tx_lock);
@@ -1075,8 +1071,8 @@ void ps__shm_chan_fail(ps__shm_chan_t *ch, ps_status_t why, int notify)
      * postoffice hears about it once. */
     ps__shm_chan_t *others[5];
     int n = 0;
-    pthread_rwlock_rdlock(&van->peers.lock);
-    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
+    pthread_rwlock_rdlock(&van->sock.peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->sock.peers, id, 0);
     if (p != NULL) {
         if (p->out != NULL) {
             others[n++] = p->out;
@@ -1088,7 +1084,7 @@ void ps__shm_chan_fail(ps__shm_chan_t *ch, ps_status_t why, int notify)
             __atomic_add_fetch(&others[i]->refs, 1, __ATOMIC_RELAXED);
         }
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     for (int i = 0; i < n; ++i) {
         /* What the peer wrote on its other channel before it went (the
          * answer it sent last, say) is delivered first. */

@@ -15,7 +15,7 @@
  * Threads. One progress thread per van reads every ring and socket, accepts,
  * flushes queued sends and acks, and calls the callbacks (with no van lock
  * held: they may send). Any thread may send().
- *   - the peer table's lock (a rwlock, van->peers.lock): senders read it.
+ *   - the peer table's lock (a rwlock, van->sock.peers.lock): senders read it.
  *   - chan->tx_lock guards everything a sender touches: the producer side
  *     of the channel's out ring, its send queue, its tokens, the segments
  *     announced to the peer, chan->state as senders see it, and writes to
@@ -44,7 +44,7 @@
 #include "ps/net/shm/shm_ring.h"
 #include "ps/net/shm/shm_stage.h"
 #include "ps/net/van/admission.h"
-#include "ps/net/van/peer_table.h"
+#include "ps/net/van/sock_core.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/rx_pool.h"
 #include "ps/net/van/base.h"
@@ -152,7 +152,7 @@ struct ps__shm_chan {
     char peer_host[PS_NODE_HOSTNAME_MAX]; /* outgoing: where we connected */
     int peer_port;
     uint64_t created_ns;
-    int admit_pending;       /* accepted, no hello yet: counted in van->adm */
+    int admit_pending;       /* accepted, no hello yet: counted in van->sock.adm */
 
     void *mem;               /* both rings; unmapped when the channel is freed */
     size_t mem_len;
@@ -217,11 +217,11 @@ struct ps__shm_van {
     uint32_t max_meta;
     uint64_t max_message;
 
-    int epfd;                /* the sockets and the loop's wake eventfd */
+    /* The epoll set, the listener and its admission control, the peer
+     * table (ps__shm_peer_t by node id), the receive pool. */
+    ps_van_sock_t sock;
     ps__shm_handle_t wake_handle;
     ps__shm_handle_t listen_handle;
-    int listen_fd;           /* atomic */
-    ps_van_admission_t adm;  /* progress thread only (admission.h) */
     char listen_host[PS_NODE_HOSTNAME_MAX];
     int listen_port;
 
@@ -231,7 +231,6 @@ struct ps__shm_van {
     ps_van_loop_t loop;
     unsigned rounds;         /* polls so far (the sockets' turn) */
 
-    ps_van_peer_table_t peers; /* ps__shm_peer_t by node id */
 
     pthread_mutex_t pending_lock;
     ps__shm_chan_t *pending;  /* new outgoing channels for the progress thread */
@@ -247,7 +246,6 @@ struct ps__shm_van {
     ps__shm_hint_t hints[PS__SHM_HINTS];
 
     uint64_t sent_by_kind[PS__SHM_SEG_KINDS]; /* atomic: by PS__SHM_SEG_* (staged: 0) */
-    ps_van_rx_pool_t *pool;
     ps__shm_stage_t *stage;
     uint8_t cookie[PS__SHM_COOKIE_LEN];
 };

@@ -225,7 +225,7 @@ static ps_status_t take_placed(ps__shm_chan_t *ch, unsigned i, const ps__shm_seg
             (uint64_t)((const uint8_t *)ps_slice_ptr(s) - (const uint8_t *)seg->base) == d->b) {
             return PS_OK;
         }
-    } else if (ps_van_rx_pool_get(ch->van->pool, (size_t)d->len, s) != PS_OK) {
+    } else if (ps_van_rx_pool_get(ch->van->sock.pool, (size_t)d->len, s) != PS_OK) {
         return PS_ERR_NO_MEMORY;
     }
     if (ps__shm_seg_copy_out(d->a, d->b, ps_slice_ptr(s), d->len) != PS_OK) {
@@ -283,7 +283,7 @@ static ps_status_t get_dest(ps__shm_chan_t *ch, unsigned i, uint64_t len, int po
         /* Small: one allocation (header and bytes) beats the pool. */
         return ps_slice_alloc((size_t)len, 0, slice_p);
     }
-    return ps_van_rx_pool_get(van->pool, (size_t)len, slice_p);
+    return ps_van_rx_pool_get(van->sock.pool, (size_t)len, slice_p);
 }
 
 /* Copies len bytes at addr in the peer's memory to dst. */

@@ -548,7 +548,7 @@ ps_status_t ps__shm_send(ps_van_t *v, const ps_msg_t *msg)
     ps__shm_chan_t *ch = ps__shm_peer_send_chan(van, recver);
     if (ch == NULL) {
         free(heap);
-        return ps_van_unconnected(&van->base, recver, ps_van_peer_table_lost(&van->peers, recver));
+        return ps_van_unconnected(&van->base, recver, ps_van_peer_table_lost(&van->sock.peers, recver));
     }
 
     ps_slice_t staged[PS_MSG_MAX_DATA];

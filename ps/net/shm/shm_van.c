@@ -59,8 +59,8 @@ int ps__shm_on_progress(const ps__shm_van_t *van)
 ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id)
 {
     ps__shm_chan_t *ch = NULL;
-    pthread_rwlock_rdlock(&van->peers.lock);
-    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
+    pthread_rwlock_rdlock(&van->sock.peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->sock.peers, id, 0);
     if (p != NULL) {
         /* One fixed choice per peer keeps its messages in order. */
         ch = p->out != NULL ? p->out : (p->num_in > 0 ? p->in[0] : NULL);
@@ -68,16 +68,16 @@ ps__shm_chan_t *ps__shm_peer_send_chan(ps__shm_van_t *van, int id)
             __atomic_add_fetch(&ch->refs, 1, __ATOMIC_RELAXED);
         }
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     return ch;
 }
 
 ps_status_t ps__shm_peer_add_in(ps__shm_van_t *van, ps__shm_chan_t *ch, int id)
 {
-    pthread_rwlock_wrlock(&van->peers.lock);
-    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, id, 1);
+    pthread_rwlock_wrlock(&van->sock.peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->sock.peers, id, 1);
     if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers.lock);
+        pthread_rwlock_unlock(&van->sock.peers.lock);
         return PS_ERR_NO_MEMORY;
     }
     if (p->num_in < (int)(sizeof(p->in) / sizeof(p->in[0]))) {
@@ -85,7 +85,7 @@ ps_status_t ps__shm_peer_add_in(ps__shm_van_t *van, ps__shm_chan_t *ch, int id)
     }
     ps_van_peer_connected(&p->hdr);
     ch->peer_id = id;
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     return PS_OK;
 }
 
@@ -94,8 +94,8 @@ void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch, ps_status_
     if (ch->peer_id == PS_NODE_EMPTY) {
         return;
     }
-    pthread_rwlock_wrlock(&van->peers.lock);
-    ps__shm_peer_t *p = ps_van_peer_table_get(&van->peers, ch->peer_id, 0);
+    pthread_rwlock_wrlock(&van->sock.peers.lock);
+    ps__shm_peer_t *p = ps_van_peer_table_get(&van->sock.peers, ch->peer_id, 0);
     if (p != NULL) {
         if (p->out == ch) {
             p->out = NULL;
@@ -109,7 +109,7 @@ void ps__shm_peer_remove_chan(ps__shm_van_t *van, ps__shm_chan_t *ch, ps_status_
         }
         ps_van_peer_went(&p->hdr, why);
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
 }
 
 int ps__shm_has_peer(ps_van_t *v, int id)
@@ -258,7 +258,7 @@ static void handle_events(ps__shm_van_t *van, struct epoll_event *evs, int n)
 static int watch_sockets(ps__shm_van_t *van, int64_t timeout_ns)
 {
     struct epoll_event evs[PS__SHM_MAX_EVENTS];
-    int n = ps_van_epoll_wait(van->epfd, evs, PS__SHM_MAX_EVENTS, timeout_ns, PS_LOG_SHM);
+    int n = ps_van_epoll_wait(van->sock.epfd, evs, PS__SHM_MAX_EVENTS, timeout_ns, PS_LOG_SHM);
     handle_events(van, evs, n);
     return n;
 }
@@ -357,8 +357,6 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     van->allow_cma = 1;
     van->allow_seg = 1;
     van->allow_stage = 1;
-    van->listen_fd = -1;
-    van->epfd = -1;
     ps_van_random_bytes(van->cookie, sizeof(van->cookie));
     van->wake_handle.kind = PS__SHM_H_WAKE;
     van->listen_handle.kind = PS__SHM_H_LISTEN;
@@ -376,19 +374,14 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
         free(van);
         return st;
     }
-    ps_van_peer_table_init(&van->peers, sizeof(ps__shm_peer_t));
+    ps_van_sock_init(&van->sock, sizeof(ps__shm_peer_t), PS_LOG_SHM);
     pthread_mutex_init(&van->pending_lock, NULL);
     pthread_mutex_init(&van->hints_lock, NULL);
 
-    st = ps_van_rx_pool_create(PS__SHM_POOL_CACHE, PS_LOG_SHM, &van->pool);
+    st = ps_van_sock_open(&van->sock, PS__SHM_POOL_CACHE, &van->loop, &van->wake_handle);
     if (st == PS_OK) {
         st = ps__shm_stage_create(PS__SHM_STAGE_OUT, PS__SHM_STAGE_CACHE, &van->stage);
     }
-    if (st != PS_OK) {
-        sv_close(&van->base.handle);
-        return st;
-    }
-    st = ps_van_loop_epoll_open(&van->loop, &van->wake_handle, PS_LOG_SHM, &van->epfd);
     if (st != PS_OK) {
         sv_close(&van->base.handle);
         return st;
@@ -411,9 +404,9 @@ static int64_t shm_outstanding(void *arg, uint64_t *moved_p)
     ps__shm_van_t *van = arg;
     int busy = 0;
     uint64_t moved = 0;
-    pthread_rwlock_rdlock(&van->peers.lock);
-    for (int id = 0; id < van->peers.slots.cap; ++id) {
-        ps__shm_peer_t *p = van->peers.slots.slot[id];
+    pthread_rwlock_rdlock(&van->sock.peers.lock);
+    for (int id = 0; id < van->sock.peers.slots.cap; ++id) {
+        ps__shm_peer_t *p = van->sock.peers.slots.slot[id];
         if (p == NULL) {
             continue;
         }
@@ -434,7 +427,7 @@ static int64_t shm_outstanding(void *arg, uint64_t *moved_p)
             pthread_mutex_unlock(&ch->tx_lock);
         }
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     *moved_p = moved;
     return busy;
 }
@@ -478,17 +471,9 @@ static void sv_close(ps_van_t *v)
         return; /* its thread may still touch all of it */
     }
     free(van->chans);
-    int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
-    if (lfd >= 0) {
-        close(lfd);
-    }
-    if (van->epfd >= 0) {
-        close(van->epfd);
-    }
+    ps_van_sock_fini(&van->sock);
     ps_van_base_fini(&van->base);
-    ps_van_rx_pool_release(van->pool);
     ps__shm_stage_release(van->stage);
-    ps_van_peer_table_fini(&van->peers);
     pthread_mutex_destroy(&van->pending_lock);
     pthread_mutex_destroy(&van->hints_lock);
     ps_van_loop_cleanup(&van->loop);
@@ -542,7 +527,7 @@ static ps_status_t sv_set_node_id(ps_van_t *v, int node_id)
     /* Re-announce on every channel we opened, in order with the messages
      * already written to it. */
     void **list;
-    int n = ps_van_peer_table_collect(&van->peers, pick_announced, 1, &list);
+    int n = ps_van_peer_table_collect(&van->sock.peers, pick_announced, 1, &list);
     ps_status_t result = PS_OK;
     for (int i = 0; i < n; ++i) {
         ps_status_t st = ps__shm_send_id(list[i], node_id);

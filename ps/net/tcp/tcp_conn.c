@@ -166,14 +166,13 @@ ps_status_t ps__tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry)
     if (node == NULL) {
         return PS_ERR_INVALID_ARG;
     }
-    if (__atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE) >= 0) {
-        ps_error(PS_LOG_TCP, "bind: this van is already listening");
-        return PS_ERR_BAD_STATE;
-    }
     listen_try_t t = {.van = van, .fd = -1};
     char where[PS_SOCKADDR_STRLEN];
     int port = 0;
-    ps_status_t st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_TCP, &t.addr);
+    ps_status_t st = ps_van_sock_may_bind(&van->sock);
+    if (st == PS_OK) {
+        st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_TCP, &t.addr);
+    }
     if (st == PS_OK) {
         st = ps_van_listen_on_port(node, max_retry, van->base.params.is_scheduler, PS_LOG_TCP,
                                    listen_try, &t, NULL, &port, where, sizeof(where));
@@ -181,15 +180,11 @@ ps_status_t ps__tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry)
     if (st != PS_OK) {
         return st;
     }
-    /* Before epoll: the progress thread accepts through it. */
-    ps_van_admission_listener(&van->adm, van->epfd, t.fd, &van->listen_handle);
-    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, t.fd, EPOLLIN, &van->listen_handle) != 0) {
-        ps_error(PS_LOG_TCP, "bind: epoll_ctl for %s: %m", where);
-        close(t.fd);
-        return PS_ERR_NO_RESOURCE;
-    }
     van->listen_addr = t.addr;
-    __atomic_store_n(&van->listen_fd, t.fd, __ATOMIC_RELEASE);
+    st = ps_van_sock_listen(&van->sock, t.fd, &van->listen_handle, where);
+    if (st != PS_OK) {
+        return st;
+    }
     ps_van_listen_bound(node, port);
     ps_info(PS_LOG_TCP, "listening on %s", where);
     return PS_OK;
@@ -202,23 +197,19 @@ void ps__tcp_accept_all(ps__tcp_van_t *van)
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
-        int fd = ps_van_admission_accept(&van->adm, (struct sockaddr *)&ss, &len);
+        int fd = ps_van_sock_accept(&van->sock, (struct sockaddr *)&ss, &len, NULL, NULL);
         if (fd < 0) {
             return;
         }
-        if (!ps_van_admission_admit(&van->adm)) {
-            close(fd); /* too many strangers already wait for their handshake */
-            continue;
-        }
         ps__tcp_conn_t *conn = ps__tcp_conn_new(van, 0);
         if (conn == NULL) {
-            ps_van_admission_done(&van->adm);
+            ps_van_admission_done(&van->sock.adm);
             ps_warn_ratelimited(PS_LOG_TCP, "out of memory accepting a connection");
             close(fd);
             continue;
         }
         conn->admit_pending = 1;
-        conn->hs_deadline_ns = ps_van_admission_deadline(&van->adm);
+        conn->hs_deadline_ns = ps_van_admission_deadline(&van->sock.adm);
         if (conn->hs_deadline_ns < van->hs_next_ns || van->hs_next_ns == 0) {
             van->hs_next_ns = conn->hs_deadline_ns;
         }
@@ -228,10 +219,10 @@ void ps__tcp_accept_all(ps__tcp_van_t *van)
             ps_sockaddr_format(&conn->addr, conn->addr_str, sizeof(conn->addr_str)) != PS_OK) {
             strcpy(conn->addr_str, "?");
         }
-        if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, EPOLLIN, &conn->handle) != 0) {
+        if (ps_van_epoll_ctl(van->sock.epfd, EPOLL_CTL_ADD, fd, EPOLLIN, &conn->handle) != 0) {
             ps_warn_ratelimited(PS_LOG_TCP, "epoll_ctl for a connection from %s: %m",
                                 conn->addr_str);
-            ps_van_admission_done(&van->adm);
+            ps_van_admission_done(&van->sock.adm);
             ps__tcp_conn_destroy_now(conn);
             continue;
         }
@@ -248,7 +239,7 @@ void ps__tcp_admitted(ps__tcp_conn_t *conn)
         return;
     }
     conn->admit_pending = 0;
-    ps_van_admission_done(&conn->van->adm);
+    ps_van_admission_done(&conn->van->sock.adm);
     if (conn->rcap < PS__TCP_RBUF_SIZE) {
         /* On failure it keeps the small one, which grows when needed. */
         uint8_t *nb = realloc(conn->rbuf, PS__TCP_RBUF_SIZE);
@@ -269,7 +260,7 @@ static uint64_t expire_handshakes(ps__tcp_van_t *van, uint64_t now)
         ps__tcp_conn_t *following = conn->next;
         if (conn->admit_pending) {
             if (now >= conn->hs_deadline_ns) {
-                ps_van_admission_expired(&van->adm, conn->addr_str);
+                ps_van_admission_expired(&van->sock.adm, conn->addr_str);
                 ps__tcp_conn_fail(conn, PS_ERR_TIMED_OUT, 0);
             } else if (next == 0 || conn->hs_deadline_ns < next) {
                 next = conn->hs_deadline_ns;
@@ -293,17 +284,17 @@ ps_status_t ps__tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
     int hello_id = my_id != PS_NODE_EMPTY ? my_id : __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
     uint64_t deadline = ps_time_now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
 
-    pthread_rwlock_wrlock(&van->peers.lock);
-    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, peer->id, 1);
+    pthread_rwlock_wrlock(&van->sock.peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->sock.peers, peer->id, 1);
     if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers.lock);
+        pthread_rwlock_unlock(&van->sock.peers.lock);
         return PS_ERR_NO_MEMORY;
     }
     ps__tcp_conn_t *replaced[PS__TCP_MAX_STREAMS];
     int num_replaced = 0;
     if (p->num_out > 0) {
         if (ps_sockaddr_equal(&p->out[0]->addr, &addr)) {
-            pthread_rwlock_unlock(&van->peers.lock);
+            pthread_rwlock_unlock(&van->sock.peers.lock);
             return PS_OK; /* already connected (or connecting) */
         }
         /* The id moved to another address (a recovered node took it over):
@@ -360,7 +351,7 @@ ps_status_t ps__tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
         }
         ps_van_peer_connected(&p->hdr);
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     if (made != nstreams) {
         for (int i = 0; i < made; ++i) {
             ps__tcp_conn_destroy_now(fresh[i]);
@@ -400,8 +391,8 @@ void ps__tcp_disconnect(ps_van_t *v, int node_id)
     ps__tcp_van_t *van = ps__tcp_of(v);
     ps__tcp_conn_t *gone[2 * PS__TCP_MAX_STREAMS];
     int n = 0;
-    pthread_rwlock_wrlock(&van->peers.lock);
-    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, node_id, 0);
+    pthread_rwlock_wrlock(&van->sock.peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->sock.peers, node_id, 0);
     if (p != NULL) {
         for (int i = 0; i < p->num_out; ++i) {
             gone[n++] = p->out[i];
@@ -415,7 +406,7 @@ void ps__tcp_disconnect(ps_van_t *v, int node_id)
         p->num_out = p->num_in = 0;
         __atomic_store_n(&p->chosen, NULL, __ATOMIC_RELEASE);
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     if (n == 0) {
         return;
     }
@@ -466,7 +457,7 @@ static void conn_start_connect(ps__tcp_conn_t *conn)
     pthread_mutex_lock(&conn->send_lock);
     conn->fd = fd;
     pthread_mutex_unlock(&conn->send_lock);
-    if (ps_van_epoll_ctl(van->epfd, EPOLL_CTL_ADD, fd, EPOLLOUT, &conn->handle) != 0) {
+    if (ps_van_epoll_ctl(van->sock.epfd, EPOLL_CTL_ADD, fd, EPOLLOUT, &conn->handle) != 0) {
         ps_error(PS_LOG_TCP, "connect to node %d: epoll_ctl: %m", conn->peer_id);
         ps__tcp_conn_fail(conn, PS_ERR_NO_RESOURCE, 1);
         return;
@@ -514,7 +505,7 @@ void ps__tcp_on_connected_event(ps__tcp_conn_t *conn, uint32_t events)
         err = ECONNREFUSED;
     }
     if (err != 0) {
-        epoll_ctl(van->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
+        epoll_ctl(van->sock.epfd, EPOLL_CTL_DEL, conn->fd, NULL);
         conn->in_epoll = 0;
         pthread_mutex_lock(&conn->send_lock);
         int fd = conn->fd;
@@ -594,7 +585,7 @@ static int min_timeout(int a, int b)
 
 int ps__tcp_run_timers(ps__tcp_van_t *van)
 {
-    int adm = ps_van_admission_timer(&van->adm);
+    int adm = ps_van_admission_timer(&van->sock.adm);
     if (van->hs_next_ns != 0) {
         uint64_t now = ps_time_now_ns();
         if (now >= van->hs_next_ns) {
@@ -649,7 +640,7 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
     int was_connecting = conn->state == PS__TCP_CONNECTING;
     ps__tcp_peer_remove_conn(van, conn, why);
     if (conn->in_epoll) {
-        epoll_ctl(van->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
+        epoll_ctl(van->sock.epfd, EPOLL_CTL_DEL, conn->fd, NULL);
         conn->in_epoll = 0;
     }
     pthread_mutex_lock(&conn->send_lock);
@@ -665,7 +656,7 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
     ps__tcp_rx_reset(conn);
     if (conn->admit_pending) {
         conn->admit_pending = 0;
-        ps_van_admission_done(&van->adm);
+        ps_van_admission_done(&van->sock.adm);
     }
     if (was_connecting && conn->linked) {
         van->num_connecting--;
@@ -686,8 +677,8 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
      * postoffice hears about it once. */
     ps__tcp_conn_t *others[2 * PS__TCP_MAX_STREAMS];
     int n = 0;
-    pthread_rwlock_rdlock(&van->peers.lock);
-    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
+    pthread_rwlock_rdlock(&van->sock.peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->sock.peers, id, 0);
     if (p != NULL) {
         for (int i = 0; i < p->num_out; ++i) {
             others[n++] = p->out[i];
@@ -699,7 +690,7 @@ void ps__tcp_conn_fail(ps__tcp_conn_t *conn, ps_status_t why, int notify)
             __atomic_add_fetch(&others[i]->refs, 1, __ATOMIC_RELAXED);
         }
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     /* What the peer sent on its other streams before this one broke is
      * still delivered (a peer that finished its work and exited must not
      * lose its last messages): read them dry first. */

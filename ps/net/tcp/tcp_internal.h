@@ -10,7 +10,7 @@
  * With busy polling a waiting thread may run the event loop instead
  * (tcp_van.c, the progress op): "the progress thread" below means whoever
  * runs van->loop (ps/net/van/progress_loop.h).
- *   - van->peers (id -> connections) is guarded by its lock (a rwlock:
+ *   - van->sock.peers (id -> connections) is guarded by its lock (a rwlock:
  *     senders read it, connection set-up and teardown write it).
  *   - conn->send_lock guards a connection's send queue, its state as
  *     senders see it, and writes to its socket; there is no global send
@@ -59,7 +59,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/van/admission.h"
-#include "ps/net/van/peer_table.h"
+#include "ps/net/van/sock_core.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/rx_pool.h"
 #include "ps/net/van/base.h"
@@ -172,7 +172,7 @@ typedef struct ps__tcp_conn {
     uint64_t retry_at_ns;   /* 0: a connect attempt is in flight */
     uint32_t backoff_ms;
     int hello_seen;
-    int admit_pending;      /* accepted, handshake unfinished: counted in van->adm */
+    int admit_pending;      /* accepted, handshake unfinished: counted in van->sock.adm */
     uint64_t hs_deadline_ns; /* when admit_pending: drop it then */
     int in_epoll;
     int linked;             /* on van->conns */
@@ -230,18 +230,17 @@ struct ps__tcp_van {
     int sockbuf;            /* PS_TCP_SOCKBUF, 0 = kernel default */
     int conns_per_peer;
 
-    int epfd;               /* the sockets and the loop's wake eventfd */
+    /* The epoll set, the listener and its admission control, the peer
+     * table (ps__tcp_peer_t by node id), the receive pool. */
+    ps_van_sock_t sock;
     ps__tcp_handle_t wake_handle;
     ps__tcp_handle_t listen_handle;
-    int listen_fd;
     ps_sockaddr_t listen_addr;
 
     /* The progress loop: its thread, or (busy polling) a thread waiting
      * for a completion through the progress op, runs everything marked
      * "progress thread only". */
     ps_van_loop_t loop;
-
-    ps_van_peer_table_t peers; /* ps__tcp_peer_t by node id */
 
     /* Handed from other threads to the progress thread. */
     pthread_mutex_t pending_lock;
@@ -257,12 +256,10 @@ struct ps__tcp_van {
 
     int64_t queued;             /* atomic: entries in send queues */
 
-    ps_van_rx_pool_t *pool;
     ps_mpool_t entries;
 
-    /* Admission control (progress thread only): pending handshakes, their
-     * deadlines (the earliest in hs_next_ns), the listener's pauses. */
-    ps_van_admission_t adm;
+    /* Accepted connections' handshake deadlines, the earliest (progress
+     * thread only). */
     uint64_t hs_next_ns;
     uint64_t prealloc;      /* PS_RECV_PREALLOC_BYTES */
 };
@@ -276,7 +273,7 @@ static inline ps__tcp_van_t *ps__tcp_of(ps_van_t *v)
 
 /* ---- tcp_van.c ---- */
 void ps__tcp_wake(ps__tcp_van_t *van);
-/* Peer table (van->peers; its lock as noted). */
+/* Peer table (van->sock.peers; its lock as noted). */
 void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn,
                               ps_status_t why); /* takes write lock */
 ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id); /* takes write lock */

@@ -200,14 +200,14 @@ static int rx_may_claim(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id, uint64
         return 1;
     }
     int taken = 0;
-    pthread_rwlock_rdlock(&van->peers.lock);
-    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
+    pthread_rwlock_rdlock(&van->sock.peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->sock.peers, id, 0);
     for (int i = 0; p != NULL && i < p->num_in; ++i) {
         if (p->in[i] != conn && p->in[i]->nonce != nonce) {
             taken = 1;
         }
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     return !taken;
 }
 
@@ -324,7 +324,7 @@ static ps_status_t rx_seg_dest(ps__tcp_conn_t *conn, uint32_t seg, int grow)
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
     if (ps_van_recv_dest(&van->base, &conn->rmsg.meta, seg, len, 0, &s) != PS_OK) {
         uint64_t first = grow && len > van->prealloc ? van->prealloc : len;
-        ps_status_t st = ps_van_rx_pool_get(van->pool, first, &s);
+        ps_status_t st = ps_van_rx_pool_get(van->sock.pool, first, &s);
         if (st != PS_OK) {
             return st;
         }
@@ -389,7 +389,7 @@ static ps_status_t rx_piece_grow(ps__tcp_conn_t *conn, ps__tcp_piece_t *pc)
     ps__tcp_van_t *van = conn->van;
     uint64_t cap = pc->cap * 2 < pc->len ? pc->cap * 2 : pc->len;
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
-    ps_status_t st = ps_van_rx_pool_get(van->pool, cap, &s);
+    ps_status_t st = ps_van_rx_pool_get(van->sock.pool, cap, &s);
     if (st != PS_OK) {
         ps_error(PS_LOG_TCP, "cannot grow a receive buffer to %llu bytes for %s (%s)",
                  (unsigned long long)cap, conn->addr_str, ps_status_str(st));

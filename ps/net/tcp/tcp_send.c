@@ -42,7 +42,7 @@ static ssize_t send_iov(int fd, struct iovec *iov, int cnt)
 
 void ps__tcp_set_epoll(ps__tcp_conn_t *conn, int want_out)
 {
-    if (ps_van_epoll_ctl(conn->van->epfd, EPOLL_CTL_MOD, conn->fd,
+    if (ps_van_epoll_ctl(conn->van->sock.epfd, EPOLL_CTL_MOD, conn->fd,
                          (conn->rx_off ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0),
                          &conn->handle) != 0) {
         /* Only a closed fd gets here, and then the connection is being torn
@@ -363,7 +363,7 @@ static uint64_t align_segments(ps__tcp_van_t *van, const ps_msg_t *msg, ps_slice
             !ps_slice_in_host_mem(s))
             continue;
         ps_slice_t copy;
-        if (ps_van_rx_pool_get(van->pool, s->len, &copy) != PS_OK)
+        if (ps_van_rx_pool_get(van->sock.pool, s->len, &copy) != PS_OK)
             continue; /* sent as it is */
         memcpy(ps_slice_ptr(&copy), ps_slice_ptr(s), s->len);
         data[i] = copy;
@@ -406,7 +406,7 @@ ps_status_t ps__tcp_send(ps_van_t *v, const ps_msg_t *msg)
         if (n < 0) {
             return PS_ERR_PEER_GONE;
         }
-        return ps_van_unconnected(&van->base, recver, ps_van_peer_table_lost(&van->peers, recver));
+        return ps_van_unconnected(&van->base, recver, ps_van_peer_table_lost(&van->sock.peers, recver));
     }
     ps_slice_t data[PS_MSG_MAX_DATA];
     uint64_t copies = align_segments(van, msg, data);

@@ -50,8 +50,8 @@ void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn, ps_statu
     if (conn->peer_id == PS_NODE_EMPTY) {
         return;
     }
-    pthread_rwlock_wrlock(&van->peers.lock);
-    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, conn->peer_id, 0);
+    pthread_rwlock_wrlock(&van->sock.peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->sock.peers, conn->peer_id, 0);
     if (p != NULL) {
         remove_from(p->out, &p->num_out, conn);
         remove_from(p->in, &p->num_in, conn);
@@ -60,15 +60,15 @@ void ps__tcp_peer_remove_conn(ps__tcp_van_t *van, ps__tcp_conn_t *conn, ps_statu
         }
         ps_van_peer_went(&p->hdr, why);
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
 }
 
 ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id)
 {
-    pthread_rwlock_wrlock(&van->peers.lock);
-    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, id, 1);
+    pthread_rwlock_wrlock(&van->sock.peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->sock.peers, id, 1);
     if (p == NULL) {
-        pthread_rwlock_unlock(&van->peers.lock);
+        pthread_rwlock_unlock(&van->sock.peers.lock);
         return PS_ERR_NO_MEMORY;
     }
     /* More streams than we index still deliver; they are just not used
@@ -78,7 +78,7 @@ ps_status_t ps__tcp_peer_add_in(ps__tcp_van_t *van, ps__tcp_conn_t *conn, int id
     }
     ps_van_peer_connected(&p->hdr);
     conn->peer_id = id;
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     return PS_OK;
 }
 
@@ -116,8 +116,8 @@ int ps__tcp_peer_send_conns(ps__tcp_van_t *van, int id, uint64_t data_total,
                             ps__tcp_conn_t **conns)
 {
     int n = 0;
-    pthread_rwlock_rdlock(&van->peers.lock);
-    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->peers, id, 0);
+    pthread_rwlock_rdlock(&van->sock.peers.lock);
+    ps__tcp_peer_t *p = ps_van_peer_table_get(&van->sock.peers, id, 0);
     if (p != NULL) {
         /* Our own connections first; else the peer's connection to us (a
          * node we never connected to can still be answered). One fixed
@@ -141,7 +141,7 @@ int ps__tcp_peer_send_conns(ps__tcp_van_t *van, int id, uint64_t data_total,
             __atomic_add_fetch(&conns[i]->refs, 1, __ATOMIC_RELAXED);
         }
     }
-    pthread_rwlock_unlock(&van->peers.lock);
+    pthread_rwlock_unlock(&van->sock.peers.lock);
     return n;
 }
 
@@ -209,7 +209,7 @@ static int run_round(ps__tcp_van_t *van, int64_t timeout_ns, unsigned max)
         timeout_ns = t_ns;
     }
     int cap = max < PS__TCP_MAX_EVENTS ? (int)max : PS__TCP_MAX_EVENTS;
-    int n = ps_van_epoll_wait(van->epfd, evs, cap, timeout_ns, PS_LOG_TCP);
+    int n = ps_van_epoll_wait(van->sock.epfd, evs, cap, timeout_ns, PS_LOG_TCP);
     for (int i = 0; i < n; ++i) {
         ps__tcp_handle_t *h = evs[i].data.ptr;
         switch (h->kind) {
@@ -294,15 +294,12 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
                 van->conns_per_peer, PS__TCP_MAX_STREAMS);
         van->conns_per_peer = PS__TCP_MAX_STREAMS;
     }
-    van->listen_fd = -1;
-    ps_van_admission_init(&van->adm, PS_LOG_TCP);
     van->prealloc = ps_config_size_or(PS_CFG_PS_RECV_PREALLOC_BYTES, 4u << 20);
     if (van->prealloc < PS__TCP_RBUF_SIZE) {
         van->prealloc = PS__TCP_RBUF_SIZE;
     }
     van->wake_handle.kind = PS__TCP_H_WAKE;
     van->listen_handle.kind = PS__TCP_H_LISTEN;
-    van->epfd = -1;
     const ps_van_loop_params_t lp = {
         .thread_name = "ps-tcp-progress",
         .log = PS_LOG_TCP,
@@ -314,23 +311,18 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
         free(van);
         return st;
     }
-    ps_van_peer_table_init(&van->peers, sizeof(ps__tcp_peer_t));
+    ps_van_sock_init(&van->sock, sizeof(ps__tcp_peer_t), PS_LOG_TCP);
     pthread_mutex_init(&van->pending_lock, NULL);
 
     st = ps_mpool_init(&van->entries, "tcp send queue", sizeof(ps__tcp_entry_t), 64, 64, 0);
     if (st != PS_OK) {
-        ps_van_peer_table_fini(&van->peers);
+        ps_van_sock_fini(&van->sock);
         pthread_mutex_destroy(&van->pending_lock);
         ps_van_loop_cleanup(&van->loop);
         free(van);
         return st;
     }
-    st = ps_van_rx_pool_create(PS__TCP_POOL_CACHE, PS_LOG_TCP, &van->pool);
-    if (st != PS_OK) {
-        tcp_close(&van->base.handle);
-        return st;
-    }
-    st = ps_van_loop_epoll_open(&van->loop, &van->wake_handle, PS_LOG_TCP, &van->epfd);
+    st = ps_van_sock_open(&van->sock, PS__TCP_POOL_CACHE, &van->loop, &van->wake_handle);
     if (st != PS_OK) {
         tcp_close(&van->base.handle);
         return st;
@@ -357,17 +349,9 @@ static void tcp_close(ps_van_t *v)
     }
     ps__tcp_close_all(van);
     bury(van);
-    int lfd = __atomic_load_n(&van->listen_fd, __ATOMIC_ACQUIRE);
-    if (lfd >= 0) {
-        close(lfd);
-    }
-    if (van->epfd >= 0) {
-        close(van->epfd);
-    }
+    ps_van_sock_fini(&van->sock);
     ps_van_base_fini(&van->base);
-    ps_van_rx_pool_release(van->pool);
     ps_mpool_cleanup(&van->entries);
-    ps_van_peer_table_fini(&van->peers);
     pthread_mutex_destroy(&van->pending_lock);
     ps_van_loop_cleanup(&van->loop);
     free(van);
@@ -417,7 +401,7 @@ static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
     /* Re-announce on every connection we opened, in line with the data
      * already queued on it. */
     void **list;
-    int n = ps_van_peer_table_collect(&van->peers, pick_announced, PS__TCP_MAX_STREAMS, &list);
+    int n = ps_van_peer_table_collect(&van->sock.peers, pick_announced, PS__TCP_MAX_STREAMS, &list);
     ps_status_t result = PS_OK;
     for (int i = 0; i < n; ++i) {
         ps__tcp_conn_t *conn = list[i];

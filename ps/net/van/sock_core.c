@@ -1,0 +1,89 @@
+/*
+ * The epoll set, listener, peer table and receive pool of a socket van
+ * (sock_core.h).
+ */
+#include "ps/net/van/sock_core.h"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+void ps_van_sock_init(ps_van_sock_t *s, size_t peer_size, ps_log_component_t log)
+{
+    s->epfd = -1;
+    s->listen_fd = -1;
+    s->pool = NULL;
+    s->log = log;
+    ps_van_admission_init(&s->adm, log);
+    ps_van_peer_table_init(&s->peers, peer_size);
+}
+
+ps_status_t ps_van_sock_open(ps_van_sock_t *s, size_t pool_cache, const ps_van_loop_t *loop,
+                             void *wake_ptr)
+{
+    ps_status_t st = ps_van_rx_pool_create(pool_cache, s->log, &s->pool);
+    if (st != PS_OK) {
+        return st;
+    }
+    return ps_van_loop_epoll_open(loop, wake_ptr, s->log, &s->epfd);
+}
+
+void ps_van_sock_fini(ps_van_sock_t *s)
+{
+    int lfd = __atomic_load_n(&s->listen_fd, __ATOMIC_ACQUIRE);
+    if (lfd >= 0) {
+        close(lfd);
+        s->listen_fd = -1;
+    }
+    if (s->epfd >= 0) {
+        close(s->epfd);
+        s->epfd = -1;
+    }
+    ps_van_peer_table_fini(&s->peers);
+    ps_van_rx_pool_release(s->pool);
+    s->pool = NULL;
+}
+
+ps_status_t ps_van_sock_may_bind(const ps_van_sock_t *s)
+{
+    if (__atomic_load_n(&s->listen_fd, __ATOMIC_ACQUIRE) >= 0) {
+        ps_error(s->log, "bind: this van is already listening");
+        return PS_ERR_BAD_STATE;
+    }
+    return PS_OK;
+}
+
+ps_status_t ps_van_sock_listen(ps_van_sock_t *s, int fd, void *listen_ptr, const char *where)
+{
+    /* Before epoll: the progress thread accepts through it. */
+    ps_van_admission_listener(&s->adm, s->epfd, fd, listen_ptr);
+    if (ps_van_epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, EPOLLIN, listen_ptr) != 0) {
+        ps_error(s->log, "bind: epoll_ctl for %s: %m", where);
+        close(fd);
+        return PS_ERR_NO_RESOURCE;
+    }
+    __atomic_store_n(&s->listen_fd, fd, __ATOMIC_RELEASE);
+    return PS_OK;
+}
+
+int ps_van_sock_accept(ps_van_sock_t *s, struct sockaddr *sa, socklen_t *len_p,
+                       ps_van_sock_screen_t screen, void *arg)
+{
+    socklen_t cap = len_p != NULL ? *len_p : 0;
+    for (;;) {
+        if (len_p != NULL) {
+            *len_p = cap;
+        }
+        int fd = ps_van_admission_accept(&s->adm, sa, len_p);
+        if (fd < 0) {
+            return -1;
+        }
+        if (screen != NULL && !screen(arg, fd)) {
+            continue;
+        }
+        if (!ps_van_admission_admit(&s->adm)) {
+            close(fd); /* too many strangers already wait for their handshake */
+            continue;
+        }
+        return fd;
+    }
+}
