@@ -594,7 +594,6 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
     return st;
 }
 
-/* 1 when `recver` names a node; else says so for `what`. */
 ps_status_t ps__ucx_send(ps_van_t *v, const ps_msg_t *msg)
 {
     ps__ucx_van_t *van = ps__ucx_of(v);
