@@ -59,6 +59,12 @@ typedef struct {
     struct kv_req *req;
     atomic_int lending;
     ps_slice_t lent;
+    /* The pull named `dest` to its server as an IPC handle (kv_ipc.h):
+     * ipc_sent for the request's life; ipc_held, a holder of the request,
+     * until a response of that server came (the server may write into
+     * dest until it answers, even after the request failed). */
+    int ipc_sent;
+    atomic_int ipc_held;
 } kv_part_t;
 
 typedef struct kv_req {
@@ -94,7 +100,7 @@ struct ps_kv_worker {
     int customer_id;
     int num_servers;
     int device_ok;          /* the van moves device memory (PS_CAP_DEVICE_MEMORY) */
-    int device_ipc;         /* pushes device values as IPC handles (PS_DEVICE_IPC, shm) */
+    int device_ipc;         /* device values go as IPC handles (PS_DEVICE_IPC, shm) */
     int request_timeout_ms; /* bounds destroy's wait; po may be gone by then */
     /* The worker's own reference plus one per destination lent to a van
      * (a live proxy): the last one frees the worker, so destroy need not
@@ -113,6 +119,7 @@ struct ps_kv_worker {
     atomic_uint_least64_t n_lane;
     atomic_uint_least64_t n_staged;
     atomic_uint_least64_t n_ipc;
+    atomic_uint_least64_t n_pull_ipc;
 
     /* Requests (with their num_servers parts) come from here: a pool get
      * and put cost a fifth of a calloc and free, on every request. */
@@ -340,6 +347,7 @@ typedef struct {
     const void *lens;
     size_t lens_len;
     int lane; /* the values came inline in a lane message: copied, by design */
+    int written; /* the server wrote vals_len bytes into the destination (kv_ipc.h) */
     ps_status_t error; /* the server failed the request (kv_error.h) */
 } kv_resp_t;
 
@@ -505,6 +513,17 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
                 ts, sender, got_bytes, dest->len);
         return PS_ERR_PROTOCOL;
     }
+    if (rp->written) {
+        /* The server wrote them into the destination through its handle,
+         * and waited for that copy before answering. */
+        if (!p->ipc_sent) {
+            ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d says it wrote into a "
+                    "destination it was given no handle of", ts, sender);
+            return PS_ERR_PROTOCOL;
+        }
+        atomic_fetch_add_explicit(&w->n_pull_ipc, got_bytes, memory_order_relaxed);
+        return PS_OK;
+    }
     /* Landed in place (the van asked recv_buffer): nothing to copy. */
     if (got_bytes == 0)
         return PS_OK;
@@ -547,6 +566,36 @@ static ps_status_t claim_part(void *ctx, void *arg)
     return PS_OK;
 }
 
+/* A server answered (or can no longer write): it lets go of the part's
+ * destination it was given as an IPC handle, if it was. */
+static void ipc_let_go(ps_kv_worker_t *w, kv_req_t *r, kv_part_t *p)
+{
+    if (p->ipc_sent && atomic_exchange(&p->ipc_held, 0) != 0)
+        holder_drop(w, r);
+}
+
+/* A response to a request that ended already: a failed pull waiting in
+ * `draining` for the server it gave a handle to. */
+static void late_response(ps_kv_worker_t *w, int ts, int sender)
+{
+    kv_req_t *r = NULL;
+    ps_mutex_lock(&w->lock);
+    for (size_t i = 0; i < w->num_draining; i++) {
+        if (w->draining[i].ts == ts) {
+            r = w->draining[i].r;
+            atomic_fetch_add(&r->refs, 1);
+            break;
+        }
+    }
+    ps_mutex_unlock(&w->lock);
+    if (r == NULL)
+        return;
+    int rank = ps_postoffice_peer_rank(w->po, sender);
+    if (rank >= 0 && rank < r->num_parts && r->parts[rank].server_id == sender)
+        ipc_let_go(w, r, &r->parts[rank]);
+    req_unref(w, r);
+}
+
 /* One server's answer to request rp->ts. */
 static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
 {
@@ -556,11 +605,14 @@ static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
         /* Late (its request failed or timed out) or not ours. */
         ps_debug(PS_LOG_APP, "kv worker app %d: ignored a response ts %d from node %d",
                  w->app_id, ts, rp->sender);
+        late_response(w, ts, rp->sender);
         return;
     }
 
     kv_req_t *r = claim.r;
     ps_status_t st = rp->error;
+    if (r->pull)
+        ipc_let_go(w, r, claim.p);
     if (r->pull) {
         if (st == PS_OK)
             st = r->any ? take_any_response(r, claim.p, rp)
@@ -601,11 +653,16 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         return;
     }
     kv_resp_t rp = {.sender = msg->meta.sender, .ts = msg->meta.timestamp};
+    uint64_t written = 0;
     if (ps_unlikely(msg->meta.body_len != 0)) {
-        rp.error = ps__kv_error_read(msg->meta.body, msg->meta.body_len);
-        if (rp.error != PS_OK)
-            ps_debug(PS_LOG_APP, "kv worker app %d: node %d failed request ts %d: %s",
-                     w->app_id, rp.sender, rp.ts, ps_status_str(rp.error));
+        if (ps__kv_ipc_written_parse(msg->meta.body, msg->meta.body_len, &written)) {
+            rp.written = 1;
+        } else {
+            rp.error = ps__kv_error_read(msg->meta.body, msg->meta.body_len);
+            if (rp.error != PS_OK)
+                ps_debug(PS_LOG_APP, "kv worker app %d: node %d failed request ts %d: %s",
+                         w->app_id, rp.sender, rp.ts, ps_status_str(rp.error));
+        }
     }
     if (msg->num_data > 0) {
         rp.keys = ps_slice_ptr(&msg->data[0]);
@@ -615,6 +672,16 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         rp.vals = ps_slice_ptr(&msg->data[1]);
         rp.vals_len = msg->data[1].len;
         rp.vals_slice = &msg->data[1];
+    }
+    if (rp.written) {
+        /* No value bytes came: the server says how many it wrote. */
+        if (rp.vals_len != 0 || written > SIZE_MAX) {
+            rp.error = PS_ERR_PROTOCOL;
+        } else {
+            rp.vals = NULL;
+            rp.vals_slice = NULL;
+            rp.vals_len = (size_t)written;
+        }
     }
     if (msg->num_data > 2) {
         rp.lens = ps_slice_ptr(&msg->data[2]);
@@ -1041,10 +1108,10 @@ static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, int ts,
 static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
                                   const kv_part_t *p, int push, const ps_slice_t *vals_in,
                                   const ps_slice_t *lens_in, const ps__kv_ipc_desc_t *ipc,
-                                  ps_data_type_t type, int cmd);
+                                  int num_ipc, ps_data_type_t type, int cmd);
 
 /* Sends one server's message of request `r`. */
-static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const kv_part_t *p,
+static ps_status_t send_part(ps_kv_worker_t *w, kv_req_t *r, int ts, kv_part_t *p,
                              const ps_kv_pairs_t *push, const ps_kv_slice_t *push_slice,
                              ps_data_type_t type, int cmd)
 {
@@ -1065,13 +1132,14 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
         lens = p->lens;
     }
     ps_slice_t staged = PS_SLICE_EMPTY_INIT;
-    ps__kv_ipc_desc_t ipc_desc;
-    const ps__kv_ipc_desc_t *ipc = NULL;
+    /* The push's descriptor, then the pull destination's (kv_ipc.h). */
+    ps__kv_ipc_desc_t ipc[2];
+    int num_ipc = 0;
     if (st == PS_OK && push && !w->device_ok && !ps_slice_in_host_mem(&vals)) {
-        if (w->device_ipc && ps__kv_ipc_describe(&vals, &ipc_desc) == PS_OK) {
+        if (w->device_ipc && ps__kv_ipc_describe(&vals, &ipc[0]) == PS_OK) {
             /* The server copies the values out of this process's device
              * memory itself (kv_ipc.h): only their handle travels. */
-            ipc = &ipc_desc;
+            num_ipc = 1;
             atomic_fetch_add_explicit(&w->n_ipc, vals.len, memory_order_relaxed);
             vals = (ps_slice_t)PS_SLICE_EMPTY_INIT;
         } else if ((st = ps__app_sendable(&vals, 0, &staged)) == PS_OK) {
@@ -1083,8 +1151,23 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
             vals = staged;
         }
     }
+    /* A pull into device memory: the server writes the answer into it
+     * through its handle (kv_ipc.h), and may do so until it answers, so
+     * the server holds the destination from before the send. */
+    int ipc_pull = st == PS_OK && r->pull && !r->any && w->device_ipc && p->dest.len != 0 &&
+                   !ps_slice_in_host_mem(&p->dest) &&
+                   ps__kv_ipc_describe_pull(&p->dest, &ipc[num_ipc]) == PS_OK;
+    if (ipc_pull) {
+        num_ipc++;
+        p->ipc_sent = 1;
+        atomic_store(&p->ipc_held, 1);
+        atomic_fetch_add(&r->holders, 1);
+    }
     if (st == PS_OK)
-        st = send_part_host(w, r, ts, p, push != NULL, &vals, &lens, ipc, type, cmd);
+        st = send_part_host(w, r, ts, p, push != NULL, &vals, &lens, num_ipc ? ipc : NULL,
+                            num_ipc, type, cmd);
+    if (st != PS_OK && ipc_pull)
+        ipc_let_go(w, r, p); /* not sent: nothing will write */
     ps_slice_unref(&staged);
     return st;
 }
@@ -1094,7 +1177,7 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
 static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
                                   const kv_part_t *p, int push, const ps_slice_t *vals_in,
                                   const ps_slice_t *lens_in, const ps__kv_ipc_desc_t *ipc,
-                                  ps_data_type_t type, int cmd)
+                                  int num_ipc, ps_data_type_t type, int cmd)
 {
     ps_slice_t vals = *vals_in, lens = *lens_in;
     ps_status_t st = ipc ? PS_ERR_UNSUPPORTED
@@ -1121,9 +1204,9 @@ static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
     msg.meta.val_len = named->len;
     if (ipc) {
         msg.meta.body = (const uint8_t *)ipc;
-        msg.meta.body_len = sizeof(*ipc);
+        msg.meta.body_len = (size_t)num_ipc * sizeof(*ipc);
         if (!r->pull)
-            msg.meta.val_len = ipc->len;
+            msg.meta.val_len = ipc->len; /* the push's descriptor */
     }
 
     /* As from this node already: the postoffice then sends it as it is. */
@@ -1677,4 +1760,5 @@ void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p)
     stats_p->lane_messages = atomic_load_explicit(&worker->n_lane, memory_order_relaxed);
     stats_p->push_bytes_staged = atomic_load_explicit(&worker->n_staged, memory_order_relaxed);
     stats_p->push_bytes_ipc = atomic_load_explicit(&worker->n_ipc, memory_order_relaxed);
+    stats_p->pull_bytes_ipc = atomic_load_explicit(&worker->n_pull_ipc, memory_order_relaxed);
 }
