@@ -29,8 +29,16 @@
  *
  * A pull's destination: after its wait returned PS_OK nothing writes into
  * it any more. After a timed-out or failed wait a response may still be
- * landing in it (a van receiving in place, PS_CAP_RECV_INTO_DEST): call
- * ps_kv_cancel() and reuse or free the buffer only once it returned PS_OK.
+ * landing in it (a van receiving in place, PS_CAP_RECV_INTO_DEST; a server
+ * given the destination's IPC handle, PS_DEVICE_IPC, which may write until
+ * it answers): call ps_kv_cancel() and reuse or free the buffer only once
+ * it returned PS_OK.
+ *
+ * With PS_DEVICE_IPC=1 over the shm van, a pull into device memory of a
+ * kind with IPC handles sends its destination's handle and the server
+ * writes the answer into it (ps/app/kv_ipc.h): outside this process's
+ * stream order, so device work that still uses the destination must be
+ * done before the pull is made.
  */
 #ifndef PS_APP_KV_H_
 #define PS_APP_KV_H_
