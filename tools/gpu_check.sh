@@ -209,7 +209,7 @@ run() {
     env "${env[@]}" timeout 240 python3 "$launcher" -s 2 -w 2 --timeout 200 -- \
       "$bin/kv_device_check" "$kind" -r "$reps" "${flags[@]}" >"$log" 2>&1
     local rc=$?
-    grep -E "push .* pull |late-ready|values pushed|values pulled|hostile pulls|PASS|FAIL" "$log"
+    grep -E "push .* pull |late-ready|values pushed|values pulled|hostile pulls|behind the default|PASS|FAIL" "$log"
     local passes
     passes=$(grep -c "PASS \(scheduler\|server\|worker\)" "$log")
     [ "$rc" -eq 0 ] && [ "$passes" -eq 5 ] || { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }

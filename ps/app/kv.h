@@ -36,9 +36,11 @@
  *
  * With PS_DEVICE_IPC=1 over the shm van, a pull into device memory of a
  * kind with IPC handles sends its destination's handle and the server
- * writes the answer into it (ps/app/kv_ipc.h): outside this process's
- * stream order, so device work that still uses the destination must be
- * done before the pull is made.
+ * writes the answer into it (ps/app/kv_ipc.h), outside this process's
+ * stream order. The request goes once the work already queued on the
+ * device's default stream is done (a thread of the worker waits, not the
+ * caller), as a staged pull's copy would follow it; work on other streams
+ * that still uses the destination must be done before the pull is made.
  */
 #ifndef PS_APP_KV_H_
 #define PS_APP_KV_H_

@@ -21,6 +21,10 @@
  * open, does not name exactly the answer's bytes inside its allocation,
  * or the values are device memory of another kind) is logged at debug
  * level and the values go as bytes instead, as without PS_DEVICE_IPC.
+ * Since the server writes outside the worker's stream order, the worker
+ * sends such a pull once the work already queued on the device's default
+ * stream is done, and holds the destination until that server answered
+ * (ps_kv_cancel), even after the pull failed.
  *
  * The server opens each allocation once and keeps it open, up to
  * PS__KV_IPC_CACHE allocations (the least recently used is closed first),

@@ -1246,6 +1246,7 @@ typedef struct {
     int ts;
     int cmd;
     ps_data_type_t type;
+    int has_push;      /* 0: a pull (waiting for its destination, kv_ipc.h) */
     ps_kv_pairs_t push;
     ps_kv_slice_t slices[];
 } kv_deferred_t;
@@ -1259,11 +1260,13 @@ static void deferred_run(void *arg, ps_status_t why)
 {
     kv_deferred_t *d = arg;
     if (why != PS_OK) {
-        ps_warn(PS_LOG_APP, "kv push %d: not sent, its data never became ready: %s", d->ts,
+        ps_warn(PS_LOG_APP, "kv %s %d: not sent, its %s never became ready: %s",
+                d->has_push ? "push" : "pull", d->ts, d->has_push ? "data" : "destination",
                 ps_status_str(why));
         ps_customer_fail_request(d->w->customer, d->ts, why);
     } else if (!atomic_load(&d->r->ended)) {
-        send_parts(d->w, d->r, d->ts, &d->push, d->slices, d->type, d->cmd);
+        send_parts(d->w, d->r, d->ts, d->has_push ? &d->push : NULL,
+                   d->has_push ? d->slices : NULL, d->type, d->cmd);
     }
     ps_slice_unref(&d->push.keys);
     ps_slice_unref(&d->push.vals);
@@ -1288,7 +1291,8 @@ static ps_status_t ready_queue_of(ps_kv_worker_t *w, ps__ready_queue_t **queue_p
 }
 
 /* Queues request `r`'s sends behind `ready`, which the queue owns from
- * then on when `own`; on failure the event stays the caller's. */
+ * then on when `own`; on failure the event stays the caller's. `push`
+ * NULL: a pull (its destination waits, see issue()). */
 static ps_status_t defer_sends(ps_kv_worker_t *w, kv_req_t *r, int ts, const ps_kv_pairs_t *push,
                                const ps_kv_slice_t *push_slices, ps_data_type_t type, int cmd,
                                ps_mem_event_h ready, bool own)
@@ -1298,12 +1302,15 @@ static ps_status_t defer_sends(ps_kv_worker_t *w, kv_req_t *r, int ts, const ps_
     kv_deferred_t *d = malloc(sizeof(*d) + n * sizeof(d->slices[0]));
     ps_status_t st = d ? ready_queue_of(w, &q) : PS_ERR_NO_MEMORY;
     if (st == PS_OK) {
-        *d = (kv_deferred_t){.w = w, .r = r, .ts = ts, .cmd = cmd, .type = type};
-        d->push.keys = ps_slice_ref(&push->keys);
-        d->push.vals = ps_slice_ref(&push->vals);
-        d->push.lens = ps_slice_ref(&push->lens);
-        d->push.type = push->type;
-        memcpy(d->slices, push_slices, n * sizeof(d->slices[0]));
+        *d = (kv_deferred_t){.w = w, .r = r, .ts = ts, .cmd = cmd, .type = type,
+                             .has_push = push != NULL};
+        if (push) {
+            d->push.keys = ps_slice_ref(&push->keys);
+            d->push.vals = ps_slice_ref(&push->vals);
+            d->push.lens = ps_slice_ref(&push->lens);
+            d->push.type = push->type;
+            memcpy(d->slices, push_slices, n * sizeof(d->slices[0]));
+        }
         atomic_fetch_add(&r->refs, 1);
         st = ps__ready_queue_add(q, ready, own, w->request_timeout_ms, deferred_run, d);
         if (st == PS_OK)
@@ -1328,11 +1335,12 @@ static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
                                  ps__kv_regroup_t *rg, ps_mem_event_h ready, bool *own_ready_p,
                                  int cmd, ps_kv_done_func_t done, void *arg, int *ts_p);
 
-/* The event a push waits for (NULL: none, or already complete), made from
- * ps_kv_ready_t; *own_p when ps made it (recorded on the caller's stream).
- * With on_default and no event or stream given, one is recorded on the
- * device's default stream. */
-static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *ready,
+/* The event a request waits for (NULL: none, or already complete) before
+ * it is sent, for `vals` (a push's values, or a pull's destination), made
+ * from ps_kv_ready_t; *own_p when ps made it (recorded on the caller's
+ * stream). With on_default and no event or stream given, one is recorded
+ * on the device's default stream. */
+static ps_status_t ready_event(const ps_slice_t *vals, const ps_kv_ready_t *ready,
                                bool on_default, ps_mem_event_h *event_p, bool *own_p)
 {
     static const ps_kv_ready_t none = {NULL, NULL};
@@ -1341,10 +1349,10 @@ static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *r
     if (ready == NULL)
         ready = &none;
     if ((ready->event == NULL && ready->stream == NULL && !on_default) ||
-        ps_slice_in_host_mem(&push->vals))
+        ps_slice_in_host_mem(vals))
         return PS_OK; /* host memory is ready when the call is made */
-    return ps__ready_event(ps_slice_mem_ops_kind(&push->vals), ps_slice_device(&push->vals),
-                           ready->event, ready->stream, "kv push", event_p, own_p);
+    return ps__ready_event(ps_slice_mem_ops_kind(vals), ps_slice_device(vals), ready->event,
+                           ready->stream, "kv request", event_p, own_p);
 }
 
 /* The server of each key of `kvs` by the user's slicer (*owner_p, the
@@ -1423,8 +1431,18 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
      * still queued on the device's default stream (a copy from pageable
      * memory returns before its DMA ends) must be done first. */
     bool on_default = push && w->device_ipc && !ps_slice_in_host_mem(&push->vals);
-    if (push && (ready || on_default) &&
-        (st = ready_event(push, ready, on_default, &ev, &own)) != PS_OK) {
+    st = PS_OK;
+    if (push && (ready || on_default))
+        st = ready_event(&push->vals, ready, on_default, &ev, &own);
+    /* Likewise a pull whose destination goes as an IPC handle: the server
+     * writes into it outside this process's stream order, so the work
+     * already queued on the device's default stream (a kernel still
+     * reading the old values) goes first, as a staged pull's copy would
+     * in stream order. */
+    if (st == PS_OK && ev == NULL && out && !any && w->device_ipc &&
+        !ps_slice_in_host_mem(&out->vals))
+        st = ready_event(&out->vals, NULL, true, &ev, &own);
+    if (st != PS_OK) {
         free(owner);
         if (regrouped)
             ps__kv_regroup_free(&rg);

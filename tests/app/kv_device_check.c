@@ -279,6 +279,37 @@ static void late_ready_round(ps_postoffice_t *po, ps_kv_worker_t *w)
     printf("worker %d: late-ready push of %d bytes: the call returned in %.3f ms, the push "
            "ended after %.3f ms (data written at %d ms), %d bytes checked\n",
            me, LATE_BYTES, call_ms, done_ms, LATE_MS, LATE_BYTES);
+    if (g_expect_ipc) {
+        /* A pull through an IPC handle into memory the default stream still
+         * writes (LATE_MS late): the server's write must come after. */
+        ps_slice_t dst2;
+        void *dev2 = alloc_slice(1, LATE_BYTES, &dst2);
+        CHECK_OK(g_ops->launch_host_func(NULL, sleep_on_stream, (void *)(uintptr_t)LATE_MS));
+        CHECK_OK(g_ops->memset_async(dev2, 0xee, LATE_BYTES, NULL));
+        ps_kv_pairs_t out2 = {keys, dst2, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
+        t0 = ps_time_now_ns();
+        CHECK_OK(ps_kv_zpull(w, &out2, 0, NULL, NULL, &ts));
+        CHECK_OK(ps_kv_wait(w, ts, -1));
+        done_ms = ms_since(t0);
+        g_device_pulled += LATE_BYTES;
+        /* Read back after the default stream's work (the memset), which
+         * the server's write must have followed. */
+        ps_mem_event_h ev;
+        CHECK_OK(g_ops->event_create(0, &ev));
+        CHECK_OK(g_ops->event_record(ev, NULL));
+        CHECK_OK(ps_mem_event_wait(ev, 10000));
+        CHECK_OK(ps_mem_event_destroy(ev));
+        CHECK_OK(g_ops->copy_to_host(host, dev2, LATE_BYTES));
+        for (size_t i = 0; i < LATE_BYTES; i++) {
+            if (host[i] != want)
+                check_fail("pull behind the default stream: byte %zu is %u, want %u", i,
+                           host[i], want);
+        }
+        printf("worker %d: pull into device memory behind the default stream's work: ended "
+               "after %.3f ms (that work ends at %d ms), %d bytes checked\n", me, done_ms,
+               LATE_MS, LATE_BYTES);
+        ps_slice_unref(&dst2);
+    }
     CHECK_OK(g_ops->stream_destroy(stream));
     ps_slice_unref(&src);
     ps_slice_unref(&dst);
