@@ -614,6 +614,12 @@ static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
     if (r->pull)
         ipc_let_go(w, r, claim.p);
     if (r->pull) {
+        if (st == PS_OK && rp->written && r->any) {
+            /* No handle was sent: nothing may have been written. */
+            ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d says it wrote in place "
+                    "for a pull the servers size", ts, rp->sender);
+            st = PS_ERR_PROTOCOL;
+        }
         if (st == PS_OK)
             st = r->any ? take_any_response(r, claim.p, rp)
                         : take_pull_response(w, r, claim.p, &claim.p->dest, rp);
@@ -926,6 +932,25 @@ static ps_status_t claim_ref(void *ctx, void *arg)
     return PS_OK;
 }
 
+/* Servers declared dead write no more: their parts of r given as IPC
+ * handles are let go. */
+static void ipc_let_go_dead(ps_kv_worker_t *w, kv_req_t *r)
+{
+    int dead[64];
+    int n = -1;
+    for (int i = 0; i < r->num_parts; i++) {
+        kv_part_t *p = &r->parts[i];
+        if (!p->ipc_sent || atomic_load(&p->ipc_held) == 0)
+            continue;
+        if (n < 0)
+            n = ps_postoffice_dead_nodes(w->po, dead, 64);
+        for (int j = 0; j < n; j++) {
+            if (dead[j] == p->server_id)
+                ipc_let_go(w, r, p);
+        }
+    }
+}
+
 ps_status_t ps_kv_cancel(ps_kv_worker_t *w, int ts, int timeout_ms)
 {
     if (!w || ts < 0)
@@ -953,6 +978,9 @@ ps_status_t ps_kv_cancel(ps_kv_worker_t *w, int ts, int timeout_ms)
         ps_mutex_unlock(&w->lock);
         return PS_OK;
     }
+    ps_mutex_unlock(&w->lock);
+    ipc_let_go_dead(w, r);
+    ps_mutex_lock(&w->lock);
     int unheld = wait_unheld_locked(w, r, deadline);
     ps_mutex_unlock(&w->lock);
     req_unref(w, r);
