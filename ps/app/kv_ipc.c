@@ -328,8 +328,9 @@ static void *stream_of(ps__kv_ipc_cache_t *c, ps_mem_kind_t kind, int device)
 }
 
 ps_status_t ps__kv_ipc_put(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_desc_t *d,
-                           const ps_slice_t *vals, int timeout_ms)
+                           const ps_slice_t *vals, int timeout_ms, int *may_land_p)
 {
+    *may_land_p = 0;
     if (d->len != vals->len) {
         ps_debug(PS_LOG_APP, "kv ipc: node %d's pull destination holds %llu bytes, the answer "
                  "has %zu", sender, (unsigned long long)d->len, vals->len);
@@ -355,9 +356,23 @@ ps_status_t ps__kv_ipc_put(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_d
         unpin(c, e);
         return st;
     }
-    if ((st = ops->copy_async(dst, ps_slice_ptr(vals), vals->len, stream)) == PS_OK &&
-        (st = ops->event_record(ev, stream)) == PS_OK)
-        st = ps_mem_event_wait(ev, timeout_ms);
+    if ((st = ops->copy_async(dst, ps_slice_ptr(vals), vals->len, stream)) != PS_OK) {
+        (void)ps_mem_event_destroy(ev);
+        unpin(c, e);
+        return st;
+    }
+    *may_land_p = 1; /* until the event says it is done */
+    if ((st = ops->event_record(ev, stream)) != PS_OK) {
+        /* Queued, with nothing to tell when it is done: its source and
+         * allocation are kept for good. */
+        ps_error(PS_LOG_APP, "kv ipc: no event after a write to node %d (%s); its source and "
+                 "allocation are leaked", sender, ps_status_str(st));
+        ps_slice_t leak = ps_slice_ref(vals);
+        (void)leak;
+        (void)ps_mem_event_destroy(ev);
+        return st;
+    }
+    st = ps_mem_event_wait(ev, timeout_ms);
     if (st == PS_ERR_TIMED_OUT) {
         /* Still queued or running: the source and the allocation stay
          * until it is done (pruned by a later fetch or put). */
@@ -378,6 +393,8 @@ ps_status_t ps__kv_ipc_put(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_d
                             "finish in %d ms", vals->len, sender, timeout_ms);
         return st;
     }
+    /* Done, or failed on the device: either way nothing more lands. */
+    *may_land_p = 0;
     (void)ps_mem_event_destroy(ev);
     unpin(c, e);
     return st;

@@ -20,7 +20,9 @@
  * pull without a copy. A descriptor the server cannot use (it does not
  * open, does not name exactly the answer's bytes inside its allocation,
  * or the values are device memory of another kind) is logged at debug
- * level and the values go as bytes instead, as without PS_DEVICE_IPC.
+ * level and the values go as bytes instead, as without PS_DEVICE_IPC. A
+ * write that does not complete by the deadline is not answered (it may
+ * still land): the worker's pull times out, its destination held.
  * Since the server writes outside the worker's stream order, the worker
  * sends such a pull once the work already queued on the device's default
  * stream is done, and holds the destination until that server answered
@@ -114,12 +116,13 @@ ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *cache, int sender,
  * copy on the cache's stream for that device, waited for up to
  * timeout_ms. The descriptor must be a pull descriptor naming exactly
  * vals->len bytes inside its allocation (PS_ERR_INVALID_ARG otherwise);
- * values in another device kind give PS_ERR_UNSUPPORTED. Nothing is
- * written when it fails, but after PS_ERR_TIMED_OUT: that copy may still
- * land, and its source stays referenced and the allocation open until it
- * is done. Thread-safe, the copy outside the cache's lock. */
+ * values in another device kind give PS_ERR_UNSUPPORTED. A failure
+ * before the copy was queued writes nothing (*may_land_p 0). One after
+ * (PS_ERR_TIMED_OUT, or no event to wait on) sets *may_land_p: that copy
+ * may still land, and its source stays referenced and the allocation open
+ * until it is done. Thread-safe, the copy outside the cache's lock. */
 ps_status_t ps__kv_ipc_put(ps__kv_ipc_cache_t *cache, int sender, const ps__kv_ipc_desc_t *desc,
-                           const ps_slice_t *vals, int timeout_ms);
+                           const ps_slice_t *vals, int timeout_ms, int *may_land_p);
 
 /* Allocations open now, for tests. */
 int ps__kv_ipc_open_count(ps__kv_ipc_cache_t *cache);

@@ -487,16 +487,27 @@ static ps_status_t send_response(ps_kv_server_t *server, const ps_kv_meta_t *met
 
 /* A pull whose destination came as an IPC descriptor: its values written
  * into the worker's memory, then the keys and lengths sent with a body
- * saying so. PS_ERR_UNSUPPORTED when they cannot be written (nothing sent:
- * the caller sends them as bytes). */
+ * saying so. PS_ERR_UNSUPPORTED when nothing was written (nothing sent:
+ * the caller sends the values as bytes). A write that may still land after
+ * its deadline gets no answer at all: the worker's pull times out and its
+ * destination stays held, where an answer would let the worker reuse it
+ * under the write. */
 static ps_status_t respond_ipc(ps_kv_server_t *server, const ps_kv_meta_t *meta,
                                const ps_kv_pairs_t *res, const ps__kv_ipc_desc_t *dest)
 {
     ps__kv_ipc_cache_t *c;
+    int may_land = 0;
     ps_status_t st = ipc_cache_of(server, &c);
     if (st == PS_OK)
         st = ps__kv_ipc_put(c, meta->sender, dest, &res->vals,
-                            ps_postoffice_request_timeout_ms(server->po));
+                            ps_postoffice_request_timeout_ms(server->po), &may_land);
+    if (st != PS_OK && may_land) {
+        ps_warn_ratelimited(PS_LOG_APP, "kv server app %d: pull ts %d from node %d: writing "
+                            "its values into its device memory did not complete (%s); not "
+                            "answered", server->app_id, meta->timestamp, meta->sender,
+                            ps_status_str(st));
+        return st;
+    }
     if (st != PS_OK) {
         ps_debug(PS_LOG_APP, "kv server app %d: pull ts %d from node %d: its values (%zu bytes) "
                  "go as bytes, not into its device memory: %s", server->app_id,

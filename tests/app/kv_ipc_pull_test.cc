@@ -4,7 +4,8 @@
 // made it), the scheduler and the worker here. Every byte of each
 // destination allocation is checked, inside the pulled range and around
 // it; answers the server cannot write in place go as bytes; a cancelled
-// pull's destination stays held until its server answered.
+// pull's destination stays held until its server answered, and one whose
+// write outlasted the server's deadline (not answered) stays held.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@ extern "C" {
 #include "ps/app/kv.h"
 #include "ps/base/buffer.h"
 #include "ps/base/config.h"
+#include "ps/gpu/emu.h"
 #include "ps/gpu/mem.h"
 #include "ps/net/postoffice.h"
 #include "tests/lib/free_port.h"
@@ -31,9 +33,12 @@ enum {
   kFromDevice = 1,  // the values in emulated device memory of the server's
   kLate = 2,        // answered 400 ms later, from another thread
   kShort = 3,       // 4 bytes fewer than asked: cannot be written in place
+  kSlowWrite = 4,   // the write into the worker's memory outlasts the server's deadline
 };
 
 constexpr int kLateMs = 400;
+constexpr int kServerRequestMs = 1500;  // the server's PS_REQUEST_TIMEOUT_MS
+constexpr int kSlowWriteMs = 2500;      // how long the emulated device holds that write
 
 const ps_mem_ops_t *Emu() { return ps_mem_ops(PS_MEM_EMU); }
 
@@ -117,6 +122,16 @@ void Handler(void *, const ps_kv_meta_t *meta, const ps_kv_pairs_t *req,
     }).detach();
     return;
   }
+  if (meta->cmd == kSlowWrite) {
+    // Every operation queued from now on waits: the server's write among
+    // them. The server gives up after its deadline and does not answer.
+    ps_mem_emu_set_delay_us(kSlowWriteMs * 1000);
+    ps_kv_pairs_t res = {req->keys, vals, PS_SLICE_EMPTY_INIT, PS_DATA_CHAR};
+    if (ps_kv_server_respond(server, meta, &res) != PS_ERR_TIMED_OUT) g_server_bad++;
+    ps_mem_emu_set_delay_us(0);
+    ps_slice_unref(&vals);
+    return;
+  }
   Respond(server, meta, req->keys, vals);
   ps_slice_unref(&vals);
 }
@@ -124,6 +139,7 @@ void Handler(void *, const ps_kv_meta_t *meta, const ps_kv_pairs_t *req,
 int RunServer(int port) {
   if (Emu()->init() != PS_OK) return 10;
   ps_start_params_t p = Params(PS_ROLE_SERVER, port);
+  p.request_timeout_ms = kServerRequestMs;
   ps_postoffice_t *po;
   if (ps_postoffice_start(&p, 1, &po) != PS_OK) return 11;
   ps_kv_server_t *server;
@@ -137,9 +153,12 @@ int RunServer(int port) {
 
 // ---- the worker and the scheduler (this process) ----
 
+// One job for the whole suite: the server is forked before this process
+// has any thread (TSan refuses a fork after), and each test counts from the
+// worker's counters as it found them.
 class KvIpcPull : public ::testing::Test {
  protected:
-  void SetUp() override {
+  static void SetUpTestSuite() {
     ASSERT_EQ(Emu()->init(), PS_OK);
     int port = test_free_port(0);
     child_ = fork();
@@ -159,7 +178,7 @@ class KvIpcPull : public ::testing::Test {
     ASSERT_EQ(ps_kv_worker_create(po_, 0, 1, &plain_), PS_OK);
     ASSERT_EQ(ps_config_set(PS_CFG_PS_DEVICE_IPC, nullptr), PS_OK);
   }
-  void TearDown() override {
+  static void TearDownTestSuite() {
     ps_kv_worker_destroy(w_);
     ps_kv_worker_destroy(plain_);
     if (po_ != nullptr) {
@@ -179,6 +198,12 @@ class KvIpcPull : public ::testing::Test {
       ASSERT_EQ(waitpid(child_, &status, 0), child_);
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "server status " << status;
     }
+  }
+  void SetUp() override {
+    ASSERT_NE(w_, nullptr);
+    ASSERT_NE(plain_, nullptr);
+    base_ = Stats(w_);
+    plain_base_ = Stats(plain_);
   }
 
   // An allocation of `alloc` bytes, every byte 0xa5, and a slice of `len`
@@ -232,10 +257,20 @@ class KvIpcPull : public ::testing::Test {
     return s;
   }
 
-  pid_t child_ = -1;
-  ps_postoffice_t *sched_ = nullptr, *po_ = nullptr;
-  ps_kv_worker_t *w_ = nullptr, *plain_ = nullptr;
+  // Bytes pulled through IPC handles by the IPC worker since the test began.
+  uint64_t IpcPulled() const { return Stats(w_).pull_bytes_ipc - base_.pull_bytes_ipc; }
+
+  static pid_t child_;
+  static ps_postoffice_t *sched_, *po_;
+  static ps_kv_worker_t *w_, *plain_;
+  ps_kv_worker_stats_t base_, plain_base_;
 };
+
+pid_t KvIpcPull::child_ = -1;
+ps_postoffice_t *KvIpcPull::sched_ = nullptr;
+ps_postoffice_t *KvIpcPull::po_ = nullptr;
+ps_kv_worker_t *KvIpcPull::w_ = nullptr;
+ps_kv_worker_t *KvIpcPull::plain_ = nullptr;
 
 // Interior destinations of several sizes (one key to several, 1 byte to
 // 4 MiB): written in place by the server, every byte of the allocation
@@ -257,8 +292,9 @@ TEST_F(KvIpcPull, InteriorDestinationsOfSeveralSizesAreWrittenInPlace) {
     total += c.keys * c.per;
   }
   ps_kv_worker_stats_t s = Stats(w_);
-  EXPECT_EQ(s.pull_bytes_ipc, total);
-  EXPECT_EQ(s.pull_bytes_copied + s.pull_bytes_in_place + s.pull_bytes_small, 0u);
+  EXPECT_EQ(s.pull_bytes_ipc - base_.pull_bytes_ipc, total);
+  EXPECT_EQ(s.pull_bytes_copied + s.pull_bytes_in_place + s.pull_bytes_small,
+            base_.pull_bytes_copied + base_.pull_bytes_in_place + base_.pull_bytes_small);
 }
 
 // The server's answer in device memory of the same kind: one device to
@@ -269,7 +305,7 @@ TEST_F(KvIpcPull, AnAnswerInDeviceMemoryIsCopiedDeviceToDevice) {
   int ts;
   ASSERT_EQ(Pull(w_, keys, d, kFromDevice, &ts), PS_OK);
   CheckDest(d, keys, 4000);
-  EXPECT_EQ(Stats(w_).pull_bytes_ipc, 8000u);
+  EXPECT_EQ(IpcPulled(), 8000u);
 }
 
 // A push-pull from and into device memory: the push goes as its handle,
@@ -292,8 +328,8 @@ TEST_F(KvIpcPull, PushPullBothWaysThroughHandles) {
   ASSERT_EQ(ps_kv_wait(w_, ts, 20000), PS_OK);  // the server checked the pushed bytes
   CheckDest(d, keys, per);
   ps_kv_worker_stats_t s = Stats(w_);
-  EXPECT_EQ(s.push_bytes_ipc, keys.size() * per);
-  EXPECT_EQ(s.pull_bytes_ipc, keys.size() * per);
+  EXPECT_EQ(s.push_bytes_ipc - base_.push_bytes_ipc, keys.size() * per);
+  EXPECT_EQ(s.pull_bytes_ipc - base_.pull_bytes_ipc, keys.size() * per);
   ps_slice_unref(&ks);
   ps_slice_unref(&src);
 }
@@ -308,10 +344,10 @@ TEST_F(KvIpcPull, AnAnswerOfTheWrongSizeIsNotWrittenInPlace) {
   EXPECT_EQ(Pull(w_, keys, d, kShort, &ts), PS_ERR_PROTOCOL);
   std::vector<unsigned char> got = d.Read();
   for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i], 0xa5) << i;
-  EXPECT_EQ(Stats(w_).pull_bytes_ipc, 0u);
+  EXPECT_EQ(IpcPulled(), 0u);
   ASSERT_EQ(Pull(w_, keys, d, kAnswer, &ts), PS_OK);
   CheckDest(d, keys, 5000);
-  EXPECT_EQ(Stats(w_).pull_bytes_ipc, 5000u);
+  EXPECT_EQ(IpcPulled(), 5000u);
 }
 
 // A pull given up before its server answered: its destination stays held
@@ -326,9 +362,28 @@ TEST_F(KvIpcPull, ACancelledPullsDestinationIsHeldUntilItsServerAnswered) {
   EXPECT_EQ(ps_kv_cancel(w_, ts, 10000), PS_OK);
   CheckDest(d, keys, 4000);  // what the late answer wrote
   // Nothing was counted: the pull had failed.
-  EXPECT_EQ(Stats(w_).pull_bytes_ipc, 0u);
+  EXPECT_EQ(IpcPulled(), 0u);
   ASSERT_EQ(Pull(w_, keys, d, kAnswer, &ts), PS_OK);
-  EXPECT_EQ(Stats(w_).pull_bytes_ipc, 8000u);
+  EXPECT_EQ(IpcPulled(), 8000u);
+}
+
+// A write into the worker's memory that outlasts the server's deadline: the
+// server does not answer (its copy may still land), so the pull times out
+// and its destination stays held; the write lands later all the same.
+TEST_F(KvIpcPull, AWriteThatOutlastsTheServersDeadlineIsNotAnswered) {
+  std::vector<uint64_t> keys = {70};
+  Dest d(6000, 1000, 4096);
+  int ts;
+  EXPECT_EQ(Pull(w_, keys, d, kSlowWrite, &ts, kServerRequestMs + 1000), PS_ERR_TIMED_OUT);
+  EXPECT_EQ(ps_kv_cancel(w_, ts, 10), PS_ERR_TIMED_OUT);
+  usleep((kSlowWriteMs + 500) * 1000);
+  CheckDest(d, keys, 4096);  // landed, after the server gave up
+  EXPECT_EQ(ps_kv_cancel(w_, ts, 10), PS_ERR_TIMED_OUT);  // never answered: still held
+  EXPECT_EQ(IpcPulled(), 0u);
+  // The server goes on answering.
+  Dest d2(5000, 7, 4096);
+  ASSERT_EQ(Pull(w_, keys, d2, kAnswer, &ts), PS_OK);
+  CheckDest(d2, keys, 4096);
 }
 
 // Without PS_DEVICE_IPC the same pulls are received as bytes and copied
@@ -341,7 +396,7 @@ TEST_F(KvIpcPull, WithoutIpcPullsAreCopiedIn) {
   CheckDest(d, keys, 32768);
   ps_kv_worker_stats_t s = Stats(plain_);
   EXPECT_EQ(s.pull_bytes_ipc, 0u);
-  EXPECT_EQ(s.pull_bytes_copied, 2u * 32768);
+  EXPECT_EQ(s.pull_bytes_copied - plain_base_.pull_bytes_copied, 2u * 32768);
 }
 
 }  // namespace

@@ -247,6 +247,8 @@ unsigned char Answer(int round, size_t i) { return (unsigned char)(i * 11 + roun
 
 class KvIpcPull : public KvIpc {
  protected:
+  int may_land = -1;  // ps__kv_ipc_put's word on a copy still under way
+
   // The whole of allocation `a` as it is now, read through the cache.
   std::vector<unsigned char> ReadAll(int a) {
     ps__kv_ipc_desc_t whole = descs_[a];
@@ -333,7 +335,9 @@ TEST_F(KvIpcPull, WritesHostValuesIntoInteriorRangesOfSeveralSizes) {
     ps_slice_t vals;
     ASSERT_EQ(ps_slice_wrap(v.data(), v.size(), nullptr, nullptr, &vals), PS_OK);
     ps__kv_ipc_desc_t d = PullDesc(descs_[a], c.off, c.len);
-    EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_OK) << c.off << " " << c.len;
+    EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_OK)
+        << c.off << " " << c.len;
+    EXPECT_EQ(may_land, 0);
     ps_slice_unref(&vals);
     CheckAllocation(a, c.off, c.len, a);
     a++;
@@ -349,7 +353,7 @@ TEST_F(KvIpcPull, WritesDeviceValuesOfTheSameKind) {
   std::vector<unsigned char> v = Values(3, len);
   ASSERT_EQ(Emu()->copy_from_host(ps_slice_ptr(&vals), v.data(), len), PS_OK);
   ps__kv_ipc_desc_t d = PullDesc(descs_[4], kOffset - 17, len);
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_OK);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_OK);
   ps_slice_unref(&vals);
   CheckAllocation(4, kOffset - 17, len, 3);
 }
@@ -365,43 +369,45 @@ TEST_F(KvIpcPull, BadDestinationsWriteNothing) {
   const ps__kv_ipc_desc_t good = PullDesc(descs_[5], kOffset, len);
   ps__kv_ipc_desc_t d = good;
   d.len = len - 1;  // too small for the answer
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_ERR_INVALID_ARG);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_INVALID_ARG);
   d = good;
   d.len = len + 1;  // not the answer's size either
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_ERR_INVALID_ARG);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_INVALID_ARG);
   d = good;
   d.offset = kLen - len + 1;  // runs over the end
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_ERR_INVALID_ARG);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_INVALID_ARG);
   d = good;
   d.offset = UINT64_MAX - 10;  // wraps
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_ERR_INVALID_ARG);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_INVALID_ARG);
   d = good;
   d.magic = PS__KV_IPC_MAGIC;  // a push's descriptor: the server reads, never writes it
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_ERR_INVALID_ARG);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_INVALID_ARG);
   d = good;
   d.kind = PS_MEM_HOST;
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_ERR_UNSUPPORTED);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_UNSUPPORTED);
   d.kind = 99;
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_ERR_UNSUPPORTED);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_UNSUPPORTED);
   d = good;
   memset(&d.handle, 0x5a, sizeof(d.handle));
-  EXPECT_NE(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_OK);
+  EXPECT_NE(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_OK);
   d = good;
   d.device = 1000;
-  EXPECT_NE(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_OK);
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 0, &good, &vals, 5000), PS_ERR_UNSUPPORTED);
+  EXPECT_NE(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_OK);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 0, &good, &vals, 5000, &may_land), PS_ERR_UNSUPPORTED);
+  EXPECT_EQ(may_land, 0);  // none of them queued a copy
   // A pull descriptor is not read from either.
   ps_slice_t out;
   EXPECT_EQ(ps__kv_ipc_fetch(cache_, 9, &good, &out), PS_ERR_INVALID_ARG);
   CheckAllocation(5, 0, 0, 0);  // untouched
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &good, &vals, 5000), PS_OK);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &good, &vals, 5000, &may_land), PS_OK);
   ps_slice_unref(&vals);
   CheckAllocation(5, kOffset, len, 6);
 }
 
-// A copy slower than its deadline: PS_ERR_TIMED_OUT, its source kept (the
-// caller drops its own reference at once) until the copy is done; it still
-// lands, and later writes work.
+// A copy slower than its deadline: PS_ERR_TIMED_OUT and *may_land_p (the
+// server then does not answer), its source kept (the caller drops its own
+// reference at once) until the copy is done; it still lands, and later
+// writes work.
 TEST_F(KvIpcPull, ALateWriteKeepsItsSourceUntilDone) {
   const size_t len = 3000;
   ps_slice_t vals;
@@ -410,7 +416,8 @@ TEST_F(KvIpcPull, ALateWriteKeepsItsSourceUntilDone) {
   memcpy(ps_slice_ptr(&vals), v.data(), len);
   ps__kv_ipc_desc_t d = PullDesc(descs_[7], kOffset, len);
   ps_mem_emu_set_delay_us(300 * 1000);
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 10), PS_ERR_TIMED_OUT);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 10, &may_land), PS_ERR_TIMED_OUT);
+  EXPECT_EQ(may_land, 1);
   ps_mem_emu_set_delay_us(0);
   ps_slice_unref(&vals);  // the late copy holds its own reference
   usleep(600 * 1000);
@@ -418,7 +425,7 @@ TEST_F(KvIpcPull, ALateWriteKeepsItsSourceUntilDone) {
   std::vector<unsigned char> w = Values(9, 10);
   ASSERT_EQ(ps_slice_wrap(w.data(), w.size(), nullptr, nullptr, &vals), PS_OK);
   d = PullDesc(descs_[7], kOffset, 10);
-  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000), PS_OK);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_OK);
   ps_slice_unref(&vals);
   std::vector<unsigned char> got = ReadAll(7);
   for (size_t i = 0; i < 10; i++) ASSERT_EQ(got[kOffset + i], Answer(9, i)) << i;
