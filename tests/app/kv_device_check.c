@@ -321,15 +321,18 @@ static void late_ready_round(ps_postoffice_t *po, ps_kv_worker_t *w)
 #define RAW_CUSTOMER 50   /* + the worker's rank: a customer of this check's own */
 #define RAW_BYTES 65536   /* too large for the small lane, so a message answers */
 
-/* The last answer the raw customer got. */
-static struct {
-    pthread_mutex_t lock;
+/* An answer the raw customer got. */
+typedef struct {
     int ts;          /* -1: none yet */
     int written;     /* the body said the values were written in place */
     uint64_t written_len;
     size_t vals_len; /* value bytes that came */
     int vals_ok;     /* they were the key's values */
-} g_raw = {PTHREAD_MUTEX_INITIALIZER, -1, 0, 0, 0, 0};
+} raw_answer_t;
+
+/* The last one, under its lock. */
+static pthread_mutex_t g_raw_lock = PTHREAD_MUTEX_INITIALIZER;
+static raw_answer_t g_raw = {-1, 0, 0, 0, 0};
 
 static unsigned char raw_value(int me, size_t i)
 {
@@ -349,19 +352,15 @@ static void raw_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
     const unsigned char *v = vl ? ps_slice_ptr(&msg->data[1]) : NULL;
     for (size_t i = 0; ok && i < vl; i++)
         ok = v[i] == raw_value(g_raw_me, i);
-    pthread_mutex_lock(&g_raw.lock);
-    g_raw.written = written;
-    g_raw.written_len = wl;
-    g_raw.vals_len = vl;
-    g_raw.vals_ok = ok;
-    g_raw.ts = msg->meta.timestamp;
-    pthread_mutex_unlock(&g_raw.lock);
+    pthread_mutex_lock(&g_raw_lock);
+    g_raw = (raw_answer_t){msg->meta.timestamp, written, wl, vl, ok};
+    pthread_mutex_unlock(&g_raw_lock);
 }
 
 /* Sends a pull of `key` with `body` to `server` as ts and waits for the
  * answer. */
-static void raw_pull(ps_postoffice_t *po, int server, ps_key_t *key, const void *body,
-                     size_t body_len, int ts)
+static raw_answer_t raw_pull(ps_postoffice_t *po, int server, ps_key_t *key, const void *body,
+                             size_t body_len, int ts)
 {
     ps_slice_t keys;
     CHECK_OK(ps_slice_wrap(key, sizeof(*key), NULL, NULL, &keys));
@@ -381,17 +380,19 @@ static void raw_pull(ps_postoffice_t *po, int server, ps_key_t *key, const void 
     CHECK_OK(ps_msg_lend_data(&msg, &keys, PS_DATA_UINT64));
     CHECK_OK(ps_postoffice_send(po, &msg));
     uint64_t deadline = ps_time_now_ns() + 20ull * 1000 * 1000 * 1000;
+    raw_answer_t got;
     for (;;) {
-        pthread_mutex_lock(&g_raw.lock);
-        int got = g_raw.ts == ts;
-        pthread_mutex_unlock(&g_raw.lock);
-        if (got)
+        pthread_mutex_lock(&g_raw_lock);
+        got = g_raw;
+        pthread_mutex_unlock(&g_raw_lock);
+        if (got.ts == ts)
             break;
         if (ps_time_now_ns() > deadline)
             check_fail("hostile pulls: no answer to ts %d", ts);
         ps_sleep_ms(1);
     }
     ps_slice_unref(&keys);
+    return got;
 }
 
 static void hostile_round(ps_postoffice_t *po, ps_kv_worker_t *w)
@@ -435,10 +436,10 @@ static void hostile_round(ps_postoffice_t *po, ps_kv_worker_t *w)
         case 5: d[0].magic = PS__KV_IPC_MAGIC; break;
         }
         CHECK_OK(g_ops->memset(dev, 0, RAW_BYTES + 200));
-        raw_pull(po, server, &key, d, body_len, ++n);
-        if (g_raw.written || g_raw.vals_len != RAW_BYTES || !g_raw.vals_ok)
+        raw_answer_t a = raw_pull(po, server, &key, d, body_len, ++n);
+        if (a.written || a.vals_len != RAW_BYTES || !a.vals_ok)
             check_fail("hostile pulls: a descriptor %s: written %d, %zu value bytes (right: %d)",
-                       cases[c].what, g_raw.written, g_raw.vals_len, g_raw.vals_ok);
+                       cases[c].what, a.written, a.vals_len, a.vals_ok);
         unsigned char *back = malloc(RAW_BYTES + 200);
         if (back == NULL)
             check_fail("out of memory");
@@ -451,11 +452,10 @@ static void hostile_round(ps_postoffice_t *po, ps_kv_worker_t *w)
         free(back);
     }
     /* The good one: written in place, every byte, nothing around it. */
-    raw_pull(po, server, &key, &good, sizeof(good), ++n);
-    if (!g_raw.written || g_raw.written_len != RAW_BYTES || g_raw.vals_len != 0)
+    raw_answer_t a = raw_pull(po, server, &key, &good, sizeof(good), ++n);
+    if (!a.written || a.written_len != RAW_BYTES || a.vals_len != 0)
         check_fail("hostile pulls: the good descriptor: written %d (%llu bytes), %zu value "
-                   "bytes came", g_raw.written, (unsigned long long)g_raw.written_len,
-                   g_raw.vals_len);
+                   "bytes came", a.written, (unsigned long long)a.written_len, a.vals_len);
     unsigned char *back = malloc(RAW_BYTES + 200);
     if (back == NULL)
         check_fail("out of memory");
