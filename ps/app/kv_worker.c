@@ -43,6 +43,8 @@
 #include "ps/net/postoffice.h"
 #include "ps/net/postoffice_msg.h"
 
+#define KV_UNCLAIMED 32
+
 /* One server's share of a request. */
 typedef struct {
     int server_id;    /* 0: this server owns none of the keys */
@@ -154,6 +156,14 @@ struct ps_kv_worker {
         kv_req_t *r;
     } *draining;
     size_t num_draining, draining_cap;
+    /* Under `lock`: the last responses no request took and `draining` did
+     * not know (ts, sender), for a failed pull whose draining_add comes
+     * just after its server's answer: that server lets go of the
+     * destination all the same (late_response). */
+    struct kv_unclaimed {
+        int ts, sender;
+    } unclaimed[KV_UNCLAIMED];
+    unsigned next_unclaimed;
     /* Under `lock`: results of server-sized pulls not taken yet. */
     struct kv_result {
         int ts;
@@ -280,6 +290,8 @@ static size_t draining_prune(ps_kv_worker_t *w, kv_req_t **free_p, size_t cap)
 
 #define KV_PRUNE_BATCH 8
 
+static void part_answered_late(ps_kv_worker_t *w, kv_req_t *r, int sender);
+
 /* A failed pull whose destination is still held: kept for ps_kv_cancel. */
 static void draining_add(ps_kv_worker_t *w, int ts, kv_req_t *r)
 {
@@ -298,7 +310,18 @@ static void draining_add(ps_kv_worker_t *w, int ts, kv_req_t *r)
     int kept = w->num_draining < w->draining_cap;
     if (kept)
         w->draining[w->num_draining++] = (struct kv_draining){ts, r};
+    /* Servers that answered between the failure and now. */
+    int answered[KV_UNCLAIMED];
+    int num_answered = 0;
+    for (int i = 0; i < KV_UNCLAIMED; i++) {
+        if (w->unclaimed[i].sender != 0 && w->unclaimed[i].ts == ts) {
+            answered[num_answered++] = w->unclaimed[i].sender;
+            w->unclaimed[i].sender = 0;
+        }
+    }
     ps_mutex_unlock(&w->lock);
+    for (int i = 0; i < num_answered; i++)
+        part_answered_late(w, r, answered[i]);
     for (size_t i = 0; i < n; i++)
         req_unref(w, done[i]);
     if (!kept) {
@@ -574,8 +597,18 @@ static void ipc_let_go(ps_kv_worker_t *w, kv_req_t *r, kv_part_t *p)
         holder_drop(w, r);
 }
 
+/* `sender` answered failed pull r: it lets go of its part's destination. */
+static void part_answered_late(ps_kv_worker_t *w, kv_req_t *r, int sender)
+{
+    int rank = ps_postoffice_peer_rank(w->po, sender);
+    if (rank >= 0 && rank < r->num_parts && r->parts[rank].server_id == sender)
+        ipc_let_go(w, r, &r->parts[rank]);
+}
+
 /* A response to a request that ended already: a failed pull waiting in
- * `draining` for the server it gave a handle to. */
+ * `draining` for the server it gave a handle to, or one about to be put
+ * there (worker_done runs just after the request stopped taking
+ * responses): remembered in `unclaimed` for draining_add. */
 static void late_response(ps_kv_worker_t *w, int ts, int sender)
 {
     kv_req_t *r = NULL;
@@ -587,12 +620,14 @@ static void late_response(ps_kv_worker_t *w, int ts, int sender)
             break;
         }
     }
+    if (r == NULL && sender != 0) {
+        w->unclaimed[w->next_unclaimed] = (struct kv_unclaimed){ts, sender};
+        w->next_unclaimed = (w->next_unclaimed + 1) % KV_UNCLAIMED;
+    }
     ps_mutex_unlock(&w->lock);
     if (r == NULL)
         return;
-    int rank = ps_postoffice_peer_rank(w->po, sender);
-    if (rank >= 0 && rank < r->num_parts && r->parts[rank].server_id == sender)
-        ipc_let_go(w, r, &r->parts[rank]);
+    part_answered_late(w, r, sender);
     req_unref(w, r);
 }
 
