@@ -25,8 +25,8 @@
  * still land): the worker's pull times out, its destination held.
  * Since the server writes outside the worker's stream order, the worker
  * sends such a pull once the work already queued on the device's default
- * stream is done, and holds the destination until that server answered
- * (ps_kv_cancel), even after the pull failed, or was declared dead.
+ * stream is done, and holds the destination until that server answered or
+ * was declared dead (ps_kv_cancel), even after the pull failed.
  *
  * The server opens each allocation once and keeps it open, up to
  * PS__KV_IPC_CACHE allocations (the least recently used is closed first),
