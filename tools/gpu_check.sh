@@ -16,14 +16,18 @@
 #     from pageable and pinned host memory, device to device, chunked on
 #     two streams), the reference for staged traffic;
 #   - a KV job (scheduler, 2 servers, 2 workers) over tcp, over shm, and
-#     over shm with PS_DEVICE_IPC=1 (device pushes as CUDA IPC handles) whose
+#     over shm with PS_DEVICE_IPC=1 (device pushes, and pulls into device
+#     memory, as CUDA IPC handles) whose
 #     workers push from and pull into device memory at 4 KiB, 1 MiB and
 #     4 MiB: cpu2cpu (the host reference of the same run), gpu2gpu,
 #     cpu2gpu, gpu2cpu, and a push-pull from host and from device memory,
 #     every sum checked, each time the median of GPU_CHECK_REPS rounds
 #     (default 5; tests/app/kv_device_check.c; the vans move host memory,
 #     so device memory is staged through pinned host buffers, except for
-#     the pushes of the IPC job).
+#     the pushes and the device pulls of the IPC job, whose count of pulled
+#     bytes written in place each worker prints and checks; that job also
+#     sends pull requests by hand with bad destination descriptors, which
+#     must be answered with the values as bytes).
 #     Last, each worker pushes data a stream writes 50 ms late (a host
 #     function sleeping, then an asynchronous memset) with the stream as its
 #     readiness: the call returns at once and the pulled bytes are the sum;
@@ -205,7 +209,7 @@ run() {
     env "${env[@]}" timeout 240 python3 "$launcher" -s 2 -w 2 --timeout 200 -- \
       "$bin/kv_device_check" "$kind" -r "$reps" "${flags[@]}" >"$log" 2>&1
     local rc=$?
-    grep -E "push .* pull |late-ready|values pushed|PASS|FAIL" "$log"
+    grep -E "push .* pull |late-ready|values pushed|values pulled|hostile pulls|behind the default|PASS|FAIL" "$log"
     local passes
     passes=$(grep -c "PASS \(scheduler\|server\|worker\)" "$log")
     [ "$rc" -eq 0 ] && [ "$passes" -eq 5 ] || { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }

@@ -40,9 +40,18 @@ late=$(grep -c "worker [01]: late-ready push .* bytes checked" <<<"$out")
 trained=$(grep -c "PASSED: training (cpu)" <<<"$out")
 driven=$(grep -c "PASSED: test.sh \(cpu2cpu\|cpu2gpu\|gpu2gpu\|gpu2cpu\)" <<<"$out")
 pydev=$(grep -c "PASSED: Python \(kv\|af\) device values (emu)" <<<"$out")
+# Pulls into device memory: written in place through IPC handles by the
+# servers in the shm-ipc job (every byte of them: the worker checks the
+# count), by none in the tcp and shm jobs; the IPC job's bad destination
+# descriptors were answered as bytes.
+job_lines() { awk -v job="== KV job over $1," 'index($0, "== ") == 1 { on = index($0, job) == 1 } on' <<<"$out"; }
+ipc_pulled=$(job_lines shm-ipc | grep -c "worker [01]: device values pulled: [1-9][0-9]* bytes written in place")
+ipc_hostile=$(job_lines shm-ipc | grep -c "worker [01]: hostile pulls: 5 bad destination descriptors answered")
+staged_pulled=$( (job_lines tcp; job_lines shm) | grep -c "worker [01]: device values pulled: 0 bytes written in place")
 if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6 ] || [ "$trained" -ne "$want_trained" ] || [ "$driven" -ne 4 ] ||
-  [ "$pydev" -ne $((2 * want_trained)) ] || ! grep -q "every check passed" <<<"$out"; then
-  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, training passed $trained of $want_trained, test.sh $driven of 4 pairings, Python device jobs $pydev of $((2 * want_trained))"
+  [ "$pydev" -ne $((2 * want_trained)) ] || [ "$ipc_pulled" -ne 2 ] || [ "$ipc_hostile" -ne 2 ] ||
+  [ "$staged_pulled" -ne 4 ] || ! grep -q "every check passed" <<<"$out"; then
+  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, training passed $trained of $want_trained, test.sh $driven of 4 pairings, Python device jobs $pydev of $((2 * want_trained)), IPC pull lines $ipc_pulled of 2 (shm-ipc), hostile pull lines $ipc_hostile of 2 (shm-ipc), no-IPC pull lines $staged_pulled of 4 (tcp, shm)"
   exit 1
 fi
-echo "PASSED: gpu_check.sh run emu ($lines rounds checked)"
+echo "PASSED: gpu_check.sh run emu ($lines rounds checked, device pulls through IPC in the shm-ipc job only)"

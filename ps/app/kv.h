@@ -29,8 +29,19 @@
  *
  * A pull's destination: after its wait returned PS_OK nothing writes into
  * it any more. After a timed-out or failed wait a response may still be
- * landing in it (a van receiving in place, PS_CAP_RECV_INTO_DEST): call
- * ps_kv_cancel() and reuse or free the buffer only once it returned PS_OK.
+ * landing in it (a van receiving in place, PS_CAP_RECV_INTO_DEST; a server
+ * given the destination's IPC handle, PS_DEVICE_IPC, which may write until
+ * it answers or is declared dead): call ps_kv_cancel() and reuse or free
+ * the buffer only once it returned PS_OK.
+ *
+ * With PS_DEVICE_IPC=1 over the shm van, a pull into device memory of a
+ * kind with IPC handles sends its destination's handle and the server
+ * writes the answer into it (ps/app/kv_ipc.h), outside this process's
+ * stream order. The request goes once the work already queued on the
+ * device's default stream is done (a thread of the worker waits, not the
+ * caller), as a staged pull's copy would follow it (a push-pull given a
+ * readiness waits for that instead); work on other streams that still
+ * uses the destination must be done before the pull is made.
  */
 #ifndef PS_APP_KV_H_
 #define PS_APP_KV_H_
@@ -205,6 +216,8 @@ typedef struct ps_kv_worker_stats {
     uint64_t lane_messages;       /* of `messages`, those sent on the small lane */
     uint64_t push_bytes_staged;   /* device values pushed out of a host copy */
     uint64_t push_bytes_ipc;      /* device values pushed as IPC handles (PS_DEVICE_IPC) */
+    uint64_t pull_bytes_ipc;      /* pulled value bytes the server wrote into the device
+                                   * destination through its IPC handle (PS_DEVICE_IPC) */
 } ps_kv_worker_stats_t;
 void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p);
 

@@ -1,4 +1,5 @@
-/* KV pushes as IPC handles between processes of one host (kv_ipc.h). */
+/* KV pushes and pulls as IPC handles between processes of one host
+ * (kv_ipc.h). */
 #include "ps/app/kv_ipc.h"
 
 #include <pthread.h>
@@ -29,12 +30,61 @@ ps_status_t ps__kv_ipc_describe(const ps_slice_t *vals, ps__kv_ipc_desc_t *desc_
     return PS_OK;
 }
 
+ps_status_t ps__kv_ipc_describe_pull(const ps_slice_t *dest, ps__kv_ipc_desc_t *desc_p)
+{
+    ps_status_t st = ps__kv_ipc_describe(dest, desc_p);
+    if (st == PS_OK)
+        desc_p->magic = PS__KV_IPC_PULL_MAGIC;
+    return st;
+}
+
 int ps__kv_ipc_parse(const void *body, size_t len, ps__kv_ipc_desc_t *desc_p)
 {
     if (body == NULL || len != sizeof(*desc_p))
         return 0;
     memcpy(desc_p, body, sizeof(*desc_p));
     return desc_p->magic == PS__KV_IPC_MAGIC;
+}
+
+int ps__kv_ipc_parse_request(const void *body, size_t len, ps__kv_ipc_desc_t *push_p,
+                             int *has_push_p, ps__kv_ipc_desc_t *pull_p, int *has_pull_p)
+{
+    const size_t one = sizeof(ps__kv_ipc_desc_t);
+    *has_push_p = *has_pull_p = 0;
+    if (body == NULL || (len != one && len != 2 * one))
+        return 0;
+    ps__kv_ipc_desc_t first;
+    memcpy(&first, body, one);
+    if (len == one) {
+        if (first.magic == PS__KV_IPC_MAGIC) {
+            *push_p = first;
+            *has_push_p = 1;
+        } else if (first.magic == PS__KV_IPC_PULL_MAGIC) {
+            *pull_p = first;
+            *has_pull_p = 1;
+        }
+        return *has_push_p || *has_pull_p;
+    }
+    ps__kv_ipc_desc_t second;
+    memcpy(&second, (const char *)body + one, one);
+    if (first.magic != PS__KV_IPC_MAGIC || second.magic != PS__KV_IPC_PULL_MAGIC)
+        return 0;
+    *push_p = first;
+    *pull_p = second;
+    *has_push_p = *has_pull_p = 1;
+    return 1;
+}
+
+int ps__kv_ipc_written_parse(const void *body, size_t len, uint64_t *len_p)
+{
+    ps__kv_ipc_written_t w;
+    if (body == NULL || len != sizeof(w))
+        return 0;
+    memcpy(&w, body, sizeof(w));
+    if (w.magic != PS__KV_IPC_WRITTEN_MAGIC || w.reserved != 0)
+        return 0;
+    *len_p = w.len;
+    return 1;
 }
 
 typedef struct {
@@ -48,12 +98,31 @@ typedef struct {
     int pins;       /* fetches copying from it now (outside the lock) */
 } ipc_entry_t;
 
-/* Entries are fixed slots; one that a fetch copies from is pinned, and
- * eviction passes it over. */
+/* A stream the server's writes into one device run on. */
+#define IPC_STREAMS 8
+typedef struct {
+    ps_mem_kind_t kind; /* PS_MEM_HOST: a free slot */
+    int device;
+    void *stream;
+} ipc_stream_t;
+
+/* A write that did not finish by its deadline: its source and its
+ * allocation are kept until its event says it is done. */
+typedef struct ipc_late {
+    struct ipc_late *next;
+    ps_mem_event_h event;
+    ps_slice_t src;
+    ipc_entry_t *entry;
+} ipc_late_t;
+
+/* Entries are fixed slots; one that a fetch or a put copies with is
+ * pinned, and eviction passes it over. */
 struct ps__kv_ipc_cache {
     pthread_mutex_t lock;
     ipc_entry_t entries[PS__KV_IPC_CACHE];
     uint64_t clock;
+    ipc_stream_t streams[IPC_STREAMS];
+    ipc_late_t *late;
 };
 
 ps_status_t ps__kv_ipc_cache_create(ps__kv_ipc_cache_t **cache_p)
@@ -75,14 +144,46 @@ static void entry_close(ipc_entry_t *e)
     memset(e, 0, sizeof(*e));
 }
 
+/* Under the lock: forgets the late writes that are done (all of them
+ * with wait_ms >= 0, waiting up to that long for each); 1 when none is
+ * left. */
+static int late_prune(ps__kv_ipc_cache_t *c, int wait_ms)
+{
+    ipc_late_t **pp = &c->late;
+    while (*pp != NULL) {
+        ipc_late_t *l = *pp;
+        ps_status_t st = wait_ms >= 0 ? ps_mem_event_wait(l->event, wait_ms)
+                                      : ps_mem_event_query(l->event);
+        if (st == PS_INPROGRESS || st == PS_ERR_TIMED_OUT) {
+            pp = &l->next;
+            continue;
+        }
+        *pp = l->next;
+        (void)ps_mem_event_destroy(l->event);
+        ps_slice_unref(&l->src);
+        l->entry->pins--;
+        free(l);
+    }
+    return c->late == NULL;
+}
+
 void ps__kv_ipc_cache_destroy(ps__kv_ipc_cache_t *c)
 {
     if (c == NULL)
         return;
-    /* No fetch runs now (the server's customer is gone): nothing pinned. */
+    /* No fetch or put runs now (the server's customer is gone); a write
+     * that is still not done keeps its allocation open (leaked, rather
+     * than unmapped under the device). */
+    if (!late_prune(c, 1000))
+        ps_warn(PS_LOG_APP, "kv ipc: writes into workers' memory still not done at destroy; "
+                "their allocations stay mapped");
     for (int i = 0; i < PS__KV_IPC_CACHE; i++) {
-        if (c->entries[i].sender != 0)
+        if (c->entries[i].sender != 0 && c->entries[i].pins == 0)
             entry_close(&c->entries[i]);
+    }
+    for (int i = 0; i < IPC_STREAMS; i++) {
+        if (c->streams[i].kind != PS_MEM_HOST)
+            (void)ps_mem_ops(c->streams[i].kind)->stream_destroy(c->streams[i].stream);
     }
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -133,17 +234,20 @@ static ps_status_t lookup(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_de
     return PS_OK;
 }
 
-ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_desc_t *d,
-                             ps_slice_t *vals_p)
+/* The entry a descriptor's allocation is open in, pinned (eviction passes
+ * it over) once the descriptor is checked against it: *ptr_p the first of
+ * its desc->len bytes in this process. Unpin with unpin(). */
+static ps_status_t pin_range(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_desc_t *d,
+                             uint32_t magic, ipc_entry_t **entry_p, char **ptr_p)
 {
-    if (d->kind == PS_MEM_HOST || d->kind >= PS_MEM_KIND_COUNT ||
+    if (d->magic != magic || d->kind == PS_MEM_HOST || d->kind >= PS_MEM_KIND_COUNT ||
         !ps_mem_kind_linked((ps_mem_kind_t)d->kind) || sender == 0) {
         ps_warn_ratelimited(PS_LOG_APP, "kv ipc: node %d sent a descriptor of memory kind %u, "
                             "which this server cannot open", sender, d->kind);
-        return PS_ERR_UNSUPPORTED;
+        return d->magic != magic ? PS_ERR_INVALID_ARG : PS_ERR_UNSUPPORTED;
     }
-    ps_slice_t host = PS_SLICE_EMPTY_INIT;
     pthread_mutex_lock(&c->lock);
+    (void)late_prune(c, -1);
     ipc_entry_t *e;
     ps_status_t st = lookup(c, sender, d, &e);
     if (st != PS_OK) {
@@ -158,7 +262,7 @@ ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc
         return st;
     }
     /* The length is checked against the allocation before a host buffer
-     * of that length is made. */
+     * of that length is made or anything is written. */
     if (d->offset > e->len || d->len > e->len - d->offset) {
         size_t alloc_len = e->len;
         pthread_mutex_unlock(&c->lock);
@@ -167,23 +271,133 @@ ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc
                             (unsigned long long)d->offset, alloc_len);
         return PS_ERR_INVALID_ARG;
     }
-    /* Pinned, the allocation stays open (eviction passes it over) while
-     * the pool allocates and the copy runs without the lock. */
+    /* Pinned, the allocation stays open while the copy runs without the
+     * lock. */
     e->pins++;
-    ps_mem_kind_t kind = e->kind;
-    const char *src = (const char *)e->base + d->offset;
+    *ptr_p = (char *)e->base + d->offset;
+    *entry_p = e;
     pthread_mutex_unlock(&c->lock);
-    if ((st = ps_stage_pool_get(kind, d->len, &host)) == PS_OK)
-        st = ps_mem_ops(kind)->copy_to_host(ps_slice_ptr(&host), src, d->len);
+    return PS_OK;
+}
+
+static void unpin(ps__kv_ipc_cache_t *c, ipc_entry_t *e)
+{
     pthread_mutex_lock(&c->lock);
     e->pins--;
     pthread_mutex_unlock(&c->lock);
+}
+
+ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_desc_t *d,
+                             ps_slice_t *vals_p)
+{
+    ps_slice_t host = PS_SLICE_EMPTY_INIT;
+    ipc_entry_t *e;
+    char *src;
+    ps_status_t st = pin_range(c, sender, d, PS__KV_IPC_MAGIC, &e, &src);
+    if (st != PS_OK)
+        return st;
+    ps_mem_kind_t kind = e->kind;
+    if ((st = ps_stage_pool_get(kind, d->len, &host)) == PS_OK)
+        st = ps_mem_ops(kind)->copy_to_host(ps_slice_ptr(&host), src, d->len);
+    unpin(c, e);
     if (st != PS_OK) {
         ps_slice_unref(&host);
         return st;
     }
     *vals_p = host;
     return PS_OK;
+}
+
+/* Under the lock: the cache's stream for (kind, device), made when new;
+ * NULL (the device's default stream) when none can be made. */
+static void *stream_of(ps__kv_ipc_cache_t *c, ps_mem_kind_t kind, int device)
+{
+    for (int i = 0; i < IPC_STREAMS; i++) {
+        ipc_stream_t *s = &c->streams[i];
+        if (s->kind == kind && s->device == device)
+            return s->stream;
+        if (s->kind == PS_MEM_HOST) {
+            void *stream;
+            if (ps_mem_ops(kind)->stream_create(device, &stream) != PS_OK)
+                return NULL;
+            *s = (ipc_stream_t){kind, device, stream};
+            return stream;
+        }
+    }
+    return NULL;
+}
+
+ps_status_t ps__kv_ipc_put(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_desc_t *d,
+                           const ps_slice_t *vals, int timeout_ms, int *may_land_p)
+{
+    *may_land_p = 0;
+    if (d->len != vals->len) {
+        ps_debug(PS_LOG_APP, "kv ipc: node %d's pull destination holds %llu bytes, the answer "
+                 "has %zu", sender, (unsigned long long)d->len, vals->len);
+        return PS_ERR_INVALID_ARG;
+    }
+    ps_mem_kind_t vkind = ps_slice_mem_ops_kind(vals);
+    if (vkind != PS_MEM_HOST && (uint32_t)vkind != d->kind)
+        return PS_ERR_UNSUPPORTED; /* device memory of another kind: as bytes */
+    ipc_entry_t *e;
+    char *dst;
+    ps_status_t st = pin_range(c, sender, d, PS__KV_IPC_PULL_MAGIC, &e, &dst);
+    if (st != PS_OK || vals->len == 0) {
+        if (st == PS_OK)
+            unpin(c, e);
+        return st;
+    }
+    const ps_mem_ops_t *ops = ps_mem_ops(e->kind);
+    pthread_mutex_lock(&c->lock);
+    void *stream = stream_of(c, e->kind, e->device);
+    pthread_mutex_unlock(&c->lock);
+    ps_mem_event_h ev = NULL;
+    if ((st = ops->event_create(e->device, &ev)) != PS_OK) {
+        unpin(c, e);
+        return st;
+    }
+    if ((st = ops->copy_async(dst, ps_slice_ptr(vals), vals->len, stream)) != PS_OK) {
+        (void)ps_mem_event_destroy(ev);
+        unpin(c, e);
+        return st;
+    }
+    *may_land_p = 1; /* until the event says it is done */
+    if ((st = ops->event_record(ev, stream)) != PS_OK) {
+        /* Queued, with nothing to tell when it is done: its source and
+         * allocation are kept for good. */
+        ps_error(PS_LOG_APP, "kv ipc: no event after a write to node %d (%s); its source and "
+                 "allocation are leaked", sender, ps_status_str(st));
+        ps_slice_t leak = ps_slice_ref(vals);
+        (void)leak;
+        (void)ps_mem_event_destroy(ev);
+        return st;
+    }
+    st = ps_mem_event_wait(ev, timeout_ms);
+    if (st == PS_ERR_TIMED_OUT) {
+        /* Still queued or running: the source and the allocation stay
+         * until it is done (pruned by a later fetch or put). */
+        ipc_late_t *l = malloc(sizeof(*l));
+        if (l == NULL) {
+            ps_error(PS_LOG_APP, "kv ipc: out of memory keeping a late write to node %d; its "
+                     "source and allocation are leaked", sender);
+            ps_slice_t leak = ps_slice_ref(vals);
+            (void)leak;
+            return st;
+        }
+        *l = (ipc_late_t){.event = ev, .src = ps_slice_ref(vals), .entry = e};
+        pthread_mutex_lock(&c->lock);
+        l->next = c->late;
+        c->late = l;
+        pthread_mutex_unlock(&c->lock);
+        ps_warn_ratelimited(PS_LOG_APP, "kv ipc: writing %zu bytes into node %d's memory did not "
+                            "finish in %d ms", vals->len, sender, timeout_ms);
+        return st;
+    }
+    /* Done, or failed on the device: either way nothing more lands. */
+    *may_land_p = 0;
+    (void)ps_mem_event_destroy(ev);
+    unpin(c, e);
+    return st;
 }
 
 int ps__kv_ipc_open_count(ps__kv_ipc_cache_t *c)

@@ -8,6 +8,11 @@
  * one reuses unless the handler kept a reference to it. A response goes on
  * the lane when it fits, whichever way its request came.
  *
+ * Pulls into device memory as IPC handles (kv_ipc.h): a pull request's
+ * destination descriptor waits in `ipc_pulls` until the handler answers;
+ * the answer's values are then written into the worker's memory and only
+ * the keys and lengths are sent.
+ *
  * Registered receive buffers (ps-lite's RegisterRecvBuffer): the values of
  * a push from worker rank r whose first key is k land in the buffer
  * registered for (r, k), through the customer's recv_buffer hook, where
@@ -32,6 +37,14 @@
 #include "ps/net/postoffice.h"
 #include "ps/net/postoffice_msg.h"
 
+/* A pull whose destination came as an IPC descriptor, until answered. */
+typedef struct {
+    int sender;
+    int customer_id;
+    int timestamp;
+    ps__kv_ipc_desc_t desc;
+} kv_ipc_pull_t;
+
 /* A receive buffer registered for (worker rank, first key). */
 typedef struct {
     int rank;
@@ -52,6 +65,13 @@ struct ps_kv_server {
     /* Workers' device allocations opened for pushes as IPC handles
      * (kv_ipc.h); made with the first such push. */
     _Atomic(ps__kv_ipc_cache_t *) ipc;
+    /* Pulls whose destination came as an IPC descriptor and are not
+     * answered yet (unordered); under reg_lock. Any entry is found with
+     * atomic_load(&num_ipc_pulls) > 0 first, so most responses never
+     * take the lock. */
+    kv_ipc_pull_t *ipc_pulls;
+    atomic_size_t num_ipc_pulls;
+    size_t cap_ipc_pulls;
     /* Registered receive buffers, sorted by (rank, key); under reg_lock. */
     ps_mutex_t reg_lock;
     kv_reg_t *regs;
@@ -167,6 +187,53 @@ static ps_status_t ipc_values(ps_kv_server_t *s, const ps_meta_t *m, const ps_kv
     return st == PS_OK ? ps__kv_ipc_fetch(c, m->sender, desc, vals_p) : st;
 }
 
+/* Keeps a pull's destination descriptor until its answer; without
+ * memory for it the answer goes as bytes. */
+static void ipc_pull_add(ps_kv_server_t *s, const ps_kv_meta_t *meta,
+                         const ps__kv_ipc_desc_t *dest)
+{
+    ps_mutex_lock(&s->reg_lock);
+    size_t n = atomic_load(&s->num_ipc_pulls);
+    if (n == s->cap_ipc_pulls) {
+        size_t cap = s->cap_ipc_pulls ? 2 * s->cap_ipc_pulls : 16;
+        kv_ipc_pull_t *grown = realloc(s->ipc_pulls, cap * sizeof(*grown));
+        if (grown) {
+            s->ipc_pulls = grown;
+            s->cap_ipc_pulls = cap;
+        }
+    }
+    if (n < s->cap_ipc_pulls) {
+        s->ipc_pulls[n] = (kv_ipc_pull_t){meta->sender, meta->customer_id, meta->timestamp,
+                                          *dest};
+        atomic_store(&s->num_ipc_pulls, n + 1);
+    }
+    ps_mutex_unlock(&s->reg_lock);
+}
+
+/* Takes the destination descriptor of the pull `meta` answers, if it
+ * came with one; 1 then. */
+static int ipc_pull_take(ps_kv_server_t *s, const ps_kv_meta_t *meta, ps__kv_ipc_desc_t *dest_p)
+{
+    if (atomic_load(&s->num_ipc_pulls) == 0)
+        return 0;
+    int found = 0;
+    ps_mutex_lock(&s->reg_lock);
+    size_t n = atomic_load(&s->num_ipc_pulls);
+    for (size_t i = 0; i < n; i++) {
+        const kv_ipc_pull_t *p = &s->ipc_pulls[i];
+        if (p->sender == meta->sender && p->customer_id == meta->customer_id &&
+            p->timestamp == meta->timestamp) {
+            *dest_p = p->desc;
+            s->ipc_pulls[i] = s->ipc_pulls[n - 1];
+            atomic_store(&s->num_ipc_pulls, n - 1);
+            found = 1;
+            break;
+        }
+    }
+    ps_mutex_unlock(&s->reg_lock);
+    return found;
+}
+
 static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
 {
     ps_kv_server_t *s = arg;
@@ -217,9 +284,12 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         .addr = m->addr,
         .option = m->option,
     };
-    ps__kv_ipc_desc_t desc;
+    ps__kv_ipc_desc_t desc, dest;
+    int has_push = 0, has_pull = 0;
     ps_slice_t fetched = PS_SLICE_EMPTY_INIT;
-    if (m->push && ps__kv_ipc_parse(m->body, m->body_len, &desc)) {
+    if (ps_unlikely(m->body_len != 0))
+        (void)ps__kv_ipc_parse_request(m->body, m->body_len, &desc, &has_push, &dest, &has_pull);
+    if (has_push && m->push) {
         ps_status_t st = ipc_values(s, m, &req, &desc, &fetched);
         if (st != PS_OK) {
             (void)ps_kv_server_respond_error(s, &meta, st);
@@ -227,6 +297,8 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         }
         req.vals = fetched;
     }
+    if (has_pull && meta.pull)
+        ipc_pull_add(s, &meta, &dest);
     s->handler(s->handler_arg, &meta, &req, s);
     ps_slice_unref(&fetched);
 }
@@ -335,6 +407,7 @@ void ps_kv_server_destroy(ps_kv_server_t *server)
     for (size_t i = 0; i < server->num_regs; i++)
         ps_slice_unref(&server->regs[i].slice);
     free(server->regs);
+    free(server->ipc_pulls);
     ps_mutex_destroy(&server->reg_lock);
     free(server);
 }
@@ -412,6 +485,51 @@ static ps_status_t send_response(ps_kv_server_t *server, const ps_kv_meta_t *met
     return st;
 }
 
+/* A pull whose destination came as an IPC descriptor: its values written
+ * into the worker's memory, then the keys and lengths sent with a body
+ * saying so. PS_ERR_UNSUPPORTED when nothing was written (nothing sent:
+ * the caller sends the values as bytes). A write that may still land after
+ * its deadline gets no answer at all: the worker's pull times out and its
+ * destination stays held, where an answer would let the worker reuse it
+ * under the write. */
+static ps_status_t respond_ipc(ps_kv_server_t *server, const ps_kv_meta_t *meta,
+                               const ps_kv_pairs_t *res, const ps__kv_ipc_desc_t *dest)
+{
+    ps__kv_ipc_cache_t *c;
+    int may_land = 0;
+    ps_status_t st = ipc_cache_of(server, &c);
+    if (st == PS_OK)
+        st = ps__kv_ipc_put(c, meta->sender, dest, &res->vals,
+                            ps_postoffice_request_timeout_ms(server->po), &may_land);
+    if (st != PS_OK && may_land) {
+        ps_warn_ratelimited(PS_LOG_APP, "kv server app %d: pull ts %d from node %d: writing "
+                            "its values into its device memory did not complete (%s); not "
+                            "answered", server->app_id, meta->timestamp, meta->sender,
+                            ps_status_str(st));
+        return st;
+    }
+    if (st != PS_OK) {
+        ps_debug(PS_LOG_APP, "kv server app %d: pull ts %d from node %d: its values (%zu bytes) "
+                 "go as bytes, not into its device memory: %s", server->app_id,
+                 meta->timestamp, meta->sender, res->vals.len, ps_status_str(st));
+        return PS_ERR_UNSUPPORTED;
+    }
+    ps__kv_ipc_written_t body = {.magic = PS__KV_IPC_WRITTEN_MAGIC, .len = res->vals.len};
+    ps_slice_t none = PS_SLICE_EMPTY_INIT;
+    ps_msg_t msg;
+    response_meta(server, meta, &msg);
+    msg.meta.body = (const uint8_t *)&body;
+    msg.meta.body_len = sizeof(body);
+    if ((st = ps_msg_lend_data(&msg, &res->keys, PS_DATA_UINT64)) != PS_OK ||
+        (st = ps_msg_lend_data(&msg, &none, res->type)) != PS_OK ||
+        (res->lens.len > 0 && (st = ps_msg_lend_data(&msg, &res->lens, PS_DATA_INT32)) != PS_OK))
+        return st;
+    return send_response(server, meta, &msg);
+}
+
+static ps_status_t respond(ps_kv_server_t *server, const ps_kv_meta_t *meta,
+                           const ps_kv_pairs_t *res, const ps__kv_ipc_desc_t *dest);
+
 ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *meta,
                                  const ps_kv_pairs_t *res)
 {
@@ -424,16 +542,28 @@ ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *met
                  res->keys.len, res->lens.len);
         return PS_ERR_INVALID_ARG;
     }
+    ps__kv_ipc_desc_t dest;
+    int ipc = meta->pull && ipc_pull_take(server, meta, &dest);
+    return respond(server, meta, res, ipc ? &dest : NULL);
+}
+
+static ps_status_t respond(ps_kv_server_t *server, const ps_kv_meta_t *meta,
+                           const ps_kv_pairs_t *res, const ps__kv_ipc_desc_t *dest)
+{
+    ps_status_t st;
+    /* Into the worker's device memory, when the pull sent its handle. */
+    if (dest && res && res->keys.len > 0 && res->vals.len > 0 &&
+        (st = respond_ipc(server, meta, res, dest)) != PS_ERR_UNSUPPORTED)
+        return st;
 
     /* Values in device memory (a store kept on the GPU) go out of a
      * pinned host copy when the van moves host memory only. */
-    ps_status_t st;
     ps_kv_pairs_t staged;
     if (res && res->vals.len && !server->device_ok && !ps_slice_in_host_mem(&res->vals)) {
         staged = *res;
         if ((st = ps__app_sendable(&res->vals, 0, &staged.vals)) != PS_OK)
             return st;
-        st = ps_kv_server_respond(server, meta, &staged);
+        st = respond(server, meta, &staged, NULL);
         ps_slice_unref(&staged.vals);
         return st;
     }
@@ -459,6 +589,9 @@ ps_status_t ps_kv_server_respond_error(ps_kv_server_t *server, const ps_kv_meta_
 {
     if (!server || !meta || !ps__kv_error_ok(status))
         return PS_ERR_INVALID_ARG;
+    ps__kv_ipc_desc_t dest;
+    if (meta->pull)
+        (void)ipc_pull_take(server, meta, &dest); /* nothing is written */
     uint8_t body[PS__KV_ERROR_LEN];
     ps__kv_error_pack(status, body);
     ps_msg_t msg;

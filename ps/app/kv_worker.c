@@ -43,6 +43,8 @@
 #include "ps/net/postoffice.h"
 #include "ps/net/postoffice_msg.h"
 
+#define KV_UNCLAIMED 32
+
 /* One server's share of a request. */
 typedef struct {
     int server_id;    /* 0: this server owns none of the keys */
@@ -59,6 +61,12 @@ typedef struct {
     struct kv_req *req;
     atomic_int lending;
     ps_slice_t lent;
+    /* The pull named `dest` to its server as an IPC handle (kv_ipc.h):
+     * ipc_sent for the request's life; ipc_held, a holder of the request,
+     * until a response of that server came (the server may write into
+     * dest until it answers, even after the request failed). */
+    int ipc_sent;
+    atomic_int ipc_held;
 } kv_part_t;
 
 typedef struct kv_req {
@@ -94,7 +102,7 @@ struct ps_kv_worker {
     int customer_id;
     int num_servers;
     int device_ok;          /* the van moves device memory (PS_CAP_DEVICE_MEMORY) */
-    int device_ipc;         /* pushes device values as IPC handles (PS_DEVICE_IPC, shm) */
+    int device_ipc;         /* device values go as IPC handles (PS_DEVICE_IPC, shm) */
     int request_timeout_ms; /* bounds destroy's wait; po may be gone by then */
     /* The worker's own reference plus one per destination lent to a van
      * (a live proxy): the last one frees the worker, so destroy need not
@@ -113,6 +121,7 @@ struct ps_kv_worker {
     atomic_uint_least64_t n_lane;
     atomic_uint_least64_t n_staged;
     atomic_uint_least64_t n_ipc;
+    atomic_uint_least64_t n_pull_ipc;
 
     /* Requests (with their num_servers parts) come from here: a pool get
      * and put cost a fifth of a calloc and free, on every request. */
@@ -147,6 +156,14 @@ struct ps_kv_worker {
         kv_req_t *r;
     } *draining;
     size_t num_draining, draining_cap;
+    /* Under `lock`: the last responses no request took and `draining` did
+     * not know (ts, sender), for a failed pull whose draining_add comes
+     * just after its server's answer: that server lets go of the
+     * destination all the same (late_response). */
+    struct kv_unclaimed {
+        int ts, sender;
+    } unclaimed[KV_UNCLAIMED];
+    unsigned next_unclaimed;
     /* Under `lock`: results of server-sized pulls not taken yet. */
     struct kv_result {
         int ts;
@@ -273,6 +290,8 @@ static size_t draining_prune(ps_kv_worker_t *w, kv_req_t **free_p, size_t cap)
 
 #define KV_PRUNE_BATCH 8
 
+static void part_answered_late(ps_kv_worker_t *w, kv_req_t *r, int sender);
+
 /* A failed pull whose destination is still held: kept for ps_kv_cancel. */
 static void draining_add(ps_kv_worker_t *w, int ts, kv_req_t *r)
 {
@@ -291,7 +310,18 @@ static void draining_add(ps_kv_worker_t *w, int ts, kv_req_t *r)
     int kept = w->num_draining < w->draining_cap;
     if (kept)
         w->draining[w->num_draining++] = (struct kv_draining){ts, r};
+    /* Servers that answered between the failure and now. */
+    int answered[KV_UNCLAIMED];
+    int num_answered = 0;
+    for (int i = 0; i < KV_UNCLAIMED; i++) {
+        if (w->unclaimed[i].sender != 0 && w->unclaimed[i].ts == ts) {
+            answered[num_answered++] = w->unclaimed[i].sender;
+            w->unclaimed[i].sender = 0;
+        }
+    }
     ps_mutex_unlock(&w->lock);
+    for (int i = 0; i < num_answered; i++)
+        part_answered_late(w, r, answered[i]);
     for (size_t i = 0; i < n; i++)
         req_unref(w, done[i]);
     if (!kept) {
@@ -340,6 +370,7 @@ typedef struct {
     const void *lens;
     size_t lens_len;
     int lane; /* the values came inline in a lane message: copied, by design */
+    int written; /* the server wrote vals_len bytes into the destination (kv_ipc.h) */
     ps_status_t error; /* the server failed the request (kv_error.h) */
 } kv_resp_t;
 
@@ -505,6 +536,17 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
                 ts, sender, got_bytes, dest->len);
         return PS_ERR_PROTOCOL;
     }
+    if (rp->written) {
+        /* The server wrote them into the destination through its handle,
+         * and waited for that copy before answering. */
+        if (!p->ipc_sent) {
+            ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d says it wrote into a "
+                    "destination it was given no handle of", ts, sender);
+            return PS_ERR_PROTOCOL;
+        }
+        atomic_fetch_add_explicit(&w->n_pull_ipc, got_bytes, memory_order_relaxed);
+        return PS_OK;
+    }
     /* Landed in place (the van asked recv_buffer): nothing to copy. */
     if (got_bytes == 0)
         return PS_OK;
@@ -547,6 +589,48 @@ static ps_status_t claim_part(void *ctx, void *arg)
     return PS_OK;
 }
 
+/* A server answered (or can no longer write): it lets go of the part's
+ * destination it was given as an IPC handle, if it was. */
+static void ipc_let_go(ps_kv_worker_t *w, kv_req_t *r, kv_part_t *p)
+{
+    if (p->ipc_sent && atomic_exchange(&p->ipc_held, 0) != 0)
+        holder_drop(w, r);
+}
+
+/* `sender` answered failed pull r: it lets go of its part's destination. */
+static void part_answered_late(ps_kv_worker_t *w, kv_req_t *r, int sender)
+{
+    int rank = ps_postoffice_peer_rank(w->po, sender);
+    if (rank >= 0 && rank < r->num_parts && r->parts[rank].server_id == sender)
+        ipc_let_go(w, r, &r->parts[rank]);
+}
+
+/* A response to a request that ended already: a failed pull waiting in
+ * `draining` for the server it gave a handle to, or one about to be put
+ * there (worker_done runs just after the request stopped taking
+ * responses): remembered in `unclaimed` for draining_add. */
+static void late_response(ps_kv_worker_t *w, int ts, int sender)
+{
+    kv_req_t *r = NULL;
+    ps_mutex_lock(&w->lock);
+    for (size_t i = 0; i < w->num_draining; i++) {
+        if (w->draining[i].ts == ts) {
+            r = w->draining[i].r;
+            atomic_fetch_add(&r->refs, 1);
+            break;
+        }
+    }
+    if (r == NULL && sender != 0) {
+        w->unclaimed[w->next_unclaimed] = (struct kv_unclaimed){ts, sender};
+        w->next_unclaimed = (w->next_unclaimed + 1) % KV_UNCLAIMED;
+    }
+    ps_mutex_unlock(&w->lock);
+    if (r == NULL)
+        return;
+    part_answered_late(w, r, sender);
+    req_unref(w, r);
+}
+
 /* One server's answer to request rp->ts. */
 static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
 {
@@ -556,12 +640,21 @@ static void take_response(ps_kv_worker_t *w, const kv_resp_t *rp)
         /* Late (its request failed or timed out) or not ours. */
         ps_debug(PS_LOG_APP, "kv worker app %d: ignored a response ts %d from node %d",
                  w->app_id, ts, rp->sender);
+        late_response(w, ts, rp->sender);
         return;
     }
 
     kv_req_t *r = claim.r;
     ps_status_t st = rp->error;
+    if (r->pull)
+        ipc_let_go(w, r, claim.p);
     if (r->pull) {
+        if (st == PS_OK && rp->written && r->any) {
+            /* No handle was sent: nothing may have been written. */
+            ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d says it wrote in place "
+                    "for a pull the servers size", ts, rp->sender);
+            st = PS_ERR_PROTOCOL;
+        }
         if (st == PS_OK)
             st = r->any ? take_any_response(r, claim.p, rp)
                         : take_pull_response(w, r, claim.p, &claim.p->dest, rp);
@@ -601,11 +694,16 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         return;
     }
     kv_resp_t rp = {.sender = msg->meta.sender, .ts = msg->meta.timestamp};
+    uint64_t written = 0;
     if (ps_unlikely(msg->meta.body_len != 0)) {
-        rp.error = ps__kv_error_read(msg->meta.body, msg->meta.body_len);
-        if (rp.error != PS_OK)
-            ps_debug(PS_LOG_APP, "kv worker app %d: node %d failed request ts %d: %s",
-                     w->app_id, rp.sender, rp.ts, ps_status_str(rp.error));
+        if (ps__kv_ipc_written_parse(msg->meta.body, msg->meta.body_len, &written)) {
+            rp.written = 1;
+        } else {
+            rp.error = ps__kv_error_read(msg->meta.body, msg->meta.body_len);
+            if (rp.error != PS_OK)
+                ps_debug(PS_LOG_APP, "kv worker app %d: node %d failed request ts %d: %s",
+                         w->app_id, rp.sender, rp.ts, ps_status_str(rp.error));
+        }
     }
     if (msg->num_data > 0) {
         rp.keys = ps_slice_ptr(&msg->data[0]);
@@ -615,6 +713,16 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         rp.vals = ps_slice_ptr(&msg->data[1]);
         rp.vals_len = msg->data[1].len;
         rp.vals_slice = &msg->data[1];
+    }
+    if (rp.written) {
+        /* No value bytes came: the server says how many it wrote. */
+        if (rp.vals_len != 0 || written > SIZE_MAX) {
+            rp.error = PS_ERR_PROTOCOL;
+        } else {
+            rp.vals = NULL;
+            rp.vals_slice = NULL;
+            rp.vals_len = (size_t)written;
+        }
     }
     if (msg->num_data > 2) {
         rp.lens = ps_slice_ptr(&msg->data[2]);
@@ -859,6 +967,25 @@ static ps_status_t claim_ref(void *ctx, void *arg)
     return PS_OK;
 }
 
+/* Servers declared dead write no more: their parts of r given as IPC
+ * handles are let go. */
+static void ipc_let_go_dead(ps_kv_worker_t *w, kv_req_t *r)
+{
+    int dead[64];
+    int n = -1;
+    for (int i = 0; i < r->num_parts; i++) {
+        kv_part_t *p = &r->parts[i];
+        if (!p->ipc_sent || atomic_load(&p->ipc_held) == 0)
+            continue;
+        if (n < 0)
+            n = ps_postoffice_dead_nodes(w->po, dead, 64);
+        for (int j = 0; j < n; j++) {
+            if (dead[j] == p->server_id)
+                ipc_let_go(w, r, p);
+        }
+    }
+}
+
 ps_status_t ps_kv_cancel(ps_kv_worker_t *w, int ts, int timeout_ms)
 {
     if (!w || ts < 0)
@@ -886,6 +1013,9 @@ ps_status_t ps_kv_cancel(ps_kv_worker_t *w, int ts, int timeout_ms)
         ps_mutex_unlock(&w->lock);
         return PS_OK;
     }
+    ps_mutex_unlock(&w->lock);
+    ipc_let_go_dead(w, r);
+    ps_mutex_lock(&w->lock);
     int unheld = wait_unheld_locked(w, r, deadline);
     ps_mutex_unlock(&w->lock);
     req_unref(w, r);
@@ -1041,10 +1171,10 @@ static ps_status_t send_part_lane(ps_kv_worker_t *w, const kv_req_t *r, int ts,
 static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
                                   const kv_part_t *p, int push, const ps_slice_t *vals_in,
                                   const ps_slice_t *lens_in, const ps__kv_ipc_desc_t *ipc,
-                                  ps_data_type_t type, int cmd);
+                                  int num_ipc, ps_data_type_t type, int cmd);
 
 /* Sends one server's message of request `r`. */
-static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const kv_part_t *p,
+static ps_status_t send_part(ps_kv_worker_t *w, kv_req_t *r, int ts, kv_part_t *p,
                              const ps_kv_pairs_t *push, const ps_kv_slice_t *push_slice,
                              ps_data_type_t type, int cmd)
 {
@@ -1065,13 +1195,14 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
         lens = p->lens;
     }
     ps_slice_t staged = PS_SLICE_EMPTY_INIT;
-    ps__kv_ipc_desc_t ipc_desc;
-    const ps__kv_ipc_desc_t *ipc = NULL;
+    /* The push's descriptor, then the pull destination's (kv_ipc.h). */
+    ps__kv_ipc_desc_t ipc[2];
+    int num_ipc = 0;
     if (st == PS_OK && push && !w->device_ok && !ps_slice_in_host_mem(&vals)) {
-        if (w->device_ipc && ps__kv_ipc_describe(&vals, &ipc_desc) == PS_OK) {
+        if (w->device_ipc && ps__kv_ipc_describe(&vals, &ipc[0]) == PS_OK) {
             /* The server copies the values out of this process's device
              * memory itself (kv_ipc.h): only their handle travels. */
-            ipc = &ipc_desc;
+            num_ipc = 1;
             atomic_fetch_add_explicit(&w->n_ipc, vals.len, memory_order_relaxed);
             vals = (ps_slice_t)PS_SLICE_EMPTY_INIT;
         } else if ((st = ps__app_sendable(&vals, 0, &staged)) == PS_OK) {
@@ -1083,8 +1214,23 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
             vals = staged;
         }
     }
+    /* A pull into device memory: the server writes the answer into it
+     * through its handle (kv_ipc.h), and may do so until it answers, so
+     * the server holds the destination from before the send. */
+    int ipc_pull = st == PS_OK && r->pull && !r->any && w->device_ipc && p->dest.len != 0 &&
+                   !ps_slice_in_host_mem(&p->dest) &&
+                   ps__kv_ipc_describe_pull(&p->dest, &ipc[num_ipc]) == PS_OK;
+    if (ipc_pull) {
+        num_ipc++;
+        p->ipc_sent = 1;
+        atomic_store(&p->ipc_held, 1);
+        atomic_fetch_add(&r->holders, 1);
+    }
     if (st == PS_OK)
-        st = send_part_host(w, r, ts, p, push != NULL, &vals, &lens, ipc, type, cmd);
+        st = send_part_host(w, r, ts, p, push != NULL, &vals, &lens, num_ipc ? ipc : NULL,
+                            num_ipc, type, cmd);
+    if (st != PS_OK && ipc_pull)
+        ipc_let_go(w, r, p); /* not sent: nothing will write */
     ps_slice_unref(&staged);
     return st;
 }
@@ -1094,7 +1240,7 @@ static ps_status_t send_part(ps_kv_worker_t *w, const kv_req_t *r, int ts, const
 static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
                                   const kv_part_t *p, int push, const ps_slice_t *vals_in,
                                   const ps_slice_t *lens_in, const ps__kv_ipc_desc_t *ipc,
-                                  ps_data_type_t type, int cmd)
+                                  int num_ipc, ps_data_type_t type, int cmd)
 {
     ps_slice_t vals = *vals_in, lens = *lens_in;
     ps_status_t st = ipc ? PS_ERR_UNSUPPORTED
@@ -1121,9 +1267,9 @@ static ps_status_t send_part_host(ps_kv_worker_t *w, const kv_req_t *r, int ts,
     msg.meta.val_len = named->len;
     if (ipc) {
         msg.meta.body = (const uint8_t *)ipc;
-        msg.meta.body_len = sizeof(*ipc);
+        msg.meta.body_len = (size_t)num_ipc * sizeof(*ipc);
         if (!r->pull)
-            msg.meta.val_len = ipc->len;
+            msg.meta.val_len = ipc->len; /* the push's descriptor */
     }
 
     /* As from this node already: the postoffice then sends it as it is. */
@@ -1163,6 +1309,7 @@ typedef struct {
     int ts;
     int cmd;
     ps_data_type_t type;
+    int has_push;      /* 0: a pull (waiting for its destination, kv_ipc.h) */
     ps_kv_pairs_t push;
     ps_kv_slice_t slices[];
 } kv_deferred_t;
@@ -1176,11 +1323,13 @@ static void deferred_run(void *arg, ps_status_t why)
 {
     kv_deferred_t *d = arg;
     if (why != PS_OK) {
-        ps_warn(PS_LOG_APP, "kv push %d: not sent, its data never became ready: %s", d->ts,
+        ps_warn(PS_LOG_APP, "kv %s %d: not sent, its %s never became ready: %s",
+                d->has_push ? "push" : "pull", d->ts, d->has_push ? "data" : "destination",
                 ps_status_str(why));
         ps_customer_fail_request(d->w->customer, d->ts, why);
     } else if (!atomic_load(&d->r->ended)) {
-        send_parts(d->w, d->r, d->ts, &d->push, d->slices, d->type, d->cmd);
+        send_parts(d->w, d->r, d->ts, d->has_push ? &d->push : NULL,
+                   d->has_push ? d->slices : NULL, d->type, d->cmd);
     }
     ps_slice_unref(&d->push.keys);
     ps_slice_unref(&d->push.vals);
@@ -1205,7 +1354,8 @@ static ps_status_t ready_queue_of(ps_kv_worker_t *w, ps__ready_queue_t **queue_p
 }
 
 /* Queues request `r`'s sends behind `ready`, which the queue owns from
- * then on when `own`; on failure the event stays the caller's. */
+ * then on when `own`; on failure the event stays the caller's. `push`
+ * NULL: a pull (its destination waits, see issue()). */
 static ps_status_t defer_sends(ps_kv_worker_t *w, kv_req_t *r, int ts, const ps_kv_pairs_t *push,
                                const ps_kv_slice_t *push_slices, ps_data_type_t type, int cmd,
                                ps_mem_event_h ready, bool own)
@@ -1215,12 +1365,15 @@ static ps_status_t defer_sends(ps_kv_worker_t *w, kv_req_t *r, int ts, const ps_
     kv_deferred_t *d = malloc(sizeof(*d) + n * sizeof(d->slices[0]));
     ps_status_t st = d ? ready_queue_of(w, &q) : PS_ERR_NO_MEMORY;
     if (st == PS_OK) {
-        *d = (kv_deferred_t){.w = w, .r = r, .ts = ts, .cmd = cmd, .type = type};
-        d->push.keys = ps_slice_ref(&push->keys);
-        d->push.vals = ps_slice_ref(&push->vals);
-        d->push.lens = ps_slice_ref(&push->lens);
-        d->push.type = push->type;
-        memcpy(d->slices, push_slices, n * sizeof(d->slices[0]));
+        *d = (kv_deferred_t){.w = w, .r = r, .ts = ts, .cmd = cmd, .type = type,
+                             .has_push = push != NULL};
+        if (push) {
+            d->push.keys = ps_slice_ref(&push->keys);
+            d->push.vals = ps_slice_ref(&push->vals);
+            d->push.lens = ps_slice_ref(&push->lens);
+            d->push.type = push->type;
+            memcpy(d->slices, push_slices, n * sizeof(d->slices[0]));
+        }
         atomic_fetch_add(&r->refs, 1);
         st = ps__ready_queue_add(q, ready, own, w->request_timeout_ms, deferred_run, d);
         if (st == PS_OK)
@@ -1245,11 +1398,12 @@ static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
                                  ps__kv_regroup_t *rg, ps_mem_event_h ready, bool *own_ready_p,
                                  int cmd, ps_kv_done_func_t done, void *arg, int *ts_p);
 
-/* The event a push waits for (NULL: none, or already complete), made from
- * ps_kv_ready_t; *own_p when ps made it (recorded on the caller's stream).
- * With on_default and no event or stream given, one is recorded on the
- * device's default stream. */
-static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *ready,
+/* The event a request waits for (NULL: none, or already complete) before
+ * it is sent, for `vals` (a push's values, or a pull's destination), made
+ * from ps_kv_ready_t; *own_p when ps made it (recorded on the caller's
+ * stream). With on_default and no event or stream given, one is recorded
+ * on the device's default stream. */
+static ps_status_t ready_event(const ps_slice_t *vals, const ps_kv_ready_t *ready,
                                bool on_default, ps_mem_event_h *event_p, bool *own_p)
 {
     static const ps_kv_ready_t none = {NULL, NULL};
@@ -1258,10 +1412,10 @@ static ps_status_t ready_event(const ps_kv_pairs_t *push, const ps_kv_ready_t *r
     if (ready == NULL)
         ready = &none;
     if ((ready->event == NULL && ready->stream == NULL && !on_default) ||
-        ps_slice_in_host_mem(&push->vals))
+        ps_slice_in_host_mem(vals))
         return PS_OK; /* host memory is ready when the call is made */
-    return ps__ready_event(ps_slice_mem_ops_kind(&push->vals), ps_slice_device(&push->vals),
-                           ready->event, ready->stream, "kv push", event_p, own_p);
+    return ps__ready_event(ps_slice_mem_ops_kind(vals), ps_slice_device(vals), ready->event,
+                           ready->stream, "kv request", event_p, own_p);
 }
 
 /* The server of each key of `kvs` by the user's slicer (*owner_p, the
@@ -1340,8 +1494,18 @@ static ps_status_t issue(ps_kv_worker_t *w, const ps_kv_pairs_t *push, const ps_
      * still queued on the device's default stream (a copy from pageable
      * memory returns before its DMA ends) must be done first. */
     bool on_default = push && w->device_ipc && !ps_slice_in_host_mem(&push->vals);
-    if (push && (ready || on_default) &&
-        (st = ready_event(push, ready, on_default, &ev, &own)) != PS_OK) {
+    st = PS_OK;
+    if (push && (ready || on_default))
+        st = ready_event(&push->vals, ready, on_default, &ev, &own);
+    /* Likewise a pull whose destination goes as an IPC handle: the server
+     * writes into it outside this process's stream order, so the work
+     * already queued on the device's default stream (a kernel still
+     * reading the old values) goes first, as a staged pull's copy would
+     * in stream order. */
+    if (st == PS_OK && ev == NULL && out && !any && w->device_ipc &&
+        !ps_slice_in_host_mem(&out->vals))
+        st = ready_event(&out->vals, NULL, true, &ev, &own);
+    if (st != PS_OK) {
         free(owner);
         if (regrouped)
             ps__kv_regroup_free(&rg);
@@ -1677,4 +1841,5 @@ void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p)
     stats_p->lane_messages = atomic_load_explicit(&worker->n_lane, memory_order_relaxed);
     stats_p->push_bytes_staged = atomic_load_explicit(&worker->n_staged, memory_order_relaxed);
     stats_p->push_bytes_ipc = atomic_load_explicit(&worker->n_ipc, memory_order_relaxed);
+    stats_p->pull_bytes_ipc = atomic_load_explicit(&worker->n_pull_ipc, memory_order_relaxed);
 }

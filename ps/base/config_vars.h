@@ -102,7 +102,7 @@ PS_CONFIG_VAR(PS_RECV_PREALLOC_BYTES, SIZE, "4m", "van", NULL,
 PS_CONFIG_VAR(BYTEPS_ENABLE_IPC, BOOL, "0", "ipc", NULL,
               "1 talks to peers on the same host through shared memory and to the others through the van DMLC_ENABLE_RDMA, DMLC_ENABLE_UCX or DMLC_PS_VAN_TYPE chooses (van ipc); ignored when that van is shm.")
 PS_CONFIG_VAR(PS_DEVICE_IPC, BOOL, "0", "ipc", NULL,
-              "1 sends a KV push from device memory over the shm van as an IPC handle (CUDA IPC): the server copies the values out of the worker's device memory itself, so the worker makes no host copy and no value byte crosses shared memory. Worker and server must be separate processes that can open each other's handles (one host, one container); 0 stages the values through host memory as every other van does.")
+              "1 sends KV device values over the shm van as IPC handles (CUDA IPC): a push from device memory goes as its handle and the server copies the values out of the worker's device memory itself; a pull into device memory sends its destination's handle and the server writes the answer into it, waiting for that copy before it answers. Either way no value byte crosses shared memory and the worker makes no host copy; a descriptor the server cannot use fails that push, or sends that pull's values as bytes. Worker and server must be separate processes that can open each other's handles (one host, one container); 0 stages the values through host memory as every other van does.")
 PS_CONFIG_VAR(BYTEPS_PARTITION_BYTES, SIZE, "4096000", "ipc", NULL,
               "Tensor partition size and shared-memory stride per partition, in bytes.")
 

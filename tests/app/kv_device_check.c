@@ -21,20 +21,32 @@
  * (ps_kv_zpush_when), its bytes checked too.
  *
  * The device pushes must have gone out of host copies, or with -i as IPC
- * handles (PS_DEVICE_IPC=1 over the shm van), every byte of them: the
- * worker's counters say which. Prints PASS/FAIL per process. The servers
- * keep a summing store in host memory.
+ * handles (PS_DEVICE_IPC=1 over the shm van), every byte of them; with -i
+ * every pull into device memory must have been written by the server
+ * through the destination's IPC handle, and without it none: the worker's
+ * counters say which. With -i, last, pull requests sent by hand with
+ * destination descriptors the server cannot use (too small, past their
+ * allocation, of an unknown kind, a malformed body) must be answered with
+ * the values as bytes, and a good one written in place; the job then goes
+ * on. Prints PASS/FAIL per process. The servers keep a summing store in
+ * host memory.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+
 #include "ps/app/kv.h"
+#include "ps/app/kv_ipc.h"
 #include "ps/base/buffer.h"
 #include "ps/base/time.h"
 #include "ps/gpu/mem.h"
+#include "ps/net/customer.h"
+#include "ps/net/message.h"
 #include "ps/net/postoffice.h"
+#include "ps/net/postoffice_msg.h"
 #include "tests/lib/check_node.h"
 
 #define NUM_KEYS 4
@@ -46,6 +58,7 @@ static int g_num_sizes;
 static int g_rounds_done;
 static int g_reps = 1;
 static int g_expect_ipc;
+static uint64_t g_device_pulled; /* value bytes pulled into device memory */
 
 /* A slice of `len` bytes in the device kind (device) or host memory. */
 static void *alloc_slice(int device, size_t len, ps_slice_t *slice_p)
@@ -126,6 +139,8 @@ static void round_trip(ps_postoffice_t *po, ps_kv_worker_t *w, const char *path,
     int ts;
     double push_ms = 0, pull_ms;
     uint64_t t0 = ps_time_now_ns();
+    if (pull_dev)
+        g_device_pulled += (pushpull ? 2 : 1) * (uint64_t)len;
     if (pushpull) {
         /* Each worker's push-pull answers with the sum so far: the workers
          * go one after another, and the last one sees the whole sum. */
@@ -264,9 +279,200 @@ static void late_ready_round(ps_postoffice_t *po, ps_kv_worker_t *w)
     printf("worker %d: late-ready push of %d bytes: the call returned in %.3f ms, the push "
            "ended after %.3f ms (data written at %d ms), %d bytes checked\n",
            me, LATE_BYTES, call_ms, done_ms, LATE_MS, LATE_BYTES);
+    if (g_expect_ipc) {
+        /* A pull through an IPC handle into memory the default stream still
+         * writes (LATE_MS late): the server's write must come after. */
+        ps_slice_t dst2;
+        void *dev2 = alloc_slice(1, LATE_BYTES, &dst2);
+        CHECK_OK(g_ops->launch_host_func(NULL, sleep_on_stream, (void *)(uintptr_t)LATE_MS));
+        CHECK_OK(g_ops->memset_async(dev2, 0xee, LATE_BYTES, NULL));
+        ps_kv_pairs_t out2 = {keys, dst2, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
+        t0 = ps_time_now_ns();
+        CHECK_OK(ps_kv_zpull(w, &out2, 0, NULL, NULL, &ts));
+        CHECK_OK(ps_kv_wait(w, ts, -1));
+        done_ms = ms_since(t0);
+        g_device_pulled += LATE_BYTES;
+        /* Read back after the default stream's work (the memset), which
+         * the server's write must have followed. */
+        ps_mem_event_h ev;
+        CHECK_OK(g_ops->event_create(0, &ev));
+        CHECK_OK(g_ops->event_record(ev, NULL));
+        CHECK_OK(ps_mem_event_wait(ev, 10000));
+        CHECK_OK(ps_mem_event_destroy(ev));
+        CHECK_OK(g_ops->copy_to_host(host, dev2, LATE_BYTES));
+        for (size_t i = 0; i < LATE_BYTES; i++) {
+            if (host[i] != want)
+                check_fail("pull behind the default stream: byte %zu is %u, want %u", i,
+                           host[i], want);
+        }
+        printf("worker %d: pull into device memory behind the default stream's work: ended "
+               "after %.3f ms (that work ends at %d ms), %d bytes checked\n", me, done_ms,
+               LATE_MS, LATE_BYTES);
+        ps_slice_unref(&dst2);
+    }
     CHECK_OK(g_ops->stream_destroy(stream));
     ps_slice_unref(&src);
     ps_slice_unref(&dst);
+    ps_slice_unref(&keys);
+}
+
+/* ---- pull requests by hand, with destination descriptors (-i) ---- */
+
+#define RAW_CUSTOMER 50   /* + the worker's rank: a customer of this check's own */
+#define RAW_BYTES 65536   /* too large for the small lane, so a message answers */
+
+/* An answer the raw customer got. */
+typedef struct {
+    int ts;          /* -1: none yet */
+    int written;     /* the body said the values were written in place */
+    uint64_t written_len;
+    size_t vals_len; /* value bytes that came */
+    int vals_ok;     /* they were the key's values */
+} raw_answer_t;
+
+/* The last one, under its lock. */
+static pthread_mutex_t g_raw_lock = PTHREAD_MUTEX_INITIALIZER;
+static raw_answer_t g_raw = {-1, 0, 0, 0, 0};
+
+static unsigned char raw_value(int me, size_t i)
+{
+    return (unsigned char)(i * 5 + (size_t)me * 11 + 3);
+}
+
+static int g_raw_me;
+
+static void raw_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
+{
+    (void)arg;
+    (void)customer;
+    uint64_t wl = 0;
+    int written = ps__kv_ipc_written_parse(msg->meta.body, msg->meta.body_len, &wl);
+    size_t vl = msg->num_data > 1 ? msg->data[1].len : 0;
+    int ok = vl == RAW_BYTES;
+    const unsigned char *v = vl ? ps_slice_ptr(&msg->data[1]) : NULL;
+    for (size_t i = 0; ok && i < vl; i++)
+        ok = v[i] == raw_value(g_raw_me, i);
+    pthread_mutex_lock(&g_raw_lock);
+    g_raw = (raw_answer_t){msg->meta.timestamp, written, wl, vl, ok};
+    pthread_mutex_unlock(&g_raw_lock);
+}
+
+/* Sends a pull of `key` with `body` to `server` as ts and waits for the
+ * answer. */
+static raw_answer_t raw_pull(ps_postoffice_t *po, int server, ps_key_t *key, const void *body,
+                             size_t body_len, int ts)
+{
+    ps_slice_t keys;
+    CHECK_OK(ps_slice_wrap(key, sizeof(*key), NULL, NULL, &keys));
+    ps_msg_t msg;
+    ps_msg_init(&msg);
+    msg.meta.app_id = 0;
+    msg.meta.customer_id = RAW_CUSTOMER + ps_postoffice_my_rank(po);
+    msg.meta.timestamp = ts;
+    msg.meta.request = true;
+    msg.meta.pull = true;
+    msg.meta.recver = server;
+    msg.meta.key = *key;
+    msg.meta.val_len = RAW_BYTES;
+    msg.meta.body = body;
+    msg.meta.body_len = body_len;
+    msg.meta.sender = ps_postoffice_my_id(po);
+    CHECK_OK(ps_msg_lend_data(&msg, &keys, PS_DATA_UINT64));
+    CHECK_OK(ps_postoffice_send(po, &msg));
+    uint64_t deadline = ps_time_now_ns() + 20ull * 1000 * 1000 * 1000;
+    raw_answer_t got;
+    for (;;) {
+        pthread_mutex_lock(&g_raw_lock);
+        got = g_raw;
+        pthread_mutex_unlock(&g_raw_lock);
+        if (got.ts == ts)
+            break;
+        if (ps_time_now_ns() > deadline)
+            check_fail("hostile pulls: no answer to ts %d", ts);
+        ps_sleep_ms(1);
+    }
+    ps_slice_unref(&keys);
+    return got;
+}
+
+static void hostile_round(ps_postoffice_t *po, ps_kv_worker_t *w)
+{
+    int me = ps_postoffice_my_rank(po);
+    g_raw_me = me;
+    ps_key_t key = 1000000 + (ps_key_t)me; /* the first server's */
+    int server = ps_postoffice_peer_id(po, PS_ROLE_SERVER, 0);
+    ps_slice_t keys, src, dst;
+    CHECK_OK(ps_slice_wrap(&key, sizeof(key), NULL, NULL, &keys));
+    unsigned char *host = alloc_slice(0, RAW_BYTES, &src);
+    for (size_t i = 0; i < RAW_BYTES; i++)
+        host[i] = raw_value(me, i);
+    ps_kv_pairs_t push = {keys, src, PS_SLICE_EMPTY_INIT, PS_DATA_CHAR};
+    int ts;
+    CHECK_OK(ps_kv_zpush(w, &push, 0, NULL, NULL, &ts));
+    CHECK_OK(ps_kv_wait(w, ts, -1));
+
+    ps_customer_t *raw;
+    CHECK_OK(ps_customer_create(po, 0, RAW_CUSTOMER + me, raw_recv, NULL, &raw));
+    /* An interior destination: 100 bytes into an allocation. */
+    void *dev = alloc_slice(1, RAW_BYTES + 200, &dst);
+    ps_slice_t inner;
+    CHECK_OK(ps_slice_sub(&dst, 100, RAW_BYTES, &inner));
+    ps__kv_ipc_desc_t good;
+    CHECK_OK(ps__kv_ipc_describe_pull(&inner, &good));
+    static const struct {
+        const char *what;
+        int change;
+    } cases[] = {{"too small", 1}, {"past its allocation", 2}, {"of an unknown kind", 3},
+                 {"a malformed body", 4}, {"a push descriptor", 5}};
+    int n = 0;
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        ps__kv_ipc_desc_t d[2] = {good, good};
+        size_t body_len = sizeof(d[0]);
+        switch (cases[c].change) {
+        case 1: d[0].len = RAW_BYTES - 4; break;
+        case 2: d[0].offset = RAW_BYTES; break;
+        case 3: d[0].kind = 99; break;
+        case 4: body_len = sizeof(d[0]) + 5; break;
+        case 5: d[0].magic = PS__KV_IPC_MAGIC; break;
+        }
+        CHECK_OK(g_ops->memset(dev, 0, RAW_BYTES + 200));
+        raw_answer_t a = raw_pull(po, server, &key, d, body_len, ++n);
+        if (a.written || a.vals_len != RAW_BYTES || !a.vals_ok)
+            check_fail("hostile pulls: a descriptor %s: written %d, %zu value bytes (right: %d)",
+                       cases[c].what, a.written, a.vals_len, a.vals_ok);
+        unsigned char *back = malloc(RAW_BYTES + 200);
+        if (back == NULL)
+            check_fail("out of memory");
+        CHECK_OK(g_ops->copy_to_host(back, dev, RAW_BYTES + 200));
+        for (size_t i = 0; i < RAW_BYTES + 200; i++) {
+            if (back[i] != 0)
+                check_fail("hostile pulls: a descriptor %s: byte %zu of the allocation written",
+                           cases[c].what, i);
+        }
+        free(back);
+    }
+    /* The good one: written in place, every byte, nothing around it. */
+    raw_answer_t a = raw_pull(po, server, &key, &good, sizeof(good), ++n);
+    if (!a.written || a.written_len != RAW_BYTES || a.vals_len != 0)
+        check_fail("hostile pulls: the good descriptor: written %d (%llu bytes), %zu value "
+                   "bytes came", a.written, (unsigned long long)a.written_len, a.vals_len);
+    unsigned char *back = malloc(RAW_BYTES + 200);
+    if (back == NULL)
+        check_fail("out of memory");
+    CHECK_OK(g_ops->copy_to_host(back, dev, RAW_BYTES + 200));
+    for (size_t i = 0; i < RAW_BYTES + 200; i++) {
+        unsigned char want = i >= 100 && i < 100 + RAW_BYTES ? raw_value(me, i - 100) : 0;
+        if (back[i] != want)
+            check_fail("hostile pulls: the good descriptor: byte %zu is %u, want %u", i,
+                       back[i], want);
+    }
+    free(back);
+    printf("worker %d: hostile pulls: %d bad destination descriptors answered with the values "
+           "as bytes, a good one written in place, %d bytes checked\n", me, n - 1, RAW_BYTES);
+    ps_customer_destroy(raw);
+    ps_slice_unref(&inner);
+    ps_slice_unref(&dst);
+    ps_slice_unref(&src);
     ps_slice_unref(&keys);
 }
 
@@ -277,6 +483,8 @@ static void run_worker(ps_postoffice_t *po)
     for (int s = 0; s < g_num_sizes; s++)
         measure(po, w, g_sizes[s]);
     late_ready_round(po, w);
+    if (g_expect_ipc)
+        hostile_round(po, w);
     ps_kv_worker_stats_t st;
     ps_kv_worker_stats(w, &st);
     printf("worker %d: device values pushed: %llu bytes staged through host memory, %llu bytes "
@@ -286,6 +494,13 @@ static void run_worker(ps_postoffice_t *po)
                      : st.push_bytes_ipc != 0 || st.push_bytes_staged == 0)
         check_fail("device pushes went %s, not %s", g_expect_ipc ? "staged" : "as IPC handles",
                    g_expect_ipc ? "as IPC handles (-i)" : "staged");
+    printf("worker %d: device values pulled: %llu bytes written in place through IPC "
+           "handles, of %llu pulled into device memory\n", ps_postoffice_my_rank(po),
+           (unsigned long long)st.pull_bytes_ipc, (unsigned long long)g_device_pulled);
+    if (st.pull_bytes_ipc != (g_expect_ipc ? g_device_pulled : 0))
+        check_fail("device pulls: %llu bytes through IPC handles, want %llu",
+                   (unsigned long long)st.pull_bytes_ipc,
+                   (unsigned long long)(g_expect_ipc ? g_device_pulled : 0));
     ps_kv_worker_destroy(w);
 }
 

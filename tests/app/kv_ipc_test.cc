@@ -1,7 +1,9 @@
-// KV pushes as IPC handles (ps/app/kv_ipc.h) on the emulated device: a
-// child process exports device allocations, this process opens them the way
-// a server does, and every descriptor a hostile worker could send fails its
-// request alone.
+// KV pushes and pulls as IPC handles (ps/app/kv_ipc.h) on the emulated
+// device: a child process exports device allocations, this process opens
+// them the way a server does, reads pushed values out of them and writes
+// pulled values into them (every byte checked, inside and around the
+// destination), and every descriptor a hostile worker could send fails
+// alone.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 extern "C" {
 #include "ps/app/kv_ipc.h"
 #include "ps/base/buffer.h"
+#include "ps/gpu/emu.h"
 #include "ps/gpu/mem.h"
 }
 
@@ -227,6 +230,206 @@ TEST_F(KvIpc, TheLeastRecentlyUsedIsClosedBeyondTheCache) {
   // The first ones were closed; they open again and read right.
   FetchAndCheck(9, descs_[0], 0);
   EXPECT_EQ(ps__kv_ipc_open_count(cache_), PS__KV_IPC_CACHE);
+}
+
+// ---- pulls: the server writes into the worker's allocation ----
+
+// A pull descriptor of `len` bytes at `offset` of allocation `a`.
+ps__kv_ipc_desc_t PullDesc(const ps__kv_ipc_desc_t &d, uint64_t offset, uint64_t len) {
+  ps__kv_ipc_desc_t p = d;
+  p.magic = PS__KV_IPC_PULL_MAGIC;
+  p.offset = offset;
+  p.len = len;
+  return p;
+}
+
+unsigned char Answer(int round, size_t i) { return (unsigned char)(i * 11 + round * 5 + 1); }
+
+class KvIpcPull : public KvIpc {
+ protected:
+  int may_land = -1;  // ps__kv_ipc_put's word on a copy still under way
+
+  // The whole of allocation `a` as it is now, read through the cache.
+  std::vector<unsigned char> ReadAll(int a) {
+    ps__kv_ipc_desc_t whole = descs_[a];
+    whole.offset = 0;
+    whole.len = kLen;
+    ps_slice_t vals;
+    EXPECT_EQ(ps__kv_ipc_fetch(cache_, 9, &whole, &vals), PS_OK);
+    std::vector<unsigned char> out(kLen);
+    if (vals.len == kLen) memcpy(out.data(), ps_slice_ptr(&vals), kLen);
+    ps_slice_unref(&vals);
+    return out;
+  }
+  // Every byte of allocation `a`: `round`'s answer in [off, off + len),
+  // the allocation's pattern elsewhere.
+  void CheckAllocation(int a, size_t off, size_t len, int round) {
+    std::vector<unsigned char> got = ReadAll(a);
+    for (size_t i = 0; i < kLen; i++) {
+      unsigned char want = i >= off && i < off + len ? Answer(round, i - off) : Pattern(a, i);
+      ASSERT_EQ(got[i], want) << "allocation " << a << " byte " << i;
+    }
+  }
+  // Host values of `round`'s answer.
+  static std::vector<unsigned char> Values(int round, size_t len) {
+    std::vector<unsigned char> v(len);
+    for (size_t i = 0; i < len; i++) v[i] = Answer(round, i);
+    return v;
+  }
+};
+
+TEST_F(KvIpcPull, RequestBodiesAndWrittenMarksParse) {
+  ps__kv_ipc_desc_t push = descs_[0], pull = PullDesc(descs_[1], 8, 16), a, b;
+  int has_push, has_pull;
+  EXPECT_EQ(ps__kv_ipc_parse_request(&push, sizeof(push), &a, &has_push, &b, &has_pull), 1);
+  EXPECT_TRUE(has_push && !has_pull);
+  EXPECT_EQ(memcmp(&a, &push, sizeof(a)), 0);
+  EXPECT_EQ(ps__kv_ipc_parse_request(&pull, sizeof(pull), &a, &has_push, &b, &has_pull), 1);
+  EXPECT_TRUE(!has_push && has_pull);
+  EXPECT_EQ(memcmp(&b, &pull, sizeof(b)), 0);
+  ps__kv_ipc_desc_t both[2] = {push, pull};
+  EXPECT_EQ(ps__kv_ipc_parse_request(both, sizeof(both), &a, &has_push, &b, &has_pull), 1);
+  EXPECT_TRUE(has_push && has_pull);
+  // A pull descriptor is no push descriptor.
+  EXPECT_EQ(ps__kv_ipc_parse(&pull, sizeof(pull), &a), 0);
+  // Malformed: the wrong order, twice the same kind, a bad magic, a short
+  // or long body; none sets a flag.
+  ps__kv_ipc_desc_t swapped[2] = {pull, push}, two_push[2] = {push, push};
+  ps__kv_ipc_desc_t bad = pull;
+  bad.magic = 0x12345678u;
+  std::vector<unsigned char> longer(sizeof(both) + 1);
+  struct {
+    const void *body;
+    size_t len;
+  } cases[] = {{swapped, sizeof(swapped)}, {two_push, sizeof(two_push)}, {&bad, sizeof(bad)},
+               {&pull, sizeof(pull) - 1}, {longer.data(), longer.size()}, {nullptr, 0}};
+  for (const auto &c : cases) {
+    has_push = has_pull = 7;
+    EXPECT_EQ(ps__kv_ipc_parse_request(c.body, c.len, &a, &has_push, &b, &has_pull), 0);
+    EXPECT_EQ(has_push, 0);
+    EXPECT_EQ(has_pull, 0);
+  }
+
+  ps__kv_ipc_written_t w = {PS__KV_IPC_WRITTEN_MAGIC, 0, 12345};
+  uint64_t len = 0;
+  EXPECT_EQ(ps__kv_ipc_written_parse(&w, sizeof(w), &len), 1);
+  EXPECT_EQ(len, 12345u);
+  EXPECT_EQ(ps__kv_ipc_written_parse(&w, sizeof(w) - 1, &len), 0);
+  w.reserved = 1;
+  EXPECT_EQ(ps__kv_ipc_written_parse(&w, sizeof(w), &len), 0);
+  w.reserved = 0;
+  w.magic = PS__KV_IPC_MAGIC;
+  EXPECT_EQ(ps__kv_ipc_written_parse(&w, sizeof(w), &len), 0);
+}
+
+// Host values written at interior offsets of several sizes: each lands
+// exactly in its range, every other byte of the allocation untouched.
+TEST_F(KvIpcPull, WritesHostValuesIntoInteriorRangesOfSeveralSizes) {
+  const struct {
+    size_t off, len;
+  } cases[] = {{kOffset, 1}, {kOffset, 7}, {kOffset + 3, 4096}, {1, kLen - 2},
+               {kOffset, kLen - kOffset}, {0, kLen}, {kLen - 5, 5}};
+  int a = 0;
+  for (const auto &c : cases) {
+    std::vector<unsigned char> v = Values(a, c.len);
+    ps_slice_t vals;
+    ASSERT_EQ(ps_slice_wrap(v.data(), v.size(), nullptr, nullptr, &vals), PS_OK);
+    ps__kv_ipc_desc_t d = PullDesc(descs_[a], c.off, c.len);
+    EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_OK)
+        << c.off << " " << c.len;
+    EXPECT_EQ(may_land, 0);
+    ps_slice_unref(&vals);
+    CheckAllocation(a, c.off, c.len, a);
+    a++;
+  }
+}
+
+// Values in device memory of the same kind: one device-to-device copy.
+TEST_F(KvIpcPull, WritesDeviceValuesOfTheSameKind) {
+  const size_t len = 2 * 4096 + 3;
+  ps_slice_t vals;
+  ASSERT_EQ(ps_mem_slice_alloc(PS_MEM_EMU, 0, len + 64, &vals), PS_OK);
+  ASSERT_EQ(ps_slice_narrow(&vals, 64, len), PS_OK);  // an interior source too
+  std::vector<unsigned char> v = Values(3, len);
+  ASSERT_EQ(Emu()->copy_from_host(ps_slice_ptr(&vals), v.data(), len), PS_OK);
+  ps__kv_ipc_desc_t d = PullDesc(descs_[4], kOffset - 17, len);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_OK);
+  ps_slice_unref(&vals);
+  CheckAllocation(4, kOffset - 17, len, 3);
+}
+
+// Every descriptor that does not name exactly the answer's bytes inside the
+// allocation fails alone, writing nothing; the allocation then takes a
+// good write.
+TEST_F(KvIpcPull, BadDestinationsWriteNothing) {
+  const size_t len = 1000;
+  std::vector<unsigned char> v = Values(6, len);
+  ps_slice_t vals;
+  ASSERT_EQ(ps_slice_wrap(v.data(), v.size(), nullptr, nullptr, &vals), PS_OK);
+  const ps__kv_ipc_desc_t good = PullDesc(descs_[5], kOffset, len);
+  ps__kv_ipc_desc_t d = good;
+  d.len = len - 1;  // too small for the answer
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_INVALID_ARG);
+  d = good;
+  d.len = len + 1;  // not the answer's size either
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_INVALID_ARG);
+  d = good;
+  d.offset = kLen - len + 1;  // runs over the end
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_INVALID_ARG);
+  d = good;
+  d.offset = UINT64_MAX - 10;  // wraps
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_INVALID_ARG);
+  d = good;
+  d.magic = PS__KV_IPC_MAGIC;  // a push's descriptor: the server reads, never writes it
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_INVALID_ARG);
+  d = good;
+  d.kind = PS_MEM_HOST;
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_UNSUPPORTED);
+  d.kind = 99;
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_ERR_UNSUPPORTED);
+  d = good;
+  memset(&d.handle, 0x5a, sizeof(d.handle));
+  EXPECT_NE(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_OK);
+  d = good;
+  d.device = 1000;
+  EXPECT_NE(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_OK);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 0, &good, &vals, 5000, &may_land), PS_ERR_UNSUPPORTED);
+  EXPECT_EQ(may_land, 0);  // none of them queued a copy
+  // A pull descriptor is not read from either.
+  ps_slice_t out;
+  EXPECT_EQ(ps__kv_ipc_fetch(cache_, 9, &good, &out), PS_ERR_INVALID_ARG);
+  CheckAllocation(5, 0, 0, 0);  // untouched
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &good, &vals, 5000, &may_land), PS_OK);
+  ps_slice_unref(&vals);
+  CheckAllocation(5, kOffset, len, 6);
+}
+
+// A copy slower than its deadline: PS_ERR_TIMED_OUT and *may_land_p (the
+// server then does not answer), its source kept (the caller drops its own
+// reference at once) until the copy is done; it still lands, and later
+// writes work.
+TEST_F(KvIpcPull, ALateWriteKeepsItsSourceUntilDone) {
+  const size_t len = 3000;
+  ps_slice_t vals;
+  ASSERT_EQ(ps_slice_alloc(len, 0, &vals), PS_OK);
+  std::vector<unsigned char> v = Values(8, len);
+  memcpy(ps_slice_ptr(&vals), v.data(), len);
+  ps__kv_ipc_desc_t d = PullDesc(descs_[7], kOffset, len);
+  ps_mem_emu_set_delay_us(300 * 1000);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 10, &may_land), PS_ERR_TIMED_OUT);
+  EXPECT_EQ(may_land, 1);
+  ps_mem_emu_set_delay_us(0);
+  ps_slice_unref(&vals);  // the late copy holds its own reference
+  usleep(600 * 1000);
+  CheckAllocation(7, kOffset, len, 8);
+  std::vector<unsigned char> w = Values(9, 10);
+  ASSERT_EQ(ps_slice_wrap(w.data(), w.size(), nullptr, nullptr, &vals), PS_OK);
+  d = PullDesc(descs_[7], kOffset, 10);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 9, &d, &vals, 5000, &may_land), PS_OK);
+  ps_slice_unref(&vals);
+  std::vector<unsigned char> got = ReadAll(7);
+  for (size_t i = 0; i < 10; i++) ASSERT_EQ(got[kOffset + i], Answer(9, i)) << i;
+  for (size_t i = 10; i < len; i++) ASSERT_EQ(got[kOffset + i], Answer(8, i)) << i;
 }
 
 }  // namespace
