@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "ps/app/kv.h"
 #include "ps/app/kv_ipc.h"
@@ -234,13 +235,36 @@ static void sleep_on_stream(void *arg)
     ps_sleep_ms((uint64_t)(uintptr_t)arg);
 }
 
-/* A push whose data is written late: the stream sleeps LATE_MS (a host
+/* The late-ready push's gate: a host function on the stream waits until
+ * the worker opens it, GATE_CAP_MS at most (then it says so and returns,
+ * so that a call that waits for the stream cannot hang the check). */
+#define GATE_CAP_MS 30000
+static atomic_int g_gate_open, g_gate_gave_up;
+
+static void wait_for_gate(void *arg)
+{
+    (void)arg;
+    for (int waited = 0; !atomic_load(&g_gate_open); waited++) {
+        if (waited >= GATE_CAP_MS) {
+            atomic_store(&g_gate_gave_up, 1);
+            return;
+        }
+        ps_sleep_ms(1);
+    }
+}
+
+/* A push whose data is written late: the stream waits at a gate (a host
  * function), then sets every byte to the worker's rank + 1; the push is
- * made at once with the stream as its readiness. The call must return
- * before the data is ready, and the server must get what the stream
- * wrote: every pulled byte is the sum over the workers. */
-#define LATE_MS 50
+ * made at once with the stream as its readiness, and the gate opens only
+ * once the call returned. So the call must not wait for the stream (it
+ * would find the gate shut until GATE_CAP_MS), the push must end after the
+ * gate opened, and the server must get what the stream wrote: every
+ * pulled byte is the sum over the workers. No figure depends on the
+ * machine's speed. */
 #define LATE_BYTES (1 << 20)
+/* How long the default stream sleeps before the IPC pull's memory is
+ * written (that pull only checks data). */
+#define LATE_MS 50
 static void late_ready_round(ps_postoffice_t *po, ps_kv_worker_t *w)
 {
     int r = g_rounds_done++;
@@ -253,7 +277,9 @@ static void late_ready_round(ps_postoffice_t *po, ps_kv_worker_t *w)
     void *stream;
     CHECK_OK(g_ops->memset(dev, 0, LATE_BYTES));
     CHECK_OK(g_ops->stream_create(0, &stream));
-    CHECK_OK(g_ops->launch_host_func(stream, sleep_on_stream, (void *)(uintptr_t)LATE_MS));
+    atomic_store(&g_gate_open, 0);
+    atomic_store(&g_gate_gave_up, 0);
+    CHECK_OK(g_ops->launch_host_func(stream, wait_for_gate, NULL));
     CHECK_OK(g_ops->memset_async(dev, me + 1, LATE_BYTES, stream));
 
     ps_kv_pairs_t push = {keys, src, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
@@ -262,11 +288,16 @@ static void late_ready_round(ps_postoffice_t *po, ps_kv_worker_t *w)
     uint64_t t0 = ps_time_now_ns();
     CHECK_OK(ps_kv_zpush_when(w, &push, &ready, 0, NULL, NULL, &ts));
     double call_ms = ms_since(t0);
+    if (atomic_load(&g_gate_gave_up))
+        check_fail("late-ready: the call waited for the stream's data (%.3f ms, the gate shut)",
+                   call_ms);
+    double open_ms = ms_since(t0);
+    atomic_store(&g_gate_open, 1);
     CHECK_OK(ps_kv_wait(w, ts, -1));
     double done_ms = ms_since(t0);
-    if (call_ms >= LATE_MS || done_ms < LATE_MS)
-        check_fail("late-ready: the call took %.3f ms and the push %.3f ms, against a stream "
-                   "that writes the data after %d ms", call_ms, done_ms, LATE_MS);
+    if (done_ms < open_ms)
+        check_fail("late-ready: the push ended %.3f ms after the call, before the stream's "
+                   "gate opened at %.3f ms", done_ms, open_ms);
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_WORKER, -1));
     ps_kv_pairs_t out = {keys, dst, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
     CHECK_OK(ps_kv_zpull(w, &out, 0, NULL, NULL, &ts));
@@ -276,9 +307,9 @@ static void late_ready_round(ps_postoffice_t *po, ps_kv_worker_t *w)
         if (host[i] != want)
             check_fail("late-ready: byte %zu is %u, want %u", i, host[i], want);
     }
-    printf("worker %d: late-ready push of %d bytes: the call returned in %.3f ms, the push "
-           "ended after %.3f ms (data written at %d ms), %d bytes checked\n",
-           me, LATE_BYTES, call_ms, done_ms, LATE_MS, LATE_BYTES);
+    printf("worker %d: late-ready push of %d bytes: the call returned in %.3f ms with the "
+           "stream's data not yet written, the push ended %.3f ms after the gate opened, %d "
+           "bytes checked\n", me, LATE_BYTES, call_ms, done_ms - open_ms, LATE_BYTES);
     if (g_expect_ipc) {
         /* A pull through an IPC handle into memory the default stream still
          * writes (LATE_MS late): the server's write must come after. */
