@@ -605,21 +605,28 @@ static void part_answered_late(ps_kv_worker_t *w, kv_req_t *r, int sender)
         ipc_let_go(w, r, &r->parts[rank]);
 }
 
+/* The failed request `ts` held in `draining`, referenced, or NULL (the
+ * worker's lock held). */
+static kv_req_t *draining_find_ref(ps_kv_worker_t *w, int ts)
+{
+    for (size_t i = 0; i < w->num_draining; i++) {
+        if (w->draining[i].ts == ts) {
+            kv_req_t *r = w->draining[i].r;
+            atomic_fetch_add(&r->refs, 1);
+            return r;
+        }
+    }
+    return NULL;
+}
+
 /* A response to a request that ended already: a failed pull waiting in
  * `draining` for the server it gave a handle to, or one about to be put
  * there (worker_done runs just after the request stopped taking
  * responses): remembered in `unclaimed` for draining_add. */
 static void late_response(ps_kv_worker_t *w, int ts, int sender)
 {
-    kv_req_t *r = NULL;
     ps_mutex_lock(&w->lock);
-    for (size_t i = 0; i < w->num_draining; i++) {
-        if (w->draining[i].ts == ts) {
-            r = w->draining[i].r;
-            atomic_fetch_add(&r->refs, 1);
-            break;
-        }
-    }
+    kv_req_t *r = draining_find_ref(w, ts);
     if (r == NULL && sender != 0) {
         w->unclaimed[w->next_unclaimed] = (struct kv_unclaimed){ts, sender};
         w->next_unclaimed = (w->next_unclaimed + 1) % KV_UNCLAIMED;
@@ -1001,13 +1008,7 @@ ps_status_t ps_kv_cancel(ps_kv_worker_t *w, int ts, int timeout_ms)
     } else {
         /* Completed: only a failed one may still be held. */
         ps_mutex_lock(&w->lock);
-        for (size_t i = 0; i < w->num_draining; i++) {
-            if (w->draining[i].ts == ts) {
-                r = w->draining[i].r;
-                atomic_fetch_add(&r->refs, 1);
-                break;
-            }
-        }
+        r = draining_find_ref(w, ts);
     }
     if (r == NULL) {
         ps_mutex_unlock(&w->lock);

@@ -42,7 +42,6 @@
 #include "ps/net/shm/shm_seg.h"
 #include "ps/net/van/addr.h"
 
-#define LISTEN_BACKLOG 1024
 /* Largest packet we expect (a HELLO). */
 #define PKT_MAX 512
 
@@ -197,17 +196,11 @@ static ps_status_t listen_try(void *arg, int port, int random, char *where, size
         ps_error(PS_LOG_SHM, "bind: socket(): %m");
         return ps_status_from_errno(errno);
     }
-    if (bind(fd, (struct sockaddr *)&addr, alen) == 0 && listen(fd, LISTEN_BACKLOG) == 0) {
+    st = ps_van_sock_bind_listen(&t->van->sock, fd, (struct sockaddr *)&addr, alen, where);
+    if (st == PS_OK) {
         t->fd = fd;
-        return PS_OK;
     }
-    int err = errno;
-    close(fd);
-    if (err == EADDRINUSE) {
-        return PS_ERR_ADDRESS_IN_USE;
-    }
-    ps_error(PS_LOG_SHM, "cannot listen as %s: %s", where, strerror(err));
-    return ps_status_from_errno(err);
+    return st;
 }
 
 ps_status_t ps__shm_bind(ps_van_t *v, ps_node_t *node, int max_retry)

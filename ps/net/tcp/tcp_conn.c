@@ -43,8 +43,6 @@
 #include "ps/net/van/addr.h"
 #include "ps/net/van/conn_list.h"
 
-#define LISTEN_BACKLOG 1024
-
 ps__tcp_conn_t *ps__tcp_conn_new(ps__tcp_van_t *van, int outgoing)
 {
     ps__tcp_conn_t *conn = calloc(1, sizeof(*conn));
@@ -147,17 +145,12 @@ static ps_status_t listen_try(void *arg, int port, int random, char *where, size
     /* Accepted sockets inherit the buffer sizes; the receive buffer must
      * be set before the handshake for the window scale to match it. */
     tune_socket(t->van, fd);
-    if (bind(fd, ps_sockaddr_sa(&t->addr), t->addr.len) == 0 && listen(fd, LISTEN_BACKLOG) == 0) {
+    ps_status_t st = ps_van_sock_bind_listen(&t->van->sock, fd, ps_sockaddr_sa(&t->addr),
+                                             t->addr.len, where);
+    if (st == PS_OK) {
         t->fd = fd;
-        return PS_OK;
     }
-    int err = errno;
-    close(fd);
-    if (err == EADDRINUSE) {
-        return PS_ERR_ADDRESS_IN_USE;
-    }
-    ps_error(PS_LOG_TCP, "cannot listen on %s: %s", where, strerror(err));
-    return err == EADDRNOTAVAIL ? PS_ERR_INVALID_ARG : ps_status_from_errno(err);
+    return st;
 }
 
 ps_status_t ps__tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry)

@@ -4,8 +4,12 @@
  */
 #include "ps/net/van/sock_core.h"
 
+#include <errno.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
+
+#define LISTEN_BACKLOG 1024
 
 void ps_van_sock_init(ps_van_sock_t *s, size_t peer_size, ps_log_component_t log)
 {
@@ -50,6 +54,21 @@ ps_status_t ps_van_sock_may_bind(const ps_van_sock_t *s)
         return PS_ERR_BAD_STATE;
     }
     return PS_OK;
+}
+
+ps_status_t ps_van_sock_bind_listen(const ps_van_sock_t *s, int fd, const struct sockaddr *sa,
+                                    socklen_t len, const char *where)
+{
+    if (bind(fd, sa, len) == 0 && listen(fd, LISTEN_BACKLOG) == 0) {
+        return PS_OK;
+    }
+    int err = errno;
+    close(fd);
+    if (err == EADDRINUSE) {
+        return PS_ERR_ADDRESS_IN_USE;
+    }
+    ps_error(s->log, "cannot listen on %s: %s", where, strerror(err));
+    return err == EADDRNOTAVAIL ? PS_ERR_INVALID_ARG : ps_status_from_errno(err);
 }
 
 ps_status_t ps_van_sock_listen(ps_van_sock_t *s, int fd, void *listen_ptr, const char *where)

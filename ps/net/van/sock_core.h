@@ -49,6 +49,12 @@ void ps_van_sock_fini(ps_van_sock_t *s);
 /* PS_OK when bind() may listen; PS_ERR_BAD_STATE (logged) once it did. */
 ps_status_t ps_van_sock_may_bind(const ps_van_sock_t *s);
 
+/* One try of bind() at an address: binds `fd` there and listens (a backlog
+ * of 1024). PS_OK; PS_ERR_ADDRESS_IN_USE when it is taken; another status
+ * when it cannot be (logged, naming `where`). On failure fd is closed. */
+ps_status_t ps_van_sock_bind_listen(const ps_van_sock_t *s, int fd, const struct sockaddr *sa,
+                                    socklen_t len, const char *where);
+
 /* bind()'s last step: `fd` listens; it goes under admission control and
  * into the epoll set (`listen_ptr` its data), then listen_fd is set, which
  * the progress thread reads. On failure fd is closed. `where` names it in
