@@ -54,11 +54,14 @@ ps_status_t ps_van_listen_on_port(const ps_node_t *node, int max_retry, int is_s
             return st;
         }
         if (fixed != 0) {
+            const char *advice = taken;
+            if (advice == NULL) {
+                advice = is_scheduler
+                             ? "give the job another DMLC_PS_ROOT_PORT"
+                             : "choose another DMLC_PORT or leave it unset for a random one";
+            }
             ps_error(log, "cannot listen on %s: address already in use (port %d is taken; %s)",
-                     where, port,
-                     taken != NULL      ? taken
-                     : is_scheduler ? "give the job another DMLC_PS_ROOT_PORT"
-                                    : "choose another DMLC_PORT or leave it unset for a random one");
+                     where, port, advice);
             return PS_ERR_ADDRESS_IN_USE;
         }
     }

@@ -481,6 +481,10 @@ int ps__fab_peer_process_exiting(const ps__fab_peer_t *peer);
 ps_status_t ps__fab_local_add(const void *addr, size_t len);
 void ps__fab_local_remove(const void *addr, size_t len);
 int ps__fab_local_open(const void *addr, size_t len);
+/* 1 when the endpoint is open, and then it stays open (the list held)
+ * until ps__fab_local_release(); 0 when it is not (nothing held). */
+int ps__fab_local_hold(const void *addr, size_t len);
+void ps__fab_local_release(void);
 
 /* ---- fabric_send.c ---- */
 ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_t *msg);

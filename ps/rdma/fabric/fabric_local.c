@@ -9,7 +9,10 @@
  * 1.17's shm faults in pthread_spin_lock on the next post to it (the
  * endpoints of one process share their peers' mappings). So a van lists
  * its endpoint here while it is open, and a peer of our own pid is gone
- * once its address is no longer listed.
+ * once its address is no longer listed. A post to such a peer holds the
+ * list (read) from that check to the post's return, and a closing van
+ * takes its endpoint off the list (write) before it closes it: the check
+ * and the post see the same endpoint.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,7 +25,7 @@ typedef struct {
     uint8_t addr[PS_NODE_ENDPOINT_MAX];
 } local_ep_t;
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t g_lock = PTHREAD_RWLOCK_INITIALIZER;
 static local_ep_t *g_eps;
 static size_t g_num, g_cap;
 
@@ -39,12 +42,12 @@ ps_status_t ps__fab_local_add(const void *addr, size_t len)
 {
     if (len > PS_NODE_ENDPOINT_MAX)
         return PS_ERR_INVALID_ARG;
-    pthread_mutex_lock(&g_lock);
+    pthread_rwlock_wrlock(&g_lock);
     if (g_num == g_cap) {
         size_t cap = g_cap ? 2 * g_cap : 4;
         local_ep_t *eps = realloc(g_eps, cap * sizeof(*eps));
         if (eps == NULL) {
-            pthread_mutex_unlock(&g_lock);
+            pthread_rwlock_unlock(&g_lock);
             return PS_ERR_NO_MEMORY;
         }
         g_eps = eps;
@@ -53,13 +56,13 @@ ps_status_t ps__fab_local_add(const void *addr, size_t len)
     g_eps[g_num].len = len;
     memcpy(g_eps[g_num].addr, addr, len);
     g_num++;
-    pthread_mutex_unlock(&g_lock);
+    pthread_rwlock_unlock(&g_lock);
     return PS_OK;
 }
 
 void ps__fab_local_remove(const void *addr, size_t len)
 {
-    pthread_mutex_lock(&g_lock);
+    pthread_rwlock_wrlock(&g_lock);
     ssize_t i = find_locked(addr, len);
     if (i >= 0)
         g_eps[i] = g_eps[--g_num];
@@ -68,13 +71,27 @@ void ps__fab_local_remove(const void *addr, size_t len)
         g_eps = NULL;
         g_cap = 0;
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_rwlock_unlock(&g_lock);
 }
 
 int ps__fab_local_open(const void *addr, size_t len)
 {
-    pthread_mutex_lock(&g_lock);
+    pthread_rwlock_rdlock(&g_lock);
     int open = find_locked(addr, len) >= 0;
-    pthread_mutex_unlock(&g_lock);
+    pthread_rwlock_unlock(&g_lock);
     return open;
+}
+
+int ps__fab_local_hold(const void *addr, size_t len)
+{
+    pthread_rwlock_rdlock(&g_lock);
+    if (find_locked(addr, len) >= 0)
+        return 1;
+    pthread_rwlock_unlock(&g_lock);
+    return 0;
+}
+
+void ps__fab_local_release(void)
+{
+    pthread_rwlock_unlock(&g_lock);
 }

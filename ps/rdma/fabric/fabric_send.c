@@ -316,6 +316,29 @@ static int peer_dead(ps__fab_peer_t *peer, uint64_t now, int force)
     return 0;
 }
 
+/* Before a post (peer lock held): 1 when the peer is gone (nothing to
+ * post), else 0 and the post may go. A peer in this process is asked every
+ * time, and the list of open endpoints is held (*held_p) until
+ * post_end(): its van cannot close the endpoint under the post
+ * (fabric_local.c). Any other peer: peer_dead(). */
+static int post_begin(ps__fab_peer_t *peer, uint64_t now, int force, int *held_p)
+{
+    *held_p = 0;
+    size_t len = __atomic_load_n(&peer->local_addr_len, __ATOMIC_ACQUIRE);
+    if (len == 0)
+        return peer_dead(peer, now, force);
+    if (!ps__fab_local_hold(peer->local_addr, len))
+        return 1;
+    *held_p = 1;
+    return 0;
+}
+
+static void post_end(int held)
+{
+    if (held)
+        ps__fab_local_release();
+}
+
 /* Posts tx's stages from tx->stage on (peer lock held). On POST_DONE the
  * poster's reference is still held: the caller drops it. The caller has
  * asked peer_dead() first. */
@@ -408,20 +431,22 @@ static int queue_post(ps__fab_van_t *van, ps__fab_peer_t *peer)
     /* The provider refused the head before: its peer may have stopped
      * taking messages, so its process is asked about every time (where
      * every send is queued, when it was quiet for PS__FAB_PID_CHECK_NS). */
-    if (peer->q_head != NULL && peer_dead(peer, 0, !van->posts_on_loop))
+    int held = 0;
+    if (peer->q_head != NULL && post_begin(peer, 0, !van->posts_on_loop, &held))
         return POST_GONE;
+    int r = POST_DONE;
     while (peer->q_head != NULL) {
         ps__fab_tx_t *tx = peer->q_head;
-        int r = tx_post(van, tx);
-        if (r != POST_DONE)
-            return r;
+        if ((r = tx_post(van, tx)) != POST_DONE)
+            break;
         peer->q_head = tx->next;
         if (peer->q_head == NULL)
             peer->q_tail = NULL;
         tx->next = NULL;
         tx_unref(van, tx, 1);
     }
-    return POST_DONE;
+    post_end(held);
+    return r;
 }
 
 /* Hands a peer with queued sends to the progress thread. */
@@ -540,7 +565,8 @@ static ps_status_t post_direct(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab
     /* Busy polling keeps the loop's clock current (a driver or the
      * progress thread runs it; parked, a few ms old at most): no clock
      * read on the request's path. */
-    if (peer_dead(peer, van->base.params.busy_poll ? ps__fab_round_now(van) : 0, 0)) {
+    int held;
+    if (post_begin(peer, van->base.params.busy_poll ? ps__fab_round_now(van) : 0, 0, &held)) {
         pthread_mutex_unlock(&peer->lock);
         ps__fab_peer_fail(van, peer, PS_ERR_PEER_GONE, "its process is gone");
         return PS_ERR_PEER_GONE;
@@ -551,6 +577,7 @@ static ps_status_t post_direct(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab
     ps__fab_ep_lock(van);
     ssize_t ret = fi_inject(van->ep, buf, len, peer->addr);
     ps__fab_ep_unlock(van);
+    post_end(held);
     if (ret == 0) {
         ps_stage_posted();
         peer->tx_seq++;
@@ -599,7 +626,9 @@ static ps_status_t tx_submit(ps__fab_van_t *van, ps__fab_peer_t *peer, ps__fab_t
         peer->q_head = peer->q_tail = tx;
         queued = 1;
     } else if (peer->q_head == NULL) {
-        r = peer_dead(peer, tx->posted_ns, 0) ? POST_GONE : tx_post(van, tx);
+        int held;
+        r = post_begin(peer, tx->posted_ns, 0, &held) ? POST_GONE : tx_post(van, tx);
+        post_end(held);
         if (r == POST_AGAIN) {
             peer->q_head = peer->q_tail = tx;
             queued = 1;
