@@ -23,6 +23,7 @@ extern "C" {
 #include "ps/gpu/mem.h"
 #include "ps/net/postoffice.h"
 #include "tests/lib/free_port.h"
+#include "tests/lib/small_job.h"
 }
 
 namespace {
@@ -31,14 +32,7 @@ const ps_mem_ops_t *Emu() { return ps_mem_ops(PS_MEM_EMU); }
 
 ps_start_params_t Params(ps_role_t role, int port) {
   ps_start_params_t p;
-  ps_start_params_init(&p);
-  p.role = role;
-  snprintf(p.scheduler_host, sizeof(p.scheduler_host), "127.0.0.1");
-  snprintf(p.node_host, sizeof(p.node_host), "127.0.0.1");
-  snprintf(p.van, sizeof(p.van), "shm");
-  p.scheduler_port = port;
-  p.num_servers = 1;
-  p.num_workers = 1;
+  small_job_node_params(role, "shm", port, &p);
   p.start_timeout_ms = 20000;
   p.finalize_timeout_ms = 10000;
   return p;

@@ -43,6 +43,20 @@ static void run_all(void *(*fn)(void *), node_call_t *calls, const int *active)
     }
 }
 
+void small_job_node_params(ps_role_t role, const char *van, int port, ps_start_params_t *p)
+{
+    ps_start_params_init(p);
+    p->role = role;
+    snprintf(p->scheduler_host, sizeof(p->scheduler_host), "127.0.0.1");
+    snprintf(p->node_host, sizeof(p->node_host), "127.0.0.1");
+    snprintf(p->van, sizeof(p->van), "%s", van);
+    p->scheduler_port = port;
+    p->num_servers = 1;
+    p->num_workers = 1;
+    p->start_timeout_ms = 15000;
+    p->finalize_timeout_ms = 15000;
+}
+
 ps_status_t small_job_start(const small_job_opts_t *opts, ps_postoffice_t *po[SMALL_JOB_NODES])
 {
     static const ps_role_t roles[SMALL_JOB_NODES] = {PS_ROLE_SCHEDULER, PS_ROLE_SERVER,
@@ -53,16 +67,7 @@ ps_status_t small_job_start(const small_job_opts_t *opts, ps_postoffice_t *po[SM
     for (int i = 0; i < SMALL_JOB_NODES; i++) {
         ps_start_params_t *p = &calls[i].params;
         po[i] = NULL;
-        ps_start_params_init(p);
-        p->role = roles[i];
-        snprintf(p->scheduler_host, sizeof(p->scheduler_host), "127.0.0.1");
-        snprintf(p->node_host, sizeof(p->node_host), "127.0.0.1");
-        snprintf(p->van, sizeof(p->van), "%s", opts->van);
-        p->scheduler_port = port;
-        p->num_servers = 1;
-        p->num_workers = 1;
-        p->start_timeout_ms = 15000;
-        p->finalize_timeout_ms = 15000;
+        small_job_node_params(roles[i], opts->van, port, p);
         if (i == SMALL_JOB_WORKER) {
             p->busy_poll = opts->worker_busy_poll;
             if (opts->worker_finalize_ms > 0)

@@ -22,6 +22,12 @@ typedef struct {
     int worker_request_ms;  /* the worker's request_timeout_ms; 0: the default */
 } small_job_opts_t;
 
+/* The start parameters of one node of such a job, of `role`, over `van`,
+ * with the scheduler at 127.0.0.1:port: 1 server, 1 worker, 15 s start and
+ * finalize deadlines. For a test that starts a node in a process of its
+ * own. */
+void small_job_node_params(ps_role_t role, const char *van, int port, ps_start_params_t *p);
+
 /* Starts the three with the start barrier (15 s deadline); PS_OK when all
  * did, else the first failure (those started are in po[]). */
 ps_status_t small_job_start(const small_job_opts_t *opts, ps_postoffice_t *po[SMALL_JOB_NODES]);
