@@ -15,6 +15,15 @@ trip. Prints every run and the medians: each Python variant's goodput as a share
 and the extra microseconds a Python round trip costs. --kinds also takes
 Py-numpy-push and Py-numpy-pull (numpy's own array for the pushed values
 only, or for the pull destination only).
+
+--in-process PAIRS measures the same thing inside one worker process
+instead: each run is one job whose Python worker alternates PAIRS pairs of
+blocks, C API round trips (a C loop in the extension) and Python ones, on
+the same arrays and connection (bench_push_pull_worker.py's PAIRS), for
+each of --kinds after C (their arrays); it prints each run's median over
+pairs of what a Python round trip adds. Both are timed to the return of
+the wait, while test_benchmark's latency ends at the request's completion
+callback, before the waiting thread has woken.
 """
 import argparse
 import json
@@ -42,7 +51,7 @@ def figures(output):
     raise RuntimeError("no figures in:\n" + output)
 
 
-def run(kind, c_bench, nbytes, rounds, van, busy_poll=False, cpu=None):
+def run(kind, c_bench, nbytes, rounds, van, busy_poll=False, cpu=None, pairs=None):
     env = {"NUM_KEY_PER_SERVER": "1", "LOG_DURATION": str(rounds),
            "TOTAL_DURATION": str(rounds), "PS_BENCH_JSON": "1",
            "PS_BUSY_POLL": "1" if busy_poll else "0"}
@@ -50,12 +59,49 @@ def run(kind, c_bench, nbytes, rounds, van, busy_poll=False, cpu=None):
     alloc = KINDS[kind]
     worker = c_cmd if kind == "C" else [pyjob.PYTHON, os.path.join(HERE,
                                         "bench_push_pull_worker.py"), str(nbytes), str(rounds),
-                                        alloc]
+                                        alloc] + ([str(pairs)] if pairs else [])
     pin = ["taskset", "-c", cpu] if cpu is not None else []
     job = pyjob.run(pin + worker, 1, 1, van=van, deadline_s=300, server_cmd=pin + c_cmd,
                     scheduler_cmd=pin + c_cmd, env=env).check()
+    if pairs:
+        return in_process_figures(job.output("worker", 0))
     gbps, lat, cpu_s = figures(job.output("worker", 0))
     return gbps, lat, cpu_s * 1e6 / rounds
+
+
+def in_process_figures(output):
+    for line in output.splitlines():
+        line = line.strip()
+        if line.startswith("{") and '"python_vs_c_in_process"' in line:
+            return json.loads(line)
+    raise RuntimeError("no in-process figures in:\n" + output)
+
+
+def main_in_process(args, c_bench, wanted, kinds):
+    # Blocks short enough that a pair sees the same machine state.
+    block = {8: 2000, 4 << 20: 40}
+    for nbytes in wanted:
+        rounds = block.get(nbytes, 200)
+        for kind in kinds:
+            extra, c_us, py_us = [], [], []
+            for rep in range(args.repeats):
+                rec = run(kind, c_bench, nbytes, rounds, args.van, args.busy_poll, args.cpu,
+                          args.in_process)
+                extra.append(rec["extra_us"])
+                c_us.append(rec["c_us"])
+                py_us.append(rec["py_us"])
+                print("in-process %-8s %8d B, %d pairs of %d round trips, run %d: C %.2f us, "
+                      "Python %.2f us (p50 over blocks); Python adds %+.2f us (median over pairs)"
+                      % (kind, nbytes, args.in_process, rounds, rep, rec["c_us"], rec["py_us"],
+                         rec["extra_us"]), flush=True)
+            print("median in-process %s %d B over %s%s%s: C %.2f us, Python %.2f us (%.1f %% of "
+                  "C's rate), a Python round trip adds %+.2f us (runs %s)"
+                  % (kind, nbytes, args.van, " busy-poll" if args.busy_poll else "",
+                     " on cpu %s" % args.cpu if args.cpu is not None else "",
+                     statistics.median(c_us), statistics.median(py_us),
+                     100.0 * statistics.median(c_us) / statistics.median(py_us),
+                     statistics.median(extra), ", ".join("%+.2f" % e for e in extra)), flush=True)
+    return 0
 
 
 def main():
@@ -67,6 +113,8 @@ def main():
     ap.add_argument("--cpu", default=None,
                     help="run every process on this CPU (taskset -c): no cross-CPU wake-ups")
     ap.add_argument("--sizes", default=",".join(str(n) for n, _ in SIZES))
+    ap.add_argument("--in-process", type=int, default=None, metavar="PAIRS",
+                    help="C and Python round trips alternating in one worker process")
     ap.add_argument("--kinds", default="C,Python,Py-numpy",
                     help="worker variants, C first: " + ", ".join(KINDS))
     args = ap.parse_args()
@@ -75,6 +123,8 @@ def main():
         ap.error("--kinds: C first, then any of " + ", ".join(KINDS))
     c_bench = os.path.abspath(args.test_benchmark)
     wanted = [int(x) for x in args.sizes.split(",")]
+    if args.in_process:
+        return main_in_process(args, c_bench, wanted, kinds[1:])
     for nbytes, rounds in [(n, r) for n, r in SIZES if n in wanted]:
         res = {k: [] for k in kinds}
         for rep in range(args.repeats):

@@ -146,6 +146,15 @@ def check_dtypes(w):
         w.push_pull(base + 500 + i, c, out, dtype=dtype).wait(timeout=30)
         assert np.array_equal(out, c), "push_pull of %s" % dtype
         print("dtype %s ok" % dtype)
+    # The benchmarks' C reference: round trips made by the C API in a loop.
+    c = sample("float32", 64, seed=300)
+    out = np.zeros_like(c)
+    times = w._c_round_trips(base + 600, c, out, 5)
+    assert len(times) == 5 and all(t > 0 for t in times), times
+    assert np.array_equal(out, c), "C round trips"
+    expect(ValueError, "one key", lambda: w._c_round_trips([1, 2], c, out, 1))
+    expect(ValueError, "one size", lambda: w._c_round_trips(base + 600, c, out[:8], 1))
+    print("C round trips ok")
     # bytes and memoryview, raw.
     w.push(base + 900, b"hello, ps!!!").wait(timeout=30)
     dst = bytearray(12)

@@ -17,6 +17,7 @@ def test_every_dtype_round_trips(van):
     job = run("dtypes", van, servers=2)
     for dtype in ("float32", "bfloat16", "uint64", "char"):
         assert "dtype %s ok" % dtype in job.output("worker", 0)
+    assert "C round trips ok" in job.output("worker", 0)
 
 
 @pytest.mark.parametrize("van", ["tcp", "shm"])

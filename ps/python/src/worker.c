@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/base/time.h"
+
 typedef struct {
     PyObject_HEAD
     ps_kv_worker_t *worker;
@@ -661,6 +663,104 @@ static PyObject *worker_set_slicer(PyObject *self, PyObject *fn)
     Py_RETURN_NONE;
 }
 
+/* _c_round_trips(key, vals, out, rounds) -> [ns, ...]: `rounds` push-pull
+ * round trips of one key made by the C API itself (ps_kv_zpushpull, then
+ * ps_kv_wait; keys and slices made once), each timed, without the GIL. The
+ * reference a Python call's overhead is measured against in the same
+ * process, connection and server (tests/python/bench_push_pull_worker.py);
+ * host buffers only. */
+static PyObject *worker_c_round_trips(PyObject *self, PyObject *args)
+{
+    worker_obj_t *w = (worker_obj_t *)self;
+    PyObject *key_obj, *vals_obj, *out_obj;
+    Py_ssize_t rounds;
+    if (!PyArg_ParseTuple(args, "OOOn", &key_obj, &vals_obj, &out_obj, &rounds))
+        return NULL;
+    if (!w->worker)
+        return ps__py_raise(PS_ERR_BAD_STATE, "the KVWorker is closed");
+    if (rounds <= 0)
+        return PyList_New(0);
+    ps_slice_t keys = PS_SLICE_EMPTY_INIT, lens = PS_SLICE_EMPTY_INIT;
+    ps__py_view_t *in = NULL, *out = NULL;
+    ps_kv_pairs_t in_kvs, out_kvs;
+    int in_wrapped = 0, out_wrapped = 0;
+    size_t num_keys;
+    uint64_t *ns = NULL;
+    PyObject *ret = NULL;
+    if (ps__py_keys_get(key_obj, &keys, &num_keys) < 0)
+        return NULL;
+    if (num_keys != 1) {
+        PyErr_SetString(PyExc_ValueError, "_c_round_trips takes one key");
+        goto out;
+    }
+    if (ps__py_view_get(vals_obj, 0, Py_None, "vals", &in) < 0 ||
+        ps__py_view_get(out_obj, 1, Py_None, "out", &out) < 0)
+        goto out;
+    if (in->owner || out->owner || in->view.len != out->view.len) {
+        PyErr_SetString(PyExc_ValueError, "_c_round_trips takes two host buffers of one size");
+        goto out;
+    }
+    if (pairs_of(in, &keys, &lens, &in_kvs) < 0) {
+        in = NULL;
+        goto out;
+    }
+    in_wrapped = 1;
+    if (pairs_of(out, &keys, &lens, &out_kvs) < 0) {
+        out = NULL;
+        goto out;
+    }
+    out_wrapped = 1;
+    ns = malloc((size_t)rounds * sizeof(*ns));
+    if (!ns) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    ps_kv_worker_t *worker = w->worker;
+    ps_status_t st = PS_OK;
+    Py_ssize_t done = 0;
+    w->waiters++;
+    Py_BEGIN_ALLOW_THREADS
+    for (; done < rounds && st == PS_OK; done++) {
+        uint64_t t0 = ps_time_now_ns();
+        int ts;
+        st = ps_kv_zpushpull(worker, &in_kvs, &out_kvs, 0, NULL, NULL, &ts);
+        if (st == PS_OK)
+            st = ps_kv_wait(worker, ts, -1);
+        ns[done] = ps_time_now_ns() - t0;
+    }
+    Py_END_ALLOW_THREADS
+    w->waiters--;
+    if (st != PS_OK) {
+        ps__py_raise(st, "a C round trip");
+        goto out;
+    }
+    ret = PyList_New(rounds);
+    for (Py_ssize_t i = 0; ret && i < rounds; i++) {
+        PyObject *item = PyLong_FromUnsignedLongLong(ns[i]);
+        if (!item) {
+            Py_CLEAR(ret);
+            break;
+        }
+        if (PyList_SetItem(ret, i, item) < 0) {
+            Py_CLEAR(ret);
+            break;
+        }
+    }
+out:
+    free(ns);
+    if (in_wrapped)
+        ps_slice_unref(&in_kvs.vals);
+    else
+        ps__py_view_free(in);
+    if (out_wrapped)
+        ps_slice_unref(&out_kvs.vals);
+    else
+        ps__py_view_free(out);
+    ps_slice_unref(&keys);
+    ps__py_sweep();
+    return ret;
+}
+
 static PyObject *worker_stats(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -715,6 +815,9 @@ static PyMethodDef kWorkerMethods[] = {
      "issuing requests."},
     {"close", worker_close, METH_NOARGS, "Waits for outstanding requests (bounded), frees."},
     {"stats", worker_stats, METH_NOARGS, "The worker's counters."},
+    {"_c_round_trips", worker_c_round_trips, METH_VARARGS,
+     "_c_round_trips(key, vals, out, rounds) -> [ns]: round trips made by the C API, for "
+     "measuring what a Python call adds (benchmarks only)."},
     {NULL, NULL, 0, NULL},
 };
 
