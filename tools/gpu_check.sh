@@ -125,7 +125,7 @@ pydevice() {
     return
   fi
   local job name node servers want
-  for job in "kv:kv_node.py device:1:device ($kind) round trips ok" \
+  for job in "kv:kv_node.py device:1:device ($kind) sum ok" \
              "af:af_node.py sum:2:PASS worker sum on $kind memory"; do
     IFS=: read -r name node servers want <<<"$job"
     step "Python $name device values on $kind memory, 2 workers x $servers servers"
@@ -134,7 +134,7 @@ pydevice() {
     PYTHONPATH="$here/python" PS_TEST_DEVICE_KIND=$kind timeout 240 "$py" "$launcher" \
       -s "$servers" -w 2 --timeout 200 -- "$py" "$here/"$node >"$log" 2>&1
     rc=$?
-    grep -E "round trips ok|CUDA tensors ok|PASS worker|Error" "$log"
+    grep -E "round trips ok|sum ok|CUDA tensors ok|PASS worker|Error" "$log"
     [ "$rc" -eq 0 ] && [ "$(grep -c "$want" "$log")" -eq 2 ] ||
       { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }
     verdict "Python $name device values ($kind)" "$rc"

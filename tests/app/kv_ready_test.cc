@@ -1,7 +1,8 @@
 // Pushes that carry a readiness event: the values are written on a device
-// stream after a delay, and the push must carry what the stream wrote, not
-// what the memory held at the call. On the emulated device (its streams run
-// on threads of their own), over tcp and shm.
+// stream after a delay, and the push (or a summed tensor's every part) must
+// carry what the stream wrote, not what the memory held at the call. On the
+// emulated device (its streams run on threads of their own), over tcp and
+// shm.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,8 @@
 
 extern "C" {
 #include "ps/app/kv.h"
+#include "ps/app/sum/partition.h"
+#include "ps/app/sum/sum_server.h"
 #include "ps/base/buffer.h"
 #include "ps/base/time.h"
 #include "ps/gpu/mem.h"
@@ -228,6 +231,35 @@ TEST_P(KvReady, DestroyFailsAPushStillWaiting)
     EXPECT_EQ(PS_ERR_SHUTDOWN, why.load());
     gate.open = true;
     DrainStream(); // the stream's thread is done with the gate
+}
+
+// A summed tensor of device memory (what ps.torch sums a CUDA gradient
+// with): every part's push waits for the stream, and the sum lands in place.
+TEST_P(KvReady, SumTensorPartsWaitForTheStream)
+{
+    Start(0);
+    ps_sum_server_t *sums;
+    ASSERT_EQ(PS_OK, ps_sum_server_create(po_[SMALL_JOB_SERVER], 1, nullptr, &sums));
+    ps_kv_worker_t *sw;
+    ASSERT_EQ(PS_OK, ps_kv_worker_create(po_[SMALL_JOB_WORKER], 1, 0, &sw));
+    ps_sum_tensor_t *t;
+    ASSERT_EQ(PS_OK, ps_sum_tensor_create(sw, po_[SMALL_JOB_WORKER], 0, PS_DATA_UINT8, kBytes,
+                                          kBytes / 3 + 1, &t));
+    ASSERT_EQ(3u, ps_sum_tensor_num_parts(t));
+    int ms = 300;
+    FillLater(&ms, 5);
+    ps_kv_ready_t ready = {nullptr, stream_};
+    uint64_t t0 = ps_time_now_ns();
+    ASSERT_EQ(PS_OK, ps_sum_tensor_start_when(t, PS_SUM_OP_PUSH_PULL, &vals_, &vals_, &ready));
+    ASSERT_EQ(PS_OK, ps_sum_tensor_wait(t, 10000));
+    EXPECT_GE(ps_time_now_ns() - t0, 290000000u) << "a part went before the data was ready";
+    std::vector<unsigned char> got(kBytes);
+    ASSERT_EQ(PS_OK, Emu()->copy_to_host(got.data(), dev_, kBytes));
+    for (size_t i = 0; i < kBytes; i++)
+        ASSERT_EQ(5, got[i]) << "byte " << i; // one worker: the sum is its own value
+    ps_sum_tensor_destroy(t);
+    ps_kv_worker_destroy(sw);
+    ps_sum_server_destroy(sums);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vans, KvReady, ::testing::Values("tcp", "shm"),

@@ -377,6 +377,41 @@ def downloaded(d, like):
     return out
 
 
+def check_device_sum(kind):
+    """The summation server (app 1) over device memory, as ps.torch sums a
+    CUDA tensor: a tensor of three parts summed in place over every worker,
+    then one written on a stream of its own (CUDA) named by stream=."""
+    from ps import _ps
+    sums = ps.KVWorker(app_id=1)
+    n = 3000  # 12000 bytes: parts of 4096, 4096, 3808
+    a = np.arange(n, dtype=np.float32) * (ps.rank() + 1)
+    da = device_array(a, kind)
+    t = _ps.SumTensor(sums, 0, "float32", a.nbytes, 4096)
+    assert t.num_parts == 3, t.num_parts
+    t.start(da)
+    t.wait(30)
+    total = sum(r + 1 for r in range(ps.num_workers()))
+    want = np.arange(n, dtype=np.float32) * total
+    assert np.array_equal(downloaded(da, a), want), "device memory summed in place"
+    if kind != "cuda":
+        expect(ValueError, "CUDA source only", lambda: t.start(da, stream=0))
+    else:
+        import torch
+        x = torch.arange(n, device="cuda", dtype=torch.float32)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())  # x's arange first
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(50_000_000)  # the value is written late on s
+            x.mul_(ps.rank() + 1)
+        t.start(x, stream=s.cuda_stream)
+        t.wait(30)
+        assert torch.equal(x.cpu(), torch.arange(n, dtype=torch.float32) * total), \
+            "a CUDA tensor summed after its stream's work"
+    t.close()
+    sums.close()
+    print("device (%s) sum ok" % kind)
+
+
 def check_device(w):
     import os
     kind = os.environ.get("PS_TEST_DEVICE_KIND", "emu")
@@ -411,6 +446,7 @@ def check_device(w):
     except ValueError as e:
         assert "not device memory" in str(e), e
     print("device (%s) round trips ok" % kind)
+    check_device_sum(kind)
     if kind != "cuda":
         return
     import torch

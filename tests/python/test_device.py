@@ -17,6 +17,7 @@ def test_kv_device_values(van):
     for rank in range(2):
         out = job.output("worker", rank)
         assert "device (emu) round trips ok" in out and "PASS worker device" in out, out
+        assert "device (emu) sum ok" in out, out
 
 
 @pytest.mark.parametrize("van", ["tcp", "shm"])

@@ -204,6 +204,12 @@ static int overlap(const ps_slice_t *a, const ps_slice_t *b)
 ps_status_t ps_sum_tensor_start(ps_sum_tensor_t *t, ps_sum_op_t op, const ps_slice_t *src,
                                 const ps_slice_t *dst)
 {
+    return ps_sum_tensor_start_when(t, op, src, dst, NULL);
+}
+
+ps_status_t ps_sum_tensor_start_when(ps_sum_tensor_t *t, ps_sum_op_t op, const ps_slice_t *src,
+                                     const ps_slice_t *dst, const ps_kv_ready_t *ready)
+{
     if (!t || op < PS_SUM_OP_PUSH || op > PS_SUM_OP_PUSH_PULL)
         return PS_ERR_INVALID_ARG;
     int push = (op & PS_SUM_OP_PUSH) != 0, pull = (op & PS_SUM_OP_PULL) != 0;
@@ -243,13 +249,14 @@ ps_status_t ps_sum_tensor_start(ps_sum_tensor_t *t, ps_sum_op_t op, const ps_sli
         int ts;
         if (st == PS_OK) {
             if (two_phase)
-                st = ps_kv_zpush(t->worker, &in, 0, pushed_then_pull, &t->parts[i], &ts);
+                st = ps_kv_zpush_when(t->worker, &in, ready, 0, pushed_then_pull, &t->parts[i],
+                                      &ts);
             else if (op == PS_SUM_OP_PUSH)
-                st = ps_kv_zpush(t->worker, &in, 0, part_done, t, &ts);
+                st = ps_kv_zpush_when(t->worker, &in, ready, 0, part_done, t, &ts);
             else if (op == PS_SUM_OP_PULL)
                 st = ps_kv_zpull(t->worker, &out, 0, part_done, t, &ts);
             else
-                st = ps_kv_zpushpull(t->worker, &in, &out, 0, part_done, t, &ts);
+                st = ps_kv_zpushpull_when(t->worker, &in, &out, ready, 0, part_done, t, &ts);
         }
         ps_slice_unref(&in.vals);
         ps_slice_unref(&out.vals);

@@ -76,6 +76,13 @@ typedef enum {
  * operation has not ended. */
 ps_status_t ps_sum_tensor_start(ps_sum_tensor_t *tensor, ps_sum_op_t op, const ps_slice_t *src,
                                 const ps_slice_t *dst);
+/* As ps_sum_tensor_start, with pushed device values sent once `ready` says
+ * they are (an event, or the work queued so far on the caller's stream:
+ * ps_kv_ready_t, ps/app/kv.h); NULL, or host values: as they are at the
+ * call. Every part's push waits for it, off the caller's thread. */
+ps_status_t ps_sum_tensor_start_when(ps_sum_tensor_t *tensor, ps_sum_op_t op,
+                                     const ps_slice_t *src, const ps_slice_t *dst,
+                                     const ps_kv_ready_t *ready);
 /* Blocks until every part of the operation ended (timeout_ms < 0: the
  * job's request timeout). PS_OK, or the first part's error
  * (PS_ERR_NOT_FOUND: the server answered that the round failed, e.g. a

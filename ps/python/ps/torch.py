@@ -6,10 +6,12 @@
     bps.broadcast_parameters(model.state_dict(), root_rank=0)
 
 push_pull(tensor, name) sums a tensor over every worker through the
-summation servers (python3 -m ps.server or ps.SumServer), in place: a CPU
-tensor without a copy; a CUDA tensor through a page-locked CPU tensor kept
-per name (one copy each way, as BytePS stages GPU tensors). The tensor is
-split into parts of at most
+summation servers (python3 -m ps.server or ps.SumServer), in place and
+without a copy in Python: a CPU tensor as its memory, a CUDA tensor as its
+device memory (__cuda_array_interface__), whose parts ps sends once the
+work queued on the tensor's current stream is done (a van without device
+memory stages each part through page-locked memory of ps's own, as BytePS
+stages GPU tensors). The tensor is split into parts of at most
 BYTEPS_PARTITION_BYTES bytes (one key each, spread over the servers), and
 average=True divides the sum by the number of workers. Every worker must
 push_pull the same names in the same order (a name's first use declares
@@ -21,7 +23,7 @@ import ps
 from ps import _job, _ps
 from ps._tensor import as_buffer
 
-_state = {"worker": None, "tensors": {}, "next_id": 0, "staging": {}}
+_state = {"worker": None, "tensors": {}, "next_id": 0}
 
 _DTYPES = {
     torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -44,7 +46,6 @@ def shutdown():
     for t in _state["tensors"].values():
         t.close()
     _state["tensors"].clear()
-    _state["staging"].clear()
     _state["worker"] = None
     _state["next_id"] = 0
     ps.finalize()
@@ -81,24 +82,12 @@ def _declared(name, tensor):
 
 
 class _Pending:
-    __slots__ = ("sum_tensor", "tensor", "host", "average")
+    __slots__ = ("sum_tensor", "tensor", "average")
 
-    def __init__(self, sum_tensor, tensor, host, average):
+    def __init__(self, sum_tensor, tensor, average):
         self.sum_tensor = sum_tensor
         self.tensor = tensor
-        self.host = host  # the CPU tensor summed for a CUDA one, else None
         self.average = average
-
-
-def _staging(name, tensor):
-    """The page-locked CPU tensor a CUDA tensor of this name is summed
-    through, made on its first use and kept (one push_pull per name is in
-    flight at a time, as for CPU tensors)."""
-    h = _state["staging"].get(name)
-    if h is None or h.shape != tensor.shape or h.dtype != tensor.dtype:
-        h = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-        _state["staging"][name] = h
-    return h
 
 
 def push_pull_async(tensor, name, average=True):
@@ -107,26 +96,21 @@ def push_pull_async(tensor, name, average=True):
     if not tensor.is_contiguous():
         raise ValueError("push_pull of %s: the tensor is not contiguous" % name)
     t = _declared(name, tensor)
-    host = None
+    buf, _ = as_buffer(tensor)
     if tensor.device.type == "cuda":
-        host = _staging(name, tensor)
-        # A blocking copy: it waits for the work queued on the tensor's
-        # stream, so what is summed is the tensor's final value.
-        host.copy_(tensor.detach())
-        buf, _ = as_buffer(host)
+        # What is summed is the tensor's value once the work queued so far
+        # on its current stream (the gradient's producer) is done; ps waits
+        # for that off this thread.
+        t.start(buf, stream=torch.cuda.current_stream(tensor.device).cuda_stream)
     else:
-        buf, _ = as_buffer(tensor)
-    t.start(buf)
-    return _Pending(t, tensor, host, average)
+        t.start(buf)
+    return _Pending(t, tensor, average)
 
 
 def synchronize(handle, timeout=None):
     """Waits for a push_pull_async; returns its tensor, now the sum (or the
     average)."""
     handle.sum_tensor.wait(timeout)
-    if handle.host is not None:
-        with torch.no_grad():
-            handle.tensor.copy_(handle.host)
     if handle.average:
         n = size()
         if handle.tensor.is_floating_point():

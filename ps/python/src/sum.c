@@ -182,9 +182,9 @@ static int tensor_view(sum_tensor_obj_t *t, PyObject *obj, int writable, const c
 static PyObject *sum_tensor_start(PyObject *self, PyObject *args, PyObject *kw)
 {
     sum_tensor_obj_t *t = (sum_tensor_obj_t *)self;
-    static char *kwlist[] = {"src", "dst", NULL};
-    PyObject *src_obj, *dst_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &src_obj, &dst_obj))
+    static char *kwlist[] = {"src", "dst", "stream", NULL};
+    PyObject *src_obj, *dst_obj = Py_None, *stream_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO", kwlist, &src_obj, &dst_obj, &stream_obj))
         return NULL;
     if (!t->tensor)
         return ps__py_raise(PS_ERR_BAD_STATE, "the SumTensor is closed");
@@ -197,6 +197,20 @@ static PyObject *sum_tensor_start(PyObject *self, PyObject *args, PyObject *kw)
     if (tensor_view(t, src_obj, dst_obj == src_obj, dst_obj == src_obj ? "tensor" : "src",
                     &src_v) < 0)
         return NULL;
+    /* The pushes wait for the producer's stream: the one named, else the
+     * one the source's __cuda_array_interface__ names (else default-stream
+     * order). Only CUDA memory has streams. */
+    ps_kv_ready_t ready = {NULL, src_v->stream};
+    if (stream_obj != Py_None) {
+        ready.stream = PyLong_AsVoidPtr(stream_obj);
+        if (PyErr_Occurred() || src_v->mem_kind != PS_MEM_CUDA) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "stream= names a CUDA stream (an int), for a CUDA "
+                            "source only");
+            ps__py_view_free(src_v);
+            return NULL;
+        }
+    }
     ps_slice_t src = PS_SLICE_EMPTY_INIT, dst = PS_SLICE_EMPTY_INIT;
     ps_status_t st = ps__py_view_slice(src_v, &src);
     if (st != PS_OK)
@@ -216,7 +230,7 @@ static PyObject *sum_tensor_start(PyObject *self, PyObject *args, PyObject *kw)
     }
     ps_sum_tensor_t *tensor = t->tensor;
     Py_BEGIN_ALLOW_THREADS
-    st = ps_sum_tensor_start(tensor, PS_SUM_OP_PUSH_PULL, &src, &dst);
+    st = ps_sum_tensor_start_when(tensor, PS_SUM_OP_PUSH_PULL, &src, &dst, &ready);
     Py_END_ALLOW_THREADS
     ps_slice_unref(&src);
     ps_slice_unref(&dst);
@@ -296,7 +310,10 @@ static void sum_tensor_dealloc(PyObject *self)
 
 static PyMethodDef kSumTensorMethods[] = {
     {"start", (PyCFunction)(void (*)(void))sum_tensor_start, METH_VARARGS | METH_KEYWORDS,
-     "start(src, dst=None): starts the push-pull of every part (dst None: in place)."},
+     "start(src, dst=None, stream=None): starts the push-pull of every part (dst None: in "
+     "place); a CUDA source's parts go out once the work queued on `stream` (a "
+     "cudaStream_t as an int; default: the one its __cuda_array_interface__ names, else "
+     "default-stream order) is done, without waiting here."},
     {"wait", (PyCFunction)(void (*)(void))sum_tensor_wait, METH_VARARGS | METH_KEYWORDS,
      "wait(timeout=None): blocks without the GIL until every part ended."},
     {"close", sum_tensor_close, METH_NOARGS, "Frees the tensor (waits for an operation)."},
