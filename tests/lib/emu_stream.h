@@ -5,6 +5,7 @@
 #define PS_TESTS_LIB_EMU_STREAM_H_
 
 #include <atomic>
+#include <thread>
 
 extern "C" {
 #include "ps/base/time.h"
@@ -23,6 +24,34 @@ struct Gate {
         while (!g->open.load())
             ps_sleep_ms(1);
     }
+};
+
+// Opens a Gate after 30 s unless the test opened it first: a call that
+// should not wait for the stream but does then returns, and Forced() says
+// so, instead of the test hanging.
+class GateCap {
+  public:
+    explicit GateCap(Gate *gate) : gate_(gate), thread_([this] { Run(); }) {}
+    ~GateCap()
+    {
+        done_.store(true);
+        thread_.join();
+    }
+    bool Forced() const { return forced_.load(); }
+
+  private:
+    void Run()
+    {
+        for (int ms = 0; ms < 30000 && !done_.load() && !gate_->open.load(); ms++)
+            ps_sleep_ms(1);
+        if (!done_.load() && !gate_->open.load()) {
+            forced_.store(true);
+            gate_->open.store(true);
+        }
+    }
+    Gate *gate_;
+    std::atomic<bool> done_{false}, forced_{false};
+    std::thread thread_;
 };
 
 // Waits (up to 10 s) until the work queued on an emulated stream so far is

@@ -1172,19 +1172,20 @@ void counting_client_recv(void *arg, ps_customer_t *c, const ps_msg_t *msg)
 TEST(Postoffice, ResendWithDropsDeliversEachMessageOnce)
 {
     // 30 % of the data messages each node receives are dropped, and the
-    // server's first request stalls its van thread for 300 ms (3 resend
+    // server's first request stalls its van thread for 600 ms (2.4 resend
     // timeouts, well inside the budget of 10): messages behind it are
     // resent before they are read, and the copies must be recognised as
-    // duplicates.
+    // duplicates. The budget (10 x 250 ms) leaves a machine saturated by
+    // other tests seconds to deliver an acknowledgement.
     ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_RESEND, "1"));
-    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_RESEND_TIMEOUT, "100"));
+    ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_RESEND_TIMEOUT, "250"));
     ASSERT_EQ(PS_OK, ps_config_set(PS_CFG_PS_DROP_MSG, "30"));
     Job job = start_job(1, 1);
     for (size_t i = 0; i < job.po.size(); i++)
         ASSERT_EQ(PS_OK, job.status[i]);
     CountingEcho echo;
     echo.po = job.server(0);
-    echo.stall_ms = 300;
+    echo.stall_ms = 600;
     ps_customer_t *sc;
     ASSERT_EQ(PS_OK, ps_customer_create(job.server(0), 0, 0, counting_echo_recv, &echo, &sc));
     CountingClient cl;
