@@ -102,13 +102,18 @@ class AfReady : public ::testing::TestWithParam<std::string> {
 TEST_P(AfReady, TheBatchCarriesWhatTheStreamWroteLate)
 {
     ASSERT_NO_FATAL_FAILURE(Start(0));
-    int ms = 50;
-    ASSERT_EQ(PS_OK, Emu()->launch_host_func(stream_, SleepOnStream, &ms));
+    // The stream writes the values only once the gate opens, after the call
+    // returned: a call that waited for the stream returns only when the
+    // cap forces the gate, a batch sent at once carries zeros.
+    Gate gate;
+    GateCap cap(&gate);
+    ASSERT_EQ(PS_OK, Emu()->launch_host_func(stream_, Gate::Wait, &gate));
     ASSERT_EQ(PS_OK, Emu()->memset_async(ps_slice_ptr(&dev_), 7, kBytes, stream_));
     ps_af_handle_t *h;
     double call_ms;
     ASSERT_EQ(PS_OK, Issue(&h, &call_ms));
-    EXPECT_LT(call_ms, 40.0) << "the call waited for the stream";
+    EXPECT_FALSE(cap.Forced()) << "the call waited for the stream (" << call_ms << " ms)";
+    gate.open = true;
     ASSERT_EQ(PS_OK, ps_af_worker_wait(w_, h, 10000));
     ps_af_handle_release(w_, h);
     for (int64_t i = 0; i < kBytes; i++)
