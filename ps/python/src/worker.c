@@ -399,6 +399,16 @@ static int pairs_of(ps__py_view_t *view, const ps_slice_t *keys, const ps_slice_
     return 0;
 }
 
+/* Drops what a request call holds of one of its buffers: the slice once
+ * pairs_of wrapped it, else the view (NULL: none). */
+static void buf_release(int wrapped, ps_kv_pairs_t *kvs, ps__py_view_t *view)
+{
+    if (wrapped)
+        ps_slice_unref(&kvs->vals);
+    else
+        ps__py_view_free(view);
+}
+
 static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject *kw)
 {
     worker_obj_t *w = (worker_obj_t *)self;
@@ -514,14 +524,8 @@ static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject
     ret = (PyObject *)h;
 out:
     /* The worker holds its own references now (or none: refused). */
-    if (in_wrapped)
-        ps_slice_unref(&in_kvs.vals);
-    else
-        ps__py_view_free(in);
-    if (out_wrapped)
-        ps_slice_unref(&out_kvs.vals);
-    else
-        ps__py_view_free(out);
+    buf_release(in_wrapped, &in_kvs, in);
+    buf_release(out_wrapped, &out_kvs, out);
     ps_slice_unref(&keys);
     ps_slice_unref(&lens);
     ps__py_sweep();
@@ -748,14 +752,8 @@ static PyObject *worker_c_round_trips(PyObject *self, PyObject *args)
     }
 out:
     free(ns);
-    if (in_wrapped)
-        ps_slice_unref(&in_kvs.vals);
-    else
-        ps__py_view_free(in);
-    if (out_wrapped)
-        ps_slice_unref(&out_kvs.vals);
-    else
-        ps__py_view_free(out);
+    buf_release(in_wrapped, &in_kvs, in);
+    buf_release(out_wrapped, &out_kvs, out);
     ps_slice_unref(&keys);
     ps__py_sweep();
     return ret;
