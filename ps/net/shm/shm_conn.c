@@ -506,16 +506,15 @@ static ps_status_t shm_connect(ps__shm_van_t *van, const ps_node_t *peer, int my
     ps_van_peer_connected(&p->hdr);
     pthread_rwlock_unlock(&van->sock.peers.lock);
 
-    pthread_mutex_lock(&van->pending_lock);
-    ch->next_pending = van->pending; /* the pending list takes our reference */
-    van->pending = ch;
+    /* The start list takes our reference. The id moved (a restarted node
+     * took it over): the old channel goes, with a reference of the close
+     * list's. */
+    ps_van_handover_link_t *to_start = &ch->start_link;
+    ps_van_handover_link_t *to_close = old != NULL ? &old->close_link : NULL;
     if (old != NULL) {
-        /* The id moved (a restarted node took it over): the old one goes. */
         __atomic_add_fetch(&old->refs, 1, __ATOMIC_RELAXED);
-        old->next_close = van->to_close;
-        van->to_close = old;
     }
-    pthread_mutex_unlock(&van->pending_lock);
+    ps_van_handover_put(&van->handover, &to_start, 1, &to_close, old != NULL);
     ps__shm_wake(van);
     ps_info(PS_LOG_SHM, "connected to node %d as %s:%d (pid %d)%s", peer->id, host, port,
             (int)ch->peer_pid, old != NULL ? ", replacing its old channel" : "");
@@ -536,6 +535,7 @@ void ps__shm_disconnect(ps_van_t *v, int node_id)
 {
     ps__shm_van_t *van = ps__shm_of(v);
     ps__shm_chan_t *gone[5];
+    ps_van_handover_link_t *to_close[5];
     int n = 0;
     pthread_rwlock_wrlock(&van->sock.peers.lock);
     ps__shm_peer_t *p = ps_van_peer_table_get(&van->sock.peers, node_id, 0);
@@ -556,12 +556,10 @@ void ps__shm_disconnect(ps_van_t *v, int node_id)
     if (n == 0) {
         return;
     }
-    pthread_mutex_lock(&van->pending_lock);
     for (int i = 0; i < n; ++i) {
-        gone[i]->next_close = van->to_close;
-        van->to_close = gone[i];
+        to_close[i] = &gone[i]->close_link;
     }
-    pthread_mutex_unlock(&van->pending_lock);
+    ps_van_handover_put(&van->handover, NULL, 0, to_close, n);
     ps__shm_wake(van);
     ps_info(PS_LOG_SHM, "disconnecting from node %d", node_id);
 }
@@ -581,29 +579,25 @@ static ps_status_t chan_watch(ps__shm_van_t *van, ps__shm_chan_t *ch)
 
 void ps__shm_take_pending(ps__shm_van_t *van)
 {
-    pthread_mutex_lock(&van->pending_lock);
-    ps__shm_chan_t *pending = van->pending;
-    ps__shm_chan_t *to_close = van->to_close;
-    van->pending = van->to_close = NULL;
-    pthread_mutex_unlock(&van->pending_lock);
-    while (pending != NULL) {
-        ps__shm_chan_t *ch = pending;
-        pending = ch->next_pending;
-        ch->next_pending = NULL;
+    if (!ps_van_handover_waiting(&van->handover)) {
+        return;
+    }
+    ps_van_handover_link_t *to_start, *to_close, *l;
+    ps_van_handover_take(&van->handover, &to_start, &to_close);
+    while ((l = ps_van_handover_pop(&to_start)) != NULL) {
+        ps__shm_chan_t *ch = PS_VAN_HANDOVER_OF(l, ps__shm_chan_t, start_link);
         if (ch->state == PS__SHM_CH_DEAD || ps__shm_list_chan(van, ch) != PS_OK) {
             ps__shm_chan_fail(ch, PS_OK, 0);
             ps__shm_chan_unref(ch);
             continue;
         }
-        /* The list holds the pending list's reference now. */
+        /* The list holds the start list's reference now. */
         if (chan_watch(van, ch) != PS_OK) {
             ps__shm_chan_fail(ch, PS_ERR_NO_RESOURCE, 1);
         }
     }
-    while (to_close != NULL) {
-        ps__shm_chan_t *ch = to_close;
-        to_close = ch->next_close;
-        ch->next_close = NULL;
+    while ((l = ps_van_handover_pop(&to_close)) != NULL) {
+        ps__shm_chan_t *ch = PS_VAN_HANDOVER_OF(l, ps__shm_chan_t, close_link);
         ps__shm_chan_fail(ch, PS_OK, 0);
         ps__shm_chan_unref(ch);
     }

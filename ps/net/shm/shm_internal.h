@@ -44,6 +44,7 @@
 #include "ps/net/shm/shm_ring.h"
 #include "ps/net/shm/shm_stage.h"
 #include "ps/net/van/admission.h"
+#include "ps/net/van/handover.h"
 #include "ps/net/van/sock_core.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/rx_pool.h"
@@ -193,7 +194,8 @@ struct ps__shm_chan {
     size_t scratch_cap;
     ps__shm_idmap_t maps;    /* peer segment id -> ps__shm_map_t */
     uint64_t maps_bytes;     /* their sizes, summed */
-    ps__shm_chan_t *next_pending, *next_close;
+    ps_van_handover_link_t start_link; /* on van->handover's start list */
+    ps_van_handover_link_t close_link; /* on van->handover's close list */
 
     /* Job-secret handshake (shm_auth.c): the connector's thread in
      * connect(), then the progress thread. */
@@ -232,9 +234,9 @@ struct ps__shm_van {
     unsigned rounds;         /* polls so far (the sockets' turn) */
 
 
-    pthread_mutex_t pending_lock;
-    ps__shm_chan_t *pending;  /* new outgoing channels for the progress thread */
-    ps__shm_chan_t *to_close; /* channels disconnect() took away */
+    /* Handed from other threads to the progress thread: new outgoing
+     * channels to start, channels disconnect() took away. */
+    ps_van_handover_t handover;
     int ack_kick;             /* atomic: some channel has acks to flush */
     int tx_kick;              /* atomic: some channel queued a send */
 

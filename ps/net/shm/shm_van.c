@@ -375,7 +375,7 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
         return st;
     }
     ps_van_sock_init(&van->sock, sizeof(ps__shm_peer_t), PS_LOG_SHM);
-    pthread_mutex_init(&van->pending_lock, NULL);
+    (void)ps_van_handover_init(&van->handover);
     pthread_mutex_init(&van->hints_lock, NULL);
 
     st = ps_van_sock_open(&van->sock, PS__SHM_POOL_CACHE, &van->loop, &van->wake_handle);
@@ -474,7 +474,7 @@ static void sv_close(ps_van_t *v)
     ps_van_sock_fini(&van->sock);
     ps_van_base_fini(&van->base);
     ps__shm_stage_release(van->stage);
-    pthread_mutex_destroy(&van->pending_lock);
+    ps_van_handover_fini(&van->handover);
     pthread_mutex_destroy(&van->hints_lock);
     ps_van_loop_cleanup(&van->loop);
     free(van);

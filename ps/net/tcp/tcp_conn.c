@@ -356,20 +356,19 @@ ps_status_t ps__tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
     if (made > 0) {
         memcpy(where, fresh[0]->addr_str, sizeof(where));
     }
-    pthread_mutex_lock(&van->pending_lock);
+    ps_van_handover_link_t *to_start[PS__TCP_MAX_STREAMS];
+    ps_van_handover_link_t *to_close[PS__TCP_MAX_STREAMS];
     for (int i = 0; i < made; ++i) {
-        /* The pending list holds a reference: the connection may be torn
+        /* The start list holds a reference: the connection may be torn
          * down (disconnect, a failing sibling) before the progress thread
          * takes it. */
         __atomic_add_fetch(&fresh[i]->refs, 1, __ATOMIC_RELAXED);
-        fresh[i]->next_pending = van->pending;
-        van->pending = fresh[i];
+        to_start[i] = &fresh[i]->start_link;
     }
     for (int i = 0; i < num_replaced; ++i) {
-        replaced[i]->next_close = van->to_close;
-        van->to_close = replaced[i];
+        to_close[i] = &replaced[i]->close_link;
     }
-    pthread_mutex_unlock(&van->pending_lock);
+    ps_van_handover_put(&van->handover, to_start, made, to_close, num_replaced);
     ps__tcp_wake(van);
     if (made == 0) {
         return st;
@@ -383,6 +382,7 @@ void ps__tcp_disconnect(ps_van_t *v, int node_id)
 {
     ps__tcp_van_t *van = ps__tcp_of(v);
     ps__tcp_conn_t *gone[2 * PS__TCP_MAX_STREAMS];
+    ps_van_handover_link_t *to_close[2 * PS__TCP_MAX_STREAMS];
     int n = 0;
     pthread_rwlock_wrlock(&van->sock.peers.lock);
     ps__tcp_peer_t *p = ps_van_peer_table_get(&van->sock.peers, node_id, 0);
@@ -403,12 +403,10 @@ void ps__tcp_disconnect(ps_van_t *v, int node_id)
     if (n == 0) {
         return;
     }
-    pthread_mutex_lock(&van->pending_lock);
     for (int i = 0; i < n; ++i) {
-        gone[i]->next_close = van->to_close;
-        van->to_close = gone[i];
+        to_close[i] = &gone[i]->close_link;
     }
-    pthread_mutex_unlock(&van->pending_lock);
+    ps_van_handover_put(&van->handover, NULL, 0, to_close, n);
     ps__tcp_wake(van);
     ps_info(PS_LOG_TCP, "disconnecting from node %d", node_id);
 }
@@ -461,26 +459,22 @@ static void conn_start_connect(ps__tcp_conn_t *conn)
 
 void ps__tcp_start_pending(ps__tcp_van_t *van)
 {
-    pthread_mutex_lock(&van->pending_lock);
-    ps__tcp_conn_t *pending = van->pending;
-    ps__tcp_conn_t *to_close = van->to_close;
-    van->pending = van->to_close = NULL;
-    pthread_mutex_unlock(&van->pending_lock);
-    while (pending != NULL) {
-        ps__tcp_conn_t *conn = pending;
-        pending = conn->next_pending;
-        conn->next_pending = NULL;
+    if (!ps_van_handover_waiting(&van->handover)) {
+        return;
+    }
+    ps_van_handover_link_t *to_start, *to_close, *l;
+    ps_van_handover_take(&van->handover, &to_start, &to_close);
+    while ((l = ps_van_handover_pop(&to_start)) != NULL) {
+        ps__tcp_conn_t *conn = PS_VAN_HANDOVER_OF(l, ps__tcp_conn_t, start_link);
         if (conn->state == PS__TCP_CONNECTING) {
             conn_link(van, conn);
             van->num_connecting++;
             conn_start_connect(conn);
         }
-        ps__tcp_conn_unref(conn); /* the pending list's reference */
+        ps__tcp_conn_unref(conn); /* the start list's reference */
     }
-    while (to_close != NULL) {
-        ps__tcp_conn_t *conn = to_close;
-        to_close = conn->next_close;
-        conn->next_close = NULL;
+    while ((l = ps_van_handover_pop(&to_close)) != NULL) {
+        ps__tcp_conn_t *conn = PS_VAN_HANDOVER_OF(l, ps__tcp_conn_t, close_link);
         ps__tcp_conn_fail(conn, PS_OK, 0);
         ps__tcp_conn_unref(conn); /* disconnect()'s reference */
     }
@@ -541,24 +535,17 @@ void ps__tcp_conn_ready(ps__tcp_conn_t *conn)
 
 void ps__tcp_close_all(ps__tcp_van_t *van)
 {
-    pthread_mutex_lock(&van->pending_lock);
-    ps__tcp_conn_t *pending = van->pending;
-    ps__tcp_conn_t *to_close = van->to_close;
-    van->pending = van->to_close = NULL;
-    pthread_mutex_unlock(&van->pending_lock);
-    while (pending != NULL) {
-        ps__tcp_conn_t *conn = pending;
-        pending = conn->next_pending;
-        conn->next_pending = NULL;
+    ps_van_handover_link_t *to_start, *to_close, *l;
+    ps_van_handover_take(&van->handover, &to_start, &to_close);
+    while ((l = ps_van_handover_pop(&to_start)) != NULL) {
+        ps__tcp_conn_t *conn = PS_VAN_HANDOVER_OF(l, ps__tcp_conn_t, start_link);
         if (conn->state != PS__TCP_DEAD) {
             conn_link(van, conn);
         }
         ps__tcp_conn_unref(conn);
     }
-    while (to_close != NULL) {
-        ps__tcp_conn_t *conn = to_close;
-        to_close = conn->next_close;
-        conn->next_close = NULL;
+    while ((l = ps_van_handover_pop(&to_close)) != NULL) {
+        ps__tcp_conn_t *conn = PS_VAN_HANDOVER_OF(l, ps__tcp_conn_t, close_link);
         if (!conn->linked && conn->state != PS__TCP_DEAD) {
             conn_link(van, conn);
         }

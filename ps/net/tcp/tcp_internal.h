@@ -59,6 +59,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/van/admission.h"
+#include "ps/net/van/handover.h"
 #include "ps/net/van/sock_core.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/rx_pool.h"
@@ -177,8 +178,8 @@ typedef struct ps__tcp_conn {
     int in_epoll;
     int linked;             /* on van->conns */
     struct ps__tcp_conn *next, *prev; /* van->conns */
-    struct ps__tcp_conn *next_pending; /* van->pending */
-    struct ps__tcp_conn *next_close;   /* van->to_close */
+    ps_van_handover_link_t start_link; /* on van->handover's start list */
+    ps_van_handover_link_t close_link; /* on van->handover's close list */
     struct ps__tcp_conn *next_grave;   /* van->graveyard */
 
     /* Receive state machine (progress thread only). */
@@ -242,10 +243,9 @@ struct ps__tcp_van {
      * "progress thread only". */
     ps_van_loop_t loop;
 
-    /* Handed from other threads to the progress thread. */
-    pthread_mutex_t pending_lock;
-    ps__tcp_conn_t *pending;    /* outgoing connections to start */
-    ps__tcp_conn_t *to_close;   /* connections disconnect() took away */
+    /* Handed from other threads to the progress thread: outgoing
+     * connections to start, connections disconnect() took away. */
+    ps_van_handover_t handover;
 
     /* Progress thread only. */
     ps__tcp_conn_t *conns;      /* every live connection */

@@ -312,12 +312,12 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
         return st;
     }
     ps_van_sock_init(&van->sock, sizeof(ps__tcp_peer_t), PS_LOG_TCP);
-    pthread_mutex_init(&van->pending_lock, NULL);
+    (void)ps_van_handover_init(&van->handover);
 
     st = ps_mpool_init(&van->entries, "tcp send queue", sizeof(ps__tcp_entry_t), 64, 64, 0);
     if (st != PS_OK) {
         ps_van_sock_fini(&van->sock);
-        pthread_mutex_destroy(&van->pending_lock);
+        ps_van_handover_fini(&van->handover);
         ps_van_loop_cleanup(&van->loop);
         free(van);
         return st;
@@ -352,7 +352,7 @@ static void tcp_close(ps_van_t *v)
     ps_van_sock_fini(&van->sock);
     ps_van_base_fini(&van->base);
     ps_mpool_cleanup(&van->entries);
-    pthread_mutex_destroy(&van->pending_lock);
+    ps_van_handover_fini(&van->handover);
     ps_van_loop_cleanup(&van->loop);
     free(van);
 }

@@ -624,14 +624,10 @@ ps_status_t ps__ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
     ps_van_peer_connected(&p->hdr);
     pthread_rwlock_unlock(&van->peers.lock);
 
-    pthread_mutex_lock(&van->pending_lock);
-    conn->next_pending = van->pending; /* the pending list takes our reference */
-    __atomic_store_n(&van->pending, conn, __ATOMIC_RELEASE);
-    if (replaced != NULL) {
-        replaced->next_close = van->to_close;
-        __atomic_store_n(&van->to_close, replaced, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&van->pending_lock);
+    /* The start list takes our reference, the close list the table's. */
+    ps_van_handover_link_t *start = &conn->start_link;
+    ps_van_handover_link_t *to_close = replaced != NULL ? &replaced->close_link : NULL;
+    ps_van_handover_put(&van->handover, &start, 1, &to_close, replaced != NULL);
     ps__ucx_wake(van);
     ps_info(PS_LOG_UCX, "connecting to node %d at %s%s", peer->id, conn->addr_str,
             replaced != NULL ? " (replacing its old address)" : "");
@@ -642,6 +638,7 @@ void ps__ucx_disconnect(ps_van_t *v, int node_id)
 {
     ps__ucx_van_t *van = ps__ucx_of(v);
     ps__ucx_conn_t *gone[1 + PS__UCX_MAX_STREAMS];
+    ps_van_handover_link_t *to_close[1 + PS__UCX_MAX_STREAMS];
     int n = 0;
     pthread_rwlock_wrlock(&van->peers.lock);
     ps__ucx_peer_t *p = ps_van_peer_table_get(&van->peers, node_id, 0);
@@ -659,13 +656,10 @@ void ps__ucx_disconnect(ps_van_t *v, int node_id)
     if (n == 0) {
         return;
     }
-    pthread_mutex_lock(&van->pending_lock);
     for (int i = 0; i < n; ++i) {
-        /* The table's references move to the close list. */
-        gone[i]->next_close = van->to_close;
-        __atomic_store_n(&van->to_close, gone[i], __ATOMIC_RELEASE);
+        to_close[i] = &gone[i]->close_link; /* the table's references move there */
     }
-    pthread_mutex_unlock(&van->pending_lock);
+    ps_van_handover_put(&van->handover, NULL, 0, to_close, n);
     ps__ucx_wake(van);
     ps_info(PS_LOG_UCX, "disconnecting from node %d", node_id);
 }
@@ -720,32 +714,18 @@ static void take_pending(ps__ucx_van_t *van, int start)
         return;
     }
     van->timer_scan_ns = 0; /* connections change */
-    pthread_mutex_lock(&van->pending_lock);
-    ps__ucx_conn_t *pending = van->pending;
-    ps__ucx_conn_t *to_close = van->to_close;
-    __atomic_store_n(&van->pending, NULL, __ATOMIC_RELAXED);
-    __atomic_store_n(&van->to_close, NULL, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&van->pending_lock);
+    ps_van_handover_link_t *to_start, *to_close, *l;
+    ps_van_handover_take(&van->handover, &to_start, &to_close);
     /* Closes first: a connection disconnect() took may still be pending. */
-    while (to_close != NULL) {
-        ps__ucx_conn_t *conn = to_close;
-        to_close = conn->next_close;
-        conn->next_close = NULL;
+    while ((l = ps_van_handover_pop(&to_close)) != NULL) {
+        ps__ucx_conn_t *conn = PS_VAN_HANDOVER_OF(l, ps__ucx_conn_t, close_link);
         ps__ucx_conn_fail(conn, PS_OK, 0);
         ps__ucx_conn_unref(conn); /* the table's reference */
     }
-    /* Oldest first: the list is pushed at its head. */
-    ps__ucx_conn_t *rev = NULL;
-    while (pending != NULL) {
-        ps__ucx_conn_t *c = pending;
-        pending = c->next_pending;
-        c->next_pending = rev;
-        rev = c;
-    }
-    while (rev != NULL) {
-        ps__ucx_conn_t *conn = rev;
-        rev = conn->next_pending;
-        conn->next_pending = NULL;
+    /* Oldest first. */
+    to_start = ps_van_handover_reverse(to_start);
+    while ((l = ps_van_handover_pop(&to_start)) != NULL) {
+        ps__ucx_conn_t *conn = PS_VAN_HANDOVER_OF(l, ps__ucx_conn_t, start_link);
         if (start && conn->state == PS__UCX_NEW) {
             conn_link(van, conn); /* the pending list's reference passes to the list */
             conn_start(conn);

@@ -136,6 +136,7 @@
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/van/admission.h"
+#include "ps/net/van/handover.h"
 #include "ps/net/van/peer_table.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/net/van/base.h"
@@ -358,8 +359,8 @@ struct ps__ucx_conn {
     int linked;
     int ctl_data;              /* counted in van->ctl_data_conns */
     struct ps__ucx_conn *next, *prev;      /* van->conns */
-    struct ps__ucx_conn *next_pending;     /* van->pending */
-    struct ps__ucx_conn *next_close;       /* van->to_close */
+    ps_van_handover_link_t start_link;     /* on van->handover's start list */
+    ps_van_handover_link_t close_link;     /* on van->handover's close list */
     ps__ucx_rx_t *rx_head, *rx_tail;       /* messages in arrival order */
 
     /* Job-secret handshake (ucx_auth.c; progress thread only). */
@@ -407,10 +408,9 @@ struct ps__ucx_van {
 
     ps_van_peer_table_t peers; /* ps__ucx_peer_t by node id */
 
-    /* Handed from other threads to the progress thread. */
-    pthread_mutex_t pending_lock;
-    ps__ucx_conn_t *pending;   /* outgoing connections to start */
-    ps__ucx_conn_t *to_close;  /* connections disconnect() took away */
+    /* Handed from other threads to the progress thread: outgoing
+     * connections to start, connections disconnect() took away. */
+    ps_van_handover_t handover;
 
     /* Filled by UCX callbacks (leaf lock), drained by the progress thread. */
     pthread_mutex_t ev_lock;
@@ -511,8 +511,7 @@ void ps__ucx_start_pending(ps__ucx_van_t *van);
  * without a lock: a handover seen late is seen next turn). */
 static inline int ps__ucx_handover_waiting(ps__ucx_van_t *van)
 {
-    return __atomic_load_n(&van->pending, __ATOMIC_ACQUIRE) != NULL ||
-           __atomic_load_n(&van->to_close, __ATOMIC_ACQUIRE) != NULL;
+    return ps_van_handover_waiting(&van->handover);
 }
 void ps__ucx_handle_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev);
 /* ms to the next timer, -1 none; `now` from ps_time_now_ns(). */

@@ -317,13 +317,13 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
         return st;
     }
     ps_van_peer_table_init(&van->peers, sizeof(ps__ucx_peer_t));
-    pthread_mutex_init(&van->pending_lock, NULL);
+    (void)ps_van_handover_init(&van->handover);
     pthread_mutex_init(&van->ev_lock, NULL);
     pthread_mutex_init(&van->ops_lock, NULL);
     st = ps_mpool_init(&van->ops, "ucx send ops", sizeof(ps__ucx_op_t), 64, 64, 0);
     if (st != PS_OK) {
         ps_van_peer_table_fini(&van->peers);
-        pthread_mutex_destroy(&van->pending_lock);
+        ps_van_handover_fini(&van->handover);
         pthread_mutex_destroy(&van->ev_lock);
         pthread_mutex_destroy(&van->ops_lock);
         ps_van_loop_cleanup(&van->loop);
@@ -463,7 +463,7 @@ static void ucx_close(ps_van_t *v)
     ps__ucx_op_spare_free(van);
     ps_mpool_cleanup(&van->ops);
     ps_van_peer_table_fini(&van->peers);
-    pthread_mutex_destroy(&van->pending_lock);
+    ps_van_handover_fini(&van->handover);
     pthread_mutex_destroy(&van->ev_lock);
     pthread_mutex_destroy(&van->ops_lock);
     ps_van_loop_cleanup(&van->loop);
