@@ -20,7 +20,9 @@ chmod +x "$dir/gpu_check.sh"
 # interpreter (tests/python/sanitizer.sh): the training step is left out of
 # such builds, and said so.
 train=1 want_trained=1
-if ldd "$5" 2>/dev/null | grep -qE 'lib(asan|tsan)\.so'; then
+# (ldd's whole output first: with pipefail, grep -q leaving early could
+# fail the pipe while ldd still writes.)
+if grep -qE 'lib(asan|tsan)\.so' <<<"$(ldd "$5" 2>/dev/null)"; then
   echo "the extension is built with a sanitizer runtime: the training step is not run"
   train=0 want_trained=0
 fi

@@ -9,7 +9,9 @@ py_sanitizer_env() {
   [ -f "$ext" ] || { echo "FAILED: no extension module $ext"; exit 1; }
   # The runtime the extension itself resolves to: the one the toolchain
   # linked, whichever compiler that was.
-  lib=$(ldd "$ext" 2>/dev/null | awk '$1 ~ /^lib(asan|tsan)\.so/ { print $3; exit }')
+  # (awk reads to the end: leaving early could fail the pipe under
+  # pipefail while ldd still writes.)
+  lib=$(ldd "$ext" 2>/dev/null | awk '!found && $1 ~ /^lib(asan|tsan)\.so/ { print $3; found = 1 }')
   case $lib in
     */libasan.so*)
       # ASan must be the first library of the process, before the

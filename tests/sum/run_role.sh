@@ -15,7 +15,7 @@ fi
 out=$("$server" --serve-timeout-s 300)
 rc=$?
 echo "$out"
-if [ "$rc" -eq 0 ] && echo "$out" | grep -q "^sum_server: .* done"; then
+if [ "$rc" -eq 0 ] && grep -q "^sum_server: .* done" <<<"$out"; then
   echo "PASS ${DMLC_ROLE} ${DMLC_RANK:-0}: tools/sum_server exited 0"
 else
   echo "FAIL ${DMLC_ROLE} ${DMLC_RANK:-0}: tools/sum_server exited $rc"
