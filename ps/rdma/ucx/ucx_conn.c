@@ -727,7 +727,7 @@ static void take_pending(ps__ucx_van_t *van, int start)
     while ((l = ps_van_handover_pop(&to_start)) != NULL) {
         ps__ucx_conn_t *conn = PS_VAN_HANDOVER_OF(l, ps__ucx_conn_t, start_link);
         if (start && conn->state == PS__UCX_NEW) {
-            conn_link(van, conn); /* the pending list's reference passes to the list */
+            conn_link(van, conn); /* the start list's reference passes to van->conns */
             conn_start(conn);
         } else {
             ps__ucx_conn_fail(conn, PS_OK, 0);
