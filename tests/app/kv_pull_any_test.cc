@@ -80,7 +80,8 @@ class KvPullAny : public ::testing::TestWithParam<std::string> {
     {
         ps_slice_t k;
         EXPECT_EQ(PS_OK, ps_slice_alloc(keys.size() * sizeof(ps_key_t), 0, &k));
-        memcpy(ps_slice_ptr(&k), keys.data(), k.len);
+        if (k.len > 0) // an empty vector's data() may be null
+            memcpy(ps_slice_ptr(&k), keys.data(), k.len);
         int ts;
         ps_status_t st = ps_kv_pull_any(w_, &k, PS_DATA_UINT32, 0, nullptr, nullptr, &ts);
         ps_slice_unref(&k);
