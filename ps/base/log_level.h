@@ -30,10 +30,14 @@ typedef enum {
     PS_LOG_GPU,
     PS_LOG_APP,
     PS_LOG_TOOL,
-    PS_LOG_CORE_COMPONENT_COUNT
+    PS_LOG_CORE_COMPONENT_COUNT,
+    /* Registered components take the ids after the core's, up to this
+     * one: the type must hold them (in C++ a value outside an enum's
+     * range is undefined). */
+    PS__LOG_COMPONENT_LAST = 31
 } ps_log_component_t;
 
-#define PS_LOG_COMPONENT_MAX 32
+#define PS_LOG_COMPONENT_MAX (PS__LOG_COMPONENT_LAST + 1)
 
 /* Re-reads PS_VERBOSE / PS_LOG_LEVEL / PS_LOG_COMPONENTS from the environment. */
 void ps_log_init_from_env(void);
