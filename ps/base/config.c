@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "ps/base/env.h"
 #include "ps/base/log.h"
 
 static const ps_config_entry_t ps_config_core[PS_CFG_COUNT] = {
@@ -145,7 +146,7 @@ const char *ps_config_source_name(ps_config_source_t source)
 
 static const char *ps_config_getenv(const char *name)
 {
-    const char *v = name != NULL ? getenv(name) : NULL;
+    const char *v = ps_env_get(name);
     return v != NULL && *v != '\0' ? v : NULL;
 }
 

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ps/base/env.h"
+
 int ps__log_level = PS_LOG_WARN;
 
 static unsigned ps_log_component_mask = ~0u;
@@ -70,7 +72,7 @@ static unsigned ps_log_parse_components(const char *list)
  * with the components known so far. */
 static void ps_log_read_components(void)
 {
-    const char *comps = getenv("PS_LOG_COMPONENTS");
+    const char *comps = ps_env_get("PS_LOG_COMPONENTS");
     __atomic_store_n(&ps_log_component_mask,
                      comps != NULL && *comps != '\0' ? ps_log_parse_components(comps) : ~0u,
                      __ATOMIC_RELAXED);
@@ -81,8 +83,8 @@ static void ps_log_read_components(void)
  * while, the config table itself is parsed. */
 void ps_log_init_from_env(void)
 {
-    const char *verbose = getenv("PS_VERBOSE");
-    const char *level = getenv("PS_LOG_LEVEL");
+    const char *verbose = ps_env_get("PS_VERBOSE");
+    const char *level = ps_env_get("PS_LOG_LEVEL");
     int lvl = PS_LOG_WARN;
 
     if (verbose != NULL && *verbose != '\0') {

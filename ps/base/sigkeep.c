@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/base/env.h"
 #include "ps/base/log.h"
 
 const int ps__sigkeep_signals[PS_SIGKEEP_COUNT] = {
@@ -62,6 +63,5 @@ int ps__sigkeep_restore(const ps_sigkeep_t *keep, const char *who)
 
 void ps__sigkeep_setenv_default(const char *name, const char *value)
 {
-    if (getenv(name) == NULL)
-        setenv(name, value, 0);
+    ps_env_set_default(name, value);
 }

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ps/base/env.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
 #endif
@@ -100,8 +102,8 @@ __attribute__((destructor)) static void stage_dump(void)
     uint64_t end_ticks = ticks();
     double ns = (double)(end_ts.tv_sec - start_ts.tv_sec) * 1e9 +
                 (double)(end_ts.tv_nsec - start_ts.tv_nsec);
-    const char *base = getenv("PS_STAGE_TRACE_FILE");
-    const char *role = getenv("DMLC_ROLE");
+    const char *base = ps_env_get("PS_STAGE_TRACE_FILE");
+    const char *role = ps_env_get("DMLC_ROLE");
     char path[4096];
     snprintf(path, sizeof(path), "%s.%s.%ld", base ? base : "/tmp/ps-stage",
              role ? role : "node", (long)getpid());

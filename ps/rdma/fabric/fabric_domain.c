@@ -22,6 +22,7 @@
 #include <rdma/fi_errno.h>
 
 #include "ps/base/config.h"
+#include "ps/base/env.h"
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/rdma/fabric/fabric_internal.h"
@@ -141,7 +142,7 @@ ps_status_t ps__fab_probe(ps__fab_van_t *van)
         if (info == NULL) {
             ps_error(PS_LOG_FABRIC, "no libfabric provider fits (tried efa, verbs;ofi_rxm, "
                      "tcp;ofi_rxm, shm%s): %s; `fi_info -t FI_EP_RDM` lists what this "
-                     "machine offers", getenv("FI_PROVIDER") ? ", narrowed by FI_PROVIDER" : "",
+                     "machine offers", ps_env_get("FI_PROVIDER") ? ", narrowed by FI_PROVIDER" : "",
                      ps__fab_strerror(ret));
             return PS_ERR_UNSUPPORTED;
         }

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "ps/base/config.h"
+#include "ps/base/env.h"
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/van/addr.h"
@@ -101,7 +102,7 @@ static ps_status_t auto_interface(ps__vb_van_t *van, ps_node_t *node)
      * one and sysfs says where it is. */
     int gpu = (int)ps_config_int_or(PS_CFG_STEPMESH_GPU, 0);
     char near[PATH_MAX];
-    ps_status_t gst = ps__vb_gpu_pci_path("/sys", gpu, getenv("CUDA_VISIBLE_DEVICES"), near,
+    ps_status_t gst = ps__vb_gpu_pci_path("/sys", gpu, ps_env_get("CUDA_VISIBLE_DEVICES"), near,
                                           sizeof(near));
     if (gst == PS_ERR_UNSUPPORTED)
         ps_info(PS_LOG_RDMA, "DMLC_INTERFACE=auto: CUDA_VISIBLE_DEVICES names GPUs by UUID; "
