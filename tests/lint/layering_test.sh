@@ -7,7 +7,7 @@ data="$TEST_SRCDIR/$TEST_WORKSPACE"
 fail=0
 
 # The real tree must have been read: the app layer includes headers.
-if ! find -L "$data/ps/app" -name '*.c' | grep -q .; then
+if ! grep -q . <<<"$(find -L "$data/ps/app" -name '*.c')"; then
   echo "FAIL: no ps/app sources in the test's data"; fail=1
 fi
 if ! out=$("$lint" "$data"); then

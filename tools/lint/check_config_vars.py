@@ -100,6 +100,7 @@ NOT_IN_TABLE = {
     "PS_FABRIC_TEST_PROVIDER": (TEST_KNOB, "tests"),
     "PS_FABRIC_TEST_CHILD": (TEST_KNOB, "tests"),
     "PS_SIGKEEP_TEST_VAR": (TEST_KNOB, "tests"),
+    "ENV_TEST_KEPT": ("a name ps/base/env_test.cc sets and reads: no setting of ps", "tests"),
     "PS_PYTHON": (TEST_KNOB + " (the interpreter the Python tests start their nodes with)",
                   "tests"),
 }
