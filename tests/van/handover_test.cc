@@ -44,17 +44,18 @@ TEST(Handover, BothListsTakenAtOnceNewestFirst)
     ps_van_handover_put(&h, nullptr, 0, &one, 1);
 
     ps_van_handover_link_t *to_start, *to_close;
-    ps_van_handover_take(&h, &to_start, &to_close);
+    EXPECT_EQ(1, ps_van_handover_take(&h, &to_start, &to_close));
     EXPECT_FALSE(ps_van_handover_waiting(&h));
     EXPECT_EQ((std::vector<int>{2, 1}), Ids(to_start, true));
     EXPECT_EQ((std::vector<int>{4, 3}), Ids(to_close, false));
 
     ps_van_handover_put(&h, start, 2, nullptr, 0);
-    ps_van_handover_take(&h, &to_start, &to_close);
+    EXPECT_EQ(1, ps_van_handover_take(&h, &to_start, &to_close));
     EXPECT_EQ(nullptr, to_close);
     EXPECT_EQ((std::vector<int>{1, 2}), Ids(ps_van_handover_reverse(to_start), true));
-    ps_van_handover_take(&h, &to_start, &to_close);
+    EXPECT_EQ(0, ps_van_handover_take(&h, &to_start, &to_close)) << "nothing waits";
     EXPECT_EQ(nullptr, to_start);
+    EXPECT_EQ(nullptr, to_close);
     EXPECT_EQ(nullptr, ps_van_handover_reverse(nullptr));
     ps_van_handover_fini(&h);
 }

@@ -579,11 +579,10 @@ static ps_status_t chan_watch(ps__shm_van_t *van, ps__shm_chan_t *ch)
 
 void ps__shm_take_pending(ps__shm_van_t *van)
 {
-    if (!ps_van_handover_waiting(&van->handover)) {
+    ps_van_handover_link_t *to_start, *to_close, *l;
+    if (!ps_van_handover_take(&van->handover, &to_start, &to_close)) {
         return;
     }
-    ps_van_handover_link_t *to_start, *to_close, *l;
-    ps_van_handover_take(&van->handover, &to_start, &to_close);
     while ((l = ps_van_handover_pop(&to_start)) != NULL) {
         ps__shm_chan_t *ch = PS_VAN_HANDOVER_OF(l, ps__shm_chan_t, start_link);
         if (ch->state == PS__SHM_CH_DEAD || ps__shm_list_chan(van, ch) != PS_OK) {

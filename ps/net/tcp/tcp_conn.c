@@ -459,11 +459,10 @@ static void conn_start_connect(ps__tcp_conn_t *conn)
 
 void ps__tcp_start_pending(ps__tcp_van_t *van)
 {
-    if (!ps_van_handover_waiting(&van->handover)) {
+    ps_van_handover_link_t *to_start, *to_close, *l;
+    if (!ps_van_handover_take(&van->handover, &to_start, &to_close)) {
         return;
     }
-    ps_van_handover_link_t *to_start, *to_close, *l;
-    ps_van_handover_take(&van->handover, &to_start, &to_close);
     while ((l = ps_van_handover_pop(&to_start)) != NULL) {
         ps__tcp_conn_t *conn = PS_VAN_HANDOVER_OF(l, ps__tcp_conn_t, start_link);
         if (conn->state == PS__TCP_CONNECTING) {
@@ -536,7 +535,7 @@ void ps__tcp_conn_ready(ps__tcp_conn_t *conn)
 void ps__tcp_close_all(ps__tcp_van_t *van)
 {
     ps_van_handover_link_t *to_start, *to_close, *l;
-    ps_van_handover_take(&van->handover, &to_start, &to_close);
+    (void)ps_van_handover_take(&van->handover, &to_start, &to_close);
     while ((l = ps_van_handover_pop(&to_start)) != NULL) {
         ps__tcp_conn_t *conn = PS_VAN_HANDOVER_OF(l, ps__tcp_conn_t, start_link);
         if (conn->state != PS__TCP_DEAD) {

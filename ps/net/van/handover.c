@@ -35,15 +35,19 @@ int ps_van_handover_waiting(const ps_van_handover_t *h)
            __atomic_load_n(&h->close, __ATOMIC_ACQUIRE) != NULL;
 }
 
-void ps_van_handover_take(ps_van_handover_t *h, ps_van_handover_link_t **start_p,
-                          ps_van_handover_link_t **close_p)
+int ps_van_handover_take(ps_van_handover_t *h, ps_van_handover_link_t **start_p,
+                         ps_van_handover_link_t **close_p)
 {
+    *start_p = *close_p = NULL;
+    if (!ps_van_handover_waiting(h))
+        return 0;
     pthread_mutex_lock(&h->lock);
     *start_p = h->start;
     *close_p = h->close;
     __atomic_store_n(&h->start, NULL, __ATOMIC_RELAXED);
     __atomic_store_n(&h->close, NULL, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&h->lock);
+    return 1;
 }
 
 ps_van_handover_link_t *ps_van_handover_reverse(ps_van_handover_link_t *list)

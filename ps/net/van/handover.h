@@ -41,13 +41,15 @@ void ps_van_handover_fini(ps_van_handover_t *h);
 void ps_van_handover_put(ps_van_handover_t *h, ps_van_handover_link_t *const *start, int nstart,
                          ps_van_handover_link_t *const *close, int nclose);
 
-/* Whether either list holds something, without the lock: the progress
- * thread's cheap look before it takes them. */
+/* Whether either list holds something, without the lock (a put seen
+ * late is seen on the progress thread's next turn: putters wake it). */
 int ps_van_handover_waiting(const ps_van_handover_t *h);
 
-/* Takes both lists (newest first; NULL when empty). */
-void ps_van_handover_take(ps_van_handover_t *h, ps_van_handover_link_t **start_p,
-                          ps_van_handover_link_t **close_p);
+/* Takes both lists (newest first; NULL when empty): 1, or 0 at once,
+ * without the lock, when ps_van_handover_waiting says nothing waits. The
+ * progress thread calls it every turn. */
+int ps_van_handover_take(ps_van_handover_t *h, ps_van_handover_link_t **start_p,
+                         ps_van_handover_link_t **close_p);
 
 /* The first link of a taken list, off it; NULL at the end. */
 static inline ps_van_handover_link_t *ps_van_handover_pop(ps_van_handover_link_t **list_p)

@@ -710,12 +710,11 @@ ps_status_t ps__ucx_set_node_id(ps_van_t *v, int node_id)
  * van is closing. */
 static void take_pending(ps__ucx_van_t *van, int start)
 {
-    if (!ps__ucx_handover_waiting(van)) {
+    ps_van_handover_link_t *to_start, *to_close, *l;
+    if (!ps_van_handover_take(&van->handover, &to_start, &to_close)) {
         return;
     }
     van->timer_scan_ns = 0; /* connections change */
-    ps_van_handover_link_t *to_start, *to_close, *l;
-    ps_van_handover_take(&van->handover, &to_start, &to_close);
     /* Closes first: a connection disconnect() took may still be pending. */
     while ((l = ps_van_handover_pop(&to_close)) != NULL) {
         ps__ucx_conn_t *conn = PS_VAN_HANDOVER_OF(l, ps__ucx_conn_t, close_link);

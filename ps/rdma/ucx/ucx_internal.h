@@ -505,14 +505,9 @@ ps_status_t ps__ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry);
 ps_status_t ps__ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id);
 void ps__ucx_disconnect(ps_van_t *v, int node_id);
 ps_status_t ps__ucx_set_node_id(ps_van_t *v, int node_id);
-/* Progress thread: connections handed over, events, timers. */
+/* Progress thread, every turn: connections handed over (nothing to do,
+ * without a lock, when none were), events, timers. */
 void ps__ucx_start_pending(ps__ucx_van_t *van);
-/* Whether other threads handed something over (checked every turn,
- * without a lock: a handover seen late is seen next turn). */
-static inline int ps__ucx_handover_waiting(ps__ucx_van_t *van)
-{
-    return ps_van_handover_waiting(&van->handover);
-}
 void ps__ucx_handle_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev);
 /* ms to the next timer, -1 none; `now` from ps_time_now_ns(). */
 int ps__ucx_run_timers(ps__ucx_van_t *van, uint64_t now);

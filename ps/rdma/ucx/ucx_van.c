@@ -199,9 +199,7 @@ static int ucx_poll(void *arg, unsigned budget)
         return 0;
     }
     van->posted_seen = __atomic_load_n(&van->posted, __ATOMIC_SEQ_CST);
-    if (ps__ucx_handover_waiting(van)) {
-        ps__ucx_start_pending(van);
-    }
+    ps__ucx_start_pending(van);
     int did = progress_once(van, budget, 0);
     uint64_t now;
     (void)loop_clock(van, &now);
