@@ -10,5 +10,8 @@
 
 PS_CONFIG_VAR(PS_TCP_CONNS_PER_PEER, INT, "1", "tcp", NULL,
               "Number of TCP connections opened to each peer, a count.")
+PS_CONFIG_VAR(PS_TCP_ALIGN_COPY, STRING, "auto", "tcp", NULL,
+              "Send a segment of 1 MiB or more that does not start on a page from a page-aligned copy: "
+              "on, off, or auto (measure both ways while sending and keep the cheaper).")
 PS_CONFIG_VAR(PS_TCP_SOCKBUF, SIZE, "0", "tcp", NULL,
               "Socket send and receive buffer size, in bytes; 0 keeps the kernel default.")

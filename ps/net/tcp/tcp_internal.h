@@ -58,6 +58,7 @@
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
+#include "ps/net/tcp/send_align.h"
 #include "ps/net/van/admission.h"
 #include "ps/net/van/handover.h"
 #include "ps/net/van/sock_core.h"
@@ -90,12 +91,6 @@
 /* Staging bytes a direct read into a segment may also take (the next
  * frame's start); more would only be copied again. */
 #define PS__TCP_DIRECT_STAGING (16u << 10)
-/* A data segment of at least this many bytes that does not start on a page
- * (numpy's arrays: 16 bytes past one) is copied into a page-aligned pooled
- * buffer and sent from there: the kernel copies such a source into the
- * socket at well under half its speed, and the copy plus the aligned send
- * cost less (docs/PERF.md, "Where numpy's own arrays lose"). */
-#define PS__TCP_SEND_ALIGN_MIN (1u << 20)
 
 typedef enum {
     PS__TCP_H_WAKE,
@@ -230,6 +225,8 @@ struct ps__tcp_van {
     ps_frame_limits_t limits;
     int sockbuf;            /* PS_TCP_SOCKBUF, 0 = kernel default */
     int conns_per_peer;
+    /* Whether large unaligned segments leave from an aligned copy. */
+    ps_send_align_t align;
 
     /* The epoll set, the listener and its admission control, the peer
      * table (ps__tcp_peer_t by node id), the receive pool. */
@@ -325,10 +322,12 @@ ps_status_t ps__tcp_send(ps_van_t *v, const ps_msg_t *msg);
 /* Sends (or queues) the frame [hm, data...] on conn. */
 ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
                                     const ps_slice_t *data, uint32_t num_data);
-/* The same with conn->send_lock held by the caller. */
+/* The same with conn->send_lock held by the caller; `way` says what the
+ * frame's large unaligned segments were sent as, for the cost figures of
+ * van->align. */
 ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *hm,
                                            size_t hm_len, const ps_slice_t *data,
-                                           uint32_t num_data);
+                                           uint32_t num_data, ps_send_align_way_t way);
 /* Writes what the socket takes from the queue (send_lock not held by the
  * caller). PS_OK (possibly with a rest queued) or the socket's error. */
 ps_status_t ps__tcp_flush(ps__tcp_conn_t *conn);

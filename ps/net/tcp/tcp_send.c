@@ -3,8 +3,9 @@
  *
  * send() encodes header + meta on the caller's stack and writes the frame
  * with one sendmsg() whose iovecs point at the user's slices: no staging
- * copy, but for a large segment that does not start on a page, sent from
- * an aligned copy (PS__TCP_SEND_ALIGN_MIN: faster). What the socket cannot take is queued on the connection, holding
+ * copy, except that a large segment that does not start on a page may be
+ * sent from an aligned copy where that is cheaper (send_align.h). What the
+ * socket cannot take is queued on the connection, holding
  * references on the slices, and the progress thread finishes it when the
  * socket becomes writable (EPOLLOUT). A frame is either written directly
  * (queue empty) or appended to the queue, both under the connection's send
@@ -148,14 +149,15 @@ ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, siz
                                     const ps_slice_t *data, uint32_t num_data)
 {
     pthread_mutex_lock(&conn->send_lock);
-    ps_status_t st = ps__tcp_conn_send_frame_locked(conn, hm, hm_len, data, num_data);
+    ps_status_t st =
+        ps__tcp_conn_send_frame_locked(conn, hm, hm_len, data, num_data, PS_SEND_ALIGN_NONE);
     pthread_mutex_unlock(&conn->send_lock);
     return st;
 }
 
 ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *hm,
                                            size_t hm_len, const ps_slice_t *data,
-                                           uint32_t num_data)
+                                           uint32_t num_data, ps_send_align_way_t way)
 {
     ps__tcp_van_t *van = conn->van;
     struct iovec iov[PS__TCP_FRAME_IOV];
@@ -179,7 +181,12 @@ ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *
     uint64_t sent = 0;
     if (conn->state == PS__TCP_READY && conn->sq_head == NULL) {
         /* The common case: straight from the user's buffers to the socket. */
+        uint64_t t0 = way != PS_SEND_ALIGN_NONE ? ps_send_align_thread_ns() : 0;
         ssize_t n = send_iov(conn->fd, iov, cnt);
+        if (way != PS_SEND_ALIGN_NONE && n > 0) {
+            ps_send_align_note_send(&van->align, way, ps_send_align_thread_ns() - t0,
+                                    (uint64_t)n);
+        }
         if (n >= 0 && (uint64_t)n == total) {
             __atomic_add_fetch(&van->base.bytes_sent, total, __ATOMIC_RELAXED);
             return PS_OK;
@@ -317,7 +324,8 @@ static uint32_t slice_range(const ps_slice_t *data, uint32_t num_data, uint64_t 
  * under every stream's send lock so that the frame order is the same on
  * each. */
 static ps_status_t send_striped(ps__tcp_conn_t **conns, int n, const uint8_t *hm, size_t hm_len,
-                                const ps_slice_t *data, uint32_t num_data, uint64_t total)
+                                const ps_slice_t *data, uint32_t num_data, uint64_t total,
+                                ps_send_align_way_t way)
 {
     for (int i = 0; i < n; ++i) {
         pthread_mutex_lock(&conns[i]->send_lock);
@@ -333,7 +341,7 @@ static ps_status_t send_striped(ps__tcp_conn_t **conns, int n, const uint8_t *hm
         uint64_t off, len;
         ps__tcp_stripe_range(total, n, i, &off, &len);
         uint32_t np = slice_range(data, num_data, off, len, part);
-        st = ps__tcp_conn_send_frame_locked(conns[i], hm, i == 0 ? hm_len : 0, part, np);
+        st = ps__tcp_conn_send_frame_locked(conns[i], hm, i == 0 ? hm_len : 0, part, np, way);
         if (st != PS_OK && i > 0) {
             /* Part of the frame is queued and the rest cannot be: the group
              * is unusable. Shutting its streams down makes the progress
@@ -351,25 +359,45 @@ static ps_status_t send_striped(ps__tcp_conn_t **conns, int n, const uint8_t *hm
     return st;
 }
 
-/* data[i]: msg's segment i, or an aligned copy of it (PS__TCP_SEND_ALIGN_MIN);
- * a bit of the result per copy, which the caller releases. */
-static uint64_t align_segments(ps__tcp_van_t *van, const ps_msg_t *msg, ps_slice_t *data)
+static int unaligned_and_large(const ps_slice_t *s)
 {
-    uint64_t copies = 0;
+    return s->len >= PS_SEND_ALIGN_MIN && (uintptr_t)ps_slice_ptr(s) % 4096 != 0 &&
+           ps_slice_in_host_mem(s);
+}
+
+/* data[i]: msg's segment i, or an aligned copy of it where van->align says
+ * so; a bit of *copies_p per copy, which the caller releases. Returns what
+ * the large unaligned segments are sent as. */
+static ps_send_align_way_t align_segments(ps__tcp_van_t *van, const ps_msg_t *msg,
+                                          ps_slice_t *data, uint64_t *copies_p)
+{
+    ps_send_align_way_t way = PS_SEND_ALIGN_NONE;
+    int copy = -1; /* not chosen yet: one choice per message */
+    *copies_p = 0;
     for (uint32_t i = 0; i < msg->num_data; ++i) {
         const ps_slice_t *s = &msg->data[i];
         data[i] = *s;
-        if (s->len < PS__TCP_SEND_ALIGN_MIN || (uintptr_t)ps_slice_ptr(s) % 4096 == 0 ||
-            !ps_slice_in_host_mem(s))
+        if (!unaligned_and_large(s)) {
             continue;
-        ps_slice_t copy;
-        if (ps_van_rx_pool_get(van->sock.pool, s->len, &copy) != PS_OK)
+        }
+        if (copy < 0) {
+            copy = ps_send_align_choose(&van->align);
+        }
+        ps_slice_t aligned;
+        if (!copy || ps_van_rx_pool_get(van->sock.pool, s->len, &aligned) != PS_OK) {
+            if (way == PS_SEND_ALIGN_NONE) {
+                way = PS_SEND_ALIGN_DIRECT;
+            }
             continue; /* sent as it is */
-        memcpy(ps_slice_ptr(&copy), ps_slice_ptr(s), s->len);
-        data[i] = copy;
-        copies |= 1ull << i;
+        }
+        uint64_t t0 = ps_send_align_thread_ns();
+        memcpy(ps_slice_ptr(&aligned), ps_slice_ptr(s), s->len);
+        ps_send_align_note_memcpy(&van->align, ps_send_align_thread_ns() - t0, s->len);
+        data[i] = aligned;
+        *copies_p |= 1ull << i;
+        way = PS_SEND_ALIGN_COPIED;
     }
-    return copies;
+    return way;
 }
 
 ps_status_t ps__tcp_send(ps_van_t *v, const ps_msg_t *msg)
@@ -409,11 +437,14 @@ ps_status_t ps__tcp_send(ps_van_t *v, const ps_msg_t *msg)
         return ps_van_unconnected(&van->base, recver, ps_van_peer_table_lost(&van->sock.peers, recver));
     }
     ps_slice_t data[PS_MSG_MAX_DATA];
-    uint64_t copies = align_segments(van, msg, data);
+    uint64_t copies;
+    ps_send_align_way_t way = align_segments(van, msg, data, &copies);
     if (n == 1) {
-        st = ps__tcp_conn_send_frame(conns[0], hm, hm_len, data, msg->num_data);
+        pthread_mutex_lock(&conns[0]->send_lock);
+        st = ps__tcp_conn_send_frame_locked(conns[0], hm, hm_len, data, msg->num_data, way);
+        pthread_mutex_unlock(&conns[0]->send_lock);
     } else {
-        st = send_striped(conns, n, hm, hm_len, data, msg->num_data, total);
+        st = send_striped(conns, n, hm, hm_len, data, msg->num_data, total, way);
     }
     for (uint32_t i = 0; i < msg->num_data; ++i) {
         if (copies & (1ull << i))

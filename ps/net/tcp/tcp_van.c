@@ -283,6 +283,10 @@ static ps_status_t tcp_open(const ps_van_params_t *params, const ps_van_callback
     van->limits = ps_van_frame_limits(params);
     uint64_t sockbuf = ps_config_size_or(PS_TCP_CFG(PS_TCP_SOCKBUF), 0);
     van->sockbuf = sockbuf > INT_MAX / 2 ? INT_MAX / 2 : (int)sockbuf;
+    const char *align = ps_config_str_or(PS_TCP_CFG(PS_TCP_ALIGN_COPY), "auto");
+    if (ps_send_align_init(&van->align, align, PS_LOG_TCP) != 0) {
+        ps_warn(PS_LOG_TCP, "PS_TCP_ALIGN_COPY=%s is not on, off or auto; using auto", align);
+    }
     /* The larger of DMLC_NUM_PORTS (the postoffice's) and this van's own. */
     int conns = (int)ps_config_int_or(PS_TCP_CFG(PS_TCP_CONNS_PER_PEER), 1);
     van->conns_per_peer = params->conns_per_peer > conns ? params->conns_per_peer : conns;
@@ -354,6 +358,7 @@ static void tcp_close(ps_van_t *v)
     ps_mpool_cleanup(&van->entries);
     ps_van_handover_fini(&van->handover);
     ps_van_loop_cleanup(&van->loop);
+    ps_send_align_fini(&van->align);
     free(van);
 }
 

@@ -26,9 +26,11 @@ def as_buffer(obj, dtype=None):
 
 def empty(shape, dtype="float32", align=4096):
     """An uninitialised numpy array whose data starts on an `align`-byte
-    boundary (a page by default). Large transfers from and into
-    page-aligned buffers are markedly faster over the TCP van than from
-    numpy's own allocations (16 bytes past a page): docs/PERF.md, "Python"."""
+    boundary (a page by default). On some hosts the kernel copies large
+    buffers that do not start on a page (numpy's own allocations: 16 bytes
+    past one) into a TCP socket at well under its full speed; the TCP van
+    then sends them from an aligned copy (PS_TCP_ALIGN_COPY), and
+    page-aligned arrays save that copy: docs/PERF.md, "Python"."""
     import numpy as np
 
     dt = np.dtype(dtype)
