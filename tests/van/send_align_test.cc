@@ -16,7 +16,10 @@ struct Chooser {
     {
         EXPECT_EQ(ps_send_align_init(&a, mode, PS_LOG_CORE), 0);
     }
-    ~Chooser() { ps_send_align_fini(&a); }
+    ~Chooser()
+    {
+        ps_send_align_fini(&a);
+    }
 };
 
 // Feeds the figures of one send made the way `copy` says, at the given
@@ -62,7 +65,7 @@ TEST(SendAlign, Settings)
     // Forced: every decision the same, no figures kept.
     EXPECT_EQ(Decide(&on.a, 100, 100, 900, 900), 100);
     EXPECT_EQ(Decide(&off.a, 100, 900, 100, 100), 0);
-    EXPECT_EQ(on.a.direct.count + on.a.copied.count + on.a.memcpy.count, 0u);
+    EXPECT_EQ(on.a.direct.count + on.a.copied.count + on.a.copying.count, 0u);
 }
 
 TEST(SendAlign, MeasuresBothWaysFirst)

@@ -65,7 +65,7 @@ static void ring_add(ps_send_align_ring_t *r, uint64_t ns, uint64_t bytes)
 static int choose_auto(ps_send_align_t *a)
 {
     uint64_t n = a->decisions++;
-    uint32_t want_copy = a->copied.count < a->memcpy.count ? a->copied.count : a->memcpy.count;
+    uint32_t want_copy = a->copied.count < a->copying.count ? a->copied.count : a->copying.count;
     if (a->direct.count < PS_SEND_ALIGN_WARMUP || want_copy < PS_SEND_ALIGN_WARMUP) {
         /* Still measuring: take the way with fewer figures. A way whose
          * sends never give a figure (the socket is full) keeps its turn,
@@ -74,7 +74,7 @@ static int choose_auto(ps_send_align_t *a)
     }
     uint32_t direct = ps_send_align_median(&a->direct);
     uint32_t copied = ps_send_align_median(&a->copied);
-    uint32_t made = ps_send_align_median(&a->memcpy);
+    uint32_t made = ps_send_align_median(&a->copying);
     int prefer_copy = (uint64_t)copied + made < direct;
     if (prefer_copy != a->prefer_copy) {
         ps_debug(a->log,
@@ -123,7 +123,7 @@ void ps_send_align_note_memcpy(ps_send_align_t *a, uint64_t ns, uint64_t bytes)
         return;
     }
     pthread_mutex_lock(&a->lock);
-    ring_add(&a->memcpy, ns, bytes);
+    ring_add(&a->copying, ns, bytes);
     pthread_mutex_unlock(&a->lock);
 }
 

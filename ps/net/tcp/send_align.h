@@ -58,9 +58,9 @@ typedef struct {
 typedef struct {
     pthread_mutex_t lock;
     ps_send_align_mode_t mode;
-    ps_send_align_ring_t direct; /* kernel copy from unaligned sources */
-    ps_send_align_ring_t copied; /* kernel copy from the aligned copies */
-    ps_send_align_ring_t memcpy; /* making the aligned copy */
+    ps_send_align_ring_t direct;  /* kernel copy from unaligned sources */
+    ps_send_align_ring_t copied;  /* kernel copy from the aligned copies */
+    ps_send_align_ring_t copying; /* making the aligned copy (memcpy) */
     uint64_t decisions;
     int prefer_copy; /* the last decision's preference; -1 before one */
     ps_log_component_t log;

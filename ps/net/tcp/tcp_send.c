@@ -149,8 +149,8 @@ ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, siz
                                     const ps_slice_t *data, uint32_t num_data)
 {
     pthread_mutex_lock(&conn->send_lock);
-    ps_status_t st =
-        ps__tcp_conn_send_frame_locked(conn, hm, hm_len, data, num_data, PS_SEND_ALIGN_NONE);
+    ps_status_t st = ps__tcp_conn_send_frame_locked(conn, hm, hm_len, data, num_data,
+                                                    PS_SEND_ALIGN_NONE);
     pthread_mutex_unlock(&conn->send_lock);
     return st;
 }
@@ -184,8 +184,7 @@ ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *
         uint64_t t0 = way != PS_SEND_ALIGN_NONE ? ps_send_align_thread_ns() : 0;
         ssize_t n = send_iov(conn->fd, iov, cnt);
         if (way != PS_SEND_ALIGN_NONE && n > 0) {
-            ps_send_align_note_send(&van->align, way, ps_send_align_thread_ns() - t0,
-                                    (uint64_t)n);
+            ps_send_align_note_send(&van->align, way, ps_send_align_thread_ns() - t0, (uint64_t)n);
         }
         if (n >= 0 && (uint64_t)n == total) {
             __atomic_add_fetch(&van->base.bytes_sent, total, __ATOMIC_RELAXED);
