@@ -107,6 +107,39 @@ TEST(SendAlign, NoticesAChangeOfConditions)
     EXPECT_GE(Decide(&c.a, PS_SEND_ALIGN_RECHECK - 1, 900, 250, 300), PS_SEND_ALIGN_RECHECK - 2);
 }
 
+TEST(SendAlign, AWayWithoutFiguresIsOnlyRetriedAtRechecks)
+{
+    // Sends from the copy always find the socket nearly full: their sendmsg
+    // gives no figure, so measuring never ends and the copy, having fewer
+    // figures, would get every turn. Past the patience it only gets the
+    // rechecks.
+    Chooser c;
+    auto turn = [&c]() {
+        int copy = ps_send_align_choose(&c.a);
+        if (copy) {
+            ps_send_align_note_memcpy(&c.a, 300 * 4 * kMiB / 1000, 4 * kMiB);
+            ps_send_align_note_send(&c.a, PS_SEND_ALIGN_COPIED, 1000, 4096);
+        } else {
+            ps_send_align_note_send(&c.a, PS_SEND_ALIGN_DIRECT, 200 * kMiB / 1000, kMiB);
+        }
+        return copy;
+    };
+    int early = 0;
+    for (int i = 0; i < PS_SEND_ALIGN_PATIENCE; ++i) {
+        early += turn();
+    }
+    EXPECT_GE(early, PS_SEND_ALIGN_PATIENCE - 2); // the copy's turns, unanswered
+    int late = 0;
+    for (int i = 0; i < 8 * PS_SEND_ALIGN_RECHECK; ++i) {
+        late += turn();
+    }
+    EXPECT_LE(late, 8);
+    EXPECT_GE(late, 7);
+    // Figures that arrive later still end the measuring.
+    Decide(&c.a, 8 * PS_SEND_ALIGN_RECHECK, 700, 200, 150);
+    EXPECT_GE(Decide(&c.a, PS_SEND_ALIGN_RECHECK, 700, 200, 150), PS_SEND_ALIGN_RECHECK - 1);
+}
+
 TEST(SendAlign, SmallSendsGiveNoFigure)
 {
     Chooser c;

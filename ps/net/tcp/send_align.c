@@ -68,9 +68,13 @@ static int choose_auto(ps_send_align_t *a)
     uint32_t want_copy = a->copied.count < a->copying.count ? a->copied.count : a->copying.count;
     if (a->direct.count < PS_SEND_ALIGN_WARMUP || want_copy < PS_SEND_ALIGN_WARMUP) {
         /* Still measuring: take the way with fewer figures. A way whose
-         * sends never give a figure (the socket is full) keeps its turn,
-         * which only costs what the two ways differ by. */
-        return want_copy < a->direct.count;
+         * sends give no figure (the socket is full) keeps its turn; past
+         * PS_SEND_ALIGN_PATIENCE only at rechecks, so that such a sender
+         * does not copy every other segment for good. */
+        if (n < PS_SEND_ALIGN_PATIENCE || n % PS_SEND_ALIGN_RECHECK == PS_SEND_ALIGN_RECHECK - 1) {
+            return want_copy < a->direct.count;
+        }
+        return 0;
     }
     uint32_t direct = ps_send_align_median(&a->direct);
     uint32_t copied = ps_send_align_median(&a->copied);

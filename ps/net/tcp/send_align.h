@@ -36,6 +36,10 @@ extern "C" {
 #define PS_SEND_ALIGN_WARMUP 4
 /* One decision in this many takes the way not preferred. */
 #define PS_SEND_ALIGN_RECHECK 32
+/* Decisions after which a way that still lacks figures (its sends keep
+ * finding the socket full) is only tried at rechecks; the others send
+ * as they are. */
+#define PS_SEND_ALIGN_PATIENCE 64
 
 typedef enum {
     PS_SEND_ALIGN_AUTO,
