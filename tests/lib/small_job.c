@@ -87,7 +87,7 @@ ps_status_t small_job_start(const small_job_opts_t *opts, ps_postoffice_t *po[SM
     return PS_OK;
 }
 
-void small_job_finalize(ps_postoffice_t *po[SMALL_JOB_NODES], int do_barrier)
+ps_status_t small_job_finalize(ps_postoffice_t *po[SMALL_JOB_NODES], int do_barrier)
 {
     node_call_t calls[SMALL_JOB_NODES];
     int active[SMALL_JOB_NODES];
@@ -95,8 +95,14 @@ void small_job_finalize(ps_postoffice_t *po[SMALL_JOB_NODES], int do_barrier)
         active[i] = po[i] != NULL;
         calls[i].do_barrier = do_barrier;
         calls[i].po_p = &po[i];
+        calls[i].st = PS_OK;
     }
     run_all(node_finalize, calls, active);
-    for (int i = 0; i < SMALL_JOB_NODES; i++)
+    ps_status_t first = PS_OK;
+    for (int i = 0; i < SMALL_JOB_NODES; i++) {
+        if (first == PS_OK && calls[i].st != PS_OK)
+            first = calls[i].st;
         po[i] = NULL;
+    }
+    return first;
 }

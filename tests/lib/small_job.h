@@ -33,8 +33,9 @@ void small_job_node_params(ps_role_t role, const char *van, int port, ps_start_p
 ps_status_t small_job_start(const small_job_opts_t *opts, ps_postoffice_t *po[SMALL_JOB_NODES]);
 
 /* Finalizes every non-NULL postoffice of po[] at once (with the finalize
- * barrier when `do_barrier`) and clears it. */
-void small_job_finalize(ps_postoffice_t *po[SMALL_JOB_NODES], int do_barrier);
+ * barrier when `do_barrier`) and clears it; PS_OK when every finalize
+ * returned it, else the first failure. */
+ps_status_t small_job_finalize(ps_postoffice_t *po[SMALL_JOB_NODES], int do_barrier);
 
 #ifdef __cplusplus
 }

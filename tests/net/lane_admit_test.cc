@@ -9,7 +9,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 extern "C" {
@@ -18,7 +17,7 @@ extern "C" {
 #include "ps/net/customer.h"
 #include "ps/net/postoffice.h"
 #include "ps/net/van/van.h"
-#include "tests/lib/free_port.h"
+#include "tests/lib/small_job.h"
 }
 
 namespace {
@@ -71,45 +70,27 @@ void OnRecv(void *, ps_customer_t *, const ps_msg_t *) {}
 TEST(LaneAdmit, OversizedAndTruncatedLaneMessagesNeverReachACustomer)
 {
     RegisterTap();
-    const int port = test_free_port(0);
-    ps_role_t roles[3] = {PS_ROLE_SCHEDULER, PS_ROLE_SERVER, PS_ROLE_WORKER};
-    ps_postoffice_t *po[3] = {nullptr, nullptr, nullptr};
-    ps_status_t st[3] = {PS_INPROGRESS, PS_INPROGRESS, PS_INPROGRESS};
-    std::vector<std::thread> threads;
-    for (int i = 0; i < 3; ++i) {
-        threads.emplace_back([&, i] {
-            ps_start_params_t p;
-            ps_start_params_init(&p);
-            p.role = roles[i];
-            snprintf(p.scheduler_host, sizeof(p.scheduler_host), "127.0.0.1");
-            snprintf(p.node_host, sizeof(p.node_host), "127.0.0.1");
-            p.scheduler_port = port;
-            p.num_servers = 1;
-            p.num_workers = 1;
-            p.start_timeout_ms = 15000;
-            p.finalize_timeout_ms = 15000;
-            snprintf(p.van, sizeof(p.van), "lanetap");
-            st[i] = ps_postoffice_start(&p, 1, &po[i]);
-        });
-    }
-    for (auto &t : threads) {
-        t.join();
-    }
-    for (int i = 0; i < 3; ++i) {
-        ASSERT_EQ(st[i], PS_OK) << "node " << i;
+    ps_postoffice_t *po[SMALL_JOB_NODES] = {nullptr, nullptr, nullptr};
+    small_job_opts_t o = {};
+    o.van = "lanetap";
+    ps_status_t st = small_job_start(&o, po);
+    if (st != PS_OK) {
+        small_job_finalize(po, 0);
+        FAIL() << "the job did not start: " << ps_status_str(st);
     }
     ps_van_callbacks_t cb;
     {
         std::lock_guard<std::mutex> lk(g_mu);
-        ASSERT_EQ(g_cbs.count(po[1]), 1u);
-        cb = g_cbs[po[1]];
+        ASSERT_EQ(g_cbs.count(po[SMALL_JOB_SERVER]), 1u);
+        cb = g_cbs[po[SMALL_JOB_SERVER]];
     }
     ASSERT_NE(cb.deliver_lane, nullptr);
 
     const int app = 3;
     LaneLog log;
     ps_customer_t *cust = nullptr;
-    ASSERT_EQ(ps_customer_create_lane(po[1], app, app, OnRecv, OnLane, &log, &cust), PS_OK);
+    ASSERT_EQ(ps_customer_create_lane(po[SMALL_JOB_SERVER], app, app, OnRecv, OnLane, &log, &cust),
+              PS_OK);
     const int worker = 9; // the one worker's id (servers 8, workers 9 on)
 
     std::vector<uint8_t> buf(2 * PS_LANE_MAX_BYTES, 0xab);
@@ -140,17 +121,7 @@ TEST(LaneAdmit, OversizedAndTruncatedLaneMessagesNeverReachACustomer)
     EXPECT_EQ(log.last_len.load(), 16u);
 
     ps_customer_destroy(cust);
-    std::vector<std::thread> fin;
-    ps_status_t fst[3];
-    for (int i = 0; i < 3; ++i) {
-        fin.emplace_back([&, i] { fst[i] = ps_postoffice_finalize(po[i], 1); });
-    }
-    for (auto &t : fin) {
-        t.join();
-    }
-    for (int i = 0; i < 3; ++i) {
-        EXPECT_EQ(fst[i], PS_OK) << "node " << i;
-    }
+    EXPECT_EQ(small_job_finalize(po, 1), PS_OK);
 }
 
 } // namespace

@@ -18,54 +18,41 @@
 #include <vector>
 
 extern "C" {
-#include "tests/lib/free_port.h"
 #include "ps/base/config.h"
 #include "ps/net/customer.h"
 #include "ps/net/postoffice.h"
 #include "ps/net/postoffice_msg.h"
+#include "tests/lib/small_job.h"
 }
 
 namespace {
 
-
 // A scheduler, one server (node 8) and one worker (node 9) over `van`.
 struct Job {
-    ps_postoffice_t *po[3] = {nullptr, nullptr, nullptr};
-    ps_status_t st[3] = {PS_INPROGRESS, PS_INPROGRESS, PS_INPROGRESS};
+    ps_postoffice_t *po[SMALL_JOB_NODES] = {nullptr, nullptr, nullptr};
+    ps_status_t st = PS_INPROGRESS;
 
     explicit Job(const char *van)
     {
-        int port = test_free_port(0);
-        std::vector<std::thread> threads;
-        for (int i = 0; i < 3; i++) {
-            ps_start_params_t p;
-            ps_start_params_init(&p);
-            p.role = i == 0 ? PS_ROLE_SCHEDULER : i == 1 ? PS_ROLE_SERVER : PS_ROLE_WORKER;
-            snprintf(p.scheduler_host, sizeof(p.scheduler_host), "127.0.0.1");
-            snprintf(p.node_host, sizeof(p.node_host), "127.0.0.1");
-            p.scheduler_port = port;
-            p.num_servers = 1;
-            p.num_workers = 1;
-            p.start_timeout_ms = 20000;
-            p.finalize_timeout_ms = 20000;
-            snprintf(p.van, sizeof(p.van), "%s", van);
-            threads.emplace_back([this, i, p] { st[i] = ps_postoffice_start(&p, 1, &po[i]); });
-        }
-        for (auto &t : threads)
-            t.join();
+        small_job_opts_t o = {};
+        o.van = van;
+        st = small_job_start(&o, po);
     }
-    bool Started() const { return st[0] == PS_OK && st[1] == PS_OK && st[2] == PS_OK; }
-    ps_postoffice_t *server() { return po[1]; }
-    ps_postoffice_t *worker() { return po[2]; }
+    bool Started() const
+    {
+        return st == PS_OK;
+    }
+    ps_postoffice_t *server()
+    {
+        return po[SMALL_JOB_SERVER];
+    }
+    ps_postoffice_t *worker()
+    {
+        return po[SMALL_JOB_WORKER];
+    }
     ~Job()
     {
-        std::vector<std::thread> threads;
-        for (auto *p : po) {
-            if (p != nullptr)
-                threads.emplace_back([p] { EXPECT_EQ(PS_OK, ps_postoffice_finalize(p, 1)); });
-        }
-        for (auto &t : threads)
-            t.join();
+        EXPECT_EQ(PS_OK, small_job_finalize(po, 1));
     }
 };
 
