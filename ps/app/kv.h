@@ -218,6 +218,8 @@ typedef struct ps_kv_worker_stats {
     uint64_t push_bytes_ipc;      /* device values pushed as IPC handles (PS_DEVICE_IPC) */
     uint64_t pull_bytes_ipc;      /* pulled value bytes the server wrote into the device
                                    * destination through its IPC handle (PS_DEVICE_IPC) */
+    uint64_t pull_bytes_staged;   /* of pull_bytes_copied, those the van received into a
+                                   * page-locked staging block for a device destination */
 } ps_kv_worker_stats_t;
 void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p);
 

@@ -37,6 +37,7 @@
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
 #include "ps/gpu/mem.h"
+#include "ps/gpu/stage_pool.h"
 #include "ps/net/caps.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
@@ -67,6 +68,9 @@ typedef struct {
      * dest until it answers, even after the request failed). */
     int ipc_sent;
     atomic_int ipc_held;
+    /* dest is device memory the van cannot write: the van was given a
+     * page-locked staging block to receive into instead (claim_dest). */
+    atomic_int staged;
 } kv_part_t;
 
 typedef struct kv_req {
@@ -122,6 +126,7 @@ struct ps_kv_worker {
     atomic_uint_least64_t n_staged;
     atomic_uint_least64_t n_ipc;
     atomic_uint_least64_t n_pull_ipc;
+    atomic_uint_least64_t n_pull_staged;
 
     /* Requests (with their num_servers parts) come from here: a pool get
      * and put cost a fifth of a calloc and free, on every request. */
@@ -556,6 +561,8 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
     }
     atomic_fetch_add_explicit(rp->lane ? &w->n_small : &w->n_copied, got_bytes,
                               memory_order_relaxed);
+    if (!rp->lane && atomic_load(&p->staged))
+        atomic_fetch_add_explicit(&w->n_pull_staged, got_bytes, memory_order_relaxed);
     return ps__app_copy_in(dest, 0, rp->vals, got_bytes);
 }
 
@@ -830,10 +837,20 @@ static ps_status_t claim_dest(void *ctx, void *arg)
     if (!r->pull || rank < 0 || rank >= r->num_parts)
         return PS_ERR_NOT_FOUND;
     kv_part_t *p = &r->parts[rank];
-    /* Device memory a van cannot write: it receives into its own host
-     * buffer, and take_pull_response copies. */
-    if (p->server_id != c->sender || p->responded || p->dest.len != c->len || c->len == 0 ||
-        !ps__app_receivable(&p->dest, r->w->device_ok) || atomic_exchange(&p->lending, 1) != 0)
+    if (p->server_id != c->sender || p->responded || p->dest.len != c->len || c->len == 0)
+        return PS_ERR_NOT_FOUND;
+    if (!ps__app_receivable(&p->dest, r->w->device_ok)) {
+        /* Device memory a van cannot write: it receives into a page-locked
+         * staging block, and take_pull_response copies from there, several
+         * times faster than from a pageable buffer of the van's own
+         * (docs/GPU.md, the kind's copy bandwidth). Without a block, the
+         * van's own buffer. */
+        if (ps_stage_pool_get(ps_slice_mem_ops_kind(&p->dest), c->len, c->slice_p) != PS_OK)
+            return PS_ERR_NOT_FOUND;
+        atomic_store(&p->staged, 1);
+        return PS_OK;
+    }
+    if (atomic_exchange(&p->lending, 1) != 0)
         return PS_ERR_NOT_FOUND;
     /* The van finds the memory's registrations on the proxy where it would
      * on dest's own buffer; undoing them stays dest's (lent keeps it). Out
@@ -1843,4 +1860,6 @@ void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p)
     stats_p->push_bytes_staged = atomic_load_explicit(&worker->n_staged, memory_order_relaxed);
     stats_p->push_bytes_ipc = atomic_load_explicit(&worker->n_ipc, memory_order_relaxed);
     stats_p->pull_bytes_ipc = atomic_load_explicit(&worker->n_pull_ipc, memory_order_relaxed);
+    stats_p->pull_bytes_staged =
+        atomic_load_explicit(&worker->n_pull_staged, memory_order_relaxed);
 }

@@ -526,8 +526,9 @@ static void run_worker(ps_postoffice_t *po)
         check_fail("device pushes went %s, not %s", g_expect_ipc ? "staged" : "as IPC handles",
                    g_expect_ipc ? "as IPC handles (-i)" : "staged");
     printf("worker %d: device values pulled: %llu bytes written in place through IPC "
-           "handles, of %llu pulled into device memory\n", ps_postoffice_my_rank(po),
-           (unsigned long long)st.pull_bytes_ipc, (unsigned long long)g_device_pulled);
+           "handles, %llu received into page-locked staging, of %llu pulled into device "
+           "memory\n", ps_postoffice_my_rank(po), (unsigned long long)st.pull_bytes_ipc,
+           (unsigned long long)st.pull_bytes_staged, (unsigned long long)g_device_pulled);
     if (st.pull_bytes_ipc != (g_expect_ipc ? g_device_pulled : 0))
         check_fail("device pulls: %llu bytes through IPC handles, want %llu",
                    (unsigned long long)st.pull_bytes_ipc,

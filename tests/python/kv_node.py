@@ -428,8 +428,12 @@ def check_device(w):
     w.pull([key, key + 1], host).wait(timeout=30)  # gpu2cpu: what the device held
     assert np.array_equal(host, a), "device push arrived changed"
     dout = device_array(np.zeros_like(a), kind)
+    before = w.stats()
     got = w.pull([key, key + 1], dout).wait(timeout=30)  # server -> device
     assert got is dout and np.array_equal(downloaded(dout, a), a), "pull into device memory"
+    staged = w.stats()["pull_bytes_staged"] - before["pull_bytes_staged"]
+    assert staged == a.nbytes, "%d bytes pulled through page-locked staging, expected %d" % (
+        staged, a.nbytes)
     b = np.full(n, 3.5, dtype=np.float32)
     w.push_pull(key + 2, device_array(b, kind), dout).wait(timeout=30)
     assert np.array_equal(downloaded(dout, a), b), "device push_pull"
