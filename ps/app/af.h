@@ -264,6 +264,8 @@ typedef struct ps_af_worker_stats {
     uint64_t batches;
     uint64_t pull_bytes_in_place; /* result bytes the transport wrote into the pull tensor */
     uint64_t pull_bytes_copied;   /* result bytes copied once on arrival */
+    uint64_t pull_bytes_staged;   /* of those, received into a page-locked staging block for
+                                   * a pull tensor in device memory */
 } ps_af_worker_stats_t;
 void ps_af_worker_stats(ps_af_worker_t *worker, ps_af_worker_stats_t *stats_p);
 

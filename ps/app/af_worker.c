@@ -27,6 +27,7 @@
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
+#include "ps/gpu/stage_pool.h"
 #include "ps/net/caps.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
@@ -48,6 +49,7 @@ struct ps_af_handle {
     uint64_t *dest_key;
     atomic_uchar *answered; /* num_ts * num_servers: message k of server i at k * ns + i */
     atomic_uchar *traced;   /* per dest */
+    atomic_uchar *staged;   /* per dest: the van got a page-locked block for it (claim_dest) */
     ps_af_trace_t *req_trace;
     ps_af_trace_t *rsp_trace;
 };
@@ -74,6 +76,7 @@ struct ps_af_worker {
     atomic_uint_least64_t n_batches;
     atomic_uint_least64_t n_in_place;
     atomic_uint_least64_t n_copied;
+    atomic_uint_least64_t n_staged;
     ps_mutex_t regions_lock;
     af_region_t *regions;
     size_t num_regions, cap_regions;
@@ -113,6 +116,7 @@ static ps_status_t handle_alloc(int ns, int num_push, int per_server, ps_af_hand
     size_t o_key = PS__AF_BLOCK_TAKE(&off, nd + 1, h->dest_key);
     size_t o_answered = PS__AF_BLOCK_TAKE(&off, num_ts * (size_t)ns, h->answered);
     size_t o_traced = PS__AF_BLOCK_TAKE(&off, nd + 1, h->traced);
+    size_t o_staged = PS__AF_BLOCK_TAKE(&off, nd + 1, h->staged);
     size_t o_req = PS__AF_BLOCK_TAKE(&off, nd + 1, h->req_trace);
     size_t o_rsp = PS__AF_BLOCK_TAKE(&off, nd + 1, h->rsp_trace);
     char *block = calloc(1, off);
@@ -129,6 +133,7 @@ static ps_status_t handle_alloc(int ns, int num_push, int per_server, ps_af_hand
     h->dest_key = (uint64_t *)(block + o_key);
     h->answered = (atomic_uchar *)(block + o_answered);
     h->traced = (atomic_uchar *)(block + o_traced);
+    h->staged = (atomic_uchar *)(block + o_staged);
     h->req_trace = (ps_af_trace_t *)(block + o_req);
     h->rsp_trace = (ps_af_trace_t *)(block + o_rsp);
     *h_p = h;
@@ -207,9 +212,19 @@ static ps_status_t claim_dest(void *ctx, void *arg)
     uint32_t j = c->index - (uint32_t)h->num_push;
     if (atomic_load(&h->answered[c->index * (uint32_t)h->num_servers + (uint32_t)c->server]))
         return PS_ERR_NOT_FOUND;
-    const ps_slice_t *d = &h->dest[c->server * h->per_server + (int)j];
-    if (d->len != c->len || c->len == 0 || (!c->device_ok && !ps_slice_in_host_mem(d)))
+    int slot = c->server * h->per_server + (int)j;
+    const ps_slice_t *d = &h->dest[slot];
+    if (d->len != c->len || c->len == 0)
         return PS_ERR_NOT_FOUND;
+    if (!c->device_ok && !ps_slice_in_host_mem(d)) {
+        /* Device memory the van cannot write: a page-locked staging block
+         * to receive into, copied from in take_pull (as the KV worker's
+         * claim_dest does); without one, the van's own buffer. */
+        if (ps_stage_pool_get(ps_slice_mem_ops_kind(d), c->len, c->slice_p) != PS_OK)
+            return PS_ERR_NOT_FOUND;
+        atomic_store(&h->staged[slot], 1);
+        return PS_OK;
+    }
     *c->slice_p = ps_slice_ref(d);
     return PS_OK;
 }
@@ -259,6 +274,8 @@ static ps_status_t take_pull(ps_af_worker_t *w, ps_af_handle_t *h, const af_clai
             if (st != PS_OK)
                 return st;
             atomic_fetch_add_explicit(&w->n_copied, got, memory_order_relaxed);
+            if (atomic_load(&h->staged[slot]))
+                atomic_fetch_add_explicit(&w->n_staged, got, memory_order_relaxed);
         }
     }
     if (w->trace) {
@@ -779,4 +796,5 @@ void ps_af_worker_stats(ps_af_worker_t *w, ps_af_worker_stats_t *stats_p)
     stats_p->batches = atomic_load_explicit(&w->n_batches, memory_order_relaxed);
     stats_p->pull_bytes_in_place = atomic_load_explicit(&w->n_in_place, memory_order_relaxed);
     stats_p->pull_bytes_copied = atomic_load_explicit(&w->n_copied, memory_order_relaxed);
+    stats_p->pull_bytes_staged = atomic_load_explicit(&w->n_staged, memory_order_relaxed);
 }
