@@ -2,8 +2,7 @@
 // the push tensor is written on a device stream after a delay and the
 // server must see what the stream wrote, not what the memory held at the
 // call; a batch never ready fails with PS_ERR_TIMED_OUT unsent, and the
-// worker goes on; results for a pull tensor in device memory arrive through
-// page-locked staging. On the emulated device, over tcp and shm.
+// worker goes on. On the emulated device, over tcp and shm.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -143,37 +142,6 @@ TEST_P(AfReady, ABatchNeverReadyFailsUnsentAndTheNextGoes)
     ps_af_handle_release(w_, h);
     EXPECT_EQ(3, out_[0]);
     EXPECT_EQ(1, server_.batches.load());
-}
-
-// A pull tensor in device memory: the van receives the results into a
-// page-locked staging block and the worker copies them in (the emulated
-// device's memory cannot be a host receive buffer: touching it crashes).
-TEST_P(AfReady, ResultsForDeviceMemoryArriveThroughStaging)
-{
-    ASSERT_NO_FATAL_FAILURE(Start(0));
-    ps_slice_t dpull = PS_SLICE_EMPTY_INIT;
-    ASSERT_EQ(PS_OK, ps_mem_slice_alloc(PS_MEM_EMU, 0, kBytes, &dpull));
-    ASSERT_EQ(PS_OK, Emu()->memset(ps_slice_ptr(&dpull), 0, kBytes));
-    ps_af_tensor_t pull;
-    ps_af_tensor_init(&pull, kPullKey, ps_slice_ptr(&dpull), PS_AF_UINT8, 1, &kBytes);
-    pull.mem_kind = PS_MEM_EMU;
-    ASSERT_EQ(PS_OK, Emu()->memset(ps_slice_ptr(&dev_), 9, kBytes));
-    for (int round = 0; round < 2; round++) {
-        ps_af_handle_t *h;
-        ASSERT_EQ(PS_OK, ps_af_worker_batch_push_pull(w_, &push_, 1, &pull, 1, &h));
-        ASSERT_EQ(PS_OK, ps_af_worker_wait(w_, h, 10000));
-        ps_af_handle_release(w_, h);
-    }
-    std::vector<uint8_t> got(kBytes);
-    ASSERT_EQ(PS_OK, Emu()->copy_to_host(got.data(), ps_slice_ptr(&dpull), kBytes));
-    ps_slice_unref(&dpull);
-    for (int64_t i = 0; i < kBytes; i++)
-        ASSERT_EQ(9, got[i]) << "byte " << i;
-    ps_af_worker_stats_t st;
-    ps_af_worker_stats(w_, &st);
-    EXPECT_EQ(0u, st.pull_bytes_in_place);
-    EXPECT_EQ(2u * kBytes, st.pull_bytes_copied);
-    EXPECT_EQ(2u * kBytes, st.pull_bytes_staged);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vans, AfReady, ::testing::Values("tcp", "shm"),

@@ -1,0 +1,131 @@
+// AF tensors in device memory through vans that move host memory only, on
+// the emulated device (host code that touches its memory dies with
+// SIGSEGV), over tcp and shm: a worker's push and pull tensors in device
+// memory, the results arriving through a page-locked staging block.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "ps/app/af.h"
+#include "ps/base/buffer.h"
+#include "ps/gpu/mem.h"
+#include "ps/net/postoffice.h"
+#include "tests/lib/small_job.h"
+}
+
+namespace {
+
+constexpr int64_t kBytes = 64 << 10;
+constexpr uint64_t kPushKey = 1, kPullKey = 100;
+
+const ps_mem_ops_t *Emu()
+{
+    return ps_mem_ops(PS_MEM_EMU);
+}
+
+// Answers each batch with the first byte of its push, repeated.
+struct Server {
+    std::atomic<int> batches{0};
+    std::vector<uint8_t> result = std::vector<uint8_t>(kBytes);
+    static void Handle(void *arg, ps_af_server_t *server, ps_af_batch_t *b)
+    {
+        auto *s = static_cast<Server *>(arg);
+        uint8_t first = 0;
+        EXPECT_EQ(1u, b->num_push);
+        if (b->num_push == 1) {
+            EXPECT_EQ(PS_MEM_HOST, b->push[0].mem_kind);
+            first = *static_cast<const uint8_t *>(b->push[0].data);
+        }
+        memset(s->result.data(), first, s->result.size());
+        ps_af_tensor_t r = b->pull[0];
+        r.data = s->result.data();
+        r.mem_kind = PS_MEM_HOST;
+        EXPECT_EQ(PS_OK, ps_af_server_respond(server, b, &r, nullptr, 1));
+        s->batches++;
+    }
+};
+
+struct DeviceBuffer {
+    ps_slice_t slice = PS_SLICE_EMPTY_INIT;
+    explicit DeviceBuffer(uint8_t fill)
+    {
+        EXPECT_EQ(PS_OK, ps_mem_slice_alloc(PS_MEM_EMU, 0, kBytes, &slice));
+        EXPECT_EQ(PS_OK, Emu()->memset(ps_slice_ptr(&slice), fill, kBytes));
+    }
+    ~DeviceBuffer()
+    {
+        ps_slice_unref(&slice);
+    }
+    void *ptr()
+    {
+        return ps_slice_ptr(&slice);
+    }
+    std::vector<uint8_t> Read()
+    {
+        std::vector<uint8_t> v(kBytes);
+        EXPECT_EQ(PS_OK, Emu()->copy_to_host(v.data(), ptr(), kBytes));
+        return v;
+    }
+};
+
+class AfDevice : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override
+    {
+        ASSERT_EQ(PS_OK, Emu()->init());
+        small_job_opts_t o = {GetParam().c_str(), 0, 0, 0};
+        ASSERT_EQ(PS_OK, small_job_start(&o, po_));
+        ASSERT_EQ(PS_OK,
+                  ps_af_server_create(po_[SMALL_JOB_SERVER], 0, Server::Handle, &server_, &srv_));
+        ASSERT_EQ(PS_OK, ps_af_worker_create(po_[SMALL_JOB_WORKER], 0, 0, &w_));
+    }
+    void TearDown() override
+    {
+        if (w_ != nullptr)
+            ps_af_worker_destroy(w_);
+        if (srv_ != nullptr)
+            ps_af_server_destroy(srv_);
+        EXPECT_EQ(PS_OK, small_job_finalize(po_, 1));
+    }
+    void Batch(ps_af_tensor_t *push, ps_af_tensor_t *pull)
+    {
+        ps_af_handle_t *h;
+        ASSERT_EQ(PS_OK, ps_af_worker_batch_push_pull(w_, push, 1, pull, 1, &h));
+        ASSERT_EQ(PS_OK, ps_af_worker_wait(w_, h, 10000));
+        ps_af_handle_release(w_, h);
+    }
+
+    ps_postoffice_t *po_[SMALL_JOB_NODES] = {nullptr, nullptr, nullptr};
+    Server server_;
+    ps_af_server_t *srv_ = nullptr;
+    ps_af_worker_t *w_ = nullptr;
+};
+
+} // namespace
+
+TEST_P(AfDevice, ResultsForADevicePullTensorArriveThroughStaging)
+{
+    DeviceBuffer src(9), dst(0);
+    ps_af_tensor_t push, pull;
+    ps_af_tensor_init(&push, kPushKey, src.ptr(), PS_AF_UINT8, 1, &kBytes);
+    push.mem_kind = PS_MEM_EMU;
+    ps_af_tensor_init(&pull, kPullKey, dst.ptr(), PS_AF_UINT8, 1, &kBytes);
+    pull.mem_kind = PS_MEM_EMU;
+    for (int round = 0; round < 2; round++)
+        ASSERT_NO_FATAL_FAILURE(Batch(&push, &pull));
+    std::vector<uint8_t> got = dst.Read();
+    for (int64_t i = 0; i < kBytes; i++)
+        ASSERT_EQ(9, got[i]) << "byte " << i;
+    ps_af_worker_stats_t st;
+    ps_af_worker_stats(w_, &st);
+    EXPECT_EQ(0u, st.pull_bytes_in_place);
+    EXPECT_EQ(2u * kBytes, st.pull_bytes_copied);
+    EXPECT_EQ(2u * kBytes, st.pull_bytes_staged);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vans, AfDevice, ::testing::Values("tcp", "shm"),
+                         [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });
