@@ -19,6 +19,7 @@ extern "C" {
 #include "tests/lib/small_job.h"
 }
 
+#include "tests/af/echo_server.h"
 #include "tests/lib/emu_stream.h"
 
 namespace {
@@ -26,28 +27,10 @@ namespace {
 constexpr int64_t kBytes = 64 << 10;
 constexpr uint64_t kPushKey = 1, kPullKey = 100;
 
-const ps_mem_ops_t *Emu() { return ps_mem_ops(PS_MEM_EMU); }
-
-// Answers each batch with the first byte of its push, repeated, and counts
-// the batches it saw.
-struct Server {
-    std::atomic<int> batches{0};
-    std::vector<uint8_t> result = std::vector<uint8_t>(kBytes);
-    static void Handle(void *arg, ps_af_server_t *server, ps_af_batch_t *b)
-    {
-        auto *s = static_cast<Server *>(arg);
-        s->batches++;
-        uint8_t first = 0;
-        EXPECT_EQ(1u, b->num_push);
-        if (b->num_push == 1)
-            first = *static_cast<const uint8_t *>(b->push[0].data);
-        memset(s->result.data(), first, s->result.size());
-        ps_af_tensor_t r = b->pull[0];
-        r.data = s->result.data();
-        r.mem_kind = PS_MEM_HOST;
-        EXPECT_EQ(PS_OK, ps_af_server_respond(server, b, &r, nullptr, 1));
-    }
-};
+const ps_mem_ops_t *Emu()
+{
+    return ps_mem_ops(PS_MEM_EMU);
+}
 
 class AfReady : public ::testing::TestWithParam<std::string> {
   protected:
@@ -56,7 +39,7 @@ class AfReady : public ::testing::TestWithParam<std::string> {
         ASSERT_EQ(PS_OK, Emu()->init());
         small_job_opts_t o = {GetParam().c_str(), 0, 0, request_ms};
         ASSERT_EQ(PS_OK, small_job_start(&o, po_));
-        ASSERT_EQ(PS_OK, ps_af_server_create(po_[SMALL_JOB_SERVER], 0, Server::Handle, &server_,
+        ASSERT_EQ(PS_OK, ps_af_server_create(po_[SMALL_JOB_SERVER], 0, EchoServer::Handle, &server_,
                                              &srv_));
         ASSERT_EQ(PS_OK, ps_af_worker_create(po_[SMALL_JOB_WORKER], 0, 0, &w_));
         ASSERT_EQ(PS_OK, ps_mem_slice_alloc(PS_MEM_EMU, 0, kBytes, &dev_));
@@ -88,7 +71,7 @@ class AfReady : public ::testing::TestWithParam<std::string> {
     }
 
     ps_postoffice_t *po_[SMALL_JOB_NODES] = {nullptr, nullptr, nullptr};
-    Server server_;
+    EchoServer server_{kBytes};
     ps_af_server_t *srv_ = nullptr;
     ps_af_worker_t *w_ = nullptr;
     ps_slice_t dev_ = PS_SLICE_EMPTY_INIT;
