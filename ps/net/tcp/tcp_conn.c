@@ -330,7 +330,7 @@ ps_status_t ps__tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
                                   &hello_len);
         if (st == PS_OK) {
             /* Queued: the connection is not up yet. */
-            st = ps__tcp_conn_send_frame(conn, hello, hello_len, NULL, 0);
+            st = ps__tcp_conn_send_frame(conn, hello, hello_len, NULL, 0, PS_SEND_ALIGN_NONE);
         }
         if (st != PS_OK) {
             ps__tcp_conn_destroy_now(conn);

@@ -319,12 +319,13 @@ ps_status_t ps__tcp_auth_cut(ps__tcp_conn_t *conn);
 
 /* ---- tcp_send.c ---- */
 ps_status_t ps__tcp_send(ps_van_t *v, const ps_msg_t *msg);
-/* Sends (or queues) the frame [hm, data...] on conn. */
-ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
-                                    const ps_slice_t *data, uint32_t num_data);
-/* The same with conn->send_lock held by the caller; `way` says what the
+/* Sends (or queues) the frame [hm, data...] on conn; `way` says what the
  * frame's large unaligned segments were sent as, for the cost figures of
- * van->align. */
+ * van->align (PS_SEND_ALIGN_NONE: nothing to measure). */
+ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
+                                    const ps_slice_t *data, uint32_t num_data,
+                                    ps_send_align_way_t way);
+/* The same with conn->send_lock held by the caller. */
 ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *hm,
                                            size_t hm_len, const ps_slice_t *data,
                                            uint32_t num_data, ps_send_align_way_t way);

@@ -146,11 +146,11 @@ static ps__tcp_entry_t *entry_new(ps__tcp_van_t *van, const uint8_t *hm, size_t 
 }
 
 ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
-                                    const ps_slice_t *data, uint32_t num_data)
+                                    const ps_slice_t *data, uint32_t num_data,
+                                    ps_send_align_way_t way)
 {
     pthread_mutex_lock(&conn->send_lock);
-    ps_status_t st = ps__tcp_conn_send_frame_locked(conn, hm, hm_len, data, num_data,
-                                                    PS_SEND_ALIGN_NONE);
+    ps_status_t st = ps__tcp_conn_send_frame_locked(conn, hm, hm_len, data, num_data, way);
     pthread_mutex_unlock(&conn->send_lock);
     return st;
 }
@@ -439,9 +439,7 @@ ps_status_t ps__tcp_send(ps_van_t *v, const ps_msg_t *msg)
     uint64_t copies;
     ps_send_align_way_t way = align_segments(van, msg, data, &copies);
     if (n == 1) {
-        pthread_mutex_lock(&conns[0]->send_lock);
-        st = ps__tcp_conn_send_frame_locked(conns[0], hm, hm_len, data, msg->num_data, way);
-        pthread_mutex_unlock(&conns[0]->send_lock);
+        st = ps__tcp_conn_send_frame(conns[0], hm, hm_len, data, msg->num_data, way);
     } else {
         st = send_striped(conns, n, hm, hm_len, data, msg->num_data, total, way);
     }

@@ -415,7 +415,7 @@ static ps_status_t tcp_set_node_id(ps_van_t *v, int node_id)
         ps_status_t st = ps__tcp_encode_hello(van, node_id, conn->nonce, conn->stream,
                                               conn->nstreams, hello, sizeof(hello), &len);
         if (st == PS_OK) {
-            st = ps__tcp_conn_send_frame(conn, hello, len, NULL, 0);
+            st = ps__tcp_conn_send_frame(conn, hello, len, NULL, 0, PS_SEND_ALIGN_NONE);
         }
         if (st != PS_OK && st != PS_ERR_PEER_GONE && result == PS_OK) {
             result = st;
