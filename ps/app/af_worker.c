@@ -27,7 +27,6 @@
 #include "ps/base/log.h"
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
-#include "ps/gpu/stage_pool.h"
 #include "ps/net/caps.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
@@ -220,7 +219,7 @@ static ps_status_t claim_dest(void *ctx, void *arg)
         /* Device memory the van cannot write: a page-locked staging block
          * to receive into, copied from in take_pull (as the KV worker's
          * claim_dest does); without one, the van's own buffer. */
-        if (ps_stage_pool_get(ps_slice_mem_ops_kind(d), c->len, c->slice_p) != PS_OK)
+        if (ps__app_receive_stage(d, c->slice_p) != PS_OK)
             return PS_ERR_NOT_FOUND;
         atomic_store(&h->staged[slot], 1);
         return PS_OK;

@@ -27,6 +27,11 @@ ps_status_t ps__app_sendable(const ps_slice_t *src, int device_ok, ps_slice_t *o
     return PS_OK;
 }
 
+ps_status_t ps__app_receive_stage(const ps_slice_t *dest, ps_slice_t *out_p)
+{
+    return ps_stage_pool_get(ps_slice_mem_ops_kind(dest), dest->len, out_p);
+}
+
 ps_status_t ps__app_copy_in(const ps_slice_t *dest, size_t off, const void *src, size_t len)
 {
     if (off > dest->len || len > dest->len - off) {

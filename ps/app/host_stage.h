@@ -25,6 +25,11 @@ extern "C" {
  * last reference to the slice goes. */
 ps_status_t ps__app_sendable(const ps_slice_t *src, int device_ok, ps_slice_t *out_p);
 
+/* A host slice of dest->len bytes for a van to receive into when it cannot
+ * write `dest` (device memory), page-locked for the copy into dest
+ * (ps__app_copy_in) from the same pool. */
+ps_status_t ps__app_receive_stage(const ps_slice_t *dest, ps_slice_t *out_p);
+
 /* Writes `len` host bytes at `off` into `dest`, whatever its memory kind
  * (PS_ERR_INVALID_ARG past its end). */
 ps_status_t ps__app_copy_in(const ps_slice_t *dest, size_t off, const void *src, size_t len);

@@ -37,7 +37,6 @@
 #include "ps/base/thread.h"
 #include "ps/base/time.h"
 #include "ps/gpu/mem.h"
-#include "ps/gpu/stage_pool.h"
 #include "ps/net/caps.h"
 #include "ps/net/customer.h"
 #include "ps/net/message.h"
@@ -845,7 +844,7 @@ static ps_status_t claim_dest(void *ctx, void *arg)
          * times faster than from a pageable buffer of the van's own
          * (docs/GPU.md, the kind's copy bandwidth). Without a block, the
          * van's own buffer. */
-        if (ps_stage_pool_get(ps_slice_mem_ops_kind(&p->dest), c->len, c->slice_p) != PS_OK)
+        if (ps__app_receive_stage(&p->dest, c->slice_p) != PS_OK)
             return PS_ERR_NOT_FOUND;
         atomic_store(&p->staged, 1);
         return PS_OK;
