@@ -196,7 +196,7 @@ static ps_status_t listen_try(void *arg, int port, int random, char *where, size
         ps_error(PS_LOG_SHM, "bind: socket(): %m");
         return ps_status_from_errno(errno);
     }
-    st = ps_van_sock_bind_listen(&t->van->sock, fd, (struct sockaddr *)&addr, alen, where);
+    st = ps_van_bind_listen(fd, (struct sockaddr *)&addr, alen, where, PS_LOG_SHM);
     if (st == PS_OK) {
         t->fd = fd;
     }
@@ -623,7 +623,7 @@ static int screen_uid(void *arg, int fd)
 void ps__shm_accept_all(ps__shm_van_t *van)
 {
     for (;;) {
-        int fd = ps_van_sock_accept(&van->sock, NULL, NULL, screen_uid, van);
+        int fd = ps_van_admission_next(&van->sock.adm, NULL, NULL, screen_uid, van);
         if (fd < 0) {
             return;
         }

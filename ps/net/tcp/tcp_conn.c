@@ -145,8 +145,8 @@ static ps_status_t listen_try(void *arg, int port, int random, char *where, size
     /* Accepted sockets inherit the buffer sizes; the receive buffer must
      * be set before the handshake for the window scale to match it. */
     tune_socket(t->van, fd);
-    ps_status_t st = ps_van_sock_bind_listen(&t->van->sock, fd, ps_sockaddr_sa(&t->addr),
-                                             t->addr.len, where);
+    ps_status_t st =
+        ps_van_bind_listen(fd, ps_sockaddr_sa(&t->addr), t->addr.len, where, PS_LOG_TCP);
     if (st == PS_OK) {
         t->fd = fd;
     }
@@ -190,7 +190,7 @@ void ps__tcp_accept_all(ps__tcp_van_t *van)
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
-        int fd = ps_van_sock_accept(&van->sock, (struct sockaddr *)&ss, &len, NULL, NULL);
+        int fd = ps_van_admission_next(&van->sock.adm, (struct sockaddr *)&ss, &len, NULL, NULL);
         if (fd < 0) {
             return;
         }

@@ -95,6 +95,29 @@ int ps_van_admission_accept(ps_van_admission_t *a, struct sockaddr *sa, socklen_
     }
 }
 
+int ps_van_admission_next(ps_van_admission_t *a, struct sockaddr *sa, socklen_t *len_p,
+                          ps_van_admission_screen_t screen, void *arg)
+{
+    socklen_t cap = len_p != NULL ? *len_p : 0;
+    for (;;) {
+        if (len_p != NULL) {
+            *len_p = cap;
+        }
+        int fd = ps_van_admission_accept(a, sa, len_p);
+        if (fd < 0) {
+            return -1;
+        }
+        if (screen != NULL && !screen(arg, fd)) {
+            continue;
+        }
+        if (!ps_van_admission_admit(a)) {
+            close(fd); /* too many strangers already wait for their handshake */
+            continue;
+        }
+        return fd;
+    }
+}
+
 int ps_van_admission_admit(ps_van_admission_t *a)
 {
     if (a->pending >= a->max_pending) {

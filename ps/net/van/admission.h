@@ -59,6 +59,17 @@ void ps_van_admission_listener(ps_van_admission_t *a, int epfd, int listen_fd, v
  * the listener was just paused for lack of descriptors or memory). */
 int ps_van_admission_accept(ps_van_admission_t *a, struct sockaddr *sa, socklen_t *len_p);
 
+/* Whether refusing `fd` before it counts against admission: 1 keeps it, 0
+ * refuses it (the screen closes it). */
+typedef int (*ps_van_admission_screen_t)(void *arg, int fd);
+
+/* The next accepted connection allowed to wait for its handshake (counted
+ * pending until ps_van_admission_done()), its address in sa/len_p when not
+ * NULL; -1 when there is none now. Those `screen` (or NULL) refuses and
+ * those over the cap are closed on the way. */
+int ps_van_admission_next(ps_van_admission_t *a, struct sockaddr *sa, socklen_t *len_p,
+                          ps_van_admission_screen_t screen, void *arg);
+
 /* A connection was accepted: 1 if it may wait for its handshake (counted
  * pending until ps_van_admission_done()), 0 if the caller must close it
  * now (too many pending; counted and logged rate-limited). */

@@ -56,8 +56,8 @@ ps_status_t ps_van_sock_may_bind(const ps_van_sock_t *s)
     return PS_OK;
 }
 
-ps_status_t ps_van_sock_bind_listen(const ps_van_sock_t *s, int fd, const struct sockaddr *sa,
-                                    socklen_t len, const char *where)
+ps_status_t ps_van_bind_listen(int fd, const struct sockaddr *sa, socklen_t len, const char *where,
+                               ps_log_component_t log)
 {
     if (bind(fd, sa, len) == 0 && listen(fd, LISTEN_BACKLOG) == 0) {
         return PS_OK;
@@ -67,7 +67,7 @@ ps_status_t ps_van_sock_bind_listen(const ps_van_sock_t *s, int fd, const struct
     if (err == EADDRINUSE) {
         return PS_ERR_ADDRESS_IN_USE;
     }
-    ps_error(s->log, "cannot listen on %s: %s", where, strerror(err));
+    ps_error(log, "cannot listen on %s: %s", where, strerror(err));
     return err == EADDRNOTAVAIL ? PS_ERR_INVALID_ARG : ps_status_from_errno(err);
 }
 
@@ -82,27 +82,4 @@ ps_status_t ps_van_sock_listen(ps_van_sock_t *s, int fd, void *listen_ptr, const
     }
     __atomic_store_n(&s->listen_fd, fd, __ATOMIC_RELEASE);
     return PS_OK;
-}
-
-int ps_van_sock_accept(ps_van_sock_t *s, struct sockaddr *sa, socklen_t *len_p,
-                       ps_van_sock_screen_t screen, void *arg)
-{
-    socklen_t cap = len_p != NULL ? *len_p : 0;
-    for (;;) {
-        if (len_p != NULL) {
-            *len_p = cap;
-        }
-        int fd = ps_van_admission_accept(&s->adm, sa, len_p);
-        if (fd < 0) {
-            return -1;
-        }
-        if (screen != NULL && !screen(arg, fd)) {
-            continue;
-        }
-        if (!ps_van_admission_admit(&s->adm)) {
-            close(fd); /* too many strangers already wait for their handshake */
-            continue;
-        }
-        return fd;
-    }
 }

@@ -51,26 +51,16 @@ ps_status_t ps_van_sock_may_bind(const ps_van_sock_t *s);
 
 /* One try of bind() at an address: binds `fd` there and listens (a backlog
  * of 1024). PS_OK; PS_ERR_ADDRESS_IN_USE when it is taken; another status
- * when it cannot be (logged, naming `where`). On failure fd is closed. */
-ps_status_t ps_van_sock_bind_listen(const ps_van_sock_t *s, int fd, const struct sockaddr *sa,
-                                    socklen_t len, const char *where);
+ * when it cannot be (logged under `log`, naming `where`). On failure fd is
+ * closed. Any van with a listening socket of its own uses it. */
+ps_status_t ps_van_bind_listen(int fd, const struct sockaddr *sa, socklen_t len, const char *where,
+                               ps_log_component_t log);
 
 /* bind()'s last step: `fd` listens; it goes under admission control and
  * into the epoll set (`listen_ptr` its data), then listen_fd is set, which
  * the progress thread reads. On failure fd is closed. `where` names it in
  * the log. */
 ps_status_t ps_van_sock_listen(ps_van_sock_t *s, int fd, void *listen_ptr, const char *where);
-
-/* Whether refusing `fd` before it counts against admission: 1 keeps it, 0
- * refuses it (the screen closes it). */
-typedef int (*ps_van_sock_screen_t)(void *arg, int fd);
-
-/* The next accepted connection allowed to wait for its handshake (counted
- * pending until ps_van_admission_done()), its address in sa/len_p when not
- * NULL; -1 when there is none now. Those `screen` (or NULL) refuses and
- * those over the admission cap are closed on the way. */
-int ps_van_sock_accept(ps_van_sock_t *s, struct sockaddr *sa, socklen_t *len_p,
-                       ps_van_sock_screen_t screen, void *arg);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,9 @@
 /*
  * The job-secret handshake of the UCX van (PS_JOB_SECRET): how its steps
  * travel; the decisions are ps/net/van/handshake.h's. Only when a secret
- * is configured. It runs on the control endpoint with the van's handshake
- * active messages (ucx_wire.c: the 32-byte header, its type saying which
- * step, the payload as the message's data), before HELLO:
+ * is configured. It runs on the handshake's TCP connection (ucx_boot.c),
+ * in records of their own (ucx_hs.h: the header's type says which step,
+ * the payload is its body), before HELLO:
  *
  *   connector -> acceptor  AUTH_INIT       nonce_i[32] id_i i32 role_i i32
  *   acceptor  -> connector AUTH_CHALLENGE  nonce_r[32] id_r i32 role_r i32 proof_r[32]
@@ -12,12 +12,10 @@
  *
  * The connector sends no HELLO (so nothing of it is queued or posted to
  * the peer: its connection stays WAIT until ACK) before the acceptor
- * proved itself, and takes no ACK without that. Active messages on one
- * endpoint arrive in order, so the acceptor checks PROOF before it sees
- * the HELLO; it never identifies a connection it refused. The refused side
- * closes its endpoint (so the refusal is not lost to a forced close), and
- * the acceptor's side then goes with the endpoint error or the deadline
- * for a HELLO.
+ * proved itself, and takes no ACK without that. Records on one socket
+ * arrive in order, so the acceptor checks PROOF before it sees the HELLO;
+ * it never identifies a connection it refused, and closes it after the
+ * REFUSED record.
  */
 #include <string.h>
 
@@ -53,36 +51,10 @@ static int type_of_step(int step)
     return steps[i].type; /* REFUSED, the last, for no other */
 }
 
-static void on_sent(void *request, ucs_status_t status, void *user_data)
-{
-    (void)status;
-    (void)user_data;
-    ucp_request_free(request);
-}
-
-/* Each buffer stays untouched while UCX may still read it: slot 0 for the
- * first message a side sends (INIT, CHALLENGE), 1 for the second. */
 static ps_status_t auth_send(ps__ucx_conn_t *conn, int step, const uint8_t *data, size_t len)
 {
-    ps__ucx_van_t *van = conn->van;
-    int slot = step == PS_VAN_HS_INIT || step == PS_VAN_HS_CHALLENGE ? 0 : 1;
-    ps__ucx_hs_pack(conn->auth_hs[slot], type_of_step(step), ps_van_base_my_id(&van->base), 0, 0,
-                    0);
-    if (len != 0) {
-        memcpy(conn->auth_data[slot], data, len);
-    }
-    ucp_request_param_t param;
-    memset(&param, 0, sizeof(param));
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
-    param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-    param.cb.send = on_sent;
-    ucs_status_ptr_t r = ucp_am_send_nbx(conn->ctl_ep, PS__UCX_AM_ID, conn->auth_hs[slot],
-                                         PS__UCX_HS_LEN, len != 0 ? conn->auth_data[slot] : NULL,
-                                         len, &param);
-    if (UCS_PTR_IS_ERR(r)) {
-        return ps__ucx_status(UCS_PTR_STATUS(r));
-    }
-    return PS_OK;
+    return ps__ucx_boot_send(conn, type_of_step(step), ps_van_base_my_id(&conn->van->base), 0, 0,
+                             0, data, len);
 }
 
 /* Does what the handshake answered: its step out, its line, then a
@@ -101,6 +73,7 @@ static void act(ps__ucx_conn_t *conn, const ps_van_hs_action_t *a)
     switch (a->verdict) {
     case PS_VAN_HS_REFUSE:
         (void)auth_send(conn, PS_VAN_HS_REFUSED, NULL, 0);
+        ps__ucx_conn_fail(conn, PS_ERR_AUTH, 0); /* unidentified: nobody to tell */
         return;
     case PS_VAN_HS_FAIL:
     case PS_VAN_HS_PROTOCOL:
@@ -155,20 +128,17 @@ int ps__ucx_auth_ack_ok(ps__ucx_conn_t *conn)
     return 0;
 }
 
-void ps__ucx_auth_on_hs(ps__ucx_van_t *van, ucp_ep_h ep, int type, const uint8_t *data,
-                        size_t len)
+void ps__ucx_auth_on_hs(ps__ucx_conn_t *conn, int type, const uint8_t *data, size_t len)
 {
-    int outgoing = type == PS__UCX_HS_AUTH_CHALLENGE || type == PS__UCX_HS_AUTH_REFUSED;
-    ps__ucx_conn_t *conn = ps__ucx_conn_by_ep(van, ep, outgoing);
-    if (conn == NULL) {
-        ps_debug(PS_LOG_UCX, "job-secret handshake message for no connection; ignored");
+    int for_connector = type == PS__UCX_HS_AUTH_CHALLENGE || type == PS__UCX_HS_AUTH_REFUSED;
+    if (for_connector != conn->outgoing) {
+        ps_warn_ratelimited(PS_LOG_UCX, "job-secret step of the other side from %s; closing",
+                            conn->addr_str);
+        ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, conn->outgoing);
         return;
     }
-    if (type == PS__UCX_HS_AUTH_REFUSED && conn->state == PS__UCX_READY) {
-        return; /* a late refusal of a connection that is up */
-    }
     ps_van_hs_action_t a;
-    ps_van_hs_rx(&conn->hs, step_of_type(type), data, len, ps_van_base_my_id(&van->base),
+    ps_van_hs_rx(&conn->hs, step_of_type(type), data, len, ps_van_base_my_id(&conn->van->base),
                  conn->peer_id, &a);
     act(conn, &a);
 }

@@ -1,7 +1,8 @@
 /*
- * Connections of the UCX van: the listener (bind), outgoing connections
- * with retries until PS_CONNECT_TIMEOUT_MS, accepted connection requests,
- * the HELLO/ACK handshake, endpoint failures, and teardown. The model is
+ * Connections of the UCX van: outgoing connections with retries until
+ * PS_CONNECT_TIMEOUT_MS, accepted ones, the HELLO/ACK handshake (over the
+ * TCP connections of ucx_boot.c), the endpoints made from the addresses it
+ * carries, endpoint failures, and teardown. The model is
  * the TCP van's (ps/net/tcp/tcp_conn.c): every process listens; connect()
  * opens our own connection to a peer and announces our node id; the
  * accepting side learns who is at the other end from that; send() uses our
@@ -12,8 +13,9 @@
  * that never came up before its deadline, closes the connection with one
  * log line; if it belonged to an identified peer, the peer's other
  * connections are closed too and peer_failed() is called once. While an
- * outgoing connection is still coming up, errors mean "not listening yet"
- * (the launcher starts everyone at once) and it is retried with backoff.
+ * outgoing connection is still coming up, a refused or closed TCP
+ * connection means "not listening yet" or "busy" (the launcher starts
+ * everyone at once) and it is retried with backoff.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,6 +45,7 @@ static ps__ucx_conn_t *conn_new(ps__ucx_van_t *van, int outgoing)
     conn->peer_id = PS_NODE_EMPTY;
     conn->hello_id = PS_NODE_EMPTY;
     conn->state = outgoing ? PS__UCX_NEW : PS__UCX_WAIT;
+    conn->boot_fd = -1;
     ps_van_base_hs_init(&van->base, &conn->hs, "ucx", outgoing);
     pthread_mutex_init(&conn->lock, NULL);
     return conn;
@@ -286,19 +289,6 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     ps__ucx_post_event(conn->van, ev);
 }
 
-static void on_conn_request(ucp_conn_request_h req, void *arg)
-{
-    ps__ucx_van_t *van = arg;
-    ps__ucx_ev_t *ev = calloc(1, sizeof(*ev));
-    if (ev == NULL) {
-        ucp_listener_reject(van->listener, req);
-        return;
-    }
-    ev->kind = PS__UCX_EV_CONN_REQ;
-    ev->req = req;
-    ps__ucx_post_event(van, ev);
-}
-
 static void on_closed(void *request, ucs_status_t status, void *user_data)
 {
     ps__ucx_closing_t *c = user_data;
@@ -313,13 +303,6 @@ static void on_closed(void *request, ucs_status_t status, void *user_data)
     ev->kind = PS__UCX_EV_CLOSED;
     ev->closing = c;
     ps__ucx_post_event(c->conn->van, ev);
-}
-
-static void on_am_sent(void *request, ucs_status_t status, void *user_data)
-{
-    (void)status;
-    (void)user_data;
-    ucp_request_free(request);
 }
 
 /* ---- endpoints ---- */
@@ -391,25 +374,18 @@ static void conn_close_eps(ps__ucx_conn_t *conn, int force)
     conn->data_ep = conn->ctl_ep = NULL;
 }
 
-/* HELLO or ACK, with our worker address as payload when this van offers
- * shared memory (the address lives as long as the van). */
+/* HELLO or ACK on the TCP connection, with our workers' addresses. */
 static ps_status_t send_handshake(ps__ucx_conn_t *conn, int type, int node_id)
 {
     ps__ucx_van_t *van = conn->van;
-    ps__ucx_hs_pack(conn->hs_out, type, node_id, conn->local_cookie, conn->nonce, conn->rx_seq);
-    ucp_request_param_t param;
-    memset(&param, 0, sizeof(param));
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
-    param.cb.send = on_am_sent;
-    int with_addr = van->use_worker_address;
-    ucs_status_ptr_t r = ucp_am_send_nbx(conn->ctl_ep, PS__UCX_AM_ID, conn->hs_out, PS__UCX_HS_LEN,
-                                         with_addr ? van->worker_addr : NULL,
-                                         with_addr ? van->worker_addr_len : 0, &param);
-    if (UCS_PTR_IS_ERR(r)) {
-        return ps__ucx_status(UCS_PTR_STATUS(r));
+    uint8_t addrs[PS__UCX_ADDRS_HDR + 2 * PS__UCX_MAX_ADDR];
+    size_t len = ps__ucx_addrs_pack(addrs, sizeof(addrs), van->ctl_addr, van->ctl_addr_len,
+                                    van->data_addr, van->data_addr_len);
+    if (len == 0) {
+        return PS_ERR_INVALID_ARG;
     }
-    return PS_OK;
+    return ps__ucx_boot_send(conn, type, node_id, conn->local_cookie, conn->nonce, conn->rx_seq,
+                             addrs, len);
 }
 
 /* For ucx_auth.c: HELLO once the job secret is proved. */
@@ -427,46 +403,17 @@ static int log_on(int level)
     return level <= __atomic_load_n(&ps__log_level, __ATOMIC_RELAXED);
 }
 
-/* Creates the endpoints of an outgoing connection and sends HELLO. */
+/* An outgoing connection's attempt: its TCP connection to the peer's
+ * port (ps__ucx_conn_greet() goes on once it is up). */
 static void conn_start(ps__ucx_conn_t *conn)
 {
-    ps__ucx_van_t *van = conn->van;
     conn->attempts++;
     conn->retry_at_ns = 0;
-    ucp_ep_params_t ep;
-    memset(&ep, 0, sizeof(ep));
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = ps_sockaddr_sa(&conn->addr);
-    ep.sockaddr.addrlen = conn->addr.len;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = on_ep_error;
-    ep.err_handler.arg = conn;
-    ucs_status_t st = ucp_ep_create(van->worker, &ep, &conn->ctl_ep);
-    if (st != UCS_OK) {
-        conn->ctl_ep = NULL;
-        ps_error(PS_LOG_UCX, "cannot create an endpoint to node %d at %s: %s", conn->peer_id,
-                 conn->addr_str, ucs_status_string(st));
-        ps__ucx_conn_fail(conn, ps__ucx_status(st), 1);
-        return;
-    }
-    ps_status_t ps = cookie_assign(van, conn);
-    if (ps == PS_OK) {
-        /* The id connect() was given, else the one we have now (a retry
-         * after set_node_id announces the new one). */
-        int id = conn->hello_id;
-        if (id == PS_NODE_EMPTY) {
-            id = __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
-        }
-        /* Job secret: its handshake first; ucx_auth.c sends HELLO after. */
-        ps = van->base.params.auth_enabled ? ps__ucx_auth_start(conn, id)
-                                      : send_handshake(conn, PS__UCX_HS_HELLO, id);
-    }
-    if (ps != PS_OK) {
-        ps_error(PS_LOG_UCX, "cannot greet node %d at %s: %s", conn->peer_id, conn->addr_str,
-                 ps_status_str(ps));
-        ps__ucx_conn_fail(conn, ps, 1);
+    ps_status_t st = cookie_assign(conn->van, conn);
+    if (st != PS_OK) {
+        ps_error(PS_LOG_UCX, "cannot connect to node %d at %s: %s", conn->peer_id, conn->addr_str,
+                 ps_status_str(st));
+        ps__ucx_conn_fail(conn, st, 1);
         return;
     }
     pthread_mutex_lock(&conn->lock);
@@ -474,104 +421,29 @@ static void conn_start(ps__ucx_conn_t *conn)
     pthread_mutex_unlock(&conn->lock);
     ps_debug(PS_LOG_UCX, "connecting to node %d at %s (attempt %d)", conn->peer_id,
              conn->addr_str, conn->attempts);
+    int err = ps__ucx_boot_connect(conn);
+    if (err != 0) {
+        ps__ucx_conn_boot_lost(conn, err);
+    }
 }
 
-/* ---- bind ---- */
-
-/* UCX up to 1.13 cannot wire a tcp connection over IPv6: the transport
- * reads an IPv6 address out of an IPv4-sized buffer (a heap overflow in
- * uct_tcp_cm_conn_start, seen under AddressSanitizer) and the connection
- * never comes up. Such addresses are refused here, with the reason. */
-static ps_status_t family_usable(const ps_sockaddr_t *addr, const char *what)
+void ps__ucx_conn_greet(ps__ucx_conn_t *conn)
 {
-    unsigned major, minor, release;
-    ucp_get_version(&major, &minor, &release);
-    if (ps_sockaddr_family(addr) != AF_INET6 || major > 1 || (major == 1 && minor > 13)) {
-        return PS_OK;
+    /* The id connect() was given, else the one we have now (a retry after
+     * set_node_id announces the new one). Job secret: its handshake first;
+     * ucx_auth.c sends HELLO after. */
+    int id = conn->hello_id;
+    if (id == PS_NODE_EMPTY) {
+        id = __atomic_load_n(&conn->van->base.my_id, __ATOMIC_ACQUIRE);
     }
-    ps_error(PS_LOG_UCX, "%s: ucx %u.%u cannot connect over IPv6; use an IPv4 address "
-             "(DMLC_NODE_HOST, DMLC_INTERFACE, DMLC_PS_ROOT_URI)", what, major, minor);
-    return PS_ERR_UNSUPPORTED;
-}
-
-/* Whether a plain bind of addr (as UCX's listener does it, without
- * SO_REUSEADDR) would succeed: random ports are tried this way first, so
- * UCX does not log an error for every port that is taken (outgoing
- * connections hold ports of the same range). */
-static int port_free(const ps_sockaddr_t *addr)
-{
-    int fd = socket(ps_sockaddr_family(addr), SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        return 1; /* let UCX find out */
-    }
-    int ok = bind(fd, ps_sockaddr_sa(addr), addr->len) == 0 || errno != EADDRINUSE;
-    close(fd);
-    return ok;
-}
-
-typedef struct {
-    ps__ucx_van_t *van;
-    ps_sockaddr_t addr;
-} listen_try_t;
-
-static ps_status_t listen_try(void *arg, int port, int random, char *where, size_t cap)
-{
-    listen_try_t *t = arg;
-    ps__ucx_van_t *van = t->van;
-    ps_van_listen_where(&t->addr, port, where, cap);
-    if (random && !port_free(&t->addr)) {
-        return PS_ERR_ADDRESS_IN_USE;
-    }
-    ucp_listener_params_t lp;
-    memset(&lp, 0, sizeof(lp));
-    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    lp.sockaddr.addr = ps_sockaddr_sa(&t->addr);
-    lp.sockaddr.addrlen = t->addr.len;
-    lp.conn_handler.cb = on_conn_request;
-    lp.conn_handler.arg = van;
-    /* UCX accepts the sockets (and backs off on EMFILE itself); the cap and
-     * the deadline are ours. */
-    ps_van_admission_init(&van->adm, PS_LOG_UCX);
-    ucs_status_t ust = ucp_listener_create(van->worker, &lp, &van->listener);
-    if (ust == UCS_OK) {
-        return PS_OK;
-    }
-    van->listener = NULL;
-    if (ust == UCS_ERR_BUSY) {
-        return PS_ERR_ADDRESS_IN_USE;
-    }
-    ps_error(PS_LOG_UCX, "cannot listen on %s: %s", where, ucs_status_string(ust));
-    return ps__ucx_status(ust);
-}
-
-ps_status_t ps__ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry)
-{
-    ps__ucx_van_t *van = ps__ucx_of(v);
-    if (node == NULL) {
-        return PS_ERR_INVALID_ARG;
-    }
-    if (van->listener != NULL) {
-        ps_error(PS_LOG_UCX, "bind: this van is already listening");
-        return PS_ERR_BAD_STATE;
-    }
-    listen_try_t t = {.van = van};
-    char where[PS_SOCKADDR_STRLEN];
-    int port = 0;
-    ps_status_t st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_UCX, &t.addr);
-    if (st == PS_OK) {
-        st = family_usable(&t.addr, "bind");
-    }
-    if (st == PS_OK) {
-        st = ps_van_listen_on_port(node, max_retry, van->base.params.is_scheduler, PS_LOG_UCX,
-                                   listen_try, &t, NULL, &port, where, sizeof(where));
-    }
+    ps_status_t st = conn->van->base.params.auth_enabled
+                         ? ps__ucx_auth_start(conn, id)
+                         : send_handshake(conn, PS__UCX_HS_HELLO, id);
     if (st != PS_OK) {
-        return st;
+        ps_error(PS_LOG_UCX, "cannot greet node %d at %s: %s", conn->peer_id, conn->addr_str,
+                 ps_status_str(st));
+        ps__ucx_conn_fail(conn, st, 1);
     }
-    snprintf(van->listen_str, sizeof(van->listen_str), "%s", where);
-    ps_van_listen_bound(node, port);
-    ps_info(PS_LOG_UCX, "listening on %s", where);
-    return PS_OK;
 }
 
 /* ---- connect / disconnect / node id ---- */
@@ -583,9 +455,6 @@ ps_status_t ps__ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
     ps_sockaddr_t addr;
     ps_status_t st = ps_van_peer_addr(peer, PS_LOG_UCX, &addr);
     if (st != PS_OK) {
-        return st;
-    }
-    if ((st = family_usable(&addr, "connect")) != PS_OK) {
         return st;
     }
     ps__ucx_conn_t *conn = conn_new(van, 1);
@@ -689,7 +558,9 @@ ps_status_t ps__ucx_set_node_id(ps_van_t *v, int node_id)
     ps_status_t result = PS_OK;
     for (int i = 0; i < n; ++i) {
         ps__ucx_op_t *op = NULL;
-        ps_status_t st = ps__ucx_hello_op(van, node_id, &op);
+        ps_meta_t hello;
+        ps__ucx_hello_meta(&hello, node_id);
+        ps_status_t st = ps__ucx_note_op(van, &hello, &op);
         if (st == PS_OK) {
             st = ps__ucx_conn_submit(list[i], op, NULL); /* takes our reference */
         } else {
@@ -740,21 +611,6 @@ void ps__ucx_start_pending(ps__ucx_van_t *van)
     take_pending(van, 1);
 }
 
-static ps__ucx_conn_t *find_by_ep(ps__ucx_van_t *van, ucp_ep_h ep, int outgoing)
-{
-    for (ps__ucx_conn_t *c = van->conns; c != NULL; c = c->next) {
-        if (c->ctl_ep == ep && c->outgoing == outgoing && c->state != PS__UCX_DEAD) {
-            return c;
-        }
-    }
-    return NULL;
-}
-
-ps__ucx_conn_t *ps__ucx_conn_by_ep(ps__ucx_van_t *van, ucp_ep_h ep, int outgoing)
-{
-    return find_by_ep(van, ep, outgoing);
-}
-
 static void mark_ready(ps__ucx_conn_t *conn, uint32_t remote_cookie, uint64_t seq0)
 {
     pthread_mutex_lock(&conn->lock);
@@ -779,14 +635,38 @@ static int is_shm_transport(const char *tl)
            strstr(tl, "knem/") != NULL;
 }
 
-/* An endpoint to the peer's worker address, kept when UCX picked shared
+/* The control endpoint, to the peer's control worker, with peer-failure
+ * handling: its errors become the connection's (on_ep_error). */
+static ps_status_t open_ctl_ep(ps__ucx_conn_t *conn, const uint8_t *addr)
+{
+    ucp_ep_params_t ep;
+    memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = (const ucp_address_t *)addr;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_ep_error;
+    ep.err_handler.arg = conn;
+    ucs_status_t st = ucp_ep_create(conn->van->worker, &ep, &conn->ctl_ep);
+    if (st != UCS_OK) {
+        conn->ctl_ep = NULL;
+        ps_error(PS_LOG_UCX, "cannot reach %s's ucx worker: %s", conn->addr_str,
+                 ucs_status_string(st));
+        return ps__ucx_status(st);
+    }
+    conn->data_ep = conn->ctl_ep;
+    return PS_OK;
+}
+
+/* An endpoint to the peer's data worker, kept when UCX picked shared
  * memory for it (the peer is on this host); otherwise data stays on the
- * control endpoint, which has peer-failure handling. */
+ * control endpoint. Only between data workers: UCX pairs a new endpoint
+ * with one the peer made to us, and refuses a pair whose error handling
+ * differs. */
 static void open_data_ep(ps__ucx_conn_t *conn, const uint8_t *addr, size_t len)
 {
     ps__ucx_van_t *van = conn->van;
-    conn->data_ep = conn->ctl_ep;
-    if (!van->use_worker_address || len == 0) {
+    if (van->dworker == NULL || len == 0) {
         return;
     }
     ucp_ep_params_t ep;
@@ -795,11 +675,10 @@ static void open_data_ep(ps__ucx_conn_t *conn, const uint8_t *addr, size_t len)
     ep.address = (const ucp_address_t *)addr;
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     ucp_ep_h data;
-    ucs_status_t st =
-        ucp_ep_create(van->dworker != NULL ? van->dworker : van->worker, &ep, &data);
+    ucs_status_t st = ucp_ep_create(van->dworker, &ep, &data);
     if (st != UCS_OK) {
-        ps_debug(PS_LOG_UCX, "node %d's worker address is not usable here (%s)", conn->peer_id,
-                 ucs_status_string(st));
+        ps_debug(PS_LOG_UCX, "%s's shared-memory worker is not reachable from here (%s)",
+                 conn->addr_str, ucs_status_string(st));
         return;
     }
     char tl[160];
@@ -813,17 +692,46 @@ static void open_data_ep(ps__ucx_conn_t *conn, const uint8_t *addr, size_t len)
     conn->data_ep = data;
 }
 
-static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, uint64_t nonce,
-                     uint64_t seq0, const uint8_t *addr, size_t addr_len)
+/* Both endpoints from the addresses in a HELLO or ACK payload. */
+static ps_status_t open_eps(ps__ucx_conn_t *conn, const uint8_t *payload, size_t len)
 {
-    ps__ucx_conn_t *conn = find_by_ep(van, ep, 0);
-    if (conn == NULL) {
-        ps_warn_ratelimited(PS_LOG_UCX, "hello from node %d on an endpoint this van did not "
-                            "accept; ignored", id);
+    const uint8_t *ctl, *data;
+    size_t ctl_len, data_len;
+    if (!ps__ucx_addrs_parse(payload, len, &ctl, &ctl_len, &data, &data_len)) {
+        ps_warn_ratelimited(PS_LOG_UCX, "malformed worker addresses from %s; closing",
+                            conn->addr_str);
+        return PS_ERR_PROTOCOL;
+    }
+    ps_status_t st = open_ctl_ep(conn, ctl);
+    if (st == PS_OK) {
+        open_data_ep(conn, data, data_len);
+    }
+    return st;
+}
+
+static void log_connected(ps__ucx_conn_t *conn)
+{
+    if (!log_on(PS_LOG_INFO)) {
         return;
     }
-    if (conn->state != PS__UCX_WAIT) {
-        ps_warn_ratelimited(PS_LOG_UCX, "second hello from %s; ignored", conn->addr_str);
+    char tl[160];
+    ps__ucx_ep_transports(conn->data_ep, tl, sizeof(tl));
+    if (conn->outgoing) {
+        ps_info(PS_LOG_UCX, "connected to node %d at %s (data over %s)", conn->peer_id,
+                conn->addr_str, tl[0] ? tl : "?");
+    } else {
+        ps_info(PS_LOG_UCX, "node %d connected from %s (data back over %s)", conn->peer_id,
+                conn->addr_str, tl[0] ? tl : "?");
+    }
+}
+
+static void on_hello(ps__ucx_conn_t *conn, int id, uint32_t cookie, uint64_t nonce, uint64_t seq0,
+                     const uint8_t *payload, size_t len)
+{
+    ps__ucx_van_t *van = conn->van;
+    if (conn->outgoing || conn->state != PS__UCX_WAIT) {
+        ps_warn_ratelimited(PS_LOG_UCX, "unexpected hello from %s; closing", conn->addr_str);
+        ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, conn->outgoing);
         return;
     }
     if (cookie == 0 || cookie > PS__UCX_COOKIE_MASK || !(id == PS_NODE_EMPTY ||
@@ -834,7 +742,7 @@ static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, u
         return;
     }
     if (!ps__ucx_auth_hello_ok(conn, id)) {
-        return; /* job secret: refused (ucx_auth.c); the peer closes */
+        return; /* job secret: refused and closed (ucx_auth.c) */
     }
     if (!ps__ucx_may_claim(van, conn, id, nonce)) {
         ps_error(PS_LOG_UCX, "connection from %s claims node id %d, which another live "
@@ -843,7 +751,12 @@ static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, u
         return;
     }
     conn->nonce = nonce;
-    ps_status_t st = cookie_assign(van, conn);
+    /* Replies on this connection (to a node that has no connection of its
+     * own... yet) use shared memory too when the peer is on this host. */
+    ps_status_t st = open_eps(conn, payload, len);
+    if (st == PS_OK) {
+        st = cookie_assign(van, conn);
+    }
     if (st == PS_OK && id != PS_NODE_EMPTY) {
         st = ps__ucx_peer_add_in(van, conn, id);
     }
@@ -852,38 +765,31 @@ static void on_hello(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, u
         st = send_handshake(conn, PS__UCX_HS_ACK, my);
     }
     if (st != PS_OK) {
-        ps_error(PS_LOG_UCX, "cannot answer the hello from %s: %s", conn->addr_str,
+        ps_debug(PS_LOG_UCX, "cannot answer the hello from %s: %s", conn->addr_str,
                  ps_status_str(st));
         ps__ucx_conn_fail(conn, st, 1);
         return;
     }
-    /* Replies on this connection (to a node that has no connection of
-     * its own... yet) use shared memory too when the peer is on this host. */
-    open_data_ep(conn, addr, addr_len);
+    ps__ucx_boot_linger(conn); /* the peer closes its end once it has the ACK */
     mark_ready(conn, cookie, seq0);
     if (conn->admit_pending) {
         conn->admit_pending = 0;
         ps_van_admission_done(&van->adm);
     }
     if (id != PS_NODE_EMPTY) {
-        if (log_on(PS_LOG_INFO)) {
-            char tl[160];
-            ps__ucx_ep_transports(conn->data_ep, tl, sizeof(tl));
-            ps_info(PS_LOG_UCX, "node %d connected from %s (data back over %s)", id,
-                    conn->addr_str, tl[0] ? tl : "?");
-        }
+        log_connected(conn);
     } else {
         ps_info(PS_LOG_UCX, "unassigned node connected from %s (nonce 0x%llx)", conn->addr_str,
                 (unsigned long long)nonce);
     }
 }
 
-static void on_ack(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, uint64_t seq0,
-                   const uint8_t *addr, size_t addr_len)
+static void on_ack(ps__ucx_conn_t *conn, int id, uint32_t cookie, uint64_t seq0,
+                   const uint8_t *payload, size_t len)
 {
-    ps__ucx_conn_t *conn = find_by_ep(van, ep, 1);
-    if (conn == NULL || conn->state != PS__UCX_WAIT) {
-        ps_debug(PS_LOG_UCX, "late or stray ack from node %d; ignored", id);
+    if (!conn->outgoing || conn->state != PS__UCX_WAIT) {
+        ps_warn_ratelimited(PS_LOG_UCX, "unexpected ack from %s; closing", conn->addr_str);
+        ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, conn->outgoing);
         return;
     }
     if (cookie == 0 || cookie > PS__UCX_COOKIE_MASK) {
@@ -902,54 +808,52 @@ static void on_ack(ps__ucx_van_t *van, ucp_ep_h ep, int id, uint32_t cookie, uin
         ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, 1);
         return;
     }
-    open_data_ep(conn, addr, addr_len);
+    ps_status_t st = open_eps(conn, payload, len);
+    if (st != PS_OK) {
+        ps__ucx_conn_fail(conn, st, 1);
+        return;
+    }
+    ps__ucx_boot_shut(conn);
     mark_ready(conn, cookie, seq0);
-    if (log_on(PS_LOG_INFO)) {
-        char tl[160];
-        ps__ucx_ep_transports(conn->data_ep, tl, sizeof(tl));
-        ps_info(PS_LOG_UCX, "connected to node %d at %s (data over %s)", conn->peer_id,
-                conn->addr_str, tl[0] ? tl : "?");
+    log_connected(conn);
+}
+
+void ps__ucx_conn_on_record(ps__ucx_conn_t *conn, const uint8_t *rec, size_t len)
+{
+    int type, id;
+    uint32_t cookie;
+    uint64_t nonce, seq0;
+    if (!ps__ucx_hs_parse(rec, PS__UCX_HS_LEN, &type, &id, &cookie, &nonce, &seq0)) {
+        ps_warn_ratelimited(PS_LOG_UCX, "malformed handshake record from %s; closing",
+                            conn->addr_str);
+        ps__ucx_conn_fail(conn, PS_ERR_PROTOCOL, conn->outgoing);
+        return;
+    }
+    const uint8_t *payload = rec + PS__UCX_HS_LEN;
+    size_t payload_len = len - PS__UCX_HS_LEN;
+    if (type == PS__UCX_HS_HELLO) {
+        on_hello(conn, id, cookie, nonce, seq0, payload, payload_len);
+    } else if (type == PS__UCX_HS_ACK) {
+        on_ack(conn, id, cookie, seq0, payload, payload_len);
+    } else {
+        ps__ucx_auth_on_hs(conn, type, payload, payload_len); /* job secret */
     }
 }
 
-static void on_conn_req(ps__ucx_van_t *van, ucp_conn_request_h req)
+ps__ucx_conn_t *ps__ucx_conn_accepted(ps__ucx_van_t *van, int fd, const struct sockaddr *sa,
+                                      socklen_t len)
 {
-    if (!ps_van_admission_admit(&van->adm)) {
-        ucp_listener_reject(van->listener, req); /* too many wait for their hello */
-        return;
-    }
     ps__ucx_conn_t *conn = conn_new(van, 0);
     if (conn == NULL) {
-        ps_van_admission_done(&van->adm);
-        ucp_listener_reject(van->listener, req);
-        return;
+        ps_warn_ratelimited(PS_LOG_UCX, "out of memory accepting a connection");
+        return NULL;
     }
     conn->admit_pending = 1;
-    ucp_conn_request_attr_t attr;
-    memset(&attr, 0, sizeof(attr));
-    attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    conn->boot_fd = fd;
     ps_sockaddr_t from;
-    if (ucp_conn_request_query(req, &attr) != UCS_OK ||
-        ps_sockaddr_from_sa((const struct sockaddr *)&attr.client_address,
-                            sizeof(attr.client_address), &from) != PS_OK ||
+    if (ps_sockaddr_from_sa(sa, len, &from) != PS_OK ||
         ps_sockaddr_format(&from, conn->addr_str, sizeof(conn->addr_str)) != PS_OK) {
         strcpy(conn->addr_str, "?");
-    }
-    ucp_ep_params_t ep;
-    memset(&ep, 0, sizeof(ep));
-    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.conn_request = req;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = on_ep_error;
-    ep.err_handler.arg = conn;
-    ucs_status_t st = ucp_ep_create(van->worker, &ep, &conn->ctl_ep);
-    if (st != UCS_OK) {
-        ps_warn_ratelimited(PS_LOG_UCX, "cannot accept a connection from %s: %s",
-                            conn->addr_str, ucs_status_string(st));
-        ps_van_admission_done(&van->adm);
-        ps__ucx_conn_unref(conn);
-        return;
     }
     ps_van_hs_accept(&conn->hs); /* job secret: AUTH_INIT expected first */
     /* An acceptor that never hears a hello lets the connection go
@@ -957,57 +861,75 @@ static void on_conn_req(ps__ucx_van_t *van, ucp_conn_request_h req)
     conn->connect_deadline_ns = ps_van_admission_deadline(&van->adm);
     conn_link(van, conn);
     ps_debug(PS_LOG_UCX, "accepted a connection from %s", conn->addr_str);
+    return conn;
 }
 
-/* Whether an endpoint error while connecting means "try again". */
-static int retryable(ucs_status_t st)
+/* Whether an outgoing connection's TCP connection that failed (errno err,
+ * 0: closed) before its handshake finished is worth another try: nobody
+ * listens yet, or the peer is busy or closed it (admission). */
+static int boot_retryable(int err)
 {
-    return st == UCS_ERR_UNREACHABLE || st == UCS_ERR_REJECTED || st == UCS_ERR_NOT_CONNECTED ||
-           st == UCS_ERR_CONNECTION_RESET || st == UCS_ERR_ENDPOINT_TIMEOUT ||
-           st == UCS_ERR_IO_ERROR;
+    return err == 0 || err == ECONNREFUSED || err == ECONNRESET || err == ETIMEDOUT ||
+           err == EHOSTUNREACH || err == ENETUNREACH || err == ECONNABORTED || err == EPIPE;
 }
 
-static void on_error(ps__ucx_van_t *van, ps__ucx_conn_t *conn, ucs_status_t status)
+void ps__ucx_conn_boot_lost(ps__ucx_conn_t *conn, int err)
 {
-    if (conn->state == PS__UCX_DEAD) {
+    ps__ucx_van_t *van = conn->van;
+    if (conn->state == PS__UCX_READY || conn->state == PS__UCX_DEAD) {
+        ps__ucx_boot_shut(conn); /* the handshake is over: nothing lost */
         return;
     }
-    uint64_t now = ps_time_now_ns();
-    if (conn->outgoing && conn->state != PS__UCX_READY && retryable(status) &&
-        now < conn->connect_deadline_ns) {
-        /* Not listening yet: drop the endpoint and try again a little
-         * later. */
-        if (conn->ctl_ep != NULL) {
-            ep_close(conn, conn->ctl_ep, 1);
-            conn->ctl_ep = NULL;
+    if (!conn->outgoing) {
+        ps_debug(PS_LOG_UCX, "connection from %s ended before its hello: %s", conn->addr_str,
+                 err != 0 ? strerror(err) : "closed");
+        ps__ucx_conn_fail(conn, PS_ERR_LINK_FAILED, 0);
+        return;
+    }
+    if (conn->boot_heard) {
+        /* Job secret: a peer that closes on our steps refused them. */
+        ps_van_hs_action_t a;
+        ps_van_hs_closed(&conn->hs, &a);
+        if (a.verdict != PS_VAN_HS_PASS) {
+            ps_van_hs_report(&conn->hs, &a, PS_LOG_UCX, conn->addr_str, conn->addr_str);
+            ps__ucx_conn_fail(conn, ps_van_hs_status(&a), 1);
+            return;
         }
+    }
+    uint64_t now = ps_time_now_ns();
+    if (boot_retryable(err) && now < conn->connect_deadline_ns) {
+        ps__ucx_boot_shut(conn);
+        ps_van_base_hs_init(&van->base, &conn->hs, "ucx", 1);
         conn->retry_at_ns = ps_van_connect_backoff(&conn->backoff_ms, now);
         pthread_mutex_lock(&conn->lock);
         conn->state = PS__UCX_NEW;
         pthread_mutex_unlock(&conn->lock);
         ps_debug(PS_LOG_UCX, "connect to node %d at %s: %s; retrying in %u ms", conn->peer_id,
-                 conn->addr_str, ucs_status_string(status), conn->backoff_ms);
+                 conn->addr_str, err != 0 ? strerror(err) : "closed", conn->backoff_ms);
         return;
     }
-    ps_status_t why;
-    if (conn->outgoing && conn->state != PS__UCX_READY) {
-        ps_error(PS_LOG_UCX, "cannot connect to node %d at %s: %s (gave up after %d ms, "
-                 "PS_CONNECT_TIMEOUT_MS)", conn->peer_id, conn->addr_str,
-                 ucs_status_string(status), van->base.params.connect_timeout_ms);
-        why = PS_ERR_UNREACHABLE;
+    ps_error(PS_LOG_UCX, "cannot connect to node %d at %s: %s (gave up after %d ms, "
+             "PS_CONNECT_TIMEOUT_MS)", conn->peer_id, conn->addr_str,
+             err != 0 ? strerror(err) : "closed", van->base.params.connect_timeout_ms);
+    ps__ucx_conn_fail(conn, PS_ERR_UNREACHABLE, 1);
+}
+
+static void on_error(ps__ucx_conn_t *conn, ucs_status_t status)
+{
+    if (conn->state == PS__UCX_DEAD) {
+        return;
+    }
+    ps_status_t why = ps__ucx_status(status);
+    if (why == PS_OK || why == PS_ERR_CANCELLED) {
+        why = PS_ERR_LINK_FAILED;
+    }
+    if (conn->peer_id != PS_NODE_EMPTY) {
+        ps_info(PS_LOG_UCX, "connection %s node %d at %s ended: %s",
+                conn->outgoing ? "to" : "from", conn->peer_id, conn->addr_str,
+                ucs_status_string(status));
     } else {
-        why = ps__ucx_status(status);
-        if (why == PS_OK || why == PS_ERR_CANCELLED) {
-            why = PS_ERR_LINK_FAILED;
-        }
-        if (conn->peer_id != PS_NODE_EMPTY) {
-            ps_info(PS_LOG_UCX, "connection %s node %d at %s ended: %s",
-                    conn->outgoing ? "to" : "from", conn->peer_id, conn->addr_str,
-                    ucs_status_string(status));
-        } else {
-            ps_debug(PS_LOG_UCX, "connection from %s ended: %s", conn->addr_str,
-                     ucs_status_string(status));
-        }
+        ps_debug(PS_LOG_UCX, "connection from %s ended: %s", conn->addr_str,
+                 ucs_status_string(status));
     }
     ps__ucx_conn_fail(conn, why, 1);
 }
@@ -1015,27 +937,9 @@ static void on_error(ps__ucx_van_t *van, ps__ucx_conn_t *conn, ucs_status_t stat
 void ps__ucx_handle_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
 {
     switch (ev->kind) {
-    case PS__UCX_EV_HANDSHAKE: {
-        int type, id;
-        uint32_t cookie;
-        uint64_t nonce, seq0;
-        if (!ps__ucx_hs_parse(ev->hs, PS__UCX_HS_LEN, &type, &id, &cookie, &nonce, &seq0)) {
-            ps_warn_ratelimited(PS_LOG_UCX, "malformed handshake message; ignored");
-        } else if (type == PS__UCX_HS_HELLO) {
-            on_hello(van, ev->ep, id, cookie, nonce, seq0, ev->addr, ev->addr_len);
-        } else if (type == PS__UCX_HS_ACK) {
-            on_ack(van, ev->ep, id, cookie, seq0, ev->addr, ev->addr_len);
-        } else {
-            ps__ucx_auth_on_hs(van, ev->ep, type, ev->addr, ev->addr_len); /* job secret */
-        }
-        break;
-    }
     case PS__UCX_EV_EP_ERROR:
-        on_error(van, ev->conn, ev->status);
+        on_error(ev->conn, ev->status);
         ps__ucx_conn_unref(ev->conn);
-        break;
-    case PS__UCX_EV_CONN_REQ:
-        on_conn_req(van, ev->req);
         break;
     case PS__UCX_EV_CLOSED:
         closing_done(van, ev->closing);
@@ -1063,6 +967,10 @@ int ps__ucx_run_timers(ps__ucx_van_t *van, uint64_t now)
         return ms_until(van->timer_next_ns, now);
     }
     uint64_t next = UINT64_MAX;
+    int paused_ms = ps_van_admission_timer(&van->adm); /* a listener paused on EMFILE */
+    if (paused_ms >= 0) {
+        next = now + (uint64_t)paused_ms * PS_NSEC_PER_MSEC;
+    }
     ps__ucx_conn_t *conn = van->conns;
     while (conn != NULL) {
         ps__ucx_conn_t *following = conn->next;
@@ -1102,17 +1010,40 @@ int ps__ucx_run_timers(ps__ucx_van_t *van, uint64_t now)
 
 /* ---- teardown ---- */
 
+/* A connection we close says so to the peer, in line with its data,
+ * whatever the reason (a disconnect, our close, a protocol error, a
+ * failure of the peer's other connection): the peer then fails it as the
+ * TCP van's peer does at EOF. Closing an endpoint made from a worker
+ * address tells the peer nothing. Best effort: a goodbye that cannot be
+ * sent (the peer is gone, or a forced close cancels it) leaves the peer to
+ * notice when this process goes. */
+static void say_goodbye(ps__ucx_conn_t *conn)
+{
+    ps_meta_t bye;
+    ps__ucx_bye_meta(&bye, ps_van_base_my_id(&conn->van->base));
+    ps__ucx_op_t *op = NULL;
+    if (ps__ucx_note_op(conn->van, &bye, &op) == PS_OK) {
+        (void)ps__ucx_conn_submit(ps__ucx_conn_ref(conn), op, NULL);
+    }
+}
+
 void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
 {
     ps__ucx_van_t *van = conn->van;
     if (conn->state == PS__UCX_DEAD) {
         return;
     }
+    /* Sends UCX still holds (the goodbye below not counted). */
+    int busy = ps__ucx_conn_sends_busy(van, conn);
+    if (conn->state == PS__UCX_READY) {
+        say_goodbye(conn);
+    }
     int id = conn->peer_id;
     if (id != PS_NODE_EMPTY && peer_remove_conn(van, conn, id, why)) {
         ps__ucx_conn_unref(conn); /* the table's reference */
     }
     cookie_remove(van, conn);
+    ps__ucx_boot_shut(conn);
     if (conn->ctl_data) {
         conn->ctl_data = 0;
         van->ctl_data_conns--;
@@ -1130,8 +1061,8 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
     ps__ucx_ops_free_list(van, queue);
     /* Whole messages that arrived before the end are still delivered
      * (not after a broken frame, nor while closing). */
-    int busy = ps__ucx_rx_drop_conn(van, conn, why != PS_ERR_PROTOCOL &&
-                                                   !ps_van_loop_stopping(&van->loop));
+    busy += ps__ucx_rx_drop_conn(van, conn, why != PS_ERR_PROTOCOL &&
+                                                !ps_van_loop_stopping(&van->loop));
     /* A flush close is the polite one, but only for an endpoint on which
      * UCX holds no request of a protocol in progress. With peer-failure
      * handling UCX tracks such requests (the sender's side of a
@@ -1147,7 +1078,7 @@ void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify)
      * (matched ones), and receives of connections dropped earlier that
      * UCX still holds requests of (the endpoint they came on may be this
      * one) make the close forced. */
-    busy += ps__ucx_conn_sends_busy(van, conn) + ps__ucx_rx_dropped_busy(van);
+    busy += ps__ucx_rx_dropped_busy(van);
     conn_close_eps(conn, why != PS_OK || busy != 0);
     int linked = conn->linked;
     conn_unlink(van, conn);

@@ -3,13 +3,12 @@
  * decides itself.
  *
  * UCX reads its own UCX_* variables (UCX_TLS, UCX_NET_DEVICES, UCX_RNDV_*,
- * ...) and ps leaves them alone, with one exception: the connection
- * manager behind the listener (how the scheduler is reached at
- * DMLC_PS_ROOT_URI:PORT, and how a peer's failure is noticed) cannot wire
- * up an endpoint without a network transport (UCX 1.13 reports "destination
- * is unreachable" with UCX_TLS=sm). When UCX_TLS names none, ps adds tcp
- * and says so once; processes on one host still move their data over
- * shared memory, through worker-address endpoints (ucx_conn.c).
+ * ...) and ps leaves them alone, with one exception: the control
+ * endpoints (how a peer's failure is noticed) need peer-failure handling,
+ * which UCX 1.13 gives only over a network transport (it reports
+ * "destination is unreachable" with UCX_TLS=sm). When UCX_TLS names none,
+ * ps adds tcp and says so once; processes on one host still move their
+ * data over shared memory, through the data endpoints (ucx_conn.c).
  *
  * The shared-memory transports of UCX_TLS get a context and worker of
  * their own (the data worker, ucx_internal.h says why); the control
@@ -324,26 +323,25 @@ static ps_status_t data_ctx_open(ps__ucx_van_t *van, const char *shm_tls)
         st = ucp_worker_get_efd(van->dworker, &van->defd);
     }
     if (st == UCS_OK) {
-        st = ucp_worker_get_address(van->dworker, &van->worker_addr, &van->worker_addr_len);
+        st = ucp_worker_get_address(van->dworker, &van->data_addr, &van->data_addr_len);
         if (st != UCS_OK) {
-            van->worker_addr = NULL;
-        } else if (van->worker_addr_len > PS__UCX_MAX_ADDR) {
+            van->data_addr = NULL;
+        } else if (van->data_addr_len > PS__UCX_MAX_ADDR) {
             st = UCS_ERR_EXCEEDS_LIMIT;
         }
     }
     if (st != UCS_OK) {
         ps_debug(PS_LOG_UCX, "no shared-memory worker of its own (UCX_TLS=%s: %s); one worker "
-                 "for everything", shm_tls, ucs_status_string(st));
-        if (van->dworker != NULL && van->worker_addr != NULL) {
-            ucp_worker_release_address(van->dworker, van->worker_addr);
-            van->worker_addr = NULL;
+                 "for everything, data between processes of this host over the network "
+                 "transports", shm_tls, ucs_status_string(st));
+        if (van->dworker != NULL && van->data_addr != NULL) {
+            ucp_worker_release_address(van->dworker, van->data_addr);
+            van->data_addr = NULL;
         }
         worker_and_context_destroy(&van->dworker, &van->dcontext);
         van->defd = -1;
         return ps__ucx_status(st);
     }
-    van->addr_worker = van->dworker;
-    van->use_worker_address = 1;
     return PS_OK;
 }
 
@@ -428,8 +426,8 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
     char with_tcp[520];
     if (cur[0] == '^') {
         if (tls_has(cur + 1, (const char *const[]){"tcp", NULL})) {
-            ps_warn(PS_LOG_UCX, "UCX_TLS=%s excludes tcp: the connection manager (listeners, "
-                    "the scheduler's address) then needs an RDMA device, or connections fail",
+            ps_warn(PS_LOG_UCX, "UCX_TLS=%s excludes tcp: the control endpoints (peer-failure "
+                    "handling) then need an RDMA device, or connections fail",
                     tls);
         }
     } else if (!tls_has(cur, k_net_tls)) {
@@ -441,8 +439,8 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
         } else {
             cur = with_tcp;
             ps_info(PS_LOG_UCX,
-                    "UCX_TLS=%s names no network transport, which the connection manager needs "
-                    "(listeners, the scheduler's address, failure detection): using %s%s",
+                    "UCX_TLS=%s names no network transport, which the control endpoints need "
+                    "(peer-failure handling): using %s%s",
                     tls, with_tcp,
                     has_shm ? "; data between processes of this host still goes over shared memory"
                             : "");
@@ -489,44 +487,44 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
         return ps__ucx_status(st);
     }
 
-    if (van->dworker != NULL) {
-        ps_info(PS_LOG_UCX, "ucx %s, UCX_TLS=%s, shared-memory worker address %zu bytes (offered)",
-                ucp_get_version_string(), tls, van->worker_addr_len);
-        return PS_OK;
-    }
-    /* One worker: its address lets same-host peers use shared memory;
-     * offer ours (in the handshake) only when it names more than the
-     * network transports. */
-    van->addr_worker = van->worker;
-    st = ucp_worker_get_address(van->worker, &van->worker_addr, &van->worker_addr_len);
-    if (st != UCS_OK) {
-        ps_error(PS_LOG_UCX, "cannot get the ucx worker's address: %s", ucs_status_string(st));
-        van->worker_addr = NULL;
-        return ps__ucx_status(st);
-    }
+    /* The control endpoints' address: the network transports only (those
+     * give peer-failure handling); the whole address if UCX cannot say. */
     memset(&wa, 0, sizeof(wa));
     wa.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
     wa.address_flags = UCP_WORKER_ADDRESS_FLAG_NET_ONLY;
-    size_t net_len = van->worker_addr_len;
-    if (ucp_worker_query(van->worker, &wa) == UCS_OK) {
-        net_len = wa.address_length;
-        ucp_worker_release_address(van->worker, wa.address);
+    st = ucp_worker_query(van->worker, &wa);
+    if (st == UCS_OK) {
+        van->ctl_addr = wa.address;
+        van->ctl_addr_len = wa.address_length;
+    } else {
+        st = ucp_worker_get_address(van->worker, &van->ctl_addr, &van->ctl_addr_len);
     }
-    van->use_worker_address =
-        has_shm && van->worker_addr_len > net_len && van->worker_addr_len <= PS__UCX_MAX_ADDR;
-    ps_info(PS_LOG_UCX, "ucx %s, UCX_TLS=%s, worker address %zu bytes%s", ucp_get_version_string(),
-            tls, van->worker_addr_len,
-            van->use_worker_address ? " (offered for shared memory)" : "");
+    if (st != UCS_OK || van->ctl_addr_len > PS__UCX_MAX_ADDR) {
+        ps_error(PS_LOG_UCX, "cannot get the ucx worker's address: %s",
+                 st != UCS_OK ? ucs_status_string(st) : "too long");
+        return st != UCS_OK ? ps__ucx_status(st) : PS_ERR_NO_RESOURCE;
+    }
+    if (van->dworker != NULL) {
+        ps_info(PS_LOG_UCX, "ucx %s, UCX_TLS=%s, worker addresses %zu (control) and %zu "
+                "(shared memory) bytes", ucp_get_version_string(), tls, van->ctl_addr_len,
+                van->data_addr_len);
+    } else {
+        ps_info(PS_LOG_UCX, "ucx %s, UCX_TLS=%s, worker address %zu bytes",
+                ucp_get_version_string(), tls, van->ctl_addr_len);
+    }
     return PS_OK;
 }
 
 void ps__ucx_ctx_close(ps__ucx_van_t *van)
 {
-    if (van->worker_addr != NULL && van->addr_worker != NULL) {
-        ucp_worker_release_address(van->addr_worker, van->worker_addr);
+    if (van->ctl_addr != NULL) {
+        ucp_worker_release_address(van->worker, van->ctl_addr);
+        van->ctl_addr = NULL;
     }
-    van->worker_addr = NULL;
-    van->addr_worker = NULL;
+    if (van->data_addr != NULL) {
+        ucp_worker_release_address(van->dworker, van->data_addr);
+        van->data_addr = NULL;
+    }
     worker_and_context_destroy(&van->dworker, &van->dcontext);
     worker_and_context_destroy(&van->worker, &van->context);
 }

@@ -1,25 +1,32 @@
 /*
  * Internals of the UCX van, shared by its files (ucx_van.c: lifecycle, the
  * progress thread, the ops table; ucx_ctx.c: the UCP context and worker
- * and the UCX settings ps adjusts; ucx_conn.c: listener, endpoints,
- * handshake, failures; ucx_send.c: the send path; ucx_recv.c: probing,
+ * and the UCX settings ps adjusts; ucx_boot.c: the listening socket and
+ * the handshake's sockets; ucx_conn.c: connections, endpoints, handshake,
+ * failures; ucx_send.c: the send path; ucx_recv.c: probing,
  * receiving, in-order delivery; ucx_wire.c: tags, frames, hello records).
  * Nothing here is visible outside ps/rdma/ucx.
  *
- * Connections. Every process listens on its node's ip:port with a UCX
- * listener (sockaddr connection establishment), so the scheduler is reached
- * at DMLC_PS_ROOT_URI:PORT with UCX alone. connect(peer) creates a
- * client-server endpoint to the peer's listener: the "control" endpoint,
- * with peer-failure handling, whose errors become peer_failed(). The
- * accepting side creates its control endpoint from the connection request.
- * When both ends have transports the connection manager cannot use (shared
- * memory), HELLO and ACK carry the sender's UCX worker address and each
- * side opens a "data" endpoint to the other's worker without peer-failure
- * handling — UCX 1.13 refuses shared-memory transports on endpoints that
- * have it, and never selects them for client-server endpoints — and keeps
- * it when UCX picked shared memory for it (the peer is on this host).
- * Everything is then sent on it; the control endpoint still reports the
- * peer's failure.
+ * Connections. Every process listens on its node's ip:port with a TCP
+ * socket of ps's own (ucx_boot.c), so the scheduler is reached at
+ * DMLC_PS_ROOT_URI:PORT as with the other vans. connect(peer) opens a TCP
+ * connection to the peer's port; the handshake runs there (the job
+ * secret's steps when one is set, then HELLO and ACK), and each side
+ * tells the other its control worker's address and, when it has a data
+ * worker, that one's. Both then make their endpoints from the other's
+ * addresses and the TCP connection is closed: the "control" endpoint, to
+ * the control worker, with peer-failure handling, whose errors become
+ * peer_failed(); and the "data" endpoint, to the data worker, without it —
+ * UCX 1.13 refuses shared-memory transports on endpoints that have it —
+ * kept when UCX picked shared memory for it (the peer is on this host).
+ * Everything is then sent on the data endpoint; the control endpoint still
+ * reports the peer's failure. Without a data worker (or with a peer on
+ * another host) data rides on the control endpoint. Two processes that
+ * hold several connections to each other hold as many endpoints each way;
+ * UCX pairs them in the order they were made, so which of the peer's
+ * endpoints one of ours talks to is not ps's choice: nothing depends on
+ * it (the cookie, below, says which connection a message is for), and an
+ * endpoint is closed on its own only when its peer is failed anyway.
  *
  * Two workers. The shared-memory transports live in a UCP context and
  * worker of their own (the data worker, whose address is the one offered),
@@ -53,16 +60,16 @@
  * progress call, or, with a receive of its connection ahead of it, it takes
  * a receive record and its turn.
  *
- * Identification. The first thing on a new control endpoint is an active
- * message HELLO (node id, nonce, a cookie) sent with a reply endpoint; the
- * acceptor learns from it which of its endpoints the peer is on, and
- * answers ACK with its own cookie on that endpoint. A cookie is a number
+ * Identification. HELLO (node id, nonce, a cookie, seq0, the addresses)
+ * goes over the TCP connection, and ACK comes back on it with the
+ * acceptor's: the acceptor knows which connection it speaks with from the
+ * socket. A cookie is a number
  * the receiver of a direction hands out per connection: every META header
  * and DATA tag carries the receiver's cookie, which maps the message to
  * the connection and hence to the node that proved itself on it (never
  * the wire's claim alone). UCX does not tell which endpoint a message came
- * from (without a reply endpoint), so any connected peer could put another
- * connection's cookie in its messages: cookies are random, and with its
+ * from, so any connected peer could put another connection's cookie in
+ * its messages: cookies are random, and with its
  * cookie the receiver hands out a random first sequence number (seq0) that
  * only the two ends know. A META message counts as the connection's only
  * with exactly the next sequence number expected on it; anything else is
@@ -119,6 +126,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include <ucp/api/ucp.h>
 
@@ -184,8 +192,6 @@ static inline unsigned ps__ucx_tag_low(ucp_tag_t tag)
     return (unsigned)(tag & PS__UCX_LOW_MASK);
 }
 
-/* The active-message id of HELLO / ACK. */
-#define PS__UCX_AM_ID 23
 /* The active-message id of META messages (header: the META tag, 8 bytes). */
 #define PS__UCX_AM_META_ID 24
 #define PS__UCX_AM_META_HDR 8
@@ -195,8 +201,6 @@ static inline unsigned ps__ucx_tag_low(ucp_tag_t tag)
 #define PS__UCX_ORDER_WINDOW 512
 /* The handshake records (HELLO/ACK, job-secret steps): ucx_hs.h. */
 
-/* Largest worker address a handshake carries. */
-#define PS__UCX_MAX_ADDR 4096
 /* Header + meta bytes a send op keeps inline. */
 #define PS__UCX_HM_INLINE 512
 /* Inline segments up to this many bytes in all are copied behind the
@@ -211,8 +215,8 @@ typedef struct ps__ucx_van ps__ucx_van_t;
 typedef struct ps__ucx_conn ps__ucx_conn_t;
 
 typedef enum {
-    PS__UCX_NEW,      /* outgoing: endpoints not created yet (or retrying) */
-    PS__UCX_WAIT,     /* outgoing: HELLO sent, waiting for ACK; incoming: for HELLO */
+    PS__UCX_NEW,      /* outgoing: not connected yet (or retrying) */
+    PS__UCX_WAIT,     /* outgoing: connecting, or waiting for ACK; incoming: for HELLO */
     PS__UCX_READY,
     PS__UCX_DEAD,
 } ps__ucx_state_t;
@@ -273,6 +277,7 @@ typedef struct ps__ucx_rx {
     int parsed;                /* segments set up */
     int complete;              /* everything arrived (or failed) */
     int hello;                 /* a re-announcement: nothing to deliver */
+    int bye;                   /* a goodbye: the connection ends after it */
     int lane;                  /* a lane message: staging goes to deliver_lane */
     int ready_queued;          /* on van->rx_ready */
     /* Inside a ucp_tag_*recv_nbx() call of this receive. UCX may complete
@@ -301,9 +306,7 @@ typedef struct ps__ucx_closing {
 
 /* A UCX callback's record for the progress thread. */
 typedef enum {
-    PS__UCX_EV_HANDSHAKE,  /* HELLO or ACK arrived on `ep` */
     PS__UCX_EV_EP_ERROR,   /* `conn`'s control endpoint failed */
-    PS__UCX_EV_CONN_REQ,   /* a connection request on the listener */
     PS__UCX_EV_CLOSED,     /* an endpoint close request completed */
 } ps__ucx_ev_kind_t;
 
@@ -312,12 +315,7 @@ typedef struct ps__ucx_ev {
     ps__ucx_ev_kind_t kind;
     ps__ucx_conn_t *conn;      /* referenced (EP_ERROR) */
     ps__ucx_closing_t *closing; /* CLOSED */
-    ucp_ep_h ep;               /* HANDSHAKE: the reply endpoint */
-    ucp_conn_request_h req;    /* CONN_REQ */
     ucs_status_t status;
-    uint8_t hs[PS__UCX_HS_LEN];
-    size_t addr_len;           /* HANDSHAKE: the sender's worker address */
-    uint8_t addr[];
 } ps__ucx_ev_t;
 
 struct ps__ucx_conn {
@@ -350,7 +348,6 @@ struct ps__ucx_conn {
     int rx_broken;             /* a META arrived out of order: the rest is dropped */
     uint64_t nonce;
     int hello_id;              /* the id connect() was given (PS_NODE_EMPTY: ours now) */
-    uint8_t hs_out[PS__UCX_HS_LEN]; /* our HELLO / ACK while UCX sends it */
     uint64_t connect_deadline_ns;
     int admit_pending;         /* accepted, no hello yet: counted in van->adm */
     uint64_t retry_at_ns;      /* NEW: when to (re)try */
@@ -363,10 +360,19 @@ struct ps__ucx_conn {
     ps_van_handover_link_t close_link;     /* on van->handover's close list */
     ps__ucx_rx_t *rx_head, *rx_tail;       /* messages in arrival order */
 
+    /* The handshake's TCP connection (ucx_boot.c; progress thread only):
+     * -1 before and after it. */
+    int boot_fd;
+    int boot_connecting;       /* outgoing: connect() not finished */
+    int boot_heard;            /* outgoing: the peer sent something */
+    int boot_linger;           /* close once btx has left */
+    uint8_t *brx;              /* bytes received, not yet a whole record */
+    uint32_t brx_len, brx_cap;
+    uint8_t *btx;              /* records not yet taken by the socket */
+    uint32_t btx_off, btx_len;
+
     /* Job-secret handshake (ucx_auth.c; progress thread only). */
     ps_van_hs_t hs;
-    uint8_t auth_hs[2][PS__UCX_HS_LEN];    /* headers while UCX sends them */
-    uint8_t auth_data[2][PS__UCX_AUTH_MAX];
 };
 
 /* The connections of one peer node. */
@@ -391,17 +397,20 @@ struct ps__ucx_van {
     ucp_context_h dcontext;    /* shared memory only, or NULL (one worker) */
     ucp_worker_h dworker;      /* data worker: endpoints to same-host peers, or NULL */
     int defd;                  /* its event fd, or -1 */
-    int use_worker_address;    /* publish and use worker addresses (shared memory) */
-    ucp_worker_h addr_worker;  /* whose address: dworker, else worker */
-    ucp_address_t *worker_addr;
-    size_t worker_addr_len;
-    ucp_listener_h listener;
+    ucp_address_t *ctl_addr;   /* the control worker's, its network transports */
+    size_t ctl_addr_len;
+    ucp_address_t *data_addr;  /* the data worker's, or NULL */
+    size_t data_addr_len;
+    /* The handshake's sockets (ucx_boot.c). */
+    int bfd;                   /* epoll: the listener and the handshakes' sockets */
+    int boot_listen_fd;        /* atomic: -1 until bind(); its address is the
+                                  listener's epoll data */
     char listen_str[PS_SOCKADDR_STRLEN];
     ps_van_admission_t adm;    /* accepted connections before their hello */
 
     /* The loop (everything "progress thread only" below): on the progress
      * thread, or on a waiting thread that drives it through the progress
-     * op (busy polling). It sleeps on efd and defd. */
+     * op (busy polling). It sleeps on efd, defd and bfd. */
     ps_van_loop_t loop;
     uint64_t posted;           /* atomic: sends left in progress by other threads */
     uint64_t posted_seen;      /* `posted` at the start of the loop's last poll */
@@ -500,8 +509,32 @@ void ps__ucx_ctx_close(ps__ucx_van_t *van);
 void ps__ucx_ep_transports(ucp_ep_h ep, char *buf, size_t cap);
 ps_status_t ps__ucx_status(ucs_status_t st);
 
-/* ---- ucx_conn.c ---- */
+/* ---- ucx_boot.c (progress thread, bind() aside) ---- */
+ps_status_t ps__ucx_boot_open(ps__ucx_van_t *van);
+void ps__ucx_boot_close(ps__ucx_van_t *van); /* the listener and the epoll set */
 ps_status_t ps__ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry);
+/* Starts conn's TCP connection to conn->addr: 0, or the errno of a connect
+ * that failed at once. */
+int ps__ucx_boot_connect(ps__ucx_conn_t *conn);
+/* Sends a record (header fields, payload) on conn's TCP connection. */
+ps_status_t ps__ucx_boot_send(ps__ucx_conn_t *conn, int type, int node_id, uint32_t cookie,
+                              uint64_t nonce, uint64_t seq0, const void *payload, size_t len);
+/* Closes conn's TCP connection once what it sent has left; at once: shut. */
+void ps__ucx_boot_linger(ps__ucx_conn_t *conn);
+void ps__ucx_boot_shut(ps__ucx_conn_t *conn);
+/* Accepts, reads and writes what is ready; returns how many events. */
+int ps__ucx_boot_poll(ps__ucx_van_t *van);
+
+/* ---- ucx_conn.c ---- */
+/* What ucx_boot.c reports. A connection accepted on fd (admitted: counted
+ * pending), linked, or NULL; conn's TCP connection is up (send the first
+ * step); it ended or failed (err: its errno, 0 at EOF); a whole record
+ * arrived (header and payload, `len` bytes). */
+ps__ucx_conn_t *ps__ucx_conn_accepted(ps__ucx_van_t *van, int fd, const struct sockaddr *sa,
+                                      socklen_t len);
+void ps__ucx_conn_greet(ps__ucx_conn_t *conn);
+void ps__ucx_conn_boot_lost(ps__ucx_conn_t *conn, int err);
+void ps__ucx_conn_on_record(ps__ucx_conn_t *conn, const uint8_t *rec, size_t len);
 ps_status_t ps__ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id);
 void ps__ucx_disconnect(ps_van_t *v, int node_id);
 ps_status_t ps__ucx_set_node_id(ps_van_t *v, int node_id);
@@ -514,14 +547,12 @@ int ps__ucx_run_timers(ps__ucx_van_t *van, uint64_t now);
 /* Closes a connection (idempotent); `why` != PS_OK with notify tells the
  * postoffice the peer failed (and closes its other connections). */
 void ps__ucx_conn_fail(ps__ucx_conn_t *conn, ps_status_t why, int notify);
-/* For ucx_auth.c: the connection of a control endpoint; sending HELLO. */
-ps__ucx_conn_t *ps__ucx_conn_by_ep(ps__ucx_van_t *van, ucp_ep_h ep, int outgoing);
+/* For ucx_auth.c: HELLO, once the job secret is proved. */
 ps_status_t ps__ucx_send_hello(ps__ucx_conn_t *conn);
 
 /* ---- ucx_auth.c (job secret; see there) ---- */
 ps_status_t ps__ucx_auth_start(ps__ucx_conn_t *conn, int my_id); /* instead of HELLO */
-void ps__ucx_auth_on_hs(ps__ucx_van_t *van, ucp_ep_h ep, int type, const uint8_t *data,
-                        size_t len);
+void ps__ucx_auth_on_hs(ps__ucx_conn_t *conn, int type, const uint8_t *data, size_t len);
 int ps__ucx_auth_hello_ok(ps__ucx_conn_t *conn, int id); /* 0: refused (logged) */
 int ps__ucx_auth_ack_ok(ps__ucx_conn_t *conn);           /* 0: failed (logged, closed) */
 static inline ps__ucx_conn_t *ps__ucx_conn_ref(ps__ucx_conn_t *conn)
@@ -577,8 +608,8 @@ void ps__ucx_op_release(ps__ucx_van_t *van, ps__ucx_op_t *op);
 void ps__ucx_op_spare_free(ps__ucx_van_t *van);
 /* How many ops posted on conn UCX has not finished (any thread). */
 int ps__ucx_conn_sends_busy(ps__ucx_van_t *van, const ps__ucx_conn_t *conn);
-/* A tagged hello announcing `my_id` as an op. */
-ps_status_t ps__ucx_hello_op(ps__ucx_van_t *van, int my_id, ps__ucx_op_t **op_p);
+/* The van's own META message without data (a hello, a goodbye) as an op. */
+ps_status_t ps__ucx_note_op(ps__ucx_van_t *van, const ps_meta_t *meta, ps__ucx_op_t **op_p);
 
 /* ---- ucx_recv.c ---- */
 /* The META handler (arg: van->am_arg[i]); inside ucp_worker_progress() on

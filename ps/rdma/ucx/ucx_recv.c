@@ -565,6 +565,11 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
         }
         return;
     }
+    if (ps__ucx_is_bye(&m->meta)) {
+        rx->bye = 1;
+        rx->status = hdr.num_data != 0 ? PS_ERR_PROTOCOL : PS_OK;
+        return;
+    }
 
     /* Who sent it is who the connection proved to be, never the wire. */
     ps_status_t own = ps_van_msg_take_meta(m, &m->meta,
@@ -666,6 +671,15 @@ static void rx_deliver_ready(ps__ucx_van_t *van, ps__ucx_conn_t *conn)
         if (rx->hello) {
             rx_free(van, rx); /* nothing to deliver */
             continue;
+        }
+        if (rx->bye) {
+            /* The peer closed this connection, as a TCP peer's EOF says:
+             * after everything it sent before. */
+            rx_free(van, rx);
+            ps_debug(PS_LOG_UCX, "node %d at %s closed its connection", conn->peer_id,
+                     conn->addr_str);
+            ps__ucx_conn_fail(conn, PS_ERR_PEER_GONE, 1);
+            return;
         }
         if (rx->lane) {
             ps_van_deliver_lane(&van->base.cb, PS_LOG_UCX, conn->peer_id,

@@ -419,16 +419,14 @@ static ps_status_t op_fill(ps__ucx_van_t *van, ps__ucx_op_t *op, const ps_meta_t
     return PS_OK;
 }
 
-ps_status_t ps__ucx_hello_op(ps__ucx_van_t *van, int my_id, ps__ucx_op_t **op_p)
+ps_status_t ps__ucx_note_op(ps__ucx_van_t *van, const ps_meta_t *meta, ps__ucx_op_t **op_p)
 {
-    ps_meta_t meta;
-    ps__ucx_hello_meta(&meta, my_id);
     ps__ucx_op_t *op;
     ps_status_t st = op_new(van, &op);
     if (st != PS_OK) {
         return st;
     }
-    st = op_fill(van, op, &meta, NULL, 0);
+    st = op_fill(van, op, meta, NULL, 0);
     if (st != PS_OK) {
         ps__ucx_op_release(van, op);
         return st;

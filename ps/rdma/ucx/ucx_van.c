@@ -4,12 +4,13 @@
  * DMLC_ENABLE_RDMA=ucx / DMLC_PS_VAN_TYPE=ucx).
  *
  * The progress thread drives the workers (the data worker every turn, the
- * control worker less often: ucx_internal.h): ucp_worker_progress(), then
- * the META messages its handler took, then what the callbacks recorded.
+ * control worker and the handshake sockets less often: ucx_internal.h):
+ * ucp_worker_progress(), then the META messages its handler took, then
+ * what the callbacks recorded.
  * The progress loop (ps/net/van/progress_loop.h) decides when to spin,
  * sleep or stand back for a waiter that drives it; before it sleeps, this
  * van drains and arms the workers (ucp_worker_arm), and it sleeps on their
- * event fds.
+ * event fds and on the handshake sockets' epoll set.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -52,35 +53,6 @@ void ps__ucx_post_event(ps__ucx_van_t *van, ps__ucx_ev_t *ev)
     van->ev_tail = ev;
     pthread_mutex_unlock(&van->ev_lock);
     ps_van_loop_kick(&van->loop);
-}
-
-static ucs_status_t on_am(void *arg, const void *header, size_t header_length, void *data,
-                          size_t length, const ucp_am_recv_param_t *param)
-{
-    ps__ucx_van_t *van = arg;
-    if (header_length != PS__UCX_HS_LEN || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-        ps_warn_ratelimited(PS_LOG_UCX, "malformed handshake message (%zu bytes); ignored",
-                            header_length);
-        return UCS_OK;
-    }
-    /* A worker address rides as eager data; anything else is not ours. */
-    size_t addr_len = data != NULL && length <= PS__UCX_MAX_ADDR &&
-                              !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
-                          ? length
-                          : 0;
-    ps__ucx_ev_t *ev = calloc(1, sizeof(*ev) + addr_len);
-    if (ev == NULL) {
-        return UCS_OK; /* the connection times out and says so */
-    }
-    ev->kind = PS__UCX_EV_HANDSHAKE;
-    ev->ep = param->reply_ep;
-    memcpy(ev->hs, header, PS__UCX_HS_LEN);
-    ev->addr_len = addr_len;
-    if (addr_len != 0) {
-        memcpy(ev->addr, data, addr_len);
-    }
-    ps__ucx_post_event(van, ev);
-    return UCS_OK;
 }
 
 static int process_events(ps__ucx_van_t *van)
@@ -152,6 +124,7 @@ static int progress_once(ps__ucx_van_t *van, unsigned burst, int all)
         if (van->am_head != NULL) {
             did += ps__ucx_am_take(van);
         }
+        did += ps__ucx_boot_poll(van); /* handshakes: connection setup, not data */
     }
     /* Receives before events: a message that arrived just before its
      * connection ended is delivered before the end is. (The checks are
@@ -301,6 +274,8 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
     }
     van->efd = -1;
     van->defd = -1;
+    van->bfd = -1;
+    van->boot_listen_fd = -1;
     const ps_van_loop_params_t lp = {
         .thread_name = "ps-ucx-progress",
         .log = PS_LOG_UCX,
@@ -334,24 +309,13 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
         ucx_close(&van->base.handle);
         return st;
     }
-    st = ps__ucx_ctx_open(van);
+    st = ps__ucx_boot_open(van);
+    if (st == PS_OK) {
+        st = ps__ucx_ctx_open(van);
+    }
     if (st != PS_OK) {
         ucx_close(&van->base.handle);
         return st;
-    }
-    ucp_am_handler_param_t am;
-    memset(&am, 0, sizeof(am));
-    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-    am.id = PS__UCX_AM_ID;
-    am.cb = on_am;
-    am.arg = van;
-    am.flags = UCP_AM_FLAG_WHOLE_MSG;
-    ucs_status_t ust = ucp_worker_set_am_recv_handler(van->worker, &am);
-    if (ust != UCS_OK) {
-        ps_error(PS_LOG_UCX, "cannot set the handshake handler: %s", ucs_status_string(ust));
-        ucx_close(&van->base.handle);
-        return ps__ucx_status(ust);
     }
     /* META messages, on every worker that carries data (ucx_recv.c). Not
      * UCP_AM_FLAG_PERSISTENT_DATA: UCX would then copy a short message
@@ -361,6 +325,7 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
     for (int i = 0; i < 2 && data_workers[i] != NULL; ++i) {
         van->am_arg[i].van = van;
         van->am_arg[i].worker = data_workers[i];
+        ucp_am_handler_param_t am;
         memset(&am, 0, sizeof(am));
         am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                         UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
@@ -368,15 +333,15 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
         am.cb = ps__ucx_am_meta;
         am.arg = &van->am_arg[i];
         am.flags = UCP_AM_FLAG_WHOLE_MSG;
-        ust = ucp_worker_set_am_recv_handler(data_workers[i], &am);
+        ucs_status_t ust = ucp_worker_set_am_recv_handler(data_workers[i], &am);
         if (ust != UCS_OK) {
             ps_error(PS_LOG_UCX, "cannot set the message handler: %s", ucs_status_string(ust));
             ucx_close(&van->base.handle);
             return ps__ucx_status(ust);
         }
     }
-    int fds[2] = {van->efd, van->defd};
-    st = ps_van_loop_start(&van->loop, fds, van->defd >= 0 ? 2 : 1);
+    int fds[3] = {van->efd, van->bfd, van->defd};
+    st = ps_van_loop_start(&van->loop, fds, van->defd >= 0 ? 3 : 2);
     if (st != PS_OK) {
         ucx_close(&van->base.handle);
         return st;
@@ -400,10 +365,6 @@ static void close_endpoints(ps__ucx_van_t *van)
         ps_debug(PS_LOG_UCX, "closing with endpoints still flushing (peers gone)");
         ps__ucx_abandon_closing(van);
     }
-    if (van->listener != NULL) {
-        ucp_listener_destroy(van->listener);
-        van->listener = NULL;
-    }
 }
 
 static void ucx_close(ps_van_t *v)
@@ -422,6 +383,7 @@ static void ucx_close(ps_van_t *v)
         close_endpoints(van);
     }
     ps__ucx_ctx_close(van);
+    ps__ucx_boot_close(van);
     /* UCX is gone: what it never finished is released without it. */
     ps__ucx_process_done(van);
     pthread_mutex_lock(&van->ev_lock);
