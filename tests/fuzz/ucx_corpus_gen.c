@@ -1,8 +1,10 @@
 /*
- * Writes the seed corpus of ucx_fuzzer: every handshake record (HELLO,
- * ACK, the job-secret steps, a refusal), the INIT and CHALLENGE payloads,
- * the META message that re-announces a node id (with and without its
- * 8-byte tag), and broken records.
+ * Writes the seed corpus of ucx_fuzzer: every handshake header (HELLO,
+ * ACK, the job-secret steps, a refusal), whole records as the handshake's
+ * connection carries them (HELLO with addresses, a job-secret step, two in
+ * a row, one cut short), the INIT and CHALLENGE payloads, the META
+ * messages that re-announce a node id and say goodbye (with and without
+ * their 8-byte tag), and broken records.
  *
  *   bazel run //tests/fuzz:ucx_corpus_gen -- DIR
  */
@@ -47,6 +49,28 @@ int main(int argc, char **argv)
     bad |= fuzz_corpus_write(dir, "bad_hs_version", NULL, 0, rec, sizeof(rec));
     bad |= fuzz_corpus_write(dir, "bad_hs_short", NULL, 0, rec, sizeof(rec) - 1);
 
+    /* Records on the connection: HELLO with both addresses, then ACK with
+     * the control one only; PROOF; a HELLO cut short. */
+    uint8_t ctl[40], dat[24];
+    memset(ctl, 0xc1, sizeof(ctl));
+    memset(dat, 0xd2, sizeof(dat));
+    uint8_t stream[2 * (PS__UCX_REC_PREFIX + PS__UCX_HS_LEN + 128)];
+    size_t pl = ps__ucx_addrs_pack(stream + PS__UCX_REC_PREFIX + PS__UCX_HS_LEN, 128, ctl,
+                                   sizeof(ctl), dat, sizeof(dat));
+    ps__ucx_rec_pack(stream, pl, PS__UCX_HS_HELLO, 9, 0xc0ffee, 0x1122334455667788ull, 1000);
+    size_t one = PS__UCX_REC_PREFIX + PS__UCX_HS_LEN + pl;
+    size_t pl2 = ps__ucx_addrs_pack(stream + one + PS__UCX_REC_PREFIX + PS__UCX_HS_LEN, 128, ctl,
+                                    sizeof(ctl), NULL, 0);
+    ps__ucx_rec_pack(stream + one, pl2, PS__UCX_HS_ACK, 1, 0xbeef, 0, 77);
+    size_t two = one + PS__UCX_REC_PREFIX + PS__UCX_HS_LEN + pl2;
+    bad |= pl == 0 || fuzz_corpus_write(dir, "rec_hello", NULL, 0, stream, one);
+    bad |= pl2 == 0 || fuzz_corpus_write(dir, "rec_hello_ack", NULL, 0, stream, two);
+    bad |= fuzz_corpus_write(dir, "rec_hello_short", NULL, 0, stream, one - 5);
+    uint8_t proof[PS__UCX_REC_PREFIX + PS__UCX_HS_LEN + PS_AUTH_PROOF_BYTES];
+    ps__ucx_rec_pack(proof, PS_AUTH_PROOF_BYTES, PS__UCX_HS_AUTH_PROOF, 9, 0, 0, 0);
+    memset(proof + PS__UCX_REC_PREFIX + PS__UCX_HS_LEN, 0x5a, PS_AUTH_PROOF_BYTES);
+    bad |= fuzz_corpus_write(dir, "rec_proof", NULL, 0, proof, sizeof(proof));
+
     /* The job-secret payloads. */
     uint8_t init[PS_AUTH_INIT_BYTES], chal[PS_AUTH_CHALLENGE_BYTES];
     fuzz_auth_payloads(init, chal);
@@ -61,5 +85,8 @@ int main(int argc, char **argv)
     uint8_t tag[8] = {1, 0, 0, 0, 0, 0, 0, 0x10};
     bad |= n == 0 || fuzz_corpus_write(dir, "hello_meta", NULL, 0, frame, n);
     bad |= n == 0 || fuzz_corpus_write(dir, "hello_meta_tagged", tag, sizeof(tag), frame, n);
+    ps__ucx_bye_meta(&m, 9);
+    n = fuzz_frame_build(&m, 0, NULL, 0, frame, sizeof(frame));
+    bad |= n == 0 || fuzz_corpus_write(dir, "bye_meta_tagged", tag, sizeof(tag), frame, n);
     return bad;
 }

@@ -1,15 +1,19 @@
 /*
  * libFuzzer target for what a peer of the UCX van sends before it is
- * known: the handshake record (HELLO, ACK and the job-secret steps, whose
- * payloads are ps/net/auth.h's INIT and CHALLENGE), and the META message
- * that re-announces a node id (a ps frame whose meta carries the van's
- * tag).
+ * known: the bytes of the handshake's TCP connection (records: a length,
+ * the header of HELLO, ACK or a job-secret step, its payload: the worker
+ * addresses, or ps/net/auth.h's INIT and CHALLENGE), and the META messages
+ * that re-announce a node id or say goodbye (ps frames whose meta carries
+ * the van's tag).
  *
- * Each input is tried as a record, as the payload of either job-secret
- * step, and as a frame. Whatever the bytes, nothing is read past them; an
- * accepted record writes back to the same bytes (but for its two unused
- * bytes, which the reader ignores); an unpacked INIT or CHALLENGE packs to
- * the same bytes; a meta taken for a re-announcement carries the tag.
+ * Each input is tried as the connection's byte stream, as a header, as
+ * the payload of either job-secret step, and as a frame. Whatever the
+ * bytes, nothing is read past them; the stream is cut into records that
+ * lie within it, and accepted addresses within their record; an accepted
+ * header writes back to the same bytes (but for its two unused bytes,
+ * which the reader ignores); an unpacked INIT or CHALLENGE packs to the
+ * same bytes; a meta taken for a re-announcement or a goodbye carries the
+ * tag.
  *
  * A broken invariant aborts, which libFuzzer reports as a crash; ASan and
  * UBSan (--config=fuzz) catch memory and undefined-behaviour errors.
@@ -53,6 +57,40 @@ static void record(const uint8_t *data, size_t size)
           "an accepted record does not write back");
 }
 
+/* The handshake connection's bytes, as ucx_boot.c cuts them into records
+ * and ucx_conn.c reads their addresses. */
+static void stream(const uint8_t *data, size_t size)
+{
+    size_t off = 0, total = 0;
+    int r;
+    while ((r = ps__ucx_rec_complete(data + off, size - off, &total)) == 1) {
+        check(total >= PS__UCX_REC_PREFIX + PS__UCX_HS_LEN && total <= PS__UCX_REC_MAX &&
+                  total <= size - off,
+              "a record outside the stream or its bounds");
+        const uint8_t *hs = data + off + PS__UCX_REC_PREFIX;
+        const uint8_t *payload = hs + PS__UCX_HS_LEN;
+        size_t len = total - PS__UCX_REC_PREFIX - PS__UCX_HS_LEN;
+        int type, id;
+        uint32_t cookie;
+        uint64_t nonce, seq0;
+        const uint8_t *ctl, *dat;
+        size_t ctl_len, dat_len;
+        if (ps__ucx_hs_parse(hs, PS__UCX_HS_LEN, &type, &id, &cookie, &nonce, &seq0) &&
+            ps__ucx_addrs_parse(payload, len, &ctl, &ctl_len, &dat, &dat_len)) {
+            check(ctl == payload + PS__UCX_ADDRS_HDR && ctl_len >= 1 &&
+                      PS__UCX_ADDRS_HDR + ctl_len + dat_len == len &&
+                      (dat_len == 0 ? dat == NULL : dat == ctl + ctl_len),
+                  "addresses outside their record");
+            uint8_t again[PS__UCX_ADDRS_HDR + 2 * PS__UCX_MAX_ADDR];
+            size_t n = ps__ucx_addrs_pack(again, sizeof(again), ctl, ctl_len, dat, dat_len);
+            check(n == len && memcmp(again, payload, len) == 0, "addresses do not pack back");
+        }
+        off += total;
+    }
+    check(r == -1 || (r == 0 && (size - off < PS__UCX_REC_PREFIX || total > size - off)),
+          "a whole record left in the stream");
+}
+
 static void auth_payloads(const uint8_t *data, size_t size)
 {
     ps_auth_transcript_t t;
@@ -88,6 +126,10 @@ static void meta_frame(const uint8_t *data, size_t size)
                                              : ps_meta_decode(mp, ml, &meta, nodes, 16);
     if (st != PS_OK)
         return;
+    if (ps__ucx_is_bye(&meta)) {
+        check(ps__ucx_looks_like_hello(&meta) && !ps__ucx_is_hello(&meta),
+              "a goodbye without the tag, or taken for a hello");
+    }
     if (ps__ucx_is_hello(&meta)) {
         ps_meta_t hello;
         ps__ucx_hello_meta(&hello, meta.sender);
@@ -100,6 +142,7 @@ static void meta_frame(const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_quiet_logs();
+    stream(data, size);
     record(data, size);
     auth_payloads(data, size);
     meta_frame(data, size);

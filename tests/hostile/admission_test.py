@@ -6,13 +6,12 @@
 MODE
   idle       2,000 connections that never speak and 200 that send half a
              hello, at server0's port, then the same at the scheduler's
-             (VAN tcp, fabric (its TCP port) or shm: shm floods the nodes'
-             rendezvous sockets; ucx runs too, and fails inside UCX, see
-             docs/RELIABILITY.md).
+             (VAN tcp, fabric (its TCP port), ucx (its handshake
+             listener) or shm: shm floods the nodes' rendezvous sockets).
   halfframe  (tcp) 2,000 connections that send a valid frame header
              announcing a meta just under 1 MiB, part of it, and stall; then
              200 that send a valid hello first and then the same.
-  emfile     (tcp, shm, fabric) server0 runs with RLIMIT_NOFILE 96; 600
+  emfile     (tcp, shm, fabric, ucx) server0 runs with RLIMIT_NOFILE 96; 600
              silent connections exhaust its descriptors.
 
 Checks, per attacked process: its CPU (utime+stime from /proc over a window
@@ -307,7 +306,15 @@ def main():
     hello = bytes.fromhex(subprocess.run([raw_client, "-", "0", "hello-hex", "32767"],
                                          capture_output=True, text=True,
                                          check=True).stdout.strip())
-    half_hello = hello[:len(hello) // 2] if van in ("tcp", "fabric") else b"\x01\x00"
+    if van in ("tcp", "fabric"):
+        half_hello = hello[:len(hello) // 2]
+    elif van == "ucx":
+        # A HELLO record (ps/rdma/ucx/ucx_hs.c) announcing a 600-byte worker
+        # address, cut short 100 bytes into it.
+        half_hello = (struct.pack("<I", 32 + 4 + 600) + b"PSUX" + bytes([3, 1, 0, 0]) +
+                      bytes(24) + struct.pack("<HH", 600, 0) + bytes(100))
+    else:
+        half_hello = b"\x01\x00"
     try:
         for w in ("worker0", "worker1"):
             if not job.wait_for(w, r"sum_node: worker \d+ started", deadline):

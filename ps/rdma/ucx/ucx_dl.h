@@ -43,7 +43,6 @@ typedef struct {
     __typeof__(ucp_config_print) *ucp_config_print;
     __typeof__(ucp_config_read) *ucp_config_read;
     __typeof__(ucp_config_release) *ucp_config_release;
-    __typeof__(ucp_conn_request_query) *ucp_conn_request_query;
     __typeof__(ucp_context_print_info) *ucp_context_print_info;
     __typeof__(ucp_ep_close_nbx) *ucp_ep_close_nbx;
     __typeof__(ucp_ep_create) *ucp_ep_create;
@@ -51,9 +50,6 @@ typedef struct {
     __typeof__(ucp_get_version) *ucp_get_version;
     __typeof__(ucp_get_version_string) *ucp_get_version_string;
     __typeof__(ucp_init_version) *ucp_init_version;
-    __typeof__(ucp_listener_create) *ucp_listener_create;
-    __typeof__(ucp_listener_destroy) *ucp_listener_destroy;
-    __typeof__(ucp_listener_reject) *ucp_listener_reject;
     __typeof__(ucp_request_cancel) *ucp_request_cancel;
     __typeof__(ucp_request_free) *ucp_request_free;
     __typeof__(ucp_tag_msg_recv_nbx) *ucp_tag_msg_recv_nbx;
@@ -110,7 +106,6 @@ ps_status_t ps__ucx_dl_load(char *why, size_t cap);
 #define ucp_config_print(...) ps__ucx_api.ucp_config_print(__VA_ARGS__)
 #define ucp_config_read(...) ps__ucx_api.ucp_config_read(__VA_ARGS__)
 #define ucp_config_release(...) ps__ucx_api.ucp_config_release(__VA_ARGS__)
-#define ucp_conn_request_query(...) ps__ucx_api.ucp_conn_request_query(__VA_ARGS__)
 #define ucp_context_print_info(...) ps__ucx_api.ucp_context_print_info(__VA_ARGS__)
 #define ucp_ep_close_nbx(...) ps__ucx_api.ucp_ep_close_nbx(__VA_ARGS__)
 #define ucp_ep_create(...) ps__ucx_api.ucp_ep_create(__VA_ARGS__)
@@ -118,9 +113,6 @@ ps_status_t ps__ucx_dl_load(char *why, size_t cap);
 #define ucp_get_version(...) ps__ucx_api.ucp_get_version(__VA_ARGS__)
 #define ucp_get_version_string(...) ps__ucx_api.ucp_get_version_string(__VA_ARGS__)
 #define ucp_init_version(...) ps__ucx_api.ucp_init_version(__VA_ARGS__)
-#define ucp_listener_create(...) ps__ucx_api.ucp_listener_create(__VA_ARGS__)
-#define ucp_listener_destroy(...) ps__ucx_api.ucp_listener_destroy(__VA_ARGS__)
-#define ucp_listener_reject(...) ps__ucx_api.ucp_listener_reject(__VA_ARGS__)
 #define ucp_request_cancel(...) ps__ucx_api.ucp_request_cancel(__VA_ARGS__)
 #define ucp_request_free(...) ps__ucx_api.ucp_request_free(__VA_ARGS__)
 #define ucp_tag_msg_recv_nbx(...) ps__ucx_api.ucp_tag_msg_recv_nbx(__VA_ARGS__)

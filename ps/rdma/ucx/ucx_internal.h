@@ -29,9 +29,8 @@
  * endpoint is closed on its own only when its peer is failed anyway.
  *
  * Two workers. The shared-memory transports live in a UCP context and
- * worker of their own (the data worker, whose address is the one offered),
- * the network transports in the control worker (listener, control
- * endpoints, data to other hosts). Every ucp_worker_progress() polls each
+ * worker of their own (the data worker), the network transports in the
+ * control worker (control endpoints, data to other hosts). Every ucp_worker_progress() polls each
  * transport of its worker, and tcp's poll is a system call (epoll_wait):
  * with one worker, messages between processes of one host paid for it on
  * every turn of the loop. The loop progresses the data worker every turn
@@ -39,9 +38,11 @@
  * while some connection moves its data over a control endpoint (a peer on
  * another host, or no shared memory). When UCX_TLS cannot be split (a
  * "^..." list that excludes a shared-memory transport), or the
- * shared-memory context cannot be created, there is one worker as before
- * (van->dworker NULL), and its address is offered when it names more than
- * the network transports.
+ * shared-memory context cannot be created, there is one worker
+ * (van->dworker NULL) and data rides on the control endpoints, over the
+ * network transports also between processes of one host: a data endpoint
+ * on the control worker would be paired by UCX with a control endpoint of
+ * the peer's, whose error handling differs, which UCX refuses.
  *
  * Messages. A message is one META message (frame, meta, the segments up
  * to BYTEPS_UCX_SHORT_THRESH bytes) and one DATA message per larger
