@@ -24,6 +24,15 @@
  * between processes of one host go through the posix/sysv FIFOs instead
  * of a single copy.
  *
+ * UCX_TCP_RX_SEG_SIZE is 512k unless the user sets it (UCX's default:
+ * 64k). The endpoints are made from worker addresses, which UCX 1.13
+ * gives no RMA lane over tcp (it does only to client-server endpoints),
+ * so a large message's rendezvous moves as active-message fragments of
+ * that size, each received into a segment and copied out: with 64k
+ * fragments a 4 MiB push over loopback ran at 25 Gbit/s, with 512k at 32,
+ * as with the RMA lane (docs/PERF.md). A receiving tcp connection holds
+ * one such segment while a fragment arrives.
+ *
  * Upstream refused to start without UCX_USE_MT_MUTEX=y and
  * UCX_SOCKADDR_CM_ENABLE=y. ps needs neither: it asks for a worker in
  * UCS_THREAD_MODE_MULTI (any thread may send) and fails with a clear
@@ -37,6 +46,9 @@
 
 #include "ps/base/log.h"
 #include "ps/rdma/ucx/ucx_internal.h"
+
+/* UCX_TCP_RX_SEG_SIZE unless the user sets it (see above). */
+#define PS__UCX_TCP_RX_SEG "512k"
 
 ps_status_t ps__ucx_status(ucs_status_t st)
 {
@@ -445,6 +457,12 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
                     has_shm ? "; data between processes of this host still goes over shared memory"
                             : "");
         }
+    }
+
+    if (getenv("UCX_TCP_RX_SEG_SIZE") == NULL &&
+        (st = ucp_config_modify(config, "RX_SEG_SIZE", PS__UCX_TCP_RX_SEG)) != UCS_OK) {
+        ps_debug(PS_LOG_UCX, "cannot set UCX_TCP_RX_SEG_SIZE=%s: %s", PS__UCX_TCP_RX_SEG,
+                 ucs_status_string(st));
     }
 
     ucp_params_t params;

@@ -36,7 +36,8 @@
  * every turn of the loop. The loop progresses the data worker every turn
  * and the control worker every PS__UCX_CTL_EVERY turns, or every turn
  * while some connection moves its data over a control endpoint (a peer on
- * another host, or no shared memory). When UCX_TLS cannot be split (a
+ * another host, or no shared memory); the handshakes' sockets (ucx_boot.c)
+ * every PS__UCX_CTL_EVERY turns, and at once when they woke the loop. When UCX_TLS cannot be split (a
  * "^..." list that excludes a shared-memory transport), or the
  * shared-memory context cannot be created, there is one worker
  * (van->dworker NULL) and data rides on the control endpoints, over the
@@ -464,6 +465,7 @@ struct ps__ucx_van {
      * the block's length). */
     ps_slice_t rx_spare;
     unsigned ctl_tick;         /* loop turns since the control worker was progressed */
+    unsigned boot_tick;        /* loop turns since the handshakes' sockets were polled */
     int ctl_data_conns;        /* READY connections whose data rides on the control worker */
     unsigned clock_tick;       /* loop turns since the clock was read for the timers */
     uint64_t timer_scan_ns;    /* when ps__ucx_run_timers() walks the connections again

@@ -124,7 +124,12 @@ static int progress_once(ps__ucx_van_t *van, unsigned burst, int all)
         if (van->am_head != NULL) {
             did += ps__ucx_am_take(van);
         }
-        did += ps__ucx_boot_poll(van); /* handshakes: connection setup, not data */
+    }
+    /* The handshakes' sockets: connection setup, not data, and a system
+     * call to look, so not on every turn of a loop that spins for data. */
+    if (all || ++van->boot_tick >= PS__UCX_CTL_EVERY) {
+        van->boot_tick = 0;
+        did += ps__ucx_boot_poll(van);
     }
     /* Receives before events: a message that arrived just before its
      * connection ended is delivered before the end is. (The checks are
@@ -210,7 +215,9 @@ static int ucx_arm(void *arg, int64_t *timeout_ns_p)
 static void ucx_woke(void *arg)
 {
     ps__ucx_van_t *van = arg;
-    van->ctl_tick = PS__UCX_CTL_EVERY; /* whichever worker woke us: both next */
+    /* Whichever fd woke us: every worker and the handshakes next. */
+    van->ctl_tick = PS__UCX_CTL_EVERY;
+    van->boot_tick = PS__UCX_CTL_EVERY;
     van->clock_tick = PS__UCX_CLOCK_EVERY;
 }
 
