@@ -29,7 +29,7 @@
  * gives no RMA lane over tcp (it does only to client-server endpoints),
  * so a large message's rendezvous moves as active-message fragments of
  * that size, each received into a segment and copied out: with 64k
- * fragments a 4 MiB push over loopback ran at 25 Gbit/s, with 512k at 32,
+ * fragments a 4 MiB push over loopback ran at 27 Gbit/s, with 512k at 35,
  * as with the RMA lane (docs/PERF.md). A receiving tcp connection holds
  * one such segment while a fragment arrives.
  *
