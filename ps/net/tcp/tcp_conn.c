@@ -126,31 +126,19 @@ typedef struct {
     int fd;
 } listen_try_t;
 
+/* Accepted sockets inherit the buffer sizes; the receive buffer must be
+ * set before the handshake for the window scale to match it. */
+static void tune_listener(void *arg, int fd)
+{
+    tune_socket(arg, fd);
+}
+
 static ps_status_t listen_try(void *arg, int port, int random, char *where, size_t cap)
 {
     (void)random;
     listen_try_t *t = arg;
     ps_van_listen_where(&t->addr, port, where, cap);
-    int fd = socket(ps_sockaddr_family(&t->addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        ps_error(PS_LOG_TCP, "bind: socket() for %s: %m", where);
-        return ps_status_from_errno(errno);
-    }
-    int one = 1, zero = 0;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (ps_sockaddr_family(&t->addr) == AF_INET6 && ps_sockaddr_is_wildcard(&t->addr)) {
-        /* The IPv6 wildcard also takes IPv4 peers. */
-        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    }
-    /* Accepted sockets inherit the buffer sizes; the receive buffer must
-     * be set before the handshake for the window scale to match it. */
-    tune_socket(t->van, fd);
-    ps_status_t st =
-        ps_van_bind_listen(fd, ps_sockaddr_sa(&t->addr), t->addr.len, where, PS_LOG_TCP);
-    if (st == PS_OK) {
-        t->fd = fd;
-    }
-    return st;
+    return ps_van_ip_listen(&t->addr, where, PS_LOG_TCP, tune_listener, t->van, &t->fd);
 }
 
 ps_status_t ps__tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry)

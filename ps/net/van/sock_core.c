@@ -5,6 +5,7 @@
 #include "ps/net/van/sock_core.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -69,6 +70,29 @@ ps_status_t ps_van_bind_listen(int fd, const struct sockaddr *sa, socklen_t len,
     }
     ps_error(log, "cannot listen on %s: %s", where, strerror(err));
     return err == EADDRNOTAVAIL ? PS_ERR_INVALID_ARG : ps_status_from_errno(err);
+}
+
+ps_status_t ps_van_ip_listen(const ps_sockaddr_t *addr, const char *where, ps_log_component_t log,
+                             void (*tune)(void *arg, int fd), void *arg, int *fd_p)
+{
+    int fd = socket(ps_sockaddr_family(addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        ps_error(log, "bind: socket() for %s: %m", where);
+        return ps_status_from_errno(errno);
+    }
+    int one = 1, zero = 0;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ps_sockaddr_family(addr) == AF_INET6 && ps_sockaddr_is_wildcard(addr)) {
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    }
+    if (tune != NULL) {
+        tune(arg, fd);
+    }
+    ps_status_t st = ps_van_bind_listen(fd, ps_sockaddr_sa(addr), addr->len, where, log);
+    if (st == PS_OK) {
+        *fd_p = fd;
+    }
+    return st;
 }
 
 ps_status_t ps_van_sock_listen(ps_van_sock_t *s, int fd, void *listen_ptr, const char *where)

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "ps/base/log.h"
+#include "ps/base/sockaddr.h"
 #include "ps/base/status.h"
 #include "ps/net/van/admission.h"
 #include "ps/net/van/peer_table.h"
@@ -55,6 +56,14 @@ ps_status_t ps_van_sock_may_bind(const ps_van_sock_t *s);
  * closed. Any van with a listening socket of its own uses it. */
 ps_status_t ps_van_bind_listen(int fd, const struct sockaddr *sa, socklen_t len, const char *where,
                                ps_log_component_t log);
+
+/* One try of bind() at an IP address for a TCP listener (the tcp van's,
+ * the ucx van's handshake): a non-blocking socket with SO_REUSEADDR, the
+ * IPv6 wildcard taking IPv4 peers too, `tune` (or NULL) called on it
+ * first (sizes the accepted sockets inherit), then ps_van_bind_listen().
+ * The listening socket in *fd_p on PS_OK. */
+ps_status_t ps_van_ip_listen(const ps_sockaddr_t *addr, const char *where, ps_log_component_t log,
+                             void (*tune)(void *arg, int fd), void *arg, int *fd_p);
 
 /* bind()'s last step: `fd` listens; it goes under admission control and
  * into the epoll set (`listen_ptr` its data), then listen_fd is set, which

@@ -80,19 +80,7 @@ static ps_status_t listen_try(void *arg, int port, int random, char *where, size
     (void)random;
     listen_try_t *t = arg;
     ps_van_listen_where(&t->addr, port, where, cap);
-    int fd = socket(ps_sockaddr_family(&t->addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        ps_error(PS_LOG_UCX, "bind: socket() for %s: %m", where);
-        return ps_status_from_errno(errno);
-    }
-    int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    ps_status_t st = ps_van_bind_listen(fd, ps_sockaddr_sa(&t->addr), t->addr.len, where,
-                                        PS_LOG_UCX);
-    if (st == PS_OK) {
-        t->fd = fd;
-    }
-    return st;
+    return ps_van_ip_listen(&t->addr, where, PS_LOG_UCX, NULL, NULL, &t->fd);
 }
 
 ps_status_t ps__ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry)
