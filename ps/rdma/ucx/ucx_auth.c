@@ -53,8 +53,8 @@ static int type_of_step(int step)
 
 static ps_status_t auth_send(ps__ucx_conn_t *conn, int step, const uint8_t *data, size_t len)
 {
-    return ps__ucx_boot_send(conn, type_of_step(step), ps_van_base_my_id(&conn->van->base), 0, 0,
-                             0, data, len);
+    return ps__ucx_boot_send(conn, type_of_step(step), ps_van_base_my_id(&conn->van->base), 0, 0, 0,
+                             data, len);
 }
 
 /* Does what the handshake answered: its step out, its line, then a

@@ -218,8 +218,7 @@ void ps__ucx_boot_linger(ps__ucx_conn_t *conn)
 int ps__ucx_boot_connect(ps__ucx_conn_t *conn)
 {
     ps__ucx_van_t *van = conn->van;
-    int fd = socket(ps_sockaddr_family(&conn->addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    0);
+    int fd = socket(ps_sockaddr_family(&conn->addr), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return errno;
     }

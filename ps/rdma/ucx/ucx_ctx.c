@@ -343,9 +343,10 @@ static ps_status_t data_ctx_open(ps__ucx_van_t *van, const char *shm_tls)
         }
     }
     if (st != UCS_OK) {
-        ps_debug(PS_LOG_UCX, "no shared-memory worker of its own (UCX_TLS=%s: %s); one worker "
-                 "for everything, data between processes of this host over the network "
-                 "transports", shm_tls, ucs_status_string(st));
+        ps_debug(PS_LOG_UCX,
+                 "no shared-memory worker of its own (UCX_TLS=%s: %s); one worker for "
+                 "everything, data between processes of this host over the network transports",
+                 shm_tls, ucs_status_string(st));
         if (van->dworker != NULL && van->data_addr != NULL) {
             ucp_worker_release_address(van->dworker, van->data_addr);
             van->data_addr = NULL;

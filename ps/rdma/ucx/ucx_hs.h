@@ -29,7 +29,7 @@
  * job-secret step: its bytes). */
 #define PS__UCX_REC_PREFIX 4
 #define PS__UCX_ADDRS_HDR 4
-#define PS__UCX_REC_MAX                                                                       \
+#define PS__UCX_REC_MAX \
     (PS__UCX_REC_PREFIX + PS__UCX_HS_LEN + PS__UCX_ADDRS_HDR + 2 * PS__UCX_MAX_ADDR)
 
 /* Writes a record of PS__UCX_HS_LEN bytes to out. */

@@ -217,8 +217,8 @@ typedef struct ps__ucx_van ps__ucx_van_t;
 typedef struct ps__ucx_conn ps__ucx_conn_t;
 
 typedef enum {
-    PS__UCX_NEW,      /* outgoing: not connected yet (or retrying) */
-    PS__UCX_WAIT,     /* outgoing: connecting, or waiting for ACK; incoming: for HELLO */
+    PS__UCX_NEW,  /* outgoing: not connected yet (or retrying) */
+    PS__UCX_WAIT, /* outgoing: connecting, or waiting for ACK; incoming: for HELLO */
     PS__UCX_READY,
     PS__UCX_DEAD,
 } ps__ucx_state_t;
