@@ -620,35 +620,35 @@ static int screen_uid(void *arg, int fd)
     return 0;
 }
 
+static int take_accepted(void *arg, int fd, const struct sockaddr *sa, socklen_t len)
+{
+    ps__shm_van_t *van = arg;
+    (void)sa;
+    (void)len;
+    ps__shm_chan_t *ch = ps__shm_chan_new(van, 0);
+    if (ch == NULL) {
+        return -1;
+    }
+    ch->admit_pending = 1;
+    ch->fd = fd;
+    ch->peer_pid = peer_pid_of(fd);
+    ps_van_hs_accept(&ch->hs); /* job secret: AUTH expected first */
+    if (ps__shm_list_chan(van, ch) != PS_OK) {
+        ps_van_admission_done(&van->sock.adm);
+        ps__shm_chan_unref(ch);
+        return 0;
+    }
+    if (chan_watch(van, ch) != PS_OK) {
+        ps__shm_chan_fail(ch, PS_OK, 0);
+        return 0;
+    }
+    ps_debug(PS_LOG_SHM, "accepted a channel from pid %d", (int)ch->peer_pid);
+    return 0;
+}
+
 void ps__shm_accept_all(ps__shm_van_t *van)
 {
-    for (;;) {
-        int fd = ps_van_admission_next(&van->sock.adm, NULL, NULL, screen_uid, van);
-        if (fd < 0) {
-            return;
-        }
-        ps__shm_chan_t *ch = ps__shm_chan_new(van, 0);
-        if (ch == NULL) {
-            ps_van_admission_done(&van->sock.adm);
-            ps_warn_ratelimited(PS_LOG_SHM, "out of memory accepting a channel");
-            close(fd);
-            continue;
-        }
-        ch->admit_pending = 1;
-        ch->fd = fd;
-        ch->peer_pid = peer_pid_of(fd);
-        ps_van_hs_accept(&ch->hs); /* job secret: AUTH expected first */
-        if (ps__shm_list_chan(van, ch) != PS_OK) {
-            ps_van_admission_done(&van->sock.adm);
-            ps__shm_chan_unref(ch);
-            continue;
-        }
-        if (chan_watch(van, ch) != PS_OK) {
-            ps__shm_chan_fail(ch, PS_OK, 0);
-            continue;
-        }
-        ps_debug(PS_LOG_SHM, "accepted a channel from pid %d", (int)ch->peer_pid);
-    }
+    ps_van_admission_each(&van->sock.adm, screen_uid, take_accepted, van);
 }
 
 /* An accepted channel got its hello (or went away): no longer pending. */

@@ -173,45 +173,40 @@ ps_status_t ps__tcp_bind(ps_van_t *v, ps_node_t *node, int max_retry)
 
 /* ---- accept ---- */
 
+static int take_accepted(void *arg, int fd, const struct sockaddr *sa, socklen_t len)
+{
+    ps__tcp_van_t *van = arg;
+    ps__tcp_conn_t *conn = ps__tcp_conn_new(van, 0);
+    if (conn == NULL) {
+        return -1;
+    }
+    conn->admit_pending = 1;
+    conn->hs_deadline_ns = ps_van_admission_deadline(&van->sock.adm);
+    if (conn->hs_deadline_ns < van->hs_next_ns || van->hs_next_ns == 0) {
+        van->hs_next_ns = conn->hs_deadline_ns;
+    }
+    tune_socket(van, fd);
+    conn->fd = fd;
+    if (ps_sockaddr_from_sa(sa, len, &conn->addr) != PS_OK ||
+        ps_sockaddr_format(&conn->addr, conn->addr_str, sizeof(conn->addr_str)) != PS_OK) {
+        strcpy(conn->addr_str, "?");
+    }
+    if (ps_van_epoll_ctl(van->sock.epfd, EPOLL_CTL_ADD, fd, EPOLLIN, &conn->handle) != 0) {
+        ps_warn_ratelimited(PS_LOG_TCP, "epoll_ctl for a connection from %s: %m", conn->addr_str);
+        ps_van_admission_done(&van->sock.adm);
+        ps__tcp_conn_destroy_now(conn);
+        return 0;
+    }
+    conn->in_epoll = 1;
+    conn_link(van, conn);
+    ps_van_hs_accept(&conn->hs); /* job secret: INIT expected first */
+    ps_debug(PS_LOG_TCP, "accepted a connection from %s", conn->addr_str);
+    return 0;
+}
+
 void ps__tcp_accept_all(ps__tcp_van_t *van)
 {
-    for (;;) {
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        int fd = ps_van_admission_next(&van->sock.adm, (struct sockaddr *)&ss, &len, NULL, NULL);
-        if (fd < 0) {
-            return;
-        }
-        ps__tcp_conn_t *conn = ps__tcp_conn_new(van, 0);
-        if (conn == NULL) {
-            ps_van_admission_done(&van->sock.adm);
-            ps_warn_ratelimited(PS_LOG_TCP, "out of memory accepting a connection");
-            close(fd);
-            continue;
-        }
-        conn->admit_pending = 1;
-        conn->hs_deadline_ns = ps_van_admission_deadline(&van->sock.adm);
-        if (conn->hs_deadline_ns < van->hs_next_ns || van->hs_next_ns == 0) {
-            van->hs_next_ns = conn->hs_deadline_ns;
-        }
-        tune_socket(van, fd);
-        conn->fd = fd;
-        if (ps_sockaddr_from_sa((struct sockaddr *)&ss, len, &conn->addr) != PS_OK ||
-            ps_sockaddr_format(&conn->addr, conn->addr_str, sizeof(conn->addr_str)) != PS_OK) {
-            strcpy(conn->addr_str, "?");
-        }
-        if (ps_van_epoll_ctl(van->sock.epfd, EPOLL_CTL_ADD, fd, EPOLLIN, &conn->handle) != 0) {
-            ps_warn_ratelimited(PS_LOG_TCP, "epoll_ctl for a connection from %s: %m",
-                                conn->addr_str);
-            ps_van_admission_done(&van->sock.adm);
-            ps__tcp_conn_destroy_now(conn);
-            continue;
-        }
-        conn->in_epoll = 1;
-        conn_link(van, conn);
-        ps_van_hs_accept(&conn->hs); /* job secret: INIT expected first */
-        ps_debug(PS_LOG_TCP, "accepted a connection from %s", conn->addr_str);
-    }
+    ps_van_admission_each(&van->sock.adm, NULL, take_accepted, van);
 }
 
 void ps__tcp_admitted(ps__tcp_conn_t *conn)

@@ -118,6 +118,24 @@ int ps_van_admission_next(ps_van_admission_t *a, struct sockaddr *sa, socklen_t 
     }
 }
 
+void ps_van_admission_each(ps_van_admission_t *a, ps_van_admission_screen_t screen,
+                           ps_van_admission_take_t take, void *arg)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = ps_van_admission_next(a, (struct sockaddr *)&ss, &len, screen, arg);
+        if (fd < 0) {
+            return;
+        }
+        if (take(arg, fd, (struct sockaddr *)&ss, len) != 0) {
+            ps_van_admission_done(a);
+            ps_warn_ratelimited(a->comp, "out of memory accepting a connection");
+            close(fd);
+        }
+    }
+}
+
 int ps_van_admission_admit(ps_van_admission_t *a)
 {
     if (a->pending >= a->max_pending) {

@@ -70,6 +70,20 @@ typedef int (*ps_van_admission_screen_t)(void *arg, int fd);
 int ps_van_admission_next(ps_van_admission_t *a, struct sockaddr *sa, socklen_t *len_p,
                           ps_van_admission_screen_t screen, void *arg);
 
+/* What a van makes of an accepted connection (its address in sa/len):
+ * 0 once it owns the descriptor (it calls ps_van_admission_done() when
+ * the connection finishes its handshake or goes), -1 when it could not
+ * make a connection of it (no memory). */
+typedef int (*ps_van_admission_take_t)(void *arg, int fd, const struct sockaddr *sa,
+                                       socklen_t len);
+
+/* Every connection admission lets in now (ps_van_admission_next with
+ * `screen`), each handed to `take`; one it could not take is closed and
+ * no longer counted pending, with a rate-limited warning. `arg` goes to
+ * both. */
+void ps_van_admission_each(ps_van_admission_t *a, ps_van_admission_screen_t screen,
+                           ps_van_admission_take_t take, void *arg);
+
 /* A connection was accepted: 1 if it may wait for its handshake (counted
  * pending until ps_van_admission_done()), 0 if the caller must close it
  * now (too many pending; counted and logged rate-limited). */

@@ -352,25 +352,17 @@ static void boot_event(ps__ucx_conn_t *conn, uint32_t events)
     }
 }
 
-static void boot_accept(ps__ucx_van_t *van)
+static int take_accepted(void *arg, int fd, const struct sockaddr *sa, socklen_t len)
 {
-    for (;;) {
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        int fd = ps_van_admission_next(&van->adm, (struct sockaddr *)&ss, &len, NULL, NULL);
-        if (fd < 0) {
-            return;
-        }
-        ps__ucx_conn_t *conn = ps__ucx_conn_accepted(van, fd, (struct sockaddr *)&ss, len);
-        if (conn == NULL) {
-            ps_van_admission_done(&van->adm);
-            close(fd);
-            continue;
-        }
-        if (ps_van_epoll_ctl(van->bfd, EPOLL_CTL_ADD, fd, EPOLLIN, conn) != 0) {
-            ps__ucx_conn_fail(conn, PS_ERR_NO_RESOURCE, 0);
-        }
+    ps__ucx_van_t *van = arg;
+    ps__ucx_conn_t *conn = ps__ucx_conn_accepted(van, fd, sa, len);
+    if (conn == NULL) {
+        return -1;
     }
+    if (ps_van_epoll_ctl(van->bfd, EPOLL_CTL_ADD, fd, EPOLLIN, conn) != 0) {
+        ps__ucx_conn_fail(conn, PS_ERR_NO_RESOURCE, 0);
+    }
+    return 0;
 }
 
 int ps__ucx_boot_poll(ps__ucx_van_t *van)
@@ -389,7 +381,7 @@ int ps__ucx_boot_poll(ps__ucx_van_t *van)
     }
     for (int i = 0; i < n; ++i) {
         if (ev[i].data.ptr == &van->boot_listen_fd) {
-            boot_accept(van);
+            ps_van_admission_each(&van->adm, NULL, take_accepted, van);
         } else {
             boot_event(ev[i].data.ptr, ev[i].events);
         }

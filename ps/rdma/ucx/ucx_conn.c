@@ -845,7 +845,6 @@ ps__ucx_conn_t *ps__ucx_conn_accepted(ps__ucx_van_t *van, int fd, const struct s
 {
     ps__ucx_conn_t *conn = conn_new(van, 0);
     if (conn == NULL) {
-        ps_warn_ratelimited(PS_LOG_UCX, "out of memory accepting a connection");
         return NULL;
     }
     conn->admit_pending = 1;
