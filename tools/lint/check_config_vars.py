@@ -59,6 +59,8 @@ NOT_IN_TABLE = {
                              "STEPMESH_GPU through it to the GPU's PCI device)", "any"),
     "UCX_TLS": (THIRD_PARTY + " (tests save and restore it)", "tests"),
     "UCX_RNDV_THRESH": (THIRD_PARTY + " (tests save and restore it)", "tests"),
+    "UCX_TCP_RX_SEG_SIZE": (THIRD_PARTY + " (the ucx van sets its own default when "
+                            "the user did not set it, ps/rdma/ucx/ucx_ctx.c)", "any"),
     "SLURM_PROCID": ("set by Slurm; ps_launch --slurm takes the rank from it", "any"),
     "SLURM_NTASKS": ("set by Slurm; ps_launch --slurm takes the job size from it", "any"),
     "SLURM_NPROCS": ("set by older Slurm instead of SLURM_NTASKS", "any"),
