@@ -692,14 +692,39 @@ static void open_data_ep(ps__ucx_conn_t *conn, const uint8_t *addr, size_t len)
     conn->data_ep = data;
 }
 
+/* Whether UCX may be handed `theirs`, as far as ps can tell: UCX parses a
+ * worker address without checking it, and ends the process (an assertion)
+ * on one of a format version it does not know, as garbage, or a node of
+ * another UCX release, may send. UCX 1.13's header: the version in the low
+ * 4 bits of the first byte (0: version 1, whose flags fill the high 4
+ * bits; 1: version 2, whose flags are the second byte, 4 defined). The
+ * version must be ours. */
+static int addr_usable(const uint8_t *theirs, size_t len, const ucp_address_t *ours,
+                       size_t ours_len)
+{
+    const uint8_t *o = (const uint8_t *)ours;
+    if (len < 2 || ours_len < 2 || (theirs[0] & 0x0f) != (o[0] & 0x0f)) {
+        return 0;
+    }
+    return (o[0] & 0x0f) == 0 || (theirs[1] & 0xf0) == 0;
+}
+
 /* Both endpoints from the addresses in a HELLO or ACK payload. */
 static ps_status_t open_eps(ps__ucx_conn_t *conn, const uint8_t *payload, size_t len)
 {
+    ps__ucx_van_t *van = conn->van;
     const uint8_t *ctl, *data;
     size_t ctl_len, data_len;
     if (!ps__ucx_addrs_parse(payload, len, &ctl, &ctl_len, &data, &data_len)) {
         ps_warn_ratelimited(PS_LOG_UCX, "malformed worker addresses from %s; closing",
                             conn->addr_str);
+        return PS_ERR_PROTOCOL;
+    }
+    if (!addr_usable(ctl, ctl_len, van->ctl_addr, van->ctl_addr_len) ||
+        (data_len != 0 && van->data_addr != NULL &&
+         !addr_usable(data, data_len, van->data_addr, van->data_addr_len))) {
+        ps_error(PS_LOG_UCX, "%s sent a worker address of another format (another ucx release "
+                 "than %s?); closing", conn->addr_str, ucp_get_version_string());
         return PS_ERR_PROTOCOL;
     }
     ps_status_t st = open_ctl_ep(conn, ctl);

@@ -612,9 +612,14 @@ class RawPeer {
     // to it is made), false when it closed the connection instead.
     bool Hello(int id)
     {
+        return HelloWith(id, std::string(reinterpret_cast<const char *>(addr_), addr_len_));
+    }
+    // The same with `addr` as our worker address.
+    bool HelloWith(int id, const std::string &addr)
+    {
         std::string rec(4 + 32 + 4, '\0');
         uint8_t *r = reinterpret_cast<uint8_t *>(&rec[0]);
-        Put(r, 32 + 4 + addr_len_, 4);
+        Put(r, 32 + 4 + addr.size(), 4);
         uint8_t *h = r + 4;
         memcpy(h, "PSUX", 4);
         h[4] = 3; // version
@@ -623,8 +628,8 @@ class RawPeer {
         Put(h + 12, 0x1234, 4);             // our cookie (we receive nothing)
         Put(h + 16, 0x5eed0000ull + id, 8); // nonce
         Put(h + 24, 0, 8);                  // seq0
-        Put(r + 36, addr_len_, 2);          // our worker address; no data worker
-        rec.append(reinterpret_cast<const char *>(addr_), addr_len_);
+        Put(r + 36, addr.size(), 2);        // our worker address; no data worker
+        rec.append(addr);
         if (write(fd_, rec.data(), rec.size()) != static_cast<ssize_t>(rec.size())) {
             return false;
         }
@@ -886,6 +891,38 @@ TEST(UcxVan, OutOfOrderMessageFailsTheConnection)
     server.Close();
     std::string text = log.Text();
     EXPECT_NE(text.find("arrived out of order"), std::string::npos) << text;
+}
+
+// UCX ends the process on a worker address of another format version (an
+// assertion in its address parser): the van checks the header first, so a
+// peer sending one gets its connection closed, and the van goes on.
+TEST(UcxVan, WorkerAddressOfAnotherFormatClosesOnlyThatConnection)
+{
+    UcxTls tls("tcp");
+    LogCapture log;
+    Van server, worker;
+    ASSERT_EQ(server.Open(8), PS_OK);
+    for (const std::string &addr : {std::string(50, '\xff'), std::string(1, '\x01'),
+                                    std::string("\x0f\x02") + std::string(40, '\0')}) {
+        RawPeer raw;
+        ASSERT_TRUE(raw.Open(server.Port()));
+        EXPECT_FALSE(raw.HelloWith(10, addr));
+        EXPECT_TRUE(raw.Closed());
+    }
+    ASSERT_EQ(worker.Open(9), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    {
+        OutMsg m(8, 5, {64});
+        ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    }
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    {
+        std::lock_guard<std::mutex> lk(server.inbox.mu);
+        EXPECT_TRUE(CheckMsg(server.inbox.msgs[0], 9, 5, {64}));
+    }
+    server.Close();
+    std::string text = log.Text();
+    EXPECT_NE(text.find("worker address of another format"), std::string::npos) << text;
 }
 
 // A connection that breaks (a bad frame) while the next message on it has
