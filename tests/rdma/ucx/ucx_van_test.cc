@@ -724,9 +724,9 @@ class RawPeer {
         }
     }
     // Drives the worker for a moment.
-    void Progress()
+    void Progress(int rounds = 1000)
     {
-        for (int i = 0; i < 1000; ++i) {
+        for (int i = 0; i < rounds; ++i) {
             ucp_worker_progress(worker_);
         }
     }
@@ -984,7 +984,10 @@ TEST(UcxVan, CloseWhileAPeersRendezvousToUsIsHalfway)
         ASSERT_EQ(server.Open(8), PS_OK);
         RawPeer raw;
         ASSERT_TRUE(raw.Join(server.Port(), 10));
-        const size_t kBig = 8u << 20;
+        // Big enough that the few progress calls below cannot move all of
+        // it once the van asked for it (rendezvous over tcp moves as
+        // active-message fragments the sender pushes while it progresses).
+        const size_t kBig = 64u << 20;
         raw.Send(raw.MetaTag(0, 1), RawPeer::Frame(7, {kBig}, 1));
         raw.Send(raw.DataTag(0, 0), std::string(kBig, 'd'));
         // The van asks where the segment goes right before it posts its
@@ -992,7 +995,7 @@ TEST(UcxVan, CloseWhileAPeersRendezvousToUsIsHalfway)
         auto deadline = std::chrono::steady_clock::now() + kWait;
         while (server.inbox.recv_buffer_calls.load() == 0 &&
                std::chrono::steady_clock::now() < deadline) {
-            raw.Progress();
+            raw.Progress(1);
         }
         ASSERT_EQ(server.inbox.recv_buffer_calls.load(), 1);
         // The peer stays silent from here on (no progress), so nothing of
