@@ -16,9 +16,9 @@
  *
  * The listener and the sockets sit in an epoll set of their own
  * (van->bfd), which the progress loop sleeps on beside the workers' event
- * fds; ps__ucx_boot_poll() is called on the control worker's turns. All of
- * it belongs to the progress thread, bind() aside (before the thread
- * accepts).
+ * fds; ps__ucx_boot_poll() runs every PS__UCX_CTL_EVERY turns of the loop
+ * and when the set woke it. All of it belongs to the progress thread,
+ * bind() aside (before the thread accepts).
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -70,7 +70,6 @@ void ps__ucx_boot_close(ps__ucx_van_t *van)
 /* ---- bind ---- */
 
 typedef struct {
-    ps__ucx_van_t *van;
     ps_sockaddr_t addr;
     int fd;
 } listen_try_t;
@@ -93,7 +92,7 @@ ps_status_t ps__ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry)
         ps_error(PS_LOG_UCX, "bind: this van is already listening");
         return PS_ERR_BAD_STATE;
     }
-    listen_try_t t = {.van = van, .fd = -1};
+    listen_try_t t = {.fd = -1};
     char where[PS_SOCKADDR_STRLEN];
     int port = 0;
     ps_status_t st = ps_van_listen_addr(node, van->base.params.bind_any, PS_LOG_UCX, &t.addr);
