@@ -111,7 +111,6 @@ ps_status_t ps__ucx_bind(ps_van_t *v, ps_node_t *node, int max_retry)
         return PS_ERR_NO_RESOURCE;
     }
     __atomic_store_n(&van->boot_listen_fd, t.fd, __ATOMIC_RELEASE);
-    snprintf(van->listen_str, sizeof(van->listen_str), "%s", where);
     ps_van_listen_bound(node, port);
     ps_info(PS_LOG_UCX, "listening on %s", where);
     ps__ucx_wake(van); /* a loop asleep before bind() watches the listener now */

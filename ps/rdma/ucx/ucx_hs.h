@@ -20,7 +20,6 @@
 #define PS__UCX_HS_AUTH_CHALLENGE 4
 #define PS__UCX_HS_AUTH_PROOF 5
 #define PS__UCX_HS_AUTH_REFUSED 6
-#define PS__UCX_AUTH_MAX 80 /* largest payload of those */
 
 /* Largest worker address a HELLO or ACK carries. */
 #define PS__UCX_MAX_ADDR 4096

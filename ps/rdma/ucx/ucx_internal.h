@@ -407,7 +407,6 @@ struct ps__ucx_van {
     int bfd;                   /* epoll: the listener and the handshakes' sockets */
     int boot_listen_fd;        /* atomic: -1 until bind(); its address is the
                                   listener's epoll data */
-    char listen_str[PS_SOCKADDR_STRLEN];
     ps_van_admission_t adm;    /* accepted connections before their hello */
 
     /* The loop (everything "progress thread only" below): on the progress
