@@ -44,7 +44,14 @@
 #     tensors through ps.af, sums checked);
 #   - StepMesh's driver, tests/test.sh joint 4096000 10 push_pull, for each
 #     pairing (cpu2cpu, cpu2gpu, gpu2gpu, gpu2cpu), every pulled byte checked
-#     (DEBUG_MODE), 30 rounds.
+#     (DEBUG_MODE), 30 rounds;
+#   - IPC pushes into a device store: test.sh gpu2gpu over shm with
+#     PS_DEVICE_IPC=1 and ENABLE_RECV_BUFFER=1 (the server's registered
+#     receive buffers in device memory, each push one device-to-device
+#     copy by the server), first push-pull with every pulled byte checked,
+#     then 4 MiB push-only, whose goodput is printed against the kind's
+#     device-to-device copy of 4 MiB from the mem_bw step; every push must
+#     have landed in its registered buffer.
 # Exit status 0 when every check passed, 1 otherwise; a check whose device
 # is missing says so and counts as failed (this script exists to run them).
 set -uo pipefail
@@ -172,6 +179,39 @@ drive() {
   done
 }
 
+# IPC pushes landing in device-memory receive buffers (see the top);
+# d2d is mem_bw's device-to-device figure for 4 MiB, in GB/s.
+ipc_store() {
+  local kind=$1 here=$2 d2d=$3 op log rc attempt gbps
+  for op in push_pull push_only; do
+    step "IPC pushes into a device store: test.sh joint 4194304 4 $op gpu2gpu, shm"
+    log=$(mktemp)
+    for attempt in 1 2 3; do
+      TEST_BENCHMARK="$here/bin/test_benchmark" PS_BENCH_DEVICE_KIND=$kind \
+        DMLC_ENABLE_RDMA=shm PS_JOB_ID="gpu-check-store-$$-$attempt" PS_DEVICE_IPC=1 \
+        ENABLE_RECV_BUFFER=1 DEBUG_MODE=$([ $op = push_pull ] && echo 1 || echo 0) \
+        TOTAL_DURATION=100 LOG_DURATION=50 DMLC_PS_ROOT_PORT=$(free_port) \
+        timeout 120 "$here/test.sh" joint 4194304 4 "$op" gpu2gpu >"$log" 2>&1
+      rc=$?
+      [ "$rc" -ne 0 ] && [ "$attempt" -lt 3 ] && grep -qE "address already in use|ADDRESS_IN_USE" "$log" || break
+      echo "the scheduler's port was taken; another one"
+    done
+    grep -E "summary:|pulled bytes checked|pushes landed" "$log"
+    # Every push (the warm-up's included) landed in its registered buffer.
+    grep -qE "ENABLE_RECV_BUFFER: ([1-9][0-9]*) of \1 pushes landed" "$log" || { [ "$rc" -eq 0 ] && rc=1; }
+    if [ $op = push_pull ]; then
+      grep -q "DEBUG_MODE: [1-9][0-9]* pulled bytes checked" "$log" || { [ "$rc" -eq 0 ] && rc=1; }
+    else
+      gbps=$(sed -n 's/.*summary:.* goodput \([0-9.]*\) Gbps.*/\1/p' "$log")
+      [ -n "$gbps" ] && [ -n "$d2d" ] &&
+        awk -v g="$gbps" -v d="$d2d" 'BEGIN { printf "IPC push of 4 MiB: %.2f GB/s, device-to-device copy of 4 MiB: %.2f GB/s: %.0f%%\n", g / 8, d, 100 * g / 8 / d }'
+    fi
+    [ "$rc" -eq 0 ] || tail -15 "$log"
+    verdict "IPC pushes into a device store ($op)" "$rc"
+    rm -f "$log"
+  done
+}
+
 run() {
   local kind=${1:-cuda} reps=${GPU_CHECK_REPS:-5} here
   here=$(cd "$(dirname "$0")" && pwd)
@@ -194,8 +234,11 @@ run() {
     done
   fi
   step "copy bandwidth of the $kind kind"
-  timeout 60 "$bin/mem_bw" "$kind" -r 20
+  local bw d2d
+  bw=$(timeout 60 "$bin/mem_bw" "$kind" -r 20)
   verdict "mem_bw $kind" $?
+  echo "$bw"
+  d2d=$(awk '$1 == 4194304 { for (i = 1; i < NF; i++) if ($i == "d2d") print $(i + 1) }' <<<"$bw")
   for van in tcp shm shm-ipc; do
     step "KV job over $van, $kind memory: 2 workers x 2 servers"
     local env=() flags=()
@@ -219,6 +262,7 @@ run() {
   train "$kind" "$here" "$launcher"
   pydevice "$kind" "$here" "$launcher"
   drive "$kind" "$here"
+  ipc_store "$kind" "$here" "$d2d"
   echo
   if [ "$failed" -eq 0 ]; then echo "gpu_check: every check passed"; else echo "gpu_check: some checks FAILED"; fi
   return "$failed"

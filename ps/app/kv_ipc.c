@@ -106,12 +106,12 @@ typedef struct {
     void *stream;
 } ipc_stream_t;
 
-/* A write that did not finish by its deadline: its source and its
- * allocation are kept until its event says it is done. */
+/* A copy that did not finish by its deadline: our side of it and the
+ * peer's allocation are kept until its event says it is done. */
 typedef struct ipc_late {
     struct ipc_late *next;
     ps_mem_event_h event;
-    ps_slice_t src;
+    ps_slice_t src; /* our side of the copy */
     ipc_entry_t *entry;
 } ipc_late_t;
 
@@ -144,7 +144,7 @@ static void entry_close(ipc_entry_t *e)
     memset(e, 0, sizeof(*e));
 }
 
-/* Under the lock: forgets the late writes that are done (all of them
+/* Under the lock: forgets the late copies that are done (all of them
  * with wait_ms >= 0, waiting up to that long for each); 1 when none is
  * left. */
 static int late_prune(ps__kv_ipc_cache_t *c, int wait_ms)
@@ -171,11 +171,11 @@ void ps__kv_ipc_cache_destroy(ps__kv_ipc_cache_t *c)
 {
     if (c == NULL)
         return;
-    /* No fetch or put runs now (the server's customer is gone); a write
+    /* No fetch or put runs now (the server's customer is gone); a copy
      * that is still not done keeps its allocation open (leaked, rather
      * than unmapped under the device). */
     if (!late_prune(c, 1000))
-        ps_warn(PS_LOG_APP, "kv ipc: writes into workers' memory still not done at destroy; "
+        ps_warn(PS_LOG_APP, "kv ipc: copies with workers' memory still not done at destroy; "
                 "their allocations stay mapped");
     for (int i = 0; i < PS__KV_IPC_CACHE; i++) {
         if (c->entries[i].sender != 0 && c->entries[i].pins == 0)
@@ -327,6 +327,98 @@ static void *stream_of(ps__kv_ipc_cache_t *c, ps_mem_kind_t kind, int device)
     return NULL;
 }
 
+/* One copy between a pinned entry's memory and `other` (host memory or
+ * memory of the entry's kind) on the cache's stream for the entry's
+ * device, waited for up to timeout_ms; `keep` is the slice the copy
+ * touches on our side. Unpins the entry unless the copy may still land
+ * (*may_land_p set): then the entry stays pinned and `keep` referenced
+ * until a later prune sees it done. */
+static ps_status_t copy_pinned(ps__kv_ipc_cache_t *c, int sender, ipc_entry_t *e, void *dst,
+                               const void *src, size_t len, const ps_slice_t *keep,
+                               int timeout_ms, int *may_land_p)
+{
+    const ps_mem_ops_t *ops = ps_mem_ops(e->kind);
+    pthread_mutex_lock(&c->lock);
+    void *stream = stream_of(c, e->kind, e->device);
+    pthread_mutex_unlock(&c->lock);
+    ps_mem_event_h ev = NULL;
+    ps_status_t st = ops->event_create(e->device, &ev);
+    if (st != PS_OK) {
+        unpin(c, e);
+        return st;
+    }
+    if ((st = ops->copy_async(dst, src, len, stream)) != PS_OK) {
+        (void)ps_mem_event_destroy(ev);
+        unpin(c, e);
+        return st;
+    }
+    *may_land_p = 1; /* until the event says it is done */
+    if ((st = ops->event_record(ev, stream)) != PS_OK) {
+        /* Queued, with nothing to tell when it is done: the slice and the
+         * allocation are kept for good. */
+        ps_error(PS_LOG_APP, "kv ipc: no event after a copy with node %d's memory (%s); the "
+                 "buffer and the allocation are leaked", sender, ps_status_str(st));
+        ps_slice_t leak = ps_slice_ref(keep);
+        (void)leak;
+        (void)ps_mem_event_destroy(ev);
+        return st;
+    }
+    st = ps_mem_event_wait(ev, timeout_ms);
+    if (st == PS_ERR_TIMED_OUT) {
+        /* Still queued or running: the slice and the allocation stay until
+         * it is done (pruned by a later fetch or put). */
+        ipc_late_t *l = malloc(sizeof(*l));
+        if (l == NULL) {
+            ps_error(PS_LOG_APP, "kv ipc: out of memory keeping a late copy with node %d's "
+                     "memory; the buffer and the allocation are leaked", sender);
+            ps_slice_t leak = ps_slice_ref(keep);
+            (void)leak;
+            return st;
+        }
+        *l = (ipc_late_t){.event = ev, .src = ps_slice_ref(keep), .entry = e};
+        pthread_mutex_lock(&c->lock);
+        l->next = c->late;
+        c->late = l;
+        pthread_mutex_unlock(&c->lock);
+        ps_warn_ratelimited(PS_LOG_APP, "kv ipc: a copy of %zu bytes with node %d's memory did "
+                            "not finish in %d ms", len, sender, timeout_ms);
+        return st;
+    }
+    /* Done, or failed on the device: either way nothing more lands. */
+    *may_land_p = 0;
+    (void)ps_mem_event_destroy(ev);
+    unpin(c, e);
+    return st;
+}
+
+/* The kind of a slice the cache copies with memory of `kind`: PS_OK for
+ * host memory or memory of that kind, PS_ERR_UNSUPPORTED otherwise. */
+static ps_status_t kind_fits(const ps_slice_t *s, uint32_t kind)
+{
+    ps_mem_kind_t k = ps_slice_mem_ops_kind(s);
+    return k == PS_MEM_HOST || (uint32_t)k == kind ? PS_OK : PS_ERR_UNSUPPORTED;
+}
+
+ps_status_t ps__kv_ipc_fetch_into(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_desc_t *d,
+                                  const ps_slice_t *dst, int timeout_ms, int *may_land_p)
+{
+    *may_land_p = 0;
+    if (d->len != dst->len)
+        return PS_ERR_INVALID_ARG;
+    ps_status_t st = kind_fits(dst, d->kind);
+    if (st != PS_OK)
+        return st;
+    ipc_entry_t *e;
+    char *src;
+    if ((st = pin_range(c, sender, d, PS__KV_IPC_MAGIC, &e, &src)) != PS_OK || d->len == 0) {
+        if (st == PS_OK)
+            unpin(c, e);
+        return st;
+    }
+    return copy_pinned(c, sender, e, ps_slice_ptr(dst), src, d->len, dst, timeout_ms,
+                       may_land_p);
+}
+
 ps_status_t ps__kv_ipc_put(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_desc_t *d,
                            const ps_slice_t *vals, int timeout_ms, int *may_land_p)
 {
@@ -336,68 +428,19 @@ ps_status_t ps__kv_ipc_put(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_d
                  "has %zu", sender, (unsigned long long)d->len, vals->len);
         return PS_ERR_INVALID_ARG;
     }
-    ps_mem_kind_t vkind = ps_slice_mem_ops_kind(vals);
-    if (vkind != PS_MEM_HOST && (uint32_t)vkind != d->kind)
-        return PS_ERR_UNSUPPORTED; /* device memory of another kind: as bytes */
+    ps_status_t st = kind_fits(vals, d->kind);
+    if (st != PS_OK)
+        return st; /* device memory of another kind: as bytes */
     ipc_entry_t *e;
     char *dst;
-    ps_status_t st = pin_range(c, sender, d, PS__KV_IPC_PULL_MAGIC, &e, &dst);
-    if (st != PS_OK || vals->len == 0) {
+    if ((st = pin_range(c, sender, d, PS__KV_IPC_PULL_MAGIC, &e, &dst)) != PS_OK ||
+        vals->len == 0) {
         if (st == PS_OK)
             unpin(c, e);
         return st;
     }
-    const ps_mem_ops_t *ops = ps_mem_ops(e->kind);
-    pthread_mutex_lock(&c->lock);
-    void *stream = stream_of(c, e->kind, e->device);
-    pthread_mutex_unlock(&c->lock);
-    ps_mem_event_h ev = NULL;
-    if ((st = ops->event_create(e->device, &ev)) != PS_OK) {
-        unpin(c, e);
-        return st;
-    }
-    if ((st = ops->copy_async(dst, ps_slice_ptr(vals), vals->len, stream)) != PS_OK) {
-        (void)ps_mem_event_destroy(ev);
-        unpin(c, e);
-        return st;
-    }
-    *may_land_p = 1; /* until the event says it is done */
-    if ((st = ops->event_record(ev, stream)) != PS_OK) {
-        /* Queued, with nothing to tell when it is done: its source and
-         * allocation are kept for good. */
-        ps_error(PS_LOG_APP, "kv ipc: no event after a write to node %d (%s); its source and "
-                 "allocation are leaked", sender, ps_status_str(st));
-        ps_slice_t leak = ps_slice_ref(vals);
-        (void)leak;
-        (void)ps_mem_event_destroy(ev);
-        return st;
-    }
-    st = ps_mem_event_wait(ev, timeout_ms);
-    if (st == PS_ERR_TIMED_OUT) {
-        /* Still queued or running: the source and the allocation stay
-         * until it is done (pruned by a later fetch or put). */
-        ipc_late_t *l = malloc(sizeof(*l));
-        if (l == NULL) {
-            ps_error(PS_LOG_APP, "kv ipc: out of memory keeping a late write to node %d; its "
-                     "source and allocation are leaked", sender);
-            ps_slice_t leak = ps_slice_ref(vals);
-            (void)leak;
-            return st;
-        }
-        *l = (ipc_late_t){.event = ev, .src = ps_slice_ref(vals), .entry = e};
-        pthread_mutex_lock(&c->lock);
-        l->next = c->late;
-        c->late = l;
-        pthread_mutex_unlock(&c->lock);
-        ps_warn_ratelimited(PS_LOG_APP, "kv ipc: writing %zu bytes into node %d's memory did not "
-                            "finish in %d ms", vals->len, sender, timeout_ms);
-        return st;
-    }
-    /* Done, or failed on the device: either way nothing more lands. */
-    *may_land_p = 0;
-    (void)ps_mem_event_destroy(ev);
-    unpin(c, e);
-    return st;
+    return copy_pinned(c, sender, e, dst, ps_slice_ptr(vals), vals->len, vals, timeout_ms,
+                       may_land_p);
 }
 
 int ps__kv_ipc_open_count(ps__kv_ipc_cache_t *c)

@@ -4,9 +4,12 @@
  *
  * Pushes: the worker sends a descriptor (the handle of the values'
  * allocation, their offset and length) in the request's meta body, and the
- * server copies the values out of the worker's device memory itself, once,
- * into a pinned host buffer its handler then sees as usual. The worker
- * makes no host copy and no value byte crosses the van.
+ * server copies the values out of the worker's device memory itself, once:
+ * into the receive buffer registered for the push (rank, first key) when
+ * there is one that holds them (device to device when it is device memory
+ * of the same kind: a store kept on the GPU), else into a pinned host
+ * buffer; its handler then sees that buffer as usual. The worker makes no
+ * host copy and no value byte crosses the van.
  *
  * Pulls: the worker sends a descriptor of its destination (a pull
  * descriptor, magic PS__KV_IPC_PULL_MAGIC; a push-pull sends the push's
@@ -110,6 +113,20 @@ void ps__kv_ipc_cache_destroy(ps__kv_ipc_cache_t *cache);
  * allocations is pinned so and a new one must open). */
 ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *cache, int sender,
                              const ps__kv_ipc_desc_t *desc, ps_slice_t *vals_p);
+
+/* The values a push descriptor from node `sender` names, copied into
+ * `dst` (exactly desc->len bytes of host memory or of memory of the
+ * descriptor's kind: a receive buffer the server registered) with one copy
+ * on the cache's stream for that device (device to device when `dst` is
+ * device memory), waited for up to timeout_ms. PS_ERR_UNSUPPORTED for
+ * `dst` in another device kind (fetch into the pinned pool instead). A
+ * copy that did not complete by the deadline (PS_ERR_TIMED_OUT) sets
+ * *may_land_p: it may still write `dst`, which stays referenced and the
+ * allocation open until it is done. Thread-safe, the copy outside the
+ * cache's lock. */
+ps_status_t ps__kv_ipc_fetch_into(ps__kv_ipc_cache_t *cache, int sender,
+                                  const ps__kv_ipc_desc_t *desc, const ps_slice_t *dst,
+                                  int timeout_ms, int *may_land_p);
 
 /* Writes `vals` (host memory, or device memory of the descriptor's kind)
  * into the destination a pull descriptor from node `sender` names: one

@@ -16,7 +16,8 @@
  * Registered receive buffers (ps-lite's RegisterRecvBuffer): the values of
  * a push from worker rank r whose first key is k land in the buffer
  * registered for (r, k), through the customer's recv_buffer hook, where
- * the van receives in place.
+ * the van receives in place, and by the server's own copy when the push
+ * came as an IPC handle.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -107,6 +108,22 @@ static size_t reg_index(const ps_kv_server_t *s, int rank, ps_key_t key, int *fo
     return lo;
 }
 
+/* The first `len` bytes of the buffer registered for the push `meta`
+ * (referenced), when one holds them; device memory only with device_ok. */
+static ps_status_t reg_find(ps_kv_server_t *s, const ps_meta_t *meta, size_t len, int device_ok,
+                            ps_slice_t *slice_p)
+{
+    ps_status_t st = PS_ERR_NOT_FOUND;
+    int found;
+    ps_mutex_lock(&s->reg_lock);
+    size_t i = reg_index(s, ps_postoffice_peer_rank(s->po, meta->sender), meta->key, &found);
+    if (found && len <= s->regs[i].slice.len &&
+        (device_ok || ps_slice_in_host_mem(&s->regs[i].slice)))
+        st = ps_slice_sub(&s->regs[i].slice, 0, len, slice_p);
+    ps_mutex_unlock(&s->reg_lock);
+    return st;
+}
+
 static ps_status_t server_recv_buffer(void *arg, ps_customer_t *customer, const ps_meta_t *meta,
                                       unsigned index, uint64_t len, ps_slice_t *slice_p)
 {
@@ -114,15 +131,7 @@ static ps_status_t server_recv_buffer(void *arg, ps_customer_t *customer, const 
     (void)customer;
     if (index != 1 || !meta->request || !meta->push || len == 0)
         return PS_ERR_NOT_FOUND;
-    ps_status_t st = PS_ERR_NOT_FOUND;
-    int found;
-    ps_mutex_lock(&s->reg_lock);
-    size_t i = reg_index(s, ps_postoffice_peer_rank(s->po, meta->sender), meta->key, &found);
-    if (found && len <= s->regs[i].slice.len &&
-        (s->device_ok || ps_slice_in_host_mem(&s->regs[i].slice)))
-        st = ps_slice_sub(&s->regs[i].slice, 0, (size_t)len, slice_p);
-    ps_mutex_unlock(&s->reg_lock);
-    return st;
+    return reg_find(s, meta, (size_t)len, s->device_ok, slice_p);
 }
 
 ps_status_t ps_kv_server_register_recv_buffer(ps_kv_server_t *server, int worker_rank,
@@ -173,7 +182,10 @@ static ps_status_t ipc_cache_of(ps_kv_server_t *s, ps__kv_ipc_cache_t **cache_p)
 }
 
 /* A push whose values came as an IPC descriptor: the values, copied out
- * of the worker's device memory into *vals_p. */
+ * of the worker's device memory into *vals_p: into the buffer registered
+ * for the push when one of a kind the copy can write holds them (the
+ * server copies, so device memory needs no device_ok), else into a pinned
+ * host buffer. */
 static ps_status_t ipc_values(ps_kv_server_t *s, const ps_meta_t *m, const ps_kv_pairs_t *req,
                               const ps__kv_ipc_desc_t *desc, ps_slice_t *vals_p)
 {
@@ -184,7 +196,22 @@ static ps_status_t ipc_values(ps_kv_server_t *s, const ps_meta_t *m, const ps_kv
         return PS_ERR_PROTOCOL;
     }
     ps_status_t st = ipc_cache_of(s, &c);
-    return st == PS_OK ? ps__kv_ipc_fetch(c, m->sender, desc, vals_p) : st;
+    if (st != PS_OK)
+        return st;
+    ps_slice_t reg;
+    if (desc->len != 0 && reg_find(s, m, (size_t)desc->len, 1, &reg) == PS_OK) {
+        int may_land;
+        st = ps__kv_ipc_fetch_into(c, m->sender, desc, &reg,
+                                   ps_postoffice_request_timeout_ms(s->po), &may_land);
+        if (st == PS_OK) {
+            *vals_p = reg;
+            return PS_OK;
+        }
+        ps_slice_unref(&reg);
+        if (st != PS_ERR_UNSUPPORTED)
+            return st;
+    }
+    return ps__kv_ipc_fetch(c, m->sender, desc, vals_p);
 }
 
 /* Keeps a pull's destination descriptor until its answer; without

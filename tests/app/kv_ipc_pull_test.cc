@@ -5,7 +5,10 @@
 // destination allocation is checked, inside the pulled range and around
 // it; answers the server cannot write in place go as bytes; a cancelled
 // pull's destination stays held until its server answered, and one whose
-// write outlasted the server's deadline (not answered) stays held.
+// write outlasted the server's deadline (not answered) stays held. Pushes
+// as IPC handles land in the server's registered receive buffers (device
+// memory: one device-to-device copy; host memory), or in a pinned host
+// buffer when the registered one is too small.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,7 +38,18 @@ enum {
   kLate = 2,        // answered 400 ms later, from another thread
   kShort = 3,       // 4 bytes fewer than asked: cannot be written in place
   kSlowWrite = 4,   // the write into the worker's memory outlasts the server's deadline
+  kArmDelay = 5,    // a push: the server's device work queued from now on waits kSlowWriteMs
+  kDisarm = 6,      // a push: no more waiting
 };
+
+// Receive buffers the server registers for the worker (rank 0), by the
+// first key of a push.
+constexpr uint64_t kKeyDevice = 500;   // 2 MiB of device memory, 4 KiB into its allocation
+constexpr uint64_t kKeySmall = 600;    // 4 KiB of device memory: an 8 KiB push does not fit
+constexpr uint64_t kKeyHost = 700;     // 64 KiB of host memory
+constexpr uint64_t kKeySlow = 800;     // 64 KiB of device memory, for a copy that outlasts the deadline
+constexpr size_t kDeviceBufLen = 2 << 20, kSmallBufLen = 4096, kHostBufLen = 65536,
+                 kSlowBufLen = 65536;
 
 constexpr int kLateMs = 400;
 constexpr int kServerRequestMs = 1500;  // the server's PS_REQUEST_TIMEOUT_MS
@@ -57,6 +71,57 @@ ps_start_params_t Params(ps_role_t role, int port) {
 // ---- the server (child process) ----
 
 std::atomic<int> g_server_bad{0};
+ps_slice_t g_regs[4];  // the registered buffers, in the order of the keys above
+
+// Where the values of a push whose first key is `key` must be: in its
+// registered buffer when they fit, else in a host buffer of the pinned pool.
+bool Landed(uint64_t key, const ps_slice_t &vals) {
+  const uint64_t keys[4] = {kKeyDevice, kKeySmall, kKeyHost, kKeySlow};
+  for (size_t i = 0; i < 4; i++) {
+    if (key == keys[i] && vals.len <= g_regs[i].len)
+      return ps_slice_ptr(&vals) == ps_slice_ptr(&g_regs[i]) &&
+             ps_slice_in_host_mem(&vals) == ps_slice_in_host_mem(&g_regs[i]);
+  }
+  for (const ps_slice_t &r : g_regs)
+    if (ps_slice_ptr(&vals) == ps_slice_ptr(&r)) return false;
+  return ps_slice_in_host_mem(&vals);
+}
+
+// The pushed values, read out of host or device memory.
+bool PushedBytesOk(const ps_slice_t &vals, const std::vector<uint64_t> &keys) {
+  size_t nk = keys.size(), per = nk ? vals.len / nk : 0;
+  std::vector<unsigned char> v(vals.len);
+  if (ps_slice_in_host_mem(&vals))
+    memcpy(v.data(), ps_slice_ptr(&vals), vals.len);
+  else if (Emu()->copy_to_host(v.data(), ps_slice_ptr(&vals), vals.len) != PS_OK)
+    return false;
+  for (size_t k = 0; k < nk; k++)
+    for (size_t i = 0; i < per; i++)
+      if (v[k * per + i] != PushByte(keys[k], i)) return false;
+  return true;
+}
+
+ps_status_t RegisterBuffers(ps_kv_server_t *server) {
+  const struct {
+    uint64_t key;
+    size_t len, off;
+    bool device;
+  } regs[] = {{kKeyDevice, kDeviceBufLen, 4096, true},
+              {kKeySmall, kSmallBufLen, 0, true},
+              {kKeyHost, kHostBufLen, 0, false},
+              {kKeySlow, kSlowBufLen, 128, true}};
+  for (size_t i = 0; i < 4; i++) {
+    ps_slice_t whole;
+    ps_status_t st = regs[i].device
+                         ? ps_mem_slice_alloc(PS_MEM_EMU, 0, regs[i].off + regs[i].len, &whole)
+                         : ps_slice_alloc(regs[i].len, 64, &whole);
+    if (st == PS_OK) st = ps_slice_sub(&whole, regs[i].off, regs[i].len, &g_regs[i]);
+    ps_slice_unref(&whole);
+    if (st == PS_OK) st = ps_kv_server_register_recv_buffer(server, 0, regs[i].key, &g_regs[i]);
+    if (st != PS_OK) return st;
+  }
+  return PS_OK;
+}
 
 void Respond(ps_kv_server_t *server, const ps_kv_meta_t *meta, const ps_slice_t &keys,
              const ps_slice_t &vals) {
@@ -69,14 +134,19 @@ void Handler(void *, const ps_kv_meta_t *meta, const ps_kv_pairs_t *req,
   size_t nk = req->keys.len / sizeof(uint64_t);
   std::vector<uint64_t> keys(nk);
   memcpy(keys.data(), ps_slice_ptr(&req->keys), req->keys.len);
+  if (meta->push && (meta->cmd == kArmDelay || meta->cmd == kDisarm)) {
+    ps_mem_emu_set_delay_us(meta->cmd == kArmDelay ? kSlowWriteMs * 1000 : 0);
+    Respond(server, meta, PS_SLICE_EMPTY_INIT, PS_SLICE_EMPTY_INIT);
+    return;
+  }
   if (meta->push) {
-    // The pushed values (a push-pull's): read out of the worker's memory.
-    size_t per = nk ? req->vals.len / nk : 0;
-    const unsigned char *v = static_cast<const unsigned char *>(ps_slice_ptr(&req->vals));
-    bool ok = ps_slice_in_host_mem(&req->vals);
-    for (size_t k = 0; ok && k < nk; k++)
-      for (size_t i = 0; ok && i < per; i++) ok = v[k * per + i] == PushByte(keys[k], i);
-    if (!ok) {
+    // The pushed values (a push-pull's), read out of the worker's memory,
+    // where they must have landed.
+    if (!Landed(meta->key, req->vals)) {
+      (void)ps_kv_server_respond_error(server, meta, PS_ERR_PROTOCOL);
+      return;
+    }
+    if (!PushedBytesOk(req->vals, keys)) {
       (void)ps_kv_server_respond_error(server, meta, PS_ERR_INVALID_ARG);
       return;
     }
@@ -138,9 +208,11 @@ int RunServer(int port) {
   if (ps_postoffice_start(&p, 1, &po) != PS_OK) return 11;
   ps_kv_server_t *server;
   if (ps_kv_server_create(po, 0, Handler, nullptr, &server) != PS_OK) return 12;
+  if (RegisterBuffers(server) != PS_OK) return 16;
   if (ps_postoffice_barrier(po, PS_GROUP_ALL, 60000) != PS_OK) return 13;
   usleep((kLateMs + 100) * 1000);  // a late answer still on its way
   ps_kv_server_destroy(server);
+  for (ps_slice_t &r : g_regs) ps_slice_unref(&r);
   if (ps_postoffice_finalize(po, 1) != PS_OK) return 14;
   return g_server_bad.load() == 0 ? 0 : 15;
 }
@@ -243,6 +315,35 @@ class KvIpcPull : public ::testing::Test {
     ps_status_t st = ps_kv_zpull(w, &out, cmd, nullptr, nullptr, ts_p);
     ps_slice_unref(&ks);
     return st != PS_OK ? st : ps_kv_wait(w, *ts_p, wait_ms);
+  }
+
+  // A push of `per` bytes a key from emulated device memory `off` bytes
+  // into its allocation (host memory with host_vals), every byte
+  // PushByte's; the status it ended with.
+  ps_status_t Push(const std::vector<uint64_t> &keys, size_t per, size_t off, int cmd,
+                   bool host_vals = false) {
+    size_t len = keys.size() * per;
+    std::vector<unsigned char> host(len);
+    for (size_t j = 0; j < len; j++) host[j] = PushByte(keys[j / per], j % per);
+    ps_slice_t src, ks;
+    if (host_vals) {
+      EXPECT_EQ(ps_slice_alloc(len, 0, &src), PS_OK);
+      memcpy(ps_slice_ptr(&src), host.data(), len);
+    } else {
+      EXPECT_EQ(ps_mem_slice_alloc(PS_MEM_EMU, 0, off + len, &src), PS_OK);
+      EXPECT_EQ(ps_slice_narrow(&src, off, len), PS_OK);
+      EXPECT_EQ(Emu()->copy_from_host(ps_slice_ptr(&src), host.data(), len), PS_OK);
+    }
+    EXPECT_EQ(ps_slice_wrap(const_cast<uint64_t *>(keys.data()), keys.size() * 8, nullptr,
+                            nullptr, &ks),
+              PS_OK);
+    ps_kv_pairs_t kv = {ks, src, PS_SLICE_EMPTY_INIT, PS_DATA_CHAR};
+    int ts;
+    ps_status_t st = ps_kv_zpush(w_, &kv, cmd, nullptr, nullptr, &ts);
+    if (st == PS_OK) st = ps_kv_wait(w_, ts, 20000);
+    ps_slice_unref(&ks);
+    ps_slice_unref(&src);
+    return st;
   }
 
   static ps_kv_worker_stats_t Stats(ps_kv_worker_t *w) {
@@ -378,6 +479,39 @@ TEST_F(KvIpcPull, AWriteThatOutlastsTheServersDeadlineIsNotAnswered) {
   Dest d2(5000, 7, 4096);
   ASSERT_EQ(Pull(w_, keys, d2, kAnswer, &ts), PS_OK);
   CheckDest(d2, keys, 4096);
+}
+
+// A push as an IPC handle whose first key has a registered receive buffer
+// lands there, copied by the server: device to device into device memory
+// (one key and several, from an interior offset), device to host into host
+// memory. The handler checks where the values are and every byte.
+TEST_F(KvIpcPull, PushesLandInTheServersRegisteredBuffers) {
+  ASSERT_EQ(Push({kKeyDevice}, kDeviceBufLen, 4096 + 3, kAnswer), PS_OK);
+  ASSERT_EQ(Push({kKeyDevice, kKeyDevice + 1}, 300000, 0, kAnswer), PS_OK);
+  ASSERT_EQ(Push({kKeyDevice}, 1, 77, kAnswer), PS_OK);
+  ASSERT_EQ(Push({kKeyHost}, kHostBufLen, 512, kAnswer), PS_OK);
+  ASSERT_EQ(Push({kKeyHost}, 1000, 0, kAnswer), PS_OK);
+  EXPECT_EQ(Stats(w_).push_bytes_ipc - base_.push_bytes_ipc,
+            kDeviceBufLen + 600000 + 1 + kHostBufLen + 1000);
+}
+
+// Values larger than the registered buffer, or pushed by a worker without
+// a buffer for that key, go through the pinned pool as before.
+TEST_F(KvIpcPull, PushesThatDoNotFitTheirBufferGoThroughThePinnedPool) {
+  ASSERT_EQ(Push({kKeySmall}, 2 * kSmallBufLen, 5, kAnswer), PS_OK);
+  ASSERT_EQ(Push({kKeyDevice}, kDeviceBufLen + 1, 0, kAnswer), PS_OK);
+  ASSERT_EQ(Push({kKeyDevice + 7}, 4096, 0, kAnswer), PS_OK);  // no buffer for this key
+}
+
+// A copy into a registered buffer that outlasts the server's deadline fails
+// the push with PS_ERR_TIMED_OUT (the handler never sees it); once the copy
+// is done the buffer takes the next push.
+TEST_F(KvIpcPull, ACopyIntoABufferThatOutlastsTheDeadlineFailsThePush) {
+  ASSERT_EQ(Push({990}, 64, 0, kArmDelay, true), PS_OK);
+  EXPECT_EQ(Push({kKeySlow}, kSlowBufLen, 0, kAnswer), PS_ERR_TIMED_OUT);
+  ASSERT_EQ(Push({990}, 64, 0, kDisarm, true), PS_OK);
+  usleep((kSlowWriteMs - kServerRequestMs + 500) * 1000);
+  ASSERT_EQ(Push({kKeySlow}, kSlowBufLen, 64, kAnswer), PS_OK);
 }
 
 // Without PS_DEVICE_IPC the same pulls are received as bytes and copied
