@@ -264,10 +264,10 @@ void ps_kv_server_destroy(ps_kv_server_t *server);
  * when they fit, and the handler's req->vals is then a slice of it; else
  * they arrive as usual (the small lane included: small values come
  * inline). A push that comes as an IPC handle (PS_DEVICE_IPC, kv_ipc.h)
- * is copied into `buffer` by the server when they fit, whatever the van:
- * one device-to-device copy when `buffer` is device memory of the pushed
- * values' kind, one device-to-host copy when it is host memory; a buffer
- * of another device kind is passed over. The buffer is referenced until
+ * is copied into `buffer` by the server, one device-to-device copy,
+ * whatever the van, when `buffer` is device memory of the pushed values'
+ * kind and they fit; else (host memory, another kind) they arrive in a
+ * pinned host buffer of the server's. The buffer is referenced until
  * the server is destroyed. Every
  * such push writes into it, so the handler must be done with one before
  * the worker pushes the next (as in ps-lite). PS_ERR_EXISTS when (rank,

@@ -5,11 +5,11 @@
  * Pushes: the worker sends a descriptor (the handle of the values'
  * allocation, their offset and length) in the request's meta body, and the
  * server copies the values out of the worker's device memory itself, once:
- * into the receive buffer registered for the push (rank, first key) when
- * there is one that holds them (device to device when it is device memory
- * of the same kind: a store kept on the GPU), else into a pinned host
- * buffer; its handler then sees that buffer as usual. The worker makes no
- * host copy and no value byte crosses the van.
+ * device to device into the receive buffer registered for the push (rank,
+ * first key) when that is device memory of the same kind and holds them (a
+ * store kept on the GPU), else into a pinned host buffer; its handler then
+ * sees that buffer as usual. The worker makes no host copy and no value
+ * byte crosses the van.
  *
  * Pulls: the worker sends a descriptor of its destination (a pull
  * descriptor, magic PS__KV_IPC_PULL_MAGIC; a push-pull sends the push's
@@ -115,11 +115,11 @@ ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *cache, int sender,
                              const ps__kv_ipc_desc_t *desc, ps_slice_t *vals_p);
 
 /* The values a push descriptor from node `sender` names, copied into
- * `dst` (exactly desc->len bytes of host memory or of memory of the
- * descriptor's kind: a receive buffer the server registered) with one copy
- * on the cache's stream for that device (device to device when `dst` is
- * device memory), waited for up to timeout_ms. PS_ERR_UNSUPPORTED for
- * `dst` in another device kind (fetch into the pinned pool instead). A
+ * `dst` (exactly desc->len bytes of device memory of the descriptor's
+ * kind: a receive buffer the server registered) with one device-to-device
+ * copy on the cache's stream for that device, waited for up to timeout_ms.
+ * PS_ERR_UNSUPPORTED for `dst` in host memory or another kind (fetch into
+ * the pinned pool instead). A
  * copy that did not complete by the deadline (PS_ERR_TIMED_OUT) sets
  * *may_land_p: it may still write `dst`, which stays referenced and the
  * allocation open until it is done. Thread-safe, the copy outside the

@@ -183,9 +183,9 @@ static ps_status_t ipc_cache_of(ps_kv_server_t *s, ps__kv_ipc_cache_t **cache_p)
 
 /* A push whose values came as an IPC descriptor: the values, copied out
  * of the worker's device memory into *vals_p: into the buffer registered
- * for the push when one of a kind the copy can write holds them (the
- * server copies, so device memory needs no device_ok), else into a pinned
- * host buffer. */
+ * for the push when it is device memory of their kind and holds them (the
+ * server copies, so this needs no device_ok), else into a pinned host
+ * buffer. */
 static ps_status_t ipc_values(ps_kv_server_t *s, const ps_meta_t *m, const ps_kv_pairs_t *req,
                               const ps__kv_ipc_desc_t *desc, ps_slice_t *vals_p)
 {

@@ -190,7 +190,7 @@ PS_CONFIG_VAR(TOTAL_DURATION, INT, "2000000000", "benchmark", NULL,
 PS_CONFIG_VAR(BENCHMARK_NTHREAD, INT, "1", "benchmark", NULL,
               "Worker threads (KV workers) a benchmark runs concurrently, a count.")
 PS_CONFIG_VAR(ENABLE_RECV_BUFFER, BOOL, "0", "benchmark", NULL,
-              "1 makes test_benchmark's servers register a receive buffer per (worker rank, key) (ps_kv_server_register_recv_buffer, upstream's RegisterRecvBuffer): pushes land there where the van receives in place, and each server reports how many did.")
+              "1 makes test_benchmark's servers register a receive buffer per (worker rank, key) (ps_kv_server_register_recv_buffer, upstream's RegisterRecvBuffer): pushes land there where the van receives in place or come as IPC handles (PS_DEVICE_IPC), and each server reports how many did. With TEST_NUM_GPU_SERVER the buffers are device memory.")
 PS_CONFIG_VAR(PS_BENCH_JSON, BOOL, "0", "benchmark", NULL,
               "1 makes test_benchmark add one JSON line per report (as its --json option).")
 PS_CONFIG_VAR(TEST_NUM_GPU_WORKER, INT, "0", "benchmark", NULL,

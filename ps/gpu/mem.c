@@ -12,6 +12,9 @@
 #include "ps/base/time.h"
 #include "ps/gpu/mem_internal.h"
 
+/* How long ps_mem_event_wait yields before it sleeps between polls. */
+#define PS_MEM_WAIT_YIELD_NS (1000u * 1000u)
+
 /* Device kinds register from constructors, possibly from several shared
  * objects; atomics keep a late explicit registration safe as well. */
 static _Atomic(const ps_mem_ops_t *) ps_mem_table[PS_MEM_KIND_COUNT] = {
@@ -292,20 +295,22 @@ ps_status_t ps_mem_event_destroy(ps_mem_event_h event)
 
 ps_status_t ps_mem_event_wait(ps_mem_event_h event, int timeout_ms)
 {
-    uint64_t deadline = timeout_ms >= 0 ? ps_time_now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
-    unsigned spins = 0;
+    uint64_t start = ps_time_now_ns();
+    uint64_t deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000u : 0;
 
     for (;;) {
         ps_status_t st = ps_mem_event_query(event);
         if (st != PS_INPROGRESS) {
             return st;
         }
-        if (timeout_ms >= 0 && ps_time_now_ns() >= deadline) {
+        uint64_t now = ps_time_now_ns();
+        if (timeout_ms >= 0 && now >= deadline) {
             return PS_ERR_TIMED_OUT;
         }
-        /* A short copy is done within microseconds: spin a little first,
-         * then sleep so a long wait costs no core. */
-        if (++spins < 64) {
+        /* A copy of a few MiB is done within a few hundred microseconds:
+         * yield meanwhile (each sleep costs the kernel's timer slack, some
+         * 50 us, on top), then sleep so a long wait costs no core. */
+        if (now - start < PS_MEM_WAIT_YIELD_NS) {
             sched_yield();
         } else {
             struct timespec ts = {0, 50 * 1000};
