@@ -67,6 +67,10 @@ typedef struct {
      * dest until it answers, even after the request failed). */
     int ipc_sent;
     atomic_int ipc_held;
+    /* A push that went as an IPC handle: its values, which the server
+     * reads after the send, referenced until the request is released (a
+     * caller's temporary must not be freed under the server's copy). */
+    ps_slice_t ipc_src;
     /* dest is device memory the van cannot write: the van was given a
      * page-locked staging block to receive into instead (claim_dest). */
     atomic_int staged;
@@ -217,6 +221,7 @@ static void req_release(ps_kv_worker_t *w, kv_req_t *r)
         ps_slice_unref(&p->dest);
         ps_slice_unref(&p->got_vals);
         ps_slice_unref(&p->got_lens);
+        ps_slice_unref(&p->ipc_src);
     }
     free(r->scatter);
     ps_slice_unref(&r->scratch);
@@ -1221,6 +1226,7 @@ static ps_status_t send_part(ps_kv_worker_t *w, kv_req_t *r, int ts, kv_part_t *
              * memory itself (kv_ipc.h): only their handle travels. */
             num_ipc = 1;
             atomic_fetch_add_explicit(&w->n_ipc, vals.len, memory_order_relaxed);
+            p->ipc_src = ps_slice_ref(&vals);
             vals = (ps_slice_t)PS_SLICE_EMPTY_INIT;
         } else if ((st = ps__app_sendable(&vals, 0, &staged)) == PS_OK) {
             /* Through a van that moves host memory only: this server's

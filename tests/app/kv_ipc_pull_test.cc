@@ -319,9 +319,10 @@ class KvIpcPull : public ::testing::Test {
 
   // A push of `per` bytes a key from emulated device memory `off` bytes
   // into its allocation (host memory with host_vals), every byte
-  // PushByte's; the status it ended with.
+  // PushByte's; the status it ended with. With drop_first the caller's
+  // reference goes before the wait (the worker must hold the values).
   ps_status_t Push(const std::vector<uint64_t> &keys, size_t per, size_t off, int cmd,
-                   bool host_vals = false) {
+                   bool host_vals = false, bool drop_first = false) {
     size_t len = keys.size() * per;
     std::vector<unsigned char> host(len);
     for (size_t j = 0; j < len; j++) host[j] = PushByte(keys[j / per], j % per);
@@ -340,9 +341,10 @@ class KvIpcPull : public ::testing::Test {
     ps_kv_pairs_t kv = {ks, src, PS_SLICE_EMPTY_INIT, PS_DATA_CHAR};
     int ts;
     ps_status_t st = ps_kv_zpush(w_, &kv, cmd, nullptr, nullptr, &ts);
+    if (drop_first) ps_slice_unref(&src);
     if (st == PS_OK) st = ps_kv_wait(w_, ts, 20000);
     ps_slice_unref(&ks);
-    ps_slice_unref(&src);
+    if (!drop_first) ps_slice_unref(&src);
     return st;
   }
 
@@ -490,6 +492,17 @@ TEST_F(KvIpcPull, PushesLandInTheServersRegisteredDeviceBuffers) {
   ASSERT_EQ(Push({kKeyDevice, kKeyDevice + 1}, 300000, 0, kAnswer), PS_OK);
   ASSERT_EQ(Push({kKeyDevice}, 1, 77, kAnswer), PS_OK);
   EXPECT_EQ(Stats(w_).push_bytes_ipc - base_.push_bytes_ipc, kDeviceBufLen + 600000 + 1);
+}
+
+// The caller may drop its values right after the call: the worker keeps
+// them until the request is done, since the server reads them through
+// their handle after the send.
+TEST_F(KvIpcPull, APushsValuesAreHeldWhileTheServerReadsThem) {
+  ps_mem_emu_set_delay_us(20000);  // the worker's wait for its default stream, held back
+  ps_status_t st = Push({kKeyDevice}, 65536, 0, kAnswer, false, true);
+  ps_mem_emu_set_delay_us(0);
+  ASSERT_EQ(st, PS_OK);
+  ASSERT_EQ(Push({kKeyDevice + 3}, 4096, 8, kAnswer, false, true), PS_OK);
 }
 
 // Values larger than the registered buffer, a buffer in host memory (a

@@ -1,7 +1,7 @@
 """One process of the KV jobs of test_kv.py: DMLC_ROLE says which.
 
   kv_node.py MODE      MODE: dtypes | zerocopy | errors | gil | device | anysize |
-                            recvbuf | slicer
+                            recvbuf | slicer | devicestore
 
 The servers run a Python KVServer whose handler keeps each key's last
 pushed value (a copy) and answers pulls with it; it checks that a value of
@@ -17,6 +17,11 @@ space, pulled back with pull_any (the servers size the values).
 recvbuf: the server registers a receive buffer for each worker's key
 RECV_KEY + rank (register_recv_buffer) and reports how many pushes landed
 in them.
+devicestore: the server registers a ps.DeviceArray of the kind for each
+worker's key STORE_KEY + rank; the workers push from device memory as IPC
+handles (run with PS_DEVICE_IPC=1 over shm), and the handler must find the
+values in that array (request.vals a read-only ps.DeviceArray at its
+address), copied there by the server.
 slicer: the workers give key k to server k % num_servers
 (KVWorker.set_slicer), which every server checks of every key it gets;
 a slicer that names no server fails the request.
@@ -44,6 +49,12 @@ NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
 
 RECV_KEY = 7100
 RECV_FLOATS = 1 << 14
+STORE_KEY = 7200
+
+
+def device_kind():
+    import os
+    return os.environ.get("PS_TEST_DEVICE_KIND", "emu")
 
 
 def serve(mode):
@@ -51,6 +62,12 @@ def serve(mode):
     # recvbuf: a buffer per worker for its pushes of RECV_KEY.
     recv = {r: ps.empty(RECV_FLOATS, "float32") for r in range(ps.num_workers())}
     landed = [0, 0]  # pushes of RECV_KEY, those that were in their buffer
+    # devicestore: a device buffer per worker for its pushes of STORE_KEY.
+    dstore = {}
+    if mode == "devicestore":
+        dstore = {r: ps.DeviceArray(RECV_FLOATS, "float32", kind=device_kind())
+                  for r in range(ps.num_workers())}
+    dlanded = [0, 0]
     sliced = [0]  # slicer: keys checked
 
     def handler(req):
@@ -65,6 +82,18 @@ def serve(mode):
             raise ps.InvalidArgument("key %d is refused" % REFUSED_KEY)
         if FAILED_KEY in keys:
             req.fail(ps.Unsupported)
+            return None
+        if req.push and STORE_KEY <= keys[0] < STORE_KEY + len(dstore):
+            dlanded[0] += 1
+            v = req.vals
+            buf = dstore[keys[0] - STORE_KEY]
+            if not (isinstance(v, ps.DeviceArray) and v.readonly and v.nbytes == buf.nbytes):
+                raise ValueError("a device store push arrived as %r" % (v,))
+            addr = v.__cuda_array_interface__["data"][0]
+            dlanded[1] += addr == buf.__cuda_array_interface__["data"][0]
+            host = np.zeros(RECV_FLOATS, np.float32)
+            v.download(host)
+            store[keys[0]] = ("float32", host)
             return None
         if req.push and RECV_KEY <= keys[0] < RECV_KEY + len(recv):
             landed[0] += 1
@@ -100,6 +129,10 @@ def serve(mode):
         except ps.Error:
             pass
         ps.barrier("servers+workers", timeout=30)
+    if mode == "devicestore":
+        for rank, buf in dstore.items():
+            server.register_recv_buffer(rank, STORE_KEY + rank, buf)
+        ps.barrier("servers+workers", timeout=30)
     # KV app 1 of the same process: the summation server, answered on the
     # van's thread while the Python handler of app 0 may be sleeping.
     ps.SumServer(app_id=1)
@@ -110,6 +143,9 @@ def serve(mode):
             landed[1], landed[0]))
     if mode == "slicer":
         print("slicer: %d keys, each on its server" % sliced[0])
+    if mode == "devicestore":
+        print("device store: %d of %d pushes landed in their registered device buffer" % (
+            dlanded[1], dlanded[0]))
 
 
 def sample(dtype, n, seed):
@@ -329,6 +365,22 @@ def check_recvbuf(w):
     print("recvbuf pushes ok")
 
 
+def check_devicestore(w):
+    ps.barrier("servers+workers", timeout=30)  # the server registered its buffers
+    kind = device_kind()
+    for i in range(3):
+        a = np.arange(RECV_FLOATS, dtype=np.float32) + float(ps.rank() * 100 + i)
+        before = w.stats()["push_bytes_ipc"]
+        # A temporary: the worker keeps it until the server copied it out.
+        w.push(STORE_KEY + ps.rank(), device_array(a, kind)).wait(timeout=30)
+        sent = w.stats()["push_bytes_ipc"] - before
+        assert sent == a.nbytes, "%d bytes pushed as an IPC handle, expected %d" % (sent, a.nbytes)
+        out = np.zeros_like(a)
+        w.pull(STORE_KEY + ps.rank(), out).wait(timeout=30)
+        assert np.array_equal(out, a), "the value the device store received"
+    print("device store pushes ok")
+
+
 SLICER_KEY = 8000
 
 
@@ -413,8 +465,7 @@ def check_device_sum(kind):
 
 
 def check_device(w):
-    import os
-    kind = os.environ.get("PS_TEST_DEVICE_KIND", "emu")
+    kind = device_kind()
     key = 3000 + 10 * ps.rank()
     n = 1 << 16
     a = np.arange(n, dtype=np.float32) * (ps.rank() + 1)
@@ -482,7 +533,8 @@ def main():
     w = ps.KVWorker()
     {"dtypes": check_dtypes, "zerocopy": check_zerocopy, "errors": check_errors,
      "gil": check_gil, "device": check_device, "anysize": check_anysize,
-     "recvbuf": check_recvbuf, "slicer": check_slicer}[mode](w)
+     "recvbuf": check_recvbuf, "slicer": check_slicer,
+     "devicestore": check_devicestore}[mode](w)
     print("PASS worker %s" % mode)
     ps.finalize()
 

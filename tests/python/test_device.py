@@ -20,6 +20,18 @@ def test_kv_device_values(van):
         assert "device (emu) sum ok" in out, out
 
 
+def test_kv_device_store():
+    """Pushes as IPC handles (shm) into the server's registered device
+    buffers: the Python handler finds the values there."""
+    job = pyjob.run(pyjob.node_cmd("kv_node.py", "devicestore"), 2, 1, van="shm",
+                    deadline_s=90, env=dict(ENV, PS_DEVICE_IPC="1"))
+    job.check()
+    for rank in range(2):
+        assert "device store pushes ok" in job.output("worker", rank)
+    out = job.output("server", 0)
+    assert "device store: 6 of 6 pushes landed in their registered device buffer" in out, out
+
+
 @pytest.mark.parametrize("van", ["tcp", "shm"])
 def test_af_device_tensors(van):
     cmd = pyjob.node_cmd("af_node.py", "sum")

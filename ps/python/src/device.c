@@ -190,7 +190,11 @@ typedef struct {
     const char *typestr;
     int ndim;
     Py_ssize_t shape[PS__PY_MAX_DIMS];
+    PyObject *owner; /* a view (ps__py_device_view): what keeps ptr alive; NULL: ours */
+    int readonly;
 } device_obj_t;
+
+static PyTypeObject *g_device_type;
 
 /* The typestr of a dtype name that has one (not bfloat16: pass a uint16
  * array with dtype='bfloat16', as for numpy). */
@@ -309,9 +313,41 @@ static int device_init(PyObject *self, PyObject *args, PyObject *kw)
 static void device_dealloc(PyObject *self)
 {
     device_obj_t *d = (device_obj_t *)self;
-    if (d->ptr)
+    if (d->owner)
+        Py_DECREF(d->owner);
+    else if (d->ptr)
         (void)ps_mem_ops(d->kind)->free(d->ptr);
     ps__py_free_object(self);
+}
+
+PyObject *ps__py_device_view(PyObject *owner, const ps_slice_t *slice, ps_data_type_t type)
+{
+    size_t nbytes = ps_slice_len(slice);
+    const char *name = ps__py_dtype_name(type);
+    const char *typestr = name ? typestr_of_dtype(name) : NULL;
+    if (type == PS_DATA_BFLOAT16)
+        typestr = "<u2"; /* bits, as numpy holds bfloat16 */
+    if (!typestr)
+        typestr = "|u1";
+    size_t elem = (size_t)strtol(typestr + 2, NULL, 10);
+    if (nbytes == 0 || nbytes % elem != 0) {
+        typestr = "|u1";
+        elem = 1;
+    }
+    device_obj_t *d = PyObject_New(device_obj_t, g_device_type);
+    if (!d)
+        return NULL;
+    d->ptr = ps_slice_ptr(slice);
+    d->nbytes = nbytes;
+    d->kind = ps_slice_mem_ops_kind(slice);
+    d->device = ps_slice_device(slice);
+    d->typestr = typestr;
+    d->ndim = 1;
+    d->shape[0] = (Py_ssize_t)(nbytes / elem);
+    Py_INCREF(owner);
+    d->owner = owner;
+    d->readonly = 1;
+    return (PyObject *)d;
 }
 
 static PyObject *device_interface(PyObject *self, void *closure)
@@ -331,8 +367,8 @@ static PyObject *device_interface(PyObject *self, void *closure)
         }
     }
     return Py_BuildValue("{s:N,s:s,s:(NO),s:i,s:O,s:O}", "shape", shape, "typestr", d->typestr,
-                         "data", PyLong_FromVoidPtr(d->ptr), Py_False, "version", 3, "strides",
-                         Py_None, "stream", Py_None);
+                         "data", PyLong_FromVoidPtr(d->ptr), d->readonly ? Py_True : Py_False,
+                         "version", 3, "strides", Py_None, "stream", Py_None);
 }
 
 /* upload(buffer) / download(buffer): a synchronous copy of exactly nbytes
@@ -342,6 +378,10 @@ static PyObject *device_copy(PyObject *self, PyObject *obj, int to_device)
     device_obj_t *d = (device_obj_t *)self;
     if (!d->ptr)
         return ps__py_raise(PS_ERR_BAD_STATE, "DeviceArray is not initialised");
+    if (to_device && d->readonly) {
+        PyErr_SetString(PyExc_ValueError, "this DeviceArray is a read-only view");
+        return NULL;
+    }
     Py_buffer b;
     if (PyObject_GetBuffer(obj, &b, to_device ? PyBUF_SIMPLE : PyBUF_WRITABLE) < 0)
         return NULL;
@@ -385,6 +425,12 @@ static PyObject *device_kind(PyObject *self, void *closure)
     return PyUnicode_FromString(ps_mem_kind_name(((device_obj_t *)self)->kind));
 }
 
+static PyObject *device_readonly(PyObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(((device_obj_t *)self)->readonly);
+}
+
 static PyMethodDef kDeviceMethods[] = {
     {"upload", device_upload, METH_O, "upload(buffer): copy nbytes from host memory in."},
     {"download", device_download, METH_O,
@@ -398,6 +444,8 @@ static PyGetSetDef kDeviceGetSet[] = {
      "take it.", NULL},
     {"nbytes", device_nbytes, NULL, "Size in bytes.", NULL},
     {"kind", device_kind, NULL, "The memory kind: 'cuda' (or 'emu' in test builds).", NULL},
+    {"readonly", device_readonly, NULL,
+     "True for a view of memory ps holds (a request's values): download() only.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -419,7 +467,8 @@ static PyType_Spec kDeviceSpec = {
 
 int ps__py_device_add(PyObject *module)
 {
-    return ps__py_add_type(module, &kDeviceSpec, "DeviceArray") ? 0 : -1;
+    g_device_type = ps__py_add_type(module, &kDeviceSpec, "DeviceArray");
+    return g_device_type ? 0 : -1;
 }
 
 ps_status_t ps__py_view_sync(const ps__py_view_t *view, int timeout_ms)

@@ -113,6 +113,10 @@ int ps__py_server_add(PyObject *module);
 int ps__py_sum_add(PyObject *module);
 int ps__py_af_add(PyObject *module);
 int ps__py_device_add(PyObject *module);
+/* A read-only ps.DeviceArray over the device memory `slice` names, one
+ * dimension of `type` (raw bytes when it has no typestr), keeping `owner`
+ * (which keeps the memory) alive. NULL with an exception. */
+PyObject *ps__py_device_view(PyObject *owner, const ps_slice_t *slice, ps_data_type_t type);
 
 /* The C worker of a ps.KVWorker object (raises and NULL when closed). */
 ps_kv_worker_t *ps__py_worker_get(PyObject *obj);

@@ -335,6 +335,9 @@ static PyObject *req_dtype(PyObject *self, void *closure)
 static PyObject *req_vals(PyObject *self, void *closure)
 {
     (void)closure;
+    const ps_slice_t *vals = &((request_obj_t *)self)->item->vals;
+    if (ps_slice_len(vals) != 0 && !ps_slice_in_host_mem(vals))
+        return ps__py_device_view(self, vals, ((request_obj_t *)self)->item->type);
     return PyMemoryView_FromObject(self);
 }
 
@@ -355,7 +358,10 @@ static PyGetSetDef kRequestGetSet[] = {
     {"keys", req_keys, NULL, "The keys, a tuple of ints.", NULL},
     {"lens", req_lens, NULL, "Per-key lengths in elements, or None (uniform).", NULL},
     {"dtype", req_dtype, NULL, "The values' element type.", NULL},
-    {"vals", req_vals, NULL, "The pushed values: a read-only typed memoryview (no copy).", NULL},
+    {"vals", req_vals, NULL,
+     "The pushed values, no copy: a read-only typed memoryview, or a read-only "
+     "ps.DeviceArray when they are in device memory (a registered device buffer).",
+     NULL},
     {"answered", req_answered, NULL, "True once respond() or fail() ran.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
