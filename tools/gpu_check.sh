@@ -39,7 +39,9 @@
 #   - device memory from Python without a copy (with the training run's
 #     interpreter and GPU_CHECK_TRAIN switch): tests/python/kv_node.py
 #     device (ps.DeviceArray values of the kind through KVWorker, and for
-#     cuda CUDA torch tensors, one written on a stream of its own) and
+#     cuda CUDA torch tensors, one written on a stream of its own),
+#     kv_node.py devicestore (over shm with PS_DEVICE_IPC=1: pushes into a
+#     Python server's registered device buffers) and
 #     af_node.py sum (2 attention workers, 2 FFN servers, bf16 device
 #     tensors through ps.af, sums checked);
 #   - StepMesh's driver, tests/test.sh joint 4096000 10 push_pull, for each
@@ -131,17 +133,21 @@ pydevice() {
     step "Python device values: not run (GPU_CHECK_TRAIN=0)"
     return
   fi
-  local job name node servers want
-  for job in "kv:kv_node.py device:1:device ($kind) sum ok" \
-             "af:af_node.py sum:2:PASS worker sum on $kind memory"; do
-    IFS=: read -r name node servers want <<<"$job"
+  local job name node servers want jobenv
+  for job in "kv:kv_node.py device:1:device ($kind) sum ok:" \
+             "kv-store:kv_node.py devicestore:1:device store pushes ok:DMLC_PS_VAN_TYPE=shm PS_DEVICE_IPC=1 PS_JOB_ID=gpu-check-store-$$" \
+             "af:af_node.py sum:2:PASS worker sum on $kind memory:"; do
+    IFS=: read -r name node servers want jobenv <<<"$job"
     step "Python $name device values on $kind memory, 2 workers x $servers servers"
     log=$(mktemp)
-    # shellcheck disable=SC2086  # node is the script and its mode
-    PYTHONPATH="$here/python" PS_TEST_DEVICE_KIND=$kind timeout 240 "$py" "$launcher" \
+    # shellcheck disable=SC2086  # node is the script and its mode, jobenv words
+    env $jobenv PYTHONPATH="$here/python" PS_TEST_DEVICE_KIND=$kind timeout 240 "$py" "$launcher" \
       -s "$servers" -w 2 --timeout 200 -- "$py" "$here/"$node >"$log" 2>&1
     rc=$?
-    grep -E "round trips ok|sum ok|CUDA tensors ok|PASS worker|Error" "$log"
+    grep -E "round trips ok|sum ok|CUDA tensors ok|device store|PASS worker|Error" "$log"
+    # The device store's server found every push in its buffer.
+    [ "$name" != kv-store ] || grep -q "device store: 6 of 6 pushes landed" "$log" ||
+      { [ "$rc" -eq 0 ] && rc=1; }
     [ "$rc" -eq 0 ] && [ "$(grep -c "$want" "$log")" -eq 2 ] ||
       { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }
     verdict "Python $name device values ($kind)" "$rc"

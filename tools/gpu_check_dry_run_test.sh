@@ -35,13 +35,14 @@ echo "$out"
 # the bandwidth table has its 3 sizes, and each worker's late-ready push
 # carried what its stream wrote, in every job; the training run (on CPU
 # tensors here) matched its single-process run; tests/test.sh ran its four
-# pairings; the Python device nodes ran (KV and AF, 2 workers each).
+# pairings; the Python device nodes ran (KV, KV into a device store and
+# AF, 2 workers each).
 lines=$(grep -c "worker [01]: .* push .* pull .*sums checked" <<<"$out")
 bw=$(grep -c "bytes: d2h pageable .* GB/s" <<<"$out")
 late=$(grep -c "worker [01]: late-ready push .* bytes checked" <<<"$out")
 trained=$(grep -c "PASSED: training (cpu)" <<<"$out")
 driven=$(grep -c "PASSED: test.sh \(cpu2cpu\|cpu2gpu\|gpu2gpu\|gpu2cpu\)" <<<"$out")
-pydev=$(grep -c "PASSED: Python \(kv\|af\) device values (emu)" <<<"$out")
+pydev=$(grep -c "PASSED: Python \(kv\|kv-store\|af\) device values (emu)" <<<"$out")
 # IPC pushes into the device store: both jobs passed, every push landed in
 # a registered buffer, and the push-only job's goodput was set against the
 # device-to-device copy.
@@ -57,10 +58,10 @@ ipc_pulled=$(job_lines shm-ipc | grep -c "worker [01]: device values pulled: [1-
 ipc_hostile=$(job_lines shm-ipc | grep -c "worker [01]: hostile pulls: 5 bad destination descriptors answered")
 staged_pulled=$( (job_lines tcp; job_lines shm) | grep -c "worker [01]: device values pulled: 0 bytes written in place")
 if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6 ] || [ "$trained" -ne "$want_trained" ] || [ "$driven" -ne 4 ] ||
-  [ "$pydev" -ne $((2 * want_trained)) ] || [ "$ipc_pulled" -ne 2 ] || [ "$ipc_hostile" -ne 2 ] ||
+  [ "$pydev" -ne $((3 * want_trained)) ] || [ "$ipc_pulled" -ne 2 ] || [ "$ipc_hostile" -ne 2 ] ||
   [ "$staged_pulled" -ne 4 ] || [ "$store" -ne 2 ] || [ "$landed" -ne 2 ] || [ "$store_vs_d2d" -ne 1 ] ||
   ! grep -q "every check passed" <<<"$out"; then
-  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, training passed $trained of $want_trained, test.sh $driven of 4 pairings, Python device jobs $pydev of $((2 * want_trained)), IPC pull lines $ipc_pulled of 2 (shm-ipc), hostile pull lines $ipc_hostile of 2 (shm-ipc), no-IPC pull lines $staged_pulled of 4 (tcp, shm), device store jobs $store of 2 ($landed with every push landed, $store_vs_d2d set against d2d)"
+  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, training passed $trained of $want_trained, test.sh $driven of 4 pairings, Python device jobs $pydev of $((3 * want_trained)), IPC pull lines $ipc_pulled of 2 (shm-ipc), hostile pull lines $ipc_hostile of 2 (shm-ipc), no-IPC pull lines $staged_pulled of 4 (tcp, shm), device store jobs $store of 2 ($landed with every push landed, $store_vs_d2d set against d2d)"
   exit 1
 fi
 echo "PASSED: gpu_check.sh run emu ($lines rounds checked, device pulls through IPC in the shm-ipc job only)"
