@@ -96,6 +96,7 @@ typedef struct {
     size_t len;     /* its length */
     uint64_t used;  /* last use, for eviction */
     int pins;       /* fetches copying from it now (outside the lock) */
+    int forgotten;  /* its sender is gone: closed once unpinned, never matched */
 } ipc_entry_t;
 
 /* A stream the server's writes into one device run on. */
@@ -161,7 +162,8 @@ static int late_prune(ps__kv_ipc_cache_t *c, int wait_ms)
         *pp = l->next;
         (void)ps_mem_event_destroy(l->event);
         ps_slice_unref(&l->src);
-        l->entry->pins--;
+        if (--l->entry->pins == 0 && l->entry->forgotten)
+            entry_close(l->entry);
         free(l);
     }
     return c->late == NULL;
@@ -201,7 +203,7 @@ static ps_status_t lookup(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_de
                 free_slot = e;
             continue;
         }
-        if (e->sender == sender && e->kind == (ps_mem_kind_t)d->kind &&
+        if (e->sender == sender && !e->forgotten && e->kind == (ps_mem_kind_t)d->kind &&
             e->device == d->device && memcmp(&e->handle, &d->handle, sizeof(d->handle)) == 0) {
             e->used = ++c->clock;
             *entry_p = e;
@@ -283,8 +285,32 @@ static ps_status_t pin_range(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc
 static void unpin(ps__kv_ipc_cache_t *c, ipc_entry_t *e)
 {
     pthread_mutex_lock(&c->lock);
-    e->pins--;
+    if (--e->pins == 0 && e->forgotten)
+        entry_close(e);
     pthread_mutex_unlock(&c->lock);
+}
+
+void ps__kv_ipc_forget(ps__kv_ipc_cache_t *c, int sender)
+{
+    int closed = 0, later = 0;
+    pthread_mutex_lock(&c->lock);
+    (void)late_prune(c, -1);
+    for (int i = 0; i < PS__KV_IPC_CACHE; i++) {
+        ipc_entry_t *e = &c->entries[i];
+        if (e->sender != sender || sender == 0 || e->forgotten)
+            continue;
+        if (e->pins == 0) {
+            entry_close(e);
+            closed++;
+        } else {
+            e->forgotten = 1;
+            later++;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (closed + later > 0)
+        ps_debug(PS_LOG_APP, "kv ipc: node %d is gone: closed %d of its allocations, %d more "
+                 "once their copies are done", sender, closed, later);
 }
 
 ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_desc_t *d,

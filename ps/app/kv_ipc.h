@@ -33,8 +33,9 @@
  *
  * The server opens each allocation once and keeps it open, up to
  * PS__KV_IPC_CACHE allocations (the least recently used is closed first),
- * until it is destroyed: an allocation a worker freed, or a dead worker's,
- * stays mapped until then or until evicted. A descriptor is checked
+ * until its worker is gone (declared dead, or its node id taken over by a
+ * new process) or the server is destroyed: an allocation a live worker
+ * freed stays mapped until then or until evicted. A descriptor is checked
  * against what the server opened: a bad one fails its request (a push) or
  * falls back to bytes (a pull), never the server. A handle is a
  * capability: a worker that knew another process's handle could have the
@@ -140,6 +141,11 @@ ps_status_t ps__kv_ipc_fetch_into(ps__kv_ipc_cache_t *cache, int sender,
  * until it is done. Thread-safe, the copy outside the cache's lock. */
 ps_status_t ps__kv_ipc_put(ps__kv_ipc_cache_t *cache, int sender, const ps__kv_ipc_desc_t *desc,
                            const ps_slice_t *vals, int timeout_ms, int *may_land_p);
+
+/* Node `sender` is gone (declared dead, or its id taken over by a new
+ * process): closes its allocations now, or, for one a copy still uses,
+ * once that copy is done; none of them is matched again. */
+void ps__kv_ipc_forget(ps__kv_ipc_cache_t *cache, int sender);
 
 /* Allocations open now, for tests. */
 int ps__kv_ipc_open_count(ps__kv_ipc_cache_t *cache);

@@ -165,6 +165,18 @@ ps_status_t ps_kv_server_register_recv_buffer(ps_kv_server_t *server, int worker
     return st;
 }
 
+/* A worker that is gone (dead, or its id taken over by a new process):
+ * the allocations it shared are closed. */
+static void ipc_node_gone(void *arg, ps_postoffice_t *po, int node_id, ps_status_t why)
+{
+    ps_kv_server_t *s = arg;
+    (void)po;
+    (void)why;
+    ps__kv_ipc_cache_t *c = atomic_load(&s->ipc);
+    if (c != NULL)
+        ps__kv_ipc_forget(c, node_id);
+}
+
 static ps_status_t ipc_cache_of(ps_kv_server_t *s, ps__kv_ipc_cache_t **cache_p)
 {
     ps__kv_ipc_cache_t *c = atomic_load(&s->ipc), *expected = NULL;
@@ -175,6 +187,11 @@ static ps_status_t ipc_cache_of(ps_kv_server_t *s, ps__kv_ipc_cache_t **cache_p)
         if (!atomic_compare_exchange_strong(&s->ipc, &expected, c)) {
             ps__kv_ipc_cache_destroy(c);
             c = expected;
+        } else if ((st = ps_postoffice_on_node_failed(s->po, ipc_node_gone, s)) != PS_OK ||
+                   (st = ps_postoffice_on_node_recovered(s->po, ipc_node_gone, s)) != PS_OK) {
+            ps_warn(PS_LOG_APP, "kv server app %d: cannot watch for workers that go (%s): "
+                    "their shared allocations stay open until evicted", s->app_id,
+                    ps_status_str(st));
         }
     }
     *cache_p = c;
@@ -430,6 +447,8 @@ void ps_kv_server_destroy(ps_kv_server_t *server)
         return;
     }
     ps_buf_unref(atomic_exchange(&server->lane_spare, NULL));
+    if (atomic_load(&server->ipc) != NULL)
+        ps_postoffice_remove_node_callback(server->po, ipc_node_gone, server);
     ps__kv_ipc_cache_destroy(atomic_exchange(&server->ipc, NULL));
     for (size_t i = 0; i < server->num_regs; i++)
         ps_slice_unref(&server->regs[i].slice);

@@ -856,6 +856,17 @@ static const ps_mem_ops_t emu_ops = {
     .addr_range = emu_addr_range,
 };
 
+int ps_mem_emu_open_handles(void)
+{
+    int n = 0;
+    pthread_rwlock_rdlock(&emu_allocs_lock);
+    for (size_t i = 0; i < emu_nallocs; ++i) {
+        n += emu_allocs[i].imported;
+    }
+    pthread_rwlock_unlock(&emu_allocs_lock);
+    return n;
+}
+
 void ps_mem_emu_set_delay_us(unsigned delay_us)
 {
     atomic_store(&emu_delay_us, delay_us);

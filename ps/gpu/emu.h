@@ -40,6 +40,10 @@ ps_status_t ps_mem_emu_register(void);
  * runs (0, the default: runs as soon as the stream thread gets to it). */
 void ps_mem_emu_set_delay_us(unsigned delay_us);
 
+/* Allocations of other processes this process has open through their IPC
+ * handles now. */
+int ps_mem_emu_open_handles(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -232,6 +232,44 @@ TEST_F(KvIpc, TheLeastRecentlyUsedIsClosedBeyondTheCache) {
   EXPECT_EQ(ps__kv_ipc_open_count(cache_), PS__KV_IPC_CACHE);
 }
 
+// A worker that is gone: its allocations are closed, another worker's
+// stay, and a descriptor of the same sender opens anew.
+TEST_F(KvIpc, ForgettingASenderClosesItsAllocationsOnly) {
+  FetchAndCheck(9, descs_[0], 0);
+  FetchAndCheck(9, descs_[1], 1);
+  FetchAndCheck(11, descs_[2], 2);
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), 3);
+  ps__kv_ipc_forget(cache_, 9);
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), 1);
+  ps__kv_ipc_forget(cache_, 13);  // never sent anything
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), 1);
+  FetchAndCheck(9, descs_[0], 0);
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), 2);
+}
+
+// Values copied into device memory of the server's (a registered receive
+// buffer): one device-to-device copy, every byte checked; host memory and
+// a buffer of another length are refused (the caller then fetches into
+// the pinned pool).
+TEST_F(KvIpc, FetchIntoDeviceMemoryOfTheSameKind) {
+  const ps__kv_ipc_desc_t &d = descs_[3];
+  ps_slice_t dst, host;
+  ASSERT_EQ(ps_mem_slice_alloc(PS_MEM_EMU, 0, d.len + 64, &dst), PS_OK);
+  ASSERT_EQ(ps_slice_narrow(&dst, 64, d.len), PS_OK);
+  int may_land = -1;
+  ASSERT_EQ(ps__kv_ipc_fetch_into(cache_, 9, &d, &dst, 5000, &may_land), PS_OK);
+  EXPECT_EQ(may_land, 0);
+  std::vector<unsigned char> got(d.len);
+  ASSERT_EQ(Emu()->copy_to_host(got.data(), ps_slice_ptr(&dst), d.len), PS_OK);
+  for (size_t i = 0; i < d.len; i++) ASSERT_EQ(got[i], Pattern(3, kOffset + i)) << i;
+  ASSERT_EQ(ps_slice_alloc(d.len, 64, &host), PS_OK);
+  EXPECT_EQ(ps__kv_ipc_fetch_into(cache_, 9, &d, &host, 5000, &may_land), PS_ERR_UNSUPPORTED);
+  ASSERT_EQ(ps_slice_narrow(&dst, 0, d.len - 1), PS_OK);
+  EXPECT_EQ(ps__kv_ipc_fetch_into(cache_, 9, &d, &dst, 5000, &may_land), PS_ERR_INVALID_ARG);
+  ps_slice_unref(&host);
+  ps_slice_unref(&dst);
+}
+
 // ---- pulls: the server writes into the worker's allocation ----
 
 // A pull descriptor of `len` bytes at `offset` of allocation `a`.
@@ -430,6 +468,26 @@ TEST_F(KvIpcPull, ALateWriteKeepsItsSourceUntilDone) {
   std::vector<unsigned char> got = ReadAll(7);
   for (size_t i = 0; i < 10; i++) ASSERT_EQ(got[kOffset + i], Answer(9, i)) << i;
   for (size_t i = 10; i < len; i++) ASSERT_EQ(got[kOffset + i], Answer(8, i)) << i;
+}
+
+// A worker gone while a write into its allocation is still under way: the
+// allocation stays open until the write is done, then closes.
+TEST_F(KvIpcPull, AGoneSendersAllocationClosesOnceItsLateWriteIsDone) {
+  const size_t len = 500;
+  std::vector<unsigned char> v = Values(3, len);
+  ps_slice_t vals;
+  ASSERT_EQ(ps_slice_wrap(v.data(), len, nullptr, nullptr, &vals), PS_OK);
+  ps__kv_ipc_desc_t d = PullDesc(descs_[5], kOffset, len);
+  ps_mem_emu_set_delay_us(300 * 1000);
+  EXPECT_EQ(ps__kv_ipc_put(cache_, 13, &d, &vals, 10, &may_land), PS_ERR_TIMED_OUT);
+  ps_mem_emu_set_delay_us(0);
+  ps__kv_ipc_forget(cache_, 13);
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), 1);  // the write still uses it
+  usleep(600 * 1000);
+  ps__kv_ipc_forget(cache_, 11);  // prunes the late write, which closes it
+  EXPECT_EQ(ps__kv_ipc_open_count(cache_), 0);
+  ps_slice_unref(&vals);
+  CheckAllocation(5, kOffset, len, 3);  // landed all the same
 }
 
 }  // namespace
