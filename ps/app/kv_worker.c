@@ -109,7 +109,9 @@ struct ps_kv_worker {
     int customer_id;
     int num_servers;
     int device_ok;          /* the van moves device memory (PS_CAP_DEVICE_MEMORY) */
-    int device_ipc;         /* device values go as IPC handles (PS_DEVICE_IPC, shm) */
+    /* Device values go as IPC handles to the servers the van reaches
+     * through shared memory (PS_DEVICE_IPC; the shm and ipc vans). */
+    int device_ipc;
     int request_timeout_ms; /* bounds destroy's wait; po may be gone by then */
     /* The worker's own reference plus one per destination lent to a van
      * (a live proxy): the last one frees the worker, so destroy need not
@@ -910,8 +912,7 @@ ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id
     w->customer_id = customer_id;
     w->num_servers = ns;
     w->device_ok = (ps_postoffice_capabilities(po) & PS_CAP_DEVICE_MEMORY) != 0;
-    w->device_ipc = !w->device_ok && strcmp(ps_postoffice_van_name(po), "shm") == 0 &&
-                    ps_config_bool_or(PS_CFG_PS_DEVICE_IPC, 0);
+    w->device_ipc = !w->device_ok && ps_config_bool_or(PS_CFG_PS_DEVICE_IPC, 0);
     w->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
     atomic_init(&w->users, 1);
     w->server_ids = calloc((size_t)ns, sizeof(int));
@@ -1220,8 +1221,9 @@ static ps_status_t send_part(ps_kv_worker_t *w, kv_req_t *r, int ts, kv_part_t *
     /* The push's descriptor, then the pull destination's (kv_ipc.h). */
     ps__kv_ipc_desc_t ipc[2];
     int num_ipc = 0;
+    int same_host = w->device_ipc && ps_postoffice_peer_same_host(w->po, p->server_id);
     if (st == PS_OK && push && !w->device_ok && !ps_slice_in_host_mem(&vals)) {
-        if (w->device_ipc && ps__kv_ipc_describe(&vals, &ipc[0]) == PS_OK) {
+        if (same_host && ps__kv_ipc_describe(&vals, &ipc[0]) == PS_OK) {
             /* The server copies the values out of this process's device
              * memory itself (kv_ipc.h): only their handle travels. */
             num_ipc = 1;
@@ -1240,7 +1242,7 @@ static ps_status_t send_part(ps_kv_worker_t *w, kv_req_t *r, int ts, kv_part_t *
     /* A pull into device memory: the server writes the answer into it
      * through its handle (kv_ipc.h), and may do so until it answers, so
      * the server holds the destination from before the send. */
-    int ipc_pull = st == PS_OK && r->pull && !r->any && w->device_ipc && p->dest.len != 0 &&
+    int ipc_pull = st == PS_OK && r->pull && !r->any && same_host && p->dest.len != 0 &&
                    !ps_slice_in_host_mem(&p->dest) &&
                    ps__kv_ipc_describe_pull(&p->dest, &ipc[num_ipc]) == PS_OK;
     if (ipc_pull) {

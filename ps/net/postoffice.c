@@ -545,6 +545,12 @@ const char *ps_postoffice_van_name(const ps_postoffice_t *po)
     return po->van_comp->name;
 }
 
+int ps_postoffice_peer_same_host(const ps_postoffice_t *po, int id)
+{
+    int (*same_host)(ps_van_t *, int) = po->van ? ps_van_same_host_op(po->van) : NULL;
+    return same_host != NULL && same_host(po->van, id);
+}
+
 /* A van's send status as the postoffice reports it: no connection to the
  * peer (it failed, and the scheduler has not declared it dead yet) says
  * what the requests waiting for it were told. */

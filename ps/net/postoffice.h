@@ -224,6 +224,11 @@ ps_status_t ps_postoffice_server_key_range(const ps_postoffice_t *po, int server
 uint32_t ps_postoffice_capabilities(const ps_postoffice_t *po);
 const char *ps_postoffice_van_name(const ps_postoffice_t *po);
 
+/* 1 when the van reaches node `id` through memory shared on this host
+ * (the shm van, or the ipc van's shared-memory side), so that node's
+ * process can open this one's device IPC handles; 0 otherwise. */
+int ps_postoffice_peer_same_host(const ps_postoffice_t *po, int id);
+
 /* Bytes sent/received by the van so far. */
 void ps_postoffice_traffic(const ps_postoffice_t *po, uint64_t *sent_p, uint64_t *recv_p);
 

@@ -407,6 +407,11 @@ const char *ps__ipc_route(ps_van_t *v, int id)
     }
 }
 
+static int mv_same_host(ps_van_t *v, int id)
+{
+    return strcmp(ps__ipc_route(v, id), "shm") == 0;
+}
+
 static const ps_van_ops_t mv_ops = {
     .size = sizeof(ps_van_ops_t),
     .open = mv_open,
@@ -421,6 +426,7 @@ static const ps_van_ops_t mv_ops = {
     .deregister_mem = mv_deregister_mem,
     .stats = mv_stats,
     .progress = mv_progress,
+    .same_host = mv_same_host,
 };
 
 const ps_van_component_t ps__ipc_component = {

@@ -555,6 +555,8 @@ static const ps_van_ops_t sv_ops = {
     .deregister_mem = ps_van_no_deregister_mem,
     .stats = ps_van_base_stats,
     .progress = ps_van_loop_progress,
+    /* Every peer of this van shares this host (PS_CAP_SAME_HOST_ONLY). */
+    .same_host = ps__shm_has_peer,
 };
 
 /* Sealed memfds and SCM_RIGHTS are all the van needs from the kernel. */

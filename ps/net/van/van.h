@@ -138,6 +138,11 @@ typedef struct ps_van_ops {
      * the van reaches through another transport); nothing was sent, and the
      * caller sends the message the generic way. */
     ps_status_t (*send_lane)(ps_van_t *van, int recver, uint8_t *bytes, size_t len);
+
+    /* Optional (see ps_van_same_host_op): 1 when the van reaches node_id
+     * through memory shared on this host now, so that process can open
+     * this one's device IPC handles; 0 otherwise or when not known yet. */
+    int (*same_host)(ps_van_t *van, int node_id);
 } ps_van_ops_t;
 
 /* Every van object starts with this. */
@@ -239,6 +244,17 @@ static inline ps_status_t (*ps_van_send_lane_op(const ps_van_t *van))(ps_van_t *
         return NULL;
     }
     return ops->send_lane;
+}
+
+/* The van's same_host op; NULL for a van without one (no peer shares
+ * this host's memory through it). */
+static inline int (*ps_van_same_host_op(const ps_van_t *van))(ps_van_t *, int)
+{
+    const ps_van_ops_t *ops = van->ops;
+    if (ops->size < offsetof(ps_van_ops_t, same_host) + sizeof(ops->same_host)) {
+        return NULL;
+    }
+    return ops->same_host;
 }
 
 #ifdef __cplusplus
