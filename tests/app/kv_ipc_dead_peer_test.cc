@@ -72,14 +72,10 @@ TEST(KvIpcDeadServer, AHeldDestinationIsLetGoOnceItsServerIsDeclaredDead) {
   pid_t child = fork();  // before this process has any thread
   ASSERT_GE(child, 0);
   if (child == 0) _exit(RunServer(port));
-  ps_start_params_t sp = Params(PS_ROLE_SCHEDULER, port), wp = Params(PS_ROLE_WORKER, port);
-  ps_postoffice_t *sched = nullptr, *po = nullptr;
-  ps_status_t sst = PS_INPROGRESS;
-  std::thread st([&] { sst = ps_postoffice_start(&sp, 1, &sched); });
-  ps_status_t wst = ps_postoffice_start(&wp, 1, &po);
-  st.join();
-  ASSERT_EQ(sst, PS_OK);
-  ASSERT_EQ(wst, PS_OK);
+  ps_start_params_t params[2] = {Params(PS_ROLE_SCHEDULER, port), Params(PS_ROLE_WORKER, port)};
+  ps_postoffice_t *nodes[2];
+  ASSERT_EQ(small_job_start_nodes(params, 2, nodes), PS_OK);
+  ps_postoffice_t *sched = nodes[0], *po = nodes[1];
   ASSERT_EQ(ps_config_set(PS_CFG_PS_DEVICE_IPC, "1"), PS_OK);
   ps_kv_worker_t *w;
   ASSERT_EQ(ps_kv_worker_create(po, 0, 0, &w), PS_OK);
@@ -168,14 +164,10 @@ TEST(KvIpcDeadWorker, TheServerClosesADeadWorkersAllocations) {
     _exit(RunWorker(port, done[1]));
   }
   close(done[1]);
-  ps_start_params_t sp = Params(PS_ROLE_SCHEDULER, port), vp = Params(PS_ROLE_SERVER, port);
-  ps_postoffice_t *sched = nullptr, *po = nullptr;
-  ps_status_t sst = PS_INPROGRESS;
-  std::thread st([&] { sst = ps_postoffice_start(&sp, 1, &sched); });
-  ps_status_t vst = ps_postoffice_start(&vp, 1, &po);
-  st.join();
-  ASSERT_EQ(sst, PS_OK);
-  ASSERT_EQ(vst, PS_OK);
+  ps_start_params_t params[2] = {Params(PS_ROLE_SCHEDULER, port), Params(PS_ROLE_SERVER, port)};
+  ps_postoffice_t *nodes[2];
+  ASSERT_EQ(small_job_start_nodes(params, 2, nodes), PS_OK);
+  ps_postoffice_t *sched = nodes[0], *po = nodes[1];
   ps_kv_server_t *server;
   ASSERT_EQ(ps_kv_server_create(po, 0, Ack, nullptr, &server), PS_OK);
 

@@ -70,15 +70,11 @@ TEST(KvIpcMixedVan, SameHostSharesGoAsHandlesTheOthersAreStaged) {
     ASSERT_GE(children[i], 0);
     if (children[i] == 0) _exit(RunServer(vans[i], port));
   }
-  ps_start_params_t sp = Params(PS_ROLE_SCHEDULER, "tcp", port);
-  ps_start_params_t wp = Params(PS_ROLE_WORKER, "ipc", port);
-  ps_postoffice_t *sched = nullptr, *po = nullptr;
-  ps_status_t sst = PS_INPROGRESS;
-  std::thread st([&] { sst = ps_postoffice_start(&sp, 1, &sched); });
-  ps_status_t wst = ps_postoffice_start(&wp, 1, &po);
-  st.join();
-  ASSERT_EQ(sst, PS_OK);
-  ASSERT_EQ(wst, PS_OK);
+  ps_start_params_t params[2] = {Params(PS_ROLE_SCHEDULER, "tcp", port),
+                                 Params(PS_ROLE_WORKER, "ipc", port)};
+  ps_postoffice_t *nodes[2];
+  ASSERT_EQ(small_job_start_nodes(params, 2, nodes), PS_OK);
+  ps_postoffice_t *sched = nodes[0], *po = nodes[1];
   ASSERT_EQ(ps_config_set(PS_CFG_PS_DEVICE_IPC, "1"), PS_OK);
   ps_kv_worker_t *w;
   ASSERT_EQ(ps_kv_worker_create(po, 0, 0, &w), PS_OK);

@@ -57,6 +57,25 @@ void small_job_node_params(ps_role_t role, const char *van, int port, ps_start_p
     p->finalize_timeout_ms = 15000;
 }
 
+ps_status_t small_job_start_nodes(const ps_start_params_t *params, int n, ps_postoffice_t **po)
+{
+    node_call_t calls[SMALL_JOB_NODES];
+    int active[SMALL_JOB_NODES] = {0};
+    if (n < 0 || n > SMALL_JOB_NODES)
+        return PS_ERR_INVALID_ARG;
+    for (int i = 0; i < n; i++) {
+        calls[i] = (node_call_t){params[i], 1, &po[i], PS_INPROGRESS};
+        po[i] = NULL;
+        active[i] = 1;
+    }
+    run_all(node_start, calls, active);
+    for (int i = 0; i < n; i++) {
+        if (calls[i].st != PS_OK)
+            return calls[i].st;
+    }
+    return PS_OK;
+}
+
 ps_status_t small_job_start(const small_job_opts_t *opts, ps_postoffice_t *po[SMALL_JOB_NODES])
 {
     static const ps_role_t roles[SMALL_JOB_NODES] = {PS_ROLE_SCHEDULER, PS_ROLE_SERVER,

@@ -28,6 +28,12 @@ typedef struct {
  * own. */
 void small_job_node_params(ps_role_t role, const char *van, int port, ps_start_params_t *p);
 
+/* Starts the nodes of params[0..n) (n <= SMALL_JOB_NODES) at once, with
+ * the start barrier, into po[i]: the nodes of a job that live in this
+ * process when the others run in processes of their own. PS_OK when all
+ * started, else the first failure. */
+ps_status_t small_job_start_nodes(const ps_start_params_t *params, int n, ps_postoffice_t **po);
+
 /* Starts the three with the start barrier (15 s deadline); PS_OK when all
  * did, else the first failure (those started are in po[]). */
 ps_status_t small_job_start(const small_job_opts_t *opts, ps_postoffice_t *po[SMALL_JOB_NODES]);
