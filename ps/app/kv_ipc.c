@@ -353,12 +353,11 @@ static void *stream_of(ps__kv_ipc_cache_t *c, ps_mem_kind_t kind, int device)
     return NULL;
 }
 
-/* One copy between a pinned entry's memory and `other` (host memory or
- * memory of the entry's kind) on the cache's stream for the entry's
- * device, waited for up to timeout_ms; `keep` is the slice the copy
- * touches on our side. Unpins the entry unless the copy may still land
- * (*may_land_p set): then the entry stays pinned and `keep` referenced
- * until a later prune sees it done. */
+/* One copy from src to dst, one of them inside pinned entry e's memory
+ * and the other ours (`keep`: host memory or memory of e's kind), on the
+ * cache's stream for e's device, waited for up to timeout_ms. Unpins e
+ * unless the copy may still land (*may_land_p set): then e stays pinned
+ * and `keep` referenced until a later prune sees the copy done. */
 static ps_status_t copy_pinned(ps__kv_ipc_cache_t *c, int sender, ipc_entry_t *e, void *dst,
                                const void *src, size_t len, const ps_slice_t *keep,
                                int timeout_ms, int *may_land_p)

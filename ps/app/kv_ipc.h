@@ -120,11 +120,10 @@ ps_status_t ps__kv_ipc_fetch(ps__kv_ipc_cache_t *cache, int sender,
  * kind: a receive buffer the server registered) with one device-to-device
  * copy on the cache's stream for that device, waited for up to timeout_ms.
  * PS_ERR_UNSUPPORTED for `dst` in host memory or another kind (fetch into
- * the pinned pool instead). A
- * copy that did not complete by the deadline (PS_ERR_TIMED_OUT) sets
- * *may_land_p: it may still write `dst`, which stays referenced and the
- * allocation open until it is done. Thread-safe, the copy outside the
- * cache's lock. */
+ * the pinned pool instead). A copy that did not complete by the deadline
+ * (PS_ERR_TIMED_OUT) sets *may_land_p: it may still write `dst`, which
+ * stays referenced and the allocation open until it is done. Thread-safe,
+ * the copy outside the cache's lock. */
 ps_status_t ps__kv_ipc_fetch_into(ps__kv_ipc_cache_t *cache, int sender,
                                   const ps__kv_ipc_desc_t *desc, const ps_slice_t *dst,
                                   int timeout_ms, int *may_land_p);
