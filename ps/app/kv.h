@@ -285,6 +285,19 @@ ps_status_t ps_kv_server_register_recv_buffer(ps_kv_server_t *server, int worker
  * pull, cmd; sent to meta->sender. */
 ps_status_t ps_kv_server_respond(ps_kv_server_t *server, const ps_kv_meta_t *meta,
                                  const ps_kv_pairs_t *res);
+/* ps_kv_server_respond once `res`'s device values are ready: once `ready`'s
+ * event completed, or the work queued so far on its stream (ps records an
+ * event on it during the call) is done (StepMesh's response event). The
+ * call returns at once; a thread of the server polls the event, so neither
+ * the handler nor the van's progress loop waits on the device, and answers
+ * waiting so go out in the order they were made. Host values, or neither
+ * field set: answered at the call. The slices are referenced until then.
+ * An answer not ready within PS_REQUEST_TIMEOUT_MS fails the request with
+ * PS_ERR_TIMED_OUT instead; one still waiting when the server is destroyed
+ * fails it with PS_ERR_SHUTDOWN. */
+ps_status_t ps_kv_server_respond_when(ps_kv_server_t *server, const ps_kv_meta_t *meta,
+                                      const ps_kv_pairs_t *res, const ps_kv_ready_t *ready);
+
 /* Fails a request instead of answering it (exactly once per request, in
  * place of ps_kv_server_respond): the worker's wait and callback get
  * `status`, an error status (< 0, of the ranges in ps/base/status.h, e.g.

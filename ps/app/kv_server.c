@@ -28,6 +28,7 @@
 #include "ps/app/kv_error.h"
 #include "ps/app/kv_ipc.h"
 #include "ps/app/kv_lane.h"
+#include "ps/app/ready_queue.h"
 #include "ps/base/buffer.h"
 #include "ps/base/log.h"
 #include "ps/base/stage_trace.h"
@@ -66,6 +67,9 @@ struct ps_kv_server {
     /* Workers' device allocations opened for pushes as IPC handles
      * (kv_ipc.h); made with the first such push. */
     _Atomic(ps__kv_ipc_cache_t *) ipc;
+    /* Answers waiting for their device values (ps_kv_server_respond_when);
+     * made with the first, under reg_lock. */
+    _Atomic(ps__ready_queue_t *) ready;
     /* Pulls whose destination came as an IPC descriptor and are not
      * answered yet (unordered); under reg_lock. Any entry is found with
      * atomic_load(&num_ipc_pulls) > 0 first, so most responses never
@@ -447,6 +451,8 @@ void ps_kv_server_destroy(ps_kv_server_t *server)
         return;
     }
     ps_buf_unref(atomic_exchange(&server->lane_spare, NULL));
+    /* Answers still waiting for their values fail now (PS_ERR_SHUTDOWN). */
+    ps__ready_queue_destroy(atomic_exchange(&server->ready, NULL));
     if (atomic_load(&server->ipc) != NULL)
         ps_postoffice_remove_node_callback(server->po, ipc_node_gone, server);
     ps__kv_ipc_cache_destroy(atomic_exchange(&server->ipc, NULL));
@@ -628,6 +634,83 @@ static ps_status_t respond(ps_kv_server_t *server, const ps_kv_meta_t *meta,
           (st = ps_msg_lend_data(&msg, &res->lens, PS_DATA_INT32)) != PS_OK)))
         return st;
     return send_response(server, meta, &msg);
+}
+
+/* An answer waiting for its device values (ps_kv_server_respond_when). */
+typedef struct {
+    ps_kv_server_t *server;
+    ps_kv_meta_t meta;
+    ps_kv_pairs_t res; /* referenced */
+} kv_later_t;
+
+static void later_run(void *arg, ps_status_t why)
+{
+    kv_later_t *l = arg;
+    if (why == PS_OK) {
+        (void)ps_kv_server_respond(l->server, &l->meta, &l->res);
+    } else {
+        ps_warn(PS_LOG_APP, "kv server app %d: the answer to ts %d from node %d never became "
+                "ready (%s); failing the request", l->server->app_id, l->meta.timestamp,
+                l->meta.sender, ps_status_str(why));
+        (void)ps_kv_server_respond_error(l->server, &l->meta,
+                                         ps__kv_error_ok(why) ? why : PS_ERR_TIMED_OUT);
+    }
+    ps_slice_unref(&l->res.keys);
+    ps_slice_unref(&l->res.vals);
+    ps_slice_unref(&l->res.lens);
+    free(l);
+}
+
+static ps_status_t ready_queue_of(ps_kv_server_t *s, ps__ready_queue_t **queue_p)
+{
+    ps__ready_queue_t *q = atomic_load(&s->ready);
+    ps_status_t st = PS_OK;
+    if (q == NULL) {
+        ps_mutex_lock(&s->reg_lock);
+        q = atomic_load(&s->ready);
+        if (q == NULL && (st = ps__ready_queue_create(&q)) == PS_OK)
+            atomic_store(&s->ready, q);
+        ps_mutex_unlock(&s->reg_lock);
+    }
+    *queue_p = q;
+    return st;
+}
+
+ps_status_t ps_kv_server_respond_when(ps_kv_server_t *server, const ps_kv_meta_t *meta,
+                                      const ps_kv_pairs_t *res, const ps_kv_ready_t *ready)
+{
+    if (!server || !meta)
+        return PS_ERR_INVALID_ARG;
+    if (!ready || !res || res->vals.len == 0 || ps_slice_in_host_mem(&res->vals) ||
+        (!ready->event && !ready->stream))
+        return ps_kv_server_respond(server, meta, res);
+    ps_mem_event_h ev;
+    bool own;
+    ps_status_t st = ps__ready_event(ps_slice_mem_ops_kind(&res->vals), ps_slice_device(&res->vals),
+                                     ready->event, ready->stream, "kv answer", &ev, &own);
+    if (st != PS_OK)
+        return st;
+    if (ev == NULL)
+        return ps_kv_server_respond(server, meta, res); /* done already */
+    ps__ready_queue_t *q;
+    kv_later_t *l = malloc(sizeof(*l));
+    st = l ? ready_queue_of(server, &q) : PS_ERR_NO_MEMORY;
+    if (st == PS_OK) {
+        *l = (kv_later_t){server, *meta,
+                          {ps_slice_ref(&res->keys), ps_slice_ref(&res->vals),
+                           ps_slice_ref(&res->lens), res->type}};
+        st = ps__ready_queue_add(q, ev, own, ps_postoffice_request_timeout_ms(server->po),
+                                 later_run, l);
+        if (st == PS_OK)
+            return PS_OK;
+        ps_slice_unref(&l->res.keys);
+        ps_slice_unref(&l->res.vals);
+        ps_slice_unref(&l->res.lens);
+    }
+    free(l);
+    if (own)
+        (void)ps_mem_event_destroy(ev);
+    return st;
 }
 
 ps_status_t ps_kv_server_respond_error(ps_kv_server_t *server, const ps_kv_meta_t *meta,

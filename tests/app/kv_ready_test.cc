@@ -1,6 +1,7 @@
 // Pushes that carry a readiness event: the values are written on a device
 // stream after a delay, and the push (or a summed tensor's every part) must
-// carry what the stream wrote, not what the memory held at the call. On the
+// carry what the stream wrote, not what the memory held at the call; and
+// server answers that carry one (ps_kv_server_respond_when). On the
 // emulated device (its streams run on threads of their own), over tcp and
 // shm.
 #include <gtest/gtest.h>
@@ -270,6 +271,87 @@ TEST_P(KvReady, SumTensorPartsWaitForTheStream)
     ps_sum_tensor_destroy(t);
     ps_kv_worker_destroy(sw);
     ps_sum_server_destroy(sums);
+}
+
+// A server that answers pulls with device values a stream writes once a
+// gate opens (ps_kv_server_respond_when with the stream), as app 2.
+struct LateAnswers {
+    void *stream = nullptr;
+    ps_slice_t vals = PS_SLICE_EMPTY_INIT;
+    Gate *gate = nullptr;
+    std::atomic<int> calls{0}, bad{0};
+
+    static void Handle(void *arg, const ps_kv_meta_t *meta, const ps_kv_pairs_t *req,
+                       ps_kv_server_t *server)
+    {
+        auto *a = static_cast<LateAnswers *>(arg);
+        ps_kv_pairs_t res = {req->keys, a->vals, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
+        ps_kv_ready_t ready = {nullptr, a->stream};
+        if (Emu()->launch_host_func(a->stream, Gate::Wait, a->gate) != PS_OK ||
+            Emu()->memset_async(ps_slice_ptr(&a->vals), 6, a->vals.len, a->stream) != PS_OK ||
+            ps_kv_server_respond_when(server, meta, &res, &ready) != PS_OK)
+            a->bad++;
+        a->calls++;
+    }
+};
+
+// The server's answer waits for the stream that writes its values: the
+// handler returns at once, the pull ends only after the gate opened, and
+// it carries what the stream wrote.
+TEST_P(KvReady, AnAnswerOnAStreamGoesOnceTheStreamWroteIt)
+{
+    Start(0);
+    Gate gate;
+    GateCap cap(&gate);
+    LateAnswers a;
+    a.stream = stream_;
+    a.vals = vals_;
+    a.gate = &gate;
+    ps_kv_server_t *srv;
+    ps_kv_worker_t *w;
+    ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 2, LateAnswers::Handle, &a, &srv));
+    ASSERT_EQ(PS_OK, ps_kv_worker_create(po_[SMALL_JOB_WORKER], 2, 0, &w));
+    std::vector<unsigned char> got(kBytes, 0);
+    int ts;
+    ASSERT_EQ(PS_OK, ps_kv_pull(w, &key_, 1, got.data(), kBytes, nullptr, PS_DATA_UINT8, 0,
+                                nullptr, nullptr, &ts));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_kv_wait(w, ts, 300)) << "answered before the stream wrote";
+    EXPECT_EQ(1, a.calls.load());
+    gate.open = true;
+    ASSERT_EQ(PS_OK, ps_kv_wait(w, ts, 10000));
+    EXPECT_FALSE(cap.Forced()) << "the handler waited for the stream";
+    EXPECT_EQ(0, a.bad.load());
+    for (size_t i = 0; i < kBytes; i++)
+        ASSERT_EQ(6, got[i]) << "byte " << i;
+    DrainStream();
+    ps_kv_worker_destroy(w);
+    ps_kv_server_destroy(srv);
+}
+
+// An answer still waiting for its values when the server is destroyed
+// fails the request with PS_ERR_SHUTDOWN.
+TEST_P(KvReady, AnAnswerStillWaitingAtDestroyFailsTheRequest)
+{
+    Start(0);
+    Gate gate;
+    LateAnswers a;
+    a.stream = stream_;
+    a.vals = vals_;
+    a.gate = &gate;
+    ps_kv_server_t *srv;
+    ps_kv_worker_t *w;
+    ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 2, LateAnswers::Handle, &a, &srv));
+    ASSERT_EQ(PS_OK, ps_kv_worker_create(po_[SMALL_JOB_WORKER], 2, 0, &w));
+    std::vector<unsigned char> got(kBytes, 0);
+    int ts;
+    ASSERT_EQ(PS_OK, ps_kv_pull(w, &key_, 1, got.data(), kBytes, nullptr, PS_DATA_UINT8, 0,
+                                nullptr, nullptr, &ts));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_kv_wait(w, ts, 300));
+    ps_kv_server_destroy(srv);
+    EXPECT_EQ(PS_ERR_SHUTDOWN, ps_kv_wait(w, ts, 10000));
+    gate.open = true;
+    DrainStream();
+    ps_kv_worker_destroy(w);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vans, KvReady, ::testing::Values("tcp", "shm"),

@@ -200,10 +200,13 @@ static PyObject *request_respond(PyObject *self, PyObject *args, PyObject *kw)
         ps__py_view_free(view);
         return NULL;
     }
+    /* Device values go once the stream their producer names (its
+     * __cuda_array_interface__) is done with them. */
+    ps_kv_ready_t ready = {NULL, view->stream};
     ps_status_t st = ps__py_view_slice(view, &res.vals);
     if (st == PS_OK) {
         Py_BEGIN_ALLOW_THREADS
-        st = ps_kv_server_respond(s->server, &it->meta, &res);
+        st = ps_kv_server_respond_when(s->server, &it->meta, &res, &ready);
         Py_END_ALLOW_THREADS
         ps_slice_unref(&res.vals);
     }
