@@ -239,6 +239,24 @@ ps_status_t ps_af_server_respond(ps_af_server_t *server, ps_af_batch_t *batch,
                                  const ps_af_tensor_t *results, ps_buf_t *const *owners,
                                  size_t num_results);
 
+/* ps_af_server_respond once the device results are ready (StepMesh's
+ * response event, Response(..., need_event)): once `ready`'s event
+ * completed, or the work queued so far on its stream (ps records an event
+ * on it during the call) is done. The results are matched to the batch's
+ * slots now (PS_ERR_INVALID_ARG, nothing queued, as for
+ * ps_af_server_respond) and sent later by a thread of the server, so
+ * neither the handler nor the van's progress loop waits on the device;
+ * answers waiting so go out in the order they were made. The tensors are
+ * copied and the owners referenced; the results' memory follows
+ * ps_af_server_respond's rule. Host results, or neither field set:
+ * answered at the call. An answer not ready within PS_REQUEST_TIMEOUT_MS,
+ * or still waiting when the server is destroyed, is not sent (the
+ * worker's batch fails by its own deadline) and its slots count as
+ * answered. */
+ps_status_t ps_af_server_respond_when(ps_af_server_t *server, ps_af_batch_t *batch,
+                                      const ps_af_tensor_t *results, ps_buf_t *const *owners,
+                                      size_t num_results, const ps_af_ready_t *ready);
+
 /* Where worker_ranks[i]'s pushes of keys[i] land: at the start of the
  * i-th of n equal parts of `tensor` (its byte size must divide by n), as
  * StepMesh's RegisterRecvTensor. Used when the transport receives into a

@@ -17,6 +17,7 @@
 #include "ps/app/host_stage.h"
 #include "ps/app/af_order.h"
 #include "ps/app/af_wire.h"
+#include "ps/app/ready_queue.h"
 #include "ps/base/buffer.h"
 #include "ps/base/config.h"
 #include "ps/base/log.h"
@@ -77,6 +78,9 @@ struct ps_af_server {
     ps_mutex_t reg_lock;
     af_reg_t *regs;
     size_t num_regs, cap_regs;
+    /* Answers waiting for their device results (ps_af_server_respond_when);
+     * made with the first, under reg_lock. */
+    _Atomic(ps__ready_queue_t *) later;
     atomic_uint_least64_t n_batches, n_in_place, n_push_bytes, n_dropped;
 };
 
@@ -400,6 +404,9 @@ void ps_af_server_destroy(ps_af_server_t *s)
     if (stuck)
         ps_warn(PS_LOG_APP, "af server app %d: %d threads still in get_batch at destroy", s->app_id,
                 stuck);
+    /* Answers still waiting for their results are not sent (the workers'
+     * batches time out); their batches are freed. */
+    ps__ready_queue_destroy(atomic_exchange(&s->later, NULL));
     ps_customer_destroy(s->customer); /* no receive runs after this */
     for (int i = 0; i < s->num_workers; i++) {
         af_peer_t *p = &s->peers[i];
@@ -658,6 +665,128 @@ ps_status_t ps_af_server_respond(ps_af_server_t *s, ps_af_batch_t *batch,
         free(match);
     if (ended)
         batch_free(b);
+    return st;
+}
+
+/* ---- answers that wait for their results ---- */
+
+typedef struct {
+    ps_af_server_t *server;
+    af_batch_t *batch;
+    size_t n;
+    ps_af_tensor_t *results; /* n, copied */
+    ps_buf_t **owners;       /* n, referenced (NULL entries allowed) */
+} af_later_t;
+
+static void later_free(af_later_t *l)
+{
+    for (size_t r = 0; r < l->n; r++)
+        ps_buf_unref(l->owners[r]);
+    free(l);
+}
+
+/* The answer's results never became ready: its slots are given up
+ * unsent (the worker's batch times out), and the batch ends when no
+ * other slot is left. */
+static void later_abandon(af_later_t *l, ps_status_t why)
+{
+    af_batch_t *b = l->batch;
+    uint32_t match_stack[64];
+    uint32_t *match = l->n <= 64 ? match_stack : calloc(l->n, sizeof(*match));
+    int ended = 0;
+    ps_warn(PS_LOG_APP, "af server app %d: an answer to node %d's batch %llu never became ready "
+            "(%s); not sent", l->server->app_id, b->pub.sender, (unsigned long long)b->pub.seq,
+            ps_status_str(why));
+    if (match && match_results(b, l->results, l->owners, l->n, match) == PS_OK) {
+        for (size_t r = 0; r < l->n; r++) {
+            if (!atomic_exchange(&b->answered[match[r]], 1) &&
+                atomic_fetch_sub(&b->left, 1) == 1)
+                ended = 1;
+        }
+    }
+    if (match != match_stack)
+        free(match);
+    if (ended)
+        batch_free(b);
+}
+
+static void later_run(void *arg, ps_status_t why)
+{
+    af_later_t *l = arg;
+    if (why == PS_OK)
+        (void)ps_af_server_respond(l->server, &l->batch->pub, l->results, l->owners, l->n);
+    else
+        later_abandon(l, why);
+    later_free(l);
+}
+
+static ps_status_t later_queue_of(ps_af_server_t *s, ps__ready_queue_t **queue_p)
+{
+    ps__ready_queue_t *q = atomic_load(&s->later);
+    ps_status_t st = PS_OK;
+    if (q == NULL) {
+        ps_mutex_lock(&s->reg_lock);
+        q = atomic_load(&s->later);
+        if (q == NULL && (st = ps__ready_queue_create(&q)) == PS_OK)
+            atomic_store(&s->later, q);
+        ps_mutex_unlock(&s->reg_lock);
+    }
+    *queue_p = q;
+    return st;
+}
+
+ps_status_t ps_af_server_respond_when(ps_af_server_t *s, ps_af_batch_t *batch,
+                                      const ps_af_tensor_t *results, ps_buf_t *const *owners,
+                                      size_t n, const ps_af_ready_t *ready)
+{
+    if (!s || !batch || (n && !results))
+        return PS_ERR_INVALID_ARG;
+    /* The first result in device memory names the kind and device. */
+    const ps_af_tensor_t *dev = NULL;
+    for (size_t r = 0; r < n && dev == NULL; r++) {
+        if (results[r].mem_kind != PS_MEM_HOST)
+            dev = &results[r];
+    }
+    if (!ready || dev == NULL || (!ready->event && !ready->stream))
+        return ps_af_server_respond(s, batch, results, owners, n);
+    af_batch_t *b = (af_batch_t *)batch;
+    uint32_t match_stack[64];
+    uint32_t *match = n <= 64 ? match_stack : calloc(n, sizeof(*match));
+    if (!match)
+        return PS_ERR_NO_MEMORY;
+    ps_status_t st = match_results(b, results, owners, n, match);
+    if (match != match_stack)
+        free(match);
+    if (st != PS_OK)
+        return st; /* said now, not when the results are ready */
+    ps_mem_event_h ev;
+    bool own;
+    if ((st = ps__ready_event((ps_mem_kind_t)dev->mem_kind, dev->device, ready->event,
+                              ready->stream, "af answer", &ev, &own)) != PS_OK)
+        return st;
+    if (ev == NULL)
+        return ps_af_server_respond(s, batch, results, owners, n); /* done already */
+    ps__ready_queue_t *q;
+    af_later_t *l = calloc(1, sizeof(*l) + n * (sizeof(*l->results) + sizeof(*l->owners)));
+    st = l ? later_queue_of(s, &q) : PS_ERR_NO_MEMORY;
+    if (st == PS_OK) {
+        l->server = s;
+        l->batch = b;
+        l->n = n;
+        l->results = (ps_af_tensor_t *)(l + 1);
+        l->owners = (ps_buf_t **)(l->results + n);
+        memcpy(l->results, results, n * sizeof(*results));
+        for (size_t r = 0; r < n; r++)
+            l->owners[r] = owners && owners[r] ? ps_buf_ref(owners[r]) : NULL;
+        st = ps__ready_queue_add(q, ev, own, s->request_timeout_ms, later_run, l);
+        if (st == PS_OK)
+            return PS_OK;
+        later_free(l);
+        l = NULL;
+    }
+    free(l);
+    if (own)
+        (void)ps_mem_event_destroy(ev);
     return st;
 }
 

@@ -2,7 +2,10 @@
 // the push tensor is written on a device stream after a delay and the
 // server must see what the stream wrote, not what the memory held at the
 // call; a batch never ready fails with PS_ERR_TIMED_OUT unsent, and the
-// worker goes on. On the emulated device, over tcp and shm.
+// worker goes on. Answers with one (ps_af_server_respond_when): the
+// worker must get what the server's stream wrote into its result, and an
+// answer never ready is not sent. On the emulated device, over tcp and
+// shm.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -126,6 +129,104 @@ TEST_P(AfReady, ABatchNeverReadyFailsUnsentAndTheNextGoes)
     EXPECT_EQ(3, out_[0]);
     EXPECT_EQ(1, server_.batches.load());
 }
+
+// A server that answers each batch from device memory its stream writes
+// once a gate opens: the answer waits for the stream, not the handler.
+struct LateResults {
+    void *stream = nullptr;
+    ps_slice_t result = PS_SLICE_EMPTY_INIT;
+    Gate *gate = nullptr;
+    std::atomic<int> batches{0}, bad{0};
+
+    static void Handle(void *arg, ps_af_server_t *server, ps_af_batch_t *b)
+    {
+        auto *l = static_cast<LateResults *>(arg);
+        ps_af_tensor_t r = b->pull[0];
+        r.data = ps_slice_ptr(&l->result);
+        r.mem_kind = PS_MEM_EMU;
+        r.device = 0;
+        ps_af_ready_t ready = {nullptr, l->stream};
+        if (Emu()->launch_host_func(l->stream, Gate::Wait, l->gate) != PS_OK ||
+            Emu()->memset_async(ps_slice_ptr(&l->result), 9, l->result.len, l->stream) != PS_OK ||
+            ps_af_server_respond_when(server, b, &r, nullptr, 1, &ready) != PS_OK)
+            l->bad++;
+        l->batches++;
+    }
+};
+
+class AfReadyAnswers : public AfReady {
+  protected:
+    // A server (app 1) answering with LateResults, and a worker of it.
+    void StartLate(int request_ms, Gate *gate)
+    {
+        ASSERT_NO_FATAL_FAILURE(Start(request_ms));
+        ASSERT_EQ(PS_OK, ps_mem_slice_alloc(PS_MEM_EMU, 0, kBytes, &late_.result));
+        ASSERT_EQ(PS_OK, Emu()->memset(ps_slice_ptr(&late_.result), 0, kBytes));
+        late_.stream = stream_;
+        late_.gate = gate;
+        ASSERT_EQ(PS_OK, ps_af_server_create(po_[SMALL_JOB_SERVER], 1, LateResults::Handle, &late_,
+                                             &late_srv_));
+        ASSERT_EQ(PS_OK, ps_af_worker_create(po_[SMALL_JOB_WORKER], 1, 0, &late_w_));
+        ASSERT_EQ(PS_OK, Emu()->memset(ps_slice_ptr(&dev_), 1, kBytes));
+    }
+    void TearDown() override
+    {
+        if (late_w_ != nullptr)
+            ps_af_worker_destroy(late_w_);
+        if (late_srv_ != nullptr)
+            ps_af_server_destroy(late_srv_);
+        AfReady::TearDown();
+        ps_slice_unref(&late_.result);
+    }
+    LateResults late_;
+    ps_af_server_t *late_srv_ = nullptr;
+    ps_af_worker_t *late_w_ = nullptr;
+};
+
+TEST_P(AfReadyAnswers, TheAnswerCarriesWhatTheServersStreamWrote)
+{
+    Gate gate;
+    GateCap cap(&gate);
+    ASSERT_NO_FATAL_FAILURE(StartLate(0, &gate));
+    ps_af_handle_t *h;
+    ASSERT_EQ(PS_OK, ps_af_worker_batch_push_pull(late_w_, &push_, 1, &pull_, 1, &h));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_af_worker_wait(late_w_, h, 300)) << "answered before the "
+                                                                       "result was written";
+    EXPECT_EQ(1, late_.batches.load());
+    gate.open = true;
+    ASSERT_EQ(PS_OK, ps_af_worker_wait(late_w_, h, 10000));
+    ps_af_handle_release(late_w_, h);
+    EXPECT_FALSE(cap.Forced()) << "the handler waited for the stream";
+    EXPECT_EQ(0, late_.bad.load());
+    for (int64_t i = 0; i < kBytes; i++)
+        ASSERT_EQ(9, out_[i]) << "byte " << i;
+    ASSERT_EQ(PS_OK, DrainEmuStream(stream_));
+}
+
+// An answer whose result is not ready when the worker's deadline passes is
+// not sent; one still waiting when the server is destroyed is given up
+// (its batch freed, nothing sent).
+TEST_P(AfReadyAnswers, AnAnswerNotReadyIsNotSent)
+{
+    Gate gate;
+    ASSERT_NO_FATAL_FAILURE(StartLate(0, &gate));
+    ps_af_handle_t *h;
+    ASSERT_EQ(PS_OK, ps_af_worker_batch_push_pull(late_w_, &push_, 1, &pull_, 1, &h));
+    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_af_worker_wait(late_w_, h, 600));
+    ps_af_handle_release(late_w_, h);
+    EXPECT_EQ(0, out_[0]) << "an answer that was not ready arrived";
+    ps_af_worker_destroy(late_w_);
+    late_w_ = nullptr;
+    ps_af_server_destroy(late_srv_);
+    late_srv_ = nullptr;
+    gate.open = true;
+    ASSERT_EQ(PS_OK, DrainEmuStream(stream_));
+    EXPECT_EQ(1, late_.batches.load());
+    EXPECT_EQ(0, late_.bad.load());
+}
+
+INSTANTIATE_TEST_SUITE_P(Vans, AfReadyAnswers, ::testing::Values("tcp", "shm"),
+                         [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });
 
 INSTANTIATE_TEST_SUITE_P(Vans, AfReady, ::testing::Values("tcp", "shm"),
                          [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });

@@ -129,10 +129,10 @@ static int views_sync(const ps__py_view_t *views, const ps__py_view_t *end)
     return 0;
 }
 
-/* The readiness of a batch's push tensors: the one stream their producer
- * wrote them on goes to the worker, which sends the batch once its work is
- * done, without holding up the caller; tensors on several streams are
- * waited for here. -1 with an exception. */
+/* The readiness of tensors to send (a batch's pushes, an answer's
+ * results): the one stream their producer wrote them on goes to ps, which
+ * sends once its work is done, without holding up the caller; tensors on
+ * several streams are waited for here. -1 with an exception. */
 static int push_ready(const ps__py_view_t *push_views, ps_af_ready_t *ready_p)
 {
     void *stream = NULL;
@@ -757,8 +757,9 @@ static PyObject *server_respond(PyObject *self, PyObject *args, PyObject *kw)
     ps__py_view_t *views = NULL;
     ps_af_tensor_t *results = NULL;
     size_t n = 0;
+    ps_af_ready_t ready = {NULL, NULL};
     if (tensors_get(results_obj, 0, "results", &results, &n, &views) < 0 ||
-        views_sync(views, NULL) < 0) {
+        push_ready(views, &ready) < 0) {
         free(results);
         views_free(views);
         return NULL;
@@ -795,7 +796,7 @@ static PyObject *server_respond(PyObject *self, PyObject *args, PyObject *kw)
         ps_af_server_t *server = s->server;
         ps_af_batch_t *cb = b->batch;
         Py_BEGIN_ALLOW_THREADS
-        st = ps_af_server_respond(server, cb, results, owners, n);
+        st = ps_af_server_respond_when(server, cb, results, owners, n, &ready);
         Py_END_ALLOW_THREADS
         /* Refused results leave the batch as it was; otherwise their slots
          * are answered, a send that failed included. */
