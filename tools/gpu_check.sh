@@ -31,6 +31,9 @@
 #     Last, each worker pushes data a stream writes 50 ms late (a host
 #     function sleeping, then an asynchronous memset) with the stream as its
 #     readiness: the call returns at once and the pulled bytes are the sum;
+#     and pulls what a server answers from device memory its stream writes
+#     50 ms late, with that stream as the answer's readiness
+#     (ps_kv_server_respond_when): every byte must be what the stream wrote;
 #   - a data-parallel PyTorch training run (tests/python/train_node.py: 2
 #     workers and a summation server, ps.torch) on CUDA tensors (CPU ones
 #     for `run emu`) whose parameters must match a single-process run, when

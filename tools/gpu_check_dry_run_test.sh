@@ -40,6 +40,7 @@ echo "$out"
 lines=$(grep -c "worker [01]: .* push .* pull .*sums checked" <<<"$out")
 bw=$(grep -c "bytes: d2h pageable .* GB/s" <<<"$out")
 late=$(grep -c "worker [01]: late-ready push .* bytes checked" <<<"$out")
+late_answer=$(grep -c "worker [01]: late-ready answer .* bytes checked" <<<"$out")
 trained=$(grep -c "PASSED: training (cpu)" <<<"$out")
 driven=$(grep -c "PASSED: test.sh \(cpu2cpu\|cpu2gpu\|gpu2gpu\|gpu2cpu\)" <<<"$out")
 pydev=$(grep -c "PASSED: Python \(kv\|kv-store\|af\) device values (emu)" <<<"$out")
@@ -57,11 +58,11 @@ job_lines() { awk -v job="== KV job over $1," 'index($0, "== ") == 1 { on = inde
 ipc_pulled=$(job_lines shm-ipc | grep -c "worker [01]: device values pulled: [1-9][0-9]* bytes written in place")
 ipc_hostile=$(job_lines shm-ipc | grep -c "worker [01]: hostile pulls: 5 bad destination descriptors answered")
 staged_pulled=$( (job_lines tcp; job_lines shm) | grep -c "worker [01]: device values pulled: 0 bytes written in place")
-if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6 ] || [ "$trained" -ne "$want_trained" ] || [ "$driven" -ne 4 ] ||
+if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6 ] || [ "$late_answer" -ne 6 ] || [ "$trained" -ne "$want_trained" ] || [ "$driven" -ne 4 ] ||
   [ "$pydev" -ne $((3 * want_trained)) ] || [ "$ipc_pulled" -ne 2 ] || [ "$ipc_hostile" -ne 2 ] ||
   [ "$staged_pulled" -ne 4 ] || [ "$store" -ne 2 ] || [ "$landed" -ne 2 ] || [ "$store_vs_d2d" -ne 1 ] ||
   ! grep -q "every check passed" <<<"$out"; then
-  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, training passed $trained of $want_trained, test.sh $driven of 4 pairings, Python device jobs $pydev of $((3 * want_trained)), IPC pull lines $ipc_pulled of 2 (shm-ipc), hostile pull lines $ipc_hostile of 2 (shm-ipc), no-IPC pull lines $staged_pulled of 4 (tcp, shm), device store jobs $store of 2 ($landed with every push landed, $store_vs_d2d set against d2d)"
+  echo "FAILED: gpu_check.sh run emu: status $rc, $lines of 108 round lines, $bw of 3 bandwidth lines, $late of 6 late-ready lines, $late_answer of 6 late-answer lines, training passed $trained of $want_trained, test.sh $driven of 4 pairings, Python device jobs $pydev of $((3 * want_trained)), IPC pull lines $ipc_pulled of 2 (shm-ipc), hostile pull lines $ipc_hostile of 2 (shm-ipc), no-IPC pull lines $staged_pulled of 4 (tcp, shm), device store jobs $store of 2 ($landed with every push landed, $store_vs_d2d set against d2d)"
   exit 1
 fi
 echo "PASSED: gpu_check.sh run emu ($lines rounds checked, device pulls through IPC in the shm-ipc job only)"

@@ -18,7 +18,10 @@
  * and of the pull, the median over REPS rounds (default 1) on one set of
  * buffers per path, each round with keys of its own. Last, a push whose
  * data a stream writes late, sent with the stream as its readiness
- * (ps_kv_zpush_when), its bytes checked too.
+ * (ps_kv_zpush_when), its bytes checked too; then a pull the server
+ * answers from device memory its stream writes LATE_MS late, with that
+ * stream as the answer's readiness (ps_kv_server_respond_when): the pull
+ * must carry what the stream wrote.
  *
  * The device pushes must have gone out of host copies, or with -i as IPC
  * handles (PS_DEVICE_IPC=1 over the shm van), every byte of them; with -i
@@ -42,6 +45,7 @@
 #include "ps/app/kv.h"
 #include "ps/app/kv_ipc.h"
 #include "ps/base/buffer.h"
+#include "ps/base/ids.h"
 #include "ps/base/time.h"
 #include "ps/gpu/mem.h"
 #include "ps/net/customer.h"
@@ -507,6 +511,65 @@ static void hostile_round(ps_postoffice_t *po, ps_kv_worker_t *w)
     ps_slice_unref(&keys);
 }
 
+/* The server's side of the late answer (KV app 1): each pull is answered
+ * from device memory its stream fills with (worker rank + 7) after
+ * LATE_MS, the stream named as the answer's readiness. */
+static void *g_answer_stream;
+
+static void late_answer_handler(void *arg, const ps_kv_meta_t *meta, const ps_kv_pairs_t *req,
+                                ps_kv_server_t *server)
+{
+    (void)arg;
+    if (!meta->pull || meta->val_len <= 0) {
+        CHECK_OK(ps_kv_server_respond_error(server, meta, PS_ERR_INVALID_ARG));
+        return;
+    }
+    ps_slice_t vals;
+    void *dev = alloc_slice(1, (size_t)meta->val_len, &vals);
+    int value = (ps_id_to_rank(meta->sender) + 7) & 0xff;
+    CHECK_OK(g_ops->launch_host_func(g_answer_stream, sleep_on_stream,
+                                     (void *)(uintptr_t)LATE_MS));
+    CHECK_OK(g_ops->memset_async(dev, value, (size_t)meta->val_len, g_answer_stream));
+    ps_kv_pairs_t res = {req->keys, vals, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
+    ps_kv_ready_t ready = {NULL, g_answer_stream};
+    CHECK_OK(ps_kv_server_respond_when(server, meta, &res, &ready));
+    ps_slice_unref(&vals); /* the answer holds its own reference */
+}
+
+/* The worker's side: a pull of KV app 1 into host memory, which must end
+ * after the server's stream wrote (LATE_MS) and carry every byte of it. */
+static void late_answer_round(ps_postoffice_t *po)
+{
+    int me = ps_postoffice_my_rank(po);
+    ps_kv_worker_t *w;
+    CHECK_OK(ps_kv_worker_create(po, 1, 0, &w));
+    ps_key_t key = 23;
+    ps_slice_t keys, dst;
+    CHECK_OK(ps_slice_wrap(&key, sizeof(key), NULL, NULL, &keys));
+    unsigned char *host = alloc_slice(0, LATE_BYTES, &dst);
+    memset(host, 0, LATE_BYTES);
+    ps_kv_pairs_t out = {keys, dst, PS_SLICE_EMPTY_INIT, PS_DATA_UINT8};
+    int ts;
+    uint64_t t0 = ps_time_now_ns();
+    CHECK_OK(ps_kv_zpull(w, &out, 0, NULL, NULL, &ts));
+    CHECK_OK(ps_kv_wait(w, ts, -1));
+    double done_ms = ms_since(t0);
+    unsigned want = (unsigned)(me + 7) & 0xff;
+    for (size_t i = 0; i < LATE_BYTES; i++) {
+        if (host[i] != want)
+            check_fail("late-ready answer: byte %zu is %u, want %u", i, host[i], want);
+    }
+    if (done_ms < LATE_MS)
+        check_fail("late-ready answer: the pull ended after %.3f ms, before the server's "
+                   "stream wrote at %d ms", done_ms, LATE_MS);
+    printf("worker %d: late-ready answer of %d bytes: the pull ended %.3f ms after the call, "
+           "the server's stream writing at %d ms, %d bytes checked\n", me, LATE_BYTES, done_ms,
+           LATE_MS, LATE_BYTES);
+    ps_kv_worker_destroy(w);
+    ps_slice_unref(&dst);
+    ps_slice_unref(&keys);
+}
+
 static void run_worker(ps_postoffice_t *po)
 {
     ps_kv_worker_t *w;
@@ -514,6 +577,7 @@ static void run_worker(ps_postoffice_t *po)
     for (int s = 0; s < g_num_sizes; s++)
         measure(po, w, g_sizes[s]);
     late_ready_round(po, w);
+    late_answer_round(po);
     if (g_expect_ipc)
         hostile_round(po, w);
     ps_kv_worker_stats_t st;
@@ -539,12 +603,16 @@ static void run_worker(ps_postoffice_t *po)
 static void run_server(ps_postoffice_t *po)
 {
     ps_kv_store_t *store;
-    ps_kv_server_t *server;
+    ps_kv_server_t *server, *late;
+    CHECK_OK(g_ops->stream_create(0, &g_answer_stream));
     CHECK_OK(ps_kv_store_create(&store));
     CHECK_OK(ps_kv_server_create(po, 0, ps_kv_store_handler, store, &server));
+    CHECK_OK(ps_kv_server_create(po, 1, late_answer_handler, NULL, &late));
     CHECK_OK(ps_postoffice_barrier(po, PS_GROUP_ALL, -1));
+    ps_kv_server_destroy(late);
     ps_kv_server_destroy(server);
     ps_kv_store_destroy(store);
+    CHECK_OK(g_ops->stream_destroy(g_answer_stream));
 }
 
 static void run_scheduler(ps_postoffice_t *po)
@@ -593,7 +661,7 @@ int main(int argc, char **argv)
         g_num_sizes = 3;
     }
     ps_postoffice_t *po = check_node_start();
-    if (strcmp(check_role, "worker") == 0) {
+    if (strcmp(check_role, "scheduler") != 0) {
         if (!ps_mem_kind_linked(g_kind))
             check_fail("the %s memory kind is not linked into this binary", argv[1]);
         g_ops = ps_mem_ops(g_kind);
