@@ -534,34 +534,28 @@ ps_status_t ps__shm_try_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
 void ps__shm_disconnect(ps_van_t *v, int node_id)
 {
     ps__shm_van_t *van = ps__shm_of(v);
-    ps__shm_chan_t *gone[5];
     ps_van_handover_link_t *to_close[5];
     int n = 0;
     pthread_rwlock_wrlock(&van->sock.peers.lock);
     ps__shm_peer_t *p = ps_van_peer_table_get(&van->sock.peers, node_id, 0);
     if (p != NULL) {
-        if (p->out != NULL) {
-            gone[n++] = p->out;
-        }
-        for (int i = 0; i < p->num_in; ++i) {
-            gone[n++] = p->in[i];
+        /* The close list holds a reference of its own on each. */
+        for (int i = -1; i < p->num_in; ++i) {
+            ps__shm_chan_t *ch = i < 0 ? p->out : p->in[i];
+            if (ch != NULL) {
+                __atomic_add_fetch(&ch->refs, 1, __ATOMIC_RELAXED);
+                to_close[n++] = &ch->close_link;
+            }
         }
         p->out = NULL;
         p->num_in = 0;
-        for (int i = 0; i < n; ++i) {
-            __atomic_add_fetch(&gone[i]->refs, 1, __ATOMIC_RELAXED);
-        }
     }
     pthread_rwlock_unlock(&van->sock.peers.lock);
-    if (n == 0) {
-        return;
+    if (n > 0) {
+        ps_van_handover_put(&van->handover, NULL, 0, to_close, n);
+        ps__shm_wake(van);
+        ps_info(PS_LOG_SHM, "disconnecting from node %d", node_id);
     }
-    for (int i = 0; i < n; ++i) {
-        to_close[i] = &gone[i]->close_link;
-    }
-    ps_van_handover_put(&van->handover, NULL, 0, to_close, n);
-    ps__shm_wake(van);
-    ps_info(PS_LOG_SHM, "disconnecting from node %d", node_id);
 }
 
 /* ---- the progress thread's side ---- */

@@ -364,34 +364,26 @@ ps_status_t ps__tcp_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
 void ps__tcp_disconnect(ps_van_t *v, int node_id)
 {
     ps__tcp_van_t *van = ps__tcp_of(v);
-    ps__tcp_conn_t *gone[2 * PS__TCP_MAX_STREAMS];
     ps_van_handover_link_t *to_close[2 * PS__TCP_MAX_STREAMS];
     int n = 0;
     pthread_rwlock_wrlock(&van->sock.peers.lock);
     ps__tcp_peer_t *p = ps_van_peer_table_get(&van->sock.peers, node_id, 0);
     if (p != NULL) {
-        for (int i = 0; i < p->num_out; ++i) {
-            gone[n++] = p->out[i];
-        }
-        for (int i = 0; i < p->num_in; ++i) {
-            gone[n++] = p->in[i];
-        }
-        for (int i = 0; i < n; ++i) {
-            __atomic_add_fetch(&gone[i]->refs, 1, __ATOMIC_RELAXED);
+        /* The close list holds a reference of its own on each. */
+        for (int i = 0; i < p->num_out + p->num_in; ++i) {
+            ps__tcp_conn_t *c = i < p->num_out ? p->out[i] : p->in[i - p->num_out];
+            __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+            to_close[n++] = &c->close_link;
         }
         p->num_out = p->num_in = 0;
         __atomic_store_n(&p->chosen, NULL, __ATOMIC_RELEASE);
     }
     pthread_rwlock_unlock(&van->sock.peers.lock);
-    if (n == 0) {
-        return;
+    if (n > 0) {
+        ps_van_handover_put(&van->handover, NULL, 0, to_close, n);
+        ps__tcp_wake(van);
+        ps_info(PS_LOG_TCP, "disconnecting from node %d", node_id);
     }
-    for (int i = 0; i < n; ++i) {
-        to_close[i] = &gone[i]->close_link;
-    }
-    ps_van_handover_put(&van->handover, NULL, 0, to_close, n);
-    ps__tcp_wake(van);
-    ps_info(PS_LOG_TCP, "disconnecting from node %d", node_id);
 }
 
 static void conn_connect_failed(ps__tcp_conn_t *conn, int err)

@@ -506,31 +506,27 @@ ps_status_t ps__ucx_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
 void ps__ucx_disconnect(ps_van_t *v, int node_id)
 {
     ps__ucx_van_t *van = ps__ucx_of(v);
-    ps__ucx_conn_t *gone[1 + PS__UCX_MAX_STREAMS];
     ps_van_handover_link_t *to_close[1 + PS__UCX_MAX_STREAMS];
     int n = 0;
     pthread_rwlock_wrlock(&van->peers.lock);
     ps__ucx_peer_t *p = ps_van_peer_table_get(&van->peers, node_id, 0);
     if (p != NULL) {
-        if (p->out != NULL) {
-            gone[n++] = p->out;
-        }
-        for (int i = 0; i < p->num_in; ++i) {
-            gone[n++] = p->in[i];
+        /* The table's references move to the close list. */
+        for (int i = -1; i < p->num_in; ++i) {
+            ps__ucx_conn_t *c = i < 0 ? p->out : p->in[i];
+            if (c != NULL) {
+                to_close[n++] = &c->close_link;
+            }
         }
         p->out = NULL;
         p->num_in = 0;
     }
     pthread_rwlock_unlock(&van->peers.lock);
-    if (n == 0) {
-        return;
+    if (n > 0) {
+        ps_van_handover_put(&van->handover, NULL, 0, to_close, n);
+        ps__ucx_wake(van);
+        ps_info(PS_LOG_UCX, "disconnecting from node %d", node_id);
     }
-    for (int i = 0; i < n; ++i) {
-        to_close[i] = &gone[i]->close_link; /* the table's references move there */
-    }
-    ps_van_handover_put(&van->handover, NULL, 0, to_close, n);
-    ps__ucx_wake(van);
-    ps_info(PS_LOG_UCX, "disconnecting from node %d", node_id);
 }
 
 /* The connection a new node id is announced on: ours. */
