@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "ps/app/af_wire.h"
+#include "ps/app/kv_error.h"
+#include "ps/app/kv_ipc.h"
 #include "ps/base/status.h"
 #include "ps/net/codec/codec.h"
 #include "ps/net/codec/frame.h"
@@ -224,6 +226,42 @@ int main(int argc, char **argv)
     m.response_trace.start = 5500;
     m.response_trace.postsend = 5600;
     emit("af_pull_response", &m, NULL, 0, 1);
+
+    /* KV bodies: a push and a pull as IPC descriptors, a push-pull with
+     * both, an answer written in place, an error answer. */
+    ps__kv_ipc_desc_t ipc[2];
+    memset(ipc, 0, sizeof(ipc));
+    ipc[0] = (ps__kv_ipc_desc_t){.magic = PS__KV_IPC_MAGIC, .kind = 2, .device = 0,
+                                 .offset = 4096, .len = 1 << 20};
+    memcpy(ipc[0].handle.bytes, "emu-or-cuda-handle", 18);
+    ipc[1] = ipc[0];
+    ipc[1].magic = PS__KV_IPC_PULL_MAGIC;
+    ipc[1].offset = 64;
+    kv_meta(&m, 1, 0);
+    m.num_data_types = 1;
+    m.data_types[0] = PS_DATA_UINT64;
+    m.data_size = 8;
+    m.body = (const uint8_t *)&ipc[0];
+    m.body_len = sizeof(ipc[0]);
+    emit("kv_ipc_push", &m, kv2, 1, 0);
+    kv_meta(&m, 0, 1);
+    m.body = (const uint8_t *)&ipc[1];
+    m.body_len = sizeof(ipc[1]);
+    emit("kv_ipc_pull", &m, kv2, 1, 0);
+    kv_meta(&m, 1, 1);
+    m.body = (const uint8_t *)ipc;
+    m.body_len = sizeof(ipc);
+    emit("kv_ipc_pushpull", &m, kv2, 1, 0);
+    ps__kv_ipc_written_t in_place = {.magic = PS__KV_IPC_WRITTEN_MAGIC, .len = 1 << 20};
+    kv_meta(&m, 0, 0);
+    m.body = (const uint8_t *)&in_place;
+    m.body_len = sizeof(in_place);
+    emit("kv_ipc_written", &m, kv2, 1, 0);
+    uint8_t kv_err[PS__KV_ERROR_LEN];
+    ps__kv_error_pack(PS_ERR_NOT_FOUND, kv_err);
+    m.body = kv_err;
+    m.body_len = sizeof(kv_err);
+    emit("kv_error", &m, NULL, 0, 0);
 
     /* Simple app with a body. */
     kv_meta(&m, 0, 1);

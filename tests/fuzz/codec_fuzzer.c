@@ -18,6 +18,8 @@
 
 #include "ps/app/af.h"
 #include "ps/app/af_wire.h"
+#include "ps/app/kv_error.h"
+#include "ps/app/kv_ipc.h"
 #include "ps/base/log.h"
 #include "ps/base/status.h"
 #include "ps/net/codec/codec.h"
@@ -172,6 +174,39 @@ static void fuzz_af(const ps_meta_t *m)
               "an accepted AF tensor does not hold together");
 }
 
+/* What the KV app reads of a decoded meta's body: IPC descriptors of a
+ * request (kv_ipc.h), the written-in-place mark and the error status of an
+ * answer (kv_error.h); each either refused or exactly what the bytes say. */
+static void fuzz_kv(const ps_meta_t *m)
+{
+    ps__kv_ipc_desc_t push, pull;
+    int has_push = 7, has_pull = 7;
+    int ok = ps__kv_ipc_parse_request(m->body, m->body_len, &push, &has_push, &pull, &has_pull);
+    check(ok == (has_push || has_pull) && (has_push == 0 || has_push == 1) &&
+              (has_pull == 0 || has_pull == 1),
+          "IPC descriptor flags disagree with the verdict");
+    if (ok) {
+        size_t one = sizeof(ps__kv_ipc_desc_t);
+        check(m->body_len == (size_t)(has_push + has_pull) * one &&
+                  (!has_push || (push.magic == PS__KV_IPC_MAGIC &&
+                                 memcmp(&push, m->body, one) == 0)) &&
+                  (!has_pull || (pull.magic == PS__KV_IPC_PULL_MAGIC &&
+                                 memcmp(&pull, m->body + (has_push ? one : 0), one) == 0)),
+              "an accepted IPC request body is not what its bytes say");
+    }
+    uint64_t written;
+    if (ps__kv_ipc_written_parse(m->body, m->body_len, &written))
+        check(m->body_len == sizeof(ps__kv_ipc_written_t), "a written mark of the wrong length");
+    ps_status_t st = ps__kv_error_read(m->body, m->body_len);
+    if (st != PS_OK && st != PS_ERR_PROTOCOL) {
+        uint8_t again[PS__KV_ERROR_LEN];
+        ps__kv_error_pack(st, again);
+        check(ps__kv_error_ok(st) && m->body_len == PS__KV_ERROR_LEN &&
+                  memcmp(again, m->body, PS__KV_ERROR_LEN) == 0,
+              "an accepted KV error does not write back");
+    }
+}
+
 static void fuzz_meta(const uint8_t *data, size_t size)
 {
     ps_meta_t m;
@@ -192,6 +227,7 @@ static void fuzz_meta(const uint8_t *data, size_t size)
           "the node list is not the caller's array");
     check_round_trip(&m);
     fuzz_af(&m);
+    fuzz_kv(&m);
 }
 
 static void fuzz_frame(const uint8_t *data, size_t size)
