@@ -720,21 +720,6 @@ static void later_run(void *arg, ps_status_t why)
     later_free(l);
 }
 
-static ps_status_t later_queue_of(ps_af_server_t *s, ps__ready_queue_t **queue_p)
-{
-    ps__ready_queue_t *q = atomic_load(&s->later);
-    ps_status_t st = PS_OK;
-    if (q == NULL) {
-        ps_mutex_lock(&s->reg_lock);
-        q = atomic_load(&s->later);
-        if (q == NULL && (st = ps__ready_queue_create(&q)) == PS_OK)
-            atomic_store(&s->later, q);
-        ps_mutex_unlock(&s->reg_lock);
-    }
-    *queue_p = q;
-    return st;
-}
-
 ps_status_t ps_af_server_respond_when(ps_af_server_t *s, ps_af_batch_t *batch,
                                       const ps_af_tensor_t *results, ps_buf_t *const *owners,
                                       size_t n, const ps_af_ready_t *ready)
@@ -768,7 +753,7 @@ ps_status_t ps_af_server_respond_when(ps_af_server_t *s, ps_af_batch_t *batch,
         return ps_af_server_respond(s, batch, results, owners, n); /* done already */
     ps__ready_queue_t *q;
     af_later_t *l = calloc(1, sizeof(*l) + n * (sizeof(*l->results) + sizeof(*l->owners)));
-    st = l ? later_queue_of(s, &q) : PS_ERR_NO_MEMORY;
+    st = l ? ps__ready_queue_get(&s->later, &s->reg_lock, &q) : PS_ERR_NO_MEMORY;
     if (st == PS_OK) {
         l->server = s;
         l->batch = b;

@@ -598,15 +598,8 @@ static ps_status_t defer_batch(ps_af_worker_t *w, ps_af_handle_t *h, const ps_af
                                uint64_t start_ns, ps_mem_event_h ready, bool own)
 {
     af_deferred_t *d = malloc(sizeof(*d) + (num_push + num_pull) * sizeof(d->tensors[0]));
-    ps__ready_queue_t *q = atomic_load(&w->ready);
-    ps_status_t st = d ? PS_OK : PS_ERR_NO_MEMORY;
-    if (st == PS_OK && q == NULL) {
-        ps_mutex_lock(&w->regions_lock);
-        q = atomic_load(&w->ready);
-        if (q == NULL && (st = ps__ready_queue_create(&q)) == PS_OK)
-            atomic_store(&w->ready, q);
-        ps_mutex_unlock(&w->regions_lock);
-    }
+    ps__ready_queue_t *q = NULL;
+    ps_status_t st = d ? ps__ready_queue_get(&w->ready, &w->regions_lock, &q) : PS_ERR_NO_MEMORY;
     if (st == PS_OK) {
         *d = (af_deferred_t){.w = w, .h = h, .num_push = num_push, .start_ns = start_ns};
         if (num_push)

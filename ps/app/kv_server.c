@@ -661,21 +661,6 @@ static void later_run(void *arg, ps_status_t why)
     free(l);
 }
 
-static ps_status_t ready_queue_of(ps_kv_server_t *s, ps__ready_queue_t **queue_p)
-{
-    ps__ready_queue_t *q = atomic_load(&s->ready);
-    ps_status_t st = PS_OK;
-    if (q == NULL) {
-        ps_mutex_lock(&s->reg_lock);
-        q = atomic_load(&s->ready);
-        if (q == NULL && (st = ps__ready_queue_create(&q)) == PS_OK)
-            atomic_store(&s->ready, q);
-        ps_mutex_unlock(&s->reg_lock);
-    }
-    *queue_p = q;
-    return st;
-}
-
 ps_status_t ps_kv_server_respond_when(ps_kv_server_t *server, const ps_kv_meta_t *meta,
                                       const ps_kv_pairs_t *res, const ps_kv_ready_t *ready)
 {
@@ -694,7 +679,7 @@ ps_status_t ps_kv_server_respond_when(ps_kv_server_t *server, const ps_kv_meta_t
         return ps_kv_server_respond(server, meta, res); /* done already */
     ps__ready_queue_t *q;
     kv_later_t *l = malloc(sizeof(*l));
-    st = l ? ready_queue_of(server, &q) : PS_ERR_NO_MEMORY;
+    st = l ? ps__ready_queue_get(&server->ready, &server->reg_lock, &q) : PS_ERR_NO_MEMORY;
     if (st == PS_OK) {
         *l = (kv_later_t){server, *meta,
                           {ps_slice_ref(&res->keys), ps_slice_ref(&res->vals),

@@ -1363,21 +1363,6 @@ static void deferred_run(void *arg, ps_status_t why)
     free(d);
 }
 
-static ps_status_t ready_queue_of(ps_kv_worker_t *w, ps__ready_queue_t **queue_p)
-{
-    ps__ready_queue_t *q = atomic_load(&w->ready);
-    ps_status_t st = PS_OK;
-    if (q == NULL) {
-        ps_mutex_lock(&w->lock);
-        q = atomic_load(&w->ready);
-        if (q == NULL && (st = ps__ready_queue_create(&q)) == PS_OK)
-            atomic_store(&w->ready, q);
-        ps_mutex_unlock(&w->lock);
-    }
-    *queue_p = q;
-    return st;
-}
-
 /* Queues request `r`'s sends behind `ready`, which the queue owns from
  * then on when `own`; on failure the event stays the caller's. `push`
  * NULL: a pull (its destination waits, see issue()). */
@@ -1388,7 +1373,7 @@ static ps_status_t defer_sends(ps_kv_worker_t *w, kv_req_t *r, int ts, const ps_
     ps__ready_queue_t *q;
     size_t n = (size_t)r->num_parts;
     kv_deferred_t *d = malloc(sizeof(*d) + n * sizeof(d->slices[0]));
-    ps_status_t st = d ? ready_queue_of(w, &q) : PS_ERR_NO_MEMORY;
+    ps_status_t st = d ? ps__ready_queue_get(&w->ready, &w->lock, &q) : PS_ERR_NO_MEMORY;
     if (st == PS_OK) {
         *d = (kv_deferred_t){.w = w, .r = r, .ts = ts, .cmd = cmd, .type = type,
                              .has_push = push != NULL};

@@ -86,6 +86,22 @@ ps_status_t ps__ready_queue_create(ps__ready_queue_t **queue_p)
     return PS_OK;
 }
 
+ps_status_t ps__ready_queue_get(_Atomic(ps__ready_queue_t *) *slot, ps_mutex_t *lock,
+                                ps__ready_queue_t **queue_p)
+{
+    ps__ready_queue_t *q = atomic_load(slot);
+    ps_status_t st = PS_OK;
+    if (q == NULL) {
+        ps_mutex_lock(lock);
+        q = atomic_load(slot);
+        if (q == NULL && (st = ps__ready_queue_create(&q)) == PS_OK)
+            atomic_store(slot, q);
+        ps_mutex_unlock(lock);
+    }
+    *queue_p = q;
+    return st;
+}
+
 ps_status_t ps__ready_queue_add(ps__ready_queue_t *q, ps_mem_event_h event, bool own_event,
                                 int timeout_ms, ps__ready_fn_t fn, void *arg)
 {

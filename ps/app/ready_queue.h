@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "ps/base/status.h"
+#include "ps/base/thread.h"
 #include "ps/gpu/mem.h"
 
 #ifdef __cplusplus
@@ -26,6 +27,11 @@ typedef struct ps__ready_queue ps__ready_queue_t;
 typedef void (*ps__ready_fn_t)(void *arg, ps_status_t why);
 
 ps_status_t ps__ready_queue_create(ps__ready_queue_t **queue_p);
+
+/* The queue in *slot, made (under `lock`) by the first caller: for an
+ * owner that makes its queue only once something waits. */
+ps_status_t ps__ready_queue_get(_Atomic(ps__ready_queue_t *) *slot, ps_mutex_t *lock,
+                                ps__ready_queue_t **queue_p);
 
 /* Queues fn(arg) behind `event`. timeout_ms < 0: no deadline of its own.
  * With own_event the queue destroys the event after fn ran. On an error

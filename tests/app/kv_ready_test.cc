@@ -298,63 +298,73 @@ struct LateAnswers {
 // The server's answer waits for the stream that writes its values: the
 // handler returns at once, the pull ends only after the gate opened, and
 // it carries what the stream wrote.
-TEST_P(KvReady, AnAnswerOnAStreamGoesOnceTheStreamWroteIt)
+// App 2 of the job: a LateAnswers server and a worker, and a pull of the
+// worker's into `got` (its ts in *ts_p), not answered within 300 ms.
+class KvReadyAnswers : public KvReady {
+  protected:
+    void PullLate(Gate *gate, std::vector<unsigned char> *got, int *ts_p)
+    {
+        Start(0);
+        a_.stream = stream_;
+        a_.vals = vals_;
+        a_.gate = gate;
+        ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 2, LateAnswers::Handle, &a_,
+                                             &srv2_));
+        ASSERT_EQ(PS_OK, ps_kv_worker_create(po_[SMALL_JOB_WORKER], 2, 0, &w2_));
+        got->assign(kBytes, 0);
+        ASSERT_EQ(PS_OK, ps_kv_pull(w2_, &key_, 1, got->data(), kBytes, nullptr, PS_DATA_UINT8,
+                                    0, nullptr, nullptr, ts_p));
+        EXPECT_EQ(PS_ERR_TIMED_OUT, ps_kv_wait(w2_, *ts_p, 300))
+            << "answered before the stream wrote";
+    }
+    void TearDown() override
+    {
+        if (w2_ != nullptr)
+            ps_kv_worker_destroy(w2_);
+        if (srv2_ != nullptr)
+            ps_kv_server_destroy(srv2_);
+        KvReady::TearDown();
+    }
+    LateAnswers a_;
+    ps_kv_server_t *srv2_ = nullptr;
+    ps_kv_worker_t *w2_ = nullptr;
+};
+
+TEST_P(KvReadyAnswers, AnAnswerOnAStreamGoesOnceTheStreamWroteIt)
 {
-    Start(0);
     Gate gate;
     GateCap cap(&gate);
-    LateAnswers a;
-    a.stream = stream_;
-    a.vals = vals_;
-    a.gate = &gate;
-    ps_kv_server_t *srv;
-    ps_kv_worker_t *w;
-    ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 2, LateAnswers::Handle, &a, &srv));
-    ASSERT_EQ(PS_OK, ps_kv_worker_create(po_[SMALL_JOB_WORKER], 2, 0, &w));
-    std::vector<unsigned char> got(kBytes, 0);
+    std::vector<unsigned char> got;
     int ts;
-    ASSERT_EQ(PS_OK, ps_kv_pull(w, &key_, 1, got.data(), kBytes, nullptr, PS_DATA_UINT8, 0,
-                                nullptr, nullptr, &ts));
-    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_kv_wait(w, ts, 300)) << "answered before the stream wrote";
-    EXPECT_EQ(1, a.calls.load());
+    ASSERT_NO_FATAL_FAILURE(PullLate(&gate, &got, &ts));
+    EXPECT_EQ(1, a_.calls.load());
     gate.open = true;
-    ASSERT_EQ(PS_OK, ps_kv_wait(w, ts, 10000));
+    ASSERT_EQ(PS_OK, ps_kv_wait(w2_, ts, 10000));
     EXPECT_FALSE(cap.Forced()) << "the handler waited for the stream";
-    EXPECT_EQ(0, a.bad.load());
+    EXPECT_EQ(0, a_.bad.load());
     for (size_t i = 0; i < kBytes; i++)
         ASSERT_EQ(6, got[i]) << "byte " << i;
     DrainStream();
-    ps_kv_worker_destroy(w);
-    ps_kv_server_destroy(srv);
 }
 
 // An answer still waiting for its values when the server is destroyed
 // fails the request with PS_ERR_SHUTDOWN.
-TEST_P(KvReady, AnAnswerStillWaitingAtDestroyFailsTheRequest)
+TEST_P(KvReadyAnswers, AnAnswerStillWaitingAtDestroyFailsTheRequest)
 {
-    Start(0);
     Gate gate;
-    LateAnswers a;
-    a.stream = stream_;
-    a.vals = vals_;
-    a.gate = &gate;
-    ps_kv_server_t *srv;
-    ps_kv_worker_t *w;
-    ASSERT_EQ(PS_OK, ps_kv_server_create(po_[SMALL_JOB_SERVER], 2, LateAnswers::Handle, &a, &srv));
-    ASSERT_EQ(PS_OK, ps_kv_worker_create(po_[SMALL_JOB_WORKER], 2, 0, &w));
-    std::vector<unsigned char> got(kBytes, 0);
+    std::vector<unsigned char> got;
     int ts;
-    ASSERT_EQ(PS_OK, ps_kv_pull(w, &key_, 1, got.data(), kBytes, nullptr, PS_DATA_UINT8, 0,
-                                nullptr, nullptr, &ts));
-    EXPECT_EQ(PS_ERR_TIMED_OUT, ps_kv_wait(w, ts, 300));
-    ps_kv_server_destroy(srv);
-    EXPECT_EQ(PS_ERR_SHUTDOWN, ps_kv_wait(w, ts, 10000));
+    ASSERT_NO_FATAL_FAILURE(PullLate(&gate, &got, &ts));
+    ps_kv_server_destroy(srv2_);
+    srv2_ = nullptr;
+    EXPECT_EQ(PS_ERR_SHUTDOWN, ps_kv_wait(w2_, ts, 10000));
     gate.open = true;
     DrainStream();
-    ps_kv_worker_destroy(w);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vans, KvReady, ::testing::Values("tcp", "shm"),
+                         [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });
+INSTANTIATE_TEST_SUITE_P(Vans, KvReadyAnswers, ::testing::Values("tcp", "shm"),
                          [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });
 
 }  // namespace
