@@ -355,13 +355,18 @@ static void *stream_of(ps__kv_ipc_cache_t *c, ps_mem_kind_t kind, int device)
 
 /* One copy from src to dst, one of them inside pinned entry e's memory
  * and the other ours (`keep`: host memory or memory of e's kind), on the
- * cache's stream for e's device, waited for up to timeout_ms. Unpins e
- * unless the copy may still land (*may_land_p set): then e stays pinned
- * and `keep` referenced until a later prune sees the copy done. */
+ * cache's stream for e's device, waited for up to timeout_ms (none for
+ * len 0). Unpins e unless the copy may still land (*may_land_p set): then
+ * e stays pinned and `keep` referenced until a later prune sees the copy
+ * done. */
 static ps_status_t copy_pinned(ps__kv_ipc_cache_t *c, int sender, ipc_entry_t *e, void *dst,
                                const void *src, size_t len, const ps_slice_t *keep,
                                int timeout_ms, int *may_land_p)
 {
+    if (len == 0) {
+        unpin(c, e);
+        return PS_OK;
+    }
     const ps_mem_ops_t *ops = ps_mem_ops(e->kind);
     pthread_mutex_lock(&c->lock);
     void *stream = stream_of(c, e->kind, e->device);
@@ -426,14 +431,11 @@ ps_status_t ps__kv_ipc_fetch_into(ps__kv_ipc_cache_t *c, int sender, const ps__k
      * memory runs several times slower than into the pinned pool. */
     if ((uint32_t)ps_slice_mem_ops_kind(dst) != d->kind)
         return PS_ERR_UNSUPPORTED;
-    ps_status_t st;
     ipc_entry_t *e;
     char *src;
-    if ((st = pin_range(c, sender, d, PS__KV_IPC_MAGIC, &e, &src)) != PS_OK || d->len == 0) {
-        if (st == PS_OK)
-            unpin(c, e);
+    ps_status_t st = pin_range(c, sender, d, PS__KV_IPC_MAGIC, &e, &src);
+    if (st != PS_OK)
         return st;
-    }
     return copy_pinned(c, sender, e, ps_slice_ptr(dst), src, d->len, dst, timeout_ms,
                        may_land_p);
 }
@@ -452,13 +454,9 @@ ps_status_t ps__kv_ipc_put(ps__kv_ipc_cache_t *c, int sender, const ps__kv_ipc_d
         return PS_ERR_UNSUPPORTED; /* device memory of another kind: as bytes */
     ipc_entry_t *e;
     char *dst;
-    ps_status_t st;
-    if ((st = pin_range(c, sender, d, PS__KV_IPC_PULL_MAGIC, &e, &dst)) != PS_OK ||
-        vals->len == 0) {
-        if (st == PS_OK)
-            unpin(c, e);
+    ps_status_t st = pin_range(c, sender, d, PS__KV_IPC_PULL_MAGIC, &e, &dst);
+    if (st != PS_OK)
         return st;
-    }
     return copy_pinned(c, sender, e, dst, ps_slice_ptr(vals), vals->len, vals, timeout_ms,
                        may_land_p);
 }

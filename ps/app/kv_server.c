@@ -643,6 +643,14 @@ typedef struct {
     ps_kv_pairs_t res; /* referenced */
 } kv_later_t;
 
+static void later_free(kv_later_t *l)
+{
+    ps_slice_unref(&l->res.keys);
+    ps_slice_unref(&l->res.vals);
+    ps_slice_unref(&l->res.lens);
+    free(l);
+}
+
 static void later_run(void *arg, ps_status_t why)
 {
     kv_later_t *l = arg;
@@ -655,10 +663,7 @@ static void later_run(void *arg, ps_status_t why)
         (void)ps_kv_server_respond_error(l->server, &l->meta,
                                          ps__kv_error_ok(why) ? why : PS_ERR_TIMED_OUT);
     }
-    ps_slice_unref(&l->res.keys);
-    ps_slice_unref(&l->res.vals);
-    ps_slice_unref(&l->res.lens);
-    free(l);
+    later_free(l);
 }
 
 ps_status_t ps_kv_server_respond_when(ps_kv_server_t *server, const ps_kv_meta_t *meta,
@@ -688,9 +693,8 @@ ps_status_t ps_kv_server_respond_when(ps_kv_server_t *server, const ps_kv_meta_t
                                  later_run, l);
         if (st == PS_OK)
             return PS_OK;
-        ps_slice_unref(&l->res.keys);
-        ps_slice_unref(&l->res.vals);
-        ps_slice_unref(&l->res.lens);
+        later_free(l);
+        l = NULL;
     }
     free(l);
     if (own)
