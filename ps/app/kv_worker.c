@@ -1221,8 +1221,13 @@ static ps_status_t send_part(ps_kv_worker_t *w, kv_req_t *r, int ts, kv_part_t *
     /* The push's descriptor, then the pull destination's (kv_ipc.h). */
     ps__kv_ipc_desc_t ipc[2];
     int num_ipc = 0;
-    int same_host = w->device_ipc && ps_postoffice_peer_same_host(w->po, p->server_id);
-    if (st == PS_OK && push && !w->device_ok && !ps_slice_in_host_mem(&vals)) {
+    int device_push = st == PS_OK && push && !w->device_ok && !ps_slice_in_host_mem(&vals);
+    int device_pull = r->pull && !r->any && p->dest.len != 0 && !ps_slice_in_host_mem(&p->dest);
+    /* Whether this server can open our IPC handles: a peer-table lookup,
+     * made only when a device value is on the line. */
+    int same_host = (device_push || device_pull) && w->device_ipc &&
+                    ps_postoffice_peer_same_host(w->po, p->server_id);
+    if (device_push) {
         if (same_host && ps__kv_ipc_describe(&vals, &ipc[0]) == PS_OK) {
             /* The server copies the values out of this process's device
              * memory itself (kv_ipc.h): only their handle travels. */
@@ -1242,8 +1247,7 @@ static ps_status_t send_part(ps_kv_worker_t *w, kv_req_t *r, int ts, kv_part_t *
     /* A pull into device memory: the server writes the answer into it
      * through its handle (kv_ipc.h), and may do so until it answers, so
      * the server holds the destination from before the send. */
-    int ipc_pull = st == PS_OK && r->pull && !r->any && same_host && p->dest.len != 0 &&
-                   !ps_slice_in_host_mem(&p->dest) &&
+    int ipc_pull = st == PS_OK && device_pull && same_host &&
                    ps__kv_ipc_describe_pull(&p->dest, &ipc[num_ipc]) == PS_OK;
     if (ipc_pull) {
         num_ipc++;
