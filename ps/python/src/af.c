@@ -133,18 +133,18 @@ static int views_sync(const ps__py_view_t *views, const ps__py_view_t *end)
  * results): the one stream their producer wrote them on goes to ps, which
  * sends once its work is done, without holding up the caller; tensors on
  * several streams are waited for here. -1 with an exception. */
-static int push_ready(const ps__py_view_t *push_views, ps_af_ready_t *ready_p)
+static int views_ready(const ps__py_view_t *views, ps_af_ready_t *ready_p)
 {
     void *stream = NULL;
     int several = 0;
-    for (const ps__py_view_t *v = push_views; v; v = v->next) {
+    for (const ps__py_view_t *v = views; v; v = v->next) {
         if (v->stream && stream && v->stream != stream)
             several = 1;
         if (v->stream)
             stream = v->stream;
     }
     if (several)
-        return views_sync(push_views, NULL);
+        return views_sync(views, NULL);
     ready_p->stream = stream;
     return 0;
 }
@@ -396,7 +396,7 @@ static PyObject *worker_batch_push_pull(PyObject *self, PyObject *args, PyObject
     int push_ok = tensors_get(push_obj, 0, "push", &push, &num_push, &views) == 0;
     push_views = views; /* the pull views go before these on the chain */
     if (!push_ok || tensors_get(pull_obj, 1, "pull", &pull, &num_pull, &views) < 0 ||
-        views_sync(views, push_views) < 0 || push_ready(push_views, &ready) < 0) {
+        views_sync(views, push_views) < 0 || views_ready(push_views, &ready) < 0) {
         free(push);
         free(pull);
         views_free(views);
@@ -759,7 +759,7 @@ static PyObject *server_respond(PyObject *self, PyObject *args, PyObject *kw)
     size_t n = 0;
     ps_af_ready_t ready = {NULL, NULL};
     if (tensors_get(results_obj, 0, "results", &results, &n, &views) < 0 ||
-        push_ready(views, &ready) < 0) {
+        views_ready(views, &ready) < 0) {
         free(results);
         views_free(views);
         return NULL;
