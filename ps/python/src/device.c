@@ -190,8 +190,9 @@ typedef struct {
     const char *typestr;
     int ndim;
     Py_ssize_t shape[PS__PY_MAX_DIMS];
-    PyObject *owner; /* a view (ps__py_device_view): what keeps ptr alive; NULL: ours */
-    int readonly;
+    /* A read-only view (ps__py_device_view): what keeps ptr alive; NULL:
+     * memory of our own. */
+    PyObject *owner;
 } device_obj_t;
 
 static PyTypeObject *g_device_type;
@@ -346,7 +347,6 @@ PyObject *ps__py_device_view(PyObject *owner, const ps_slice_t *slice, ps_data_t
     d->shape[0] = (Py_ssize_t)(nbytes / elem);
     Py_INCREF(owner);
     d->owner = owner;
-    d->readonly = 1;
     return (PyObject *)d;
 }
 
@@ -367,7 +367,7 @@ static PyObject *device_interface(PyObject *self, void *closure)
         }
     }
     return Py_BuildValue("{s:N,s:s,s:(NO),s:i,s:O,s:O}", "shape", shape, "typestr", d->typestr,
-                         "data", PyLong_FromVoidPtr(d->ptr), d->readonly ? Py_True : Py_False,
+                         "data", PyLong_FromVoidPtr(d->ptr), d->owner ? Py_True : Py_False,
                          "version", 3, "strides", Py_None, "stream", Py_None);
 }
 
@@ -378,7 +378,7 @@ static PyObject *device_copy(PyObject *self, PyObject *obj, int to_device)
     device_obj_t *d = (device_obj_t *)self;
     if (!d->ptr)
         return ps__py_raise(PS_ERR_BAD_STATE, "DeviceArray is not initialised");
-    if (to_device && d->readonly) {
+    if (to_device && d->owner) {
         PyErr_SetString(PyExc_ValueError, "this DeviceArray is a read-only view");
         return NULL;
     }
@@ -428,7 +428,7 @@ static PyObject *device_kind(PyObject *self, void *closure)
 static PyObject *device_readonly(PyObject *self, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(((device_obj_t *)self)->readonly);
+    return PyBool_FromLong(((device_obj_t *)self)->owner != NULL);
 }
 
 static PyMethodDef kDeviceMethods[] = {
