@@ -157,9 +157,9 @@ struct LateResults {
 class AfReadyAnswers : public AfReady {
   protected:
     // A server (app 1) answering with LateResults, and a worker of it.
-    void StartLate(int request_ms, Gate *gate)
+    void StartLate(Gate *gate)
     {
-        ASSERT_NO_FATAL_FAILURE(Start(request_ms));
+        ASSERT_NO_FATAL_FAILURE(Start(0));
         ASSERT_EQ(PS_OK, ps_mem_slice_alloc(PS_MEM_EMU, 0, kBytes, &late_.result));
         ASSERT_EQ(PS_OK, Emu()->memset(ps_slice_ptr(&late_.result), 0, kBytes));
         late_.stream = stream_;
@@ -187,7 +187,7 @@ TEST_P(AfReadyAnswers, TheAnswerCarriesWhatTheServersStreamWrote)
 {
     Gate gate;
     GateCap cap(&gate);
-    ASSERT_NO_FATAL_FAILURE(StartLate(0, &gate));
+    ASSERT_NO_FATAL_FAILURE(StartLate(&gate));
     ps_af_handle_t *h;
     ASSERT_EQ(PS_OK, ps_af_worker_batch_push_pull(late_w_, &push_, 1, &pull_, 1, &h));
     EXPECT_EQ(PS_ERR_TIMED_OUT, ps_af_worker_wait(late_w_, h, 300)) << "answered before the "
@@ -209,7 +209,7 @@ TEST_P(AfReadyAnswers, TheAnswerCarriesWhatTheServersStreamWrote)
 TEST_P(AfReadyAnswers, AnAnswerNotReadyIsNotSent)
 {
     Gate gate;
-    ASSERT_NO_FATAL_FAILURE(StartLate(0, &gate));
+    ASSERT_NO_FATAL_FAILURE(StartLate(&gate));
     ps_af_handle_t *h;
     ASSERT_EQ(PS_OK, ps_af_worker_batch_push_pull(late_w_, &push_, 1, &pull_, 1, &h));
     EXPECT_EQ(PS_ERR_TIMED_OUT, ps_af_worker_wait(late_w_, h, 600));
