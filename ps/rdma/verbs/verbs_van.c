@@ -445,7 +445,12 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
     van->print_log = ps_config_bool_or(PS_VERBS_CFG(BYTEPS_PRINT_RDMA_LOG), 0);
     van->cm_wakefd = van->loop.wakefd = van->poll_epfd = -1;
     pthread_mutex_init(&van->lock, NULL);
-    pthread_cond_init(&van->cond, NULL);
+    /* connect() waits on it with a ps_time_now_ns() deadline: monotonic. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&van->cond, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_rwlock_init(&van->peers_lock, NULL);
     pthread_rwlock_init(&van->qpmap_lock, NULL);
     pthread_mutex_init(&van->blocked_lock, NULL);
