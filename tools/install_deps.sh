@@ -11,6 +11,8 @@ PACKAGES=(
   libibverbs-dev librdmacm-dev libfabric-dev libucx-dev libsodium-dev
   # tools the benchmarks and tests use as references and helpers
   libfabric-bin ucx-utils ibverbs-utils iperf3 gnuplot-nox iproute2 nftables python3 valgrind
+  # the ibverbs van's hardware tests in a soft-RoCE VM (tools/softroce)
+  qemu-system-x86 linux-image-amd64 busybox-static
   # the Python package (ps/python) and its tests
   python3-dev python3-numpy python3-torch python3-pytest
 )

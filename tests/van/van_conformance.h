@@ -40,6 +40,9 @@ struct VanConfig {
     // The loopback address the vans bind and dial; a test is skipped when
     // the host cannot bind it (no IPv6 loopback).
     const char *host = "127.0.0.1";
+    // Where the address is found at run time instead (an RDMA interface's):
+    // fills *host, or returns false with why the suite cannot run here.
+    bool (*host_of)(std::string *host, std::string *why) = nullptr;
     // An environment variable set for each test's duration (UCX_TLS for
     // the ucx van), restored afterwards; nullptr: none.
     const char *env_name = nullptr;
@@ -88,6 +91,9 @@ struct VanConfig {
     // listens for is PS_ERR_UNREACHABLE from connect() itself (nothing is
     // retried, queued or reported later).
     bool connect_completes_in_call = false;
+    // With connect_completes_in_call: the call retries until the connect
+    // timeout, so a peer that starts listening meanwhile is reached by it.
+    bool connect_retries_in_call = false;
     // Under busy polling a waiting thread runs the van's loop through the
     // progress op; false: the van's own thread keeps it (a van whose
     // provider calls may never return lets no other thread into them) and
@@ -117,6 +123,8 @@ class VanConformance : public ::testing::TestWithParam<VanConfig> {
     void TearDown() override;
 
     const VanConfig &Cfg() const { return GetParam(); }
+    // The address the test's vans bind and dial (VanConfig host or host_of).
+    const char *Host() const { return host_.c_str(); }
     // Opens `v` as this configuration's van, bound to the host as node `id`.
     ps_status_t Open(VanBase &v, int id, ps_van_params_t params = DefaultParams(),
                      int port = 0) const;
@@ -128,6 +136,8 @@ class VanConformance : public ::testing::TestWithParam<VanConfig> {
     // Sends lane message `seq` of `len` bytes (LaneBytes) with the van's
     // send_lane op, which it must have.
     static ps_status_t SendLane(VanBase &from, int to, uint64_t seq, size_t len);
+    // Node `id` at Host():port, as the postoffice names a peer to connect().
+    ps_node_t NodeAt(int id, int port) const;
     // Opens `worker` as node 9 and connects it to node 8 at a port a van
     // just had and let go (nobody listens there), returned in *port_p
     // (connect_completes_in_call: checks that connect() refused it).
@@ -144,6 +154,7 @@ class VanConformance : public ::testing::TestWithParam<VanConfig> {
     };
     void SetEnv(const char *name, const char *value);
     std::vector<EnvSetting> env_;
+    std::string host_;
 };
 
 } // namespace ps_van_test

@@ -268,6 +268,16 @@ static void conn_destroy_qps(ps__vb_conn_t *c)
     c->established = 0;
 }
 
+/* A REJECTED event's status when no listener had the port: the IB CM's
+ * "invalid service ID" (InfiniBand and RoCE), or -ECONNREFUSED (iWARP).
+ * Any other status is the listener's own refusal. */
+#define PS__VB_REJ_INVALID_SERVICE_ID 8
+
+static int rejected_for_no_listener(int status)
+{
+    return status == PS__VB_REJ_INVALID_SERVICE_ID || status == -ECONNREFUSED;
+}
+
 static const char *event_str(enum rdma_cm_event_type t)
 {
     const char *s = rdma_event_str(t);
@@ -932,20 +942,25 @@ static void on_conn_event(ps__vb_van_t *van, ps__vb_qp_t *qp, const cm_event_t *
     case RDMA_CM_EVENT_ROUTE_ERROR:
     case RDMA_CM_EVENT_UNREACHABLE:
     case RDMA_CM_EVENT_CONNECT_ERROR:
+    {
+        int nobody = ev->type == RDMA_CM_EVENT_REJECTED && rejected_for_no_listener(ev->status);
         snprintf(what, sizeof(what), "%s (status %d)%s", event_str(ev->type), ev->status,
-                 ev->type == RDMA_CM_EVENT_REJECTED ? ": nobody listening there yet, or refused"
+                 nobody ? ": nobody listening there yet"
+                 : ev->type == RDMA_CM_EVENT_REJECTED ? ": refused by the peer"
                  : ev->type == RDMA_CM_EVENT_ADDR_ERROR
                      ? ": the address is not reachable through an RDMA device"
                      : "");
         if (state == PS__VB_C_CONNECTING && c->outgoing) {
-            attempt_failed(c, ev->type == RDMA_CM_EVENT_REJECTED ? PS_ERR_PEER_REFUSED
-                                                                 : PS_ERR_UNREACHABLE,
+            /* Nobody listening is unreachable, as a refused TCP connect. */
+            attempt_failed(c, ev->type == RDMA_CM_EVENT_REJECTED && !nobody ? PS_ERR_PEER_REFUSED
+                                                                            : PS_ERR_UNREACHABLE,
                            what);
         } else {
             ps__vb_conn_fail(c, state == PS__VB_C_READY ? PS_ERR_LINK_FAILED : PS_ERR_UNREACHABLE,
                              what);
         }
         return;
+    }
     case RDMA_CM_EVENT_DISCONNECTED:
         if (state == PS__VB_C_CONNECTING && c->outgoing && c->auth_on &&
             ps__vb_auth_state(&c->auth) == PS__VB_AUTH_WAIT_VERDICT) {

@@ -38,6 +38,16 @@
 static void deliver(ps__vb_van_t *van, ps__vb_conn_t *conn, ps_msg_t *msg)
 {
     msg->meta.sender = __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE);
+    /* The peer sends once its side is established, which may be before the
+     * CM thread has seen ours: table the connection now, so that an answer
+     * to this message finds it (and queues until the event). */
+    if (!conn->outgoing && msg->meta.sender != PS_NODE_EMPTY &&
+        __atomic_load_n(&conn->state, __ATOMIC_ACQUIRE) == PS__VB_C_CONNECTING &&
+        ps__vb_peer_add_in(van, conn, msg->meta.sender) != PS_OK) {
+        ps_msg_release(msg);
+        ps__vb_conn_fail(conn, PS_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
     __atomic_add_fetch(&van->base.bytes_recv, ps_msg_data_bytes(msg), __ATOMIC_RELAXED);
     if (van->print_log) {
         char line[192];
@@ -115,6 +125,23 @@ static ps__vb_pull_t *take_pull(ps__vb_van_t *van, ps__vb_conn_t *conn, uint32_t
  * Every length is checked first. On success *msg holds references on its
  * slices; *h_p gets the header.
  */
+/* Data segment `index` of `meta`, l bytes at region[off]: copied into the
+ * buffer the application named for it (cb.recv_buffer; host memory only,
+ * the CPU copies), else a view of the region. The segment came by SEND or
+ * into a grant before its meta, so it cannot be placed there directly. */
+static ps_status_t land(ps__vb_van_t *van, const ps_meta_t *meta, unsigned index,
+                        const ps_slice_t *region, size_t off, uint64_t l, ps_slice_t *seg_p)
+{
+    ps_slice_t dest;
+    if (van->base.cb.recv_buffer != NULL &&
+        ps_van_recv_dest(&van->base, meta, index, l, 0, &dest) == PS_OK) {
+        memcpy(ps_slice_ptr(&dest), (const uint8_t *)ps_slice_ptr(region) + off, (size_t)l);
+        *seg_p = dest;
+        return PS_OK;
+    }
+    return ps_slice_sub(region, off, (size_t)l, seg_p);
+}
+
 static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8_t *p, size_t len,
                              const ps_slice_t *region, uint64_t data_off, uint64_t data_cap,
                              ps_msg_t *msg, ps__vb_hdr_t *h_p, const char **why)
@@ -175,6 +202,9 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
             return PS_ERR_PROTOCOL;
         }
     }
+    /* recv_buffer is asked as the sender the connection proved. */
+    ps_meta_t asked = meta;
+    asked.sender = __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE);
     uint64_t off = data_off;
     msg->num_data = fh.num_data;
     ps_status_t st = PS_OK;
@@ -190,7 +220,7 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
                 st = ps_slice_sub(&pull->dest, 0, (size_t)l, &msg->data[i]);
             }
         } else if (l > 0) {
-            st = ps_slice_sub(region, (size_t)off, (size_t)l, &msg->data[i]);
+            st = land(van, &asked, i, region, (size_t)off, l, &msg->data[i]);
             off += l;
         }
     }
@@ -216,6 +246,9 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
             }
         }
     }
+    /* Counted as the sender counts: frame header and meta, then the data
+     * at delivery. */
+    ps_van_base_count_recv(&van->base, h.frame_len);
     *h_p = h;
     return PS_OK;
 }

@@ -154,13 +154,19 @@ ps__vb_conn_t *ps__vb_peer_send_conn(ps__vb_van_t *van, int id)
     ps__vb_peer_t *p = peer_get(van, id, 0);
     if (p != NULL) {
         /* Our own connection first (even while it connects: sends queue
-         * on it); else the peer's connection to us. One fixed choice per
-         * peer keeps its messages in order. */
+         * on it); else the peer's connection to us, a ready one first: one
+         * whose messages came before its ESTABLISHED event did is tabled
+         * already (deliver()), and sends queue on it until that event.
+         * One fixed choice per peer keeps its messages in order. */
         if (p->out != NULL &&
             __atomic_load_n(&p->out->state, __ATOMIC_ACQUIRE) != PS__VB_C_FAILED)
             conn = p->out;
         for (int i = 0; conn == NULL && i < p->num_in; i++) {
             if (__atomic_load_n(&p->in[i]->state, __ATOMIC_ACQUIRE) == PS__VB_C_READY)
+                conn = p->in[i];
+        }
+        for (int i = 0; conn == NULL && i < p->num_in; i++) {
+            if (__atomic_load_n(&p->in[i]->state, __ATOMIC_ACQUIRE) == PS__VB_C_CONNECTING)
                 conn = p->in[i];
         }
         if (conn != NULL)
