@@ -15,8 +15,8 @@
 #
 # Needs (tools/install_deps.sh softroce): qemu-system-x86, a linux-image
 # with its modules under /lib/modules, busybox-static, rdma-core.
-# PS_SOFTROCE_MEM (default 4G) and PS_SOFTROCE_ACCEL (default tcg; kvm
-# where nested virtualisation works) tune it.
+# PS_SOFTROCE_MEM sets the VM's memory (default 4G), PS_SOFTROCE_ACCEL
+# qemu's accelerator (default tcg: KVM inside another VM may hang at boot).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 die() { echo "softroce vm: $*" >&2; exit 125; }
