@@ -119,12 +119,6 @@ static ps__vb_pull_t *take_pull(ps__vb_van_t *van, ps__vb_conn_t *conn, uint32_t
     return ps_rdma_slot_release(van->pulls, slot);
 }
 
-/*
- * Builds a message from hdr + frame at p[0..len) whose in-buffer segments
- * lie end to end in `region` from `data_off` (capacity `data_cap` bytes).
- * Every length is checked first. On success *msg holds references on its
- * slices; *h_p gets the header.
- */
 /* Data segment `index` of `meta`, l bytes at region[off]: copied into the
  * buffer the application named for it (cb.recv_buffer; host memory only,
  * the CPU copies), else a view of the region. The segment came by SEND or
@@ -142,6 +136,12 @@ static ps_status_t land(ps__vb_van_t *van, const ps_meta_t *meta, unsigned index
     return ps_slice_sub(region, off, (size_t)l, seg_p);
 }
 
+/*
+ * Builds a message from hdr + frame at p[0..len) whose in-buffer segments
+ * lie end to end in `region` from `data_off` (capacity `data_cap` bytes).
+ * Every length is checked first. On success *msg holds references on its
+ * slices; *h_p gets the header.
+ */
 static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8_t *p, size_t len,
                              const ps_slice_t *region, uint64_t data_off, uint64_t data_cap,
                              ps_msg_t *msg, ps__vb_hdr_t *h_p, const char **why)
