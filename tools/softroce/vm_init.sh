@@ -1,6 +1,7 @@
 #!/bin/busybox sh
 # /init of the soft-RoCE VM's initramfs (made by vm_run.sh): mounts the
-# host's root over 9p, gives it fresh /proc, /sys, /dev, /tmp, then runs the
+# host's root over 9p, gives it fresh /proc, /sys, /dev, /dev/shm, /run (/tmp
+# stays the host's: runfiles may point into a clone there), then runs the
 # job script named on the kernel command line (ps_vm_job=) inside it.
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -22,7 +23,6 @@ mount -t devtmpfs dev $r/dev
 mkdir -p $r/dev/shm $r/dev/pts
 mount -t tmpfs shm $r/dev/shm
 mount -t devpts pts $r/dev/pts
-mount -t tmpfs tmp $r/tmp
 mount -t tmpfs run $r/run
 job=$(sed -n 's/.*ps_vm_job=\([^ ]*\).*/\1/p' /proc/cmdline)
 chroot $r /bin/bash "$job/guest.sh"

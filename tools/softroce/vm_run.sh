@@ -62,9 +62,8 @@ if [ ! -s "$initrd" ] || [ "$here/vm_init.sh" -nt "$initrd" ]; then
     [ -s "$initrd" ] || die "could not write $initrd"
 fi
 
-# The job folder, on the shared root and outside /tmp (the VM's /tmp is its own).
-base=${TEST_TMPDIR:-/var/tmp}
-case "$base" in /tmp|/tmp/*) base=/var/tmp ;; esac
+# The job folder, on the shared root.
+base=${TEST_TMPDIR:-${TMPDIR:-/tmp}}
 job=$(mktemp -d "$base/softroce.XXXXXX") || die "mktemp in $base failed"
 trap 'rm -rf "$job"' EXIT
 cp "$here/guest.sh" "$job/guest.sh"
