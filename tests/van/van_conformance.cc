@@ -36,7 +36,8 @@ std::string VanConfigName(const ::testing::TestParamInfo<VanConfig> &info)
 
 void PrintTo(const VanConfig &c, std::ostream *os)
 {
-    *os << c.name << " (" << c.van << " on " << (c.host_of != nullptr ? "an address found at run time" : c.host);
+    *os << c.name << " (" << c.van << " on "
+        << (c.host_of != nullptr ? "an address found at run time" : c.host);
     if (c.env_name != nullptr) {
         *os << ", " << c.env_name << "=" << (c.env_value != nullptr ? c.env_value : "(unset)");
     }
