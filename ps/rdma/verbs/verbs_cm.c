@@ -1197,7 +1197,12 @@ static int run_timers(ps__vb_van_t *van)
                  van->base.params.connect_timeout_ms, c->last_err != PS_OK ? "; last error: " : "",
                  c->last_err != PS_OK ? ps_status_str(c->last_err) : "");
         conn_destroy_qps(c);
-        ps__vb_conn_fail(c, c->outgoing ? PS_ERR_TIMED_OUT : PS_ERR_PROTOCOL, what);
+        /* An outgoing one says what its attempts met (nobody listening,
+         * refused) when they met anything: the deadline may pass while the
+         * last attempt is still in flight. */
+        ps_status_t why = !c->outgoing ? PS_ERR_PROTOCOL
+                          : c->last_err != PS_OK ? c->last_err : PS_ERR_TIMED_OUT;
+        ps__vb_conn_fail(c, why, what);
         ps__vb_conn_unref(c);
     }
     for (int i = 0; i < np; i++) {
