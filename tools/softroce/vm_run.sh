@@ -24,13 +24,14 @@ die() { echo "softroce vm: $*" >&2; exit 125; }
 
 qemu=$(command -v qemu-system-x86_64) || die "qemu-system-x86_64 not found (apt-get install qemu-system-x86)"
 busybox=/bin/busybox
-file -L "$busybox" 2>/dev/null | grep -q 'statically linked' ||
+# A dynamic busybox cannot run in the initramfs: it has no loader there.
+[ -x "$busybox" ] && ! readelf -l "$busybox" 2>/dev/null | grep -q INTERP ||
     die "$busybox is not the static busybox (apt-get install busybox-static)"
 command -v rdma > /dev/null || die "the rdma tool is missing (apt-get install iproute2)"
 
 # The newest kernel in /boot whose modules include rdma_rxe.
 kver=
-for k in $(ls -v /boot/vmlinuz-* 2>/dev/null | sort -rV); do
+for k in $(ls /boot/vmlinuz-* 2>/dev/null | sort -rV); do
     v=${k#/boot/vmlinuz-}
     if [ -f "/lib/modules/$v/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko" ]; then
         kver=$v

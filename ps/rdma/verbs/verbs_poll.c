@@ -48,7 +48,7 @@ static void deliver(ps__vb_van_t *van, ps__vb_conn_t *conn, ps_msg_t *msg)
         ps__vb_conn_fail(conn, PS_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    __atomic_add_fetch(&van->base.bytes_recv, ps_msg_data_bytes(msg), __ATOMIC_RELAXED);
+    ps_van_base_count_recv(&van->base, ps_msg_data_bytes(msg));
     if (van->print_log) {
         char line[192];
         ps_msg_describe(msg, line, sizeof(line));
@@ -127,8 +127,7 @@ static ps_status_t land(ps__vb_van_t *van, const ps_meta_t *meta, unsigned index
                         const ps_slice_t *region, size_t off, uint64_t l, ps_slice_t *seg_p)
 {
     ps_slice_t dest;
-    if (van->base.cb.recv_buffer != NULL &&
-        ps_van_recv_dest(&van->base, meta, index, l, 0, &dest) == PS_OK) {
+    if (ps_van_recv_dest(&van->base, meta, index, l, 0, &dest) == PS_OK) {
         memcpy(ps_slice_ptr(&dest), (const uint8_t *)ps_slice_ptr(region) + off, (size_t)l);
         *seg_p = dest;
         return PS_OK;
@@ -187,7 +186,9 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
     }
 
     ps_msg_init(msg);
-    /* The sender is set at delivery, from the connection. */
+    /* The sender is the one the connection proved (recv_buffer is asked as
+     * that one); delivery sets it again, once a hello may have named it. */
+    meta.sender = __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE);
     if (ps_van_msg_take_meta(msg, &meta, meta.sender) != PS_OK) {
         *why = "out of memory";
         return PS_ERR_NO_MEMORY;
@@ -202,9 +203,6 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
             return PS_ERR_PROTOCOL;
         }
     }
-    /* recv_buffer is asked as the sender the connection proved. */
-    ps_meta_t asked = meta;
-    asked.sender = __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE);
     uint64_t off = data_off;
     msg->num_data = fh.num_data;
     ps_status_t st = PS_OK;
@@ -220,7 +218,7 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
                 st = ps_slice_sub(&pull->dest, 0, (size_t)l, &msg->data[i]);
             }
         } else if (l > 0) {
-            st = land(van, &asked, i, region, (size_t)off, l, &msg->data[i]);
+            st = land(van, &meta, i, region, (size_t)off, l, &msg->data[i]);
             off += l;
         }
     }
