@@ -7,7 +7,9 @@
  * (w+1)*(round+1) + i + s to every server s. A server adds them into its
  * per-worker running sums (u64) and answers with the sums; the worker
  * checks every element against the closed form after every round, so a
- * push lost, applied twice or corrupted is caught.
+ * push lost, applied twice or corrupted is caught. With SN_UNTIL_FILE set,
+ * a worker goes on past SN_ROUNDS until that file exists (a test whose
+ * attacks take as long as they take ends the job when they are done).
  *
  * Prints "sum_node: <role> ok" and exits 0, or "sum_node: <what> failed:
  * <STATUS_NAME> (...)" and exits 1.
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ps/base/buffer.h"
 #include "ps/base/status.h"
@@ -130,8 +133,16 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
     ps_customer_add_response(customer, msg->meta.timestamp, 1);
 }
 
+static int more_rounds(int round, int rounds, const char *until_file)
+{
+    if (round < rounds)
+        return 1;
+    return until_file != NULL && until_file[0] != '\0' && access(until_file, F_OK) != 0;
+}
+
 static int run_worker(ps_postoffice_t *po, int rounds, int round_ms, size_t len)
 {
+    const char *until_file = getenv("SN_UNTIL_FILE");
     worker_t w = {.rank = ps_postoffice_my_rank(po), .len = len};
     ps_customer_t *c;
     ps_status_t st = ps_customer_create(po, 0, 0, worker_recv, &w, &c);
@@ -141,7 +152,8 @@ static int run_worker(ps_postoffice_t *po, int rounds, int round_ms, size_t len)
     int ns = ps_postoffice_group_ids(po, PS_GROUP_SERVER, servers, SN_MAX_SERVERS);
     if (ns > SN_MAX_SERVERS)
         ns = SN_MAX_SERVERS;
-    for (int round = 0; round < rounds; round++) {
+    int round;
+    for (round = 0; more_rounds(round, rounds, until_file); round++) {
         int ts;
         if ((st = ps_customer_new_request(c, ns, servers, ns, &ts)) != PS_OK)
             return fail("new request", st);
@@ -171,7 +183,7 @@ static int run_worker(ps_postoffice_t *po, int rounds, int round_ms, size_t len)
     int workers[SN_MAX_WORKERS];
     int nw = ps_postoffice_group_ids(po, PS_GROUP_WORKER, workers, SN_MAX_WORKERS);
     printf("sum_node: worker %d: %d rounds with %d servers, every sum right; node table: %d "
-           "workers, %d servers\n", w.rank, rounds, ns, nw, ns);
+           "workers, %d servers\n", w.rank, round, ns, nw, ns);
     return 0;
 }
 

@@ -60,7 +60,7 @@ static void pause_listener(ps_van_admission_t *a, int err)
     listener_events(a, 0);
     ps_warn_ratelimited(a->comp,
                         "cannot accept connections: %s (%d pending handshakes); not accepting for %u ms",
-                        strerror(err), a->pending, a->backoff_ms);
+                        strerror(err), __atomic_load_n(&a->pending, __ATOMIC_RELAXED), a->backoff_ms);
 }
 
 int ps_van_admission_accept(ps_van_admission_t *a, struct sockaddr *sa, socklen_t *len_p)
@@ -138,21 +138,23 @@ void ps_van_admission_each(ps_van_admission_t *a, ps_van_admission_screen_t scre
 
 int ps_van_admission_admit(ps_van_admission_t *a)
 {
-    if (a->pending >= a->max_pending) {
+    int pending = __atomic_load_n(&a->pending, __ATOMIC_ACQUIRE);
+    if (pending >= a->max_pending) {
         a->refused_full++;
         ps_warn_ratelimited(a->comp,
                             "%d connections are waiting for their handshake (PS_MAX_PENDING_CONNS); closing a new one (%llu so far)",
-                            a->pending, (unsigned long long)a->refused_full);
+                            pending, (unsigned long long)a->refused_full);
         return 0;
     }
-    a->pending++;
+    __atomic_add_fetch(&a->pending, 1, __ATOMIC_ACQ_REL);
     return 1;
 }
 
 void ps_van_admission_done(ps_van_admission_t *a)
 {
-    if (a->pending > 0) {
-        a->pending--;
+    int pending = __atomic_load_n(&a->pending, __ATOMIC_ACQUIRE);
+    while (pending > 0 && !__atomic_compare_exchange_n(&a->pending, &pending, pending - 1, 0,
+                                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     }
 }
 

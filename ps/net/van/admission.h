@@ -17,7 +17,9 @@
  *
  * Everything here belongs to the van's progress thread, except
  * ps_van_admission_init() (before the thread runs, or before the listener
- * exists) and ps_van_admission_listener() (bind(), any thread).
+ * exists), ps_van_admission_listener() (bind(), any thread) and
+ * ps_van_admission_done() (any thread: a van whose handshake ends on
+ * another thread, as the ibverbs van's on its poller).
  */
 #ifndef PS_NET_VAN_ADMISSION_H_
 #define PS_NET_VAN_ADMISSION_H_
@@ -34,7 +36,7 @@ typedef struct ps_van_admission {
     ps_log_component_t comp;
     int max_pending;         /* PS_MAX_PENDING_CONNS */
     int handshake_ms;        /* PS_HANDSHAKE_TIMEOUT_MS */
-    int pending;             /* accepted, handshake not finished */
+    int pending;             /* atomic: accepted, handshake not finished */
     /* Counters (progress thread writes; others may read them racily). */
     uint64_t refused_full;   /* closed at once: too many pending */
     uint64_t timed_out;      /* dropped at the handshake deadline */

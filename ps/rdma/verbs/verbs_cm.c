@@ -397,6 +397,7 @@ void ps__vb_conn_ready(ps__vb_conn_t *c)
     if (!__atomic_compare_exchange_n(&c->state, &expected, PS__VB_C_READY, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE))
         return;
+    ps__vb_conn_admitted_end(c);
     int id = __atomic_load_n(&c->peer_id, __ATOMIC_ACQUIRE);
     if (c->outgoing) {
         ps_info(PS_LOG_RDMA, "connected to node %d at %s (%u QP%s on %s, %u inline bytes)",
@@ -422,9 +423,9 @@ void ps__vb_conn_ready(ps__vb_conn_t *c)
         ps_info(PS_LOG_RDMA, "unassigned node connected from %s (%u QP%s)", c->addr_str, c->nqp,
                 c->nqp == 1 ? "" : "s");
     }
-    pthread_mutex_lock(&van->lock);
-    pthread_cond_broadcast(&van->cond);
-    pthread_mutex_unlock(&van->lock);
+    ps_mutex_lock(&van->lock);
+    ps_cond_broadcast(&van->cond);
+    ps_mutex_unlock(&van->lock);
     ps__vb_conn_kick(c);
 }
 
@@ -536,7 +537,7 @@ ps_status_t ps__vb_cm_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
         c->nqp = van->nqp;
         c->nonce = ps_van_random();
         c->my_id_sent = my_id != PS_NODE_EMPTY ? my_id : ps__vb_my_id(van);
-        c->deadline_ns = now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
+        c->deadline_ns = ps_van_admission_deadline(&van->admission);
         ps__vb_reorder_init(&c->reorder, c->nqp);
 
         pthread_rwlock_wrlock(&van->peers_lock);
@@ -564,27 +565,26 @@ ps_status_t ps__vb_cm_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
             return PS_ERR_NO_MEMORY;
         }
         ps__vb_conn_ref(c); /* ours, while we wait */
-        pthread_mutex_lock(&van->lock);
+        /* Before it is on van->conns: the timers leave it to the start. */
+        __atomic_store_n(&c->starting, 1, __ATOMIC_RELEASE);
+        ps_mutex_lock(&van->lock);
         conn_link(van, c);
-        c->pending = 1;
-        ps__vb_conn_ref(c); /* the hand-off's */
-        c->next_pending = van->to_start;
-        van->to_start = c;
-        pthread_mutex_unlock(&van->lock);
+        ps_mutex_unlock(&van->lock);
+        ps__vb_conn_ref(c); /* the start list's */
+        ps_van_handover_link_t *to_start = &c->start_link;
+        ps_van_handover_put(&van->handover, &to_start, 1, NULL, 0);
         ps__vb_cm_wake(van);
     }
 
     /* Wait a little past the attempt deadline: the CM thread decides. */
     ps_deadline_t dl = ps_deadline_at_ns(c->deadline_ns + 2 * PS_NSEC_PER_SEC);
-    struct timespec ts;
-    ps_deadline_to_timespec(dl, &ts);
-    pthread_mutex_lock(&van->lock);
+    ps_mutex_lock(&van->lock);
     while (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == PS__VB_C_CONNECTING &&
            !__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        if (pthread_cond_timedwait(&van->cond, &van->lock, &ts) == ETIMEDOUT)
+        if (ps_cond_wait(&van->cond, &van->lock, dl) == PS_ERR_TIMED_OUT)
             break;
     }
-    pthread_mutex_unlock(&van->lock);
+    ps_mutex_unlock(&van->lock);
     int state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
     ps_status_t st = PS_OK;
     if (state == PS__VB_C_CONNECTING) {
@@ -638,7 +638,7 @@ typedef struct {
 static ps__vb_conn_t *incoming_by_nonce(ps__vb_van_t *van, uint64_t nonce, int node_id)
 {
     ps__vb_conn_t *found = NULL;
-    pthread_mutex_lock(&van->lock);
+    ps_mutex_lock(&van->lock);
     for (ps__vb_conn_t *c = van->conns; c != NULL; c = c->next) {
         if (!c->outgoing && c->nonce == nonce &&
             __atomic_load_n(&c->peer_id, __ATOMIC_ACQUIRE) == node_id &&
@@ -647,7 +647,7 @@ static ps__vb_conn_t *incoming_by_nonce(ps__vb_van_t *van, uint64_t nonce, int n
             break;
         }
     }
-    pthread_mutex_unlock(&van->lock);
+    ps_mutex_unlock(&van->lock);
     return found;
 }
 
@@ -733,19 +733,22 @@ static void on_connect_request(ps__vb_van_t *van, const cm_event_t *ev)
         c = NULL; /* another handshake under the same group: its own connection */
     int created = 0;
     if (c == NULL) {
-        c = conn_new(van, 0);
+        /* A new connection: it waits for its handshake under admission's
+         * cap and deadline (the first QP's request is its accept). */
+        c = ps_van_admission_admit(&van->admission) ? conn_new(van, 0) : NULL;
         if (c == NULL) {
             rdma_reject(id, NULL, 0);
             rdma_destroy_id(id);
             return;
         }
+        c->admitted = 1;
         created = 1;
         c->nonce = d.nonce;
         c->peer_id = d.node_id;
         c->nqp = d.qp_count;
         c->addr = peer_addr;
         snprintf(c->addr_str, sizeof(c->addr_str), "%s", from);
-        c->deadline_ns = now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
+        c->deadline_ns = ps_van_admission_deadline(&van->admission);
         ps__vb_reorder_init(&c->reorder, c->nqp);
         if (has_auth) {
             /* Before any of its QPs exists: the poller sees the transcript
@@ -794,16 +797,17 @@ static void on_connect_request(ps__vb_van_t *van, const cm_event_t *ev)
             rdma_reject(id, NULL, 0);
             rdma_destroy_id(id);
         }
-        if (created)
+        if (created) {
+            ps__vb_conn_admitted_end(c);
             ps__vb_conn_unref(c);
-        else
+        } else
             ps__vb_conn_fail(c, PS_ERR_PROTOCOL, what);
         return;
     }
     if (created) {
-        pthread_mutex_lock(&van->lock);
+        ps_mutex_lock(&van->lock);
         conn_link(van, c);
-        pthread_mutex_unlock(&van->lock);
+        ps_mutex_unlock(&van->lock);
     }
     ps_debug(PS_LOG_RDMA, "accepted queue pair %u of %u from node %d at %s", d.qp_index + 1u,
              d.qp_count, d.node_id, from);
@@ -1081,48 +1085,41 @@ static void drain_async(ps__vb_van_t *van, ps__vb_dev_t *dev)
 
 /* ---- the thread ---- */
 
-static void handle_to_start(ps__vb_van_t *van)
+/* A connection connect() made: its first attempt. */
+static void start_one(ps__vb_conn_t *c)
 {
-    pthread_mutex_lock(&van->lock);
-    ps__vb_conn_t *list = van->to_start;
-    van->to_start = NULL;
-    pthread_mutex_unlock(&van->lock);
-    while (list != NULL) {
-        ps__vb_conn_t *c = list;
-        pthread_mutex_lock(&van->lock);
-        list = c->next_pending;
-        c->next_pending = NULL;
-        c->pending = 0;
-        pthread_mutex_unlock(&van->lock);
-        if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == PS__VB_C_CONNECTING)
-            attempt_start(c);
-        ps__vb_conn_unref(c);
-    }
+    __atomic_store_n(&c->starting, 0, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == PS__VB_C_CONNECTING)
+        attempt_start(c);
+    ps__vb_conn_unref(c); /* the start list's */
 }
 
-static void handle_to_close(ps__vb_van_t *van)
+/* A failed connection: its QPs go to error, what is posted flushes back
+ * to us, and the timers reap it once drained. */
+static void close_one(ps__vb_conn_t *c)
 {
-    pthread_mutex_lock(&van->lock);
-    ps__vb_conn_t *list = van->to_close;
-    van->to_close = NULL;
-    for (ps__vb_conn_t *c = list; c != NULL; c = c->next_pending)
-        c->pending = 0;
-    pthread_mutex_unlock(&van->lock);
-    while (list != NULL) {
-        ps__vb_conn_t *c = list;
-        list = c->next_pending;
-        c->next_pending = NULL;
-        /* Move the QPs to error: what is posted flushes back to us. */
-        for (unsigned i = 0; i < PS__VB_MAX_QP; i++) {
-            if (c->qp[i].id != NULL && c->qp[i].qp != NULL)
-                (void)rdma_disconnect(c->qp[i].id);
-        }
-        if (!c->on_dead) {
-            c->on_dead = 1;
-            c->dead_since_ns = now_ns();
-        }
-        ps__vb_conn_unref(c);
+    for (unsigned i = 0; i < PS__VB_MAX_QP; i++) {
+        if (c->qp[i].id != NULL && c->qp[i].qp != NULL)
+            (void)rdma_disconnect(c->qp[i].id);
     }
+    if (!c->on_dead) {
+        c->on_dead = 1;
+        c->dead_since_ns = now_ns();
+    }
+    __atomic_store_n(&c->closing, 0, __ATOMIC_RELEASE);
+    ps__vb_conn_unref(c); /* the close list's */
+}
+
+static void take_handover(ps__vb_van_t *van)
+{
+    ps_van_handover_link_t *to_start, *to_close, *l;
+    if (!ps_van_handover_take(&van->handover, &to_start, &to_close))
+        return;
+    to_start = ps_van_handover_reverse(to_start);
+    while ((l = ps_van_handover_pop(&to_start)) != NULL)
+        start_one(PS_VAN_HANDOVER_OF(l, ps__vb_conn_t, start_link));
+    while ((l = ps_van_handover_pop(&to_close)) != NULL)
+        close_one(PS_VAN_HANDOVER_OF(l, ps__vb_conn_t, close_link));
 }
 
 static int conn_drained(ps__vb_conn_t *c)
@@ -1144,10 +1141,10 @@ static int run_timers(ps__vb_van_t *van)
     int nr = 0, nl = 0, np = 0;
     uint64_t now = now_ns();
     uint64_t next = now + CM_TICK_MS * PS_NSEC_PER_MSEC;
-    pthread_mutex_lock(&van->lock);
+    ps_mutex_lock(&van->lock);
     for (ps__vb_conn_t *c = van->conns; c != NULL; c = c->next) {
         int state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
-        if (state == PS__VB_C_CONNECTING && !c->pending) {
+        if (state == PS__VB_C_CONNECTING && !__atomic_load_n(&c->starting, __ATOMIC_ACQUIRE)) {
             if (now >= c->deadline_ns) {
                 if (nl < MAX_BATCH) {
                     ps__vb_conn_ref(c);
@@ -1161,14 +1158,15 @@ static int run_timers(ps__vb_van_t *van)
             } else if (c->retry_at_ns != 0 && c->retry_at_ns < next) {
                 next = c->retry_at_ns;
             }
-        } else if (state == PS__VB_C_FAILED && c->on_dead && !c->pending && np < MAX_BATCH) {
+        } else if (state == PS__VB_C_FAILED && c->on_dead &&
+                   !__atomic_load_n(&c->closing, __ATOMIC_ACQUIRE) && np < MAX_BATCH) {
             if (now - c->dead_since_ns >= PS__VB_REAP_MS * PS_NSEC_PER_MSEC || conn_drained(c)) {
                 conn_unlink(van, c);
                 reap[np++] = c; /* takes the list's reference */
             }
         }
     }
-    pthread_mutex_unlock(&van->lock);
+    ps_mutex_unlock(&van->lock);
     for (int i = 0; i < nr; i++) {
         if (__atomic_load_n(&retry[i]->state, __ATOMIC_ACQUIRE) == PS__VB_C_CONNECTING)
             attempt_start(retry[i]);
@@ -1177,16 +1175,24 @@ static int run_timers(ps__vb_van_t *van)
     for (int i = 0; i < nl; i++) {
         ps__vb_conn_t *c = late[i];
         int auth = c->auth_on ? ps__vb_auth_fail(&c->auth) : PS__VB_AUTH_OFF;
+        if (!c->outgoing) {
+            /* Silent or slow before its handshake ended: admission's
+             * deadline (a debug line: a flood of them is no news). */
+            char who[PS_SOCKADDR_STRLEN + 48];
+            snprintf(who, sizeof(who), "connection from %s%s", c->addr_str,
+                     auth == PS__VB_AUTH_WAIT_PROOF ? " (no job-secret proof)" : "");
+            ps_van_admission_expired(&van->admission, who);
+            conn_destroy_qps(c);
+            ps__vb_conn_fail(c, auth == PS__VB_AUTH_WAIT_PROOF ? PS_ERR_AUTH : PS_ERR_PROTOCOL,
+                             NULL);
+            ps__vb_conn_unref(c);
+            continue;
+        }
         if (auth == PS__VB_AUTH_WAIT_PROOF || auth == PS__VB_AUTH_WAIT_VERDICT) {
             /* Connected, but the handshake did not finish in time. */
-            if (c->outgoing)
-                ps_error(PS_LOG_RDMA, "node %d at %s did not answer our job-secret proof within "
-                         "%d ms (PS_CONNECT_TIMEOUT_MS); does it use the same PS_JOB_SECRET?",
-                         c->expect_id, c->addr_str, van->base.params.connect_timeout_ms);
-            else
-                ps_error(PS_LOG_RDMA, "refused connection from %s: it did not prove it holds the "
-                         "job secret within %d ms (PS_CONNECT_TIMEOUT_MS)", c->addr_str,
-                         van->base.params.connect_timeout_ms);
+            ps_error(PS_LOG_RDMA, "node %d at %s did not answer our job-secret proof within "
+                     "%d ms (PS_CONNECT_TIMEOUT_MS); does it use the same PS_JOB_SECRET?",
+                     c->expect_id, c->addr_str, van->base.params.connect_timeout_ms);
             conn_destroy_qps(c);
             ps__vb_conn_fail(c, PS_ERR_AUTH, NULL);
             ps__vb_conn_unref(c);
@@ -1200,8 +1206,7 @@ static int run_timers(ps__vb_van_t *van)
         /* An outgoing one says what its attempts met (nobody listening,
          * refused) when they met anything: the deadline may pass while the
          * last attempt is still in flight. */
-        ps_status_t why = !c->outgoing ? PS_ERR_PROTOCOL
-                          : c->last_err != PS_OK ? c->last_err : PS_ERR_TIMED_OUT;
+        ps_status_t why = c->last_err != PS_OK ? c->last_err : PS_ERR_TIMED_OUT;
         ps__vb_conn_fail(c, why, what);
         ps__vb_conn_unref(c);
     }
@@ -1217,8 +1222,7 @@ static void *cm_main(void *arg)
 {
     ps__vb_van_t *van = arg;
     while (!__atomic_load_n(&van->stop, __ATOMIC_ACQUIRE)) {
-        handle_to_start(van);
-        handle_to_close(van);
+        take_handover(van);
         int timeout = run_timers(van);
         struct pollfd fds[2 + PS__VB_MAX_DEVS];
         int nfds = 0;
@@ -1253,7 +1257,7 @@ static void *cm_main(void *arg)
                 /* Fail what is on the dead device (once each). */
                 ps__vb_conn_t *list[64];
                 int k = 0;
-                pthread_mutex_lock(&van->lock);
+                ps_mutex_lock(&van->lock);
                 for (ps__vb_conn_t *c = van->conns; c != NULL && k < 64; c = c->next) {
                     if (c->dev == van->devs[i] &&
                         __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != PS__VB_C_FAILED) {
@@ -1261,7 +1265,7 @@ static void *cm_main(void *arg)
                         list[k++] = c;
                     }
                 }
-                pthread_mutex_unlock(&van->lock);
+                ps_mutex_unlock(&van->lock);
                 for (int j = 0; j < k; j++) {
                     ps__vb_conn_fail(list[j], PS_ERR_DEVICE, "the RDMA device failed");
                     ps__vb_conn_unref(list[j]);
@@ -1290,27 +1294,22 @@ void ps__vb_cm_stop(ps__vb_van_t *van)
         return;
     __atomic_store_n(&van->stop, 1, __ATOMIC_RELEASE);
     ps__vb_cm_wake(van);
-    pthread_mutex_lock(&van->lock);
-    pthread_cond_broadcast(&van->cond);
-    pthread_mutex_unlock(&van->lock);
+    ps_mutex_lock(&van->lock);
+    ps_cond_broadcast(&van->cond);
+    ps_mutex_unlock(&van->lock);
     ps_thread_join(&van->cm_thread, NULL);
     van->cm_started = 0;
 }
 
 void ps__vb_cm_destroy_all(ps__vb_van_t *van)
 {
-    /* Hand-off lists hold references. */
-    ps__vb_conn_t *lists[2] = {van->to_start, van->to_close};
-    van->to_start = van->to_close = NULL;
-    for (int i = 0; i < 2; i++) {
-        while (lists[i] != NULL) {
-            ps__vb_conn_t *c = lists[i];
-            lists[i] = c->next_pending;
-            c->next_pending = NULL;
-            c->pending = 0;
-            ps__vb_conn_unref(c);
-        }
-    }
+    /* The hand-over lists hold references. */
+    ps_van_handover_link_t *to_start, *to_close, *l;
+    (void)ps_van_handover_take(&van->handover, &to_start, &to_close);
+    while ((l = ps_van_handover_pop(&to_start)) != NULL)
+        ps__vb_conn_unref(PS_VAN_HANDOVER_OF(l, ps__vb_conn_t, start_link));
+    while ((l = ps_van_handover_pop(&to_close)) != NULL)
+        ps__vb_conn_unref(PS_VAN_HANDOVER_OF(l, ps__vb_conn_t, close_link));
     while (van->conns != NULL) {
         ps__vb_conn_t *c = van->conns;
         conn_unlink(van, c);

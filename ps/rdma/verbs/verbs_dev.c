@@ -352,17 +352,17 @@ ps_status_t ps__vb_dev_get(ps__vb_van_t *van, struct ibv_context *ctx, ps__vb_de
 {
     if (ctx == NULL)
         return PS_ERR_INVALID_ARG;
-    pthread_mutex_lock(&van->lock);
+    ps_mutex_lock(&van->lock);
     int n = van->ndevs;
     for (int i = 0; i < n; i++) {
         if (van->devs[i]->ctx == ctx) {
             *dev_p = van->devs[i];
-            pthread_mutex_unlock(&van->lock);
+            ps_mutex_unlock(&van->lock);
             return PS_OK;
         }
     }
     if (n == PS__VB_MAX_DEVS) {
-        pthread_mutex_unlock(&van->lock);
+        ps_mutex_unlock(&van->lock);
         ps_error(PS_LOG_RDMA, "more than %d RDMA devices in use by one van", PS__VB_MAX_DEVS);
         return PS_ERR_NO_RESOURCE;
     }
@@ -382,7 +382,7 @@ ps_status_t ps__vb_dev_get(ps__vb_van_t *van, struct ibv_context *ctx, ps__vb_de
             *dev_p = dev;
         }
     }
-    pthread_mutex_unlock(&van->lock);
+    ps_mutex_unlock(&van->lock);
     return st;
 }
 

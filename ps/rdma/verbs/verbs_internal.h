@@ -59,7 +59,9 @@
 #include "ps/net/codec/frame.h"
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
+#include "ps/net/van/admission.h"
 #include "ps/net/van/base.h"
+#include "ps/net/van/handover.h"
 #include "ps/net/van/van.h"
 #include "ps/net/van/progress_loop.h"
 #include "ps/rdma/common/buf_pool.h"
@@ -206,6 +208,7 @@ struct ps__vb_conn {
     unsigned established;
     uint64_t dead_since_ns;
     int on_dead;
+    int admitted;        /* atomic: incoming, counted by van->admission until it is up or gone */
 
     /* Send side (lock). */
     pthread_mutex_t lock;
@@ -222,11 +225,13 @@ struct ps__vb_conn {
     /* Receive side (poller). */
     ps__vb_reorder_t reorder;
 
-    /* van->conns and hand-off lists (van->lock). */
+    /* van->conns (van->lock). */
     ps__vb_conn_t *next, *prev;
     int linked;          /* on van->conns */
-    ps__vb_conn_t *next_pending;
-    int pending;         /* on to_start or to_close */
+    /* The hand-over to the CM thread (van->handover). */
+    ps_van_handover_link_t start_link, close_link;
+    int starting;        /* atomic: on the start list, not yet taken */
+    int closing;         /* atomic: on the close list, not yet handled */
 };
 
 /* The connections of one peer node. */
@@ -305,6 +310,9 @@ typedef struct {
 struct ps__vb_van {
     ps_van_base_t base; /* first: handle, params, callbacks, id, counters */
     ps_frame_limits_t limits;
+    /* Incoming connections before their handshake ends: a cap, a deadline
+     * (the CM thread admits and times out; any thread ends one). */
+    ps_van_admission_t admission;
     unsigned nqp;
     int lag;
     uint32_t rx_depth;
@@ -319,11 +327,10 @@ struct ps__vb_van {
     int have_src;
     ps_sockaddr_t src_addr;  /* source for rdma_resolve_addr */
 
-    pthread_mutex_t lock;
-    pthread_cond_t cond;     /* connection state changes */
+    ps_mutex_t lock;
+    ps_cond_t cond;          /* connection state changes */
     ps__vb_conn_t *conns;
-    ps__vb_conn_t *to_start;
-    ps__vb_conn_t *to_close;
+    ps_van_handover_t handover; /* connections to start, to close */
     ps__vb_dev_t *devs[PS__VB_MAX_DEVS];
     int ndevs;               /* atomic; devices are only added */
 
@@ -384,6 +391,9 @@ ps__vb_conn_t *ps__vb_conn_by_serial(ps__vb_van_t *van, uint64_t serial);
 ps__vb_qp_t *ps__vb_qp_lookup(ps__vb_van_t *van, uint32_t qp_num);
 void ps__vb_qp_map_add(ps__vb_van_t *van, ps__vb_qp_t *qp);
 void ps__vb_qp_map_remove(ps__vb_van_t *van, ps__vb_qp_t *qp);
+/* An incoming connection's handshake ended (up or gone): it no longer
+ * counts against admission. Idempotent. */
+void ps__vb_conn_admitted_end(ps__vb_conn_t *c);
 /*
  * A connection failed (any thread). Marks it, drops its queued sends and
  * rendezvous state, hands it to the CM thread for teardown, and (once per

@@ -66,7 +66,7 @@ void ps__vb_conn_unref(ps__vb_conn_t *conn)
 ps__vb_conn_t *ps__vb_conn_by_serial(ps__vb_van_t *van, uint64_t serial)
 {
     ps__vb_conn_t *found = NULL;
-    pthread_mutex_lock(&van->lock);
+    ps_mutex_lock(&van->lock);
     for (ps__vb_conn_t *c = van->conns; c != NULL; c = c->next) {
         if (c->serial == serial) {
             found = c;
@@ -74,7 +74,7 @@ ps__vb_conn_t *ps__vb_conn_by_serial(ps__vb_van_t *van, uint64_t serial)
             break;
         }
     }
-    pthread_mutex_unlock(&van->lock);
+    ps_mutex_unlock(&van->lock);
     return found;
 }
 
@@ -304,6 +304,12 @@ static void drop_peer_state(ps__vb_van_t *van, int id)
         ps_rdma_rdv_drop_peer(van->dests, id);
 }
 
+void ps__vb_conn_admitted_end(ps__vb_conn_t *c)
+{
+    if (__atomic_exchange_n(&c->admitted, 0, __ATOMIC_ACQ_REL))
+        ps_van_admission_done(&c->van->admission);
+}
+
 void ps__vb_conn_fail(ps__vb_conn_t *conn, ps_status_t why, const char *what)
 {
     ps__vb_van_t *van = conn->van;
@@ -314,6 +320,7 @@ void ps__vb_conn_fail(ps__vb_conn_t *conn, ps_status_t why, const char *what)
     int old = __atomic_exchange_n(&conn->state, PS__VB_C_FAILED, __ATOMIC_ACQ_REL);
     if (old == PS__VB_C_FAILED)
         return;
+    ps__vb_conn_admitted_end(conn);
     int id = conn->outgoing ? conn->expect_id : __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE);
     int stopping = __atomic_load_n(&van->stop, __ATOMIC_ACQUIRE);
     if (what != NULL && !stopping) {
@@ -345,23 +352,20 @@ void ps__vb_conn_fail(ps__vb_conn_t *conn, ps_status_t why, const char *what)
     ps__vb_tx_t *list = ps__vb_conn_take_queues(conn);
     pthread_mutex_unlock(&conn->lock);
     ps__vb_tx_release_list(list);
-    pthread_mutex_lock(&van->lock);
-    pthread_cond_broadcast(&van->cond);
-    pthread_mutex_unlock(&van->lock);
+    ps_mutex_lock(&van->lock);
+    ps_cond_broadcast(&van->cond);
+    ps_mutex_unlock(&van->lock);
 
     ps__vb_peer_remove(van, conn);
     if (conn->dev != NULL && conn->dev->grants != NULL)
         ps__vb_grants_owner_gone(conn->dev->grants, conn->serial);
 
-    /* Hand the QPs to the CM thread, which disconnects and destroys them. */
-    pthread_mutex_lock(&van->lock);
-    if (!conn->pending) {
-        conn->pending = 1;
-        ps__vb_conn_ref(conn);
-        conn->next_pending = van->to_close;
-        van->to_close = conn;
-    }
-    pthread_mutex_unlock(&van->lock);
+    /* Hand the QPs to the CM thread, which disconnects and destroys them
+     * (once: a connection fails once). */
+    __atomic_store_n(&conn->closing, 1, __ATOMIC_RELEASE);
+    ps__vb_conn_ref(conn); /* the close list's */
+    ps_van_handover_link_t *to_close = &conn->close_link;
+    ps_van_handover_put(&van->handover, NULL, 0, &to_close, 1);
     ps__vb_cm_wake(van);
 
     int notify = __atomic_load_n(&conn->notify, __ATOMIC_ACQUIRE) && old == PS__VB_C_READY && id != PS_NODE_EMPTY && id > 0 &&
@@ -441,6 +445,7 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
         van->base.params.connect_timeout_ms = ms > 0 && ms < INT_MAX ? (int)ms : DEFAULT_CONNECT_MS;
     }
     van->limits = ps_van_frame_limits(params);
+    ps_van_admission_init(&van->admission, PS_LOG_RDMA);
     van->nqp = clamp_cfg(PS_CFG_STEPMESH_QP_NUM, 2, 1, PS__VB_MAX_QP);
     van->lag = ps_config_bool_or(PS_CFG_STEPMESH_SPLIT_QP_LAG, 0);
     van->rx_depth = clamp_cfg(PS_VERBS_CFG(BYTEPS_RDMA_RX_DEPTH), 2048, 16, 65536);
@@ -450,13 +455,9 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
     van->pool_slots = clamp_cfg(PS_RDMA_CFG(BYTEPS_ADDRESS_POOL_SIZE), 10240, 16, PS_RDMA_SLOT_POOL_MAX);
     van->print_log = ps_config_bool_or(PS_VERBS_CFG(BYTEPS_PRINT_RDMA_LOG), 0);
     van->cm_wakefd = van->loop.wakefd = van->poll_epfd = -1;
-    pthread_mutex_init(&van->lock, NULL);
-    /* connect() waits on it with a ps_time_now_ns() deadline: monotonic. */
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&van->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    (void)ps_mutex_init(&van->lock);
+    (void)ps_cond_init(&van->cond);
+    (void)ps_van_handover_init(&van->handover);
     pthread_rwlock_init(&van->peers_lock, NULL);
     pthread_rwlock_init(&van->qpmap_lock, NULL);
     pthread_mutex_init(&van->blocked_lock, NULL);
@@ -535,8 +536,9 @@ static void vb_close(ps_van_t *v)
         close(van->poll_epfd);
     free(van->peers);
     ps_van_base_fini(&van->base);
-    pthread_mutex_destroy(&van->lock);
-    pthread_cond_destroy(&van->cond);
+    ps_mutex_destroy(&van->lock);
+    ps_cond_destroy(&van->cond);
+    ps_van_handover_fini(&van->handover);
     pthread_rwlock_destroy(&van->peers_lock);
     pthread_rwlock_destroy(&van->qpmap_lock);
     pthread_mutex_destroy(&van->blocked_lock);
@@ -575,7 +577,7 @@ static ps_status_t vb_set_node_id(ps_van_t *v, int node_id)
      * another): say who we are, in line with what is queued on them. */
     ps__vb_conn_t *list[256];
     int n = 0;
-    pthread_mutex_lock(&van->lock);
+    ps_mutex_lock(&van->lock);
     for (ps__vb_conn_t *c = van->conns; c != NULL && n < 256; c = c->next) {
         if (c->outgoing && __atomic_load_n(&c->my_id_sent, __ATOMIC_ACQUIRE) != node_id &&
             __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == PS__VB_C_READY) {
@@ -583,7 +585,7 @@ static ps_status_t vb_set_node_id(ps_van_t *v, int node_id)
             list[n++] = c;
         }
     }
-    pthread_mutex_unlock(&van->lock);
+    ps_mutex_unlock(&van->lock);
     ps_status_t result = PS_OK;
     for (int i = 0; i < n; i++) {
         ps__vb_ctrl_t hello;
