@@ -74,16 +74,9 @@ def flood(target_name, pid, host, port, flooder, errors):
 
 def main():
     test_env, flooder, sum_node = sys.argv[1:4]
-    verdict = subprocess.run([test_env], capture_output=True, text=True,
-                             timeout=60).stdout.strip()
-    if verdict.startswith("SKIP "):
-        jd.skip(verdict[len("SKIP "):])
+    host = jd.rdma_host(test_env)
+    if host is None:
         return 0
-    if not verdict.startswith("HOST "):
-        print("FAILED: rdma_test_env said: " + verdict)
-        return 1
-    host = verdict[len("HOST "):]
-    print("== RDMA interface address " + host)
     t0 = time.time()
     deadline = t0 + at.DEADLINE_S + 2 * (FLOOD_SETUP_S + at.HS_MS / 1000 + at.MARGIN_S)
     job = jd.Job(sum_node, "tcp", {})
@@ -109,21 +102,7 @@ def main():
         print("job started in %.1f s" % (time.time() - t0))
         for name in ("server0", "scheduler"):
             flood(name, procs[name].pid, host, ports[name], flooder, errors)
-        print("attacks done after %.1f s" % (time.time() - t0))
-        for w in ("worker0", "worker1"):
-            if re.search(r"sum_node: worker ok", job.log(w)):
-                errors.append(w + " finished before the attacks did: the job was not running")
-        open(until, "w").close()
-        names = ["scheduler", "server0", "server1", "worker0", "worker1"]
-        codes = job.finish(names, deadline)
-        print("job ended after %.1f s" % (time.time() - t0))
-        for n in names:
-            text = job.log(n)
-            if codes[n] != 0 or not re.search(r"sum_node: \w+ ok", text):
-                errors.append("%s exited %s" % (n, codes[n]))
-                print("== %s\n%s" % (n, text[-3000:]))
-            if n.startswith("worker") and "every sum right" not in text:
-                errors.append(n + ": sums not verified")
+        at.end_job(job, errors, t0, deadline, until)
     finally:
         job.kill_all()
     if errors:

@@ -278,6 +278,28 @@ def flood_emfile(target, errors, job):
     s.close()
 
 
+def end_job(job, errors, t0, deadline, until_file=None):
+    """After the attacks: the job was still running (the workers had not
+    finished), then every node exits 0 and every worker checked every sum.
+    With `until_file` (SN_UNTIL_FILE) the workers are told to stop."""
+    print("attacks done after %.1f s" % (time.time() - t0))
+    for w in ("worker0", "worker1"):
+        if re.search(r"sum_node: worker ok", job.log(w)):
+            errors.append(w + " finished before the attacks did: the job was not running")
+    if until_file is not None:
+        open(until_file, "w").close()
+    names = ["scheduler", "server0", "server1", "worker0", "worker1"]
+    codes = job.finish(names, deadline)
+    print("job ended after %.1f s" % (time.time() - t0))
+    for n in names:
+        text = job.log(n)
+        if codes[n] != 0 or not re.search(r"sum_node: \w+ ok", text):
+            errors.append("%s exited %s" % (n, codes[n]))
+            print("== %s\n%s" % (n, text[-3000:]))
+        if n.startswith("worker") and "every sum right" not in text:
+            errors.append(n + ": sums not verified")
+
+
 def main():
     mode, van, sum_node, raw_client = sys.argv[1:5]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -331,20 +353,7 @@ def main():
                 flood_emfile(t, errors, job)
             else:
                 raise SystemExit("unknown mode " + mode)
-        print("attacks done after %.1f s" % (time.time() - t0))
-        for w in ("worker0", "worker1"):
-            if re.search(r"sum_node: worker ok", job.log(w)):
-                errors.append(w + " finished before the attacks did: the job was not running")
-        names = ["scheduler", "server0", "server1", "worker0", "worker1"]
-        codes = job.finish(names, deadline)
-        print("job ended after %.1f s" % (time.time() - t0))
-        for n in names:
-            text = job.log(n)
-            if codes[n] != 0 or not re.search(r"sum_node: \w+ ok", text):
-                errors.append("%s exited %s" % (n, codes[n]))
-                print("== %s\n%s" % (n, text[-3000:]))
-            if n.startswith("worker") and "every sum right" not in text:
-                errors.append(n + ": sums not verified")
+        end_job(job, errors, t0, deadline)
     finally:
         job.kill_all()
     if errors:

@@ -69,6 +69,21 @@ def skip(why):
             f.write(why + "\n")
 
 
+def rdma_host(test_env):
+    """The address of an RDMA interface, as the rdma_test_env program at
+    `test_env` names it; None (the skip marker left) when there is none."""
+    verdict = subprocess.run([test_env], capture_output=True, text=True,
+                             timeout=60).stdout.strip()
+    if verdict.startswith("SKIP "):
+        skip(verdict[len("SKIP "):])
+        return None
+    if not verdict.startswith("HOST "):
+        raise SystemExit("FAILED: rdma_test_env said: " + verdict)
+    host = verdict[len("HOST "):]
+    print("== RDMA interface address " + host)
+    return host
+
+
 def free_port():
     # A port the kernel says is free now, and never one handed out before:
     # the shm van listens by name (host:port), not on the TCP port, so the

@@ -92,6 +92,7 @@ NOT_IN_TABLE = {
     "FAULT_ROUND_MS": (TEST_KNOB, "tests"),
     "SN_LEN": (TEST_KNOB, "tests"),
     "SN_ROUNDS": (TEST_KNOB, "tests"),
+    "SN_UNTIL_FILE": (TEST_KNOB, "tests"),
     "SN_ROUND_MS": (TEST_KNOB, "tests"),
     "SIG_BYTES": (TEST_KNOB, "tests"),
     "SIG_LIMIT_MS": (TEST_KNOB, "tests"),

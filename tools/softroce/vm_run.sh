@@ -16,7 +16,9 @@
 # Needs (tools/install_deps.sh softroce): qemu-system-x86, a linux-image
 # with its modules under /lib/modules, busybox-static, rdma-core.
 # PS_SOFTROCE_MEM sets the VM's memory (default 4G), PS_SOFTROCE_ACCEL
-# qemu's accelerator (default tcg: KVM inside another VM may hang at boot).
+# qemu's accelerator (default tcg: KVM inside another VM may hang at boot),
+# PS_SOFTROCE_TIMEOUT_S how long the VM may run in all (default 3600; then
+# it is killed and the exit status is 124).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 die() { echo "softroce vm: $*" >&2; exit 125; }
@@ -83,11 +85,19 @@ accel=${PS_SOFTROCE_ACCEL:-tcg}
 case "$accel" in tcg) accel_opt=tcg,thread=multi; cpu=max ;; *) accel_opt=$accel; cpu=host ;; esac
 # The console is this command's output; the firmware's lines before the
 # guest's first line are dropped.
+limit=${PS_SOFTROCE_TIMEOUT_S:-3600}
+[[ "$limit" =~ ^[1-9][0-9]*$ ]] || die "PS_SOFTROCE_TIMEOUT_S=$limit is not a positive number of seconds"
+timeout --kill-after=10 "$limit" \
 "$qemu" -accel "$accel_opt" -cpu "$cpu" -m "${PS_SOFTROCE_MEM:-4G}" -smp "$ncpu" \
     -display none -monitor none -serial stdio -no-reboot -nodefaults \
     -kernel "/boot/vmlinuz-$kver" -initrd "$initrd" \
     -append "console=ttyS0 quiet loglevel=3 panic=-1 ps_vm_job=$job" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,multidevs=remap \
     < /dev/null 2>&1 | tr -d '\r' | awk '/^softroce vm: |^\[ *[0-9.]+\]/ {on = 1} on && !/reboot: Power down/ {print; fflush()}'
+vm_rc=${PIPESTATUS[0]}
+if [ "$vm_rc" -eq 124 ] || [ "$vm_rc" -eq 137 ]; then
+    echo "softroce vm: killed after ${limit} s (PS_SOFTROCE_TIMEOUT_S)" >&2
+    exit 124
+fi
 [ -s "$job/rc" ] || die "the VM ended without the command's exit status"
 exit "$(cat "$job/rc")"
