@@ -4,15 +4,25 @@
 # access, use of uninitialised memory or definite leak fails the test.
 # Skips, saying so, when valgrind is not installed. Deadline: 600 s.
 #
-#   valgrind_test.sh FAULT_NODE VAN [BYTES]   (VAN: tcp, shm, fabric, ucx;
-#                                              BYTES per value, 65536)
+#   valgrind_test.sh FAULT_NODE VAN [BYTES [RDMA_TEST_ENV]]
+#       VAN: tcp, shm, fabric, ucx, ibverbs; BYTES per value, 65536
 #
 # With small values (BYTES 16) the requests and answers of a van with a
-# small lane (ucx, fabric) take it.
+# small lane (ucx, fabric) take it. ibverbs runs on the address of an RDMA
+# interface that RDMA_TEST_ENV names (it skips, saying why, without one).
 set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
-prog=$1 van=$2 bytes=${3:-65536}
+prog=$1 van=$2 bytes=${3:-65536} rdma_test_env=${4:-}
 command -v valgrind >/dev/null || job_skip "valgrind is not installed"
+host=127.0.0.1
+if [ "$van" = ibverbs ]; then
+  verdict=$("$rdma_test_env")
+  case $verdict in
+    "HOST "*) host=${verdict#HOST } ;;
+    "SKIP "*) job_skip "${verdict#SKIP }" ;;
+    *) echo "FAILED: rdma_test_env said: $verdict"; exit 1 ;;
+  esac
+fi
 # Valgrind cannot run ASan or TSan binaries (their shadow memory); under
 # those configs the sanitizer is the check.
 if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
@@ -23,13 +33,15 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$dir"; }
 trap cleanup EXIT
 
-export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$(job_free_port)
-export DMLC_NODE_HOST=127.0.0.1 FAULT_ROUNDS=30 FAULT_BYTES=$bytes PS_START_TIMEOUT_MS=120000
+export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_URI=$host DMLC_PS_ROOT_PORT=$(job_free_port)
+export DMLC_NODE_HOST=$host FAULT_ROUNDS=30 FAULT_BYTES=$bytes PS_START_TIMEOUT_MS=120000
 job_use_van "$van" || exit 2
 names=()
+# --vgdb=no: valgrind's gdb server maps a file in /tmp, which a 9p /tmp
+# (the soft-RoCE VM's) cannot map.
 for node in "scheduler -1" "server 0" "server 1" "worker 0" "worker 1"; do
   read -r role rank <<<"$node"
-  DMLC_ROLE=$role DMLC_RANK=$rank timeout 600 valgrind -q --error-exitcode=99 --leak-check=full \
+  DMLC_ROLE=$role DMLC_RANK=$rank timeout 600 valgrind -q --vgdb=no --error-exitcode=99 --leak-check=full \
     --errors-for-leak-kinds=definite "$prog" >"$dir/$role$rank.log" 2>&1 &
   pids+=($!)
   names+=("$role$rank")

@@ -14,7 +14,8 @@ the job alone cost it in the 2 s before the flood), RSS and VmData
 growth under 64 MiB, every request answered (accepted, or refused at once
 past PS_MAX_PENDING_CONNS) and every accepted one closed by the node
 within PS_HANDSHAKE_TIMEOUT_MS (3 s) plus the margin. The job finishes,
-every process exits 0 and every worker checked every sum.
+every process exits 0 and every worker checked every sum. Under a
+sanitizer the closes may take 5 times as long and CPU is not bounded.
 """
 import os
 import re
@@ -28,6 +29,10 @@ import job_driver as jd  # noqa: E402
 
 # Past the flood's own setup (address and route resolution of 2,200 ids).
 FLOOD_SETUP_S = 60
+# Under a sanitizer inside the VM's emulated CPU the node's CM thread is
+# several times slower: its deadline still closes every connection, later,
+# and its CPU share is the sanitizer's (not checked then).
+SLOW = 5 if at.SANITIZER else 1
 
 
 def flood(target_name, pid, host, port, flooder, errors):
@@ -36,7 +41,7 @@ def flood(target_name, pid, host, port, flooder, errors):
     # CPU (the soft-RoCE VM) serving the job alone takes several percent.
     job_cpu, _ = at.watch(pid, [], errors, what + " (job only)", None)
     base = at.mem(pid)
-    hold = at.HS_MS / 1000 + at.MARGIN_S
+    hold = SLOW * (at.HS_MS / 1000 + at.MARGIN_S)
     t0 = time.time()
     p = subprocess.Popen([flooder, host, str(port), str(at.N_IDLE), str(at.N_HALF), str(hold)],
                          stdout=subprocess.PIPE, text=True)
@@ -69,7 +74,7 @@ def flood(target_name, pid, host, port, flooder, errors):
         if open_:
             errors.append("%s: %d of %d accepted requests still open %.1f s after the flood" %
                           (what, open_, made, hold))
-    at.check(errors, what, max(0.0, cpu - job_cpu), base, peak)
+    at.check(errors, what, max(0.0, cpu - job_cpu), base, peak, cpu_bound=not at.SANITIZER)
 
 
 def main():
@@ -78,7 +83,7 @@ def main():
     if host is None:
         return 0
     t0 = time.time()
-    deadline = t0 + at.DEADLINE_S + 2 * (FLOOD_SETUP_S + at.HS_MS / 1000 + at.MARGIN_S)
+    deadline = t0 + at.DEADLINE_S + 2 * (FLOOD_SETUP_S + SLOW * (at.HS_MS / 1000 + at.MARGIN_S))
     job = jd.Job(sum_node, "tcp", {})
     # The workers push until the attacks are over, however long they take
     # here (under an emulated CPU, minutes).

@@ -11,8 +11,10 @@ job_free_port() {
 }
 
 # Exports what selects VAN for the job's processes: tcp (the default), shm
-# (the whole job through shared memory), fabric (libfabric on tcp;ofi_rxm)
-# or ucx (UCX_TLS=tcp on the loopback device). Returns 2 for another name.
+# (the whole job through shared memory), fabric (libfabric on tcp;ofi_rxm),
+# ucx (UCX_TLS=tcp on the loopback device) or ibverbs (the job's hosts must
+# be an RDMA interface's address; few receive buffers, as five processes
+# register them). Returns 2 for another name.
 job_use_van() {
   unset DMLC_ENABLE_RDMA DMLC_ENABLE_UCX DMLC_PS_VAN_TYPE BYTEPS_ENABLE_IPC
   case $1 in
@@ -20,6 +22,7 @@ job_use_van() {
     shm) export DMLC_PS_VAN_TYPE=shm PS_JOB_ID="${PS_JOB_ID:-job-$$-$RANDOM}" ;;
     fabric) export DMLC_ENABLE_RDMA=fabric FI_PROVIDER="tcp;ofi_rxm" ;;
     ucx) export DMLC_ENABLE_UCX=1 UCX_TLS=tcp UCX_NET_DEVICES=lo ;;
+    ibverbs) export DMLC_ENABLE_RDMA=ibverbs BYTEPS_RDMA_RX_DEPTH=256 ;;
     *) echo "unknown van $1"; return 2 ;;
   esac
 }

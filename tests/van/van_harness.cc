@@ -61,7 +61,8 @@ ps_status_t RecvBuffer(void *arg, const ps_meta_t *meta, unsigned index, uint64_
 }
 
 // Records r, first waiting while the gate is closed.
-static void Record(Inbox *in, Received &&r)
+// Returns on_msg as it is now (read under the lock: see SetOnMsg).
+static std::function<void(const ps_msg_t *)> Record(Inbox *in, Received &&r)
 {
     std::unique_lock<std::mutex> lk(in->mu);
     if (in->gate_closed) {
@@ -71,6 +72,13 @@ static void Record(Inbox *in, Received &&r)
     }
     in->msgs.push_back(std::move(r));
     in->cv.notify_all();
+    return in->on_msg;
+}
+
+void Inbox::SetOnMsg(std::function<void(const ps_msg_t *)> fn)
+{
+    std::lock_guard<std::mutex> lk(mu);
+    on_msg = std::move(fn);
 }
 
 void DeliverLane(void *arg, int sender, const uint8_t *bytes, size_t len)
@@ -102,9 +110,9 @@ void Deliver(void *arg, ps_msg_t *msg)
     for (uint32_t i = 0; i < msg->meta.control.num_nodes; ++i) {
         r.nodes.push_back(msg->meta.control.nodes[i]);
     }
-    Record(in, std::move(r));
-    if (in->on_msg) {
-        in->on_msg(msg);
+    std::function<void(const ps_msg_t *)> on_msg = Record(in, std::move(r));
+    if (on_msg) {
+        on_msg(msg);
     }
     ps_msg_release(msg);
 }

@@ -60,7 +60,11 @@ struct Inbox {
     bool gate_closed = false;
     std::atomic<bool> in_gate{false};
     // Called inline on the progress thread after recording (may send).
+    // Set it before the van opens, or with SetOnMsg: over RDMA the only
+    // order between a test's thread and the van's is the device's, which
+    // TSan cannot see.
     std::function<void(const ps_msg_t *)> on_msg;
+    void SetOnMsg(std::function<void(const ps_msg_t *)> fn);
 
     ~Inbox();
     bool WaitMsgs(size_t n);

@@ -537,7 +537,7 @@ ps_status_t ps__vb_cm_connect(ps_van_t *v, const ps_node_t *peer, int my_id)
         c->nqp = van->nqp;
         c->nonce = ps_van_random();
         c->my_id_sent = my_id != PS_NODE_EMPTY ? my_id : ps__vb_my_id(van);
-        c->deadline_ns = ps_van_admission_deadline(&van->admission);
+        c->deadline_ns = now_ns() + (uint64_t)van->base.params.connect_timeout_ms * PS_NSEC_PER_MSEC;
         ps__vb_reorder_init(&c->reorder, c->nqp);
 
         pthread_rwlock_wrlock(&van->peers_lock);

@@ -448,7 +448,7 @@ static void handle_wc(ps__vb_van_t *van, ps__vb_dev_t *dev, const struct ibv_wc 
             fail_by_qp(van, wc->qp_num, wc->status);
         return;
     }
-    if (w->kind == PS__VB_WR_TX) {
+    if (__atomic_load_n(&w->kind, __ATOMIC_ACQUIRE) == PS__VB_WR_TX) {
         ps__vb_txwc_t *txwc = (ps__vb_txwc_t *)w;
         ps__vb_conn_t *conn = txwc->tx->conn;
         ps__vb_conn_ref(conn);
@@ -666,6 +666,9 @@ ps_status_t ps__vb_poll_start(ps__vb_van_t *van)
     ps_status_t st = ps_van_loop_init(&van->loop, &lp, &vb_loop_ops, van);
     if (st != PS_OK)
         return st;
+    /* A waiting thread may poll the CQs itself (the progress op): what
+     * vb_poll touches is the loop's, under its lock. */
+    van->base.handle.loop = &van->loop;
     st = ps_van_loop_epoll_open(&van->loop, NULL, PS_LOG_RDMA, &van->poll_epfd);
     if (st != PS_OK)
         return st;

@@ -379,6 +379,10 @@ static post_result_t post_wrs(ps__vb_conn_t *conn, ps__vb_tx_t *tx, wrs_t *w)
         tx->wc[k].nwr = (uint16_t)w->per_qp[k];
         tail[k]->wr_id = (uint64_t)(uintptr_t)&tx->wc[k].wr;
         __atomic_add_fetch(&tx->refs, 1, __ATOMIC_RELAXED);
+        /* What the device orders (post, then its completion on the
+         * poller) said to the compiler and to TSan: handle_wc() loads it
+         * with acquire, after every write to tx before this post. */
+        __atomic_store_n(&tx->wc[k].wr.kind, PS__VB_WR_TX, __ATOMIC_RELEASE);
         struct ibv_send_wr *bad = NULL;
         int rc = ibv_post_send(conn->qp[k].qp, head[k], &bad);
         if (rc != 0) {

@@ -652,8 +652,7 @@ static const ps_van_ops_t vb_ops = {
     .register_mem = vb_register_mem,
     .deregister_mem = vb_deregister_mem,
     .stats = ps_van_base_stats,
-    /* No waiter-driven loop yet: busy polling spins in the van's thread. */
-    .progress = ps_van_no_progress,
+    .progress = ps_van_loop_progress,
 };
 
 const ps_van_component_t ps__verbs_component = {

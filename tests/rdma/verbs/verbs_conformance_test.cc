@@ -52,8 +52,6 @@ VanConfig VerbsConfig(const char *name, const char *qps)
     c.connect_retries_in_call = true;
     // It registers buffers (the registration cache).
     c.register_null_status = PS_ERR_INVALID_ARG;
-    // Completions are polled by the van's own thread only.
-    c.waiters_drive = false;
     return c;
 }
 

@@ -251,18 +251,19 @@ TEST_P(VerbsHw, EveryMessageShape)
 
 TEST_P(VerbsHw, RepeatedKeyReusesGrantsWithoutMixingData)
 {
-    Van a, b;
-    Pair(a, b);
     // The receiver holds every message's data until the end: a grant must
-    // never be reused while its data is held.
+    // never be reused while its data is held. (Declared before the vans,
+    // which outlive nothing they call.)
     std::vector<ps_slice_t> held;
     std::mutex held_mu;
-    b.inbox.on_msg = [&](const ps_msg_t *m) {
+    Van a, b;
+    Pair(a, b);
+    b.inbox.SetOnMsg([&](const ps_msg_t *m) {
         if (m->num_data > 1) {
             std::lock_guard<std::mutex> lk(held_mu);
             held.push_back(ps_slice_ref(&m->data[1]));
         }
-    };
+    });
     const int n = 40;
     for (int i = 0; i < n; i++)
         ASSERT_EQ(SendData(a, 8, i, 42, {8, 256 << 10}), PS_OK);
@@ -279,7 +280,7 @@ TEST_P(VerbsHw, RepeatedKeyReusesGrantsWithoutMixingData)
         held.clear();
     }
     // Released now: later messages can reuse the grants.
-    b.inbox.on_msg = nullptr;
+    b.inbox.SetOnMsg(nullptr);
     for (int i = n; i < 2 * n; i++)
         ASSERT_EQ(SendData(a, 8, i, 42, {8, 256 << 10}), PS_OK);
     ASSERT_TRUE(b.inbox.WaitMsgs(2 * n));
@@ -308,7 +309,7 @@ TEST_P(VerbsHw, PullResponseIsWrittenIntoTheNamedBuffer)
             w.inbox.dest[{key, 1}] = ps_slice_ref(&dest);
         }
         // The server answers every pull request with `len` bytes.
-        s.inbox.on_msg = [&](const ps_msg_t *m) {
+        s.inbox.SetOnMsg([&](const ps_msg_t *m) {
             if (!m->meta.request || !m->meta.pull)
                 return;
             ps_msg_t r;
@@ -327,8 +328,8 @@ TEST_P(VerbsHw, PullResponseIsWrittenIntoTheNamedBuffer)
             ps_slice_unref(&v);
             EXPECT_EQ(s.ops->send(s.van, &r), PS_OK);
             ps_msg_release(&r);
-        };
-        size_t before = w.inbox.msgs.size();
+        });
+        size_t before = w.inbox.Count();
         ps_msg_t req;
         ps_msg_init(&req);
         req.meta.timestamp = static_cast<int32_t>(len);
