@@ -43,6 +43,7 @@
 #include "ps/base/time.h"
 #include "ps/net/van/addr.h"
 #include "ps/net/van/conn_list.h"
+#include "ps/rdma/common/memcheck.h"
 #include "ps/rdma/verbs/verbs_iface.h"
 #include "ps/rdma/verbs/verbs_internal.h"
 #include "ps/rdma/verbs/verbs_lag.h"
@@ -1012,9 +1013,13 @@ static void drain_cm_events(ps__vb_van_t *van)
         ev.status = e->status;
         ev.id = e->id;
         ev.listen_id = e->listen_id;
+        /* The kernel wrote the event through the rdma_cm command ABI,
+         * which valgrind cannot follow. */
+        PS_RDMA_DEVICE_WROTE(e, sizeof(*e));
         if (e->param.conn.private_data != NULL) {
             /* A u8 length: always fits. */
             ev.pdata_len = e->param.conn.private_data_len;
+            PS_RDMA_DEVICE_WROTE(e->param.conn.private_data, ev.pdata_len);
             memcpy(ev.pdata, e->param.conn.private_data, ev.pdata_len);
         }
         rdma_ack_cm_event(e);

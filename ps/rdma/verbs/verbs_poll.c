@@ -28,6 +28,7 @@
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/net/van/rx.h"
+#include "ps/rdma/common/memcheck.h"
 #include "ps/rdma/verbs/verbs_internal.h"
 
 #define MAX_EVENTS 16
@@ -216,6 +217,8 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
                 st = PS_ERR_PROTOCOL;
             } else {
                 st = ps_slice_sub(&pull->dest, 0, (size_t)l, &msg->data[i]);
+                if (ps_slice_mem_kind(&pull->dest) == PS_BUF_MEM_HOST)
+                    PS_RDMA_DEVICE_WROTE(ps_slice_ptr(&pull->dest), l);
             }
         } else if (l > 0) {
             st = land(van, &meta, i, region, (size_t)off, l, &msg->data[i]);
@@ -363,12 +366,14 @@ static void on_meta(ps__vb_van_t *van, ps__vb_conn_t *conn, uint32_t slot)
         return;
     }
     ps_slice_t view = PS_SLICE_EMPTY_INIT;
+    PS_RDMA_DEVICE_WROTE(meta, meta_cap);
     if (data_cap > 0) {
         if (ps__vb_grants_data(dev->grants, rec, &view) != PS_OK) {
             ps__vb_grants_done(dev->grants, rec);
             ps__vb_conn_fail(conn, PS_ERR_NO_MEMORY, "out of memory receiving a message");
             return;
         }
+        PS_RDMA_DEVICE_WROTE(ps_slice_ptr(&view), view.len);
     }
     ps_msg_t msg;
     ps__vb_hdr_t h;
@@ -479,6 +484,8 @@ static void handle_wc(ps__vb_van_t *van, ps__vb_dev_t *dev, const struct ibv_wc 
     }
     ps__vb_conn_t *conn = qp->conn;
     int fresh = 0;
+    if (wc->opcode == IBV_WC_RECV)
+        PS_RDMA_DEVICE_WROTE(ps_slice_ptr(&rx->buf), wc->byte_len);
     if (__atomic_load_n(&conn->state, __ATOMIC_ACQUIRE) != PS__VB_C_FAILED && conn->auth_on &&
         ps__vb_auth_state(&conn->auth) != PS__VB_AUTH_DONE) {
         auth_rx(van, conn, qp, wc, rx);
@@ -522,6 +529,7 @@ static int poll_cqs(ps__vb_van_t *van, struct ibv_wc *wcs)
             ps_error(PS_LOG_RDMA, "%s: ibv_poll_cq failed (%d)", dev->name, n);
             continue;
         }
+        PS_RDMA_DEVICE_WROTE(wcs, (size_t)n * sizeof(*wcs));
         for (int j = 0; j < n; j++)
             handle_wc(van, dev, &wcs[j]);
         did += n;
