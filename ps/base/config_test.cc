@@ -180,8 +180,6 @@ TEST_F(ConfigTest, LegacyAliases) {
     const char *alias;
   } want[] = {
       {PS_CFG_STEPMESH_GPU, "STEPAF_GPU"},
-      {PS_CFG_STEPMESH_SPLIT_QP_LAG, "DMLC_SPLIT_QP_LAG"},
-      {PS_CFG_STEPMESH_QP_NUM, "STEPAF_QP_NUM"},
       {PS_CFG_STEPMESH_BUSY_POLL_ENABLE, "STEPAF_BUSY_POLL_ENABLE"},
   };
   for (const auto &w : want) {
@@ -316,16 +314,16 @@ TEST_F(ConfigTest, BadValueIsLoggedAndLeavesOutputAlone) {
   EXPECT_NE(log.Text().find("k/m/g/t suffix"), std::string::npos);
 
   // A bad legacy name is reported under that name.
-  setenv("DMLC_SPLIT_QP_LAG", "x", 1);
-  EXPECT_EQ(ps_config_get_bool(PS_CFG_STEPMESH_SPLIT_QP_LAG, &b), PS_ERR_CONFIG);
-  EXPECT_NE(log.Text().find("'x' for DMLC_SPLIT_QP_LAG (from alias)"), std::string::npos)
+  setenv("STEPAF_BUSY_POLL_ENABLE", "x", 1);
+  EXPECT_EQ(ps_config_get_bool(PS_CFG_STEPMESH_BUSY_POLL_ENABLE, &b), PS_ERR_CONFIG);
+  EXPECT_NE(log.Text().find("'x' for STEPAF_BUSY_POLL_ENABLE (from alias)"), std::string::npos)
       << log.Text();
 
   EXPECT_EQ(ps_config_validate(), PS_ERR_CONFIG);
   unsetenv("DMLC_NUM_WORKER");
   unsetenv("PS_BUSY_POLL");
   unsetenv("PS_RECV_PREALLOC_BYTES");
-  unsetenv("DMLC_SPLIT_QP_LAG");
+  unsetenv("STEPAF_BUSY_POLL_ENABLE");
   EXPECT_EQ(ps_config_validate(), PS_OK);
 }
 

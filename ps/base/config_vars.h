@@ -157,10 +157,6 @@ PS_CONFIG_VAR(PS_KEY_LOG, BOOL, "0", "byteps-server", NULL,
 /* ---- stepmesh: the AF tensor API ---- */
 PS_CONFIG_VAR(STEPMESH_GPU, INT, "0", "stepmesh", "STEPAF_GPU",
               "Local GPU index of this process, an integer; picks the cores STEPMESH_BIND_CPU_CORE pins to, with DMLC_INTERFACE=auto the RDMA interface nearest that GPU, and with DMLC_GROUP_SIZE > 1 and DMLC_INSTANCE_ID unset the instance (plus DMLC_RANK_OFFSET).")
-PS_CONFIG_VAR(STEPMESH_SPLIT_QP_LAG, BOOL, "0", "stepmesh", "DMLC_SPLIT_QP_LAG",
-              "1 pins the queue pairs of an endpoint to both ports of a bonded NIC and splits payloads across them.")
-PS_CONFIG_VAR(STEPMESH_QP_NUM, INT, "2", "stepmesh", "STEPAF_QP_NUM",
-              "Queue pairs per RDMA endpoint (the ibverbs van splits payloads across them), a count from 1 to 8.")
 PS_CONFIG_VAR(STEPMESH_BUSY_POLL_ENABLE, BOOL, "1", "stepmesh", "STEPAF_BUSY_POLL_ENABLE",
               "1 makes AF workers' waits and the AF server's batch polling spin instead of sleep.")
 PS_CONFIG_VAR(STEPMESH_ENABLE_TRACE, BOOL, "0", "stepmesh", NULL,

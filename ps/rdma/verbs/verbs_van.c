@@ -446,8 +446,8 @@ static ps_status_t vb_open_body(const ps_van_params_t *params, const ps_van_call
     }
     van->limits = ps_van_frame_limits(params);
     ps_van_admission_init(&van->admission, PS_LOG_RDMA);
-    van->nqp = clamp_cfg(PS_CFG_STEPMESH_QP_NUM, 2, 1, PS__VB_MAX_QP);
-    van->lag = ps_config_bool_or(PS_CFG_STEPMESH_SPLIT_QP_LAG, 0);
+    van->nqp = clamp_cfg(PS_VERBS_CFG(STEPMESH_QP_NUM), 2, 1, PS__VB_MAX_QP);
+    van->lag = ps_config_bool_or(PS_VERBS_CFG(STEPMESH_SPLIT_QP_LAG), 0);
     van->rx_depth = clamp_cfg(PS_VERBS_CFG(BYTEPS_RDMA_RX_DEPTH), 2048, 16, 65536);
     van->send_depth = 2 * clamp_cfg(PS_VERBS_CFG(BYTEPS_RDMA_START_DEPTH), 128, 8, 8192);
     van->cq_sends = clamp_cfg(PS_VERBS_CFG(BYTEPS_RDMA_MAX_CONCURR_WR), 8192, PS__VB_CQ_MIN_SENDS,

@@ -43,6 +43,23 @@ TEST(VerbsVan, RegisteredWithItsUpstreamNames)
     EXPECT_NE(c->unavailable, nullptr);
 }
 
+// StepMesh's queue-pair variables are this van's (its table), under their
+// upstream names too.
+TEST(VerbsVan, QueuePairVariablesLiveWithTheVan)
+{
+    const struct {
+        const char *name, *alias;
+    } want[] = {{"STEPMESH_QP_NUM", "STEPAF_QP_NUM"},
+                {"STEPMESH_SPLIT_QP_LAG", "DMLC_SPLIT_QP_LAG"}};
+    for (const auto &w : want) {
+        ps_config_id_t id, by_alias;
+        ASSERT_EQ(ps_config_find(w.name, &id), PS_OK) << w.name;
+        ASSERT_EQ(ps_config_find(w.alias, &by_alias), PS_OK) << w.alias;
+        EXPECT_EQ(id, by_alias);
+        EXPECT_GE(id, PS_CFG_COUNT) << w.name << " is in the core table";
+    }
+}
+
 TEST(VerbsVan, OpsTableIsComplete)
 {
     const ps_van_component_t *c = Component();
