@@ -16,7 +16,7 @@ PS_CONFIG_VAR(BYTEPS_RDMA_MAX_CONCURR_WR, INT, "8192", "rdma", NULL,
               "Most signaled sends in flight on one RDMA device (its completion queue holds them plus BYTEPS_RDMA_RX_DEPTH receives; a send past it waits), a count from 16.")
 PS_CONFIG_VAR(BYTEPS_PRINT_RDMA_LOG, BOOL, "0", "rdma", NULL,
               "1 logs every RDMA message.")
-PS_CONFIG_VAR(STEPMESH_QP_NUM, INT, "2", "stepmesh", "STEPAF_QP_NUM",
+PS_CONFIG_VAR(STEPMESH_QP_NUM, INT, "2", "rdma", "STEPAF_QP_NUM",
               "Queue pairs per RDMA endpoint (the ibverbs van splits payloads across them), a count from 1 to 8.")
-PS_CONFIG_VAR(STEPMESH_SPLIT_QP_LAG, BOOL, "0", "stepmesh", "DMLC_SPLIT_QP_LAG",
+PS_CONFIG_VAR(STEPMESH_SPLIT_QP_LAG, BOOL, "0", "rdma", "DMLC_SPLIT_QP_LAG",
               "1 pins the queue pairs of an endpoint to both ports of a bonded NIC and splits payloads across them.")
