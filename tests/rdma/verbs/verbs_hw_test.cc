@@ -166,9 +166,15 @@ class VerbsHw : public ::testing::TestWithParam<int> {
         host_ = RdmaHost(&why);
         if (host_.empty())
             GTEST_SKIP() << why;
-        ps_config_set(PS_CFG_STEPMESH_QP_NUM, std::to_string(GetParam()).c_str());
+        ASSERT_EQ(ps_config_find("STEPMESH_QP_NUM", &qp_num_), PS_OK) << "the van's own table";
+        ps_config_set(qp_num_, std::to_string(GetParam()).c_str());
     }
-    void TearDown() override { ps_config_set(PS_CFG_STEPMESH_QP_NUM, nullptr); }
+    void TearDown() override
+    {
+        if (!host_.empty())
+            ps_config_set(qp_num_, nullptr);
+    }
+    ps_config_id_t qp_num_{};
 
     // a (worker 9) connected to b (server 8) both ways, as the postoffice does.
     void Pair(Van &a, Van &b)
