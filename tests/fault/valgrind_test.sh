@@ -16,12 +16,8 @@ prog=$1 van=$2 bytes=${3:-65536} rdma_test_env=${4:-}
 command -v valgrind >/dev/null || job_skip "valgrind is not installed"
 host=127.0.0.1
 if [ "$van" = ibverbs ]; then
-  verdict=$("$rdma_test_env")
-  case $verdict in
-    "HOST "*) host=${verdict#HOST } ;;
-    "SKIP "*) job_skip "${verdict#SKIP }" ;;
-    *) echo "FAILED: rdma_test_env said: $verdict"; exit 1 ;;
-  esac
+  job_rdma_host "$rdma_test_env"
+  host=$JOB_RDMA_HOST
 fi
 # Valgrind cannot run ASan or TSan binaries (their shadow memory); under
 # those configs the sanitizer is the check.

@@ -27,6 +27,20 @@ job_use_van() {
   esac
 }
 
+# job_rdma_host RDMA_TEST_ENV: sets JOB_RDMA_HOST to the RDMA interface's
+# address that the rdma_test_env program names; without a device it ends
+# the test as skipped (job_skip), and on any other answer as failed.
+job_rdma_host() {
+  local verdict
+  verdict=$("$1")
+  case $verdict in
+    "HOST "*) JOB_RDMA_HOST=${verdict#HOST } ;;
+    "SKIP "*) job_skip "${verdict#SKIP }" ;;
+    *) echo "FAILED: rdma_test_env said: $verdict"; exit 1 ;;
+  esac
+  echo "== RDMA interface address $JOB_RDMA_HOST"
+}
+
 # job_wait_for FILE PATTERN SECONDS: 0 once FILE has a line matching
 # PATTERN (grep), 1 when SECONDS passed first.
 job_wait_for() {

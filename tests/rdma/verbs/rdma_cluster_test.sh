@@ -9,12 +9,6 @@ set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 test_env=$1 cluster_test=$2 shim=$3 launcher=$4 workers=$5 servers=$6 limit=$7 program=$8
 
-verdict=$("$test_env")
-case "$verdict" in
-  HOST\ *) host=${verdict#HOST } ;;
-  SKIP\ *) job_skip "${verdict#SKIP }" ;;
-  *) echo "FAILED: rdma_test_env said: $verdict"; exit 1 ;;
-esac
-echo "== RDMA interface address $host"
-export PS_TEST_RDMA_HOST=$host PS_TEST_LAUNCHER=$launcher DMLC_ENABLE_RDMA=ibverbs
+job_rdma_host "$test_env"
+export PS_TEST_RDMA_HOST=$JOB_RDMA_HOST PS_TEST_LAUNCHER=$launcher DMLC_ENABLE_RDMA=ibverbs
 exec bash "$cluster_test" "$shim" "$workers" "$servers" "$limit" "$program"
