@@ -263,7 +263,9 @@ ps_status_t ps_af_server_respond_when(ps_af_server_t *server, ps_af_batch_t *bat
  * destination (PS_CAP_RECV_INTO_DEST) and the push fits in the part;
  * otherwise pushes land in the transport's buffers. Each push of the key
  * overwrites the part: batches in flight together need distinct keys (as
- * StepMesh's micro-batches have). The memory must outlive the server.
+ * StepMesh's micro-batches have). The memory must outlive the server;
+ * over ibverbs, where workers' connections hold grants into it that
+ * outlive the server, it must stay valid until ps_finalize.
  * PS_ERR_EXISTS for a (rank, key) registered already. */
 ps_status_t ps_af_server_register_recv_tensor(ps_af_server_t *server, const ps_af_tensor_t *tensor,
                                               const int *worker_ranks, const uint64_t *keys,

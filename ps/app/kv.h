@@ -268,7 +268,10 @@ void ps_kv_server_destroy(ps_kv_server_t *server);
  * whatever the van, when `buffer` is device memory of the pushed values'
  * kind and they fit; else (host memory, another kind) they arrive in a
  * pinned host buffer of the server's. The buffer is referenced until
- * the server is destroyed. Every
+ * the server is destroyed; over ibverbs, where the sender's NIC writes
+ * pushes into it through grants that later pushes reuse, until the
+ * worker's connection closes as well: memory ps does not own must stay
+ * valid until ps_finalize. Every
  * such push writes into it, so the handler must be done with one before
  * the worker pushes the next (as in ps-lite). PS_ERR_EXISTS when (rank,
  * key) has a buffer already. */

@@ -43,7 +43,11 @@ typedef void (*ps_customer_lane_func_t)(void *arg, ps_customer_t *customer, int 
  * *slice_p with a referenced slice of at least `len` bytes (e.g. a
  * ps_slice_sub() of the destination a pull named) and return PS_OK, or
  * return PS_ERR_NOT_FOUND to let the van use its own buffer. Vans without
- * PS_CAP_RECV_INTO_DEST never ask. */
+ * PS_CAP_RECV_INTO_DEST never ask. For a request the answer must follow
+ * from meta's sender, app_id, customer_id, key, request, push, is_tensor
+ * and the index alone: a van may ask before the data arrives (the other
+ * fields are then unset) and write later requests of that sender and key
+ * into the same buffer (the ibverbs van). */
 typedef ps_status_t (*ps_customer_recv_buffer_func_t)(void *arg, ps_customer_t *customer,
                                                       const ps_meta_t *meta, unsigned index,
                                                       uint64_t len, ps_slice_t *slice_p);

@@ -83,13 +83,16 @@ static void control(const uint8_t *in, size_t len)
     (void)ps__vb_msg_type(in, len);
     if (ps__vb_ctrl_decode(in, len, &c) != PS_OK)
         return;
-    uint8_t out[PS__VB_CTRL_LEN];
+    uint8_t out[PS__VB_CTRL_STEER_LEN];
     size_t n = 0;
     check(ps__vb_ctrl_encode(&c, out, sizeof(out), &n) == PS_OK, "control re-encodes");
     ps__vb_ctrl_t again;
     check(ps__vb_ctrl_decode(out, n, &again) == PS_OK, "control decodes again");
     check(again.type == c.type && again.token == c.token && again.slot == c.slot &&
-              again.key == c.key && again.data_len == c.data_len,
+              again.key == c.key && again.data_len == c.data_len && again.flags == c.flags &&
+              again.app_id == c.app_id && again.customer_id == c.customer_id &&
+              again.steer_addr == c.steer_addr && again.steer_len == c.steer_len &&
+              memcmp(again.seg_len, c.seg_len, sizeof(c.seg_len)) == 0,
           "control round trip");
 }
 

@@ -114,14 +114,12 @@ def main():
         return 0
     t0 = time.time()
     deadline = t0 + at.DEADLINE_S + 2 * (FLOOD_SETUP_S + SLOW * (at.HS_MS / 1000 + at.MARGIN_S))
-    job = jd.Job(sum_node, "tcp", {})
+    job = jd.Job(sum_node, "ibverbs", {})
     # The workers push until the attacks are over, however long they take
     # here (under an emulated CPU, minutes).
     until = os.path.join(job.dir, "attacks-done")
-    del job.base["DMLC_PS_VAN_TYPE"]
     job.base.update({
-        "DMLC_ENABLE_RDMA": "ibverbs", "DMLC_PS_ROOT_URI": host, "DMLC_NODE_HOST": host,
-        "BYTEPS_RDMA_RX_DEPTH": "256", "PS_HANDSHAKE_TIMEOUT_MS": str(at.HS_MS),
+        "PS_HANDSHAKE_TIMEOUT_MS": str(at.HS_MS),
         "SN_ROUNDS": "40", "SN_ROUND_MS": "50", "SN_UNTIL_FILE": until})
     errors = []
     ports = {"scheduler": int(job.base["DMLC_PS_ROOT_PORT"])}

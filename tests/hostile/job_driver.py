@@ -81,7 +81,14 @@ def rdma_host(test_env):
         raise SystemExit("FAILED: rdma_test_env said: " + verdict)
     host = verdict[len("HOST "):]
     print("== RDMA interface address " + host)
+    global RDMA_HOST
+    RDMA_HOST = host
     return host
+
+
+# The RDMA interface's address once rdma_host() found it: where an
+# "ibverbs" job lives (van_env).
+RDMA_HOST = None
 
 
 def free_port():
@@ -108,6 +115,13 @@ def van_env(van):
                 "FI_TCP_IFACE": "lo"}
     if van == "ucx":
         return {"DMLC_ENABLE_UCX": "1", "UCX_TLS": "tcp", "UCX_NET_DEVICES": "lo"}
+    if van == "ibverbs":
+        if RDMA_HOST is None:
+            raise SystemExit("an ibverbs job needs rdma_host() first")
+        # Applied after the 127.0.0.1 defaults: the job lives on the RDMA
+        # interface. Few receive buffers: every process pins its own.
+        return {"DMLC_ENABLE_RDMA": "ibverbs", "DMLC_PS_ROOT_URI": RDMA_HOST,
+                "DMLC_NODE_HOST": RDMA_HOST, "BYTEPS_RDMA_RX_DEPTH": "256"}
     raise SystemExit("unknown van " + van)
 
 

@@ -49,7 +49,11 @@ typedef struct ps_van_callbacks {
     /* Where data segment `index` (of `len` bytes) of the message whose meta
      * has just been decoded should land. Fill *slice_p with a referenced
      * slice of at least `len` bytes and return PS_OK, or return
-     * PS_ERR_NOT_FOUND to let the van use its own pooled buffer. */
+     * PS_ERR_NOT_FOUND to let the van use its own pooled buffer. For a
+     * request, a van may ask before the message arrives, with a meta that
+     * holds only sender, app_id, customer_id, key, request, push and
+     * is_tensor, and keep the answer for later requests of that sender and
+     * key (the ibverbs van's steered grants); it asks again on arrival. */
     ps_status_t (*recv_buffer)(void *arg, const ps_meta_t *meta, unsigned index,
                                uint64_t len, ps_slice_t *slice_p);
     /* A complete message. meta.sender is the node id the connection proved

@@ -327,7 +327,7 @@ static ps_status_t dev_create(ps__vb_van_t *van, struct ibv_context *ctx, ps__vb
     gp.max_cached_bytes = PS__VB_GRANT_CACHE_BYTES;
     gp.max_meta_len = van->limits.max_meta_bytes + PS_FRAME_MAX_HEADER_LEN + 64;
     gp.max_data_len = van->limits.max_message_bytes;
-    ps__vb_grants_ops_t go = {grant_alloc, grant_notify, dev};
+    ps__vb_grants_ops_t go = {grant_alloc, grant_notify, dev, ps__vb_steer_release};
     if ((st = ps__vb_grants_create(&gp, &go, &dev->grants)) != PS_OK)
         goto fail;
 
@@ -389,6 +389,22 @@ ps_status_t ps__vb_dev_get(ps__vb_van_t *van, struct ibv_context *ctx, ps__vb_de
 void ps__vb_dev_destroy_all(ps__vb_van_t *van)
 {
     int n = __atomic_load_n(&van->ndevs, __ATOMIC_ACQUIRE);
+    ps__vb_grants_stats_t sum;
+    memset(&sum, 0, sizeof(sum));
+    for (int i = 0; i < n; i++) {
+        ps__vb_grants_stats_t gs;
+        ps__vb_grants_stats(van->devs[i]->grants, &gs);
+        sum.starts += gs.starts;
+        sum.steered += gs.steered;
+        sum.regrants += gs.regrants;
+        sum.reuses += gs.reuses;
+    }
+    if (n > 0)
+        ps_info(PS_LOG_RDMA, "ibverbs van closes: %llu rendezvous grants made (%llu into "
+                "application buffers), %llu re-granted, %llu reused; %lu segments received in "
+                "place", (unsigned long long)sum.starts, (unsigned long long)sum.steered,
+                (unsigned long long)sum.regrants, (unsigned long long)sum.reuses,
+                __atomic_load_n(&van->received_in_place, __ATOMIC_RELAXED));
     for (int i = 0; i < n; i++) {
         dev_free(van->devs[i]);
         van->devs[i] = NULL;

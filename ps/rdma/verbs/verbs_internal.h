@@ -270,6 +270,10 @@ struct ps__vb_tx {
     uint8_t dir;
     uint8_t hdr_flags;
     int8_t rma_seg;            /* -1: none */
+    int8_t steer_seg;          /* -1: none; else written to the grant's steered region */
+    uint8_t steerable;         /* a request the receiver may steer (START says whom for) */
+    uint8_t is_tensor;
+    int32_t app_id, customer_id;
     uint32_t rma_slot;
     uint64_t rma_addr;
     uint32_t rma_rkey;
@@ -288,7 +292,7 @@ struct ps__vb_tx {
     ps_slice_t bounce;         /* registered: eager payload or meta write */
     ps_slice_t dbounce;        /* registered copy of unregistrable data */
     uint32_t ctrl_len;
-    uint8_t ctrl_buf[PS__VB_CTRL_LEN];
+    uint8_t ctrl_buf[PS__VB_CTRL_STEER_LEN];
     uint8_t fm_inline[PS__VB_FM_INLINE];
 };
 
@@ -367,6 +371,7 @@ struct ps__vb_van {
     uint64_t refused[8];
     unsigned refused_next;
     uint64_t next_serial;    /* atomic */
+    unsigned long received_in_place; /* atomic: steered segments (verbs_testing.h) */
 };
 
 static inline ps__vb_van_t *ps__vb_of(ps_van_t *v)
@@ -473,6 +478,26 @@ ps_status_t ps__vb_poll_stop(ps__vb_van_t *van);
 ps_status_t ps__vb_poll_add_dev(ps__vb_van_t *van, ps__vb_dev_t *dev);
 /* close(): messages still held for slave chunks. */
 void ps__vb_poll_drop_held(ps__vb_conn_t *conn);
+
+/* ---- verbs_steer.c ---- */
+/* The application's buffer for one segment of the request `start` (a
+ * START with PS__VB_RDV_STEER from conn), registered: 1 and *steer_p, or 0
+ * when none is named or it cannot be registered. */
+int ps__vb_steer_find(ps__vb_van_t *van, ps__vb_conn_t *conn, const ps__vb_ctrl_t *start,
+                      ps__vb_steer_t *steer_p);
+/* Ends a registration a steer holds (ps__vb_grants_ops_t.steer_release;
+ * dev is the ps__vb_dev_t). */
+void ps__vb_steer_release(void *dev, void *handle);
+/* 1 when recv_buffer still names the steered region of `regrant` (a
+ * re-grant with PS__VB_RDV_STEER for conn). */
+int ps__vb_steer_still_named(ps__vb_van_t *van, ps__vb_conn_t *conn,
+                             const ps__vb_ctrl_t *regrant);
+/* Segment `index` of `meta` (len bytes) was written into the steered
+ * `region`: handed over as the buffer recv_buffer names now (the region
+ * itself, no copy; or another host buffer, copied), else as a view of the
+ * region. */
+ps_status_t ps__vb_steer_land(ps__vb_van_t *van, const ps_meta_t *meta, unsigned index,
+                              const ps_slice_t *region, uint64_t len, ps_slice_t *seg_p);
 
 /* This van's own variables (verbs_config_vars.h), a config table of their own:
  * read them as ps_config_*(PS_VERBS_CFG(NAME), ...). */

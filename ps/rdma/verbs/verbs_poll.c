@@ -138,13 +138,15 @@ static ps_status_t land(ps__vb_van_t *van, const ps_meta_t *meta, unsigned index
 
 /*
  * Builds a message from hdr + frame at p[0..len) whose in-buffer segments
- * lie end to end in `region` from `data_off` (capacity `data_cap` bytes).
+ * lie end to end in `region` from `data_off` (capacity `data_cap` bytes),
+ * but a steered one (PS__VB_HDR_STEER), which is in the region of `grant`.
  * Every length is checked first. On success *msg holds references on its
  * slices; *h_p gets the header.
  */
 static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8_t *p, size_t len,
                              const ps_slice_t *region, uint64_t data_off, uint64_t data_cap,
-                             ps_msg_t *msg, ps__vb_hdr_t *h_p, const char **why)
+                             const ps__vb_grant_rec_t *grant, ps_msg_t *msg, ps__vb_hdr_t *h_p,
+                             const char **why)
 {
     ps__vb_hdr_t h;
     size_t hlen = 0;
@@ -169,9 +171,18 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
         *why = "too many data segments";
         return PS_ERR_PROTOCOL;
     }
+    unsigned steer_seg = 0;
+    const ps_slice_t *steer = NULL;
+    if (h.flags & PS__VB_HDR_STEER) {
+        if (!ps__vb_grants_steered(grant, &steer_seg, &steer) || h.rma_seg != steer_seg ||
+            h.rma_seg >= fh.num_data || fh.data_len[h.rma_seg] > steer->len) {
+            *why = "a segment written where no region was granted";
+            return PS_ERR_PROTOCOL;
+        }
+    }
     uint64_t in_len = 0;
     for (unsigned i = 0; i < fh.num_data; i++) {
-        if (!((h.flags & PS__VB_HDR_RMA) && i == h.rma_seg))
+        if (!((h.flags & (PS__VB_HDR_RMA | PS__VB_HDR_STEER)) && i == h.rma_seg))
             in_len += fh.data_len[i];
     }
     if (in_len > data_cap || (in_len > 0 && region->buf == NULL)) {
@@ -220,6 +231,8 @@ static ps_status_t build_msg(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8
                 if (ps_slice_mem_kind(&pull->dest) == PS_BUF_MEM_HOST)
                     PS_RDMA_DEVICE_WROTE(ps_slice_ptr(&pull->dest), l);
             }
+        } else if (steer != NULL && i == steer_seg) {
+            st = ps__vb_steer_land(van, &meta, i, steer, l, &msg->data[i]);
         } else if (l > 0) {
             st = land(van, &meta, i, region, (size_t)off, l, &msg->data[i]);
             off += l;
@@ -267,7 +280,14 @@ static void on_ctrl(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8_t *p, si
     switch (c.type) {
     case PS__VB_MSG_RDV_START: {
         ps__vb_ctrl_t reply;
-        ps_status_t st = ps__vb_grants_start(dev->grants, conn->serial, &c, &reply);
+        ps__vb_steer_t steer;
+        int steered = ps__vb_steer_find(van, conn, &c, &steer);
+        ps_status_t st =
+            ps__vb_grants_start(dev->grants, conn->serial, &c, steered ? &steer : NULL, &reply);
+        if (st != PS_OK && steered) {
+            ps_slice_unref(&steer.dest);
+            ps__vb_steer_release(dev, steer.handle);
+        }
         if (st != PS_OK) {
             ps_warn_ratelimited(PS_LOG_RDMA, "cannot grant %u + %llu bytes to %s (%s); the "
                                 "message is refused", c.meta_len,
@@ -343,8 +363,8 @@ static int on_send(ps__vb_van_t *van, ps__vb_conn_t *conn, ps__vb_rx_t *rx, uint
     }
     ps_msg_t msg;
     const char *why = NULL;
-    ps_status_t st = build_msg(van, conn, p, len, &rx->buf, data_off, len - data_off, &msg, &h,
-                               &why);
+    ps_status_t st = build_msg(van, conn, p, len, &rx->buf, data_off, len - data_off, NULL, &msg,
+                               &h, &why);
     if (st != PS_OK) {
         ps__vb_conn_fail(conn, st, why != NULL ? why : "bad message");
         return 0;
@@ -378,7 +398,8 @@ static void on_meta(ps__vb_van_t *van, ps__vb_conn_t *conn, uint32_t slot)
     ps_msg_t msg;
     ps__vb_hdr_t h;
     const char *why = NULL;
-    ps_status_t st = build_msg(van, conn, meta, meta_cap, &view, 0, data_cap, &msg, &h, &why);
+    ps_status_t st =
+        build_msg(van, conn, meta, meta_cap, &view, 0, data_cap, rec, &msg, &h, &why);
     /* The message holds what it needs of the grant; ours goes. */
     if (data_cap > 0)
         ps_slice_unref(&view);
@@ -556,6 +577,12 @@ static void send_regrants(ps__vb_van_t *van)
         while ((n = ps__vb_grants_take_regrants(dev->grants, owners, msgs, 32)) > 0) {
             for (size_t j = 0; j < n; j++) {
                 ps__vb_conn_t *c = ps__vb_conn_by_serial(van, owners[j]);
+                /* A region the application no longer names is not offered
+                 * again: the sender then asks for a grant without it. */
+                if (c != NULL && (msgs[j].flags & PS__VB_RDV_STEER) &&
+                    !ps__vb_steer_still_named(van, c, &msgs[j]) &&
+                    ps__vb_grants_unsteer(dev->grants, owners[j], msgs[j].slot) == PS_OK)
+                    msgs[j].flags &= (uint8_t)~PS__VB_RDV_STEER;
                 ps_status_t st = c != NULL ? ps__vb_send_ctrl(c, &msgs[j]) : PS_ERR_PEER_GONE;
                 if (st != PS_OK)
                     (void)ps__vb_grants_drop(dev->grants, owners[j], msgs[j].slot);

@@ -23,6 +23,26 @@ void ps__vb_grant_from_ctrl(const ps__vb_ctrl_t *c, ps__vb_grant_t *g_p)
     g_p->data_addr = c->data_addr;
     g_p->meta_rkey = c->meta_rkey;
     g_p->data_rkey = c->data_rkey;
+    int steer = (c->flags & PS__VB_RDV_STEER) != 0;
+    g_p->steer_seg = steer ? c->steer_seg : 0;
+    g_p->app_id = steer ? c->app_id : 0;
+    g_p->customer_id = steer ? c->customer_id : 0;
+    g_p->steer_addr = steer ? c->steer_addr : 0;
+    g_p->steer_len = steer ? c->steer_len : 0;
+    g_p->steer_rkey = steer ? c->steer_rkey : 0;
+}
+
+ps__vb_fit_t ps__vb_grant_fit(const ps__vb_grant_t *g, const ps__vb_need_t *n)
+{
+    if (g->meta_cap < n->meta_len)
+        return PS__VB_FIT_NO;
+    if (g->steer_len > 0 && n->seg_len != NULL && g->steer_seg < n->num_data &&
+        g->app_id == n->app_id && g->customer_id == n->customer_id) {
+        uint64_t l = n->seg_len[g->steer_seg];
+        if (l > 0 && l <= g->steer_len && l <= n->data_len && g->data_cap >= n->data_len - l)
+            return PS__VB_FIT_STEER;
+    }
+    return g->data_cap >= n->data_len ? PS__VB_FIT_DATA : PS__VB_FIT_NO;
 }
 
 static size_t hash3(uint64_t a, uint64_t b, uint8_t c, size_t buckets)
@@ -85,15 +105,14 @@ void ps__vb_gcache_destroy(ps__vb_gcache_t *c)
 }
 
 ps__vb_gc_result_t ps__vb_gcache_take(ps__vb_gcache_t *c, uint64_t key, uint8_t dir,
-                                      uint32_t meta_len, uint64_t data_len,
-                                      ps__vb_grant_t *grant_p)
+                                      const ps__vb_need_t *need, ps__vb_grant_t *grant_p)
 {
     ps__vb_gentry_t **pp = gc_find(c, key, dir);
     if (*pp == NULL)
         return PS__VB_GC_MISS;
     ps__vb_gentry_t *e = gc_unlink(c, pp);
     *grant_p = e->grant;
-    int fits = e->grant.meta_cap >= meta_len && e->grant.data_cap >= data_len;
+    int fits = ps__vb_grant_fit(&e->grant, need) != PS__VB_FIT_NO;
     free(e);
     return fits ? PS__VB_GC_HIT : PS__VB_GC_TOO_SMALL;
 }
@@ -167,6 +186,11 @@ struct ps__vb_grant_rec {
     ps_slice_t data;
     uint32_t meta_rkey;
     uint32_t data_rkey;
+    /* The steered region (steered: 1), and what recv_buffer was asked. */
+    uint8_t steered;
+    uint8_t is_tensor;
+    ps__vb_steer_t steer;
+    int32_t app_id, customer_id;
     ps__vb_grant_rec_t *cnext;              /* current-table chain */
     ps__vb_grant_rec_t *pnext;              /* re-grant queue */
     ps__vb_grant_rec_t *prev_all, *next_all;
@@ -285,8 +309,21 @@ static int rec_unlink(ps__vb_grants_t *g, ps__vb_grant_rec_t *r)
     return g->closed && g->live == 0;
 }
 
+/* Lets go of r's steered region (r is not shared, or the lock is held). */
+static void rec_unsteer(ps__vb_grant_rec_t *r)
+{
+    if (!r->steered)
+        return;
+    r->steered = 0;
+    ps_slice_unref(&r->steer.dest);
+    if (r->g->ops.steer_release != NULL)
+        r->g->ops.steer_release(r->g->ops.ctx, r->steer.handle);
+    r->steer.handle = NULL;
+}
+
 static void rec_free(ps__vb_grant_rec_t *r)
 {
+    rec_unsteer(r);
     ps_slice_unref(&r->meta);
     ps_slice_unref(&r->data);
     free(r);
@@ -310,6 +347,9 @@ void ps__vb_grants_close(ps__vb_grants_t *g)
             r->owner_gone = 1;
             cur_clear(g, r);
             pending_remove(g, r);
+            /* Its registration goes with the van; the message keeps its
+             * own reference on the buffer. */
+            rec_unsteer(r);
         }
         r = next;
     }
@@ -324,6 +364,21 @@ void ps__vb_grants_close(ps__vb_grants_t *g)
         grants_free_obj(g);
 }
 
+/* The steering fields of a GRANT of r (lock held). */
+static void rec_steer_ctrl(const ps__vb_grant_rec_t *r, ps__vb_ctrl_t *c)
+{
+    if (!r->steered)
+        return;
+    c->flags |= PS__VB_RDV_STEER;
+    c->app_id = r->app_id;
+    c->customer_id = r->customer_id;
+    c->is_tensor = r->is_tensor;
+    c->steer_seg = (uint8_t)r->steer.seg;
+    c->steer_addr = (uint64_t)(uintptr_t)ps_slice_ptr(&r->steer.dest);
+    c->steer_len = r->steer.dest.len;
+    c->steer_rkey = r->steer.rkey;
+}
+
 static size_t meta_region(uint32_t meta_len)
 {
     size_t want = (size_t)meta_len + META_SLACK;
@@ -331,9 +386,13 @@ static size_t meta_region(uint32_t meta_len)
 }
 
 ps_status_t ps__vb_grants_start(ps__vb_grants_t *g, uint64_t owner, const ps__vb_ctrl_t *start,
-                                ps__vb_ctrl_t *reply_p)
+                                const ps__vb_steer_t *steer, ps__vb_ctrl_t *reply_p)
 {
     if (g == NULL || start == NULL || reply_p == NULL || start->type != PS__VB_MSG_RDV_START)
+        return PS_ERR_INVALID_ARG;
+    if (steer != NULL &&
+        (!(start->flags & PS__VB_RDV_STEER) || steer->seg >= start->num_data ||
+         steer->dest.len == 0 || steer->dest.len != start->seg_len[steer->seg]))
         return PS_ERR_INVALID_ARG;
     if (start->meta_len == 0 || start->meta_len > g->params.max_meta_len ||
         (g->params.max_data_len != 0 && start->data_len > g->params.max_data_len))
@@ -362,14 +421,17 @@ ps_status_t ps__vb_grants_start(ps__vb_grants_t *g, uint64_t owner, const ps__vb
     r->key = start->key;
     r->dir = start->dir;
     r->state = REC_GRANTED;
+    uint64_t data_len = start->data_len - (steer != NULL ? steer->dest.len : 0);
     ps_status_t st = g->ops.alloc(g->ops.ctx, meta_region(start->meta_len), &r->meta,
                                   &r->meta_rkey);
-    if (st == PS_OK && start->data_len > 0)
-        st = g->ops.alloc(g->ops.ctx, (size_t)start->data_len, &r->data, &r->data_rkey);
+    if (st == PS_OK && data_len > 0)
+        st = g->ops.alloc(g->ops.ctx, (size_t)data_len, &r->data, &r->data_rkey);
     if (st != PS_OK) {
         rec_free(r);
         return st == PS_ERR_NO_MEMORY ? PS_ERR_NO_RESOURCE : st;
     }
+    /* Taken only once nothing can fail: on error the caller keeps it. */
+    int take_steer = steer != NULL;
 
     ps_mutex_lock(&g->lock);
     if (g->closed) {
@@ -382,6 +444,14 @@ ps_status_t ps__vb_grants_start(ps__vb_grants_t *g, uint64_t owner, const ps__vb
         ps_mutex_unlock(&g->lock);
         rec_free(r);
         return PS_ERR_NO_RESOURCE;
+    }
+    if (take_steer) {
+        r->steered = 1;
+        r->steer = *steer;
+        r->app_id = start->app_id;
+        r->customer_id = start->customer_id;
+        r->is_tensor = start->is_tensor;
+        g->stats.steered++;
     }
     g->live++;
     r->next_all = g->all;
@@ -415,6 +485,7 @@ ps_status_t ps__vb_grants_start(ps__vb_grants_t *g, uint64_t owner, const ps__vb
     c.meta_rkey = r->meta_rkey;
     c.data_addr = r->data.len ? (uint64_t)(uintptr_t)ps_slice_ptr(&r->data) : 0;
     c.data_rkey = r->data_rkey;
+    rec_steer_ctrl(r, &c);
     ps_mutex_unlock(&g->lock);
     *reply_p = c;
     return PS_OK;
@@ -478,6 +549,16 @@ static void data_released(void *data, size_t length, void *arg)
     rec_returned(arg);
 }
 
+int ps__vb_grants_steered(const ps__vb_grant_rec_t *rec, unsigned *seg_p,
+                          const ps_slice_t **dest_p)
+{
+    if (rec == NULL || !rec->steered)
+        return 0;
+    *seg_p = rec->steer.seg;
+    *dest_p = &rec->steer.dest;
+    return 1;
+}
+
 ps_status_t ps__vb_grants_data(ps__vb_grants_t *g, ps__vb_grant_rec_t *rec, ps_slice_t *slice_p)
 {
     if (g == NULL || rec == NULL || slice_p == NULL || rec->data.len == 0)
@@ -519,6 +600,19 @@ ps_status_t ps__vb_grants_drop(ps__vb_grants_t *g, uint64_t owner, uint32_t slot
     rec_unlink(g, r);
     ps_mutex_unlock(&g->lock);
     rec_free(r);
+    return PS_OK;
+}
+
+ps_status_t ps__vb_grants_unsteer(ps__vb_grants_t *g, uint64_t owner, uint32_t slot)
+{
+    ps_mutex_lock(&g->lock);
+    ps__vb_grant_rec_t *r = ps_rdma_slot_get(g->slots, slot);
+    if (r == NULL || r->owner != owner || r->state != REC_GRANTED || r->pending) {
+        ps_mutex_unlock(&g->lock);
+        return PS_ERR_PROTOCOL;
+    }
+    rec_unsteer(r);
+    ps_mutex_unlock(&g->lock);
     return PS_OK;
 }
 
@@ -575,6 +669,7 @@ size_t ps__vb_grants_take_regrants(ps__vb_grants_t *g, uint64_t *owners, ps__vb_
         c->meta_rkey = r->meta_rkey;
         c->data_addr = r->data.len ? (uint64_t)(uintptr_t)ps_slice_ptr(&r->data) : 0;
         c->data_rkey = r->data_rkey;
+        rec_steer_ctrl(r, c);
         owners[n] = r->owner;
         g->stats.regrants++;
         n++;

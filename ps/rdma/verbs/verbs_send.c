@@ -59,6 +59,7 @@ static ps__vb_tx_t *tx_new(ps__vb_conn_t *conn)
     ps__vb_conn_ref(conn);
     tx->refs = 1;
     tx->rma_seg = -1;
+    tx->steer_seg = -1;
     for (unsigned i = 0; i < PS__VB_MAX_QP; i++) {
         tx->wc[i].wr.kind = PS__VB_WR_TX;
         tx->wc[i].tx = tx;
@@ -416,6 +417,10 @@ static size_t make_hdr(ps__vb_conn_t *conn, ps__vb_tx_t *tx, const wrs_t *w, uin
     h.type = type;
     h.flags = tx->hdr_flags;
     h.rma_seg = tx->rma_seg >= 0 ? (uint8_t)tx->rma_seg : 0;
+    if (tx->steer_seg >= 0) {
+        h.flags |= PS__VB_HDR_STEER;
+        h.rma_seg = (uint8_t)tx->steer_seg;
+    }
     h.rma_slot = tx->rma_slot;
     h.nqp = (uint8_t)conn->nqp;
     h.frame_len = (uint32_t)tx->fm_len;
@@ -530,6 +535,18 @@ out:
 
 /* ---- rendezvous: data and meta written into a grant ---- */
 
+/* What tx needs of a grant (conn->lock held). */
+static void tx_need(const ps__vb_conn_t *conn, const ps__vb_tx_t *tx, ps__vb_need_t *n)
+{
+    n->meta_len =
+        (uint32_t)(ps__vb_hdr_len(&(ps__vb_hdr_t){.nqp = (uint8_t)conn->nqp}) + tx->fm_len);
+    n->data_len = tx->in_len;
+    n->app_id = tx->app_id;
+    n->customer_id = tx->customer_id;
+    n->num_data = tx->num_data;
+    n->seg_len = tx->steerable ? tx->lens : NULL;
+}
+
 static post_result_t post_rdv(ps__vb_conn_t *conn, ps__vb_tx_t *tx)
 {
     ps__vb_dev_t *dev = conn->dev;
@@ -538,7 +555,10 @@ static post_result_t post_rdv(ps__vb_conn_t *conn, ps__vb_tx_t *tx)
     post_result_t r = prepare_keys(conn, tx, 1, lkeys, &dlkey);
     if (r != POST_OK)
         return r;
-    if (tx->in_len > tx->grant.data_cap) {
+    ps__vb_need_t need;
+    tx_need(conn, tx, &need);
+    ps__vb_fit_t fit = ps__vb_grant_fit(&tx->grant, &need);
+    if (fit == PS__VB_FIT_NO) {
         /* The pull values had to move into the buffer (prepare_keys) and
          * no longer fit the grant. Rare; drop rather than overrun. */
         ps_error(PS_LOG_RDMA, "send to %s: %llu bytes do not fit the granted %llu; message "
@@ -546,32 +566,63 @@ static post_result_t post_rdv(ps__vb_conn_t *conn, ps__vb_tx_t *tx)
                  (unsigned long long)tx->grant.data_cap);
         return POST_DROP;
     }
+    tx->steer_seg = fit == PS__VB_FIT_STEER ? (int8_t)tx->grant.steer_seg : -1;
     wrs_t *w = wrs_get(conn);
     if (w == NULL)
         return POST_AGAIN;
     if ((r = add_rma(conn, tx, w, lkeys)) != POST_OK)
         goto out;
 
-    /* The in-buffer segments, end to end from the grant's data region. */
+    /* The in-buffer segments, end to end from the grant's data region,
+     * but a steered one, which goes to its own region. Their bytes come
+     * from the segments, or from the registered copy of them all. */
+    uint64_t lens[PS_MSG_MAX_DATA + 1];
+    void *ptrs[PS_MSG_MAX_DATA + 1];
+    uint32_t keys[PS_MSG_MAX_DATA + 1];
+    unsigned n = 0;
+    uint64_t rest = tx->in_len;
+    void *steer_ptr = NULL;
+    uint32_t steer_lkey = 0;
     if (tx->dbounce.buf != NULL) {
-        r = add_writes(conn, w, tx->in_len, tx->grant.data_addr, tx->grant.data_rkey, NULL, NULL,
-                       NULL, 0, ps_slice_ptr(&tx->dbounce), dlkey);
+        char *b = ps_slice_ptr(&tx->dbounce);
+        uint64_t before = 0;
+        for (int i = 0; i < tx->steer_seg; i++)
+            before += i == tx->rma_seg ? 0 : tx->lens[i];
+        lens[n] = tx->steer_seg >= 0 ? before : tx->in_len;
+        ptrs[n] = b;
+        keys[n++] = dlkey;
+        if (tx->steer_seg >= 0) {
+            uint64_t l = tx->lens[tx->steer_seg];
+            steer_ptr = b + before;
+            steer_lkey = dlkey;
+            lens[n] = tx->in_len - before - l;
+            ptrs[n] = b + before + l;
+            keys[n++] = dlkey;
+        }
     } else {
-        uint64_t lens[PS_MSG_MAX_DATA];
-        void *ptrs[PS_MSG_MAX_DATA];
-        uint32_t keys[PS_MSG_MAX_DATA];
-        unsigned n = 0;
         for (uint32_t i = 0; i < tx->num_data; i++) {
             if ((int)i == tx->rma_seg)
                 continue;
+            if ((int)i == tx->steer_seg) {
+                steer_ptr = ps_slice_ptr(&tx->data[i]);
+                steer_lkey = lkeys[i];
+                continue;
+            }
             lens[n] = tx->lens[i];
             ptrs[n] = ps_slice_ptr(&tx->data[i]);
-            keys[n] = lkeys[i];
-            n++;
+            keys[n++] = lkeys[i];
         }
-        r = add_writes(conn, w, tx->in_len, tx->grant.data_addr, tx->grant.data_rkey, lens, ptrs,
-                       keys, n, NULL, 0);
     }
+    if (tx->steer_seg >= 0) {
+        uint64_t l = tx->lens[tx->steer_seg];
+        rest -= l;
+        r = add_writes(conn, w, l, tx->grant.steer_addr, tx->grant.steer_rkey, &l, &steer_ptr,
+                       &steer_lkey, 1, NULL, 0);
+        if (r != POST_OK)
+            goto out;
+    }
+    r = add_writes(conn, w, rest, tx->grant.data_addr, tx->grant.data_rkey, lens, ptrs, keys, n,
+                   NULL, 0);
     if (r != POST_OK)
         goto out;
 
@@ -718,15 +769,12 @@ static post_result_t pump(ps__vb_conn_t *conn)
             r = post_eager(conn, tx);
         } else {
             if (tx->state == PS__VB_TX_QUEUED) {
-                uint32_t meta_len = (uint32_t)(ps__vb_hdr_len(&(ps__vb_hdr_t){
-                                                   .nqp = (uint8_t)conn->nqp}) +
-                                               tx->fm_len);
+                ps__vb_need_t need;
+                tx_need(conn, tx, &need);
                 ps__vb_grant_t g;
                 ps__vb_gc_result_t gr =
-                    tx->cacheable
-                        ? ps__vb_gcache_take(&conn->gcache, tx->key, tx->dir, meta_len,
-                                             tx->in_len, &g)
-                        : PS__VB_GC_MISS;
+                    tx->cacheable ? ps__vb_gcache_take(&conn->gcache, tx->key, tx->dir, &need, &g)
+                                  : PS__VB_GC_MISS;
                 if (gr == PS__VB_GC_HIT) {
                     tx->grant = g;
                     tx->state = PS__VB_TX_POSTED;
@@ -741,8 +789,17 @@ static post_result_t pump(ps__vb_conn_t *conn)
                     c.dir = tx->dir;
                     c.flags = tx->cacheable ? PS__VB_RDV_CACHEABLE : 0;
                     c.slot = gr == PS__VB_GC_TOO_SMALL ? g.slot : 0;
-                    c.meta_len = meta_len;
+                    c.meta_len = need.meta_len;
                     c.data_len = tx->in_len;
+                    if (tx->steerable) {
+                        c.flags |= PS__VB_RDV_STEER;
+                        c.app_id = tx->app_id;
+                        c.customer_id = tx->customer_id;
+                        c.is_tensor = tx->is_tensor;
+                        c.num_data = (uint8_t)tx->num_data;
+                        for (uint32_t i = 0; i < tx->num_data; i++)
+                            c.seg_len[i] = tx->lens[i];
+                    }
                     if (queue_ctrl(conn, &c) != PS_OK) {
                         mark_blocked(conn);
                         return POST_OK;
@@ -838,6 +895,13 @@ ps_status_t ps__vb_send_first(ps__vb_conn_t *conn, const void *msg, size_t len)
     return r == POST_FAIL || r == POST_DROP ? PS_ERR_LINK_FAILED : PS_OK;
 }
 
+static int tx_fits(const ps__vb_conn_t *conn, const ps__vb_tx_t *tx, const ps__vb_grant_t *g)
+{
+    ps__vb_need_t need;
+    tx_need(conn, tx, &need);
+    return ps__vb_grant_fit(g, &need) != PS__VB_FIT_NO;
+}
+
 void ps__vb_on_grant(ps__vb_conn_t *conn, const ps__vb_ctrl_t *c)
 {
     ps__vb_grant_t g;
@@ -864,9 +928,7 @@ void ps__vb_on_grant(ps__vb_conn_t *conn, const ps__vb_ctrl_t *c)
                      __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE), conn->addr_str,
                      (unsigned long long)tx->in_len);
             dropped = pop_head(&conn->q_head, &conn->q_tail);
-        } else if (g.meta_cap < ps__vb_hdr_len(&(ps__vb_hdr_t){.nqp = (uint8_t)conn->nqp}) +
-                                    tx->fm_len ||
-                   g.data_cap < tx->in_len) {
+        } else if (!tx_fits(conn, tx, &g)) {
             ps_error(PS_LOG_RDMA, "node %d at %s granted less than asked; message dropped",
                      __atomic_load_n(&conn->peer_id, __ATOMIC_ACQUIRE), conn->addr_str);
             dropped = pop_head(&conn->q_head, &conn->q_tail);
@@ -1065,6 +1127,14 @@ ps_status_t ps__vb_send(ps_van_t *v, const ps_msg_t *msg)
     }
     tx->key = m.key;
     tx->dir = (uint8_t)((m.request ? PS__VB_DIR_REQUEST : 0) | (m.push ? PS__VB_DIR_PUSH : 0));
+    tx->app_id = m.app_id;
+    tx->customer_id = m.customer_id;
+    tx->is_tensor = m.is_tensor ? 1 : 0;
+    /* A request's segments may land in a buffer the receiver names (a
+     * server's registered receive buffer): its START says whom it is for.
+     * Responses are claimed by timestamp, which a reused grant cannot
+     * carry; they use the pull descriptor instead. */
+    tx->steerable = !is_control && m.request && tx->rma_seg < 0 && tx->num_data > 0;
     /* Data messages reuse grants per (key, direction), as upstream did;
      * control messages and the simple app take one-shot buffers. */
     tx->cacheable = !is_control && !m.simple_app && tx->in_len > 0;

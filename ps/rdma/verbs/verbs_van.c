@@ -23,12 +23,18 @@
 #include "ps/rdma/verbs/verbs_diag.h"
 #include "ps/rdma/verbs/verbs_cq.h"
 #include "ps/rdma/verbs/verbs_internal.h"
+#include "ps/rdma/verbs/verbs_testing.h"
 
 #define DEFAULT_CONNECT_MS 10000
 
 int ps__vb_my_id(ps__vb_van_t *van)
 {
     return __atomic_load_n(&van->base.my_id, __ATOMIC_ACQUIRE);
+}
+
+unsigned long ps__vb_test_received_in_place(struct ps_van *v)
+{
+    return __atomic_load_n(&ps__vb_of(v)->received_in_place, __ATOMIC_RELAXED);
 }
 
 void ps__vb_poll_wake(ps__vb_van_t *van)

@@ -147,9 +147,15 @@ ps_status_t ps__vb_hdr_decode(const void *buf, size_t len, ps__vb_hdr_t *h_p, si
     h.rma_slot = ps_get_le32(p + 8);
     h.frame_len = ps_get_le32(p + 12);
     if ((h.type != PS__VB_MSG_EAGER && h.type != PS__VB_MSG_META) || h.nqp == 0 ||
-        h.nqp > PS__VB_MAX_QP || (h.flags & ~(PS__VB_HDR_RMA | PS__VB_HDR_PULL_DONE)) != 0)
+        h.nqp > PS__VB_MAX_QP ||
+        (h.flags & ~(PS__VB_HDR_RMA | PS__VB_HDR_PULL_DONE | PS__VB_HDR_STEER)) != 0)
         return PS_ERR_PROTOCOL;
     if ((h.flags & (PS__VB_HDR_RMA | PS__VB_HDR_PULL_DONE)) && h.rma_slot == 0)
+        return PS_ERR_PROTOCOL;
+    /* A steered segment is part of a request, never of a pull response. */
+    if ((h.flags & PS__VB_HDR_STEER) &&
+        (h.type != PS__VB_MSG_META || (h.flags & (PS__VB_HDR_RMA | PS__VB_HDR_PULL_DONE)) ||
+         h.rma_slot != 0 || h.rma_seg >= PS__VB_MAX_SEGS))
         return PS_ERR_PROTOCOL;
     size_t need = ps__vb_hdr_len(&h);
     if (len < need)
@@ -175,7 +181,11 @@ int ps__vb_msg_type(const void *buf, size_t len)
  *  0 magic u32 | 4 type u8 | 5 dir u8 | 6 flags u8 | 7 reserved u8 |
  *  8 token u32 | 12 slot u32 | 16 node_id i32 | 20 meta_len u32 |
  * 24 key u64 | 32 data_len u64 | 40 meta_addr u64 | 48 data_addr u64 |
- * 56 meta_rkey u32 | 60 data_rkey u32 */
+ * 56 meta_rkey u32 | 60 data_rkey u32
+ * and with PS__VB_RDV_STEER:
+ * 64 app_id i32 | 68 customer_id i32 | 72 is_tensor u8 | 73 num_data u8 |
+ * 74 steer_seg u8 | 75 reserved u8 | 76 steer_rkey u32 | 80 seg_len[4] u64 |
+ * 112 steer_addr u64 | 120 steer_len u64 */
 
 static int ctrl_type_ok(uint8_t t)
 {
@@ -187,7 +197,10 @@ ps_status_t ps__vb_ctrl_encode(const ps__vb_ctrl_t *c, void *buf, size_t cap, si
 {
     if (c == NULL || buf == NULL || len_p == NULL || !ctrl_type_ok(c->type))
         return PS_ERR_INVALID_ARG;
-    if (cap < PS__VB_CTRL_LEN)
+    int steer = (c->flags & PS__VB_RDV_STEER) != 0;
+    if (steer && c->type != PS__VB_MSG_RDV_START && c->type != PS__VB_MSG_RDV_GRANT)
+        return PS_ERR_INVALID_ARG;
+    if (cap < (steer ? PS__VB_CTRL_STEER_LEN : PS__VB_CTRL_LEN))
         return PS_ERR_TOO_LARGE;
     uint8_t *p = buf;
     ps_put_le32(p, MSG_MAGIC);
@@ -205,7 +218,58 @@ ps_status_t ps__vb_ctrl_encode(const ps__vb_ctrl_t *c, void *buf, size_t cap, si
     ps_put_le64(p + 48, c->data_addr);
     ps_put_le32(p + 56, c->meta_rkey);
     ps_put_le32(p + 60, c->data_rkey);
-    *len_p = PS__VB_CTRL_LEN;
+    if (!steer) {
+        *len_p = PS__VB_CTRL_LEN;
+        return PS_OK;
+    }
+    ps_put_le32(p + 64, (uint32_t)c->app_id);
+    ps_put_le32(p + 68, (uint32_t)c->customer_id);
+    p[72] = c->is_tensor;
+    p[73] = c->num_data;
+    p[74] = c->steer_seg;
+    p[75] = 0;
+    ps_put_le32(p + 76, c->steer_rkey);
+    for (unsigned i = 0; i < PS__VB_MAX_SEGS; i++)
+        ps_put_le64(p + 80 + 8 * i, c->seg_len[i]);
+    ps_put_le64(p + 112, c->steer_addr);
+    ps_put_le64(p + 120, c->steer_len);
+    *len_p = PS__VB_CTRL_STEER_LEN;
+    return PS_OK;
+}
+
+/* The steering fields of a START or GRANT at p (PS__VB_CTRL_STEER_LEN
+ * bytes), checked: a START's segment lengths add up to its data_len, a
+ * GRANT names one non-empty region. */
+static ps_status_t steer_decode(const uint8_t *p, ps__vb_ctrl_t *c)
+{
+    c->app_id = (int32_t)ps_get_le32(p + 64);
+    c->customer_id = (int32_t)ps_get_le32(p + 68);
+    c->is_tensor = p[72];
+    c->num_data = p[73];
+    c->steer_seg = p[74];
+    c->steer_rkey = ps_get_le32(p + 76);
+    for (unsigned i = 0; i < PS__VB_MAX_SEGS; i++)
+        c->seg_len[i] = ps_get_le64(p + 80 + 8 * i);
+    c->steer_addr = ps_get_le64(p + 112);
+    c->steer_len = ps_get_le64(p + 120);
+    if (p[75] != 0 || c->is_tensor > 1)
+        return PS_ERR_PROTOCOL;
+    if (c->type == PS__VB_MSG_RDV_START) {
+        if (c->num_data == 0 || c->num_data > PS__VB_MAX_SEGS)
+            return PS_ERR_PROTOCOL;
+        uint64_t sum = 0;
+        for (unsigned i = 0; i < PS__VB_MAX_SEGS; i++) {
+            if (i >= c->num_data && c->seg_len[i] != 0)
+                return PS_ERR_PROTOCOL;
+            if (c->seg_len[i] > UINT64_MAX - sum)
+                return PS_ERR_PROTOCOL;
+            sum += c->seg_len[i];
+        }
+        return sum == c->data_len ? PS_OK : PS_ERR_PROTOCOL;
+    }
+    if (c->type != PS__VB_MSG_RDV_GRANT || (c->flags & PS__VB_RDV_REFUSED) ||
+        c->steer_seg >= PS__VB_MAX_SEGS || c->steer_len == 0 || c->steer_addr == 0)
+        return PS_ERR_PROTOCOL;
     return PS_OK;
 }
 
@@ -233,8 +297,11 @@ ps_status_t ps__vb_ctrl_decode(const void *buf, size_t len, ps__vb_ctrl_t *c_p)
     c.data_addr = ps_get_le64(p + 48);
     c.meta_rkey = ps_get_le32(p + 56);
     c.data_rkey = ps_get_le32(p + 60);
-    if (c.dir > 3 ||
-        (c.flags & ~(PS__VB_RDV_CACHEABLE | PS__VB_RDV_REGRANT | PS__VB_RDV_REFUSED)) != 0)
+    if (c.dir > 3 || (c.flags & ~(PS__VB_RDV_CACHEABLE | PS__VB_RDV_REGRANT |
+                                  PS__VB_RDV_REFUSED | PS__VB_RDV_STEER)) != 0)
+        return PS_ERR_PROTOCOL;
+    if ((c.flags & PS__VB_RDV_STEER) &&
+        (len < PS__VB_CTRL_STEER_LEN || steer_decode(p, &c) != PS_OK))
         return PS_ERR_PROTOCOL;
     switch (c.type) {
     case PS__VB_MSG_RDV_GRANT:

@@ -22,7 +22,8 @@
 extern "C" {
 #endif
 
-#define PS__VB_VERSION 1
+/* 2: rendezvous starts and grants may steer (PS__VB_RDV_STEER). */
+#define PS__VB_VERSION 2
 /* Queue pairs per connection at most (the meta's slave counters fit 8). */
 #define PS__VB_MAX_QP 8
 
@@ -91,6 +92,10 @@ enum {
     /* This answers pull rma_slot without writing into it (the values are
      * in the buffer): the receiver frees the slot. */
     PS__VB_HDR_PULL_DONE = 1u << 1,
+    /* Segment rma_seg was written into the grant's steered region (the
+     * application's buffer), not its data region. Never with the two
+     * above; rma_slot is 0. */
+    PS__VB_HDR_STEER = 1u << 2,
 };
 
 typedef struct {
@@ -112,7 +117,11 @@ ps_status_t ps__vb_hdr_encode(const ps__vb_hdr_t *h, void *buf, size_t cap, size
 /* *len_p = header bytes consumed. */
 ps_status_t ps__vb_hdr_decode(const void *buf, size_t len, ps__vb_hdr_t *h_p, size_t *len_p);
 
-/* ---- rendezvous control messages (one SEND each, always inline) ---- */
+/* ---- rendezvous control messages (one SEND each) ---- */
+
+/* Data segments a message has at most (PS_MSG_MAX_DATA). */
+#define PS__VB_MAX_SEGS 4
+
 typedef struct {
     uint8_t type;       /* RDV_START, RDV_GRANT, RDV_DROP or HELLO */
     uint8_t dir;        /* grant family: bit 0 request, bit 1 push */
@@ -127,15 +136,34 @@ typedef struct {
     uint32_t meta_rkey;
     uint64_t data_addr;
     uint32_t data_rkey;
+    /* With PS__VB_RDV_STEER only. START: whom the request is for, so that
+     * the receiver can ask where its segments go (recv_buffer) before they
+     * are written: app and customer ids, is_tensor, and the length of each
+     * of its num_data segments (their sum is data_len). GRANT: the ids
+     * again, and segment steer_seg goes to its own region (steer_addr,
+     * steer_len bytes, steer_rkey), not to the data region. */
+    int32_t app_id;
+    int32_t customer_id;
+    uint8_t is_tensor;
+    uint8_t num_data;
+    uint8_t steer_seg;
+    uint64_t seg_len[PS__VB_MAX_SEGS];
+    uint64_t steer_addr;
+    uint64_t steer_len;
+    uint32_t steer_rkey;
 } ps__vb_ctrl_t;
 
 enum {
     PS__VB_RDV_CACHEABLE = 1u << 0, /* the sender will reuse the grant */
     PS__VB_RDV_REGRANT = 1u << 1,   /* a grant offered for the next message */
     PS__VB_RDV_REFUSED = 1u << 2,   /* GRANT: no buffer for this start (slot 0) */
+    PS__VB_RDV_STEER = 1u << 3,     /* the steering fields follow (START, GRANT) */
 };
 
+/* Encoded size: PS__VB_CTRL_LEN, or PS__VB_CTRL_STEER_LEN with
+ * PS__VB_RDV_STEER. */
 #define PS__VB_CTRL_LEN 64
+#define PS__VB_CTRL_STEER_LEN 128
 ps_status_t ps__vb_ctrl_encode(const ps__vb_ctrl_t *c, void *buf, size_t cap, size_t *len_p);
 ps_status_t ps__vb_ctrl_decode(const void *buf, size_t len, ps__vb_ctrl_t *c_p);
 

@@ -255,6 +255,156 @@ TEST(Ctrl, RefusalAndHelloRules)
     EXPECT_EQ(ps__vb_ctrl_decode(buf, PS__VB_CTRL_LEN - 1, &out), PS_ERR_PROTOCOL);
 }
 
+TEST(Ctrl, SteeredStartAndGrantRoundTrip)
+{
+    ps__vb_ctrl_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = PS__VB_MSG_RDV_START;
+    c.dir = 3;
+    c.flags = PS__VB_RDV_CACHEABLE | PS__VB_RDV_STEER;
+    c.token = 9;
+    c.key = 77;
+    c.meta_len = 300;
+    c.app_id = 2;
+    c.customer_id = -1;
+    c.is_tensor = 1;
+    c.num_data = 3;
+    c.seg_len[0] = 8;
+    c.seg_len[1] = 1 << 20;
+    c.seg_len[2] = 4;
+    c.data_len = 8 + (1 << 20) + 4;
+    uint8_t buf[PS__VB_CTRL_STEER_LEN];
+    size_t len = 0;
+    ps__vb_ctrl_t out;
+    EXPECT_EQ(ps__vb_ctrl_encode(&c, buf, PS__VB_CTRL_LEN, &len), PS_ERR_TOO_LARGE);
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(len, (size_t)PS__VB_CTRL_STEER_LEN);
+    ASSERT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_OK);
+    EXPECT_EQ(0, memcmp(&out, &c, sizeof(c)));
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, PS__VB_CTRL_LEN, &out), PS_ERR_PROTOCOL)
+        << "the steering fields cut off";
+
+    ps__vb_ctrl_t g;
+    memset(&g, 0, sizeof(g));
+    g.type = PS__VB_MSG_RDV_GRANT;
+    g.flags = PS__VB_RDV_STEER;
+    g.slot = 4;
+    g.app_id = 2;
+    g.customer_id = 5;
+    g.steer_seg = 1;
+    g.steer_addr = 0x7f0000200000ull;
+    g.steer_len = 1 << 20;
+    g.steer_rkey = 0x99;
+    ASSERT_EQ(ps__vb_ctrl_encode(&g, buf, sizeof(buf), &len), PS_OK);
+    ASSERT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_OK);
+    EXPECT_EQ(0, memcmp(&out, &g, sizeof(g)));
+}
+
+TEST(Ctrl, SteeringFieldsAreChecked)
+{
+    uint8_t buf[PS__VB_CTRL_STEER_LEN];
+    size_t len = 0;
+    ps__vb_ctrl_t out;
+    ps__vb_ctrl_t start;
+    memset(&start, 0, sizeof(start));
+    start.type = PS__VB_MSG_RDV_START;
+    start.flags = PS__VB_RDV_STEER;
+    start.meta_len = 100;
+    start.num_data = 2;
+    start.seg_len[0] = 8;
+    start.seg_len[1] = 100;
+    start.data_len = 108;
+    ASSERT_EQ(ps__vb_ctrl_encode(&start, buf, sizeof(buf), &len), PS_OK);
+    ASSERT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_OK);
+
+    ps__vb_ctrl_t c = start;
+    c.data_len = 109; // the segments do not add up
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL);
+    c = start;
+    c.num_data = 5;
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL) << "more segments than 4";
+    c = start;
+    c.num_data = 1; // a length past the count
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL);
+    c = start;
+    c.seg_len[0] = UINT64_MAX; // wraps the sum
+    c.seg_len[1] = 109;
+    c.data_len = 108;
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL);
+    c = start;
+    c.is_tensor = 2;
+    ASSERT_EQ(ps__vb_ctrl_encode(&c, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL);
+
+    ps__vb_ctrl_t g;
+    memset(&g, 0, sizeof(g));
+    g.type = PS__VB_MSG_RDV_GRANT;
+    g.flags = PS__VB_RDV_STEER;
+    g.slot = 4;
+    g.steer_seg = 1;
+    g.steer_addr = 0x1000;
+    g.steer_len = 0; // an empty region
+    ASSERT_EQ(ps__vb_ctrl_encode(&g, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL);
+    g.steer_len = 64;
+    g.steer_seg = 4;
+    ASSERT_EQ(ps__vb_ctrl_encode(&g, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL) << "no segment 4";
+    g.steer_seg = 1;
+    g.flags = PS__VB_RDV_STEER | PS__VB_RDV_REFUSED;
+    g.slot = 0;
+    ASSERT_EQ(ps__vb_ctrl_encode(&g, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, len, &out), PS_ERR_PROTOCOL) << "a refusal steers nothing";
+
+    ps__vb_ctrl_t d;
+    memset(&d, 0, sizeof(d));
+    d.type = PS__VB_MSG_RDV_DROP;
+    d.slot = 3;
+    d.flags = PS__VB_RDV_STEER;
+    EXPECT_EQ(ps__vb_ctrl_encode(&d, buf, sizeof(buf), &len), PS_ERR_INVALID_ARG);
+    d.flags = 0;
+    ASSERT_EQ(ps__vb_ctrl_encode(&d, buf, sizeof(buf), &len), PS_OK);
+    buf[6] = PS__VB_RDV_STEER;
+    memset(buf + PS__VB_CTRL_LEN, 0, PS__VB_CTRL_STEER_LEN - PS__VB_CTRL_LEN);
+    EXPECT_EQ(ps__vb_ctrl_decode(buf, sizeof(buf), &out), PS_ERR_PROTOCOL)
+        << "only a start or a grant steers";
+}
+
+TEST(Hdr, SteeredSegmentOnlyInAGrantedRequest)
+{
+    ps__vb_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.type = PS__VB_MSG_META;
+    h.flags = PS__VB_HDR_STEER;
+    h.rma_seg = 1;
+    h.nqp = 1;
+    uint8_t buf[32];
+    size_t len = 0, used = 0;
+    ps__vb_hdr_t out;
+    ASSERT_EQ(ps__vb_hdr_encode(&h, buf, sizeof(buf), &len), PS_OK);
+    ASSERT_EQ(ps__vb_hdr_decode(buf, len, &out, &used), PS_OK);
+    EXPECT_EQ(out.flags, PS__VB_HDR_STEER);
+    EXPECT_EQ(out.rma_seg, 1);
+
+    ps__vb_hdr_t bad = h;
+    bad.type = PS__VB_MSG_EAGER; // nothing was granted
+    ASSERT_EQ(ps__vb_hdr_encode(&bad, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_hdr_decode(buf, len, &out, &used), PS_ERR_PROTOCOL);
+    bad = h;
+    bad.flags |= PS__VB_HDR_RMA;
+    bad.rma_slot = 3;
+    ASSERT_EQ(ps__vb_hdr_encode(&bad, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_hdr_decode(buf, len, &out, &used), PS_ERR_PROTOCOL) << "and a pull response";
+    bad = h;
+    bad.rma_seg = 4;
+    ASSERT_EQ(ps__vb_hdr_encode(&bad, buf, sizeof(buf), &len), PS_OK);
+    EXPECT_EQ(ps__vb_hdr_decode(buf, len, &out, &used), PS_ERR_PROTOCOL) << "no segment 4";
+}
+
 TEST(PullDesc, RoundTripInVanData)
 {
     ps__vb_pull_desc_t d = {42, 0xabcd, 0x7f00deadb000ull, 1u << 20};

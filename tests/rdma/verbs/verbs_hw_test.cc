@@ -36,6 +36,7 @@ extern "C" {
 #include "ps/net/codec/message.h"
 #include "ps/net/message.h"
 #include "ps/net/van/van.h"
+#include "ps/rdma/verbs/verbs_testing.h"
 #include "tests/rdma/verbs/rdma_host.h"
 }
 
@@ -358,6 +359,71 @@ TEST_P(VerbsHw, PullResponseIsWrittenIntoTheNamedBuffer)
         EXPECT_TRUE(Matches(r.data[1], key, 1, len));
         ps_slice_unref(&dest);
     }
+}
+
+TEST_P(VerbsHw, PushIsWrittenIntoTheRegisteredBuffer)
+{
+    // A server's registered receive buffer (recv_buffer names it for the
+    // key's values): the rendezvous grant carries it, and the NIC writes
+    // the values there, no copy; later pushes of the key reuse the grant.
+    // Registered anew, the next push is moved to the new buffer and the
+    // one after is written there directly.
+    Van w, s;
+    Pair(w, s);
+    const uint64_t key = 31;
+    const size_t len = 256 << 10;
+    ps_slice_t first, second;
+    ASSERT_EQ(ps_slice_alloc(len, 4096, &first), PS_OK);
+    ASSERT_EQ(ps_slice_alloc(len, 4096, &second), PS_OK);
+    {
+        std::lock_guard<std::mutex> lk(s.inbox.mu);
+        s.inbox.dest[{key, 1}] = ps_slice_ref(&first);
+    }
+    auto push = [&](uint64_t seq) {
+        size_t before = s.inbox.Count();
+        EXPECT_EQ(SendData(w, 8, seq, key, {8, len, 24}), PS_OK);
+        EXPECT_TRUE(s.inbox.WaitMsgs(before + 1));
+        std::lock_guard<std::mutex> lk(s.inbox.mu);
+        const Received &r = s.inbox.msgs[before];
+        EXPECT_TRUE(Matches(r.data[0], seq, 0, 8));
+        EXPECT_TRUE(Matches(r.data[1], seq, 1, len));
+        EXPECT_TRUE(Matches(r.data[2], seq, 2, 24));
+        return r.ptrs[1];
+    };
+    const int n = 6;
+    for (int i = 0; i < n; i++)
+        EXPECT_EQ(push(i), ps_slice_ptr(&first)) << "push " << i;
+    EXPECT_EQ(ps__vb_test_received_in_place(s.van), (unsigned long)n)
+        << "every push written in place, none copied";
+
+    {
+        std::lock_guard<std::mutex> lk(s.inbox.mu);
+        ps_slice_unref(&s.inbox.dest[{key, 1}]);
+        s.inbox.dest[{key, 1}] = ps_slice_ref(&second);
+    }
+    for (int i = n; i < n + 3; i++)
+        EXPECT_EQ(push(i), ps_slice_ptr(&second)) << "push " << i;
+    EXPECT_GT(ps__vb_test_received_in_place(s.van), (unsigned long)n)
+        << "the new buffer is granted in its turn";
+    EXPECT_TRUE(Matches(std::string(static_cast<const char *>(ps_slice_ptr(&second)), len),
+                        n + 2, 1, len));
+
+    // A response is never steered (its destination is claimed per
+    // request): named a buffer, it is copied there.
+    {
+        std::lock_guard<std::mutex> lk(w.inbox.mu);
+        w.inbox.dest[{key, 1}] = ps_slice_ref(&first);
+    }
+    ASSERT_EQ(SendData(s, 9, 100, key, {8, len}, false), PS_OK);
+    ASSERT_TRUE(w.inbox.WaitMsgs(1));
+    {
+        std::lock_guard<std::mutex> lk(w.inbox.mu);
+        EXPECT_EQ(w.inbox.msgs[0].ptrs[1], ps_slice_ptr(&first));
+        EXPECT_TRUE(Matches(w.inbox.msgs[0].data[1], 100, 1, len));
+    }
+    EXPECT_EQ(ps__vb_test_received_in_place(w.van), 0ul);
+    ps_slice_unref(&first);
+    ps_slice_unref(&second);
 }
 
 TEST_P(VerbsHw, MixedSizesKeepOrderBothWays)
