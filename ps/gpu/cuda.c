@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <cuda.h> /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD; no driver API is linked */
 #include <cuda_runtime_api.h>
 
 #include "ps/base/log.h"
@@ -453,6 +455,70 @@ static ps_status_t cuda_addr_range(const void *ptr, void **base_p, size_t *len_p
     return PS_OK;
 }
 
+/* cuMemGetHandleForAddressRange (driver API, CUDA 11.7 and later), reached
+ * the same way: device pages as a dma-buf for GPUDirect RDMA. */
+typedef int (*cuda_dmabuf_fn_t)(void *handle, unsigned long long dptr, size_t size, int type,
+                                unsigned long long flags);
+static pthread_once_t cuda_dmabuf_once = PTHREAD_ONCE_INIT;
+static cuda_dmabuf_fn_t cuda_dmabuf_fn;
+
+static void cuda_dmabuf_lookup(void)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 11070,
+                                         cudaEnableDefault, &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess) {
+        cuda_dmabuf_fn = (cuda_dmabuf_fn_t)fn;
+    } else {
+        (void)cudaGetLastError();
+        ps_info(PS_LOG_GPU, "cuda: the driver offers no cuMemGetHandleForAddressRange (no "
+                "dma-buf export; GPUDirect RDMA needs nvidia-peermem)");
+    }
+}
+
+static ps_status_t cuda_dmabuf_fd(const void *ptr, size_t len, int *fd_p, uint64_t *offset_p)
+{
+    ps_status_t status;
+    int device = 0, prev = 0;
+
+    if (ptr == NULL || len == 0 || fd_p == NULL || offset_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    if ((status = cuda_ready()) != PS_OK) {
+        return status;
+    }
+    pthread_once(&cuda_dmabuf_once, cuda_dmabuf_lookup);
+    if (cuda_dmabuf_fn == NULL) {
+        return PS_ERR_UNSUPPORTED;
+    }
+    if (!cuda_is_addr(ptr, &device)) {
+        return PS_ERR_INVALID_ARG;
+    }
+    /* The exported range must start and end on host pages; cudaMalloc
+     * hands out whole pages, so the rounded range stays in the allocation. */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)ptr & ~(page - 1);
+    uintptr_t end = ((uintptr_t)ptr + len + page - 1) & ~(page - 1);
+    if ((status = cuda_enter(device, &prev, "cuda dma-buf export")) != PS_OK) {
+        return status;
+    }
+    int fd = -1;
+    int rc = cuda_dmabuf_fn(&fd, (unsigned long long)start, (size_t)(end - start),
+                            CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    cuda_leave(device, prev);
+    if (rc != 0 || fd < 0) {
+        /* The device or its driver cannot export (no dma-buf support): the
+         * caller falls back to nvidia-peermem. */
+        ps_debug(PS_LOG_GPU, "cuMemGetHandleForAddressRange of %zu bytes at %p: error %d", len,
+                 ptr, rc);
+        return PS_ERR_UNSUPPORTED;
+    }
+    *fd_p = fd;
+    *offset_p = (uint64_t)((uintptr_t)ptr - start);
+    return PS_OK;
+}
+
 static ps_status_t cuda_ipc_close(void *ptr)
 {
     ps_status_t status;
@@ -662,6 +728,7 @@ static const ps_mem_ops_t cuda_ops = {
     .memset_async = cuda_memset_async,
     .launch_host_func = cuda_launch_host_func,
     .addr_range = cuda_addr_range,
+    .dmabuf_fd = cuda_dmabuf_fd,
 };
 
 ps_status_t ps_mem_cuda_register(void)

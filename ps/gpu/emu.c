@@ -854,6 +854,8 @@ static const ps_mem_ops_t emu_ops = {
     .memset_async = emu_memset_async,
     .launch_host_func = emu_launch_host_func,
     .addr_range = emu_addr_range,
+    /* No NIC can reach emulated pages. */
+    .dmabuf_fd = ps__mem_unsup_dmabuf_fd,
 };
 
 int ps_mem_emu_open_handles(void)

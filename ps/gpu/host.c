@@ -231,4 +231,5 @@ const ps_mem_ops_t ps__mem_host_ops = {
     .memset_async = host_memset_async,
     .launch_host_func = host_launch_host_func,
     .addr_range = ps__mem_unsup_addr_range,
+    .dmabuf_fd = ps__mem_unsup_dmabuf_fd,
 };

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ps/base/dmabuf.h"
 #include "ps/base/log.h"
 #include "ps/base/time.h"
 #include "ps/gpu/mem_internal.h"
@@ -147,6 +148,11 @@ ps_status_t ps__mem_unsup_addr_range(const void *ptr, void **base_p, size_t *len
     return PS_ERR_UNSUPPORTED;
 }
 
+ps_status_t ps__mem_unsup_dmabuf_fd(const void *ptr, size_t len, int *fd_p, uint64_t *offset_p)
+{
+    return PS_ERR_UNSUPPORTED;
+}
+
 /* What ps_mem_ops() hands out for a kind that is not linked. */
 static const ps_mem_ops_t ps_mem_unsup_ops = {
     .size = sizeof(ps_mem_ops_t),
@@ -177,6 +183,7 @@ static const ps_mem_ops_t ps_mem_unsup_ops = {
     .memset_async = ps__mem_unsup_memset_async,
     .launch_host_func = ps__mem_unsup_launch_host_func,
     .addr_range = ps__mem_unsup_addr_range,
+    .dmabuf_fd = ps__mem_unsup_dmabuf_fd,
 };
 
 bool ps__mem_ops_complete(const ps_mem_ops_t *ops)
@@ -192,7 +199,7 @@ bool ps__mem_ops_complete(const ps_mem_ops_t *ops)
            ops->ipc_close && ops->event_create && ops->event_record &&
            ops->event_query && ops->event_destroy && ops->stream_create &&
            ops->stream_destroy && ops->copy_async && ops->memset_async &&
-           ops->launch_host_func && ops->addr_range;
+           ops->launch_host_func && ops->addr_range && ops->dmabuf_fd;
 }
 
 ps_status_t ps__mem_register(ps_mem_kind_t kind, const ps_mem_ops_t *ops)
@@ -204,6 +211,7 @@ ps_status_t ps__mem_register(ps_mem_kind_t kind, const ps_mem_ops_t *ops)
         return PS_ERR_INVALID_ARG;
     }
     if (atomic_compare_exchange_strong(&ps_mem_table[kind], &expected, ops)) {
+        ps_dmabuf_set_exporter(kind, ops->dmabuf_fd);
         return PS_OK;
     }
     /* Registering the same table twice (constructor, then by hand) is fine. */

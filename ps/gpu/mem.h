@@ -125,6 +125,13 @@ typedef struct {
 
     /* The allocation holding ptr: its start and length (for IPC offsets). */
     ps_status_t (*addr_range)(const void *ptr, void **base_p, size_t *len_p);
+
+    /* GPUDirect RDMA: a dma-buf file descriptor exporting the device pages
+     * that hold [ptr, ptr + len) and ptr's offset into it, for a NIC to
+     * register (ibv_reg_dmabuf_mr); the caller closes it. Installed as the
+     * kind's exporter of ps/base/dmabuf.h when the kind registers.
+     * PS_ERR_UNSUPPORTED where the kind, driver or device has none. */
+    ps_status_t (*dmabuf_fd)(const void *ptr, size_t len, int *fd_p, uint64_t *offset_p);
 } ps_mem_ops_t;
 
 /* The table of a kind; never NULL (see the top of this file). */

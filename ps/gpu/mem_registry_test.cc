@@ -67,6 +67,7 @@ ps_mem_ops_t fake_ops() {
   o.memset_async = ps__mem_unsup_memset_async;
   o.launch_host_func = ps__mem_unsup_launch_host_func;
   o.addr_range = ps__mem_unsup_addr_range;
+  o.dmabuf_fd = ps__mem_unsup_dmabuf_fd;
   return o;
 }
 
@@ -83,6 +84,9 @@ TEST(MemRegistry, RejectsIncompleteTables) {
   EXPECT_FALSE(ps__mem_ops_complete(&hole));
   hole = o;
   hole.addr_range = nullptr;
+  EXPECT_FALSE(ps__mem_ops_complete(&hole));
+  hole = o;
+  hole.dmabuf_fd = nullptr;
   EXPECT_FALSE(ps__mem_ops_complete(&hole));
 
   ps_mem_ops_t small = o;

@@ -32,6 +32,7 @@ std::vector<const void *> slots(const ps_mem_ops_t *o) {
       reinterpret_cast<const void *>(o->ipc_open_handle),
       reinterpret_cast<const void *>(o->ipc_close),
       reinterpret_cast<const void *>(o->addr_range),
+      reinterpret_cast<const void *>(o->dmabuf_fd),
       reinterpret_cast<const void *>(o->event_create),
       reinterpret_cast<const void *>(o->event_record),
       reinterpret_cast<const void *>(o->event_query),
