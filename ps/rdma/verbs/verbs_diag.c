@@ -78,18 +78,23 @@ void ps__vb_reg_explain(const ps__vb_reg_failure_t *f, char *buf, size_t cap)
         return;
     }
     if (is_device_memory(f->kind)) {
+        char dmabuf[160] = "";
+        if (f->dmabuf != NULL)
+            snprintf(dmabuf, sizeof(dmabuf), "dma-buf: %s; ", f->dmabuf);
         if (!f->peermem) {
             snprintf(buf, cap,
-                     "cannot register %s of GPU memory (device %d) with %s (%s): the "
-                     "nvidia-peermem kernel module is not loaded, so the NIC cannot reach GPU "
-                     "memory; load it (modprobe nvidia-peermem) or use host buffers",
-                     len, f->device, dev, err);
+                     "cannot register %s of GPU memory (device %d) with %s (%sibv_reg_mr: %s): "
+                     "the nvidia-peermem kernel module is not loaded, so the NIC cannot reach GPU "
+                     "memory that way; load it (modprobe nvidia-peermem), use a driver and "
+                     "rdma-core with dma-buf (CUDA 11.7, rdma-core 34, kernel 5.12 or later), or "
+                     "use host buffers",
+                     len, f->device, dev, dmabuf, err);
         } else {
             snprintf(buf, cap,
-                     "cannot register %s of GPU memory (device %d) with %s (%s) although "
-                     "nvidia-peermem is loaded: check that the GPU and the NIC share a PCIe "
-                     "root and that the allocation is device memory, not managed memory",
-                     len, f->device, dev, err);
+                     "cannot register %s of GPU memory (device %d) with %s (%sibv_reg_mr: %s) "
+                     "although nvidia-peermem is loaded: check that the GPU and the NIC share a "
+                     "PCIe root and that the allocation is device memory, not managed memory",
+                     len, f->device, dev, dmabuf, err);
         }
         return;
     }

@@ -36,6 +36,7 @@ typedef struct {
     uint64_t registered;     /* bytes this process has registered already */
     uint64_t max_mr_size;    /* the device's limit; 0 unknown */
     int peermem;             /* nvidia-peermem (or nv_peer_mem) is loaded */
+    const char *dmabuf;      /* GPU memory: why dma-buf registration did not serve; NULL */
     const char *device_name; /* "mlx5_0"; may be NULL */
 } ps__vb_reg_failure_t;
 

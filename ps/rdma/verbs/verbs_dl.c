@@ -2,6 +2,9 @@
 #define PS__VERBS_DL_NO_MACROS
 #include "ps/rdma/verbs/verbs_dl.h"
 
+#include <dlfcn.h>
+#include <string.h>
+
 #include "ps/rdma/common/dl.h"
 
 ps__ibv_api_t ps__ibv_api;
@@ -68,6 +71,15 @@ static void ibv_load_once(void)
     ibv_lib.status = ps__dl_load(PS_IBV_SONAME, "ibverbs", &ps__ibv_api, ibv_syms,
                                  sizeof(ibv_syms) / sizeof(ibv_syms[0]), ibv_lib.why,
                                  sizeof(ibv_lib.why));
+    if (ibv_lib.status != PS_OK)
+        return;
+    /* Optional entry points: the library is loaded already. */
+    void *h = dlopen(PS_IBV_SONAME, RTLD_NOW | RTLD_NOLOAD);
+    if (h != NULL) {
+        void *p = dlsym(h, "ibv_reg_dmabuf_mr");
+        memcpy(&ps__ibv_api.reg_dmabuf_mr, &p, sizeof(p));
+        dlclose(h);
+    }
 }
 
 static void cm_load_once(void)

@@ -52,6 +52,8 @@ typedef struct {
     __typeof__(ibv_query_gid) *query_gid;
     __typeof__(ibv_query_port) *query_port;
     __typeof__(ibv_reg_mr_iova2) *reg_mr_iova2;
+    /* Optional (rdma-core 34 and later): NULL when the library lacks it. */
+    __typeof__(ibv_reg_dmabuf_mr) *reg_dmabuf_mr;
     __typeof__(ibv_wc_status_str) *wc_status_str;
 } ps__ibv_api_t;
 

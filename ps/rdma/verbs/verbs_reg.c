@@ -1,10 +1,13 @@
-/* ibv_reg_mr behind the common registration ops (see verbs_reg.h). */
+/* ibv_reg_mr and ibv_reg_dmabuf_mr behind the common registration ops (see
+ * verbs_reg.h). */
 #include "ps/rdma/verbs/verbs_reg.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ps/base/dmabuf.h"
 #include "ps/base/log.h"
 #include "ps/rdma/common/rdma_shared.h"
 #include "ps/rdma/verbs/verbs_diag.h"
@@ -48,13 +51,54 @@ void ps__vb_reg_last_error(ps__vb_reg_ctx_t *ctx, char *buf, size_t cap)
     ps_mutex_unlock(&ctx->lock);
 }
 
+/* GPU memory through dma-buf: exported by its memory kind, registered at
+ * its own address (iova), so that remote writes name it as they would a
+ * peermem registration. NULL with why[] when this way is closed. */
+static struct ibv_mr *reg_dmabuf(ps__vb_reg_ctx_t *ctx, void *addr, size_t len, ps_buf_mem_t kind,
+                                 char *why, size_t cap)
+{
+    ps__vb_reg_dmabuf_mr_func_t reg =
+        ctx->reg_dmabuf_mr != NULL ? ctx->reg_dmabuf_mr : ps__ibv_api.reg_dmabuf_mr;
+    if (reg == NULL) {
+        snprintf(why, cap, "libibverbs has no ibv_reg_dmabuf_mr");
+        return NULL;
+    }
+    ps__vb_dmabuf_export_func_t export_fn =
+        ctx->dmabuf_export != NULL ? ctx->dmabuf_export : ps_dmabuf_export;
+    int fd = -1;
+    uint64_t off = 0;
+    ps_status_t st = export_fn(ps_buf_mem_ops_kind(kind), addr, len, &fd, &off);
+    if (st != PS_OK) {
+        snprintf(why, cap, "the memory's driver exports no dma-buf (%s)", ps_status_str(st));
+        return NULL;
+    }
+    errno = 0;
+    struct ibv_mr *mr = reg(ctx->pd, off, len, (uint64_t)(uintptr_t)addr, fd, REG_ACCESS);
+    int err = errno != 0 ? errno : EINVAL;
+    /* The region holds its own reference on the dma-buf. */
+    close(fd);
+    if (mr == NULL)
+        snprintf(why, cap, "ibv_reg_dmabuf_mr: %s", strerror(err));
+    return mr;
+}
+
 static ps_status_t vb_reg(void *c, void *addr, size_t len, ps_buf_mem_t kind, int device,
                           void **handle_p)
 {
     ps__vb_reg_ctx_t *ctx = c;
+    int gpu = kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM;
+    char dmabuf_why[128] = "";
+    struct ibv_mr *mr = gpu ? reg_dmabuf(ctx, addr, len, kind, dmabuf_why, sizeof(dmabuf_why))
+                            : NULL;
+    if (mr != NULL) {
+        __atomic_add_fetch(&ctx->registered, len, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&ctx->dmabuf_registrations, 1, __ATOMIC_RELAXED);
+        *handle_p = mr;
+        return PS_OK;
+    }
     ps__vb_reg_mr_func_t reg = ctx->reg_mr != NULL ? ctx->reg_mr : real_reg_mr;
     errno = 0;
-    struct ibv_mr *mr = reg(ctx->pd, addr, len, REG_ACCESS);
+    mr = reg(ctx->pd, addr, len, REG_ACCESS);
     if (mr != NULL) {
         __atomic_add_fetch(&ctx->registered, len, __ATOMIC_RELAXED);
         *handle_p = mr;
@@ -62,6 +106,7 @@ static ps_status_t vb_reg(void *c, void *addr, size_t len, ps_buf_mem_t kind, in
     }
     ps__vb_reg_failure_t f;
     memset(&f, 0, sizeof(f));
+    f.dmabuf = gpu ? dmabuf_why : NULL;
     f.err = errno != 0 ? errno : EINVAL;
     f.kind = kind;
     f.device = device;

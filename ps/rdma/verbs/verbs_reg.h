@@ -2,6 +2,10 @@
  * Memory registration of the ibverbs van, as the common registration cache
  * and buffer pool call it (ps_rdma_reg_ops_t over ibv_reg_mr).
  *
+ * GPU memory (GPUDirect RDMA) is registered through dma-buf where the
+ * driver exports one and libibverbs has ibv_reg_dmabuf_mr, else with
+ * ibv_reg_mr on the device pointer, which needs nvidia-peermem.
+ *
  * The ibv_reg_mr / ibv_dereg_mr calls go through pointers in the context,
  * so that tests can drive the cache with a fake device: every failure is
  * turned into a status and a sentence (verbs_diag.h) saying why (`ulimit
@@ -16,6 +20,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "ps/base/mem_kind.h"
+#include "ps/base/status.h"
 #include "ps/base/thread.h"
 #include "ps/rdma/common/reg.h"
 
@@ -26,11 +32,23 @@ extern "C" {
 typedef struct ibv_mr *(*ps__vb_reg_mr_func_t)(struct ibv_pd *pd, void *addr, size_t len,
                                                int access);
 typedef int (*ps__vb_dereg_mr_func_t)(struct ibv_mr *mr);
+typedef struct ibv_mr *(*ps__vb_reg_dmabuf_mr_func_t)(struct ibv_pd *pd, uint64_t offset,
+                                                      size_t len, uint64_t iova, int fd,
+                                                      int access);
+/* ps_dmabuf_export's shape (ps/base/dmabuf.h). */
+typedef ps_status_t (*ps__vb_dmabuf_export_func_t)(ps_mem_kind_t kind, const void *ptr,
+                                                   size_t len, int *fd_p, uint64_t *offset_p);
 
 typedef struct {
     struct ibv_pd *pd;
     ps__vb_reg_mr_func_t reg_mr;     /* NULL: ibv_reg_mr */
     ps__vb_dereg_mr_func_t dereg_mr; /* NULL: ibv_dereg_mr */
+    /* GPU memory goes through dma-buf first: NULL means libibverbs'
+     * ibv_reg_dmabuf_mr (rdma-core 34 and later; none: skipped) and
+     * ps_dmabuf_export. */
+    ps__vb_reg_dmabuf_mr_func_t reg_dmabuf_mr;
+    ps__vb_dmabuf_export_func_t dmabuf_export;
+    uint64_t dmabuf_registrations;   /* atomic: GPU memory registered through dma-buf */
     char device_name[64];
     uint64_t max_mr_size;            /* 0: unknown */
     const char *sysfs_root;          /* NULL: "/sys" */

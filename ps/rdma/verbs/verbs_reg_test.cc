@@ -1,9 +1,12 @@
 // The ibverbs registration ops driving the common registration cache with a
 // fake ibv_reg_mr: hits, the PS_MR_CACHE_BYTES limit and eviction, a device
 // that runs out of lockable memory (the cache evicts and retries; the
-// failure says `ulimit -l`), and GPU memory without nvidia-peermem.
+// failure says `ulimit -l`), GPU memory through dma-buf first, and GPU
+// memory that neither dma-buf nor nvidia-peermem can register.
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -191,6 +194,126 @@ TEST_F(RegCache, OutOfLockableMemoryEvictsRetriesAndExplains)
     ps_slice_unref(&idle);
     ps_slice_unref(&want);
     ps_slice_unref(&big);
+}
+
+// A fake GPU driver exporting dma-bufs (pipe ends) and a fake NIC that
+// registers them.
+struct FakeDmabuf {
+    ps_status_t export_status = PS_OK;
+    int reg_errno = 0; // 0: registration succeeds
+    int exports = 0, regs = 0;
+    int last_fd = -1;
+    uint64_t last_offset = 0, last_iova = 0;
+} g_dmabuf;
+
+ps_status_t FakeExport(ps_mem_kind_t kind, const void *ptr, size_t len, int *fd_p,
+                       uint64_t *offset_p)
+{
+    EXPECT_EQ(kind, PS_MEM_CUDA);
+    (void)len;
+    g_dmabuf.exports++;
+    if (g_dmabuf.export_status != PS_OK)
+        return g_dmabuf.export_status;
+    int p[2];
+    EXPECT_EQ(pipe(p), 0);
+    close(p[1]);
+    *fd_p = p[0];
+    *offset_p = (uintptr_t)ptr % 4096;
+    return PS_OK;
+}
+
+struct ibv_mr *FakeRegDmabuf(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+                             int fd, int access)
+{
+    (void)pd;
+    EXPECT_TRUE(access & IBV_ACCESS_REMOTE_WRITE);
+    EXPECT_NE(fcntl(fd, F_GETFD), -1) << "the dma-buf is open while it is registered";
+    g_dmabuf.last_fd = fd;
+    g_dmabuf.last_offset = offset;
+    g_dmabuf.last_iova = iova;
+    if (g_dmabuf.reg_errno != 0) {
+        errno = g_dmabuf.reg_errno;
+        return nullptr;
+    }
+    g_dmabuf.regs++;
+    // The same bookkeeping as ibv_reg_mr's, at the device address.
+    return FakeReg(nullptr, reinterpret_cast<void *>(iova), len, access);
+}
+
+ps_slice_t FakeGpuSlice(char *mem, size_t len)
+{
+    // A "device" buffer: only its kind matters to the registration path.
+    ps_buf_t *buf = nullptr;
+    EXPECT_EQ(ps_buf_wrap_mem(mem, len, PS_BUF_MEM_CUDA, 1, nullptr, nullptr, &buf), PS_OK);
+    ps_slice_t s;
+    EXPECT_EQ(ps_slice_of(buf, 0, len, &s), PS_OK);
+    ps_buf_unref(buf);
+    return s;
+}
+
+TEST_F(RegCache, GpuMemoryGoesThroughDmabufFirst)
+{
+    g_dmabuf = FakeDmabuf();
+    ctx_.reg_dmabuf_mr = FakeRegDmabuf;
+    ctx_.dmabuf_export = FakeExport;
+    Open(0);
+    static char fake_gpu[8192];
+    ps_slice_t s = FakeGpuSlice(fake_gpu + 100, 4096);
+    ps_rdma_mr_t *mr = nullptr;
+    ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &s, &mr), PS_OK);
+    EXPECT_EQ(g_dmabuf.regs, 1);
+    EXPECT_EQ(g_dmabuf.last_iova, (uint64_t)(uintptr_t)(fake_gpu + 100))
+        << "registered at the device address remote writes name";
+    EXPECT_EQ(g_dmabuf.last_offset, (uint64_t)((uintptr_t)(fake_gpu + 100) % 4096));
+    EXPECT_EQ(fcntl(g_dmabuf.last_fd, F_GETFD), -1) << "the exported descriptor is closed";
+    EXPECT_EQ(__atomic_load_n(&ctx_.dmabuf_registrations, __ATOMIC_RELAXED), 1u);
+    ps_rdma_mr_cache_put(cache_, mr);
+
+    // Host memory never asks the GPU driver.
+    ps_slice_t h = Buffer(4096);
+    ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &h, &mr), PS_OK);
+    EXPECT_EQ(g_dmabuf.exports, 1);
+    ps_rdma_mr_cache_put(cache_, mr);
+    ps_slice_unref(&h);
+    ps_slice_unref(&s);
+}
+
+TEST_F(RegCache, GpuMemoryFallsBackToPeermemRegistration)
+{
+    g_dmabuf = FakeDmabuf();
+    g_dmabuf.reg_errno = EOPNOTSUPP; // the NIC's driver takes no dma-buf
+    ctx_.reg_dmabuf_mr = FakeRegDmabuf;
+    ctx_.dmabuf_export = FakeExport;
+    Open(0);
+    static char fake_gpu[4096];
+    ps_slice_t s = FakeGpuSlice(fake_gpu, sizeof(fake_gpu));
+    ps_rdma_mr_t *mr = nullptr;
+    ASSERT_EQ(ps_rdma_mr_cache_get(cache_, &s, &mr), PS_OK) << "ibv_reg_mr (peermem) took it";
+    EXPECT_EQ(fcntl(g_dmabuf.last_fd, F_GETFD), -1) << "closed after the failed attempt too";
+    EXPECT_EQ(g_dev.regs, 1);
+    EXPECT_EQ(__atomic_load_n(&ctx_.dmabuf_registrations, __ATOMIC_RELAXED), 0u);
+    ps_rdma_mr_cache_put(cache_, mr);
+    ps_slice_unref(&s);
+}
+
+TEST_F(RegCache, GpuMemoryNeitherWaySaysBoth)
+{
+    g_dmabuf = FakeDmabuf();
+    g_dmabuf.export_status = PS_ERR_UNSUPPORTED; // no dma-buf from this driver
+    ctx_.reg_dmabuf_mr = FakeRegDmabuf;
+    ctx_.dmabuf_export = FakeExport;
+    Open(0);
+    g_dev.budget = 0;
+    g_dev.fail_errno = EFAULT;
+    static char fake_gpu[4096];
+    ps_slice_t s = FakeGpuSlice(fake_gpu, sizeof(fake_gpu));
+    ps_rdma_mr_t *mr;
+    EXPECT_EQ(ps_rdma_mr_cache_get(cache_, &s, &mr), PS_ERR_UNSUPPORTED);
+    std::string why = LastError();
+    EXPECT_NE(why.find("dma-buf: the memory's driver exports no dma-buf"), std::string::npos)
+        << why;
+    EXPECT_NE(why.find("nvidia-peermem"), std::string::npos) << why;
+    ps_slice_unref(&s);
 }
 
 TEST_F(RegCache, GpuMemoryWithoutPeermemIsUnsupported)
