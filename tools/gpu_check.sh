@@ -11,7 +11,8 @@
 #
 # The checks, each bounded in time, each with its data verified:
 #   - the requires-gpu test binaries (the CUDA memory kind's own test, the
-#     CUDA runtime probe);
+#     CUDA runtime probe, and the ibverbs van's GPUDirect test where the
+#     host has an RDMA device too);
 #   - the kind's copy bandwidth (tools/bench/mem_bw.c: cudaMemcpy to and
 #     from pageable and pinned host memory, device to device, chunked on
 #     two streams), the reference for staged traffic;
@@ -67,6 +68,7 @@ BINARIES=(
   tools/bench/mem_bw
   ps/gpu/mem_cuda_device_test
   tests/deps/cuda_device_test
+  tests/rdma/verbs/verbs_gpudirect_test
 )
 
 pack() {
@@ -76,7 +78,7 @@ pack() {
   bazel build --dynamic_mode=off //tests/app:kv_device_check //tools/bench:mem_bw \
     //tests:test_benchmark \
     //ps/python:package //ps/gpu:mem_cuda_device_test \
-    //tests/deps:cuda_device_test || return 1
+    //tests/deps:cuda_device_test //tests/rdma/verbs:verbs_gpudirect_test || return 1
   mkdir -p "$out/bin"
   for b in "${BINARIES[@]}"; do cp "$bin/$b" "$out/bin/" || return 1; done
   # The Python package (its stable-ABI extension loads in any CPython
@@ -241,6 +243,19 @@ run() {
       if [ "$rc" -eq 0 ] && grep -q "SKIPPED" <<<"$out"; then rc=1; fi
       verdict "$t" "$rc"
     done
+    # GPUDirect RDMA needs an RDMA device beside the GPU, which a GPU host
+    # without a network may lack: then it is reported, not counted.
+    step "verbs_gpudirect_test (GPUDirect RDMA through the ibverbs van)"
+    local gd
+    gd=$(timeout 180 "$bin/verbs_gpudirect_test" 2>&1)
+    rc=$?
+    echo "$gd" | tail -15
+    if [ "$rc" -eq 0 ] && grep -q "no RDMA device" <<<"$gd"; then
+      echo "not run: this host has no RDMA device"
+    else
+      if [ "$rc" -eq 0 ] && grep -q "SKIPPED" <<<"$gd"; then rc=1; fi
+      verdict verbs_gpudirect_test "$rc"
+    fi
   fi
   step "copy bandwidth of the $kind kind"
   local bw d2d

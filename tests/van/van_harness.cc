@@ -4,6 +4,10 @@
 #include <cstdio>
 #include <cstring>
 
+extern "C" {
+#include "ps/gpu/mem.h"
+}
+
 namespace ps_van_test {
 
 uint8_t Pattern(uint64_t seq, unsigned seg, size_t i)
@@ -100,8 +104,21 @@ void Deliver(void *arg, ps_msg_t *msg)
     r.meta.body = nullptr;
     r.meta.control.nodes = nullptr;
     for (uint32_t i = 0; i < msg->num_data; ++i) {
-        const char *p = static_cast<const char *>(ps_slice_ptr(&msg->data[i]));
-        r.data.emplace_back(p == nullptr ? std::string() : std::string(p, msg->data[i].len));
+        const ps_slice_t *d = &msg->data[i];
+        const char *p = static_cast<const char *>(ps_slice_ptr(d));
+        if (p == nullptr) {
+            r.data.emplace_back();
+        } else if (ps_slice_in_host_mem(d)) {
+            r.data.emplace_back(p, d->len);
+        } else {
+            // Device memory (a van that receives into it): read through
+            // its kind, as host code may not touch it.
+            std::string bytes(d->len, '\0');
+            ps_status_t st =
+                ps_mem_ops(ps_slice_mem_ops_kind(d))->copy_to_host(&bytes[0], p, d->len);
+            r.data.push_back(st == PS_OK ? bytes : "<device copy failed: " +
+                                                       std::string(ps_status_str(st)) + ">");
+        }
         r.ptrs.push_back(p);
     }
     if (msg->meta.body_len != 0) {
