@@ -285,8 +285,8 @@ static void on_ctrl(ps__vb_van_t *van, ps__vb_conn_t *conn, const uint8_t *p, si
         ps_status_t st =
             ps__vb_grants_start(dev->grants, conn->serial, &c, steered ? &steer : NULL, &reply);
         if (st != PS_OK && steered) {
+            ps__vb_steer_release(dev, steer.handle); /* before the buffer's last reference */
             ps_slice_unref(&steer.dest);
-            ps__vb_steer_release(dev, steer.handle);
         }
         if (st != PS_OK) {
             ps_warn_ratelimited(PS_LOG_RDMA, "cannot grant %u + %llu bytes to %s (%s); the "

@@ -315,10 +315,12 @@ static void rec_unsteer(ps__vb_grant_rec_t *r)
     if (!r->steered)
         return;
     r->steered = 0;
-    ps_slice_unref(&r->steer.dest);
+    /* The registration first: the last reference on the buffer takes the
+     * cache's entry with it. */
     if (r->g->ops.steer_release != NULL)
         r->g->ops.steer_release(r->g->ops.ctx, r->steer.handle);
     r->steer.handle = NULL;
+    ps_slice_unref(&r->steer.dest);
 }
 
 static void rec_free(ps__vb_grant_rec_t *r)

@@ -144,8 +144,8 @@ typedef struct {
     /* A re-grant is queued (wake whoever sends them). May be NULL. */
     void (*notify)(void *ctx);
     void *ctx;
-    /* A grant lets go of a steered region's handle (ps__vb_steer_t).
-     * May be NULL. */
+    /* A grant lets go of a steered region's handle (ps__vb_steer_t),
+     * before its reference on the buffer. May be NULL. */
     void (*steer_release)(void *ctx, void *handle);
 } ps__vb_grants_ops_t;
 

@@ -574,6 +574,55 @@ TEST(Grants, SteeredRegionIsReleasedWhateverEndsTheGrant)
     ps_slice_unref(&app);
 }
 
+// The registration is let go of before the buffer's last reference: a
+// registration cache frees its entry with the buffer.
+struct Order {
+    int regs = 1;
+    bool buffer_freed = false;
+    bool released_while_alive = false;
+};
+
+void OrderRelease(void *ctx, void *handle)
+{
+    (void)ctx;
+    Order *o = static_cast<Order *>(handle);
+    o->released_while_alive = !o->buffer_freed;
+    o->regs--;
+}
+
+void OrderFree(void *data, size_t len, void *arg)
+{
+    (void)len;
+    free(data);
+    static_cast<Order *>(arg)->buffer_freed = true;
+}
+
+TEST(Grants, SteeredRegistrationGoesBeforeTheBuffer)
+{
+    Receiver r;
+    ps__vb_grants_ops_t ops = {FakeAlloc, FakeNotify, &r.fake, OrderRelease};
+    ps__vb_grants_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.max_slots = 8;
+    p.max_cached_bytes = 1 << 20;
+    p.max_meta_len = 4096;
+    ps__vb_grants_t *g = nullptr;
+    ASSERT_EQ(ps__vb_grants_create(&p, &ops, &g), PS_OK);
+    Order order;
+    ps__vb_steer_t steer;
+    steer.seg = 1;
+    ASSERT_EQ(ps_slice_wrap(malloc(4096), 4096, OrderFree, &order, &steer.dest), PS_OK);
+    steer.rkey = 1;
+    steer.handle = &order;
+    ps__vb_ctrl_t st = SteerStart(1, 1), reply;
+    ASSERT_EQ(ps__vb_grants_start(g, 1, &st, &steer, &reply), PS_OK); // the grant's reference only
+    ASSERT_EQ(ps__vb_grants_drop(g, 1, reply.slot), PS_OK);
+    EXPECT_EQ(order.regs, 0);
+    EXPECT_TRUE(order.buffer_freed);
+    EXPECT_TRUE(order.released_while_alive);
+    ps__vb_grants_close(g);
+}
+
 TEST(Grants, CloseWhileApplicationHoldsData)
 {
     Fake fake;

@@ -538,12 +538,19 @@ TEST_P(VerbsHw, UnassignedNodeAnnouncesItsIdLater)
     ASSERT_EQ(node.ops->connect(node.van, &sched.node, PS_NODE_EMPTY), PS_OK);
     ASSERT_EQ(SendData(node, 1, 0, 0, {8}), PS_OK);
     ASSERT_TRUE(sched.inbox.WaitMsgs(1));
-    EXPECT_EQ(sched.inbox.msgs[0].meta.sender, PS_NODE_EMPTY);
+    {
+        // Under the inbox's lock: the van may be recording more meanwhile.
+        std::lock_guard<std::mutex> lk(sched.inbox.mu);
+        EXPECT_EQ(sched.inbox.msgs[0].meta.sender, PS_NODE_EMPTY);
+    }
     node.id = 13;
     ASSERT_EQ(node.ops->set_node_id(node.van, 13), PS_OK);
     ASSERT_EQ(SendData(node, 1, 1, 0, {8}), PS_OK);
     ASSERT_TRUE(sched.inbox.WaitMsgs(2));
-    EXPECT_EQ(sched.inbox.msgs[1].meta.sender, 13);
+    {
+        std::lock_guard<std::mutex> lk(sched.inbox.mu);
+        EXPECT_EQ(sched.inbox.msgs[1].meta.sender, 13);
+    }
     // The scheduler can now answer on that connection.
     ASSERT_EQ(SendData(sched, 13, 2, 0, {8, 10}, false), PS_OK);
     ASSERT_TRUE(node.inbox.WaitMsgs(1));
