@@ -22,6 +22,7 @@ extern "C" {
 #include "ps/base/buffer.h"
 #include "ps/base/endian.h"
 #include "ps/base/sockaddr.h"
+#include "ps/gpu/mem.h"
 #include "ps/net/caps.h"
 #include "ps/net/codec/lane.h"
 #include "ps/net/message.h"
@@ -914,6 +915,38 @@ TEST_P(VanConformance, ForgedHelloTagIsRefusedOnSend)
     }
     EXPECT_EQ(Send(worker, PS_NODE_EMPTY, 2, {1}), PS_ERR_INVALID_ARG);
     EXPECT_EQ(Send(worker, 12345, 3, {1}), PS_ERR_UNREACHABLE);
+}
+
+TEST_P(VanConformance, DeviceMemoryIsRefusedUnlessTheVanMovesIt)
+{
+    // A van that does not advertise device memory never lets the CPU read
+    // a device segment: the emulated kind's pages fault on any host access,
+    // so a van that copied, gathered or inlined it would crash here. It
+    // refuses the message (PS_ERR_UNSUPPORTED now, or drops it) and the
+    // connection carries on.
+    VanBase server, worker;
+    ASSERT_NO_FATAL_FAILURE(OpenPair(server, worker));
+    ps_van_attr_t attr;
+    ASSERT_EQ(worker.ops->query(worker.van, &attr), PS_OK);
+    if (attr.cap_flags & PS_CAP_DEVICE_MEMORY)
+        GTEST_SKIP() << "this van moves device memory itself";
+    ASSERT_EQ(ps_mem_ops(PS_MEM_EMU)->init(), PS_OK);
+    for (size_t len : {size_t(16), size_t(8 << 10), size_t(1 << 20)}) {
+        ps_slice_t dev;
+        ASSERT_EQ(ps_mem_slice_alloc(PS_MEM_EMU, 0, len, &dev), PS_OK);
+        OutMsg m(8, 1, {8});
+        ASSERT_EQ(ps_msg_add_data(&m.msg, &dev, PS_DATA_UINT8), PS_OK);
+        ps_slice_unref(&dev);
+        ps_status_t st = worker.ops->send(worker.van, &m.msg);
+        EXPECT_TRUE(st == PS_ERR_UNSUPPORTED || st == PS_OK) << len << ": " << ps_status_str(st);
+    }
+    ASSERT_EQ(Send(worker, 8, 2, {64, 100 << 10}), PS_OK);
+    ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    std::lock_guard<std::mutex> lk(server.inbox.mu);
+    const Received &last = server.inbox.msgs.back();
+    EXPECT_TRUE(CheckMsg(last, 9, 2, {64, 100 << 10})) << "the connection still carries data";
+    for (const Received &r : server.inbox.msgs)
+        EXPECT_EQ(r.meta.timestamp, 2) << "no device message was delivered";
 }
 
 // ---- bind and close ----

@@ -288,6 +288,17 @@ static void worker_and_context_destroy(ucp_worker_h *worker_p, ucp_context_h *co
     }
 }
 
+/* 1 when the context lists CUDA among the memory types it moves (a UCX
+ * built with its cuda transports; Debian's is not). */
+static int moves_cuda(ucp_context_h ctx)
+{
+    ucp_context_attr_t a;
+    memset(&a, 0, sizeof(a));
+    a.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    return ucp_context_query(ctx, &a) == UCS_OK &&
+           (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
 /* The data context and worker: shared-memory transports only. On failure
  * everything is left as it was (one worker). */
 static ps_status_t data_ctx_open(ps__ucx_van_t *van, const char *shm_tls)
@@ -480,6 +491,11 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
         van->context = NULL;
         return PS_ERR_UNSUPPORTED;
     }
+    van->cuda_native =
+        moves_cuda(van->context) && (van->dcontext == NULL || moves_cuda(van->dcontext));
+    if (van->cuda_native)
+        ps_info(PS_LOG_UCX, "ucx moves CUDA memory itself (its cuda transports): device "
+                "segments go to it as they are");
 
     ucp_worker_params_t wp;
     memset(&wp, 0, sizeof(wp));

@@ -37,6 +37,7 @@ static const ps__dl_sym_t ucp_syms[] = {
     SYM(ucp_config_read),
     SYM(ucp_config_release),
     SYM(ucp_context_print_info),
+    SYM(ucp_context_query),
     SYM(ucp_ep_close_nbx),
     SYM(ucp_ep_create),
     SYM(ucp_ep_print_info),

@@ -44,6 +44,7 @@ typedef struct {
     __typeof__(ucp_config_read) *ucp_config_read;
     __typeof__(ucp_config_release) *ucp_config_release;
     __typeof__(ucp_context_print_info) *ucp_context_print_info;
+    __typeof__(ucp_context_query) *ucp_context_query;
     __typeof__(ucp_ep_close_nbx) *ucp_ep_close_nbx;
     __typeof__(ucp_ep_create) *ucp_ep_create;
     __typeof__(ucp_ep_print_info) *ucp_ep_print_info;
@@ -103,6 +104,7 @@ ps_status_t ps__ucx_dl_load(char *why, size_t cap);
 #define ucp_am_send_nbx(...) ps__ucx_api.ucp_am_send_nbx(__VA_ARGS__)
 #define ucp_cleanup(...) ps__ucx_api.ucp_cleanup(__VA_ARGS__)
 #define ucp_config_modify(...) ps__ucx_api.ucp_config_modify(__VA_ARGS__)
+#define ucp_context_query(...) ps__ucx_api.ucp_context_query(__VA_ARGS__)
 #define ucp_config_print(...) ps__ucx_api.ucp_config_print(__VA_ARGS__)
 #define ucp_config_read(...) ps__ucx_api.ucp_config_read(__VA_ARGS__)
 #define ucp_config_release(...) ps__ucx_api.ucp_config_release(__VA_ARGS__)

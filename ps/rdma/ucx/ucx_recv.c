@@ -434,8 +434,11 @@ static ps_status_t seg_dest(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i, ui
                             int defer, ps_slice_t *slice_p)
 {
     if (rx->conn != NULL &&
-        ps_van_recv_dest(&van->base, &rx->msg.meta, i, len, 0, slice_p) == PS_OK) {
-        return PS_OK;
+        ps_van_recv_dest(&van->base, &rx->msg.meta, i, len, van->cuda_native, slice_p) == PS_OK) {
+        /* Device memory only of the kind UCX writes (CUDA, cuda_native). */
+        if (ps_slice_in_host_mem(slice_p) || ps_slice_mem_kind(slice_p) == PS_BUF_MEM_CUDA)
+            return PS_OK;
+        ps_slice_unref(slice_p);
     }
     if (defer && len > van->prealloc) {
         return PS_INPROGRESS;
@@ -454,6 +457,10 @@ static void post_data(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i, ucp_tag_
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv = on_data;
     param.user_data = rx;
+    if (ps_slice_mem_kind(&rx->msg.data[i]) == PS_BUF_MEM_CUDA) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        param.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
     rx->outstanding++;
     rx->posting = 1;
     void *ptr = rx->msg.data[i].buf != NULL ? ps_slice_ptr(&rx->msg.data[i]) : NULL;

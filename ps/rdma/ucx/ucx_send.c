@@ -176,10 +176,10 @@ static ucs_status_ptr_t send_meta_self(ucp_ep_h ep, uint8_t *buf, size_t len, uc
     return ucp_am_send_nbx(ep, PS__UCX_AM_META_ID, NULL, 0, buf, len, param);
 }
 
-/* One send of the op. The op's hold is taken before UCX can call back.
- * Returns 0 on an immediate error. */
+/* One send of the op. The op's hold is taken before UCX can call back;
+ * `cuda`: buf is CUDA memory. Returns 0 on an immediate error. */
 static int post_one(ps__ucx_op_t *op, ucp_ep_h ep, const void *buf, size_t count,
-                    ucp_datatype_t dt, ucp_tag_t tag, int how)
+                    ucp_datatype_t dt, ucp_tag_t tag, int how, int cuda)
 {
     ucp_request_param_t param;
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -187,6 +187,10 @@ static int post_one(ps__ucx_op_t *op, ucp_ep_h ep, const void *buf, size_t count
     param.cb.send = on_sent;
     param.user_data = op;
     param.datatype = dt;
+    if (cuda) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        param.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
     __atomic_add_fetch(&op->pending, 1, __ATOMIC_RELAXED);
     ucs_status_ptr_t r;
     /* The tag must stay valid until the send completes: it is in the op,
@@ -239,17 +243,18 @@ static int post(ps__ucx_conn_t *conn, ps__ucx_op_t *op)
     ucp_tag_t tag = ps__ucx_tag(PS__UCX_KIND_META, cookie, seq, op->sep_mask);
     if (op->iovcnt == 1 && op->hm == op->hm_inline && op->hm_len <= SELF_MAX) {
         ok = post_one(op, ep, op->am_hdr, sizeof(op->am_hdr) + op->hm_len, ucp_dt_make_contig(1),
-                      tag, SEND_META_SELF);
+                      tag, SEND_META_SELF, 0);
     } else if (op->iovcnt == 1) {
-        ok = post_one(op, ep, op->hm, op->hm_len, ucp_dt_make_contig(1), tag, SEND_META);
+        ok = post_one(op, ep, op->hm, op->hm_len, ucp_dt_make_contig(1), tag, SEND_META, 0);
     } else {
-        ok = post_one(op, ep, op->iov, op->iovcnt, ucp_dt_make_iov(), tag, SEND_META);
+        ok = post_one(op, ep, op->iov, op->iovcnt, ucp_dt_make_iov(), tag, SEND_META, 0);
     }
     for (uint32_t i = 0; ok && i < op->num_data; ++i) {
         if (op->sep_mask & (1u << i)) {
             tag = ps__ucx_tag(PS__UCX_KIND_DATA, cookie, seq, i);
             ok = post_one(op, ep, ps_slice_ptr(&op->data[i]), op->data[i].len,
-                          ucp_dt_make_contig(1), tag, SEND_DATA);
+                          ucp_dt_make_contig(1), tag, SEND_DATA,
+                          ps_slice_mem_kind(&op->data[i]) == PS_BUF_MEM_CUDA);
         }
     }
     __atomic_add_fetch(&van->base.bytes_sent, op->bytes, __ATOMIC_RELAXED);
@@ -377,7 +382,9 @@ static ps_status_t op_fill(ps__ucx_van_t *van, ps__ucx_op_t *op, const ps_meta_t
     for (uint32_t i = 0; i < num_data; ++i) {
         lens[i] = data[i].len;
         bytes += data[i].len;
-        if (data[i].len > van->inline_max) {
+        /* Device memory goes as its own DATA message, which UCX reads
+         * (the CPU never folds or gathers it). */
+        if (data[i].len > van->inline_max || !ps_slice_in_host_mem(&data[i])) {
             sep |= 1u << i;
         } else {
             fold += data[i].len;
@@ -479,7 +486,8 @@ static ps_status_t frame_small(ps__ucx_van_t *van, const ps_meta_t *meta, const 
     sm->frame_len = 0;
     for (uint32_t i = 0; i < num_data; ++i) {
         lens[i] = data[i].len;
-        if (lens[i] > van->inline_max) {
+        /* Device memory is UCX's to read, never copied by the CPU. */
+        if (lens[i] > van->inline_max || !ps_slice_in_host_mem(&data[i])) {
             return PS_OK;
         }
         fold += lens[i];
@@ -592,13 +600,32 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
     return st;
 }
 
+/* Where UCX moves CUDA memory, a device segment of another kind (the
+ * emulated one) is still refused, as ps_van_send_prepare refuses every
+ * device segment without it. */
+static ps_status_t device_kinds_ok(const ps_msg_t *msg)
+{
+    for (uint32_t i = 0; i < msg->num_data; ++i) {
+        ps_buf_mem_t kind = ps_slice_mem_kind(&msg->data[i]);
+        if (!ps_slice_in_host_mem(&msg->data[i]) && kind != PS_BUF_MEM_CUDA) {
+            ps_warn_ratelimited(PS_LOG_UCX, "send: segment %u is device memory of kind %d; ucx "
+                                "moves host and CUDA memory only", i, (int)kind);
+            return PS_ERR_UNSUPPORTED;
+        }
+    }
+    return PS_OK;
+}
+
 ps_status_t ps__ucx_send(ps_van_t *v, const ps_msg_t *msg)
 {
     ps__ucx_van_t *van = ps__ucx_of(v);
     ps_meta_t with_nodes;
     const ps_meta_t *meta;
-    ps_status_t st = ps_van_send_prepare(&van->base, msg, 0, &with_nodes, &meta);
+    ps_status_t st = ps_van_send_prepare(&van->base, msg, van->cuda_native, &with_nodes, &meta);
     if (st != PS_OK) {
+        return st;
+    }
+    if (van->cuda_native && (st = device_kinds_ok(msg)) != PS_OK) {
         return st;
     }
     int recver = meta->recver;

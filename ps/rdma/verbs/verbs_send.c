@@ -240,8 +240,9 @@ static post_result_t prepare_keys(ps__vb_conn_t *conn, ps__vb_tx_t *tx, int in_b
             ps_status_t st = ps__vb_slice_lkey(dev, &tx->data[i], &lkeys[i], &tx->mr[i]);
             if (st == PS_OK)
                 continue;
-            if (ps_slice_mem_kind(&tx->data[i]) == PS_BUF_MEM_CUDA) {
-                ps_error(PS_LOG_RDMA, "send to %s: GPU memory of segment %u cannot be "
+            if (!ps_slice_in_host_mem(&tx->data[i])) {
+                /* The CPU must not read device memory into a bounce. */
+                ps_error(PS_LOG_RDMA, "send to %s: device memory of segment %u cannot be "
                          "registered (%s); message dropped", conn->addr_str, i,
                          ps_status_str(st));
                 return POST_DROP;
