@@ -414,17 +414,26 @@ typedef int (*cuda_range_fn_t)(unsigned long long *base, size_t *size, unsigned 
 static pthread_once_t cuda_range_once = PTHREAD_ONCE_INIT;
 static cuda_range_fn_t cuda_range_fn;
 
-static void cuda_range_lookup(void)
+/* A driver API entry point of `version` through the runtime; NULL when
+ * the driver has none. */
+static void *cuda_driver_entry(const char *symbol, unsigned version)
 {
     void *fn = NULL;
     enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    /* Version 12000 names the _v2 entry point (64-bit sizes). */
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                         &found) == cudaSuccess &&
+    if (cudaGetDriverEntryPointByVersion(symbol, &fn, version, cudaEnableDefault, &found) ==
+            cudaSuccess &&
         found == cudaDriverEntryPointSuccess) {
-        cuda_range_fn = (cuda_range_fn_t)fn;
-    } else {
-        (void)cudaGetLastError();
+        return fn;
+    }
+    (void)cudaGetLastError();
+    return NULL;
+}
+
+static void cuda_range_lookup(void)
+{
+    /* Version 12000 names the _v2 entry point (64-bit sizes). */
+    cuda_range_fn = (cuda_range_fn_t)cuda_driver_entry("cuMemGetAddressRange", 12000);
+    if (cuda_range_fn == NULL) {
         ps_error(PS_LOG_GPU, "cuda: the driver offers no cuMemGetAddressRange");
     }
 }
@@ -464,14 +473,8 @@ static cuda_dmabuf_fn_t cuda_dmabuf_fn;
 
 static void cuda_dmabuf_lookup(void)
 {
-    void *fn = NULL;
-    enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 11070,
-                                         cudaEnableDefault, &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess) {
-        cuda_dmabuf_fn = (cuda_dmabuf_fn_t)fn;
-    } else {
-        (void)cudaGetLastError();
+    cuda_dmabuf_fn = (cuda_dmabuf_fn_t)cuda_driver_entry("cuMemGetHandleForAddressRange", 11070);
+    if (cuda_dmabuf_fn == NULL) {
         ps_info(PS_LOG_GPU, "cuda: the driver offers no cuMemGetHandleForAddressRange (no "
                 "dma-buf export; GPUDirect RDMA needs nvidia-peermem)");
     }
