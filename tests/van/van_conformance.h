@@ -69,6 +69,9 @@ struct VanConfig {
     uint64_t caps_set = 0;
     uint64_t caps_clear = 0;
     uint32_t num_streams = 0;
+    // The van may advertise PS_CAP_DEVICE_MEMORY on some machines (ibverbs
+    // with nvidia-peermem, UCX with its cuda transports): not checked then.
+    bool device_memory_possible = false;
     // What register_mem(NULL) returns: unsupported by a van that registers
     // nothing, an invalid argument for one that does.
     ps_status_t register_null_status = PS_ERR_UNSUPPORTED;

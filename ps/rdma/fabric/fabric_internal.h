@@ -117,9 +117,17 @@
 #define PS__FAB_SPIN_INFLIGHT_NS (5 * 1000 * 1000ull)
 #define PS__FAB_SLEEP_MIN_NS (20 * 1000ull)
 #define PS__FAB_SLEEP_MAX_NS (1000 * 1000ull)
-/* ... but only up to this while the last activity is this recent. */
+/* ... but only up to this while the last activity is this recent. The
+ * in-flight spin, too, lasts only while a completion is this recent: a
+ * transfer that moves no more (its peer unreachable, the provider out of
+ * descriptors) does not keep the thread spinning. */
 #define PS__FAB_SLEEP_ACTIVE_NS (50 * 1000ull)
 #define PS__FAB_ACTIVE_NS (20 * 1000 * 1000ull)
+/* fi_trywait() refusing this many times in a row with nothing completed
+ * in between (the provider has events it cannot consume, e.g. a listener
+ * out of descriptors) makes the thread pause between rounds, as without a
+ * wait object. */
+#define PS__FAB_TRYWAIT_REFUSALS 16
 /* How often peers with hanging sends are checked; how long a peer may take
  * none of our sends without a PS_CONNECT_TIMEOUT_MS. */
 #define PS__FAB_LIVENESS_NS (500 * 1000 * 1000ull)
@@ -375,6 +383,7 @@ struct ps__fab_van {
     ps_van_loop_t loop;
     uint64_t last_active_ns;    /* the loop's last completion */
     uint64_t pause_ns;          /* the next sleep without a wait object */
+    unsigned trywait_refusals;  /* fi_trywait() refusals since the last completion */
     ps__fab_rxs_t **rxs;        /* by sender id */
     int rxs_cap;
     ps__fab_rx_t *rx_all;

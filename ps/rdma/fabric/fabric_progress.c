@@ -282,6 +282,7 @@ static int fab_poll(void *arg, unsigned budget)
     if (n > 0) {
         van->last_active_ns = now;
         van->pause_ns = PS__FAB_SLEEP_MIN_NS;
+        van->trywait_refusals = 0;
     }
     return n;
 }
@@ -295,13 +296,16 @@ static uint64_t fab_spin_ns(void *arg)
     ps__fab_van_t *van = arg;
     if (van->base.params.busy_poll)
         return UINT64_MAX;
-    return __atomic_load_n(&van->ops_in_flight, __ATOMIC_RELAXED) > 0 ? PS__FAB_SPIN_INFLIGHT_NS
-                                                                       : PS_VAN_LOOP_IDLE_SPIN_NS;
+    if (__atomic_load_n(&van->ops_in_flight, __ATOMIC_RELAXED) > 0 &&
+        ps__fab_round_now(van) - van->last_active_ns < PS__FAB_ACTIVE_NS)
+        return PS__FAB_SPIN_INFLIGHT_NS;
+    return PS_VAN_LOOP_IDLE_SPIN_NS;
 }
 
 /* Before sleeping: hand-offs published before the loop said it sleeps are
  * taken first (see ps__fab_kick); with a wait object, fi_trywait() says
- * whether sleeping on it is safe; without one, the pause doubles. */
+ * whether sleeping on it is safe; without one, or when it keeps refusing
+ * with nothing completing, the pause doubles. */
 static int fab_arm(void *arg, int64_t *timeout_ns_p)
 {
     ps__fab_van_t *van = arg;
@@ -318,10 +322,20 @@ static int fab_arm(void *arg, int64_t *timeout_ns_p)
         ps__fab_ep_lock(van);
         int ret = fi_trywait(van->fabric, fids, 1);
         ps__fab_ep_unlock(van);
-        if (ret != 0)
-            return PS_VAN_LOOP_BUSY;
-        *timeout_ns_p = (int64_t)PS__FAB_LIVENESS_NS;
-        return PS_VAN_LOOP_SLEEP;
+        if (ret == 0) {
+            van->trywait_refusals = 0;
+            *timeout_ns_p = (int64_t)PS__FAB_LIVENESS_NS;
+            return PS_VAN_LOOP_SLEEP;
+        }
+        if (++van->trywait_refusals >= PS__FAB_TRYWAIT_REFUSALS) {
+            /* Refused round after round with nothing completing: the wait
+             * fd may stay ready for good, so pause off it, doubling as
+             * without a wait object (a completion resets the pause). */
+            ps_sleep_ns(van->pause_ns);
+            van->pause_ns = van->pause_ns * 2 > PS__FAB_SLEEP_MAX_NS ? PS__FAB_SLEEP_MAX_NS
+                                                                     : van->pause_ns * 2;
+        }
+        return PS_VAN_LOOP_BUSY;
     }
     /* Short pauses while traffic is recent (a 4 MB copy by the peer leaves
      * a gap of a millisecond), long ones when idle. */

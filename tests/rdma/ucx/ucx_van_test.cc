@@ -174,6 +174,7 @@ VanConfig UcxConfig(const char *name, const char *tls, const char *host = "127.0
     c.sent_counts_taken_bytes = false;
     // Waiting threads may drive the UCX worker; one stream per peer.
     c.caps_set = PS_CAP_BUSY_POLL;
+    c.device_memory_possible = true; /* a UCX with its cuda transports */
     c.num_streams = 1;
     return c;
 }

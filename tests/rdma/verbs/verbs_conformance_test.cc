@@ -42,6 +42,7 @@ VanConfig VerbsConfig(const char *name, const char *qps)
     c.env_value = qps;
     // The hello is the rdma_cm private data, not a message.
     c.inband_hello = false;
+    c.device_memory_possible = true; /* with nvidia-peermem */
     c.caps_set = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_REMOTE_WRITE |
                  PS_CAP_MEM_REGISTRATION | PS_CAP_BUSY_POLL;
     c.caps_clear = PS_CAP_SAME_HOST_ONLY;
