@@ -275,6 +275,18 @@ TEST_P(VerbsHw, RepeatedKeyReusesGrantsWithoutMixingData)
     for (int i = 0; i < n; i++)
         ASSERT_EQ(SendData(a, 8, i, 42, {8, 256 << 10}), PS_OK);
     ASSERT_TRUE(b.inbox.WaitMsgs(n));
+    // The inbox records a message before its on_msg runs: wait for the
+    // last reference too.
+    auto deadline = std::chrono::steady_clock::now() + ps_van_test::kWait;
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> lk(held_mu);
+            if (held.size() == static_cast<size_t>(n))
+                break;
+        }
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "on_msg did not run for all";
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     {
         std::lock_guard<std::mutex> lk(held_mu);
         for (int i = 0; i < n; i++)
