@@ -162,8 +162,9 @@ ps_status_t ps_van_check_recver(const ps_van_base_t *base, int recver, const cha
     return PS_OK;
 }
 
-ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg, int device_ok,
-                                ps_meta_t *scratch, const ps_meta_t **meta_p)
+ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg,
+                                uint32_t device_kinds, ps_meta_t *scratch,
+                                const ps_meta_t **meta_p)
 {
     if (msg == NULL || msg->num_data > PS_MSG_MAX_DATA) {
         return PS_ERR_INVALID_ARG;
@@ -179,11 +180,11 @@ ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg, 
                  base->handle.name, base->own_tag);
         return PS_ERR_INVALID_ARG;
     }
-    for (uint32_t i = 0; i < msg->num_data && !device_ok; ++i) {
+    for (uint32_t i = 0; i < msg->num_data && device_kinds != PS_VAN_DEVICE_ANY; ++i) {
         ps_buf_mem_t kind = ps_slice_mem_kind(&msg->data[i]);
-        if (msg->data[i].len != 0 && kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM) {
-            ps_error(base->log, "send to node %d: segment %u is device memory; the %s van sends "
-                     "host memory only", recver, i, base->handle.name);
+        if (!ps_slice_in_host_mem(&msg->data[i]) && !(device_kinds & PS_VAN_DEVICE(kind))) {
+            ps_error(base->log, "send to node %d: segment %u is device memory of kind %d, which "
+                     "the %s van does not move", recver, i, (int)kind, base->handle.name);
             return PS_ERR_UNSUPPORTED;
         }
     }

@@ -132,15 +132,23 @@ ps_status_t ps_van_unconnected(const ps_van_base_t *base, int id, ps_status_t lo
  * PS_ERR_INVALID_ARG (logged under the base's component, naming `what`). */
 ps_status_t ps_van_check_recver(const ps_van_base_t *base, int recver, const char *what);
 
+/* The device memory kinds a van reads and writes itself, as a mask of
+ * PS_VAN_DEVICE(kind) bits (kind: a ps_buf_mem_t); 0: host memory only.
+ * PS_VAN_DEVICE_ANY: every kind, the van finds out per buffer (ibverbs
+ * registers it, or cannot). */
+#define PS_VAN_DEVICE(kind) (1u << (unsigned)(kind))
+#define PS_VAN_DEVICE_ANY (~0u)
+
 /* Send side: the checks every van makes before it encodes, and the meta
  * to encode. PS_ERR_INVALID_ARG for a message without a receiver, or
  * whose van_data starts with the van's own tag (ps_van_base_set_own_tag);
- * PS_ERR_UNSUPPORTED for a device-memory segment unless `device_ok`
- * (logged under the base's component). *meta_p is msg's meta, or
+ * PS_ERR_UNSUPPORTED for a device-memory segment of a kind not in
+ * `device_kinds` (logged under the base's component). *meta_p is msg's meta, or
  * `scratch` holding it with the message's node list when the list rides
  * in the message rather than the meta (both may be NULL: checks only). */
-ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg, int device_ok,
-                                ps_meta_t *scratch, const ps_meta_t **meta_p);
+ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg,
+                                uint32_t device_kinds, ps_meta_t *scratch,
+                                const ps_meta_t **meta_p);
 
 #ifdef __cplusplus
 }

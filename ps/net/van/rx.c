@@ -41,7 +41,7 @@ ps_status_t ps_van_meta_decode(ps_van_base_t *base, const uint8_t *p, size_t len
 }
 
 ps_status_t ps_van_recv_dest(const ps_van_base_t *base, const ps_meta_t *meta, unsigned index,
-                             uint64_t len, int device_ok, ps_slice_t *slice_p)
+                             uint64_t len, uint32_t device_kinds, ps_slice_t *slice_p)
 {
     if (base->cb.recv_buffer == NULL) {
         return PS_ERR_NOT_FOUND;
@@ -52,7 +52,8 @@ ps_status_t ps_van_recv_dest(const ps_van_base_t *base, const ps_meta_t *meta, u
     }
     ps_buf_mem_t kind = ps_slice_mem_kind(&s);
     int host = kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM;
-    if (s.buf == NULL || s.len < len || (!host && !device_ok)) {
+    if (s.buf == NULL || s.len < len ||
+        (!host && device_kinds != PS_VAN_DEVICE_ANY && !(device_kinds & PS_VAN_DEVICE(kind)))) {
         ps_warn_ratelimited(base->log,
                             "recv_buffer gave %zu bytes of memory kind %d for a "
                             "%" PRIu64 "-byte segment; using a van buffer",

@@ -36,12 +36,13 @@ ps_status_t ps_van_meta_decode(ps_van_base_t *base, const uint8_t *p, size_t len
  * of cb.recv_buffer: PS_OK with *slice_p, a reference narrowed to len
  * bytes, that the van writes into. PS_ERR_NOT_FOUND when the van takes its
  * own buffer instead: no callback, the callback named none, or it named one
- * the van cannot use — shorter than len, or device memory when `device_ok`
- * is 0 (the CPU must not write it; the layer above copies the delivered
- * bytes there). Those are logged (rate-limited) and released.
+ * the van cannot use — shorter than len, or device memory of a kind not in
+ * `device_kinds` (PS_VAN_DEVICE bits, base.h: the CPU must not write it;
+ * the layer above copies the delivered bytes there). Those are logged
+ * (rate-limited) and released.
  */
 ps_status_t ps_van_recv_dest(const ps_van_base_t *base, const ps_meta_t *meta, unsigned index,
-                             uint64_t len, int device_ok, ps_slice_t *slice_p);
+                             uint64_t len, uint32_t device_kinds, ps_slice_t *slice_p);
 
 #ifdef __cplusplus
 }

@@ -491,9 +491,9 @@ ps_status_t ps__ucx_ctx_open(ps__ucx_van_t *van)
         van->context = NULL;
         return PS_ERR_UNSUPPORTED;
     }
-    van->cuda_native =
-        moves_cuda(van->context) && (van->dcontext == NULL || moves_cuda(van->dcontext));
-    if (van->cuda_native)
+    int cuda = moves_cuda(van->context) && (van->dcontext == NULL || moves_cuda(van->dcontext));
+    van->device_kinds = cuda ? PS_VAN_DEVICE(PS_BUF_MEM_CUDA) : 0;
+    if (van->device_kinds != 0)
         ps_info(PS_LOG_UCX, "ucx moves CUDA memory itself (its cuda transports): device "
                 "segments go to it as they are");
 

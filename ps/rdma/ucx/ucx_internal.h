@@ -389,10 +389,11 @@ struct ps__ucx_van {
     ps_van_base_t base; /* first: handle, params, callbacks, id, counters */
     ps_frame_limits_t limits;
     uint64_t inline_max;       /* segments up to this size ride in the META message */
-    /* UCX moves CUDA memory itself (ucp_context_query lists it: a UCX
-     * built with its cuda transports): CUDA segments go as DATA messages
-     * that UCX reads and writes, and the van advertises device memory. */
-    int cuda_native;
+    /* PS_VAN_DEVICE(PS_BUF_MEM_CUDA) where UCX moves CUDA memory itself
+     * (ucp_context_query lists it: a UCX built with its cuda transports):
+     * CUDA segments go as DATA messages that UCX reads and writes, and the
+     * van advertises device memory. 0 otherwise. */
+    uint32_t device_kinds;
     uint64_t prealloc;         /* PS_RECV_PREALLOC_BYTES: bigger segments wait for their match */
     int probe_pending;         /* receives with a probe_mask (progress thread only) */
 

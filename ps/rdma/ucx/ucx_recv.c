@@ -434,11 +434,8 @@ static ps_status_t seg_dest(ps__ucx_van_t *van, ps__ucx_rx_t *rx, unsigned i, ui
                             int defer, ps_slice_t *slice_p)
 {
     if (rx->conn != NULL &&
-        ps_van_recv_dest(&van->base, &rx->msg.meta, i, len, van->cuda_native, slice_p) == PS_OK) {
-        /* Device memory only of the kind UCX writes (CUDA, cuda_native). */
-        if (ps_slice_in_host_mem(slice_p) || ps_slice_mem_kind(slice_p) == PS_BUF_MEM_CUDA)
-            return PS_OK;
-        ps_slice_unref(slice_p);
+        ps_van_recv_dest(&van->base, &rx->msg.meta, i, len, van->device_kinds, slice_p) == PS_OK) {
+        return PS_OK;
     }
     if (defer && len > van->prealloc) {
         return PS_INPROGRESS;

@@ -600,32 +600,13 @@ static ps_status_t send_small(ps__ucx_van_t *van, int recver, uint8_t *bytes, si
     return st;
 }
 
-/* Where UCX moves CUDA memory, a device segment of another kind (the
- * emulated one) is still refused, as ps_van_send_prepare refuses every
- * device segment without it. */
-static ps_status_t device_kinds_ok(const ps_msg_t *msg)
-{
-    for (uint32_t i = 0; i < msg->num_data; ++i) {
-        ps_buf_mem_t kind = ps_slice_mem_kind(&msg->data[i]);
-        if (!ps_slice_in_host_mem(&msg->data[i]) && kind != PS_BUF_MEM_CUDA) {
-            ps_warn_ratelimited(PS_LOG_UCX, "send: segment %u is device memory of kind %d; ucx "
-                                "moves host and CUDA memory only", i, (int)kind);
-            return PS_ERR_UNSUPPORTED;
-        }
-    }
-    return PS_OK;
-}
-
 ps_status_t ps__ucx_send(ps_van_t *v, const ps_msg_t *msg)
 {
     ps__ucx_van_t *van = ps__ucx_of(v);
     ps_meta_t with_nodes;
     const ps_meta_t *meta;
-    ps_status_t st = ps_van_send_prepare(&van->base, msg, van->cuda_native, &with_nodes, &meta);
+    ps_status_t st = ps_van_send_prepare(&van->base, msg, van->device_kinds, &with_nodes, &meta);
     if (st != PS_OK) {
-        return st;
-    }
-    if (van->cuda_native && (st = device_kinds_ok(msg)) != PS_OK) {
         return st;
     }
     int recver = meta->recver;

@@ -446,7 +446,7 @@ static ps_status_t ucx_query(ps_van_t *v, ps_van_attr_t *attr_p)
     ps_van_attr_t a;
     memset(&a, 0, sizeof(a));
     a.cap_flags = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_BUSY_POLL;
-    if (van->cuda_native)
+    if (van->device_kinds != 0)
         a.cap_flags |= PS_CAP_DEVICE_MEMORY;
     ps_van_frame_attr(&van->limits, &a);
     a.num_streams = 1;

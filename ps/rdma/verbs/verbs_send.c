@@ -991,7 +991,7 @@ static uint32_t pull_prepare(ps__vb_van_t *van, ps__vb_conn_t *conn, ps_meta_t *
     rm.control.num_nodes = 0;
     ps_slice_t dest = PS_SLICE_EMPTY_INIT;
     /* Device memory too: the NIC writes it when the cache can register it. */
-    if (ps_van_recv_dest(&van->base, &rm, 1, m->val_len, 1, &dest) != PS_OK)
+    if (ps_van_recv_dest(&van->base, &rm, 1, m->val_len, PS_VAN_DEVICE_ANY, &dest) != PS_OK)
         return 0;
     ps_rdma_mr_t *mr = NULL;
     if (ps_rdma_mr_cache_get(conn->dev->mrc, &dest, &mr) != PS_OK) {

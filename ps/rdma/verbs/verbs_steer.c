@@ -43,7 +43,8 @@ int ps__vb_steer_find(ps__vb_van_t *van, ps__vb_conn_t *conn, const ps__vb_ctrl_
             continue;
         ps_slice_t dest = PS_SLICE_EMPTY_INIT;
         /* Device memory too: the NIC writes it when it can be registered. */
-        if (ps_van_recv_dest(&van->base, &m, i, start->seg_len[i], 1, &dest) != PS_OK)
+        if (ps_van_recv_dest(&van->base, &m, i, start->seg_len[i], PS_VAN_DEVICE_ANY, &dest) !=
+            PS_OK)
             continue;
         ps_rdma_mr_t *mr = NULL;
         if (ps_rdma_mr_cache_get(conn->dev->mrc, &dest, &mr) != PS_OK) {
@@ -75,8 +76,8 @@ int ps__vb_steer_still_named(ps__vb_van_t *van, ps__vb_conn_t *conn, const ps__v
     ps_meta_t m;
     steer_meta(peer, regrant, &m);
     ps_slice_t dest = PS_SLICE_EMPTY_INIT;
-    if (ps_van_recv_dest(&van->base, &m, regrant->steer_seg, regrant->steer_len, 1, &dest) !=
-        PS_OK)
+    if (ps_van_recv_dest(&van->base, &m, regrant->steer_seg, regrant->steer_len,
+                         PS_VAN_DEVICE_ANY, &dest) != PS_OK)
         return 0;
     int same = (uint64_t)(uintptr_t)ps_slice_ptr(&dest) == regrant->steer_addr;
     ps_slice_unref(&dest);
@@ -90,7 +91,7 @@ ps_status_t ps__vb_steer_land(ps__vb_van_t *van, const ps_meta_t *meta, unsigned
     if (host)
         PS_RDMA_DEVICE_WROTE(ps_slice_ptr(region), len);
     ps_slice_t dest = PS_SLICE_EMPTY_INIT;
-    if (ps_van_recv_dest(&van->base, meta, index, len, 1, &dest) == PS_OK) {
+    if (ps_van_recv_dest(&van->base, meta, index, len, PS_VAN_DEVICE_ANY, &dest) == PS_OK) {
         if (ps_slice_ptr(&dest) == ps_slice_ptr(region)) {
             __atomic_add_fetch(&van->received_in_place, 1, __ATOMIC_RELAXED);
             *seg_p = dest;
