@@ -15,7 +15,12 @@ growth under 64 MiB, every request answered (accepted, or refused at once
 past PS_MAX_PENDING_CONNS) and every accepted one closed by the node
 within PS_HANDSHAKE_TIMEOUT_MS (3 s) plus the margin. The job finishes,
 every process exits 0 and every worker checked every sum. The node's own
-queue pairs (`rdma res show qp`) must be back to the job's by then. Under a
+queue pairs (`rdma res show qp`) must be back to the job's by then. The job
+runs with PS_MAX_PENDING_CONNS=128: unlike a pending TCP connection, a
+pending RDMA request holds a queue pair whose send queue rxe maps into the
+process (about 250 KiB), so the cap is what bounds the memory a flood can
+pin (at the default 256 up to ~63 MiB, at the test's limit) and the work of
+expiring what waits. Under a
 sanitizer the closes may take 15 times as long, CPU is not bounded, and a
 request that saw no close message is reported, not counted (the node's
 queue pairs still are).
@@ -37,6 +42,8 @@ FLOOD_SETUP_S = 60
 # several times slower: its deadline still closes every connection, later,
 # and its CPU share is the sanitizer's (not checked then).
 SLOW = 15 if at.SANITIZER else 1
+# The nodes' cap on pending requests (see the docstring).
+MAX_PENDING = 128
 
 
 def node_qps(pid):
@@ -120,6 +127,7 @@ def main():
     until = os.path.join(job.dir, "attacks-done")
     job.base.update({
         "PS_HANDSHAKE_TIMEOUT_MS": str(at.HS_MS),
+        "PS_MAX_PENDING_CONNS": str(MAX_PENDING),
         "SN_ROUNDS": "40", "SN_ROUND_MS": "50", "SN_UNTIL_FILE": until})
     errors = []
     ports = {"scheduler": int(job.base["DMLC_PS_ROOT_PORT"])}

@@ -50,6 +50,10 @@
 
 #define LISTEN_BACKLOG 128
 #define CM_TICK_MS 100
+/* rdma_cm events handled before the timers get a turn: under a flood of
+ * requests, deadlines must still close what waits (and free its place
+ * under PS_MAX_PENDING_CONNS) while new requests keep coming. */
+#define CM_EVENTS_PER_TURN 32
 /* Private data we send at most (an accept with the job-secret handshake). */
 #define PD_MAX PS__VB_AUTH_ACCEPT_LEN
 
@@ -998,7 +1002,7 @@ static void on_conn_event(ps__vb_van_t *van, ps__vb_qp_t *qp, const cm_event_t *
 
 static void drain_cm_events(ps__vb_van_t *van)
 {
-    for (;;) {
+    for (int turn = 0; turn < CM_EVENTS_PER_TURN; turn++) {
         struct rdma_cm_event *e = NULL;
         if (rdma_get_cm_event(van->channel, &e) != 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
@@ -1138,7 +1142,7 @@ static int conn_drained(ps__vb_conn_t *c)
 }
 
 /* Attempt retries, connect deadlines, reaping. Returns ms to the next
- * timer (at most CM_TICK_MS). */
+ * timer (at most CM_TICK_MS; 0 when a batch was full and more wait). */
 static int run_timers(ps__vb_van_t *van)
 {
     enum { MAX_BATCH = 64 };
@@ -1219,6 +1223,8 @@ static int run_timers(ps__vb_van_t *van)
         conn_destroy_qps(reap[i]);
         ps__vb_conn_unref(reap[i]);
     }
+    if (nr == MAX_BATCH || nl == MAX_BATCH || np == MAX_BATCH)
+        return 0;
     uint64_t after = now_ns();
     return next > after ? (int)((next - after) / PS_NSEC_PER_MSEC) + 1 : 0;
 }
