@@ -522,6 +522,52 @@ static ps_status_t cuda_dmabuf_fd(const void *ptr, size_t len, int *fd_p, uint64
     return PS_OK;
 }
 
+/* cuDeviceGet and cuDevicePrimaryCtxGetState (driver API): whether this
+ * process already uses the calling thread's device, asked without making
+ * a context (a transport's probe must not give a CPU-only process one). */
+typedef int (*cuda_device_get_fn_t)(int *dev, int ordinal);
+typedef int (*cuda_ctx_state_fn_t)(int dev, unsigned int *flags, int *active);
+static pthread_once_t cuda_ctx_state_once = PTHREAD_ONCE_INIT;
+static cuda_device_get_fn_t cuda_device_get_fn;
+static cuda_ctx_state_fn_t cuda_ctx_state_fn;
+
+static void cuda_ctx_state_lookup(void)
+{
+    cuda_device_get_fn = (cuda_device_get_fn_t)cuda_driver_entry("cuDeviceGet", 2000);
+    cuda_ctx_state_fn = (cuda_ctx_state_fn_t)cuda_driver_entry("cuDevicePrimaryCtxGetState", 7000);
+}
+
+static ps_status_t cuda_in_use(int *device_p)
+{
+    ps_status_t status;
+    int ordinal = 0, dev = 0, active = 0;
+    unsigned int flags = 0;
+
+    if (device_p == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    if ((status = cuda_ready()) != PS_OK) {
+        return status;
+    }
+    pthread_once(&cuda_ctx_state_once, cuda_ctx_state_lookup);
+    if (cuda_device_get_fn == NULL || cuda_ctx_state_fn == NULL) {
+        return PS_ERR_UNSUPPORTED;
+    }
+    cudaError_t err = cudaGetDevice(&ordinal);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cuda_status_from(err);
+    }
+    if (cuda_device_get_fn(&dev, ordinal) != 0 || cuda_ctx_state_fn(dev, &flags, &active) != 0) {
+        return PS_ERR_DEVICE;
+    }
+    if (!active) {
+        return PS_ERR_NOT_FOUND;
+    }
+    *device_p = ordinal;
+    return PS_OK;
+}
+
 static ps_status_t cuda_ipc_close(void *ptr)
 {
     ps_status_t status;
@@ -732,6 +778,7 @@ static const ps_mem_ops_t cuda_ops = {
     .launch_host_func = cuda_launch_host_func,
     .addr_range = cuda_addr_range,
     .dmabuf_fd = cuda_dmabuf_fd,
+    .in_use = cuda_in_use,
 };
 
 ps_status_t ps_mem_cuda_register(void)

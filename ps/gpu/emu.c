@@ -856,6 +856,7 @@ static const ps_mem_ops_t emu_ops = {
     .addr_range = emu_addr_range,
     /* No NIC can reach emulated pages. */
     .dmabuf_fd = ps__mem_unsup_dmabuf_fd,
+    .in_use = ps__mem_unsup_in_use,
 };
 
 int ps_mem_emu_open_handles(void)

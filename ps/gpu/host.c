@@ -232,4 +232,5 @@ const ps_mem_ops_t ps__mem_host_ops = {
     .launch_host_func = host_launch_host_func,
     .addr_range = ps__mem_unsup_addr_range,
     .dmabuf_fd = ps__mem_unsup_dmabuf_fd,
+    .in_use = ps__mem_unsup_in_use,
 };

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ps/base/device_probe.h"
 #include "ps/base/dmabuf.h"
 #include "ps/base/log.h"
 #include "ps/base/time.h"
@@ -21,6 +22,9 @@
 static _Atomic(const ps_mem_ops_t *) ps_mem_table[PS_MEM_KIND_COUNT] = {
     [PS_MEM_HOST] = &ps__mem_host_ops,
 };
+
+/* The probe functions installed in ps/base for each registered kind. */
+static ps_device_probe_ops_t probe_ops[PS_MEM_KIND_COUNT];
 
 static const char *const ps_mem_kind_names[PS_MEM_KIND_COUNT] = {
     [PS_MEM_HOST] = "host",
@@ -153,6 +157,11 @@ ps_status_t ps__mem_unsup_dmabuf_fd(const void *ptr, size_t len, int *fd_p, uint
     return PS_ERR_UNSUPPORTED;
 }
 
+ps_status_t ps__mem_unsup_in_use(int *device_p)
+{
+    return PS_ERR_UNSUPPORTED;
+}
+
 /* What ps_mem_ops() hands out for a kind that is not linked. */
 static const ps_mem_ops_t ps_mem_unsup_ops = {
     .size = sizeof(ps_mem_ops_t),
@@ -184,6 +193,7 @@ static const ps_mem_ops_t ps_mem_unsup_ops = {
     .launch_host_func = ps__mem_unsup_launch_host_func,
     .addr_range = ps__mem_unsup_addr_range,
     .dmabuf_fd = ps__mem_unsup_dmabuf_fd,
+    .in_use = ps__mem_unsup_in_use,
 };
 
 bool ps__mem_ops_complete(const ps_mem_ops_t *ops)
@@ -199,7 +209,7 @@ bool ps__mem_ops_complete(const ps_mem_ops_t *ops)
            ops->ipc_close && ops->event_create && ops->event_record &&
            ops->event_query && ops->event_destroy && ops->stream_create &&
            ops->stream_destroy && ops->copy_async && ops->memset_async &&
-           ops->launch_host_func && ops->addr_range && ops->dmabuf_fd;
+           ops->launch_host_func && ops->addr_range && ops->dmabuf_fd && ops->in_use;
 }
 
 ps_status_t ps__mem_register(ps_mem_kind_t kind, const ps_mem_ops_t *ops)
@@ -212,6 +222,9 @@ ps_status_t ps__mem_register(ps_mem_kind_t kind, const ps_mem_ops_t *ops)
     }
     if (atomic_compare_exchange_strong(&ps_mem_table[kind], &expected, ops)) {
         ps_dmabuf_set_exporter(kind, ops->dmabuf_fd);
+        /* Filled once: only the first registration of a kind gets here. */
+        probe_ops[kind] = (ps_device_probe_ops_t){ops->in_use, ops->alloc, ops->free};
+        ps_device_probe_set(kind, &probe_ops[kind]);
         return PS_OK;
     }
     /* Registering the same table twice (constructor, then by hand) is fine. */

@@ -132,6 +132,13 @@ typedef struct {
      * kind's exporter of ps/base/dmabuf.h when the kind registers.
      * PS_ERR_UNSUPPORTED where the kind, driver or device has none. */
     ps_status_t (*dmabuf_fd)(const void *ptr, size_t len, int *fd_p, uint64_t *offset_p);
+
+    /* The device this process already uses, without making anything
+     * (CUDA: the calling thread's device, when its primary context is
+     * active): PS_OK, or PS_ERR_NOT_FOUND when the kind is not in use yet.
+     * With alloc and free it is the kind's probe of ps/base/device_probe.h,
+     * installed when the kind registers. */
+    ps_status_t (*in_use)(int *device_p);
 } ps_mem_ops_t;
 
 /* The table of a kind; never NULL (see the top of this file). */

@@ -54,6 +54,7 @@ ps_status_t ps__mem_unsup_memset_async(void *ptr, int value, size_t len, void *s
 ps_status_t ps__mem_unsup_launch_host_func(void *stream, void (*fn)(void *arg), void *arg);
 ps_status_t ps__mem_unsup_addr_range(const void *ptr, void **base_p, size_t *len_p);
 ps_status_t ps__mem_unsup_dmabuf_fd(const void *ptr, size_t len, int *fd_p, uint64_t *offset_p);
+ps_status_t ps__mem_unsup_in_use(int *device_p);
 
 /* The host kind's table (host.c). */
 extern const ps_mem_ops_t ps__mem_host_ops;

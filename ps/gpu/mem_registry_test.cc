@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ps/base/device_probe.h"
 #include "ps/gpu/mem.h"
 #include "ps/gpu/mem_internal.h"
 
@@ -32,6 +33,18 @@ ps_status_t fake_describe(ps_mem_info_t *info_p) {
   return PS_OK;
 }
 
+// In use on device 3; its probe buffers come from the arena.
+ps_status_t fake_in_use(int *device_p) {
+  *device_p = 3;
+  return PS_OK;
+}
+
+ps_status_t fake_alloc(size_t len, int device, void **ptr_p) {
+  if (device != 3 || len > sizeof(arena)) return PS_ERR_INVALID_ARG;
+  *ptr_p = arena;
+  return PS_OK;
+}
+
 ps_status_t fake_event_query(ps_mem_event_h) {
   ++fake_queries;
   return PS_INPROGRESS;
@@ -45,7 +58,7 @@ ps_mem_ops_t fake_ops() {
   o.cleanup = ps__mem_unsup_cleanup;
   o.describe = fake_describe;
   o.device_count = ps__mem_unsup_device_count;
-  o.alloc = ps__mem_unsup_alloc;
+  o.alloc = fake_alloc;
   o.free = ps__mem_unsup_free;
   o.copy_to_host = ps__mem_unsup_copy;
   o.copy_from_host = ps__mem_unsup_copy;
@@ -68,6 +81,7 @@ ps_mem_ops_t fake_ops() {
   o.launch_host_func = ps__mem_unsup_launch_host_func;
   o.addr_range = ps__mem_unsup_addr_range;
   o.dmabuf_fd = ps__mem_unsup_dmabuf_fd;
+  o.in_use = fake_in_use;
   return o;
 }
 
@@ -87,6 +101,9 @@ TEST(MemRegistry, RejectsIncompleteTables) {
   EXPECT_FALSE(ps__mem_ops_complete(&hole));
   hole = o;
   hole.dmabuf_fd = nullptr;
+  EXPECT_FALSE(ps__mem_ops_complete(&hole));
+  hole = o;
+  hole.in_use = nullptr;
   EXPECT_FALSE(ps__mem_ops_complete(&hole));
 
   ps_mem_ops_t small = o;
@@ -126,6 +143,16 @@ TEST(MemRegistry, RegisteredKindIsUsedEverywhere) {
   ASSERT_EQ(ps_mem_kind_of(heap.data(), &kind, &device), PS_OK);
   EXPECT_EQ(kind, PS_MEM_HOST);
   EXPECT_EQ(device, 0);
+
+  // Registering installed the kind's probe for transports (ps/base).
+  void *probe = nullptr;
+  device = -1;
+  ASSERT_EQ(ps_device_probe_alloc(PS_MEM_CUDA, 64, &probe, &device), PS_OK);
+  EXPECT_EQ(probe, static_cast<void *>(arena));
+  EXPECT_EQ(device, 3);
+  ps_device_probe_free(PS_MEM_CUDA, probe);
+  EXPECT_EQ(ps_device_probe_alloc(PS_MEM_EMU, 64, &probe, &device), PS_ERR_UNSUPPORTED)
+      << "no kind registered for emu in this test";
 
   ps_mem_info_t info;
   ASSERT_EQ(ps_mem_describe(PS_MEM_CUDA, &info), PS_OK);

@@ -138,6 +138,11 @@ ps_status_t ps_van_check_recver(const ps_van_base_t *base, int recver, const cha
  * registers it, or cannot). */
 #define PS_VAN_DEVICE(kind) (1u << (unsigned)(kind))
 #define PS_VAN_DEVICE_ANY (~0u)
+/* Alone, for a segment the van copies with the CPU (small data carried
+ * inside its message) although it moves device memory otherwise: host
+ * memory only, and a device buffer named for it is refused without a
+ * warning (the layer above copies the bytes there). */
+#define PS_VAN_HOST_COPY (1u << 31)
 
 /* Send side: the checks every van makes before it encodes, and the meta
  * to encode. PS_ERR_INVALID_ARG for a message without a receiver, or

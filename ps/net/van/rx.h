@@ -39,7 +39,8 @@ ps_status_t ps_van_meta_decode(ps_van_base_t *base, const uint8_t *p, size_t len
  * the van cannot use — shorter than len, or device memory of a kind not in
  * `device_kinds` (PS_VAN_DEVICE bits, base.h: the CPU must not write it;
  * the layer above copies the delivered bytes there). Those are logged
- * (rate-limited) and released.
+ * (rate-limited; a device buffer refused under PS_VAN_HOST_COPY is not)
+ * and released.
  */
 ps_status_t ps_van_recv_dest(const ps_van_base_t *base, const ps_meta_t *meta, unsigned index,
                              uint64_t len, uint32_t device_kinds, ps_slice_t *slice_p);

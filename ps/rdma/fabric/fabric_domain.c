@@ -22,6 +22,7 @@
 #include <rdma/fi_errno.h>
 
 #include "ps/base/config.h"
+#include "ps/base/device_probe.h"
 #include "ps/base/env.h"
 #include "ps/base/log.h"
 #include "ps/base/time.h"
@@ -115,6 +116,109 @@ static void record_info(ps__fab_van_t *van, struct fi_info *info)
     van->max_msg = info->ep_attr->max_msg_size;
 }
 
+/* ---- device memory (FI_HMEM) ---- */
+
+/* Bytes of CUDA memory the probe registers. */
+#define HMEM_PROBE_BYTES 65536
+
+unsigned long ps__fab_hmem_probes;
+
+/* libfabric's interface for memory of `kind`: FI_HMEM_CUDA for CUDA, else
+ * FI_HMEM_SYSTEM (host memory; the van never hands another kind over). */
+static enum fi_hmem_iface hmem_iface(ps_buf_mem_t kind)
+{
+    return kind == PS_BUF_MEM_CUDA ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
+}
+
+/* Registers [ptr, ptr + len) of `kind` memory on `device` in domain. */
+static int mr_regattr(struct fid_domain *domain, const struct fi_info *info, void *ptr,
+                      size_t len, ps_buf_mem_t kind, int device, uint64_t key,
+                      struct fid_mr **mr_p)
+{
+    struct iovec iov = {.iov_base = ptr, .iov_len = len};
+    struct fi_mr_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.mr_iov = &iov;
+    attr.iov_count = 1;
+    attr.access = FI_SEND | FI_RECV;
+    if (info->caps & FI_RMA)
+        attr.access |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    attr.requested_key = key;
+    attr.iface = hmem_iface(kind);
+    if (attr.iface == FI_HMEM_CUDA)
+        attr.device.cuda = device;
+    return fi_mr_regattr(domain, &attr, 0, mr_p);
+}
+
+/* Whether the chosen provider moves CUDA memory itself: asked again with
+ * FI_HMEM (same provider, same options, so the choice of provider does not
+ * change), and a probe buffer on the device the process uses registered
+ * in a domain of that answer. Only then is the answer kept and CUDA memory
+ * advertised; else CUDA memory is staged through host memory above the
+ * van. Nothing is tried in a process that does not use CUDA yet (the probe
+ * would give it a context). */
+static void probe_hmem(ps__fab_van_t *van)
+{
+    void *ptr = NULL;
+    int device = -1;
+    ps_status_t st = ps_device_probe_alloc(PS_MEM_CUDA, HMEM_PROBE_BYTES, &ptr, &device);
+    if (st != PS_OK) {
+        ps_debug(PS_LOG_FABRIC, "no CUDA memory probe (%s): device memory is staged through "
+                 "host memory", ps_status_str(st));
+        return;
+    }
+    __atomic_add_fetch(&ps__fab_hmem_probes, 1, __ATOMIC_RELAXED);
+    const struct fi_info *chosen = van->info;
+    struct fi_info *h = make_hints(chosen->fabric_attr->prov_name, (chosen->caps & FI_RMA) != 0,
+                                   (chosen->caps & FI_SOURCE) != 0,
+                                   chosen->domain_attr->threading == FI_THREAD_SAFE);
+    struct fi_info *info = NULL;
+    struct fid_fabric *fabric = NULL;
+    struct fid_domain *domain = NULL;
+    struct fid_mr *mr = NULL;
+    const char *step = "fi_getinfo with FI_HMEM";
+    int ret = -FI_ENOMEM;
+    if (h != NULL) {
+        h->caps |= FI_HMEM;
+        h->domain_attr->mr_mode |= FI_MR_HMEM;
+        ret = fi_getinfo(FAB_API, NULL, NULL, 0, h, &info);
+        fi_freeinfo(h);
+    }
+    if (ret == 0 && strcmp(info->fabric_attr->prov_name, van->prov_name) != 0)
+        ret = -FI_ENODATA; /* another provider: not the one chosen */
+    if (ret == 0) {
+        step = "fi_fabric";
+        ret = fi_fabric(info->fabric_attr, &fabric, NULL);
+    }
+    if (ret == 0) {
+        step = "fi_domain";
+        ret = fi_domain(fabric, info, &domain, NULL);
+    }
+    if (ret == 0) {
+        step = "registering CUDA memory (fi_mr_regattr, FI_HMEM_CUDA)";
+        ret = mr_regattr(domain, info, ptr, HMEM_PROBE_BYTES, PS_BUF_MEM_CUDA, device, 1,
+                         &mr);
+    }
+    if (mr != NULL)
+        fi_close(&mr->fid);
+    if (domain != NULL)
+        fi_close(&domain->fid);
+    if (fabric != NULL)
+        fi_close(&fabric->fid);
+    ps_device_probe_free(PS_MEM_CUDA, ptr);
+    if (ret != 0) {
+        if (info != NULL)
+            fi_freeinfo(info);
+        ps_info(PS_LOG_FABRIC, "provider %s does not move CUDA memory here (%s: %s): device "
+                "memory is staged through host memory", van->prov_name, step,
+                ps__fab_strerror(ret));
+        return;
+    }
+    fi_freeinfo(van->info);
+    record_info(van, info);
+    van->device_kinds = PS_VAN_DEVICE(PS_BUF_MEM_CUDA);
+}
+
 ps_status_t ps__fab_probe(ps__fab_van_t *van)
 {
     const char *want = ps_config_str_or(PS_FABRIC_CFG(PS_FABRIC_PROVIDER), "");
@@ -148,6 +252,7 @@ ps_status_t ps__fab_probe(ps__fab_van_t *van)
         }
     }
     record_info(van, info);
+    probe_hmem(van);
     if (strcmp(van->prov_name, "sockets") == 0)
         ps_warn(PS_LOG_FABRIC, "the sockets provider is known to be broken or very slow on "
                 "some systems; prefer tcp (tcp;ofi_rxm)");
@@ -366,15 +471,12 @@ static ps_status_t fab_reg(void *ctx, void *addr, size_t len, ps_buf_mem_t kind,
                            void **handle_p)
 {
     ps__fab_van_t *van = ctx;
-    (void)device;
-    if (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM)
+    int host = kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM;
+    if (!host && !(van->device_kinds & PS_VAN_DEVICE(kind)))
         return PS_ERR_UNSUPPORTED;
-    uint64_t access = FI_SEND | FI_RECV;
-    if (van->info->caps & FI_RMA)
-        access |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     uint64_t key = van->mr_prov_key ? 0 : __atomic_add_fetch(&van->next_key, 1, __ATOMIC_RELAXED);
     struct fid_mr *mr = NULL;
-    int ret = fi_mr_reg(van->domain, addr, len, access, 0, key, 0, &mr, NULL);
+    int ret = mr_regattr(van->domain, van->info, addr, len, kind, device, key, &mr);
     if (ret == 0 && van->mr_endpoint) {
         ret = fi_mr_bind(mr, &van->ep->fid, 0);
         if (ret == 0)

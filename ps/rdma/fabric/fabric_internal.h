@@ -318,6 +318,9 @@ struct ps__fab_van {
     int have_source;
     int mr_local, mr_virt, mr_prov_key, mr_endpoint, mr_pins;
     int same_host_only;
+    /* PS_VAN_DEVICE(PS_BUF_MEM_CUDA) where the provider registers CUDA
+     * memory (FI_HMEM, probed at open: fabric_domain.c); else 0. */
+    uint32_t device_kinds;
     int need_ep_lock;      /* provider not FI_THREAD_SAFE */
     int posts_on_loop;     /* a post may never return: only the progress thread posts */
     size_t inject_size;
@@ -554,6 +557,7 @@ extern int ps__fab_rma_disabled;
 extern int ps__fab_repeat_errors;           /* test hook: handle each error twice */
 extern unsigned long ps__fab_errors_repeated;
 extern unsigned long ps__fab_rma_writes;
+extern unsigned long ps__fab_hmem_probes;   /* atomic: CUDA registrations tried at open */
 extern int ps__fab_enable_failures; /* atomic: enables still to fail as EADDRINUSE */
 
 /* This van's log component "fabric" (registered by fabric_van.c). */

@@ -388,14 +388,17 @@ static ps_status_t carve_arena(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned ma
 }
 
 /* A destination for segment i of len bytes: the postoffice's, else pooled
- * (with want_desc; without, PS_ERR_NOT_FOUND says the caller finds one). */
+ * (with want_desc; without, PS_ERR_NOT_FOUND says the caller finds one).
+ * Without want_desc the van copies the bytes there: host memory only. */
 static ps_status_t seg_dest(ps__fab_van_t *van, ps__fab_rx_t *rx, unsigned i, uint64_t len,
                             int want_desc, void **desc_p)
 {
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
     *desc_p = NULL;
-    if (ps_van_recv_dest(&van->base, &rx->msg.meta, i, len, 0, &s) == PS_OK && want_desc &&
-        van->mr_local) {
+    uint32_t kinds = want_desc ? van->device_kinds : van->device_kinds ? PS_VAN_HOST_COPY : 0;
+    /* Device memory is received with its registration (FI_MR_HMEM). */
+    if (ps_van_recv_dest(&van->base, &rx->msg.meta, i, len, kinds, &s) == PS_OK && want_desc &&
+        (van->mr_local || !ps_slice_in_host_mem(&s))) {
         ps_status_t st = ps_rdma_mr_cache_get(van->mrc, &s, &rx->mr[i]);
         if (st != PS_OK) {
             rx->mr[i] = NULL;

@@ -27,6 +27,18 @@
 #include "ps/net/codec/meta_fast.h"
 #include "ps/rdma/fabric/fabric_internal.h"
 
+static int is_host(const ps_slice_t *s)
+{
+    ps_buf_mem_t k = ps_slice_mem_kind(s);
+    return k == PS_BUF_MEM_HOST || k == PS_BUF_MEM_SHM;
+}
+
+/* Host memory, or device memory the provider moves itself (FI_HMEM). */
+static int van_moves(const ps__fab_van_t *van, const ps_slice_t *s)
+{
+    return is_host(s) || (van->device_kinds & PS_VAN_DEVICE(ps_slice_mem_kind(s))) != 0;
+}
+
 /* ---- pending pulls (worker) ---- */
 
 void ps__fab_pull_free(ps__fab_van_t *van, ps__fab_pull_t *pull)
@@ -62,9 +74,7 @@ static void attach_pull(ps__fab_van_t *van, int recver, ps_meta_t *m)
     ps_slice_t dest = PS_SLICE_EMPTY_INIT;
     if (van->base.cb.recv_buffer(van->base.cb.arg, &answer, 1, m->val_len, &dest) != PS_OK)
         return;
-    ps_buf_mem_t kind = ps_slice_mem_kind(&dest);
-    if (dest.buf == NULL || dest.len < m->val_len ||
-        (kind != PS_BUF_MEM_HOST && kind != PS_BUF_MEM_SHM)) {
+    if (dest.buf == NULL || dest.len < m->val_len || !van_moves(van, &dest)) {
         ps_slice_unref(&dest);
         return;
     }
@@ -488,12 +498,6 @@ void ps__fab_flush_blocked(ps__fab_van_t *van)
 
 /* ---- building a message ---- */
 
-static int is_host(const ps_slice_t *s)
-{
-    ps_buf_mem_t k = ps_slice_mem_kind(s);
-    return k == PS_BUF_MEM_HOST || k == PS_BUF_MEM_SHM;
-}
-
 /* Where header + meta (+ inline data) live: inside the object, on the heap
  * or, for providers that need local registrations, in the pool. */
 static ps_status_t tx_alloc_hm(ps__fab_van_t *van, ps__fab_tx_t *tx, size_t len)
@@ -521,7 +525,8 @@ static ps_status_t tx_alloc_hm(ps__fab_van_t *van, ps__fab_tx_t *tx, size_t len)
 static ps_status_t tx_desc(ps__fab_van_t *van, ps__fab_tx_t *tx, int i, void **desc_p)
 {
     *desc_p = NULL;
-    if (!van->mr_local)
+    /* Device memory always goes with its registration (FI_MR_HMEM). */
+    if (!van->mr_local && is_host(&tx->data[i]))
         return PS_OK;
     void *h = ps_rdma_buf_pool_handle(van->pool, &tx->data[i]);
     if (h == NULL) {
@@ -679,14 +684,18 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
     }
     uint64_t lens[PS_MSG_MAX_DATA];
     uint64_t total = 0;
+    unsigned device_segs = 0; /* bits: segments in device memory */
     for (uint32_t i = 0; i < nd; i++) {
         lens[i] = msg->data[i].len;
         total += lens[i];
-        if (lens[i] > 0 && !is_host(&msg->data[i])) {
+        if (lens[i] == 0 || is_host(&msg->data[i]))
+            continue;
+        if (!van_moves(van, &msg->data[i])) {
             ps_error(PS_LOG_FABRIC, "send to node %d: segment %u is device memory, which this "
                      "van does not move", m->recver, i);
             return PS_ERR_UNSUPPORTED;
         }
+        device_segs |= 1u << i;
     }
     if (total > van->max_msg) {
         ps_error(PS_LOG_FABRIC, "send to node %d: %llu data bytes, more than provider %s "
@@ -765,7 +774,10 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
     uint64_t rest = total - (rma_seg >= 0 ? lens[rma_seg] : 0);
     size_t base = moff + mlen;
     int ext = base > PS__FAB_META_BUF;
-    int inl = !ext && rest > 0 && rest <= PS__FAB_INLINE_MAX && base + rest <= PS__FAB_META_BUF;
+    /* Device segments travel as they are: never copied inline. */
+    unsigned device_travel = device_segs & ~(rma_seg >= 0 ? 1u << rma_seg : 0u);
+    int inl = !ext && rest > 0 && rest <= PS__FAB_INLINE_MAX && base + rest <= PS__FAB_META_BUF &&
+              device_travel == 0;
     if (ext) {
         hdr.flags |= PS__FAB_F_EXT;
         hdr.ext_len = (uint32_t)(fhlen + mlen);
@@ -887,6 +899,12 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
                 goto fail;
             tx->niov++;
         }
+    } else if (ndata > 0 && device_travel != 0) {
+        ps_error(PS_LOG_FABRIC, "send to node %d: %d data segments, some in device memory, and "
+                 "provider %s takes %zu per message: device memory is not gathered by the CPU",
+                 m->recver, ndata, van->prov_name, van->iov_limit);
+        st = PS_ERR_UNSUPPORTED;
+        goto fail;
     } else if (ndata > 0) {
         /* More segments than the provider takes in one message: gather
          * them into one buffer (the receiver splits it the same way). */

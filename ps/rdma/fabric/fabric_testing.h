@@ -28,6 +28,10 @@ void ps__fabric_test_dump(struct ps_van *van);
 /* RMA writes posted by every fabric van of this process so far. */
 unsigned long ps__fabric_test_rma_writes(void);
 
+/* CUDA memory registrations the fabric vans of this process tried at open
+ * (made only where CUDA was in use: ps/base/device_probe.h). */
+unsigned long ps__fabric_test_hmem_probes(void);
+
 /* The next `times` endpoint enables of this process fail as if the
  * address the provider picked had been taken meanwhile (EADDRINUSE). */
 void ps__fabric_test_fail_enable(int times);

@@ -53,6 +53,11 @@ unsigned long ps__fabric_test_rma_writes(void)
     return __atomic_load_n(&ps__fab_rma_writes, __ATOMIC_RELAXED);
 }
 
+unsigned long ps__fabric_test_hmem_probes(void)
+{
+    return __atomic_load_n(&ps__fab_hmem_probes, __ATOMIC_RELAXED);
+}
+
 void ps__fabric_test_disable_rma(int disabled)
 {
     ps__fab_rma_disabled = disabled;
@@ -466,6 +471,8 @@ static ps_status_t fab_query(ps_van_t *v, ps_van_attr_t *attr_p)
         a.cap_flags |= PS_CAP_REMOTE_WRITE;
     if (van->same_host_only)
         a.cap_flags |= PS_CAP_SAME_HOST_ONLY;
+    if (van->device_kinds != 0)
+        a.cap_flags |= PS_CAP_DEVICE_MEMORY;
     a.max_message_bytes = van->limits.max_message_bytes;
     if (van->max_msg < a.max_message_bytes)
         a.max_message_bytes = van->max_msg;

@@ -337,6 +337,8 @@ struct ps__vb_van {
     ps_van_handover_t handover; /* connections to start, to close */
     ps__vb_dev_t *devs[PS__VB_MAX_DEVS];
     int ndevs;               /* atomic; devices are only added */
+    int gpu_dmabuf;          /* atomic: CUDA memory registers through dma-buf:
+                              * 0 not known yet, 1 yes, 2 no (vb_query) */
 
     pthread_rwlock_t peers_lock;
     ps__vb_peer_t *peers;    /* by id */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ps/base/device_probe.h"
 #include "ps/base/dmabuf.h"
 #include "ps/base/log.h"
 #include "ps/rdma/common/rdma_shared.h"
@@ -80,6 +81,27 @@ static struct ibv_mr *reg_dmabuf(ps__vb_reg_ctx_t *ctx, void *addr, size_t len, 
     if (mr == NULL)
         snprintf(why, cap, "ibv_reg_dmabuf_mr: %s", strerror(err));
     return mr;
+}
+
+/* Bytes of CUDA memory ps__vb_reg_probe_dmabuf registers. */
+#define DMABUF_PROBE_BYTES 65536
+
+int ps__vb_reg_probe_dmabuf(ps__vb_reg_ctx_t *ctx, char *why, size_t cap)
+{
+    void *ptr = NULL;
+    int device = -1;
+    ps_status_t st = ps_device_probe_alloc(PS_MEM_CUDA, DMABUF_PROBE_BYTES, &ptr, &device);
+    if (st != PS_OK) {
+        snprintf(why, cap, "CUDA is not in use in this process (%s)", ps_status_str(st));
+        return -1;
+    }
+    struct ibv_mr *mr = reg_dmabuf(ctx, ptr, DMABUF_PROBE_BYTES, PS_BUF_MEM_CUDA, why, cap);
+    if (mr != NULL) {
+        ps__vb_dereg_mr_func_t dereg = ctx->dereg_mr != NULL ? ctx->dereg_mr : real_dereg_mr;
+        (void)dereg(mr);
+    }
+    ps_device_probe_free(PS_MEM_CUDA, ptr);
+    return mr != NULL;
 }
 
 static ps_status_t vb_reg(void *c, void *addr, size_t len, ps_buf_mem_t kind, int device,

@@ -66,6 +66,13 @@ void ps__vb_reg_ctx_cleanup(ps__vb_reg_ctx_t *ctx);
 /* Copies the explanation of the latest failure ("" if none). */
 void ps__vb_reg_last_error(ps__vb_reg_ctx_t *ctx, char *buf, size_t cap);
 
+/* Whether CUDA memory registers on ctx's device through dma-buf: a small
+ * buffer from the kind's probe (ps/base/device_probe.h) registered with
+ * ibv_reg_dmabuf_mr and released. 1: it does; 0: it does not (why says at
+ * which step); -1: not tried, CUDA is not in use in this process (a probe
+ * would give it a context). */
+int ps__vb_reg_probe_dmabuf(ps__vb_reg_ctx_t *ctx, char *why, size_t cap);
+
 /* ctx is a ps__vb_reg_ctx_t; handles are struct ibv_mr *. */
 extern const ps_rdma_reg_ops_t ps__vb_reg_ops;
 

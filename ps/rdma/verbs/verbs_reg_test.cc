@@ -1,8 +1,9 @@
 // The ibverbs registration ops driving the common registration cache with a
 // fake ibv_reg_mr: hits, the PS_MR_CACHE_BYTES limit and eviction, a device
 // that runs out of lockable memory (the cache evicts and retries; the
-// failure says `ulimit -l`), GPU memory through dma-buf first, and GPU
-// memory that neither dma-buf nor nvidia-peermem can register.
+// failure says `ulimit -l`), GPU memory through dma-buf first, GPU
+// memory that neither dma-buf nor nvidia-peermem can register, and the
+// dma-buf probe that decides whether the van takes GPU memory.
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/lib/fake_device_probe.h"
 
 extern "C" {
 #include "ps/base/buffer.h"
@@ -276,6 +278,37 @@ TEST_F(RegCache, GpuMemoryGoesThroughDmabufFirst)
     ps_rdma_mr_cache_put(cache_, mr);
     ps_slice_unref(&h);
     ps_slice_unref(&s);
+}
+
+// The van advertises GPU memory without nvidia-peermem only when a probe
+// buffer registers through dma-buf; a process not using CUDA is not probed.
+TEST_F(RegCache, DmabufProbeDecidesWhetherGpuMemoryIsTaken)
+{
+    g_dmabuf = FakeDmabuf();
+    ctx_.reg_dmabuf_mr = FakeRegDmabuf;
+    ctx_.dmabuf_export = FakeExport;
+    FakeDeviceProbe::Install(PS_MEM_CUDA);
+    char why[200];
+    EXPECT_EQ(ps__vb_reg_probe_dmabuf(&ctx_, why, sizeof(why)), -1);
+    EXPECT_EQ(g_dmabuf.exports, 0) << "nothing tried where CUDA is not in use";
+
+    FakeDeviceProbe::in_use = true;
+    EXPECT_EQ(ps__vb_reg_probe_dmabuf(&ctx_, why, sizeof(why)), 1);
+    EXPECT_EQ(g_dmabuf.regs, 1);
+    EXPECT_EQ(g_dmabuf.last_iova, (uint64_t)(uintptr_t)FakeDeviceProbe::arena);
+    EXPECT_EQ(g_dev.deregs, 1) << "the probe's registration is released";
+    EXPECT_EQ(FakeDeviceProbe::frees.load(), 1) << "and its buffer";
+
+    g_dmabuf.reg_errno = EOPNOTSUPP;
+    EXPECT_EQ(ps__vb_reg_probe_dmabuf(&ctx_, why, sizeof(why)), 0);
+    EXPECT_NE(std::string(why).find("ibv_reg_dmabuf_mr"), std::string::npos) << why;
+    g_dmabuf.export_status = PS_ERR_UNSUPPORTED;
+    EXPECT_EQ(ps__vb_reg_probe_dmabuf(&ctx_, why, sizeof(why)), 0);
+    EXPECT_NE(std::string(why).find("exports no dma-buf"), std::string::npos) << why;
+    EXPECT_EQ(FakeDeviceProbe::frees.load(), 3);
+    EXPECT_EQ(g_dev.regs, g_dmabuf.regs)
+        << "a probe never falls back to ibv_reg_mr: every registration was a dma-buf one";
+    FakeDeviceProbe::Remove(PS_MEM_CUDA);
 }
 
 TEST_F(RegCache, GpuMemoryFallsBackToPeermemRegistration)

@@ -552,6 +552,36 @@ static void vb_close(ps_van_t *v)
     free(van);
 }
 
+/* Whether the NIC registers GPU memory: with nvidia-peermem, or through
+ * dma-buf, tried once on the first device with a probe buffer where CUDA
+ * is in use (asked again while no device is open or CUDA is not in use). */
+static int gpu_registrable(ps__vb_van_t *van)
+{
+    if (ps__vb_peermem_loaded("/sys"))
+        return 1;
+    int known = __atomic_load_n(&van->gpu_dmabuf, __ATOMIC_ACQUIRE);
+    if (known != 0)
+        return known == 1;
+    if (__atomic_load_n(&van->ndevs, __ATOMIC_ACQUIRE) == 0)
+        return 0;
+    ps__vb_dev_t *dev = van->devs[0];
+    char why[200] = "";
+    int r = ps__vb_reg_probe_dmabuf(&dev->reg, why, sizeof(why));
+    if (r < 0)
+        return 0;
+    int expected = 0;
+    if (__atomic_compare_exchange_n(&van->gpu_dmabuf, &expected, r ? 1 : 2, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        if (r)
+            ps_info(PS_LOG_RDMA, "%s registers GPU memory through dma-buf (GPUDirect RDMA)",
+                    dev->name);
+        else
+            ps_info(PS_LOG_RDMA, "%s cannot register GPU memory (dma-buf: %s; nvidia-peermem is "
+                    "not loaded): GPU memory is staged through host memory", dev->name, why);
+    }
+    return r;
+}
+
 static ps_status_t vb_query(ps_van_t *v, ps_van_attr_t *attr_p)
 {
     ps__vb_van_t *van = ps__vb_of(v);
@@ -563,8 +593,7 @@ static ps_status_t vb_query(ps_van_t *v, ps_van_attr_t *attr_p)
                   PS_CAP_MEM_REGISTRATION | PS_CAP_BUSY_POLL;
     if (van->nqp > 1)
         a.cap_flags |= PS_CAP_MULTI_STREAM;
-    /* GPU memory is registrable only through nvidia-peermem. */
-    if (ps__vb_peermem_loaded("/sys"))
+    if (gpu_registrable(van))
         a.cap_flags |= PS_CAP_DEVICE_MEMORY;
     ps_van_frame_attr(&van->limits, &a);
     a.num_streams = van->nqp;

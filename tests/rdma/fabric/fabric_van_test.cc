@@ -31,6 +31,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/van/van_conformance.h"
+#include "tests/lib/fake_device_probe.h"
 #include "tests/van/van_harness.h"
 
 extern "C" {
@@ -673,6 +674,38 @@ TEST_P(FabricVanTest, PullResponseAsTaggedMessageWithoutRma)
     ASSERT_EQ(w.ops->query(w.van, &attr), PS_OK);
     EXPECT_FALSE(attr.cap_flags & PS_CAP_REMOTE_WRITE);
     PullRoundTrip(w, s, {8, 4000, 4097, 65536, 4 << 20}, false);
+}
+
+// A process that does not use CUDA makes no probe at all; one that does
+// is probed once per van, and where the provider cannot register CUDA
+// memory (libfabric without CUDA) the van advertises none, refuses a
+// device segment, and carries host messages as before.
+TEST_P(FabricVanTest, CudaIsProbedOnlyWhereInUseAndNotClaimedWhenRefused)
+{
+    // Host pages posing as CUDA memory: Debian's libfabric has no CUDA
+    // support, so registering them as CUDA memory must fail.
+    FakeDeviceProbe::Install(PS_MEM_CUDA);
+    unsigned long probes = ps__fabric_test_hmem_probes();
+    {
+        Van w;
+        ASSERT_EQ(w.Open(9), PS_OK);
+        EXPECT_EQ(ps__fabric_test_hmem_probes(), probes) << "CUDA not in use: no probe";
+        EXPECT_EQ(FakeDeviceProbe::allocs.load(), 0);
+    }
+    FakeDeviceProbe::in_use = true;
+    {
+        Van w, s;
+        Pair(w, s);
+        EXPECT_EQ(ps__fabric_test_hmem_probes(), probes + 2) << "one probe per van";
+        EXPECT_EQ(FakeDeviceProbe::allocs.load(), 2);
+        EXPECT_EQ(FakeDeviceProbe::frees.load(), 2) << "every probe buffer given back";
+        ps_van_attr_t attr;
+        ASSERT_EQ(w.ops->query(w.van, &attr), PS_OK);
+        EXPECT_FALSE(attr.cap_flags & PS_CAP_DEVICE_MEMORY)
+            << "this libfabric cannot register CUDA memory: nothing may be claimed";
+        PullRoundTrip(w, s, {8, 65536}, (attr.cap_flags & PS_CAP_REMOTE_WRITE) != 0);
+    }
+    FakeDeviceProbe::Remove(PS_MEM_CUDA);
 }
 
 // Small messages go out straight from the sender's stack when nothing is
