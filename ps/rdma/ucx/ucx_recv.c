@@ -611,9 +611,11 @@ static void rx_parse(ps__ucx_van_t *van, ps__ucx_rx_t *rx)
             continue;
         }
         /* Inline: a slice of the staging buffer, or a copy where the
-         * postoffice wants it. */
+         * postoffice wants it (host memory: the CPU copies; a CUDA buffer
+         * named where UCX moves CUDA memory is left to the layer above). */
+        uint32_t kinds = van->device_kinds != 0 ? PS_VAN_HOST_COPY : 0;
         if (rx->conn != NULL &&
-            ps_van_recv_dest(&van->base, &m->meta, i, slen, 0, &m->data[i]) == PS_OK) {
+            ps_van_recv_dest(&van->base, &m->meta, i, slen, kinds, &m->data[i]) == PS_OK) {
             memcpy(ps_slice_ptr(&m->data[i]), buf + off, slen);
             off += slen;
             continue;

@@ -122,13 +122,15 @@ static ps__vb_pull_t *take_pull(ps__vb_van_t *van, ps__vb_conn_t *conn, uint32_t
 
 /* Data segment `index` of `meta`, l bytes at region[off]: copied into the
  * buffer the application named for it (cb.recv_buffer; host memory only,
- * the CPU copies), else a view of the region. The segment came by SEND or
- * into a grant before its meta, so it cannot be placed there directly. */
+ * the CPU copies: a GPU buffer, named where the van moves GPU memory, is
+ * left to the layer above), else a view of the region. The segment came
+ * by SEND or into a grant before its meta, so it cannot be placed there
+ * directly. */
 static ps_status_t land(ps__vb_van_t *van, const ps_meta_t *meta, unsigned index,
                         const ps_slice_t *region, size_t off, uint64_t l, ps_slice_t *seg_p)
 {
     ps_slice_t dest;
-    if (ps_van_recv_dest(&van->base, meta, index, l, 0, &dest) == PS_OK) {
+    if (ps_van_recv_dest(&van->base, meta, index, l, PS_VAN_HOST_COPY, &dest) == PS_OK) {
         memcpy(ps_slice_ptr(&dest), (const uint8_t *)ps_slice_ptr(region) + off, (size_t)l);
         *seg_p = dest;
         return PS_OK;
