@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ps/base/device_probe.h"
 #include "ps/gpu/mem.h"
 
 namespace {
@@ -131,6 +132,23 @@ TEST_F(MemCudaDevice, AllocCopyMemsetRoundTrip) {
 
   EXPECT_EQ(cuda()->free(a), PS_OK);
   EXPECT_EQ(cuda()->free(b), PS_OK);
+}
+
+// Once the process has used the device (an allocation made its primary
+// context), the kind says so, and a transport's probe gets a buffer of it.
+TEST_F(MemCudaDevice, InUseOnceItsContextIsActive) {
+  void *a = nullptr;
+  ASSERT_EQ(cuda()->alloc(4096, 0, &a), PS_OK);
+  int device = -1;
+  ASSERT_EQ(cuda()->in_use(&device), PS_OK);
+  EXPECT_EQ(device, 0);
+  void *probe = nullptr;
+  ASSERT_EQ(ps_device_probe_alloc(PS_MEM_CUDA, 65536, &probe, &device), PS_OK);
+  int on = -1;
+  EXPECT_TRUE(cuda()->is_addr(probe, &on));
+  EXPECT_EQ(on, device);
+  ps_device_probe_free(PS_MEM_CUDA, probe);
+  EXPECT_EQ(cuda()->free(a), PS_OK);
 }
 
 TEST_F(MemCudaDevice, AllocOnMissingDeviceIsInvalidArg) {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ps/base/device_probe.h"
 #include "ps/gpu/mem.h"
 
 namespace {
@@ -71,6 +72,15 @@ TEST(MemCuda, NoDeviceIsACleanStatusEverywhere) {
   EXPECT_EQ(cuda()->free(other), PS_ERR_DEVICE);
   EXPECT_EQ(cuda()->register_host(host_buf, sizeof(host_buf)), PS_ERR_DEVICE);
   EXPECT_EQ(cuda()->unregister_host(host_buf), PS_ERR_DEVICE);
+
+  int device = -7;
+  EXPECT_EQ(cuda()->in_use(&device), PS_ERR_DEVICE);
+  EXPECT_EQ(device, -7);
+  // A transport's probe (ps/base/device_probe.h) gets the same answer and
+  // allocates nothing.
+  p = reinterpret_cast<void *>(0x1);
+  EXPECT_EQ(ps_device_probe_alloc(PS_MEM_CUDA, 4096, &p, &device), PS_ERR_DEVICE);
+  EXPECT_EQ(p, reinterpret_cast<void *>(0x1));
 
   ps_mem_ipc_handle_t h;
   memset(&h, 0x11, sizeof(h));
