@@ -11,8 +11,9 @@
 #
 # The checks, each bounded in time, each with its data verified:
 #   - the requires-gpu test binaries (the CUDA memory kind's own test, the
-#     CUDA runtime probe, and the ibverbs van's GPUDirect test where the
-#     host has an RDMA device too);
+#     CUDA runtime probe, the ibverbs van's GPUDirect test where the host
+#     has an RDMA device too, and the fabric van's where libfabric's
+#     provider registers CUDA memory);
 #   - the kind's copy bandwidth (tools/bench/mem_bw.c: cudaMemcpy to and
 #     from pageable and pinned host memory, device to device, chunked on
 #     two streams), the reference for staged traffic;
@@ -69,6 +70,7 @@ BINARIES=(
   ps/gpu/mem_cuda_device_test
   tests/deps/cuda_device_test
   tests/rdma/verbs/verbs_gpudirect_test
+  tests/rdma/fabric/fabric_gpudirect_test
 )
 
 pack() {
@@ -78,7 +80,8 @@ pack() {
   bazel build --dynamic_mode=off //tests/app:kv_device_check //tools/bench:mem_bw \
     //tests:test_benchmark \
     //ps/python:package //ps/gpu:mem_cuda_device_test \
-    //tests/deps:cuda_device_test //tests/rdma/verbs:verbs_gpudirect_test || return 1
+    //tests/deps:cuda_device_test //tests/rdma/verbs:verbs_gpudirect_test \
+    //tests/rdma/fabric:fabric_gpudirect_test || return 1
   mkdir -p "$out/bin"
   for b in "${BINARIES[@]}"; do cp "$bin/$b" "$out/bin/" || return 1; done
   # The Python package (its stable-ABI extension loads in any CPython
@@ -255,6 +258,20 @@ run() {
     else
       if [ "$rc" -eq 0 ] && grep -q "SKIPPED" <<<"$gd"; then rc=1; fi
       verdict verbs_gpudirect_test "$rc"
+    fi
+    # The fabric van moves CUDA memory only where libfabric's provider
+    # registers it (EFA, a libfabric built with CUDA); the GPU host may have
+    # no libfabric at all: then it is reported, not counted.
+    step "fabric_gpudirect_test (CUDA memory through the fabric van, FI_HMEM)"
+    local fg
+    fg=$(timeout 180 "$bin/fabric_gpudirect_test" 2>&1)
+    rc=$?
+    echo "$fg" | tail -15
+    if [ "$rc" -eq 0 ] && grep -q -e "cannot open here" -e "does not register CUDA" <<<"$fg"; then
+      echo "not run: no libfabric here, or its provider does not register CUDA memory"
+    else
+      if [ "$rc" -eq 0 ] && grep -q "SKIPPED" <<<"$fg"; then rc=1; fi
+      verdict fabric_gpudirect_test "$rc"
     fi
   fi
   step "copy bandwidth of the $kind kind"

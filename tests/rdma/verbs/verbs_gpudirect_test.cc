@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/van/gpu_slices.h"
 #include "tests/van/van_harness.h"
 
 extern "C" {
@@ -28,78 +29,14 @@ extern "C" {
 
 namespace {
 
+using ps_van_test::Cuda;
+using ps_van_test::CudaSlice;
 using ps_van_test::DefaultParams;
-using ps_van_test::Pattern;
+using ps_van_test::PatternBytes;
+using ps_van_test::PatternSlice;
 using ps_van_test::Received;
+using ps_van_test::SendKv;
 using ps_van_test::VanBase;
-
-const ps_mem_ops_t *Cuda()
-{
-    return ps_mem_ops(PS_MEM_CUDA);
-}
-
-void FreeDevice(void *data, size_t len, void *arg)
-{
-    (void)len;
-    (void)arg;
-    (void)Cuda()->free(data);
-}
-
-std::string PatternBytes(uint64_t seq, unsigned seg, size_t len)
-{
-    std::string s(len, '\0');
-    for (size_t i = 0; i < len; i++)
-        s[i] = static_cast<char>(Pattern(seq, seg, i));
-    return s;
-}
-
-// len bytes of device memory; filled with the pattern of (seq, seg) when
-// seq is not 0, else zeroed.
-ps_slice_t DeviceSlice(size_t len, uint64_t seq = 0, unsigned seg = 0)
-{
-    ps_slice_t s = PS_SLICE_EMPTY_INIT;
-    void *p = nullptr;
-    EXPECT_EQ(Cuda()->alloc(len, 0, &p), PS_OK);
-    if (p == nullptr)
-        return s;
-    std::string bytes = seq != 0 ? PatternBytes(seq, seg, len) : std::string(len, '\0');
-    EXPECT_EQ(Cuda()->copy_from_host(p, bytes.data(), len), PS_OK);
-    ps_buf_t *buf = nullptr;
-    EXPECT_EQ(ps_buf_wrap_mem(p, len, PS_BUF_MEM_CUDA, 0, FreeDevice, nullptr, &buf), PS_OK);
-    EXPECT_EQ(ps_slice_of(buf, 0, len, &s), PS_OK);
-    ps_buf_unref(buf);
-    return s;
-}
-
-ps_slice_t HostSlice(size_t len, uint64_t seq, unsigned seg)
-{
-    ps_slice_t s;
-    EXPECT_EQ(ps_slice_alloc(len, 64, &s), PS_OK);
-    std::string bytes = PatternBytes(seq, seg, len);
-    memcpy(ps_slice_ptr(&s), bytes.data(), len);
-    return s;
-}
-
-ps_status_t Send(VanBase &from, int to, uint64_t seq, uint64_t key, ps_slice_t keys,
-                 ps_slice_t vals, bool request, bool pull = false, uint64_t val_len = 0)
-{
-    ps_msg_t msg;
-    ps_msg_init(&msg);
-    msg.meta.timestamp = static_cast<int32_t>(seq);
-    msg.meta.request = request;
-    msg.meta.push = !pull;
-    msg.meta.pull = pull;
-    msg.meta.recver = to;
-    msg.meta.key = key;
-    msg.meta.val_len = val_len;
-    EXPECT_EQ(ps_msg_add_data(&msg, &keys, PS_DATA_UINT64), PS_OK);
-    if (vals.len != 0) {
-        EXPECT_EQ(ps_msg_add_data(&msg, &vals, PS_DATA_UINT8), PS_OK);
-    }
-    ps_status_t st = from.ops->send(from.van, &msg);
-    ps_msg_release(&msg);
-    return st;
-}
 
 class VerbsGpuDirect : public ::testing::Test {
   protected:
@@ -122,7 +59,7 @@ class VerbsGpuDirect : public ::testing::Test {
         ASSERT_EQ(w_.ConnectTo(s_, 9), PS_OK);
         ASSERT_EQ(s_.ConnectTo(w_, 8), PS_OK);
         // The precondition: this NIC reaches GPU memory.
-        ps_slice_t probe = DeviceSlice(1 << 20);
+        ps_slice_t probe = CudaSlice(1 << 20);
         ps_status_t st = w_.ops->register_mem(w_.van, probe.buf);
         if (st == PS_OK)
             (void)w_.ops->deregister_mem(w_.van, probe.buf);
@@ -137,9 +74,9 @@ class VerbsGpuDirect : public ::testing::Test {
 TEST_F(VerbsGpuDirect, PushFromDeviceMemoryIsReadByTheNic)
 {
     const size_t len = 1 << 20;
-    ps_slice_t keys = HostSlice(8, 1, 0);
-    ps_slice_t vals = DeviceSlice(len, 1, 1);
-    ASSERT_EQ(Send(w_, 8, 1, 5, keys, vals, true), PS_OK);
+    ps_slice_t keys = PatternSlice(8, 1, 0);
+    ps_slice_t vals = CudaSlice(len, 1, 1);
+    ASSERT_EQ(SendKv(w_, 8, 1, 5, keys, vals, true), PS_OK);
     ps_slice_unref(&keys);
     ps_slice_unref(&vals);
     ASSERT_TRUE(s_.inbox.WaitMsgs(1));
@@ -149,32 +86,14 @@ TEST_F(VerbsGpuDirect, PushFromDeviceMemoryIsReadByTheNic)
 
 TEST_F(VerbsGpuDirect, PushIsWrittenIntoARegisteredDeviceBuffer)
 {
-    const size_t len = 4 << 20;
-    ps_slice_t dest = DeviceSlice(len);
-    {
-        std::lock_guard<std::mutex> lk(s_.inbox.mu);
-        s_.inbox.dest[{6, 1}] = ps_slice_ref(&dest);
-    }
-    for (uint64_t seq = 2; seq < 5; seq++) {
-        ps_slice_t keys = HostSlice(8, seq, 0);
-        ps_slice_t vals = DeviceSlice(len, seq, 1);
-        ASSERT_EQ(Send(w_, 8, seq, 6, keys, vals, true), PS_OK);
-        ps_slice_unref(&keys);
-        ps_slice_unref(&vals);
-        ASSERT_TRUE(s_.inbox.WaitMsgs(seq - 1));
-        std::lock_guard<std::mutex> lk(s_.inbox.mu);
-        const Received &r = s_.inbox.msgs[seq - 2];
-        EXPECT_EQ(r.ptrs[1], ps_slice_ptr(&dest)) << "push " << seq;
-        EXPECT_EQ(r.data[1], PatternBytes(seq, 1, len)) << "push " << seq;
-    }
+    ps_van_test::CheckPushesIntoDeviceBuffer(w_, s_, 8, 6, 4 << 20, 3);
     EXPECT_EQ(ps__vb_test_received_in_place(s_.van), 3ul) << "written by the NIC, no copy";
-    ps_slice_unref(&dest);
 }
 
 TEST_F(VerbsGpuDirect, PullResponseLandsInADeviceDestination)
 {
     const size_t len = 2 << 20;
-    ps_slice_t dest = DeviceSlice(len);
+    ps_slice_t dest = CudaSlice(len);
     {
         std::lock_guard<std::mutex> lk(w_.inbox.mu);
         w_.inbox.dest[{7, 1}] = ps_slice_ref(&dest);
@@ -189,8 +108,8 @@ TEST_F(VerbsGpuDirect, PullResponseLandsInADeviceDestination)
         r.meta.pull = true;
         r.meta.recver = m->meta.sender;
         r.meta.key = m->meta.key;
-        ps_slice_t k = HostSlice(8, 0, 0);
-        ps_slice_t v = DeviceSlice(m->meta.val_len, 9, 1);
+        ps_slice_t k = PatternSlice(8, 0, 0);
+        ps_slice_t v = CudaSlice(m->meta.val_len, 9, 1);
         ps_msg_add_data(&r, &k, PS_DATA_UINT64);
         ps_msg_add_data(&r, &v, PS_DATA_UINT8);
         ps_slice_unref(&k);
@@ -198,8 +117,8 @@ TEST_F(VerbsGpuDirect, PullResponseLandsInADeviceDestination)
         EXPECT_EQ(s_.ops->send(s_.van, &r), PS_OK);
         ps_msg_release(&r);
     });
-    ps_slice_t keys = HostSlice(8, 0, 0);
-    ASSERT_EQ(Send(w_, 8, 11, 7, keys, PS_SLICE_EMPTY_INIT, true, true, len), PS_OK);
+    ps_slice_t keys = PatternSlice(8, 0, 0);
+    ASSERT_EQ(SendKv(w_, 8, 11, 7, keys, PS_SLICE_EMPTY_INIT, true, true, len), PS_OK);
     ps_slice_unref(&keys);
     ASSERT_TRUE(w_.inbox.WaitMsgs(1));
     std::lock_guard<std::mutex> lk(w_.inbox.mu);
