@@ -30,8 +30,8 @@
 #include <rdma/fabric.h>
 
 #include "gtest/gtest.h"
-#include "tests/van/van_conformance.h"
 #include "tests/lib/fake_device_probe.h"
+#include "tests/van/van_conformance.h"
 #include "tests/van/van_harness.h"
 
 extern "C" {
@@ -678,8 +678,9 @@ TEST_P(FabricVanTest, PullResponseAsTaggedMessageWithoutRma)
 
 // A process that does not use CUDA makes no probe at all; one that does
 // is probed once per van, and where the provider cannot register CUDA
-// memory (libfabric without CUDA) the van advertises none, refuses a
-// device segment, and carries host messages as before.
+// memory (libfabric without CUDA) the van advertises none (the conformance
+// suite checks that such a van refuses device segments) and carries host
+// messages as before.
 TEST_P(FabricVanTest, CudaIsProbedOnlyWhereInUseAndNotClaimedWhenRefused)
 {
     // Host pages posing as CUDA memory: Debian's libfabric has no CUDA
