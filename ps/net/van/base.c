@@ -181,10 +181,10 @@ ps_status_t ps_van_send_prepare(const ps_van_base_t *base, const ps_msg_t *msg,
         return PS_ERR_INVALID_ARG;
     }
     for (uint32_t i = 0; i < msg->num_data && device_kinds != PS_VAN_DEVICE_ANY; ++i) {
-        ps_buf_mem_t kind = ps_slice_mem_kind(&msg->data[i]);
-        if (!ps_slice_in_host_mem(&msg->data[i]) && !(device_kinds & PS_VAN_DEVICE(kind))) {
+        if (!ps_van_moves_mem(device_kinds, &msg->data[i])) {
             ps_error(base->log, "send to node %d: segment %u is device memory of kind %d, which "
-                     "the %s van does not move", recver, i, (int)kind, base->handle.name);
+                     "the %s van does not move", recver, i, (int)ps_slice_mem_kind(&msg->data[i]),
+                     base->handle.name);
             return PS_ERR_UNSUPPORTED;
         }
     }

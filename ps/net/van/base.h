@@ -144,6 +144,20 @@ ps_status_t ps_van_check_recver(const ps_van_base_t *base, int recver, const cha
  * warning (the layer above copies the bytes there). */
 #define PS_VAN_HOST_COPY (1u << 31)
 
+/* Whether a van with mask `device_kinds` reads and writes memory of `kind`
+ * itself: host memory always, a device kind when its bit is set. */
+static inline int ps_van_moves_kind(uint32_t device_kinds, ps_buf_mem_t kind)
+{
+    return kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM ||
+           (device_kinds & PS_VAN_DEVICE(kind)) != 0;
+}
+
+/* The same for a slice's memory (an empty slice touches none). */
+static inline int ps_van_moves_mem(uint32_t device_kinds, const ps_slice_t *slice)
+{
+    return slice->len == 0 || ps_van_moves_kind(device_kinds, ps_slice_mem_kind(slice));
+}
+
 /* Send side: the checks every van makes before it encodes, and the meta
  * to encode. PS_ERR_INVALID_ARG for a message without a receiver, or
  * whose van_data starts with the van's own tag (ps_van_base_set_own_tag);

@@ -51,10 +51,8 @@ ps_status_t ps_van_recv_dest(const ps_van_base_t *base, const ps_meta_t *meta, u
         return PS_ERR_NOT_FOUND;
     }
     ps_buf_mem_t kind = ps_slice_mem_kind(&s);
-    int host = kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM;
     int short_buf = s.buf == NULL || s.len < len;
-    if (short_buf ||
-        (!host && device_kinds != PS_VAN_DEVICE_ANY && !(device_kinds & PS_VAN_DEVICE(kind)))) {
+    if (short_buf || !ps_van_moves_kind(device_kinds, kind)) {
         if (short_buf || device_kinds != PS_VAN_HOST_COPY)
             ps_warn_ratelimited(base->log,
                                 "recv_buffer gave %zu bytes of memory kind %d for a "

@@ -471,8 +471,7 @@ static ps_status_t fab_reg(void *ctx, void *addr, size_t len, ps_buf_mem_t kind,
                            void **handle_p)
 {
     ps__fab_van_t *van = ctx;
-    int host = kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM;
-    if (!host && !(van->device_kinds & PS_VAN_DEVICE(kind)))
+    if (!ps_van_moves_kind(van->device_kinds, kind))
         return PS_ERR_UNSUPPORTED;
     uint64_t key = van->mr_prov_key ? 0 : __atomic_add_fetch(&van->next_key, 1, __ATOMIC_RELAXED);
     struct fid_mr *mr = NULL;

@@ -27,18 +27,6 @@
 #include "ps/net/codec/meta_fast.h"
 #include "ps/rdma/fabric/fabric_internal.h"
 
-static int is_host(const ps_slice_t *s)
-{
-    ps_buf_mem_t k = ps_slice_mem_kind(s);
-    return k == PS_BUF_MEM_HOST || k == PS_BUF_MEM_SHM;
-}
-
-/* Host memory, or device memory the provider moves itself (FI_HMEM). */
-static int van_moves(const ps__fab_van_t *van, const ps_slice_t *s)
-{
-    return is_host(s) || (van->device_kinds & PS_VAN_DEVICE(ps_slice_mem_kind(s))) != 0;
-}
-
 /* ---- pending pulls (worker) ---- */
 
 void ps__fab_pull_free(ps__fab_van_t *van, ps__fab_pull_t *pull)
@@ -74,7 +62,7 @@ static void attach_pull(ps__fab_van_t *van, int recver, ps_meta_t *m)
     ps_slice_t dest = PS_SLICE_EMPTY_INIT;
     if (van->base.cb.recv_buffer(van->base.cb.arg, &answer, 1, m->val_len, &dest) != PS_OK)
         return;
-    if (dest.buf == NULL || dest.len < m->val_len || !van_moves(van, &dest)) {
+    if (dest.buf == NULL || dest.len < m->val_len || !ps_van_moves_mem(van->device_kinds, &dest)) {
         ps_slice_unref(&dest);
         return;
     }
@@ -526,7 +514,7 @@ static ps_status_t tx_desc(ps__fab_van_t *van, ps__fab_tx_t *tx, int i, void **d
 {
     *desc_p = NULL;
     /* Device memory always goes with its registration (FI_MR_HMEM). */
-    if (!van->mr_local && is_host(&tx->data[i]))
+    if (!van->mr_local && ps_slice_in_host_mem(&tx->data[i]))
         return PS_OK;
     void *h = ps_rdma_buf_pool_handle(van->pool, &tx->data[i]);
     if (h == NULL) {
@@ -688,9 +676,9 @@ ps_status_t ps__fab_send(ps__fab_van_t *van, ps__fab_peer_t *peer, const ps_msg_
     for (uint32_t i = 0; i < nd; i++) {
         lens[i] = msg->data[i].len;
         total += lens[i];
-        if (lens[i] == 0 || is_host(&msg->data[i]))
+        if (ps_slice_in_host_mem(&msg->data[i]))
             continue;
-        if (!van_moves(van, &msg->data[i])) {
+        if (!ps_van_moves_mem(van->device_kinds, &msg->data[i])) {
             ps_error(PS_LOG_FABRIC, "send to node %d: segment %u is device memory, which this "
                      "van does not move", m->recver, i);
             return PS_ERR_UNSUPPORTED;
