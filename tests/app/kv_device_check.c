@@ -3,7 +3,7 @@
  * memory (scheduler, servers, workers from DMLC_*, e.g. through
  * tools/launch/ps_launch.py):
  *
- *   kv_device_check KIND [-r REPS] [-i] [BYTES...]      KIND: cuda | emu
+ *   kv_device_check KIND [-r REPS] [-i] [-v VAN] [BYTES...]   KIND: cuda | emu
  *
  * For each size (default 4 KiB, 1 MiB, 4 MiB) and each path, every worker
  * pushes its values and, after a barrier of the workers, pulls the sums:
@@ -31,8 +31,10 @@
  * destination descriptors the server cannot use (too small, past their
  * allocation, of an unknown kind, a malformed body) must be answered with
  * the values as bytes, and a good one written in place; the job then goes
- * on. Prints PASS/FAIL per process. The servers keep a summing store in
- * host memory.
+ * on. With -v, every process must have run on the van named VAN (as
+ * ps_postoffice_van_name says it), so that a job meant for one van cannot
+ * pass on another. Prints PASS/FAIL per process. The servers keep a
+ * summing store in host memory.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -630,10 +632,11 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2 || (strcmp(argv[1], "cuda") != 0 && strcmp(argv[1], "emu") != 0)) {
-        fprintf(stderr, "usage: kv_device_check cuda|emu [-r REPS] [-i] [BYTES...]\n");
+        fprintf(stderr, "usage: kv_device_check cuda|emu [-r REPS] [-i] [-v VAN] [BYTES...]\n");
         return 2;
     }
     g_kind = strcmp(argv[1], "cuda") == 0 ? PS_MEM_CUDA : PS_MEM_EMU;
+    const char *want_van = NULL;
     for (int i = 2; i < argc && g_num_sizes < 16; i++) {
         if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) {
             g_reps = atoi(argv[++i]);
@@ -645,6 +648,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(argv[i], "-i") == 0) {
             g_expect_ipc = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "-v") == 0 && i + 1 < argc) {
+            want_van = argv[++i];
             continue;
         }
         long long v = atoll(argv[i]);
@@ -661,6 +668,8 @@ int main(int argc, char **argv)
         g_num_sizes = 3;
     }
     ps_postoffice_t *po = check_node_start();
+    if (want_van != NULL && strcmp(ps_postoffice_van_name(po), want_van) != 0)
+        check_fail("ran on the %s van, not %s", ps_postoffice_van_name(po), want_van);
     if (strcmp(check_role, "scheduler") != 0) {
         if (!ps_mem_kind_linked(g_kind))
             check_fail("the %s memory kind is not linked into this binary", argv[1]);
