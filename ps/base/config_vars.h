@@ -37,7 +37,7 @@ PS_CONFIG_VAR(DMLC_PS_ROOT_PORT, INT, "", "bootstrap", NULL,
 PS_CONFIG_VAR(DMLC_NODE_HOST, STRING, "", "bootstrap", NULL,
               "IP address this node binds and advertises (also the RDMA source address); unset means the address of DMLC_INTERFACE.")
 PS_CONFIG_VAR(DMLC_INTERFACE, STRING, "", "bootstrap", NULL,
-              "Network interface name whose address this node uses; unset means the first up, non-loopback interface. 'auto': with the ibverbs van, of the interfaces that have an RDMA device and an address, the one whose PCIe path is nearest STEPMESH_GPU's GPU (through CUDA_VISIBLE_DEVICES; active ports first among equals); with the other vans as unset.")
+              "Network interface name whose address this node uses; unset means the first up, non-loopback interface. 'auto': with the ibverbs van, of the interfaces that have an RDMA device and an address, the one whose PCIe path is nearest this process's GPU (STEPMESH_GPU; unset: the CUDA device the process already uses, else 0), found by the PCI address CUDA gives where the process uses CUDA, else as that GPU in PCI order through CUDA_VISIBLE_DEVICES (active ports first among equals); with the other vans as unset.")
 PS_CONFIG_VAR(DMLC_PORT, INT, "", "bootstrap", NULL,
               "Fixed TCP port for this node's first listening port; unset means a random free port.")
 PS_CONFIG_VAR(DMLC_GROUP_SIZE, INT, "1", "bootstrap", NULL,
@@ -156,7 +156,7 @@ PS_CONFIG_VAR(PS_KEY_LOG, BOOL, "0", "byteps-server", NULL,
 
 /* ---- stepmesh: the AF tensor API ---- */
 PS_CONFIG_VAR(STEPMESH_GPU, INT, "0", "stepmesh", "STEPAF_GPU",
-              "Local GPU index of this process, an integer; picks the cores STEPMESH_BIND_CPU_CORE pins to, with DMLC_INTERFACE=auto the RDMA interface nearest that GPU, and with DMLC_GROUP_SIZE > 1 and DMLC_INSTANCE_ID unset the instance (plus DMLC_RANK_OFFSET).")
+              "Local GPU index of this process, an integer; picks the cores STEPMESH_BIND_CPU_CORE pins to, with DMLC_INTERFACE=auto the RDMA interface nearest that GPU (unset: the CUDA device the process uses), and with DMLC_GROUP_SIZE > 1 and DMLC_INSTANCE_ID unset the instance (plus DMLC_RANK_OFFSET).")
 PS_CONFIG_VAR(STEPMESH_BUSY_POLL_ENABLE, BOOL, "1", "stepmesh", "STEPAF_BUSY_POLL_ENABLE",
               "1 makes AF workers' waits and the AF server's batch polling spin instead of sleep.")
 PS_CONFIG_VAR(STEPMESH_ENABLE_TRACE, BOOL, "0", "stepmesh", NULL,

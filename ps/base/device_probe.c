@@ -44,3 +44,25 @@ void ps_device_probe_free(ps_mem_kind_t kind, void *ptr)
     if (ops != NULL && ptr != NULL)
         (void)ops->free(ptr);
 }
+
+ps_status_t ps_device_probe_in_use(ps_mem_kind_t kind, int *device_p)
+{
+    if (device_p == NULL)
+        return PS_ERR_INVALID_ARG;
+    const ps_device_probe_ops_t *ops = probe_of(kind);
+    return ops != NULL ? ops->in_use(device_p) : PS_ERR_UNSUPPORTED;
+}
+
+ps_status_t ps_device_probe_pci_bus_id(ps_mem_kind_t kind, int device, char *buf, size_t cap)
+{
+    if (buf == NULL || cap == 0 || device < 0)
+        return PS_ERR_INVALID_ARG;
+    const ps_device_probe_ops_t *ops = probe_of(kind);
+    if (ops == NULL || ops->pci_bus_id == NULL)
+        return PS_ERR_UNSUPPORTED;
+    int in_use = -1;
+    ps_status_t st = ops->in_use(&in_use);
+    if (st != PS_OK)
+        return st;
+    return ops->pci_bus_id(device, buf, cap);
+}

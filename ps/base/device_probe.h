@@ -29,6 +29,9 @@ typedef struct {
     ps_status_t (*in_use)(int *device_p);
     ps_status_t (*alloc)(size_t len, int device, void **ptr_p);
     ps_status_t (*free)(void *ptr);
+    /* Optional: the PCI address of `device`, lower case as sysfs writes
+     * it ("0000:3b:00.0"). */
+    ps_status_t (*pci_bus_id)(int device, char *buf, size_t cap);
 } ps_device_probe_ops_t;
 
 /* Installs (or, with NULL, removes) the probe functions of `kind`; ops
@@ -42,6 +45,17 @@ void ps_device_probe_set(ps_mem_kind_t kind, const ps_device_probe_ops_t *ops);
 ps_status_t ps_device_probe_alloc(ps_mem_kind_t kind, size_t len, void **ptr_p, int *device_p);
 
 void ps_device_probe_free(ps_mem_kind_t kind, void *ptr);
+
+/* The device of `kind` the process uses (the calling thread's, for CUDA):
+ * PS_OK with *device_p; PS_ERR_NOT_FOUND when the kind is not in use;
+ * PS_ERR_UNSUPPORTED when it installed nothing. */
+ps_status_t ps_device_probe_in_use(ps_mem_kind_t kind, int *device_p);
+
+/* The PCI address of `device`, only where the kind is already in use (so
+ * a CPU-only process never starts the kind's runtime for it): PS_OK with
+ * buf; PS_ERR_NOT_FOUND when not in use; PS_ERR_UNSUPPORTED when the kind
+ * cannot say. */
+ps_status_t ps_device_probe_pci_bus_id(ps_mem_kind_t kind, int device, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

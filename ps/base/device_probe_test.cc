@@ -39,7 +39,17 @@ ps_status_t FakeFree(void *ptr)
     return PS_OK;
 }
 
-const ps_device_probe_ops_t kFake = {FakeInUse, FakeAlloc, FakeFree};
+int g_bus_id_calls;
+
+ps_status_t FakeBusId(int device, char *buf, size_t cap)
+{
+    g_bus_id_calls++;
+    snprintf(buf, cap, "0000:%02x:00.0", device);
+    return PS_OK;
+}
+
+const ps_device_probe_ops_t kFake = {FakeInUse, FakeAlloc, FakeFree, FakeBusId};
+const ps_device_probe_ops_t kNoBusId = {FakeInUse, FakeAlloc, FakeFree, nullptr};
 
 TEST(DeviceProbe, AllocatesOnlyWhereTheKindIsInUse)
 {
@@ -66,6 +76,34 @@ TEST(DeviceProbe, AllocatesOnlyWhereTheKindIsInUse)
     EXPECT_EQ(ps_device_probe_alloc(PS_MEM_EMU, 16, &p, &dev), PS_ERR_UNSUPPORTED);
     ps_device_probe_free(PS_MEM_EMU, g_mem); // nothing installed: a no-op
     EXPECT_EQ(g_frees, 1);
+}
+
+TEST(DeviceProbe, SaysTheDeviceAndItsPciAddressOnlyWhereInUse)
+{
+    int dev = -1;
+    char id[32] = "";
+    g_in_use_device = -1;
+    g_bus_id_calls = 0;
+    EXPECT_EQ(ps_device_probe_in_use(PS_MEM_EMU, &dev), PS_ERR_UNSUPPORTED);
+    EXPECT_EQ(ps_device_probe_pci_bus_id(PS_MEM_EMU, 0, id, sizeof(id)), PS_ERR_UNSUPPORTED);
+    ps_device_probe_set(PS_MEM_EMU, &kFake);
+    EXPECT_EQ(ps_device_probe_in_use(PS_MEM_EMU, &dev), PS_ERR_NOT_FOUND);
+    EXPECT_EQ(ps_device_probe_pci_bus_id(PS_MEM_EMU, 0, id, sizeof(id)), PS_ERR_NOT_FOUND);
+    EXPECT_EQ(g_bus_id_calls, 0) << "a kind not in use is not asked (no runtime started)";
+    g_in_use_device = 2;
+    ASSERT_EQ(ps_device_probe_in_use(PS_MEM_EMU, &dev), PS_OK);
+    EXPECT_EQ(dev, 2);
+    ASSERT_EQ(ps_device_probe_pci_bus_id(PS_MEM_EMU, 5, id, sizeof(id)), PS_OK)
+        << "any device of the kind, once it is in use";
+    EXPECT_STREQ(id, "0000:05:00.0");
+    EXPECT_EQ(ps_device_probe_pci_bus_id(PS_MEM_EMU, -1, id, sizeof(id)), PS_ERR_INVALID_ARG);
+    EXPECT_EQ(ps_device_probe_pci_bus_id(PS_MEM_EMU, 0, id, 0), PS_ERR_INVALID_ARG);
+    EXPECT_EQ(ps_device_probe_in_use(PS_MEM_EMU, nullptr), PS_ERR_INVALID_ARG);
+    ps_device_probe_set(PS_MEM_EMU, &kNoBusId);
+    EXPECT_EQ(ps_device_probe_pci_bus_id(PS_MEM_EMU, 0, id, sizeof(id)), PS_ERR_UNSUPPORTED)
+        << "a kind without PCI devices";
+    ps_device_probe_set(PS_MEM_EMU, nullptr);
+    g_in_use_device = -1;
 }
 
 } // namespace

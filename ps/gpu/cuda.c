@@ -568,6 +568,33 @@ static ps_status_t cuda_in_use(int *device_p)
     return PS_OK;
 }
 
+static ps_status_t cuda_pci_bus_id(int device, char *buf, size_t cap)
+{
+    ps_status_t status;
+    char id[32];
+
+    if (buf == NULL || cap == 0 || device < 0) {
+        return PS_ERR_INVALID_ARG;
+    }
+    if ((status = cuda_ready()) != PS_OK) {
+        return status;
+    }
+    cudaError_t err = cudaDeviceGetPCIBusId(id, (int)sizeof(id), device);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cuda_status_from(err);
+    }
+    /* CUDA writes hex digits in upper case; sysfs in lower. */
+    size_t n = strlen(id);
+    if (n >= cap) {
+        return PS_ERR_TOO_LARGE;
+    }
+    for (size_t i = 0; i <= n; i++) {
+        buf[i] = (id[i] >= 'A' && id[i] <= 'F') ? (char)(id[i] - 'A' + 'a') : id[i];
+    }
+    return PS_OK;
+}
+
 static ps_status_t cuda_ipc_close(void *ptr)
 {
     ps_status_t status;
@@ -779,6 +806,7 @@ static const ps_mem_ops_t cuda_ops = {
     .addr_range = cuda_addr_range,
     .dmabuf_fd = cuda_dmabuf_fd,
     .in_use = cuda_in_use,
+    .pci_bus_id = cuda_pci_bus_id,
 };
 
 ps_status_t ps_mem_cuda_register(void)

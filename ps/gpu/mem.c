@@ -223,7 +223,8 @@ ps_status_t ps__mem_register(ps_mem_kind_t kind, const ps_mem_ops_t *ops)
     if (atomic_compare_exchange_strong(&ps_mem_table[kind], &expected, ops)) {
         ps_dmabuf_set_exporter(kind, ops->dmabuf_fd);
         /* Filled once: only the first registration of a kind gets here. */
-        probe_ops[kind] = (ps_device_probe_ops_t){ops->in_use, ops->alloc, ops->free};
+        probe_ops[kind] =
+            (ps_device_probe_ops_t){ops->in_use, ops->alloc, ops->free, ops->pci_bus_id};
         ps_device_probe_set(kind, &probe_ops[kind]);
         return PS_OK;
     }

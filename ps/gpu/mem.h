@@ -139,6 +139,12 @@ typedef struct {
      * With alloc and free it is the kind's probe of ps/base/device_probe.h,
      * installed when the kind registers. */
     ps_status_t (*in_use)(int *device_p);
+
+    /* The PCI address of `device` ("0000:3b:00.0", as sysfs names it), so
+     * that a transport can find the NIC nearest to it whatever order the
+     * kind numbers its devices in. Optional (NULL: the kind has no PCI
+     * devices); installed in the kind's probe. */
+    ps_status_t (*pci_bus_id)(int device, char *buf, size_t cap);
 } ps_mem_ops_t;
 
 /* The table of a kind; never NULL (see the top of this file). */

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -148,6 +149,12 @@ TEST_F(MemCudaDevice, InUseOnceItsContextIsActive) {
   EXPECT_TRUE(cuda()->is_addr(probe, &on));
   EXPECT_EQ(on, device);
   ps_device_probe_free(PS_MEM_CUDA, probe);
+  // Its PCI address, as sysfs names it (DMLC_INTERFACE=auto looks it up).
+  char bus_id[32] = "";
+  ASSERT_EQ(ps_device_probe_pci_bus_id(PS_MEM_CUDA, device, bus_id, sizeof(bus_id)), PS_OK);
+  unsigned dom, bus, dev, fn;
+  EXPECT_EQ(sscanf(bus_id, "%x:%x:%x.%x", &dom, &bus, &dev, &fn), 4) << bus_id;
+  EXPECT_EQ(strspn(bus_id, "0123456789abcdef:."), strlen(bus_id)) << bus_id;
   EXPECT_EQ(cuda()->free(a), PS_OK);
 }
 

@@ -76,6 +76,10 @@ TEST(MemCuda, NoDeviceIsACleanStatusEverywhere) {
   int device = -7;
   EXPECT_EQ(cuda()->in_use(&device), PS_ERR_DEVICE);
   EXPECT_EQ(device, -7);
+  char bus_id[32] = "unset";
+  EXPECT_EQ(cuda()->pci_bus_id(0, bus_id, sizeof(bus_id)), PS_ERR_DEVICE);
+  EXPECT_STREQ(bus_id, "unset");
+  EXPECT_EQ(ps_device_probe_pci_bus_id(PS_MEM_CUDA, 0, bus_id, sizeof(bus_id)), PS_ERR_DEVICE);
   // A transport's probe (ps/base/device_probe.h) gets the same answer and
   // allocates nothing.
   p = reinterpret_cast<void *>(0x1);

@@ -23,7 +23,7 @@ struct FakeDeviceProbe {
         in_use = false;
         allocs = 0;
         frees = 0;
-        static const ps_device_probe_ops_t ops = {InUse, Alloc, Free};
+        static const ps_device_probe_ops_t ops = {InUse, Alloc, Free, nullptr};
         ps_device_probe_set(kind, &ops);
     }
     static void Remove(ps_mem_kind_t kind)

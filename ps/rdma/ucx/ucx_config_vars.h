@@ -11,6 +11,6 @@
 PS_CONFIG_VAR(DMLC_NUM_CPU_DEV, INT, "1", "ucx", NULL,
               "Upstream's UCX contexts on host memory per node; the ucx van runs one UCX worker per process, so a value above 1 is logged and has no effect.")
 PS_CONFIG_VAR(DMLC_NUM_GPU_DEV, INT, "0", "ucx", NULL,
-              "Upstream's UCX contexts on GPU memory per node; the ucx van moves host memory only, so a value above 0 is logged as a warning and has no effect.")
+              "Upstream's UCX contexts on GPU memory per node; the ucx van runs one UCX context per process, which also carries CUDA memory where UCX has its cuda transports, so a value above 0 is logged and has no effect.")
 PS_CONFIG_VAR(BYTEPS_UCX_SHORT_THRESH, SIZE, "4096", "ucx", NULL,
               "Data below this size is packed into the meta message, in bytes.")

@@ -277,7 +277,8 @@ static ps_status_t ucx_open_body(const ps_van_params_t *params, const ps_van_cal
                 "above 1 are not used");
     }
     if (ps_config_int_or(PS_UCX_CFG(DMLC_NUM_GPU_DEV), 0) > 0) {
-        ps_warn(PS_LOG_UCX, "DMLC_NUM_GPU_DEV is set, but this ucx van moves host memory only");
+        ps_info(PS_LOG_UCX, "one ucx context per process: DMLC_NUM_GPU_DEV is not used (CUDA "
+                "memory goes through that context where UCX has its cuda transports)");
     }
     van->efd = -1;
     van->defd = -1;

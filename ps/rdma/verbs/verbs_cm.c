@@ -103,15 +103,18 @@ static ps_status_t auto_interface(ps__vb_van_t *van, ps_node_t *node)
     int family = AF_INET;
     if (ps_sockaddr_parse(node->hostname, 0, &cur) == PS_OK)
         family = ps_sockaddr_family(&cur);
-    /* Nearest this process's GPU (STEPMESH_GPU), as StepMesh: when there is
-     * one and sysfs says where it is. */
-    int gpu = (int)ps_config_int_or(PS_CFG_STEPMESH_GPU, 0);
-    char near[PATH_MAX];
-    ps_status_t gst = ps__vb_gpu_pci_path("/sys", gpu, ps_env_get("CUDA_VISIBLE_DEVICES"), near,
-                                          sizeof(near));
+    /* Nearest this process's GPU (STEPMESH_GPU, else the device the process
+     * uses), as StepMesh: when there is one and sysfs says where it is. */
+    int gpu = ps_config_is_set(PS_CFG_STEPMESH_GPU)
+                  ? (int)ps_config_int_or(PS_CFG_STEPMESH_GPU, 0)
+                  : -1;
+    char near[PATH_MAX], how[64];
+    ps_status_t gst = ps__vb_gpu_near("/sys", gpu, ps_env_get("CUDA_VISIBLE_DEVICES"), near,
+                                      sizeof(near), how, sizeof(how));
     if (gst == PS_ERR_UNSUPPORTED)
-        ps_info(PS_LOG_RDMA, "DMLC_INTERFACE=auto: CUDA_VISIBLE_DEVICES names GPUs by UUID; "
-                "the RDMA interface is not chosen by its distance to the GPU");
+        ps_info(PS_LOG_RDMA, "DMLC_INTERFACE=auto: CUDA_VISIBLE_DEVICES names GPUs by UUID "
+                "and the process does not use CUDA yet; the RDMA interface is not chosen "
+                "by its distance to the GPU");
     char ifname[IF_NAMESIZE], why[256];
     ps_status_t st = ps__vb_pick_interface("/sys", gst == PS_OK ? near : NULL, iface_has_addr,
                                            &family, ifname, sizeof(ifname), why, sizeof(why));
@@ -127,8 +130,9 @@ static ps_status_t auto_interface(ps__vb_van_t *van, ps_node_t *node)
     if ((st = ps_sockaddr_format_host(&a, host, sizeof(host))) != PS_OK)
         return st;
     if (strcmp(host, node->hostname) != 0)
-        ps_info(PS_LOG_RDMA, "DMLC_INTERFACE=auto: using %s (%s), which has an RDMA device%s",
-                ifname, host, gst == PS_OK ? " (the nearest to this process's GPU)" : "");
+        ps_info(PS_LOG_RDMA, "DMLC_INTERFACE=auto: using %s (%s), which has an RDMA device%s%s%s",
+                ifname, host, gst == PS_OK ? " (the nearest to this process's GPU, " : "",
+                gst == PS_OK ? how : "", gst == PS_OK ? ")" : "");
     snprintf(node->hostname, sizeof(node->hostname), "%s", host);
     return PS_OK;
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ps/base/device_probe.h"
+
 #define MAX_FOUND 128
 #define PATH_CAP 1024
 
@@ -260,6 +262,47 @@ ps_status_t ps__vb_gpu_pci_path(const char *sysfs_root, int index, const char *v
         return PS_ERR_TOO_LARGE;
     snprintf(path, cap, "%s", real);
     return PS_OK;
+}
+
+ps_status_t ps__vb_pci_path_of_bus_id(const char *sysfs_root, const char *bus_id, char *path,
+                                      size_t cap)
+{
+    if (sysfs_root == NULL || bus_id == NULL || path == NULL || cap == 0)
+        return PS_ERR_INVALID_ARG;
+    unsigned domain, bus, dev, fn;
+    char tail;
+    /* Hex digits and separators only: sscanf's %x would take "0x" too. */
+    if (bus_id[strspn(bus_id, "0123456789abcdefABCDEF:.")] != '\0' ||
+        sscanf(bus_id, "%x:%x:%x.%x%c", &domain, &bus, &dev, &fn, &tail) != 4 ||
+        domain > 0xffff || bus > 0xff || dev > 0x1f || fn > 7)
+        return PS_ERR_INVALID_ARG;
+    char name[16], link[PATH_CAP], real[PATH_MAX];
+    snprintf(name, sizeof(name), "%04x:%02x:%02x.%x", domain, bus, dev, fn);
+    if (join(link, sysfs_root, "bus/pci/devices/", name) != 0 || realpath(link, real) == NULL)
+        return PS_ERR_NOT_FOUND;
+    if (strlen(real) >= cap)
+        return PS_ERR_TOO_LARGE;
+    snprintf(path, cap, "%s", real);
+    return PS_OK;
+}
+
+ps_status_t ps__vb_gpu_near(const char *sysfs_root, int gpu, const char *visible, char *path,
+                            size_t cap, char *how, size_t how_cap)
+{
+    if (sysfs_root == NULL || path == NULL || cap == 0)
+        return PS_ERR_INVALID_ARG;
+    int device = gpu;
+    if (device < 0 && ps_device_probe_in_use(PS_MEM_CUDA, &device) != PS_OK)
+        device = 0;
+    char bus_id[32];
+    if (ps_device_probe_pci_bus_id(PS_MEM_CUDA, device, bus_id, sizeof(bus_id)) == PS_OK) {
+        if (how != NULL && how_cap > 0)
+            snprintf(how, how_cap, "CUDA device %d, %s", device, bus_id);
+        return ps__vb_pci_path_of_bus_id(sysfs_root, bus_id, path, cap);
+    }
+    if (how != NULL && how_cap > 0)
+        snprintf(how, how_cap, "GPU %d in PCI order", device);
+    return ps__vb_gpu_pci_path(sysfs_root, device, visible, path, cap);
 }
 
 int ps__vb_pci_closeness(const char *sysfs_root, const char *ibdev, const char *near)

@@ -60,6 +60,24 @@ typedef int (*ps__vb_has_addr_func_t)(void *arg, const char *ifname);
 ps_status_t ps__vb_gpu_pci_path(const char *sysfs_root, int index, const char *visible,
                                 char *path, size_t cap);
 
+/* The sysfs device path of the PCI device at address `bus_id` (as CUDA
+ * names it: "0000:3B:00.0" or "00000000:3b:00.0"). PS_ERR_INVALID_ARG for
+ * an address that does not parse, PS_ERR_NOT_FOUND when sysfs has none. */
+ps_status_t ps__vb_pci_path_of_bus_id(const char *sysfs_root, const char *bus_id, char *path,
+                                      size_t cap);
+
+/*
+ * The sysfs device path of this process's GPU, for DMLC_INTERFACE=auto.
+ * `gpu` is the CUDA device STEPMESH_GPU names, or -1 when it is unset: then
+ * the device the process already uses (the calling thread's), else 0.
+ * Where the process uses CUDA, the runtime gives the device's PCI address
+ * (right whatever CUDA_DEVICE_ORDER and CUDA_VISIBLE_DEVICES say); else
+ * ps__vb_gpu_pci_path with `visible`, which assumes PCI order. *how_p says
+ * which: "CUDA device N" or "GPU N in PCI order". Statuses as those two.
+ */
+ps_status_t ps__vb_gpu_near(const char *sysfs_root, int gpu, const char *visible, char *path,
+                            size_t cap, char *how, size_t how_cap);
+
 /* How near ibverbs device `ibdev` is to the PCI device at sysfs path `near`:
  * the leading components their device paths share (0 when either is
  * unknown). */

@@ -1,6 +1,7 @@
 // DMLC_INTERFACE=auto against fake sysfs trees: PCI NICs (device/net),
 // soft-RoCE (parent), RoCE GID netdevs, active ports first, netdevs
-// without an address skipped, and a clear reason when nothing fits.
+// without an address skipped, a clear reason when nothing fits, and the
+// GPU found through the CUDA kind's PCI address where the process uses it.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include "gtest/gtest.h"
 
 extern "C" {
+#include "ps/base/device_probe.h"
 #include "ps/rdma/verbs/verbs_iface.h"
 }
 
@@ -221,6 +223,86 @@ TEST_F(TwoSockets, GpusInPciOrderThroughCudaVisibleDevices)
     // As CUDA reads it: an entry that is not a device ends the list.
     EXPECT_EQ(Gpu(0, "0,x,1"), gpu0_);
     EXPECT_EQ(Gpu(1, "0,x,1"), std::string("status ") + ps_status_str(PS_ERR_NOT_FOUND));
+}
+
+TEST_F(TwoSockets, PciPathOfACudaBusId)
+{
+    auto path = [&](const char *id) {
+        char buf[4096];
+        ps_status_t st = ps__vb_pci_path_of_bus_id(root_.c_str(), id, buf, sizeof(buf));
+        return st == PS_OK ? std::string(buf) : std::string("status ") + ps_status_str(st);
+    };
+    EXPECT_EQ(path("0000:01:00.0"), gpu0_);
+    EXPECT_EQ(path("00000000:81:00.0"), gpu1_) << "nvidia-smi's eight-digit domain";
+    EXPECT_EQ(path("0000:81:00.0"), gpu1_);
+    EXPECT_EQ(path("0000:3B:00.0"), std::string("status ") + ps_status_str(PS_ERR_NOT_FOUND));
+    for (const char *bad : {"", "junk", "0000:01:00", "0000:01:00.0x", "0000:100:00.0",
+                            "0000:01:20.0", "0000:01:00.8"})
+        EXPECT_EQ(path(bad), std::string("status ") + ps_status_str(PS_ERR_INVALID_ARG)) << bad;
+}
+
+// The CUDA kind's probe as a process using CUDA device g_cuda_device sees
+// it (-1: not in use), devices numbered fastest first: device 0 is the one
+// at 81:00.0, device 1 at 01:00.0, the reverse of PCI order.
+int g_cuda_device = -1;
+int g_bus_id_calls;
+
+ps_status_t CudaInUse(int *device_p)
+{
+    if (g_cuda_device < 0)
+        return PS_ERR_NOT_FOUND;
+    *device_p = g_cuda_device;
+    return PS_OK;
+}
+ps_status_t NoAlloc(size_t, int, void **) { return PS_ERR_UNSUPPORTED; }
+ps_status_t NoFree(void *) { return PS_OK; }
+ps_status_t CudaBusId(int device, char *buf, size_t cap)
+{
+    g_bus_id_calls++;
+    if (device > 1)
+        return PS_ERR_NOT_FOUND;
+    snprintf(buf, cap, "%s", device == 0 ? "0000:81:00.0" : "0000:01:00.0");
+    return PS_OK;
+}
+
+TEST_F(TwoSockets, TheGpuThroughCudaWhereTheProcessUsesIt)
+{
+    auto near = [&](int gpu, const char *visible, std::string *how) {
+        char buf[4096], h[64] = "";
+        ps_status_t st = ps__vb_gpu_near(root_.c_str(), gpu, visible, buf, sizeof(buf), h,
+                                         sizeof(h));
+        *how = h;
+        return st == PS_OK ? std::string(buf) : std::string("status ") + ps_status_str(st);
+    };
+    std::string how;
+    // No CUDA kind linked: PCI order, device 0 when STEPMESH_GPU is unset.
+    EXPECT_EQ(near(-1, nullptr, &how), gpu0_);
+    EXPECT_EQ(how, "GPU 0 in PCI order");
+    EXPECT_EQ(near(1, nullptr, &how), gpu1_);
+
+    static const ps_device_probe_ops_t probe = {CudaInUse, NoAlloc, NoFree, CudaBusId};
+    ps_device_probe_set(PS_MEM_CUDA, &probe);
+    g_cuda_device = -1;
+    g_bus_id_calls = 0;
+    EXPECT_EQ(near(-1, nullptr, &how), gpu0_);
+    EXPECT_EQ(how, "GPU 0 in PCI order");
+    EXPECT_EQ(g_bus_id_calls, 0) << "CUDA not in use: the runtime is not asked";
+    EXPECT_EQ(near(0, "GPU-8f2a1c7e", &how),
+              std::string("status ") + ps_status_str(PS_ERR_UNSUPPORTED));
+
+    // In use on device 1: that device, at the address CUDA gives.
+    g_cuda_device = 1;
+    EXPECT_EQ(near(-1, nullptr, &how), gpu0_);
+    EXPECT_EQ(how, "CUDA device 1, 0000:01:00.0");
+    // STEPMESH_GPU=0 is CUDA's device 0, which is not PCI's first here.
+    EXPECT_EQ(near(0, nullptr, &how), gpu1_);
+    EXPECT_EQ(how, "CUDA device 0, 0000:81:00.0");
+    EXPECT_EQ(near(0, "GPU-8f2a1c7e", &how), gpu1_) << "UUIDs do not matter to CUDA's address";
+    // A device CUDA does not know: PCI order, which has no such GPU either.
+    EXPECT_EQ(near(2, nullptr, &how), std::string("status ") + ps_status_str(PS_ERR_NOT_FOUND));
+    EXPECT_EQ(how, "GPU 2 in PCI order");
+    ps_device_probe_set(PS_MEM_CUDA, nullptr);
+    g_cuda_device = -1;
 }
 
 TEST_F(TwoSockets, TheNicNearestTheGpu)
