@@ -59,6 +59,9 @@
 #     then 4 MiB push-only, whose goodput is printed against the kind's
 #     device-to-device copy of 4 MiB from the mem_bw step; every push must
 #     have landed in its registered buffer.
+# The whole run has a budget, GPU_CHECK_BUDGET_S seconds (default 300):
+# each step's own limit is cut to what is left, and the steps not started
+# within it are named and fail the run.
 # Exit status 0 when every check passed, 1 otherwise; a check whose device
 # is missing says so and counts as failed (this script exists to run them).
 set -uo pipefail
@@ -101,7 +104,21 @@ pack() {
 }
 
 failed=0
+budget=${GPU_CHECK_BUDGET_S:-300}
 step() { echo; echo "== $*"; }
+# A step's limit: its own, or what is left of the budget when that is less.
+cap() {
+  local left=$((budget - SECONDS))
+  if [ "$left" -lt "$1" ]; then echo $((left > 1 ? left : 1)); else echo "$1"; fi
+}
+# 0 while the budget lasts; past it, names the step not run and fails the run.
+within_budget() {
+  [ "$SECONDS" -lt "$budget" ] && return 0
+  echo
+  echo "FAILED: $* not run: past the budget of ${budget}s (GPU_CHECK_BUDGET_S) at ${SECONDS}s"
+  failed=1
+  return 1
+}
 verdict() {  # verdict NAME STATUS
   if [ "$2" -eq 0 ]; then echo "PASSED: $1"; else echo "FAILED: $1 (status $2)"; failed=1; fi
 }
@@ -122,7 +139,7 @@ train() {
     return
   fi
   log=$(mktemp)
-  PYTHONPATH="$here/python" timeout 240 "$py" "$launcher" -s 1 -w 2 --timeout 200 -- \
+  PYTHONPATH="$here/python" timeout "$(cap 240)" "$py" "$launcher" -s 1 -w 2 --timeout "$(cap 200)" -- \
     sh -c 'if [ "$DMLC_ROLE" = worker ]; then exec "$2" "$0" 20 "$1"; else exec "$2" -m ps.server; fi' \
     "$here/train_node.py" "$device" "$py" >"$log" 2>&1
   rc=$?
@@ -149,8 +166,8 @@ pydevice() {
     step "Python $name device values on $kind memory, 2 workers x $servers servers"
     log=$(mktemp)
     # shellcheck disable=SC2086  # node is the script and its mode, jobenv words
-    env $jobenv PYTHONPATH="$here/python" PS_TEST_DEVICE_KIND=$kind timeout 240 "$py" "$launcher" \
-      -s "$servers" -w 2 --timeout 200 -- "$py" "$here/"$node >"$log" 2>&1
+    env $jobenv PYTHONPATH="$here/python" PS_TEST_DEVICE_KIND=$kind timeout "$(cap 240)" "$py" "$launcher" \
+      -s "$servers" -w 2 --timeout "$(cap 200)" -- "$py" "$here/"$node >"$log" 2>&1
     rc=$?
     grep -E "round trips ok|sum ok|CUDA tensors ok|device store|PASS worker|Error" "$log"
     # The device store's server found every push in its buffer.
@@ -180,7 +197,7 @@ drive() {
     for attempt in 1 2 3; do
       TEST_BENCHMARK="$here/bin/test_benchmark" PS_BENCH_DEVICE_KIND=$kind DEBUG_MODE=1 \
         TOTAL_DURATION=30 LOG_DURATION=10 DMLC_PS_ROOT_PORT=$(free_port) \
-        timeout 120 "$here/test.sh" joint 4096000 10 push_pull "$pairing" >"$log" 2>&1
+        timeout "$(cap 120)" "$here/test.sh" joint 4096000 10 push_pull "$pairing" >"$log" 2>&1
       rc=$?
       [ "$rc" -ne 0 ] && [ "$attempt" -lt 3 ] && grep -qE "address already in use|ADDRESS_IN_USE" "$log" || break
       echo "the scheduler's port was taken; another one"
@@ -205,7 +222,7 @@ ipc_store() {
         DMLC_ENABLE_RDMA=shm PS_JOB_ID="gpu-check-store-$$-$attempt" PS_DEVICE_IPC=1 \
         ENABLE_RECV_BUFFER=1 DEBUG_MODE=$([ $op = push_pull ] && echo 1 || echo 0) \
         TOTAL_DURATION=100 LOG_DURATION=50 DMLC_PS_ROOT_PORT=$(free_port) \
-        timeout 120 "$here/test.sh" joint 4194304 4 "$op" gpu2gpu >"$log" 2>&1
+        timeout "$(cap 120)" "$here/test.sh" joint 4194304 4 "$op" gpu2gpu >"$log" 2>&1
       rc=$?
       [ "$rc" -ne 0 ] && [ "$attempt" -lt 3 ] && grep -qE "address already in use|ADDRESS_IN_USE" "$log" || break
       echo "the scheduler's port was taken; another one"
@@ -239,7 +256,7 @@ run() {
     for t in mem_cuda_device_test cuda_device_test; do
       step "$t"
       local out rc
-      out=$(timeout 120 "$bin/$t" 2>&1)
+      out=$(timeout "$(cap 120)" "$bin/$t" 2>&1)
       rc=$?
       echo "$out" | tail -15
       # A test without its device reports itself skipped: here that fails.
@@ -250,7 +267,7 @@ run() {
     # without a network may lack: then it is reported, not counted.
     step "verbs_gpudirect_test (GPUDirect RDMA through the ibverbs van)"
     local gd
-    gd=$(timeout 180 "$bin/verbs_gpudirect_test" 2>&1)
+    gd=$(timeout "$(cap 180)" "$bin/verbs_gpudirect_test" 2>&1)
     rc=$?
     echo "$gd" | tail -15
     if [ "$rc" -eq 0 ] && grep -q "no RDMA device" <<<"$gd"; then
@@ -264,7 +281,7 @@ run() {
     # no libfabric at all: then it is reported, not counted.
     step "fabric_gpudirect_test (CUDA memory through the fabric van, FI_HMEM)"
     local fg
-    fg=$(timeout 180 "$bin/fabric_gpudirect_test" 2>&1)
+    fg=$(timeout "$(cap 180)" "$bin/fabric_gpudirect_test" 2>&1)
     rc=$?
     echo "$fg" | tail -15
     if [ "$rc" -eq 0 ] && grep -q -e "cannot open here" -e "does not register CUDA" <<<"$fg"; then
@@ -276,11 +293,12 @@ run() {
   fi
   step "copy bandwidth of the $kind kind"
   local bw d2d
-  bw=$(timeout 60 "$bin/mem_bw" "$kind" -r 20)
+  bw=$(timeout "$(cap 60)" "$bin/mem_bw" "$kind" -r 20)
   verdict "mem_bw $kind" $?
   echo "$bw"
   d2d=$(awk '$1 == 4194304 { for (i = 1; i < NF; i++) if ($i == "d2d") print $(i + 1) }' <<<"$bw")
   for van in tcp shm shm-ipc; do
+    within_budget "KV job over $van" || continue
     step "KV job over $van, $kind memory: 2 workers x 2 servers"
     local env=() flags=()
     case $van in
@@ -290,7 +308,7 @@ run() {
     esac
     local log
     log=$(mktemp)
-    env "${env[@]}" timeout 240 python3 "$launcher" -s 2 -w 2 --timeout 200 -- \
+    env "${env[@]}" timeout "$(cap 240)" python3 "$launcher" -s 2 -w 2 --timeout "$(cap 200)" -- \
       "$bin/kv_device_check" "$kind" -r "$reps" "${flags[@]}" >"$log" 2>&1
     local rc=$?
     grep -E "push .* pull |late-ready|values pushed|values pulled|hostile pulls|behind the default|PASS|FAIL" "$log"
@@ -300,10 +318,10 @@ run() {
     verdict "KV $van $kind" "$rc"
     rm -f "$log"
   done
-  train "$kind" "$here" "$launcher"
-  pydevice "$kind" "$here" "$launcher"
-  drive "$kind" "$here"
-  ipc_store "$kind" "$here" "$d2d"
+  within_budget "PyTorch training" && train "$kind" "$here" "$launcher"
+  within_budget "Python device values" && pydevice "$kind" "$here" "$launcher"
+  within_budget "tests/test.sh pairings" && drive "$kind" "$here"
+  within_budget "IPC pushes into a device store" && ipc_store "$kind" "$here" "$d2d"
   echo
   if [ "$failed" -eq 0 ]; then echo "gpu_check: every check passed"; else echo "gpu_check: some checks FAILED"; fi
   return "$failed"

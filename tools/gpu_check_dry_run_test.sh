@@ -66,3 +66,18 @@ if [ "$rc" -ne 0 ] || [ "$lines" -ne 108 ] || [ "$bw" -ne 3 ] || [ "$late" -ne 6
   exit 1
 fi
 echo "PASSED: gpu_check.sh run emu ($lines rounds checked, device pulls through IPC in the shm-ipc job only)"
+
+# The budget: with 2 seconds, the run ends within seconds, fails, and names
+# the steps it did not start.
+start=$SECONDS
+short=$(GPU_CHECK_BUDGET_S=2 GPU_CHECK_REPS=1 GPU_CHECK_PYTHON=/usr/bin/python3 GPU_CHECK_TRAIN=0 \
+  "$dir/gpu_check.sh" run emu 2>&1)
+src=$? took=$((SECONDS - start))
+skipped=$(grep -c "not run: past the budget of 2s" <<<"$short")
+if [ "$src" -eq 0 ] || [ "$took" -gt 30 ] || [ "$skipped" -lt 4 ] ||
+  ! grep -q "IPC pushes into a device store not run: past the budget" <<<"$short"; then
+  echo "$short"
+  echo "FAILED: a 2 s budget: status $src, ${took}s, $skipped steps named as not run"
+  exit 1
+fi
+echo "PASSED: a 2 s budget ended the run in ${took}s, $skipped steps not run and named"
