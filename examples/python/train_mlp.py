@@ -7,7 +7,8 @@ servers, W workers; the role comes from DMLC_ROLE):
     PYTHONPATH=<the ps package> python3 tools/launch/ps_launch.py -s 1 -w 2 -- \\
         python3 examples/python/train_mlp.py --steps 30
 
-or `bazel run //examples/python:train_mlp -- -w 2 -s 1 --steps 30`.
+or `bazel run //examples/python:train_mlp -- -w 2 -s 1 -- --steps 30` (launcher options,
+then `--`, then the script's).
 The scheduler and the servers run the summation server (python3 -m
 ps.server); each worker trains on its share of every batch of a synthetic
 regression set and prints its loss per step. The three lines that make a

@@ -12,9 +12,9 @@ receive tensors for the pushes and check that they landed there. With
 STEPMESH_ENABLE_TRACE=1 the worker also checks the slots' stamps.
 
 errors (1 worker, 1 server): get_batch timing out (without holding the
-GIL), respond refusing a
-result of the wrong size, an unknown key and a second answer, and the
-worker refusing buffers it cannot send.
+GIL), respond refusing a result of the wrong size or dtype (ValueError),
+an unknown key and a second answer, and the worker refusing buffers it
+cannot send.
 
 With PS_TEST_DEVICE_KIND set (emu, or cuda on a GPU host) the sum
 workers push from and pull into device memory of that kind (ps.DeviceArray;
@@ -185,13 +185,23 @@ def serve_errors():
     assert b.pull == [(PULL_KEY, "float32", (8,))], b.pull
     (key, x), = ps.af.arrays(b)
     assert key == 7 and x.dtype == np.float32
-    for bad, why in (([(PULL_KEY, np.zeros(9, np.float32))], "size"),
-                     ([(PULL_KEY + 1, np.zeros(8, np.float32))], "key")):
+    # A result the worker's pull tensor does not fit names both.
+    for bad, why, words in (
+            ([(PULL_KEY, np.zeros(9, np.float32))], "size",
+             "holds 36 bytes of float32, the worker's pull tensor 32 bytes of float32"),
+            ([(PULL_KEY, np.zeros(8, np.int32))], "dtype",
+             "holds 32 bytes of int32, the worker's pull tensor 32 bytes of float32")):
         try:
             server.respond(b, bad)
             raise AssertionError("respond took a wrong " + why)
-        except ps.InvalidArgument:
+        except ValueError as exc:
+            assert words in str(exc), exc
             print("respond refused a wrong %s" % why)
+    try:
+        server.respond(b, [(PULL_KEY + 1, np.zeros(8, np.float32))])
+        raise AssertionError("respond took a wrong key")
+    except ps.InvalidArgument:
+        print("respond refused a wrong key")
     try:
         server.respond(b, [(PULL_KEY, np.zeros((8, 2), np.float32)[:, 0])])
         raise AssertionError("respond took a non-contiguous result")

@@ -2,7 +2,8 @@
 # //ps/python:install puts a working package where users point it: a site
 # directory given as an argument, and the active virtualenv (made here with
 # --system-site-packages --without-pip); each is imported from outside the
-# repository and runs a one-process check.
+# repository by a single process, no job started, whose check calls into
+# the extension (error classes, a worker refused before ps.init()).
 set -uo pipefail
 source "$TEST_SRCDIR/$TEST_WORKSPACE/tests/lib/job.sh"
 install=$1
@@ -13,6 +14,11 @@ py_sanitizer_env "$TEST_SRCDIR/$TEST_WORKSPACE/ps/python/ps/_ps.abi3.so"
 check='import ps, sys
 assert ps.__file__.startswith(sys.argv[1]), ps.__file__
 assert issubclass(ps.TimedOut, ps.Error) and not ps.is_started()
+try:
+    ps.KVWorker()
+    raise AssertionError("a KVWorker was made before ps.init()")
+except ps.BadState as exc:
+    assert "not started" in str(exc), exc
 print("imported", ps.__file__)'
 
 site="$TEST_TMPDIR/site"

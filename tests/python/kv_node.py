@@ -41,6 +41,7 @@ SLOW_S = 1.5
 REFUSED_KEY = 7000  # the handler raises ps.InvalidArgument
 FAILED_KEY = 7001   # the handler answers with request.fail(ps.Unsupported)
 DTYPE_KEY = 100
+SUM_KEY = 77        # errors: pushed to app 1 (the summation server) by both workers
 NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
       "bfloat16": np.uint16, "int8": np.int8, "int16": np.int16, "int32": np.int32,
       "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32,
@@ -269,6 +270,22 @@ def check_errors(w):
     expect(ValueError, "format", lambda: w.push(key, np.ones(8, dtype=bool)))
     expect(ValueError, "split evenly", lambda: w.push([key, key + 1, key + 2], a))
     expect(TypeError, "buffer protocol", lambda: w.push(key, [1.0, 2.0]))
+    # A pull into a destination of another dtype (the same bytes) or too
+    # small for the values the server holds: refused by the server's
+    # respond (both named on its stderr), a ValueError naming out here.
+    w.push(key + 60, a).wait(timeout=30)
+    for out, words in ((np.full(32, 5.0, np.float64), "out (float64, 256 bytes)"),
+                       (np.full(32, 5.0, np.float32), "out (float32, 128 bytes)")):
+        exc = expect(ValueError, words, lambda: w.pull(key + 60, out).wait(30))
+        assert "byte count or dtype" in str(exc), exc
+        assert np.all(out == 5.0), "a refused pull wrote into its destination"
+    expect(ValueError, "not int32", lambda: w.pull_any(key + 60, "int32").wait(30))
+    # The same from a server in C (app 1: the summation server, whose round
+    # both workers push): the worker's own check of the answer's size.
+    sums = ps.KVWorker(app_id=1)
+    sums.push(SUM_KEY, np.ones(16, np.float32)).wait(timeout=30)
+    expect(ValueError, "out (float32, 32 bytes)",
+           lambda: sums.pull(SUM_KEY, np.zeros(8, np.float32)).wait(30))
     # A key never pushed: the server's handler raises, the pull fails.
     exc = expect(ps.NotFound, "pull", lambda: w.pull(key + 55, np.zeros(4, np.float32)).wait(30))
     assert isinstance(exc, ps.CallError) and isinstance(exc, ps.Error)

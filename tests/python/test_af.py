@@ -39,7 +39,7 @@ def test_errors():
     job = run("errors")
     server, worker = job.output("server"), job.output("worker")
     for line in ("get_batch timed out", "another thread ran during get_batch", "respond refused a wrong size",
-                 "respond refused a wrong key", "respond refused a non-contiguous result",
+                 "respond refused a wrong dtype", "respond refused a wrong key", "respond refused a non-contiguous result",
                  "respond refused a second answer"):
         assert line in server, server
     for line in ("refused a non-contiguous tensor", "refused a uint16 tensor",

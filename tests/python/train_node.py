@@ -10,8 +10,9 @@ by the summation servers, the initial parameters broadcast from worker 0
 model alone on the whole batches and checks that both sets of parameters
 agree to float tolerance, and that every gradient's push_pull started
 during backward(). With DEVICE cuda the models, data and gradients live on
-the GPU (ps.torch stages them through page-locked CPU tensors). Prints the
-loss per step and PASS.
+the GPU (ps.torch hands the CUDA gradients to ps as device memory through
+__cuda_array_interface__, their current stream saying when they are
+ready). Prints the loss per step and PASS.
 """
 import sys
 

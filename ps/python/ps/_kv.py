@@ -19,14 +19,18 @@ def _next_customer_id(app_id):
 
 class KVWorker(_ps.KVWorker):
     """A KV worker: push / pull / push_pull of keys (an int, a sorted
-    sequence of ints) and values (numpy arrays, bytes, memoryview, CPU torch
-    tensors), each returning a Handle; handle.wait(timeout) blocks without
-    the GIL and returns the destination:
+    sequence of ints) and values (numpy arrays, bytes, memoryview, CPU
+    torch tensors; CUDA torch tensors and other device memory with
+    __cuda_array_interface__), each returning a Handle; handle.wait(timeout)
+    blocks without the GIL and returns the destination:
       push(keys, vals, lens=None, cmd=0, dtype=None)
       pull(keys, out, lens=None, cmd=0, dtype=None)
-      push_pull(keys, vals, out, lens=None, cmd=0, dtype=None) Values are per key vals.nbytes /
-    len(keys) bytes unless lens (elements per key) says otherwise. Buffers
-    are used in place: leave them alone until the request ended."""
+      push_pull(keys, vals, out, lens=None, cmd=0, dtype=None)
+    Values are per key vals.nbytes / len(keys) bytes unless lens (elements
+    per key) says otherwise. Buffers are used in place: leave them alone
+    until the request ended. A pull whose destination does not fit the
+    servers' values (another byte count, or another dtype than a
+    ps.KVServer's answer) raises ValueError in wait()."""
 
     def __init__(self, app_id=0, customer_id=None):
         if customer_id is None:
@@ -39,9 +43,13 @@ class KVServer:
     """Serves KV app app_id with a Python handler: handler(request) runs on
     a thread of its own, with the GIL, one request at a time, never on the
     van's thread. It returns None (a push is acknowledged), the values of a
-    pull (any buffer or CPU tensor, sent without a copy: do not change them
+    pull (any buffer, CPU or CUDA tensor, or device memory with
+    __cuda_array_interface__, sent without a copy: do not change them
     afterwards), or (vals, lens); or it answers itself with
-    request.respond(...). The server serves until closed (or ps.finalize()),
+    request.respond(...). Values of another dtype than the pull's
+    (request.dtype) or of another size than its destination
+    (request.val_len) are refused: respond raises ValueError and the
+    worker's pull fails with one. The server serves until closed (or ps.finalize()),
     whether or not the program keeps a reference. A handler that raises a
     ps error that names one status (ps.NotFound, ps.InvalidArgument, ...)
     fails the request with it: the worker's wait raises the same class. A
@@ -102,8 +110,10 @@ class KVServer:
     def register_recv_buffer(self, worker_rank, key, buffer):
         """Pushes from worker `worker_rank` whose first key is `key` land in
         `buffer` (a writable buffer or CPU tensor, held by the server) where
-        the van receives in place; request.vals is then a view of it. Every
-        such push overwrites it: be done with one before the next (ps-lite's
+        the van receives in place; request.vals is then a view of it. A
+        device buffer (ps.DeviceArray, CUDA tensor) takes the pushes sent as
+        IPC handles (PS_DEVICE_IPC=1), copied device to device. Every such
+        push overwrites it: be done with one before the next (ps-lite's
         RegisterRecvBuffer)."""
         self._core.register_recv_buffer(worker_rank, key, buffer)
 

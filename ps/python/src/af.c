@@ -736,6 +736,42 @@ static PyObject *server_get_batch(PyObject *self, PyObject *args, PyObject *kw)
     return list;
 }
 
+/* Each result against the worker's slots of its key: the worker checks
+ * only an answer's byte count and takes its bytes as its pull tensor's
+ * dtype, so a result of another dtype or size than every such slot is
+ * refused here, naming both (ValueError). A key with no slot is left to
+ * ps_af_server_respond. -1 with the exception. */
+static int results_fit(const ps_af_batch_t *batch, const ps_af_tensor_t *results, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const ps_af_tensor_t *r = &results[i], *other = NULL;
+        uint64_t r_bytes = 0, other_bytes = 0;
+        int fits = 0;
+        (void)ps_af_tensor_bytes(r, &r_bytes);
+        for (size_t j = 0; j < batch->num_pull && !fits; j++) {
+            const ps_af_tensor_t *s = &batch->pull[j];
+            uint64_t bytes = 0;
+            if (s->key != r->key || ps_af_tensor_bytes(s, &bytes) != PS_OK)
+                continue;
+            fits = s->dtype == r->dtype && bytes == r_bytes;
+            if (!other) {
+                other = s;
+                other_bytes = bytes;
+            }
+        }
+        if (!fits && other) {
+            const char *want = af_dtype_name(other->dtype);
+            PyErr_Format(PyExc_ValueError,
+                         "results: key %llu holds %llu bytes of %s, the worker's pull tensor "
+                         "%llu bytes of %s", (unsigned long long)r->key,
+                         (unsigned long long)r_bytes, af_dtype_name(r->dtype),
+                         (unsigned long long)other_bytes, want ? want : "an unknown dtype");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Results hold their Python buffers through slices the transport keeps
  * (owners), so a result may be dropped right after respond. */
 static PyObject *server_respond(PyObject *self, PyObject *args, PyObject *kw)
@@ -759,7 +795,7 @@ static PyObject *server_respond(PyObject *self, PyObject *args, PyObject *kw)
     size_t n = 0;
     ps_af_ready_t ready = {NULL, NULL};
     if (tensors_get(results_obj, 0, "results", &results, &n, &views) < 0 ||
-        views_ready(views, &ready) < 0) {
+        results_fit(b->batch, results, n) < 0 || views_ready(views, &ready) < 0) {
         free(results);
         views_free(views);
         return NULL;

@@ -292,13 +292,15 @@ static int device_init(PyObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     const ps_mem_ops_t *ops = ps_mem_ops(kind);
-    ps_status_t st = ops->init();
+    ps_status_t st;
     void *ptr = NULL;
-    if (st == PS_OK) {
-        Py_BEGIN_ALLOW_THREADS
+    /* The kind's first init may load a driver and create a context:
+     * seconds, which other Python threads need not wait out. */
+    Py_BEGIN_ALLOW_THREADS
+    st = ops->init();
+    if (st == PS_OK)
         st = ops->alloc((size_t)nbytes, device, &ptr);
-        Py_END_ALLOW_THREADS
-    }
+    Py_END_ALLOW_THREADS
     if (st != PS_OK) {
         ps__py_raise(st, "allocating device memory");
         return -1;
@@ -314,10 +316,16 @@ static int device_init(PyObject *self, PyObject *args, PyObject *kw)
 static void device_dealloc(PyObject *self)
 {
     device_obj_t *d = (device_obj_t *)self;
-    if (d->owner)
+    if (d->owner) {
         Py_DECREF(d->owner);
-    else if (d->ptr)
-        (void)ps_mem_ops(d->kind)->free(d->ptr);
+    } else if (d->ptr) {
+        /* A device free may wait for the device's queued work. */
+        const ps_mem_ops_t *ops = ps_mem_ops(d->kind);
+        void *ptr = d->ptr;
+        Py_BEGIN_ALLOW_THREADS
+        (void)ops->free(ptr);
+        Py_END_ALLOW_THREADS
+    }
     ps__py_free_object(self);
 }
 

@@ -157,6 +157,34 @@ static PyObject *request_respond(PyObject *self, PyObject *args, PyObject *kw)
     ps__py_view_t *view;
     if (ps__py_view_get(vals, 0, dtype, "vals", &view) < 0)
         return NULL;
+    /* The worker takes the answer's bytes as its destination's dtype and
+     * checks only their count, naming it in ps's log alone: an answer of
+     * another dtype, or of another size than the destination's share
+     * (val_len; 0 for a pull the servers size), fails the pull here with
+     * PS_ERR_PROTOCOL, which the worker raises as a ValueError. */
+    if (view->type != it->type ||
+        (it->meta.val_len > 0 && (uint64_t)view->view.len != it->meta.val_len)) {
+        ps_data_type_t got = view->type;
+        Py_ssize_t got_bytes = view->view.len;
+        ps__py_view_free(view);
+        ps_kv_server_t *server = s->server;
+        Py_BEGIN_ALLOW_THREADS
+        (void)ps_kv_server_respond_error(server, &it->meta, PS_ERR_PROTOCOL);
+        Py_END_ALLOW_THREADS
+        r->answered = 1;
+        const char *want = ps__py_dtype_name(it->type);
+        want = want ? want : "an unknown dtype";
+        if (it->meta.val_len > 0)
+            PyErr_Format(PyExc_ValueError, "respond: vals hold %zd bytes of %s, the worker pulls "
+                         "%llu bytes of %s: its pull fails (dtype= names the element type of raw "
+                         "bytes)", got_bytes, ps__py_dtype_name(got),
+                         (unsigned long long)it->meta.val_len, want);
+        else
+            PyErr_Format(PyExc_ValueError, "respond: vals hold %zd bytes of %s, the worker pulls "
+                         "%s: its pull fails (dtype= names the element type of raw bytes)",
+                         got_bytes, ps__py_dtype_name(got), want);
+        return NULL;
+    }
     size_t num_keys = ps_slice_len(&it->keys) / sizeof(ps_key_t);
     size_t elem = ps__py_dtype_size(view->type);
     size_t bytes = (size_t)view->view.len;
@@ -496,9 +524,13 @@ static PyObject *server_next(PyObject *self, PyObject *args, PyObject *kw)
         Py_RETURN_NONE;
     request_obj_t *r = PyObject_New(request_obj_t, g_request_type);
     if (!r) {
-        if (s->server)
-            respond_failed(s->server, it);
+        /* Out of memory: answer "no value" so the worker does not wait. */
+        ps_kv_server_t *server = s->server;
+        Py_BEGIN_ALLOW_THREADS
+        if (server)
+            respond_failed(server, it);
         item_free(it);
+        Py_END_ALLOW_THREADS
         return NULL;
     }
     r->server = self;

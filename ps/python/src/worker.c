@@ -41,7 +41,8 @@ typedef struct {
     ps_status_t status;
     const char *what;
     int any;             /* a pull the servers size: wait() takes its result */
-    ps_data_type_t type; /* (its element type) */
+    ps_data_type_t type; /* its element type, or the destination's */
+    Py_ssize_t out_bytes; /* the destination's size (pull, push_pull) */
 } handle_obj_t;
 
 /* The values of a server-sized pull: a slice held for the buffers made of
@@ -191,6 +192,25 @@ static PyObject *handle_wait(PyObject *self, PyObject *args, PyObject *kw)
         h->finished = 1;
         h->status = st;
         ps__py_sweep();
+    }
+    /* The worker checks each server's answer against the destination (or
+     * the dtype's lengths) before it writes, and names the byte counts in
+     * ps's log only; a ps.KVServer fails a pull whose dtype or size its
+     * values do not match with this status. Either way the values do not
+     * fit what the caller gave. */
+    if (h->status == PS_ERR_PROTOCOL && h->any) {
+        PyErr_Format(PyExc_ValueError, "pull_any: the servers' values are not %s, or their "
+                     "lengths do not add up (ps's log, a ps.KVServer's stderr say which)",
+                     ps__py_dtype_name(h->type));
+        return NULL;
+    }
+    if (h->status == PS_ERR_PROTOCOL && h->result != Py_None) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the servers' values do not fit out (%s, %zd bytes): they have another "
+                     "byte count or dtype (ps's log names each server's byte count, a "
+                     "ps.KVServer's stderr its values' dtype and size)",
+                     h->what, ps__py_dtype_name(h->type), h->out_bytes);
+        return NULL;
     }
     if (h->status != PS_OK)
         return ps__py_raise(h->status, h->what);
@@ -375,6 +395,7 @@ static handle_obj_t *handle_new(PyObject *worker, PyObject *result, const char *
     h->ts = -1;
     h->any = 0;
     h->type = PS_DATA_OTHER;
+    h->out_bytes = 0;
     return h;
 }
 
@@ -500,6 +521,10 @@ static PyObject *worker_request(PyObject *self, int op, PyObject *args, PyObject
     handle_obj_t *h = handle_new(self, out_obj ? out_obj : Py_None, kOpWhat[op]);
     if (!h)
         goto out;
+    if (out_obj) {
+        h->type = out_kvs.type;
+        h->out_bytes = (Py_ssize_t)ps_slice_len(&out_kvs.vals);
+    }
     done_t *d = h->done;
 
     ps_kv_worker_t *worker = w->worker;
