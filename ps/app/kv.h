@@ -16,8 +16,11 @@
  * must not touch the buffers until the request completed.
  *
  * A pull names its destination's exact size: every server's answer is
- * checked (its keys, its byte count, and its per-key lengths when it sends
- * them); an answer that does not match completes the request with
+ * checked (its keys, its byte count, its per-key lengths when it sends
+ * them, and its values' data type when both sides state one: PS_DATA_CHAR
+ * and PS_DATA_OTHER are bytes of no stated type, which go with any; the
+ * van does not receive values of another type into the destination); an
+ * answer that does not match completes the request with
  * PS_ERR_PROTOCOL, one that reports a key with no value (length 0 where a
  * value was expected; the default store does this for keys never pushed)
  * with PS_ERR_NOT_FOUND.

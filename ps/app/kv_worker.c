@@ -87,6 +87,7 @@ typedef struct kv_req {
     atomic_int ended;     /* the customer ended it (worker_done ran) */
     int pull;
     int any;              /* the servers size the values (ps_kv_pull_any) */
+    ps_data_type_t type;  /* a pull's: what its destination holds */
     /* A pull regrouped for a user slicer (kv_regroup.h): its values arrive
      * in `scratch` and are copied into `user_dest` at completion. */
     size_t *scatter;
@@ -377,6 +378,7 @@ typedef struct {
     size_t keys_len;
     const void *vals;
     size_t vals_len;
+    ps_data_type_t type; /* what the server says the values are */
     const ps_slice_t *vals_slice; /* the message's, NULL on the lane */
     const void *lens;
     size_t lens_len;
@@ -385,12 +387,34 @@ typedef struct {
     ps_status_t error; /* the server failed the request (kv_error.h) */
 } kv_resp_t;
 
+/* Values of type `got` for a destination of type `want`. CHAR (the
+ * default, upstream's too) and OTHER are bytes of no stated type: they go
+ * with anything. */
+static int types_clash(ps_data_type_t want, ps_data_type_t got)
+{
+    return want != got && want != PS_DATA_CHAR && want != PS_DATA_OTHER &&
+           got != PS_DATA_CHAR && got != PS_DATA_OTHER;
+}
+
+/* A response whose values are not of the pull's type (said, 1). */
+static int type_clashes(const kv_req_t *r, const kv_resp_t *rp)
+{
+    if (!types_clash(r->type, rp->type))
+        return 0;
+    ps_warn(PS_LOG_APP, "kv: pull response ts %d from node %d holds %s values, the "
+            "destination %s", rp->ts, rp->sender, ps_data_type_str(rp->type),
+            ps_data_type_str(r->type));
+    return 1;
+}
+
 /* A response to a pull the servers size: its keys must be the part's; its
  * per-key lengths (or, without them, an equal split) must add up to what
  * came. The values are kept in the part, the message's buffer referenced
  * (a lane payload copied). */
 static ps_status_t take_any_response(const kv_req_t *r, kv_part_t *p, const kv_resp_t *rp)
 {
+    if (type_clashes(r, rp))
+        return PS_ERR_PROTOCOL;
     size_t nk = p->keys.len / sizeof(ps_key_t);
     if (rp->keys_len != p->keys.len ||
         (rp->keys_len && memcmp(rp->keys, ps_slice_ptr(&p->keys), rp->keys_len) != 0)) {
@@ -511,6 +535,9 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
                 ts, sender);
         return PS_ERR_PROTOCOL;
     }
+
+    if (type_clashes(r, rp))
+        return PS_ERR_PROTOCOL;
 
     /* Per-key lengths, when the server sent them, say which key is off. */
     if (rp->lens_len > 0) {
@@ -734,6 +761,7 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         rp.vals_len = msg->data[1].len;
         rp.vals_slice = &msg->data[1];
     }
+    rp.type = msg->meta.num_data_types > 1 ? msg->meta.data_types[1] : PS_DATA_CHAR;
     if (rp.written) {
         /* No value bytes came: the server says how many it wrote. */
         if (rp.vals_len != 0 || written > SIZE_MAX) {
@@ -771,6 +799,7 @@ static void worker_lane_recv(void *arg, ps_customer_t *customer, int sender, int
         .keys_len = m.num_keys * sizeof(ps_key_t),
         .vals = m.vals,
         .vals_len = m.vals_len,
+        .type = m.type,
         .lens = m.lens,
         .lens_len = m.lens != NULL ? m.num_keys * sizeof(int32_t) : 0,
         .lane = 1,
@@ -782,6 +811,7 @@ static void worker_lane_recv(void *arg, ps_customer_t *customer, int sender, int
 typedef struct {
     int sender;
     uint64_t len;
+    ps_data_type_t type; /* what the server says the values are */
     ps_slice_t *slice_p;
 } kv_dest_claim_t;
 
@@ -845,6 +875,10 @@ static ps_status_t claim_dest(void *ctx, void *arg)
     kv_part_t *p = &r->parts[rank];
     if (p->server_id != c->sender || p->responded || p->dest.len != c->len || c->len == 0)
         return PS_ERR_NOT_FOUND;
+    /* Values of another type are refused once they are in (take_response):
+     * meanwhile they must not touch the destination. */
+    if (types_clash(r->type, c->type))
+        return PS_ERR_NOT_FOUND;
     if (!ps__app_receivable(&p->dest, r->w->device_ok)) {
         /* Device memory a van cannot write: it receives into a page-locked
          * staging block, and take_pull_response copies from there, several
@@ -887,7 +921,12 @@ static ps_status_t worker_recv_buffer(void *arg, ps_customer_t *customer, const 
     (void)customer;
     if (index != 1 || meta->request)
         return PS_ERR_NOT_FOUND;
-    kv_dest_claim_t claim = {.sender = meta->sender, .len = len, .slice_p = slice_p};
+    kv_dest_claim_t claim = {
+        .sender = meta->sender,
+        .len = len,
+        .type = meta->num_data_types > 1 ? meta->data_types[1] : PS_DATA_CHAR,
+        .slice_p = slice_p,
+    };
     return ps_customer_claim_request(w->customer, meta->timestamp, claim_dest, &claim);
 }
 
@@ -1600,6 +1639,7 @@ static ps_status_t issue_checked(ps_kv_worker_t *w, const ps_kv_pairs_t *push,
          * lengths (or a uniform size). A push-pull's keys were just cut
          * (and checked): only the destination's values are left to cut. */
         r->elem_size = elem_size_of(out->type);
+        r->type = out->type;
         if (push) {
             st = ps_kv_slice_vals(nk, out->lens.len ? ps_slice_ptr(&out->lens) : NULL,
                                   out->vals.len, r->elem_size, push_slices, ns, out_slices);

@@ -1,9 +1,11 @@
 // A server's handler fails requests with ps_kv_server_respond_error: the
 // worker's wait and callback get that status, a failed pull's destination
-// keeps its bytes, and the next request is answered as usual. Over tcp and
-// shm, for pushes and pulls, small (the small lane's size) and large.
+// keeps its bytes, and the next request is answered as usual; values of
+// another type than the pull's destination are refused. Over tcp and shm,
+// for pushes and pulls, small (the small lane's size) and large.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -110,6 +112,31 @@ TEST_P(KvError, TheWorkerGetsTheServersStatus)
     for (uint8_t b : dest)
         ASSERT_EQ(7, b);
     EXPECT_EQ(3, handled_.load());
+}
+
+// The handler answers uint8 values: a pull into int16 (as many bytes) is
+// refused, its destination untouched; one into bytes of no stated type
+// (CHAR, OTHER) takes them.
+TEST_P(KvError, ValuesOfAnotherTypeAreRefused)
+{
+    const size_t bytes = std::get<1>(GetParam());
+    ps_key_t good = 14;
+    std::vector<uint8_t> dest(bytes, kPoison);
+    int ts;
+    ASSERT_EQ(PS_OK, ps_kv_pull(w_, &good, 1, dest.data(), bytes, nullptr, PS_DATA_INT16, 0,
+                                nullptr, nullptr, &ts));
+    EXPECT_EQ(PS_ERR_PROTOCOL, ps_kv_wait(w_, ts, 10000));
+    EXPECT_EQ(PS_OK, ps_kv_cancel(w_, ts, 10000));
+    for (uint8_t b : dest)
+        ASSERT_EQ(kPoison, b) << "values of another type were written";
+    for (ps_data_type_t untyped : {PS_DATA_CHAR, PS_DATA_OTHER}) {
+        std::fill(dest.begin(), dest.end(), kPoison);
+        ASSERT_EQ(PS_OK, ps_kv_pull(w_, &good, 1, dest.data(), bytes, nullptr, untyped, 0,
+                                    nullptr, nullptr, &ts));
+        EXPECT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000)) << ps_data_type_str(untyped);
+        for (uint8_t b : dest)
+            ASSERT_EQ(7, b);
+    }
 }
 
 TEST_P(KvError, OnlyErrorsMayBeSent)

@@ -286,6 +286,13 @@ def check_errors(w):
     sums.push(SUM_KEY, np.ones(16, np.float32)).wait(timeout=30)
     expect(ValueError, "out (float32, 32 bytes)",
            lambda: sums.pull(SUM_KEY, np.zeros(8, np.float32)).wait(30))
+    # As many bytes, of another dtype than the server's float32 sums: the
+    # worker refuses them (ps/app checks the answer's data type). A round
+    # answers each worker's pull once: the next round first.
+    sums.push(SUM_KEY, np.ones(16, np.float32)).wait(timeout=30)
+    other = np.full(8, 5.0, np.float64)
+    expect(ValueError, "out (float64, 64 bytes)", lambda: sums.pull(SUM_KEY, other).wait(30))
+    assert np.all(other == 5.0), "sums of another dtype were written into the destination"
     # A key never pushed: the server's handler raises, the pull fails.
     exc = expect(ps.NotFound, "pull", lambda: w.pull(key + 55, np.zeros(4, np.float32)).wait(30))
     assert isinstance(exc, ps.CallError) and isinstance(exc, ps.Error)

@@ -157,11 +157,11 @@ static PyObject *request_respond(PyObject *self, PyObject *args, PyObject *kw)
     ps__py_view_t *view;
     if (ps__py_view_get(vals, 0, dtype, "vals", &view) < 0)
         return NULL;
-    /* The worker takes the answer's bytes as its destination's dtype and
-     * checks only their count, naming it in ps's log alone: an answer of
-     * another dtype, or of another size than the destination's share
-     * (val_len; 0 for a pull the servers size), fails the pull here with
-     * PS_ERR_PROTOCOL, which the worker raises as a ValueError. */
+    /* The worker refuses an answer of another size or dtype than its
+     * destination's, saying so in its own log only: such an answer (the
+     * share's size is val_len, 0 for a pull the servers size) fails the
+     * pull here with PS_ERR_PROTOCOL, which the worker raises as a
+     * ValueError, and is named on this side. */
     if (view->type != it->type ||
         (it->meta.val_len > 0 && (uint64_t)view->view.len != it->meta.val_len)) {
         ps_data_type_t got = view->type;
