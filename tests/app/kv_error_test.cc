@@ -75,6 +75,21 @@ class KvError : public ::testing::TestWithParam<std::tuple<std::string, size_t>>
         small_job_finalize(po_, 1);
     }
 
+    // A pull of `key` as `type` must end with `want`, its destination
+    // keeping every byte it had.
+    void ExpectPullFails(ps_key_t key, ps_data_type_t type, ps_status_t want, const char *why)
+    {
+        const size_t bytes = std::get<1>(GetParam());
+        std::vector<uint8_t> dest(bytes, kPoison);
+        int ts;
+        ASSERT_EQ(PS_OK, ps_kv_pull(w_, &key, 1, dest.data(), bytes, nullptr, type, 0, nullptr,
+                                    nullptr, &ts));
+        EXPECT_EQ(want, ps_kv_wait(w_, ts, 10000));
+        EXPECT_EQ(PS_OK, ps_kv_cancel(w_, ts, 10000));
+        for (uint8_t b : dest)
+            ASSERT_EQ(kPoison, b) << why;
+    }
+
     ps_postoffice_t *po_[SMALL_JOB_NODES] = {nullptr, nullptr, nullptr};
     std::atomic<int> handled_{0};
     ps_kv_server_t *srv_ = nullptr;
@@ -97,15 +112,11 @@ TEST_P(KvError, TheWorkerGetsTheServersStatus)
     EXPECT_EQ(1, push_done.calls.load());
     EXPECT_EQ(PS_ERR_NOT_FOUND, push_done.status.load());
 
-    std::vector<uint8_t> dest(bytes, kPoison);
-    ASSERT_EQ(PS_OK, ps_kv_pull(w_, &bad, 1, dest.data(), bytes, nullptr, PS_DATA_UINT8, 0,
-                                nullptr, nullptr, &ts));
-    EXPECT_EQ(PS_ERR_NOT_FOUND, ps_kv_wait(w_, ts, 10000));
-    EXPECT_EQ(PS_OK, ps_kv_cancel(w_, ts, 10000));
-    for (uint8_t b : dest)
-        ASSERT_EQ(kPoison, b) << "a failed pull's destination was written";
+    ExpectPullFails(bad, PS_DATA_UINT8, PS_ERR_NOT_FOUND,
+                    "a failed pull's destination was written");
 
     // The worker and the connection go on as usual.
+    std::vector<uint8_t> dest(bytes, kPoison);
     ASSERT_EQ(PS_OK, ps_kv_pull(w_, &good, 1, dest.data(), bytes, nullptr, PS_DATA_UINT8, 0,
                                 nullptr, nullptr, &ts));
     EXPECT_EQ(PS_OK, ps_kv_wait(w_, ts, 10000));
@@ -121,14 +132,9 @@ TEST_P(KvError, ValuesOfAnotherTypeAreRefused)
 {
     const size_t bytes = std::get<1>(GetParam());
     ps_key_t good = 14;
+    ExpectPullFails(good, PS_DATA_INT16, PS_ERR_PROTOCOL, "values of another type were written");
     std::vector<uint8_t> dest(bytes, kPoison);
     int ts;
-    ASSERT_EQ(PS_OK, ps_kv_pull(w_, &good, 1, dest.data(), bytes, nullptr, PS_DATA_INT16, 0,
-                                nullptr, nullptr, &ts));
-    EXPECT_EQ(PS_ERR_PROTOCOL, ps_kv_wait(w_, ts, 10000));
-    EXPECT_EQ(PS_OK, ps_kv_cancel(w_, ts, 10000));
-    for (uint8_t b : dest)
-        ASSERT_EQ(kPoison, b) << "values of another type were written";
     for (ps_data_type_t untyped : {PS_DATA_CHAR, PS_DATA_OTHER}) {
         std::fill(dest.begin(), dest.end(), kPoison);
         ASSERT_EQ(PS_OK, ps_kv_pull(w_, &good, 1, dest.data(), bytes, nullptr, untyped, 0,
