@@ -74,6 +74,10 @@ run_job() { # SIG
   signo=$(kill -l "$1")
   want=$((128 + signo))
   export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$(job_free_port)
+  # The previous job's logs go first: a line of theirs would pass the waits
+  # below while a process is still the shell about to exec the program (and
+  # its SigCgt the shell's).
+  rm -f "$dir/scheduler.log" "$dir/server.log" "$dir/worker.log"
   local -A pid
   DMLC_NODE_HOST=127.0.0.1 DMLC_ROLE=scheduler "$prog" >"$dir/scheduler.log" 2>&1 &
   pid[scheduler]=$!; pids+=($!)
