@@ -29,8 +29,8 @@ class KVWorker(_ps.KVWorker):
     Values are per key vals.nbytes / len(keys) bytes unless lens (elements
     per key) says otherwise. Buffers are used in place: leave them alone
     until the request ended. A pull whose destination does not fit the
-    servers' values (another byte count, or another dtype than a
-    ps.KVServer's answer) raises ValueError in wait()."""
+    servers' values (another byte count, or another dtype than the one a
+    server states for them) raises ValueError in wait()."""
 
     def __init__(self, app_id=0, customer_id=None):
         if customer_id is None:

@@ -18,11 +18,11 @@ Tensors are (key, tensor) pairs: numpy arrays, anything with the buffer
 protocol, CPU or CUDA torch tensors (bfloat16 included), or other device
 memory with __cuda_array_interface__; their dtype and shape travel with
 them, and nothing is copied in Python. A server's result of another dtype
-or size than the worker's pull tensor raises ValueError in respond. A worker's tensors must
-stay untouched until its batch's handle says it ended; a server's results
-are held by ps as long as the transport needs them. The pushed tensors a
-server sees are read-only views of where they landed, valid until the batch
-is answered.
+or size than the worker's pull tensor raises ValueError in respond. A
+worker's tensors must stay untouched until its batch's handle says it
+ended; a server's results are held by ps as long as the transport needs
+them. The pushed tensors a server sees are read-only views of where they
+landed, valid until the batch is answered.
 """
 import warnings
 
