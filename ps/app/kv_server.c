@@ -300,8 +300,7 @@ static void server_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         req.keys = msg->data[0];
     if (msg->num_data > 1) {
         req.vals = msg->data[1];
-        if (m->num_data_types > 1)
-            req.type = m->data_types[1];
+        req.type = ps_meta_data_type(m, 1);
     }
     if (msg->num_data > 2)
         req.lens = msg->data[2];

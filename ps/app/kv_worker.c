@@ -761,7 +761,7 @@ static void worker_recv(void *arg, ps_customer_t *customer, const ps_msg_t *msg)
         rp.vals_len = msg->data[1].len;
         rp.vals_slice = &msg->data[1];
     }
-    rp.type = msg->meta.num_data_types > 1 ? msg->meta.data_types[1] : PS_DATA_CHAR;
+    rp.type = ps_meta_data_type(&msg->meta, 1);
     if (rp.written) {
         /* No value bytes came: the server says how many it wrote. */
         if (rp.vals_len != 0 || written > SIZE_MAX) {
@@ -924,7 +924,7 @@ static ps_status_t worker_recv_buffer(void *arg, ps_customer_t *customer, const 
     kv_dest_claim_t claim = {
         .sender = meta->sender,
         .len = len,
-        .type = meta->num_data_types > 1 ? meta->data_types[1] : PS_DATA_CHAR,
+        .type = ps_meta_data_type(meta, 1),
         .slice_p = slice_p,
     };
     return ps_customer_claim_request(w->customer, meta->timestamp, claim_dest, &claim);

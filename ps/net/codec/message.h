@@ -164,6 +164,14 @@ static inline bool ps_meta_is_control(const ps_meta_t *meta)
     return meta->control.cmd != PS_CTRL_EMPTY;
 }
 
+/* The type the meta states for data segment i: PS_DATA_CHAR (bytes of no
+ * stated type, upstream's default) when it states none. */
+static inline ps_data_type_t ps_meta_data_type(const ps_meta_t *meta, uint32_t i)
+{
+    return i < meta->num_data_types && i < PS_META_MAX_DATA ? meta->data_types[i]
+                                                             : PS_DATA_CHAR;
+}
+
 /* Field-by-field equality: bodies and node lists by content, arrays up to
  * their counts, hostnames as strings. For tests and round-trip checks. */
 bool ps_node_equal(const ps_node_t *a, const ps_node_t *b);

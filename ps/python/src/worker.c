@@ -193,11 +193,11 @@ static PyObject *handle_wait(PyObject *self, PyObject *args, PyObject *kw)
         h->status = st;
         ps__py_sweep();
     }
-    /* The worker checks each server's answer against the destination (or
-     * the dtype's lengths) before it writes, and names the byte counts in
-     * ps's log only; a ps.KVServer fails a pull whose dtype or size its
-     * values do not match with this status. Either way the values do not
-     * fit what the caller gave. */
+    /* The worker checks each server's answer against the destination (its
+     * byte count, or the dtype's lengths, and its stated dtype) before it
+     * writes, and says why in ps's log only; a ps.KVServer fails a pull
+     * whose dtype or size its values do not match with this status. Either
+     * way the values do not fit what the caller gave. */
     if (h->status == PS_ERR_PROTOCOL && h->any) {
         PyErr_Format(PyExc_ValueError, "pull_any: the servers' values are not %s, or their "
                      "lengths do not add up (ps's log, a ps.KVServer's stderr say which)",

@@ -129,10 +129,13 @@ static ps_status_t auto_interface(ps__vb_van_t *van, ps_node_t *node)
     char host[PS_NODE_HOSTNAME_MAX];
     if ((st = ps_sockaddr_format_host(&a, host, sizeof(host))) != PS_OK)
         return st;
-    if (strcmp(host, node->hostname) != 0)
-        ps_info(PS_LOG_RDMA, "DMLC_INTERFACE=auto: using %s (%s), which has an RDMA device%s%s%s",
-                ifname, host, gst == PS_OK ? " (the nearest to this process's GPU, " : "",
-                gst == PS_OK ? how : "", gst == PS_OK ? ")" : "");
+    if (strcmp(host, node->hostname) != 0) {
+        char nearest[128] = "";
+        if (gst == PS_OK)
+            snprintf(nearest, sizeof(nearest), " (the nearest to this process's GPU, %s)", how);
+        ps_info(PS_LOG_RDMA, "DMLC_INTERFACE=auto: using %s (%s), which has an RDMA device%s",
+                ifname, host, nearest);
+    }
     snprintf(node->hostname, sizeof(node->hostname), "%s", host);
     return PS_OK;
 }

@@ -224,6 +224,19 @@ static int visible_index(const char *visible, int index)
     }
 }
 
+/* The real path of PCI device `name` ("0000:3b:00.0") under the sysfs root. */
+static ps_status_t pci_device_path(const char *sysfs_root, const char *name, char *path,
+                                   size_t cap)
+{
+    char link[PATH_CAP], real[PATH_MAX];
+    if (join(link, sysfs_root, "bus/pci/devices/", name) != 0 || realpath(link, real) == NULL)
+        return PS_ERR_NOT_FOUND;
+    if (strlen(real) >= cap)
+        return PS_ERR_TOO_LARGE;
+    snprintf(path, cap, "%s", real);
+    return PS_OK;
+}
+
 ps_status_t ps__vb_gpu_pci_path(const char *sysfs_root, int index, const char *visible,
                                 char *path, size_t cap)
 {
@@ -252,16 +265,10 @@ ps_status_t ps__vb_gpu_pci_path(const char *sysfs_root, int index, const char *v
     }
     closedir(d);
     qsort(gpus, n, sizeof(gpus[0]), cmp_str);
-    char link[PATH_CAP], real[PATH_MAX];
-    int found = (size_t)phys < n && join(link, dir, gpus[phys], NULL) == 0 &&
-                realpath(link, real) != NULL;
+    ps_status_t st =
+        (size_t)phys < n ? pci_device_path(sysfs_root, gpus[phys], path, cap) : PS_ERR_NOT_FOUND;
     free(gpus);
-    if (!found)
-        return PS_ERR_NOT_FOUND;
-    if (strlen(real) >= cap)
-        return PS_ERR_TOO_LARGE;
-    snprintf(path, cap, "%s", real);
-    return PS_OK;
+    return st;
 }
 
 ps_status_t ps__vb_pci_path_of_bus_id(const char *sysfs_root, const char *bus_id, char *path,
@@ -276,14 +283,9 @@ ps_status_t ps__vb_pci_path_of_bus_id(const char *sysfs_root, const char *bus_id
         sscanf(bus_id, "%x:%x:%x.%x%c", &domain, &bus, &dev, &fn, &tail) != 4 ||
         domain > 0xffff || bus > 0xff || dev > 0x1f || fn > 7)
         return PS_ERR_INVALID_ARG;
-    char name[16], link[PATH_CAP], real[PATH_MAX];
+    char name[16];
     snprintf(name, sizeof(name), "%04x:%02x:%02x.%x", domain, bus, dev, fn);
-    if (join(link, sysfs_root, "bus/pci/devices/", name) != 0 || realpath(link, real) == NULL)
-        return PS_ERR_NOT_FOUND;
-    if (strlen(real) >= cap)
-        return PS_ERR_TOO_LARGE;
-    snprintf(path, cap, "%s", real);
-    return PS_OK;
+    return pci_device_path(sysfs_root, name, path, cap);
 }
 
 ps_status_t ps__vb_gpu_near(const char *sysfs_root, int gpu, const char *visible, char *path,
