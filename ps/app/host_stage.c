@@ -1,8 +1,13 @@
 /*
- * Device memory through a host-only van: one copy each way (host_stage.h).
+ * Device memory through a host-only van: one copy each way, pulls
+ * pipelined (host_stage.h).
  */
 #include "ps/app/host_stage.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "ps/base/log.h"
 #include "ps/gpu/mem.h"
 #include "ps/gpu/stage_pool.h"
 
@@ -41,4 +46,161 @@ ps_status_t ps__app_copy_in(const ps_slice_t *dest, size_t off, const void *src,
         return ps_slice_copy_in(dest, off, src, len);
     }
     return ps_mem_ops(ps_slice_mem_ops_kind(dest))->copy_from_host((char *)ps_slice_ptr(dest) + off, src, len);
+}
+
+/* ---- pipelined pulls ---- */
+
+/* One stream per device of each kind, made on first use and kept for the
+ * life of the process: every pipe's copies into that device queue there. */
+#define PIPE_MAX_DEVICES 64
+
+static pthread_mutex_t pipe_streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *pipe_streams[PS_MEM_KIND_COUNT][PIPE_MAX_DEVICES];
+
+static ps_status_t pipe_stream(ps_mem_kind_t kind, int device, void **stream_p)
+{
+    if ((unsigned)kind >= PS_MEM_KIND_COUNT || device < 0 || device >= PIPE_MAX_DEVICES)
+        return PS_ERR_UNSUPPORTED;
+    ps_status_t st = PS_OK;
+    pthread_mutex_lock(&pipe_streams_lock);
+    if (pipe_streams[kind][device] == NULL)
+        st = ps_mem_ops(kind)->stream_create(device, &pipe_streams[kind][device]);
+    if (st == PS_OK)
+        *stream_p = pipe_streams[kind][device];
+    pthread_mutex_unlock(&pipe_streams_lock);
+    return st;
+}
+
+struct ps__app_pipe {
+    ps_slice_t dest;  /* the device destination (a reference) */
+    ps_slice_t stage; /* the staging block the van receives into */
+    const ps_mem_ops_t *ops;
+    void *stream;
+    ps_mem_event_h event;
+    int timeout_ms;
+    /* The van's thread until finish, then the finisher's: */
+    size_t copied;    /* bytes queued for dest */
+    int finished;
+    ps_status_t st;   /* the first failed copy's */
+    ps__app_pipe_gone_func_t gone;
+    void *gone_arg;
+};
+
+/* Queues bytes [copied, upto) of the block for dest. */
+static void pipe_queue(ps__app_pipe_t *pipe, size_t upto)
+{
+    if (pipe->st != PS_OK || upto <= pipe->copied)
+        return;
+    ps_status_t st = pipe->ops->copy_async((char *)ps_slice_ptr(&pipe->dest) + pipe->copied,
+                                           (const char *)ps_slice_ptr(&pipe->stage) + pipe->copied,
+                                           upto - pipe->copied, pipe->stream);
+    if (st != PS_OK) {
+        ps_warn(PS_LOG_APP, "staged pull: copying %zu bytes into %s memory failed (%s)",
+                upto - pipe->copied, pipe->ops->name, ps_status_str(st));
+        pipe->st = st;
+        return;
+    }
+    pipe->copied = upto;
+}
+
+/* The van's progress report (ps_buf_fill_func_t): `end` is an offset into
+ * the block's buffer. */
+static void pipe_filled(void *arg, size_t end)
+{
+    ps__app_pipe_t *pipe = arg;
+    if (pipe->finished || pipe->st != PS_OK || end <= pipe->stage.off)
+        return;
+    size_t in = end - pipe->stage.off;
+    /* The whole value in: the delivery that follows copies the tail. */
+    if (in >= pipe->stage.len)
+        return;
+    if (in - pipe->copied >= PS__APP_PIPE_CHUNK)
+        pipe_queue(pipe, in - (in - pipe->copied) % PS__APP_PIPE_CHUNK);
+}
+
+/* Waits for every copy queued so far. */
+static ps_status_t pipe_drain(ps__app_pipe_t *pipe)
+{
+    if (pipe->copied == 0)
+        return PS_OK;
+    ps_status_t st = pipe->ops->event_record(pipe->event, pipe->stream);
+    if (st == PS_OK)
+        st = ps_mem_event_wait(pipe->event, pipe->timeout_ms);
+    return st;
+}
+
+/* The van let go of the block: nothing more comes, so once the copies are
+ * done the pipe goes. */
+static void pipe_released(void *data, size_t len, void *arg)
+{
+    ps__app_pipe_t *pipe = arg;
+    (void)data;
+    (void)len;
+    if (!pipe->finished) {
+        ps_status_t st = pipe_drain(pipe);
+        if (st != PS_OK)
+            ps_error(PS_LOG_APP, "staged pull: copies into %s memory did not end (%s); its "
+                     "destination may still be written", pipe->ops->name, ps_status_str(st));
+    }
+    pipe->gone(pipe->gone_arg);
+    (void)pipe->ops->event_destroy(pipe->event);
+    ps_slice_unref(&pipe->dest);
+    ps_slice_unref(&pipe->stage);
+    free(pipe);
+}
+
+ps_status_t ps__app_pipe_open(const ps_slice_t *dest, int timeout_ms, ps__app_pipe_gone_func_t gone,
+                              void *gone_arg, ps_slice_t *recv_p, ps__app_pipe_t **pipe_p)
+{
+    if (dest->len < 2 * PS__APP_PIPE_CHUNK || ps_slice_in_host_mem(dest))
+        return PS_ERR_UNSUPPORTED;
+    ps_mem_kind_t kind = ps_slice_mem_ops_kind(dest);
+    ps__app_pipe_t *pipe = calloc(1, sizeof(*pipe));
+    if (pipe == NULL)
+        return PS_ERR_NO_MEMORY;
+    pipe->ops = ps_mem_ops(kind);
+    pipe->timeout_ms = timeout_ms;
+    pipe->gone = gone;
+    pipe->gone_arg = gone_arg;
+    ps_status_t st = pipe_stream(kind, ps_slice_device(dest), &pipe->stream);
+    if (st == PS_OK)
+        st = pipe->ops->event_create(ps_slice_device(dest), &pipe->event);
+    if (st != PS_OK) {
+        free(pipe);
+        return PS_ERR_UNSUPPORTED;
+    }
+    st = ps_stage_pool_get(kind, dest->len, &pipe->stage);
+    ps_buf_t *proxy = NULL;
+    if (st == PS_OK)
+        st = ps_buf_proxy(pipe->stage.buf, pipe_released, pipe, &proxy);
+    if (st != PS_OK) {
+        ps_slice_unref(&pipe->stage);
+        (void)pipe->ops->event_destroy(pipe->event);
+        free(pipe);
+        return st;
+    }
+    pipe->dest = ps_slice_ref(dest);
+    ps_buf_set_fill_hook(proxy, pipe_filled, pipe);
+    recv_p->buf = proxy; /* the proxy's first reference */
+    recv_p->off = pipe->stage.off;
+    recv_p->len = dest->len;
+    *pipe_p = pipe;
+    return PS_OK;
+}
+
+int ps__app_pipe_owns(const ps__app_pipe_t *pipe, const void *vals)
+{
+    return vals == ps_slice_ptr(&pipe->stage);
+}
+
+ps_status_t ps__app_pipe_finish(ps__app_pipe_t *pipe, size_t len, uint64_t *early_p)
+{
+    if (len > pipe->stage.len)
+        return PS_ERR_INVALID_ARG;
+    *early_p += pipe->copied;
+    pipe_queue(pipe, len);
+    ps_status_t st = pipe_drain(pipe);
+    /* Undrained, the van's letting go waits for the copies once more. */
+    pipe->finished = st == PS_OK;
+    return pipe->st != PS_OK ? pipe->st : st;
 }

@@ -30,6 +30,41 @@ ps_status_t ps__app_sendable(const ps_slice_t *src, int device_ok, ps_slice_t *o
  * (ps__app_copy_in) from the same pool. */
 ps_status_t ps__app_receive_stage(const ps_slice_t *dest, ps_slice_t *out_p);
 
+/*
+ * A pull into device memory through a host-only van, pipelined: the van
+ * receives into a staging block and reports its progress
+ * (ps_slice_filled); each PS__APP_PIPE_CHUNK that is in is copied into the
+ * destination on a stream of its kind at once, so the copies overlap the
+ * rest of the receipt, and on delivery only the tail is left to copy.
+ */
+typedef struct ps__app_pipe ps__app_pipe_t;
+
+/* Bytes per copy of a pipe; pulls under two chunks are not piped. */
+#define PS__APP_PIPE_CHUNK ((size_t)1 << 20)
+
+/* Called once the van let go of a pipe's block and every copy into the
+ * destination is done (or was given up on after `timeout_ms`, logged):
+ * from then on nothing of the pipe writes into it. */
+typedef void (*ps__app_pipe_gone_func_t)(void *arg);
+
+/* A pipe into dest (device memory of PS__APP_PIPE_CHUNK * 2 bytes or
+ * more): *recv_p, a slice of dest->len bytes for the van to receive into
+ * (the caller gives it away), and the pipe. PS_ERR_UNSUPPORTED when dest
+ * is not worth piping or its kind has no streams; then nothing was made
+ * and `gone` will not be called. timeout_ms bounds each wait for copies. */
+ps_status_t ps__app_pipe_open(const ps_slice_t *dest, int timeout_ms, ps__app_pipe_gone_func_t gone,
+                              void *gone_arg, ps_slice_t *recv_p, ps__app_pipe_t **pipe_p);
+
+/* Whether `vals` (the delivered bytes) are the pipe's block, which the
+ * pipe has been copying from. */
+int ps__app_pipe_owns(const ps__app_pipe_t *pipe, const void *vals);
+
+/* The delivery: copies what the progress reports did not cover and waits
+ * until every copy into dest is done. Once per pipe, before the van lets go
+ * of the block. Bytes that went while the rest was arriving are added to
+ * *early_p. */
+ps_status_t ps__app_pipe_finish(ps__app_pipe_t *pipe, size_t len, uint64_t *early_p);
+
 /* Writes `len` host bytes at `off` into `dest`, whatever its memory kind
  * (PS_ERR_INVALID_ARG past its end). */
 ps_status_t ps__app_copy_in(const ps_slice_t *dest, size_t off, const void *src, size_t len);

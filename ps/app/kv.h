@@ -223,6 +223,8 @@ typedef struct ps_kv_worker_stats {
                                    * destination through its IPC handle (PS_DEVICE_IPC) */
     uint64_t pull_bytes_staged;   /* of pull_bytes_copied, those the van received into a
                                    * page-locked staging block for a device destination */
+    uint64_t pull_bytes_piped;    /* of pull_bytes_staged, those copied into the device
+                                   * while the rest of their value was still arriving */
 } ps_kv_worker_stats_t;
 void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p);
 

@@ -72,8 +72,12 @@ typedef struct {
      * caller's temporary must not be freed under the server's copy). */
     ps_slice_t ipc_src;
     /* dest is device memory the van cannot write: the van was given a
-     * page-locked staging block to receive into instead (claim_dest). */
+     * page-locked staging block to receive into instead (claim_dest),
+     * through `pipe` when it is large (host_stage.h): copies into dest
+     * then start as the block fills. The pipe holds the request (a
+     * holder and a reference) and the worker until it is gone. */
     atomic_int staged;
+    _Atomic(ps__app_pipe_t *) pipe;
 } kv_part_t;
 
 typedef struct kv_req {
@@ -133,6 +137,7 @@ struct ps_kv_worker {
     atomic_uint_least64_t n_ipc;
     atomic_uint_least64_t n_pull_ipc;
     atomic_uint_least64_t n_pull_staged;
+    atomic_uint_least64_t n_pull_piped;
 
     /* Requests (with their num_servers parts) come from here: a pool get
      * and put cost a fifth of a calloc and free, on every request. */
@@ -596,6 +601,13 @@ static ps_status_t take_pull_response(ps_kv_worker_t *w, const kv_req_t *r, cons
                               memory_order_relaxed);
     if (!rp->lane && atomic_load(&p->staged))
         atomic_fetch_add_explicit(&w->n_pull_staged, got_bytes, memory_order_relaxed);
+    ps__app_pipe_t *pipe = atomic_load(&p->pipe);
+    if (!rp->lane && pipe != NULL && ps__app_pipe_owns(pipe, rp->vals)) {
+        uint64_t early = 0;
+        ps_status_t st = ps__app_pipe_finish(pipe, got_bytes, &early);
+        atomic_fetch_add_explicit(&w->n_pull_piped, early, memory_order_relaxed);
+        return st;
+    }
     return ps__app_copy_in(dest, 0, rp->vals, got_bytes);
 }
 
@@ -861,6 +873,43 @@ static void proxy_released(void *data, size_t len, void *arg)
     worker_unuse(w);
 }
 
+/* A part's pipe is gone (host_stage.h): nothing of it writes into the
+ * destination any more. */
+static void pipe_gone(void *arg)
+{
+    kv_part_t *p = arg;
+    kv_req_t *r = p->req;
+    ps_kv_worker_t *w = r->w;
+    atomic_store(&p->pipe, NULL);
+    holder_drop(w, r);
+    req_unref(w, r);
+    worker_unuse(w);
+}
+
+/* A staged receipt of a large device destination through a pipe (one per
+ * part at a time), holding the request and the worker as a lent
+ * destination does. */
+static ps_status_t claim_pipe(kv_req_t *r, kv_part_t *p, ps_slice_t *slice_p)
+{
+    if (atomic_load(&p->pipe) != NULL)
+        return PS_ERR_UNSUPPORTED;
+    p->req = r;
+    ps__app_pipe_t *pipe;
+    atomic_fetch_add(&r->w->users, 1);
+    atomic_fetch_add(&r->refs, 1);
+    atomic_fetch_add(&r->holders, 1);
+    ps_status_t st = ps__app_pipe_open(&p->dest, r->w->request_timeout_ms, pipe_gone, p, slice_p,
+                                       &pipe);
+    if (st != PS_OK) {
+        atomic_fetch_sub(&r->holders, 1);
+        atomic_fetch_sub(&r->refs, 1);
+        atomic_fetch_sub(&r->w->users, 1);
+        return st;
+    }
+    atomic_store(&p->pipe, pipe);
+    return PS_OK;
+}
+
 /* Under the customer's claim: a slice over the destination of `sender`'s
  * part of a pull, when it still waits for exactly len bytes, through the
  * part's proxy (one van at a time), so that the request knows when the
@@ -885,7 +934,8 @@ static ps_status_t claim_dest(void *ctx, void *arg)
          * times faster than from a pageable buffer of the van's own
          * (docs/GPU.md, the kind's copy bandwidth). Without a block, the
          * van's own buffer. */
-        if (ps__app_receive_stage(&p->dest, c->slice_p) != PS_OK)
+        if (claim_pipe(r, p, c->slice_p) != PS_OK &&
+            ps__app_receive_stage(&p->dest, c->slice_p) != PS_OK)
             return PS_ERR_NOT_FOUND;
         atomic_store(&p->staged, 1);
         return PS_OK;
@@ -1898,4 +1948,6 @@ void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p)
     stats_p->pull_bytes_ipc = atomic_load_explicit(&worker->n_pull_ipc, memory_order_relaxed);
     stats_p->pull_bytes_staged =
         atomic_load_explicit(&worker->n_pull_staged, memory_order_relaxed);
+    stats_p->pull_bytes_piped =
+        atomic_load_explicit(&worker->n_pull_piped, memory_order_relaxed);
 }

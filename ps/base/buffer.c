@@ -118,6 +118,26 @@ ps_status_t ps_buf_proxy(const ps_buf_t *real, ps_buf_release_func_t release, vo
     return PS_OK;
 }
 
+void ps_buf_set_fill_hook(ps_buf_t *buf, ps_buf_fill_func_t fn, void *arg)
+{
+    buf->fill_arg = arg;
+    buf->fill = fn;
+}
+
+void ps_slice_filled(const ps_slice_t *slice, size_t len)
+{
+    ps_buf_t *buf = slice->buf;
+    if (buf == NULL || buf->fill == NULL || len > slice->len) {
+        return;
+    }
+    buf->fill(buf->fill_arg, slice->off + len);
+}
+
+int ps_slice_fill_watched(const ps_slice_t *slice)
+{
+    return slice->buf != NULL && slice->buf->fill != NULL;
+}
+
 ps_buf_t *ps_buf_ref(ps_buf_t *buf)
 {
     /* Relaxed is enough: the caller already holds a reference, so the buffer

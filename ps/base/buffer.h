@@ -157,6 +157,30 @@ static inline int ps_slice_in_host_mem(const ps_slice_t *slice)
     return slice->len == 0 || kind == PS_BUF_MEM_HOST || kind == PS_BUF_MEM_SHM;
 }
 
+/*
+ * Receive progress. A van that writes an incoming segment into a
+ * destination piece by piece says how far it got, so that the buffer's
+ * owner can work on the front while the rest arrives (a pull staged in
+ * host memory starts its copies into the device). `end` is an offset into
+ * the buffer: bytes [slice start, end) of the segment being received are
+ * written. Calls come from the receiving thread, with `end` growing, and
+ * stop before the message is delivered. A van that never reports leaves
+ * the owner to do everything on delivery.
+ */
+typedef void (*ps_buf_fill_func_t)(void *arg, size_t end);
+
+/* Sets (fn NULL: clears) the hook; set it before handing the buffer to a
+ * van, clear it only once no van writes into it. */
+void ps_buf_set_fill_hook(ps_buf_t *buf, ps_buf_fill_func_t fn, void *arg);
+
+/* The first `len` bytes of slice are written: calls its buffer's hook, if
+ * any. Cheap without one. */
+void ps_slice_filled(const ps_slice_t *slice, size_t len);
+
+/* Whether anyone watches slice's progress (a van may then write it in
+ * steps, reporting each). */
+int ps_slice_fill_watched(const ps_slice_t *slice);
+
 /* Bounds-checked copies between host memory and a host (or shm) slice;
  * PS_ERR_UNSUPPORTED for device memory (use the GPU layer). */
 ps_status_t ps_slice_copy_out(const ps_slice_t *slice, size_t off, void *dst, size_t len);

@@ -35,6 +35,9 @@ struct ps_buf {
     /* Use ps_buf_reg_* (atomic); NULL when empty. */
     void *reg[PS_BUF_REG_SLOTS];
     ps_buf_reg_release_func_t reg_release[PS_BUF_REG_SLOTS];
+    /* ps_buf_set_fill_hook's; NULL when none. */
+    ps_buf_fill_func_t fill;
+    void *fill_arg;
 };
 
 /* ps_buf_wrap with the header in storage the caller provides (`buf`, e.g.

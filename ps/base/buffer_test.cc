@@ -369,4 +369,38 @@ TEST(Buffer, ConcurrentAttachHasOneWinner) {
   ps_buf_unref(buf);
 }
 
+// A van's progress reports reach the hook as offsets into the buffer; a
+// slice without one ignores them, and a report past the slice is dropped.
+TEST(Slice, FillReportsReachTheHook) {
+  ps_buf_t *buf;
+  ASSERT_EQ(ps_buf_alloc(4096, 0, &buf), PS_OK);
+  ps_slice_t whole, tail;
+  ASSERT_EQ(ps_slice_of(buf, 0, 4096, &whole), PS_OK);
+  ASSERT_EQ(ps_slice_sub(&whole, 1000, 3000, &tail), PS_OK);
+  EXPECT_FALSE(ps_slice_fill_watched(&tail));
+  ps_slice_filled(&tail, 10);  // nobody watches: nothing happens
+
+  static std::vector<size_t> ends;
+  ends.clear();
+  ps_buf_set_fill_hook(buf, [](void *arg, size_t end) {
+    EXPECT_EQ(arg, &ends);
+    ends.push_back(end);
+  }, &ends);
+  EXPECT_TRUE(ps_slice_fill_watched(&tail));
+  ps_slice_filled(&tail, 0);
+  ps_slice_filled(&tail, 2000);
+  ps_slice_filled(&tail, 3000);
+  ps_slice_filled(&tail, 3001);  // past the slice
+  EXPECT_EQ(ends, (std::vector<size_t>{1000, 3000, 4000}));
+  ps_buf_set_fill_hook(buf, nullptr, nullptr);
+  ps_slice_filled(&tail, 3000);
+  EXPECT_EQ(ends.size(), 3u);
+  ps_slice_t empty = PS_SLICE_EMPTY_INIT;
+  ps_slice_filled(&empty, 0);
+  EXPECT_FALSE(ps_slice_fill_watched(&empty));
+  ps_slice_unref(&tail);
+  ps_slice_unref(&whole);
+  ps_buf_unref(buf);
+}
+
 }  // namespace

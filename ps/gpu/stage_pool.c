@@ -8,6 +8,7 @@
 
 #include "ps/base/buffer_internal.h"
 #include "ps/base/log.h"
+#include "ps/base/shared_block.h"
 #include "ps/gpu/mem.h"
 
 /* Classes 64 KiB, 128 KiB, ... up to PS_STAGE_POOL_MAX_CACHED. */
@@ -17,6 +18,10 @@ typedef struct stage_block {
     ps_buf_t buf; /* the header slices of this block refer to */
     struct stage_block *next;
     void *data;
+    /* Set when data is a shared block (shared_block.h): slices of it are
+     * the provider's buffers, which its van sends without a copy. */
+    ps_shared_block_t *shared;
+    const ps_shared_block_ops_t *provider;
     size_t cap;
     ps_mem_kind_t kind;
     int cls;
@@ -25,7 +30,7 @@ typedef struct stage_block {
 
 typedef struct {
     stage_block_t *idle[STAGE_CLASSES];
-    size_t bytes_idle, blocks_idle, blocks_made, blocks_reused;
+    size_t bytes_idle, blocks_idle, blocks_made, blocks_reused, blocks_shared;
     bool pin_refused; /* logged once: the kind would not page-lock */
 } stage_kind_pool_t;
 
@@ -50,16 +55,17 @@ static void block_destroy(stage_block_t *b)
 {
     if (b->pinned)
         (void)ps_mem_ops(b->kind)->unregister_host(b->data);
-    free(b->data);
+    if (b->shared != NULL)
+        b->provider->destroy(b->shared);
+    else
+        free(b->data);
     free(b);
 }
 
 /* The slice's last reference went: back to the idle list, or freed when
  * the idle blocks would go over the cache's size. */
-static void block_release(void *data, size_t len, void *arg)
+static void block_back(void *arg)
 {
-    (void)data;
-    (void)len;
     stage_block_t *b = arg;
     stage_kind_pool_t *p = &stage_pools[b->kind];
     pthread_mutex_lock(&stage_lock);
@@ -75,6 +81,13 @@ static void block_release(void *data, size_t len, void *arg)
         block_destroy(b);
 }
 
+static void block_release(void *data, size_t len, void *arg)
+{
+    (void)data;
+    (void)len;
+    block_back(arg);
+}
+
 static ps_status_t block_new(ps_mem_kind_t kind, int cls, stage_block_t **block_p)
 {
     stage_kind_pool_t *p = &stage_pools[kind];
@@ -84,7 +97,12 @@ static ps_status_t block_new(ps_mem_kind_t kind, int cls, stage_block_t **block_
     b->cap = PS_STAGE_POOL_MIN_BLOCK << cls;
     b->kind = kind;
     b->cls = cls;
-    if (posix_memalign(&b->data, 4096, b->cap) != 0) {
+    /* In shared memory where a van provides it, so that the van can send
+     * what is staged here as is. */
+    const ps_shared_block_ops_t *provider = ps_shared_block_provider();
+    if (provider != NULL && provider->create(b->cap, &b->shared, &b->data) == PS_OK) {
+        b->provider = provider;
+    } else if (posix_memalign(&b->data, 4096, b->cap) != 0) {
         free(b);
         return PS_ERR_NO_MEMORY;
     }
@@ -102,6 +120,7 @@ static ps_status_t block_new(ps_mem_kind_t kind, int cls, stage_block_t **block_
     }
     pthread_mutex_lock(&stage_lock);
     p->blocks_made++;
+    p->blocks_shared += b->shared != NULL;
     pthread_mutex_unlock(&stage_lock);
     *block_p = b;
     return PS_OK;
@@ -134,9 +153,18 @@ ps_status_t ps_stage_pool_get(ps_mem_kind_t kind, size_t len, ps_slice_t *slice_
         if (st != PS_OK)
             return st;
     }
-    ps_buf_init_wrapped(&b->buf, b->data, b->cap, block_release, b);
-    ps_status_t st = ps_slice_of(&b->buf, 0, len, slice_p);
-    ps_buf_unref(&b->buf); /* the slice holds the block now (or, failing, gave it back) */
+    ps_buf_t *buf = &b->buf;
+    if (b->shared != NULL) {
+        ps_status_t st = b->provider->wrap(b->shared, b->cap, block_back, b, &buf);
+        if (st != PS_OK) {
+            block_back(b);
+            return st;
+        }
+    } else {
+        ps_buf_init_wrapped(buf, b->data, b->cap, block_release, b);
+    }
+    ps_status_t st = ps_slice_of(buf, 0, len, slice_p);
+    ps_buf_unref(buf); /* the slice holds the block now (or, failing, gave it back) */
     return st;
 }
 
@@ -149,6 +177,7 @@ void ps_stage_pool_stats(ps_mem_kind_t kind, ps_stage_pool_stats_t *stats_p)
     pthread_mutex_lock(&stage_lock);
     stats_p->blocks_made = p->blocks_made;
     stats_p->blocks_reused = p->blocks_reused;
+    stats_p->blocks_shared = p->blocks_shared;
     stats_p->blocks_idle = p->blocks_idle;
     stats_p->bytes_idle = p->bytes_idle;
     pthread_mutex_unlock(&stage_lock);

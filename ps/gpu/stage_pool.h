@@ -10,6 +10,11 @@
  * keeps up to PS_STAGE_POOL_MAX_CACHED bytes of idle blocks per memory kind
  * and frees what would go over. A request larger than that gets a plain
  * host buffer (pageable), as does one whose kind cannot page-lock memory.
+ *
+ * Where a van provides shared host blocks (ps/base/shared_block.h: the shm
+ * van, once opened), new blocks are made there, so that the van sends a
+ * staged value by reference and the receiver reads it in place: a device
+ * push costs the one copy out of the device, no more.
  */
 #ifndef PS_GPU_STAGE_POOL_H_
 #define PS_GPU_STAGE_POOL_H_
@@ -32,10 +37,11 @@ extern "C" {
  * empty slice. */
 ps_status_t ps_stage_pool_get(ps_mem_kind_t kind, size_t len, ps_slice_t *slice_p);
 
-/* Counters, for tests and ps_info: blocks made, handed out again from the
- * pool, and idle now; bytes idle now. */
+/* Counters, for tests and ps_info: blocks made (of them, in shared
+ * memory), handed out again from the pool, and idle now; bytes idle now. */
 typedef struct {
     size_t blocks_made;
+    size_t blocks_shared;
     size_t blocks_reused;
     size_t blocks_idle;
     size_t bytes_idle;

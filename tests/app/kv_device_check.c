@@ -3,7 +3,7 @@
  * memory (scheduler, servers, workers from DMLC_*, e.g. through
  * tools/launch/ps_launch.py):
  *
- *   kv_device_check KIND [-r REPS] [-i] [-v VAN] [BYTES...]   KIND: cuda | emu
+ *   kv_device_check KIND [-r REPS] [-i] [-p] [-v VAN] [BYTES...]   KIND: cuda | emu
  *
  * For each size (default 4 KiB, 1 MiB, 4 MiB) and each path, every worker
  * pushes its values and, after a barrier of the workers, pulls the sums:
@@ -31,7 +31,9 @@
  * destination descriptors the server cannot use (too small, past their
  * allocation, of an unknown kind, a malformed body) must be answered with
  * the values as bytes, and a good one written in place; the job then goes
- * on. With -v, every process must have run on the van named VAN (as
+ * on. With -p, some bytes of the staged pulls (not all) must have been
+ * copied into the device while the rest of their value arrived (a van that
+ * reports its progress: tcp, shm). With -v, every process must have run on the van named VAN (as
  * ps_postoffice_van_name says it), so that a job meant for one van cannot
  * pass on another. Prints PASS/FAIL per process. The servers keep a
  * summing store in host memory.
@@ -65,6 +67,7 @@ static int g_num_sizes;
 static int g_rounds_done;
 static int g_reps = 1;
 static int g_expect_ipc;
+static int g_expect_piped; /* -p */
 static uint64_t g_device_pulled; /* value bytes pulled into device memory */
 
 /* A slice of `len` bytes in the device kind (device) or host memory. */
@@ -592,9 +595,16 @@ static void run_worker(ps_postoffice_t *po)
         check_fail("device pushes went %s, not %s", g_expect_ipc ? "staged" : "as IPC handles",
                    g_expect_ipc ? "as IPC handles (-i)" : "staged");
     printf("worker %d: device values pulled: %llu bytes written in place through IPC "
-           "handles, %llu received into page-locked staging, of %llu pulled into device "
-           "memory\n", ps_postoffice_my_rank(po), (unsigned long long)st.pull_bytes_ipc,
-           (unsigned long long)st.pull_bytes_staged, (unsigned long long)g_device_pulled);
+           "handles, %llu received into page-locked staging (%llu of them copied into the "
+           "device while the rest arrived), of %llu pulled into device memory\n",
+           ps_postoffice_my_rank(po), (unsigned long long)st.pull_bytes_ipc,
+           (unsigned long long)st.pull_bytes_staged, (unsigned long long)st.pull_bytes_piped,
+           (unsigned long long)g_device_pulled);
+    if (st.pull_bytes_piped > st.pull_bytes_staged ||
+        (g_expect_piped && (st.pull_bytes_piped == 0 || st.pull_bytes_piped == st.pull_bytes_staged)))
+        check_fail("device pulls: %llu staged bytes copied into the device before their value "
+                   "was in, of %llu staged (-p: some, not all)",
+                   (unsigned long long)st.pull_bytes_piped, (unsigned long long)st.pull_bytes_staged);
     if (st.pull_bytes_ipc != (g_expect_ipc ? g_device_pulled : 0))
         check_fail("device pulls: %llu bytes through IPC handles, want %llu",
                    (unsigned long long)st.pull_bytes_ipc,
@@ -632,7 +642,7 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2 || (strcmp(argv[1], "cuda") != 0 && strcmp(argv[1], "emu") != 0)) {
-        fprintf(stderr, "usage: kv_device_check cuda|emu [-r REPS] [-i] [-v VAN] [BYTES...]\n");
+        fprintf(stderr, "usage: kv_device_check cuda|emu [-r REPS] [-i] [-p] [-v VAN] [BYTES...]\n");
         return 2;
     }
     g_kind = strcmp(argv[1], "cuda") == 0 ? PS_MEM_CUDA : PS_MEM_EMU;
@@ -648,6 +658,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(argv[i], "-i") == 0) {
             g_expect_ipc = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "-p") == 0) {
+            g_expect_piped = 1;
             continue;
         }
         if (strcmp(argv[i], "-v") == 0 && i + 1 < argc) {

@@ -38,6 +38,7 @@
 extern "C" {
 #include "ps/base/buffer.h"
 #include "ps/base/config.h"
+#include "ps/base/shared_block.h"
 #include "ps/base/status.h"
 #include "ps/net/auth.h"
 #include "ps/net/caps.h"
@@ -733,6 +734,60 @@ TEST_F(ShmVan, SharedBufferTravelsWithoutCopy)
     EXPECT_EQ(ps_buf_refcount(v.buf), 1u);
     ps_slice_unref(&v);
     ps_slice_unref(&k);
+}
+
+// Opening the van installs shared segments as the process's shared
+// blocks (ps/base/shared_block.h), which the staging pool of device values
+// uses: a value on such a block travels as a descriptor too, and the
+// block's release runs once the receiver lets go of its view.
+TEST_F(ShmVan, SharedBlocksTravelWithoutCopy)
+{
+    Van a, b;
+    ASSERT_EQ(a.Open(), PS_OK);
+    ASSERT_EQ(b.Open(), PS_OK);
+    ASSERT_EQ(a.Bind(9), PS_OK);
+    ASSERT_EQ(b.Bind(8), PS_OK);
+    ASSERT_EQ(a.Connect(b), PS_OK);
+    b.inbox.SetKeep();
+
+    const ps_shared_block_ops_t *blocks = ps_shared_block_provider();
+    ASSERT_NE(blocks, nullptr);
+    ps_shared_block_t *block;
+    void *data;
+    ASSERT_EQ(blocks->create(1 << 20, &block, &data), PS_OK);
+    static std::atomic<int> released{0};
+    released = 0;
+    ps_buf_t *buf;
+    ASSERT_EQ(blocks->wrap(block, 1 << 20, [](void *) { released++; }, nullptr, &buf), PS_OK);
+    for (size_t i = 0; i < (1u << 20); ++i) {
+        static_cast<uint8_t *>(data)[i] = Pattern(31, i);
+    }
+    ps_slice_t v;
+    ASSERT_EQ(ps_slice_of(buf, 0, 1 << 20, &v), PS_OK);
+    ps_buf_unref(buf);
+    ps_slice_t k = Filled(8, 1);
+    ps_msg_t msg;
+    MakeMsg(&msg, 8, 5, {k, v});
+    ASSERT_EQ(a.Send(&msg), PS_OK);
+    ps_msg_release(&msg);
+    ps_slice_unref(&v);
+    ps_slice_unref(&k);
+    ASSERT_TRUE(b.inbox.WaitMsgs(1));
+    EXPECT_EQ(Counts(a.van)[kShared], 1u);
+    EXPECT_EQ(Counts(a.van)[kStaged], 0u);
+    {
+        std::lock_guard<std::mutex> lk(b.inbox.mu);
+        EXPECT_EQ(b.inbox.msgs[0].kinds[1], PS_BUF_MEM_SHM);
+        EXPECT_TRUE(Matches(b.inbox.msgs[0].data[1], 1 << 20, 31));
+    }
+    EXPECT_EQ(released.load(), 0); // the van holds it for the receiver
+    b.inbox.Release();
+    auto until = std::chrono::steady_clock::now() + kWait;
+    while (released.load() == 0 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(released.load(), 1);
+    blocks->destroy(block);
 }
 
 // A pull whose destination is a shared buffer is answered by writing the

@@ -23,6 +23,7 @@
 
 #include "ps/base/buffer_internal.h"
 #include "ps/base/log.h"
+#include "ps/base/shared_block.h"
 #include "ps/net/shm/shm_job.h"
 #include "ps/net/shm/shm_seg.h"
 
@@ -153,6 +154,70 @@ const ps__shm_seg_t *ps__shm_seg_of(const ps_buf_t *buf)
         return NULL;
     }
     return ((const wrap_t *)buf->release_arg)->seg;
+}
+
+/* ---- shared blocks for the layers above (ps/base/shared_block.h) ---- */
+
+/* The block is the segment itself; a wrap's release goes through this. */
+typedef struct {
+    ps_shared_block_release_func_t fn;
+    void *arg;
+} block_release_t;
+
+static void block_released(ps__shm_seg_t *seg, void *arg)
+{
+    (void)seg;
+    block_release_t r = *(block_release_t *)arg;
+    free(arg);
+    r.fn(r.arg);
+}
+
+static ps_status_t block_create(size_t len, ps_shared_block_t **block_p, void **data_p)
+{
+    ps__shm_seg_t *seg;
+    ps_status_t st = ps__shm_seg_create(len, "stage", &seg);
+    if (st != PS_OK) {
+        return st;
+    }
+    *block_p = (ps_shared_block_t *)seg;
+    *data_p = seg->base;
+    return PS_OK;
+}
+
+static ps_status_t block_wrap(ps_shared_block_t *block, size_t len,
+                              ps_shared_block_release_func_t release, void *arg, ps_buf_t **buf_p)
+{
+    if (release == NULL) {
+        return PS_ERR_INVALID_ARG;
+    }
+    block_release_t *r = malloc(sizeof(*r));
+    if (r == NULL) {
+        return PS_ERR_NO_MEMORY;
+    }
+    r->fn = release;
+    r->arg = arg;
+    ps_status_t st = ps__shm_seg_wrap((ps__shm_seg_t *)block, len, block_released, r, buf_p);
+    if (st != PS_OK) {
+        free(r);
+    }
+    return st;
+}
+
+static void block_destroy(ps_shared_block_t *block)
+{
+    ps__shm_seg_destroy((ps__shm_seg_t *)block);
+}
+
+static const ps_shared_block_ops_t shm_blocks = {
+    .size = sizeof(ps_shared_block_ops_t),
+    .create = block_create,
+    .wrap = block_wrap,
+    .destroy = block_destroy,
+};
+
+void ps__shm_provide_blocks(void)
+{
+    ps_shared_block_provide(&shm_blocks);
 }
 
 /* ---- the public allocator and its registry ---- */

@@ -186,6 +186,7 @@ struct ps__shm_chan {
     ps__shm_rx_phase_t phase;
     ps_msg_t rmsg;
     ps__shm_part_t rparts[1 + PS_MSG_MAX_DATA];
+    int rpart_seg[1 + PS_MSG_MAX_DATA]; /* rmsg.data index of a part; -1: the meta */
     uint32_t rnum_parts, rcur;
     uint64_t roff;
     uint8_t *rmeta;          /* a streamed meta being collected */

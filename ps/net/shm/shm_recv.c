@@ -286,14 +286,27 @@ static ps_status_t get_dest(ps__shm_chan_t *ch, unsigned i, uint64_t len, int po
     return ps_van_rx_pool_get(van->sock.pool, (size_t)len, slice_p);
 }
 
-/* Copies len bytes at addr in the peer's memory to dst. */
-static ps_status_t cma_read(ps__shm_chan_t *ch, void *dst, uint64_t addr, uint64_t len)
+/* Bytes between reports of a destination's progress (ps_slice_filled):
+ * its owner's work on the front (a device copy) then overlaps the rest. */
+#define FILL_STEP ((uint64_t)1 << 20)
+
+/* The step to copy into `dst` in: all at once unless its owner watches. */
+static uint64_t fill_step(const ps_slice_t *dst, uint64_t len)
 {
+    return ps_slice_fill_watched(dst) ? FILL_STEP : len;
+}
+
+/* Copies the len bytes at addr in the peer's memory into dst. */
+static ps_status_t cma_read(ps__shm_chan_t *ch, const ps_slice_t *dst, uint64_t addr,
+                            uint64_t len)
+{
+    uint8_t *p = ps_slice_ptr(dst);
+    uint64_t step = fill_step(dst, len);
     uint64_t done = 0;
     while (done < len) {
-        struct iovec local = {.iov_base = (uint8_t *)dst + done, .iov_len = (size_t)(len - done)};
-        struct iovec remote = {.iov_base = (void *)(uintptr_t)(addr + done),
-                               .iov_len = (size_t)(len - done)};
+        size_t want = (size_t)(len - done < step ? len - done : step);
+        struct iovec local = {.iov_base = p + done, .iov_len = want};
+        struct iovec remote = {.iov_base = (void *)(uintptr_t)(addr + done), .iov_len = want};
         ssize_t n = process_vm_readv(ch->peer_pid, &local, 1, &remote, 1, 0);
         if (n <= 0) {
             if (n < 0 && errno == EINTR) {
@@ -308,8 +321,22 @@ static ps_status_t cma_read(ps__shm_chan_t *ch, void *dst, uint64_t addr, uint64
             return PS_ERR_PROTOCOL;
         }
         done += (uint64_t)n;
+        ps_slice_filled(dst, (size_t)done);
     }
     return PS_OK;
+}
+
+/* memcpy into dst, its progress reported as cma_read does. */
+static void copy_in(const ps_slice_t *dst, const uint8_t *src, uint64_t len)
+{
+    uint8_t *p = ps_slice_ptr(dst);
+    uint64_t step = fill_step(dst, len);
+    for (uint64_t done = 0; done < len;) {
+        uint64_t n = len - done < step ? len - done : step;
+        memcpy(p + done, src + done, (size_t)n);
+        done += n;
+        ps_slice_filled(dst, (size_t)done);
+    }
 }
 
 /* A peer segment view or a copy out of it, for descriptor d of segment i. */
@@ -333,7 +360,7 @@ static ps_status_t take_seg(ps__shm_chan_t *ch, unsigned i, const ps__shm_seg_de
     ps_slice_t s = PS_SLICE_EMPTY_INIT;
     ps_status_t st = get_dest(ch, i, d->len, 0, &s);
     if (st == PS_OK) {
-        memcpy(ps_slice_ptr(&s), src, (size_t)d->len);
+        copy_in(&s, src, d->len);
         ch->rmsg.data[i] = s;
         ps__shm_ack_later(ch, d->token);
         return PS_OK;
@@ -395,7 +422,7 @@ static ps_status_t take_segments(ps__shm_chan_t *ch, const ps__shm_seg_desc_t *d
             memcpy(dst, rec + d->a, (size_t)d->len);
             break;
         case PS__SHM_SEG_CMA:
-            st = cma_read(ch, dst, d->a, d->len);
+            st = cma_read(ch, &m->data[i], d->a, d->len);
             if (st != PS_OK) {
                 return st;
             }
@@ -404,6 +431,7 @@ static ps_status_t take_segments(ps__shm_chan_t *ch, const ps__shm_seg_desc_t *d
         default: /* STREAM */
             ch->rparts[ch->rnum_parts].ptr = dst;
             ch->rparts[ch->rnum_parts].len = d->len;
+            ch->rpart_seg[ch->rnum_parts] = (int)i;
             ch->rnum_parts++;
             break;
         }
@@ -453,6 +481,7 @@ static ps_status_t on_msg(ps__shm_chan_t *ch, const uint8_t *rec, uint32_t rec_l
         ch->rmeta_len = h.meta_len;
         ch->rparts[0].ptr = ch->rmeta;
         ch->rparts[0].len = h.meta_len;
+        ch->rpart_seg[0] = -1;
         ch->rnum_parts = 1;
         ch->rmsg.num_data = h.num_seg;
         for (uint32_t i = 0; i < h.num_seg; ++i) {
@@ -523,6 +552,9 @@ static ps_status_t on_chunk(ps__shm_chan_t *ch, const uint8_t *rec, uint32_t rec
     }
     memcpy((uint8_t *)ch->rparts[ch->rcur].ptr + ch->roff, rec + sizeof(c), c.nbytes);
     ch->roff += c.nbytes;
+    if (ch->rpart_seg[ch->rcur] >= 0) {
+        ps_slice_filled(&ch->rmsg.data[ch->rpart_seg[ch->rcur]], (size_t)ch->roff);
+    }
     while (ch->rcur < ch->rnum_parts && ch->roff == ch->rparts[ch->rcur].len) {
         int was_meta = ch->rmeta != NULL && ch->rcur == 0;
         ch->rcur++;

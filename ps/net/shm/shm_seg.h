@@ -54,6 +54,11 @@ ps_status_t ps__shm_seg_wrap(ps__shm_seg_t *seg, size_t len, ps__shm_seg_release
  * ps_shm_buf_alloc()), or NULL. */
 const ps__shm_seg_t *ps__shm_seg_of(const ps_buf_t *buf);
 
+/* Installs shared segments as the process's provider of shared host
+ * blocks (ps/base/shared_block.h): the van does when it opens, so that
+ * what the layers above stage for it travels as SEG descriptors. */
+void ps__shm_provide_blocks(void);
+
 /* ---- the buffers of ps_shm_buf_alloc() that are alive, by address ----
  * A pull's destination named only by its address (meta.addr) is found here,
  * so that the van can have the answer written straight into it. */

@@ -28,6 +28,7 @@
 #include "ps/base/time.h"
 #include "ps/net/codec/frame.h"
 #include "ps/net/shm/shm_internal.h"
+#include "ps/net/shm/shm_seg.h"
 #include "ps/net/shm/shm_van.h"
 
 /* While polling, look at the sockets every this many rounds. */
@@ -357,6 +358,9 @@ static ps_status_t sv_open(const ps_van_params_t *params, const ps_van_callbacks
     van->allow_cma = 1;
     van->allow_seg = 1;
     van->allow_stage = 1;
+    /* What the layers above stage (device values) is then made in shared
+     * segments this van sends by reference. */
+    ps__shm_provide_blocks();
     ps_van_random_bytes(van->cookie, sizeof(van->cookie));
     van->wake_handle.kind = PS__SHM_H_WAKE;
     van->listen_handle.kind = PS__SHM_H_LISTEN;

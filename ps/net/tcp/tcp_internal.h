@@ -126,6 +126,9 @@ typedef struct {
      * message segment whose buffer it is. */
     uint64_t cap;
     int seg;
+    /* The piece starts its segment and this stream alone fills it in
+     * order: its progress is reported (ps_slice_filled). */
+    int reports;
 } ps__tcp_piece_t;
 
 /* A frame (or its unsent rest) waiting in a connection's send queue. It

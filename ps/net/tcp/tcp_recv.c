@@ -96,6 +96,7 @@ static void rx_set_pieces(ps__tcp_conn_t *conn, const ps_msg_t *msg, const uint6
             pc->len = take;
             pc->cap = have < take ? have : take;
             pc->seg = (int)s;
+            pc->reports = in == 0 && conn->phase != PS__TCP_RX_CHUNK;
             conn->npiece++;
             off += take;
             len -= take;
@@ -403,6 +404,14 @@ static ps_status_t rx_piece_grow(ps__tcp_conn_t *conn, ps__tcp_piece_t *pc)
     return PS_OK;
 }
 
+/* Tells the destination's owner how far piece pc is written. */
+static void rx_report(const ps__tcp_conn_t *conn, const ps__tcp_piece_t *pc)
+{
+    if (pc->reports) {
+        ps_slice_filled(&conn->rmsg.data[pc->seg], (size_t)conn->piece_off);
+    }
+}
+
 /* Copies staged bytes into the pieces; 1 once every piece is full, 0 when
  * more bytes are needed (or there are no pieces: a chunk stream idle), -1
  * when a buffer could not grow (logged). */
@@ -430,6 +439,7 @@ static int rx_fill_pieces(ps__tcp_conn_t *conn)
         memcpy(pc->ptr + conn->piece_off, conn->rbuf + conn->rstart, take);
         conn->rstart += take;
         conn->piece_off += take;
+        rx_report(conn, pc);
     }
     return 1;
 }
@@ -700,6 +710,7 @@ void ps__tcp_on_readable(ps__tcp_conn_t *conn)
             size_t d = got < direct ? got : direct;
             conn->piece_off += d;
             got -= d;
+            rx_report(conn, &conn->piece[conn->piece_idx]);
         }
         conn->rend += got;
         short_read = (size_t)n < requested;
