@@ -286,6 +286,8 @@ typedef struct ps_af_worker_stats {
     uint64_t pull_bytes_copied;   /* result bytes copied once on arrival */
     uint64_t pull_bytes_staged;   /* of those, received into a page-locked staging block for
                                    * a pull tensor in device memory */
+    uint64_t pull_bytes_piped;    /* of pull_bytes_staged, those copied into the device while
+                                   * the rest of their tensor was still arriving */
 } ps_af_worker_stats_t;
 void ps_af_worker_stats(ps_af_worker_t *worker, ps_af_worker_stats_t *stats_p);
 

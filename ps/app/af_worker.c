@@ -49,6 +49,9 @@ struct ps_af_handle {
     atomic_uchar *answered; /* num_ts * num_servers: message k of server i at k * ns + i */
     atomic_uchar *traced;   /* per dest */
     atomic_uchar *staged;   /* per dest: the van got a page-locked block for it (claim_dest) */
+    /* per dest: the block came through a pipe (host_stage.h), which holds
+     * a reference on the handle until it is gone */
+    _Atomic(ps__app_pipe_t *) *pipes;
     ps_af_trace_t *req_trace;
     ps_af_trace_t *rsp_trace;
 };
@@ -76,6 +79,7 @@ struct ps_af_worker {
     atomic_uint_least64_t n_in_place;
     atomic_uint_least64_t n_copied;
     atomic_uint_least64_t n_staged;
+    atomic_uint_least64_t n_piped;
     ps_mutex_t regions_lock;
     af_region_t *regions;
     size_t num_regions, cap_regions;
@@ -116,6 +120,7 @@ static ps_status_t handle_alloc(int ns, int num_push, int per_server, ps_af_hand
     size_t o_answered = PS__AF_BLOCK_TAKE(&off, num_ts * (size_t)ns, h->answered);
     size_t o_traced = PS__AF_BLOCK_TAKE(&off, nd + 1, h->traced);
     size_t o_staged = PS__AF_BLOCK_TAKE(&off, nd + 1, h->staged);
+    size_t o_pipes = PS__AF_BLOCK_TAKE(&off, nd + 1, h->pipes);
     size_t o_req = PS__AF_BLOCK_TAKE(&off, nd + 1, h->req_trace);
     size_t o_rsp = PS__AF_BLOCK_TAKE(&off, nd + 1, h->rsp_trace);
     char *block = calloc(1, off);
@@ -133,6 +138,7 @@ static ps_status_t handle_alloc(int ns, int num_push, int per_server, ps_af_hand
     h->answered = (atomic_uchar *)(block + o_answered);
     h->traced = (atomic_uchar *)(block + o_traced);
     h->staged = (atomic_uchar *)(block + o_staged);
+    h->pipes = (_Atomic(ps__app_pipe_t *) *)(block + o_pipes);
     h->req_trace = (ps_af_trace_t *)(block + o_req);
     h->rsp_trace = (ps_af_trace_t *)(block + o_rsp);
     *h_p = h;
@@ -173,6 +179,7 @@ typedef struct {
     int server;          /* the sender's group rank (ps_postoffice_peer_rank) */
     uint64_t len;        /* claim_dest: the incoming bytes */
     int device_ok;       /* claim_dest: the van may write device memory */
+    int timeout_ms;      /* claim_dest: bounds a pipe's waits for its copies */
     ps_slice_t *slice_p; /* claim_dest: where they go */
 } af_claim_t;
 
@@ -200,6 +207,43 @@ static ps_status_t claim_answer(void *ctx, void *arg)
     return PS_OK;
 }
 
+/* A pull slot's pipe, and the handle it holds. */
+typedef struct {
+    ps_af_handle_t *h;
+    int slot;
+} af_pipe_ref_t;
+
+static void pipe_gone(void *arg)
+{
+    af_pipe_ref_t *ref = arg;
+    atomic_store(&ref->h->pipes[ref->slot], NULL);
+    handle_unref(ref->h, 1);
+    free(ref);
+}
+
+/* A staged receipt of a large device destination through a pipe (one per
+ * slot at a time). */
+static ps_status_t claim_pipe(ps_af_handle_t *h, int slot, int timeout_ms, ps_slice_t *slice_p)
+{
+    if (atomic_load(&h->pipes[slot]) != NULL)
+        return PS_ERR_UNSUPPORTED;
+    af_pipe_ref_t *ref = malloc(sizeof(*ref));
+    if (ref == NULL)
+        return PS_ERR_NO_MEMORY;
+    ref->h = h;
+    ref->slot = slot;
+    atomic_fetch_add(&h->refs, 1);
+    ps__app_pipe_t *pipe;
+    ps_status_t st = ps__app_pipe_open(&h->dest[slot], timeout_ms, pipe_gone, ref, slice_p, &pipe);
+    if (st != PS_OK) {
+        atomic_fetch_sub(&h->refs, 1);
+        free(ref);
+        return st;
+    }
+    atomic_store(&h->pipes[slot], pipe);
+    return PS_OK;
+}
+
 /* Under the request's claim: a reference on the pull slot's destination,
  * when it still waits for exactly c->len bytes. */
 static ps_status_t claim_dest(void *ctx, void *arg)
@@ -219,7 +263,8 @@ static ps_status_t claim_dest(void *ctx, void *arg)
         /* Device memory the van cannot write: a page-locked staging block
          * to receive into, copied from in take_pull (as the KV worker's
          * claim_dest does); without one, the van's own buffer. */
-        if (ps__app_receive_stage(d, c->slice_p) != PS_OK)
+        if (claim_pipe(h, slot, c->timeout_ms, c->slice_p) != PS_OK &&
+            ps__app_receive_stage(d, c->slice_p) != PS_OK)
             return PS_ERR_NOT_FOUND;
         atomic_store(&h->staged[slot], 1);
         return PS_OK;
@@ -243,6 +288,7 @@ static ps_status_t worker_recv_buffer(void *arg, ps_customer_t *customer, const 
                     .index = hdr.index,
                     .len = len,
                     .device_ok = w->device_ok,
+                    .timeout_ms = w->request_timeout_ms,
                     .slice_p = slice_p};
     return ps_customer_claim_request(w->customer, meta->timestamp, claim_dest, &c);
 }
@@ -269,7 +315,15 @@ static ps_status_t take_pull(ps_af_worker_t *w, ps_af_handle_t *h, const af_clai
             /* The transport's own buffer (host memory): one copy. */
             if (!ps_slice_in_host_mem(&msg->data[0]))
                 return PS_ERR_UNSUPPORTED;
-            ps_status_t st = ps__app_copy_in(d, 0, ps_slice_ptr(&msg->data[0]), got);
+            ps__app_pipe_t *pipe = atomic_load(&h->pipes[slot]);
+            ps_status_t st;
+            if (pipe != NULL && ps__app_pipe_owns(pipe, ps_slice_ptr(&msg->data[0]))) {
+                uint64_t early = 0;
+                st = ps__app_pipe_finish(pipe, got, &early);
+                atomic_fetch_add_explicit(&w->n_piped, early, memory_order_relaxed);
+            } else {
+                st = ps__app_copy_in(d, 0, ps_slice_ptr(&msg->data[0]), got);
+            }
             if (st != PS_OK)
                 return st;
             atomic_fetch_add_explicit(&w->n_copied, got, memory_order_relaxed);
@@ -789,4 +843,5 @@ void ps_af_worker_stats(ps_af_worker_t *w, ps_af_worker_stats_t *stats_p)
     stats_p->pull_bytes_in_place = atomic_load_explicit(&w->n_in_place, memory_order_relaxed);
     stats_p->pull_bytes_copied = atomic_load_explicit(&w->n_copied, memory_order_relaxed);
     stats_p->pull_bytes_staged = atomic_load_explicit(&w->n_staged, memory_order_relaxed);
+    stats_p->pull_bytes_piped = atomic_load_explicit(&w->n_piped, memory_order_relaxed);
 }

@@ -628,6 +628,7 @@ void ps__tcp_on_readable(ps__tcp_conn_t *conn)
         struct iovec iov[2];
         int cnt = 0;
         size_t direct = 0;
+        int stepped = 0; /* the piece goes on past this read: no staging */
         if ((conn->phase == PS__TCP_RX_DATA || conn->phase == PS__TCP_RX_CHUNK) &&
             conn->piece_idx < conn->npiece) {
             ps__tcp_piece_t *pc = &conn->piece[conn->piece_idx];
@@ -640,6 +641,13 @@ void ps__tcp_on_readable(ps__tcp_conn_t *conn)
             if (direct > budget) {
                 direct = budget;
             }
+            /* Someone works on the front as it arrives: read in steps,
+             * so that the work overlaps the reads after it. */
+            if (direct > PS__TCP_FILL_STEP && pc->reports &&
+                ps_slice_fill_watched(&conn->rmsg.data[pc->seg])) {
+                direct = PS__TCP_FILL_STEP;
+                stepped = 1;
+            }
             iov[cnt].iov_base = pc->ptr + conn->piece_off;
             iov[cnt].iov_len = direct;
             cnt++;
@@ -650,7 +658,7 @@ void ps__tcp_on_readable(ps__tcp_conn_t *conn)
             conn->rstart = 0;
             conn->rend = have;
         }
-        if (conn->rcap > conn->rend) {
+        if (conn->rcap > conn->rend && !stepped) {
             size_t room = conn->rcap - conn->rend;
             if (direct >= PS__TCP_LOWAT_MIN && room > PS__TCP_DIRECT_STAGING) {
                 room = PS__TCP_DIRECT_STAGING;

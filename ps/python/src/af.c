@@ -467,10 +467,11 @@ static PyObject *worker_stats(PyObject *self, PyObject *unused)
         return ps__py_raise(PS_ERR_BAD_STATE, "the AF worker is closed");
     ps_af_worker_stats_t s;
     ps_af_worker_stats(w->worker, &s);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K}", "batches", (unsigned long long)s.batches,
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "batches", (unsigned long long)s.batches,
                          "pull_bytes_in_place", (unsigned long long)s.pull_bytes_in_place,
                          "pull_bytes_copied", (unsigned long long)s.pull_bytes_copied,
-                         "pull_bytes_staged", (unsigned long long)s.pull_bytes_staged);
+                         "pull_bytes_staged", (unsigned long long)s.pull_bytes_staged,
+                         "pull_bytes_piped", (unsigned long long)s.pull_bytes_piped);
 }
 
 #define KW_METHOD(fn) (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS
