@@ -77,6 +77,11 @@ struct ps__app_pipe {
     const ps_mem_ops_t *ops;
     void *stream;
     ps_mem_event_h event;
+    /* Recorded on dest's default stream when the pipe opened: the copies
+     * go after the work queued there (a kernel still reading the old
+     * values), as a synchronous copy in its place would. */
+    ps_mem_event_h after;
+    int after_done;
     int timeout_ms;
     /* The van's thread until finish, then the finisher's: */
     size_t copied;    /* bytes queued for dest */
@@ -86,10 +91,32 @@ struct ps__app_pipe {
     void *gone_arg;
 };
 
-/* Queues bytes [copied, upto) of the block for dest. */
-static void pipe_queue(ps__app_pipe_t *pipe, size_t upto)
+/* Whether the default stream's work is done: polled while the value
+ * arrives (the receiving thread never waits for the device), waited for on
+ * delivery. */
+static int pipe_after(ps__app_pipe_t *pipe, int wait)
 {
-    if (pipe->st != PS_OK || upto <= pipe->copied)
+    if (pipe->after_done)
+        return 1;
+    ps_status_t st = wait ? ps_mem_event_wait(pipe->after, pipe->timeout_ms)
+                          : ps_mem_event_query(pipe->after);
+    if (st == PS_INPROGRESS)
+        return 0;
+    if (st != PS_OK) {
+        ps_warn(PS_LOG_APP, "staged pull: waiting for the work queued before it on the %s "
+                "device's default stream failed (%s)", pipe->ops->name, ps_status_str(st));
+        pipe->st = st;
+        return 0;
+    }
+    pipe->after_done = 1;
+    return 1;
+}
+
+/* Queues bytes [copied, upto) of the block for dest, once the default
+ * stream's earlier work is done (waiting for it when `wait`). */
+static void pipe_queue(ps__app_pipe_t *pipe, size_t upto, int wait)
+{
+    if (pipe->st != PS_OK || upto <= pipe->copied || !pipe_after(pipe, wait))
         return;
     ps_status_t st = pipe->ops->copy_async((char *)ps_slice_ptr(&pipe->dest) + pipe->copied,
                                            (const char *)ps_slice_ptr(&pipe->stage) + pipe->copied,
@@ -115,7 +142,7 @@ static void pipe_filled(void *arg, size_t end)
     if (in >= pipe->stage.len)
         return;
     if (in - pipe->copied >= PS__APP_PIPE_CHUNK)
-        pipe_queue(pipe, in - (in - pipe->copied) % PS__APP_PIPE_CHUNK);
+        pipe_queue(pipe, in - (in - pipe->copied) % PS__APP_PIPE_CHUNK, 0);
 }
 
 /* Waits for every copy queued so far. */
@@ -127,6 +154,14 @@ static ps_status_t pipe_drain(ps__app_pipe_t *pipe)
     if (st == PS_OK)
         st = ps_mem_event_wait(pipe->event, pipe->timeout_ms);
     return st;
+}
+
+static void pipe_events_destroy(ps__app_pipe_t *pipe)
+{
+    if (pipe->event != NULL)
+        (void)pipe->ops->event_destroy(pipe->event);
+    if (pipe->after != NULL)
+        (void)pipe->ops->event_destroy(pipe->after);
 }
 
 /* The van let go of the block: nothing more comes, so once the copies are
@@ -143,7 +178,7 @@ static void pipe_released(void *data, size_t len, void *arg)
                      "destination may still be written", pipe->ops->name, ps_status_str(st));
     }
     pipe->gone(pipe->gone_arg);
-    (void)pipe->ops->event_destroy(pipe->event);
+    pipe_events_destroy(pipe);
     ps_slice_unref(&pipe->dest);
     ps_slice_unref(&pipe->stage);
     free(pipe);
@@ -162,10 +197,16 @@ ps_status_t ps__app_pipe_open(const ps_slice_t *dest, int timeout_ms, ps__app_pi
     pipe->timeout_ms = timeout_ms;
     pipe->gone = gone;
     pipe->gone_arg = gone_arg;
-    ps_status_t st = pipe_stream(kind, ps_slice_device(dest), &pipe->stream);
+    int device = ps_slice_device(dest);
+    ps_status_t st = pipe_stream(kind, device, &pipe->stream);
     if (st == PS_OK)
-        st = pipe->ops->event_create(ps_slice_device(dest), &pipe->event);
+        st = pipe->ops->event_create(device, &pipe->event);
+    if (st == PS_OK)
+        st = pipe->ops->event_create(device, &pipe->after);
+    if (st == PS_OK)
+        st = pipe->ops->event_record(pipe->after, NULL);
     if (st != PS_OK) {
+        pipe_events_destroy(pipe);
         free(pipe);
         return PS_ERR_UNSUPPORTED;
     }
@@ -175,7 +216,7 @@ ps_status_t ps__app_pipe_open(const ps_slice_t *dest, int timeout_ms, ps__app_pi
         st = ps_buf_proxy(pipe->stage.buf, pipe_released, pipe, &proxy);
     if (st != PS_OK) {
         ps_slice_unref(&pipe->stage);
-        (void)pipe->ops->event_destroy(pipe->event);
+        pipe_events_destroy(pipe);
         free(pipe);
         return st;
     }
@@ -198,7 +239,7 @@ ps_status_t ps__app_pipe_finish(ps__app_pipe_t *pipe, size_t len, uint64_t *earl
     if (len > pipe->stage.len)
         return PS_ERR_INVALID_ARG;
     *early_p += pipe->copied;
-    pipe_queue(pipe, len);
+    pipe_queue(pipe, len, 1);
     ps_status_t st = pipe_drain(pipe);
     /* Undrained, the van's letting go waits for the copies once more. */
     pipe->finished = st == PS_OK;

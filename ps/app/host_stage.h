@@ -35,7 +35,10 @@ ps_status_t ps__app_receive_stage(const ps_slice_t *dest, ps_slice_t *out_p);
  * receives into a staging block and reports its progress
  * (ps_slice_filled); each PS__APP_PIPE_CHUNK that is in is copied into the
  * destination on a stream of its kind at once, so the copies overlap the
- * rest of the receipt, and on delivery only the tail is left to copy.
+ * rest of the receipt, and on delivery only the tail is left to copy. The
+ * copies go after the work queued on the device's default stream when the
+ * pipe opened, as a synchronous copy would: while that work runs, nothing
+ * is queued early and the delivery waits for it.
  */
 typedef struct ps__app_pipe ps__app_pipe_t;
 

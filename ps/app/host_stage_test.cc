@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "ps/gpu/emu.h"
@@ -117,6 +118,32 @@ TEST_F(Pipe, LettingGoWithoutDeliveryWaitsForQueuedCopies) {
   std::vector<unsigned char> got = DeviceBytes(dest_);
   EXPECT_TRUE(std::equal(want_.begin(), want_.begin() + 2 * PS__APP_PIPE_CHUNK, got.begin()));
   EXPECT_EQ(got[2 * PS__APP_PIPE_CHUNK], 0);  // reported, but under a chunk: not copied
+}
+
+// Work already queued on the destination device's default stream (a
+// kernel still reading the old values) goes first, as a synchronous copy
+// would: no copy is queued while the value arrives, and delivery waits.
+TEST_F(Pipe, CopiesGoAfterTheDefaultStreamsWork) {
+  ps_slice_t dest0;  // on device 0, whose default stream runs host functions
+  ASSERT_EQ(ps_mem_slice_alloc(PS_MEM_EMU, 0, kLen, &dest0), PS_OK);
+  ASSERT_EQ(emu()->launch_host_func(nullptr, [](void *) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }, nullptr), PS_OK);
+  Gone gone;
+  ps_slice_t recv;
+  ps__app_pipe_t *pipe;
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(ps__app_pipe_open(&dest0, 5000, Gone::Count, &gone, &recv, &pipe), PS_OK);
+  Arrive(&recv, 0, kLen - 1);
+  uint64_t early = 0;
+  ASSERT_EQ(ps__app_pipe_finish(pipe, kLen - 1, &early), PS_OK);  // the last byte: not asked
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  EXPECT_EQ(early, 0u);
+  std::vector<unsigned char> got = DeviceBytes(dest0);
+  EXPECT_TRUE(std::equal(want_.begin(), want_.end() - 1, got.begin()));
+  ps_slice_unref(&recv);
+  EXPECT_EQ(gone.calls, 1);
+  ps_slice_unref(&dest0);
 }
 
 TEST_F(Pipe, OnlyLargeDeviceDestinations) {
