@@ -302,7 +302,11 @@ run() {
     step "KV job over $van, $kind memory: 2 workers x 2 servers"
     local env=() flags=()
     case $van in
-      shm) env=(DMLC_ENABLE_RDMA=shm PS_JOB_ID="gpu-check-$$") ;;
+      # The sizes include 4 MiB: pulls piped on both vans, pushes sent as
+      # copied out over tcp.
+      tcp) flags=(-p -P) ;;
+      shm) env=(DMLC_ENABLE_RDMA=shm PS_JOB_ID="gpu-check-$$")
+        flags=(-p) ;;
       shm-ipc) env=(DMLC_ENABLE_RDMA=shm PS_JOB_ID="gpu-check-ipc-$$" PS_DEVICE_IPC=1)
         flags=(-i) ;;
     esac
@@ -311,7 +315,7 @@ run() {
     env "${env[@]}" timeout "$(cap 240)" python3 "$launcher" -s 2 -w 2 --timeout "$(cap 200)" -- \
       "$bin/kv_device_check" "$kind" -r "$reps" "${flags[@]}" >"$log" 2>&1
     local rc=$?
-    grep -E "push .* pull |late-ready|values pushed|values pulled|hostile pulls|behind the default|PASS|FAIL" "$log"
+    grep -E "push .* pull |late-ready|values pushed|values pulled|copied out|hostile pulls|behind the default|PASS|FAIL" "$log"
     local passes
     passes=$(grep -c "PASS \(scheduler\|server\|worker\)" "$log")
     [ "$rc" -eq 0 ] && [ "$passes" -eq 5 ] || { tail -20 "$log"; [ "$rc" -eq 0 ] && rc=1; }

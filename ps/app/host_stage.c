@@ -245,3 +245,147 @@ ps_status_t ps__app_pipe_finish(ps__app_pipe_t *pipe, size_t len, uint64_t *earl
     pipe->finished = st == PS_OK;
     return pipe->st != PS_OK ? pipe->st : st;
 }
+
+/* ---- pushes sent as they are copied out ---- */
+
+/* Events per value: the chunk grows past PS__APP_PIPE_CHUNK for values
+ * over this many of them. */
+#define SEND_PIPE_MAX_CHUNKS 64
+
+typedef struct {
+    ps_slice_t stage; /* the staging block, written chunk by chunk */
+    const ps_mem_ops_t *ops;
+    size_t chunk;
+    int n;            /* chunks queued, each followed by its event */
+    int timeout_ms;
+    pthread_mutex_t lock;
+    int done;         /* chunks known to be in (lock) */
+    ps_status_t st;   /* a failed copy's (lock) */
+    ps_mem_event_h ev[SEND_PIPE_MAX_CHUNKS];
+} send_pipe_t;
+
+/* The van asks how far the block is written (ps_buf_written_func_t). */
+static ps_status_t send_pipe_written(void *arg, int wait, size_t beyond, size_t *end_p)
+{
+    send_pipe_t *sp = arg;
+    pthread_mutex_lock(&sp->lock);
+    ps_status_t st = sp->st;
+    for (;;) {
+        while (st == PS_OK && sp->done < sp->n) {
+            ps_status_t q = ps_mem_event_query(sp->ev[sp->done]);
+            if (q == PS_INPROGRESS)
+                break;
+            if (q == PS_OK)
+                sp->done++;
+            else
+                st = q;
+        }
+        size_t in = (size_t)sp->done * sp->chunk;
+        size_t end = sp->stage.off + (in < sp->stage.len ? in : sp->stage.len);
+        *end_p = end;
+        if (st != PS_OK || !wait || sp->done == sp->n || end > beyond)
+            break;
+        ps_mem_event_h next = sp->ev[sp->done];
+        pthread_mutex_unlock(&sp->lock);
+        st = ps_mem_event_wait(next, sp->timeout_ms);
+        pthread_mutex_lock(&sp->lock);
+        if (st == PS_INPROGRESS)
+            st = PS_OK;
+    }
+    if (st != PS_OK && sp->st == PS_OK) {
+        ps_warn(PS_LOG_APP, "staged push: copying out of %s memory failed (%s)", sp->ops->name,
+                ps_status_str(st));
+        sp->st = st;
+    }
+    pthread_mutex_unlock(&sp->lock);
+    return st;
+}
+
+/* Waits for the copies queued (the block goes back to its pool next) and
+ * frees the pipe. */
+static void send_pipe_free(send_pipe_t *sp)
+{
+    if (sp->n > 0) {
+        ps_status_t st = ps_mem_event_wait(sp->ev[sp->n - 1], sp->timeout_ms);
+        if (st != PS_OK)
+            ps_error(PS_LOG_APP, "staged push: copies out of %s memory did not end (%s); its "
+                     "staging block is leaked", sp->ops->name, ps_status_str(st));
+        else
+            ps_slice_unref(&sp->stage);
+    } else {
+        ps_slice_unref(&sp->stage);
+    }
+    for (int i = 0; i < SEND_PIPE_MAX_CHUNKS && sp->ev[i] != NULL; i++)
+        (void)sp->ops->event_destroy(sp->ev[i]);
+    pthread_mutex_destroy(&sp->lock);
+    free(sp);
+}
+
+static void send_pipe_released(void *data, size_t len, void *arg)
+{
+    (void)data;
+    (void)len;
+    send_pipe_free(arg);
+}
+
+ps_status_t ps__app_sendable_as_written(const ps_slice_t *src, int timeout_ms, ps_slice_t *out_p)
+{
+    if (src->len < 2 * PS__APP_PIPE_CHUNK || ps_slice_in_host_mem(src))
+        return PS_ERR_UNSUPPORTED;
+    ps_mem_kind_t kind = ps_slice_mem_ops_kind(src);
+    int device = ps_slice_device(src);
+    void *stream;
+    if (pipe_stream(kind, device, &stream) != PS_OK)
+        return PS_ERR_UNSUPPORTED;
+    send_pipe_t *sp = calloc(1, sizeof(*sp));
+    if (sp == NULL)
+        return PS_ERR_NO_MEMORY;
+    sp->ops = ps_mem_ops(kind);
+    sp->timeout_ms = timeout_ms;
+    pthread_mutex_init(&sp->lock, NULL);
+    size_t per = (src->len + SEND_PIPE_MAX_CHUNKS - 1) / SEND_PIPE_MAX_CHUNKS;
+    sp->chunk = per > PS__APP_PIPE_CHUNK ? per : PS__APP_PIPE_CHUNK;
+    int chunks = (int)((src->len + sp->chunk - 1) / sp->chunk);
+    ps_status_t st = PS_OK;
+    for (int i = 0; i < chunks && st == PS_OK; i++)
+        st = sp->ops->event_create(device, &sp->ev[i]);
+    /* The values go after the work queued on the device's default stream
+     * (the kernels that wrote them), as a synchronous copy would. */
+    ps_mem_event_h after = NULL;
+    if (st == PS_OK)
+        st = sp->ops->event_create(device, &after);
+    if (st == PS_OK)
+        st = sp->ops->event_record(after, NULL);
+    if (st != PS_OK) {
+        if (after != NULL)
+            (void)sp->ops->event_destroy(after);
+        send_pipe_free(sp);
+        return PS_ERR_UNSUPPORTED;
+    }
+    st = ps_mem_event_wait(after, timeout_ms);
+    (void)sp->ops->event_destroy(after);
+    if (st == PS_OK)
+        st = ps_stage_pool_get(kind, src->len, &sp->stage);
+    for (int i = 0; i < chunks && st == PS_OK; i++) {
+        size_t off = (size_t)i * sp->chunk;
+        size_t len = src->len - off < sp->chunk ? src->len - off : sp->chunk;
+        st = sp->ops->copy_async((char *)ps_slice_ptr(&sp->stage) + off,
+                                 (const char *)ps_slice_ptr(src) + off, len, stream);
+        if (st == PS_OK)
+            st = sp->ops->event_record(sp->ev[i], stream);
+        if (st == PS_OK)
+            sp->n = i + 1;
+    }
+    ps_buf_t *proxy = NULL;
+    if (st == PS_OK)
+        st = ps_buf_proxy(sp->stage.buf, send_pipe_released, sp, &proxy);
+    if (st != PS_OK) {
+        send_pipe_free(sp);
+        return st;
+    }
+    ps_buf_set_written_hook(proxy, send_pipe_written, sp);
+    out_p->buf = proxy; /* the proxy's first reference */
+    out_p->off = sp->stage.off;
+    out_p->len = src->len;
+    return PS_OK;
+}

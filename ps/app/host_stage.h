@@ -1,6 +1,7 @@
 /*
  * Device memory through a van that moves host memory only: the apps' one
- * copy each way. A push from device memory goes out of a host copy; a pull
+ * copy each way, pipelined in chunks where the van allows it. A push from
+ * device memory goes out of a host copy; a pull
  * into device memory is received into the van's host buffer and copied
  * into the destination. A van that moves device memory itself
  * (PS_CAP_DEVICE_MEMORY) gets the device slices untouched. Every copy goes
@@ -67,6 +68,16 @@ int ps__app_pipe_owns(const ps__app_pipe_t *pipe, const void *vals);
  * of the block. Bytes that went while the rest was arriving are added to
  * *early_p. */
 ps_status_t ps__app_pipe_finish(ps__app_pipe_t *pipe, size_t len, uint64_t *early_p);
+
+/* A push through a van that sends a segment as it is written
+ * (PS_CAP_SEND_AS_WRITTEN): like ps__app_sendable, but the copy out of the
+ * device is queued in chunks on a stream and the slice handed back at once;
+ * the van sends each chunk as it is in (ps_slice_written), so the copy of
+ * chunk i + 1 overlaps the send of chunk i. The copies go after the work
+ * queued on the device's default stream (waited for here, as a synchronous
+ * copy would). PS_ERR_UNSUPPORTED for src under two PS__APP_PIPE_CHUNKs, in
+ * host memory, or of a kind without streams: use ps__app_sendable. */
+ps_status_t ps__app_sendable_as_written(const ps_slice_t *src, int timeout_ms, ps_slice_t *out_p);
 
 /* Writes `len` host bytes at `off` into `dest`, whatever its memory kind
  * (PS_ERR_INVALID_ARG past its end). */

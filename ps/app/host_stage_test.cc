@@ -161,4 +161,48 @@ TEST_F(Pipe, OnlyLargeDeviceDestinations) {
   EXPECT_EQ(gone.calls, 0);
 }
 
+// A push through a van that sends as written: the slice is handed back at
+// once, written chunk by chunk as the stream gets to it; its bytes end
+// equal to the device's, and letting go waits for the copies.
+TEST_F(Pipe, PushesAreWrittenChunkByChunk) {
+  ASSERT_EQ(emu()->copy_from_host(ps_slice_ptr(&dest_), want_.data(), kLen), PS_OK);
+  ps_slice_t out;
+  {
+    DelayGuard slow(20000);  // each chunk's copy starts 20 ms late
+    ASSERT_EQ(ps__app_sendable_as_written(&dest_, 5000, &out), PS_OK);
+    ASSERT_EQ(out.len, kLen);
+    EXPECT_TRUE(ps_slice_in_host_mem(&out));
+    EXPECT_TRUE(ps_slice_being_written(&out));
+    size_t w = 0;
+    ASSERT_EQ(ps_slice_written(&out, 0, 0, &w), PS_OK);
+    EXPECT_LT(w, kLen);  // not all of it yet
+    size_t have = w;
+    int steps = 0;
+    while (have < kLen) {
+      ASSERT_EQ(ps_slice_written(&out, 1, have, &w), PS_OK);
+      ASSERT_GT(w, have);
+      EXPECT_EQ(w % PS__APP_PIPE_CHUNK == 0 || w == kLen, true);
+      have = w;
+      steps++;
+    }
+    EXPECT_GE(steps, 2);
+  }
+  EXPECT_EQ(0, std::memcmp(ps_slice_ptr(&out), want_.data(), kLen));
+  ps_slice_unref(&out);
+
+  // Letting go before the copies are done waits for them.
+  {
+    DelayGuard slow(30000);
+    ASSERT_EQ(ps__app_sendable_as_written(&dest_, 5000, &out), PS_OK);
+    auto t0 = std::chrono::steady_clock::now();
+    ps_slice_unref(&out);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(25));
+  }
+
+  ps_slice_t small;
+  ASSERT_EQ(ps_mem_slice_alloc(PS_MEM_EMU, 0, 2 * PS__APP_PIPE_CHUNK - 1, &small), PS_OK);
+  EXPECT_EQ(ps__app_sendable_as_written(&small, 5000, &out), PS_ERR_UNSUPPORTED);
+  ps_slice_unref(&small);
+}
+
 }  // namespace

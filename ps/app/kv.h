@@ -218,6 +218,8 @@ typedef struct ps_kv_worker_stats {
                                    * response (PS_SMALL_LANE), copied once by design */
     uint64_t lane_messages;       /* of `messages`, those sent on the small lane */
     uint64_t push_bytes_staged;   /* device values pushed out of a host copy */
+    uint64_t push_bytes_piped;    /* of those, handed to the van while still being copied
+                                   * out, chunk by chunk (PS_CAP_SEND_AS_WRITTEN) */
     uint64_t push_bytes_ipc;      /* device values pushed as IPC handles (PS_DEVICE_IPC) */
     uint64_t pull_bytes_ipc;      /* pulled value bytes the server wrote into the device
                                    * destination through its IPC handle (PS_DEVICE_IPC) */

@@ -114,6 +114,7 @@ struct ps_kv_worker {
     int customer_id;
     int num_servers;
     int device_ok;          /* the van moves device memory (PS_CAP_DEVICE_MEMORY) */
+    int send_as_written;    /* it sends a segment as it is written (PS_CAP_SEND_AS_WRITTEN) */
     /* Device values go as IPC handles to the servers the van reaches
      * through shared memory (PS_DEVICE_IPC; the shm and ipc vans). */
     int device_ipc;
@@ -138,6 +139,7 @@ struct ps_kv_worker {
     atomic_uint_least64_t n_pull_ipc;
     atomic_uint_least64_t n_pull_staged;
     atomic_uint_least64_t n_pull_piped;
+    atomic_uint_least64_t n_push_piped;
 
     /* Requests (with their num_servers parts) come from here: a pool get
      * and put cost a fifth of a calloc and free, on every request. */
@@ -1001,6 +1003,7 @@ ps_status_t ps_kv_worker_create(ps_postoffice_t *po, int app_id, int customer_id
     w->customer_id = customer_id;
     w->num_servers = ns;
     w->device_ok = (ps_postoffice_capabilities(po) & PS_CAP_DEVICE_MEMORY) != 0;
+    w->send_as_written = (ps_postoffice_capabilities(po) & PS_CAP_SEND_AS_WRITTEN) != 0;
     w->device_ipc = !w->device_ok && ps_config_bool_or(PS_CFG_PS_DEVICE_IPC, 0);
     w->request_timeout_ms = ps_postoffice_request_timeout_ms(po);
     atomic_init(&w->users, 1);
@@ -1324,13 +1327,24 @@ static ps_status_t send_part(ps_kv_worker_t *w, kv_req_t *r, int ts, kv_part_t *
             atomic_fetch_add_explicit(&w->n_ipc, vals.len, memory_order_relaxed);
             p->ipc_src = ps_slice_ref(&vals);
             vals = (ps_slice_t)PS_SLICE_EMPTY_INIT;
-        } else if ((st = ps__app_sendable(&vals, 0, &staged)) == PS_OK) {
+        } else {
             /* Through a van that moves host memory only: this server's
              * share goes out of a pinned host copy made just before its
              * send, so copying the next share overlaps this one's send
-             * (the van holds the copy while it needs it). */
-            atomic_fetch_add_explicit(&w->n_staged, vals.len, memory_order_relaxed);
-            vals = staged;
+             * (the van holds the copy while it needs it); a van that sends
+             * a segment as it is written gets it in chunks, the copy of
+             * the next overlapping the send of this one. */
+            st = w->send_as_written
+                     ? ps__app_sendable_as_written(&vals, w->request_timeout_ms, &staged)
+                     : PS_ERR_UNSUPPORTED;
+            if (st == PS_OK)
+                atomic_fetch_add_explicit(&w->n_push_piped, vals.len, memory_order_relaxed);
+            else if (st == PS_ERR_UNSUPPORTED)
+                st = ps__app_sendable(&vals, 0, &staged);
+            if (st == PS_OK) {
+                atomic_fetch_add_explicit(&w->n_staged, vals.len, memory_order_relaxed);
+                vals = staged;
+            }
         }
     }
     /* A pull into device memory: the server writes the answer into it
@@ -1950,4 +1964,6 @@ void ps_kv_worker_stats(ps_kv_worker_t *worker, ps_kv_worker_stats_t *stats_p)
         atomic_load_explicit(&worker->n_pull_staged, memory_order_relaxed);
     stats_p->pull_bytes_piped =
         atomic_load_explicit(&worker->n_pull_piped, memory_order_relaxed);
+    stats_p->push_bytes_piped =
+        atomic_load_explicit(&worker->n_push_piped, memory_order_relaxed);
 }

@@ -138,6 +138,34 @@ int ps_slice_fill_watched(const ps_slice_t *slice)
     return slice->buf != NULL && slice->buf->fill != NULL;
 }
 
+void ps_buf_set_written_hook(ps_buf_t *buf, ps_buf_written_func_t fn, void *arg)
+{
+    buf->written_arg = arg;
+    buf->written = fn;
+}
+
+int ps_slice_being_written(const ps_slice_t *slice)
+{
+    return slice->buf != NULL && slice->buf->written != NULL && slice->len != 0;
+}
+
+ps_status_t ps_slice_written(const ps_slice_t *slice, int wait, size_t have, size_t *written_p)
+{
+    if (!ps_slice_being_written(slice)) {
+        *written_p = slice->len;
+        return PS_OK;
+    }
+    size_t end;
+    ps_buf_t *buf = slice->buf;
+    ps_status_t st = buf->written(buf->written_arg, wait, slice->off + have, &end);
+    if (st != PS_OK) {
+        return st;
+    }
+    size_t n = end > slice->off ? end - slice->off : 0;
+    *written_p = n < slice->len ? n : slice->len;
+    return PS_OK;
+}
+
 ps_buf_t *ps_buf_ref(ps_buf_t *buf)
 {
     /* Relaxed is enough: the caller already holds a reference, so the buffer

@@ -181,6 +181,29 @@ void ps_slice_filled(const ps_slice_t *slice, size_t len);
  * steps, reporting each). */
 int ps_slice_fill_watched(const ps_slice_t *slice);
 
+/*
+ * Send progress, the mirror of the fill hook: a buffer whose producer is
+ * still writing it (a device value copied out in chunks) is handed to a
+ * van before it is complete. The hook sets *end_p to the offset into the
+ * buffer up to which the bytes are written; when `wait` and that is not
+ * past `beyond` (and the producer is not done), it first waits until it
+ * is. It returns the producer's error if its writing failed. A van that
+ * advertises PS_CAP_SEND_AS_WRITTEN sends the written front at once; the
+ * layers above hand such buffers to no other van.
+ */
+typedef ps_status_t (*ps_buf_written_func_t)(void *arg, int wait, size_t beyond, size_t *end_p);
+
+/* Sets the hook (before the buffer is handed out; never cleared). */
+void ps_buf_set_written_hook(ps_buf_t *buf, ps_buf_written_func_t fn, void *arg);
+
+/* Whether slice's producer may still be writing it. */
+int ps_slice_being_written(const ps_slice_t *slice);
+
+/* How many bytes of slice, from its start, are written (slice->len without
+ * a producer). With `wait`, first waits until more than `have` are (or
+ * all); waiting for all: have = slice->len - 1. */
+ps_status_t ps_slice_written(const ps_slice_t *slice, int wait, size_t have, size_t *written_p);
+
 /* Bounds-checked copies between host memory and a host (or shm) slice;
  * PS_ERR_UNSUPPORTED for device memory (use the GPU layer). */
 ps_status_t ps_slice_copy_out(const ps_slice_t *slice, size_t off, void *dst, size_t len);

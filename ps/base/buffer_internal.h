@@ -38,6 +38,9 @@ struct ps_buf {
     /* ps_buf_set_fill_hook's; NULL when none. */
     ps_buf_fill_func_t fill;
     void *fill_arg;
+    /* ps_buf_set_written_hook's; NULL when none. */
+    ps_buf_written_func_t written;
+    void *written_arg;
 };
 
 /* ps_buf_wrap with the header in storage the caller provides (`buf`, e.g.

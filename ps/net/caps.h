@@ -16,6 +16,8 @@ enum {
     PS_CAP_MULTI_STREAM = 1u << 5,      /* several connections/QPs per peer */
     PS_CAP_SAME_HOST_ONLY = 1u << 6,    /* reaches only processes on this host */
     PS_CAP_BUSY_POLL = 1u << 7,         /* can spin instead of sleeping */
+    PS_CAP_SEND_AS_WRITTEN = 1u << 8,   /* sends a segment's front while its producer still
+                                         * writes the rest (ps_slice_being_written) */
 };
 
 #endif /* PS_NET_CAPS_H_ */

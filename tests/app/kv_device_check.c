@@ -3,7 +3,7 @@
  * memory (scheduler, servers, workers from DMLC_*, e.g. through
  * tools/launch/ps_launch.py):
  *
- *   kv_device_check KIND [-r REPS] [-i] [-p] [-v VAN] [BYTES...]   KIND: cuda | emu
+ *   kv_device_check KIND [-r REPS] [-i] [-p] [-P] [-v VAN] [BYTES...]   KIND: cuda | emu
  *
  * For each size (default 4 KiB, 1 MiB, 4 MiB) and each path, every worker
  * pushes its values and, after a barrier of the workers, pulls the sums:
@@ -33,7 +33,10 @@
  * the values as bytes, and a good one written in place; the job then goes
  * on. With -p, some bytes of the staged pulls (not all) must have been
  * copied into the device while the rest of their value arrived (a van that
- * reports its progress: tcp, shm). With -v, every process must have run on the van named VAN (as
+ * reports its progress: tcp, shm). With -P, some (not all) of the staged
+ * push bytes must have been handed to the van while still being copied out
+ * of the device (a van that sends as written: tcp), and without it none.
+ * With -v, every process must have run on the van named VAN (as
  * ps_postoffice_van_name says it), so that a job meant for one van cannot
  * pass on another. Prints PASS/FAIL per process. The servers keep a
  * summing store in host memory.
@@ -68,6 +71,7 @@ static int g_rounds_done;
 static int g_reps = 1;
 static int g_expect_ipc;
 static int g_expect_piped; /* -p */
+static int g_expect_push_piped; /* -P */
 static uint64_t g_device_pulled; /* value bytes pulled into device memory */
 
 /* A slice of `len` bytes in the device kind (device) or host memory. */
@@ -594,6 +598,14 @@ static void run_worker(ps_postoffice_t *po)
                      : st.push_bytes_ipc != 0 || st.push_bytes_staged == 0)
         check_fail("device pushes went %s, not %s", g_expect_ipc ? "staged" : "as IPC handles",
                    g_expect_ipc ? "as IPC handles (-i)" : "staged");
+    printf("worker %d: %llu bytes of the staged pushes handed to the van while still being "
+           "copied out\n", ps_postoffice_my_rank(po), (unsigned long long)st.push_bytes_piped);
+    if (g_expect_push_piped ? st.push_bytes_piped == 0 || st.push_bytes_piped >= st.push_bytes_staged
+                            : st.push_bytes_piped != 0)
+        check_fail("device pushes: %llu of %llu staged bytes sent as they were copied out, "
+                   "want %s", (unsigned long long)st.push_bytes_piped,
+                   (unsigned long long)st.push_bytes_staged,
+                   g_expect_push_piped ? "some, not all (-P)" : "none");
     printf("worker %d: device values pulled: %llu bytes written in place through IPC "
            "handles, %llu received into page-locked staging (%llu of them copied into the "
            "device while the rest arrived), of %llu pulled into device memory\n",
@@ -642,7 +654,7 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2 || (strcmp(argv[1], "cuda") != 0 && strcmp(argv[1], "emu") != 0)) {
-        fprintf(stderr, "usage: kv_device_check cuda|emu [-r REPS] [-i] [-p] [-v VAN] [BYTES...]\n");
+        fprintf(stderr, "usage: kv_device_check cuda|emu [-r REPS] [-i] [-p] [-P] [-v VAN] [BYTES...]\n");
         return 2;
     }
     g_kind = strcmp(argv[1], "cuda") == 0 ? PS_MEM_CUDA : PS_MEM_EMU;
@@ -662,6 +674,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(argv[i], "-p") == 0) {
             g_expect_piped = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "-P") == 0) {
+            g_expect_push_piped = 1;
             continue;
         }
         if (strcmp(argv[i], "-v") == 0 && i + 1 < argc) {

@@ -534,6 +534,164 @@ TEST(TcpVanStreamsMixed, DifferentStreamCountsStillTalk)
     EXPECT_TRUE(CheckMsg(worker.inbox.msgs[0], 8, 2, {1u << 20}));
 }
 
+// ---- segments still being written (PS_CAP_SEND_AS_WRITTEN) ----
+
+// A producer writing segment `seg` of a message's buffer piece by piece on
+// a thread of its own (the copy out of a device, in the apps), the pattern
+// of `seq` replacing junk; it fails after `fail_at` bytes when set.
+struct Producer {
+    ps_slice_t slice;
+    std::vector<uint8_t> want;
+    std::atomic<size_t> written{0};
+    std::atomic<bool> failed{false};
+    std::atomic<int> waits{0};
+    size_t fail_at = SIZE_MAX;
+    std::function<void()> before_last; // runs before the last piece is written
+    std::thread thread;
+
+    Producer(OutMsg &m, uint64_t seq, unsigned seg)
+    {
+        // On a page of its own, as a staging block is (an unaligned one
+        // would be waited for whole: the van may send it from an aligned
+        // copy).
+        EXPECT_EQ(ps_slice_alloc(m.msg.data[seg].len, 4096, &slice), PS_OK);
+        ps_slice_unref(&m.msg.data[seg]);
+        m.msg.data[seg] = ps_slice_ref(&slice);
+        uint8_t *p = static_cast<uint8_t *>(ps_slice_ptr(&slice));
+        for (size_t i = 0; i < slice.len; ++i) {
+            want.push_back(Pattern(seq, seg, i));
+            p[i] = 0xee;
+        }
+        ps_buf_set_written_hook(slice.buf, Written, this);
+    }
+    void Start(size_t piece, int pause_us)
+    {
+        thread = std::thread([this, piece, pause_us] {
+            uint8_t *p = static_cast<uint8_t *>(ps_slice_ptr(&slice));
+            for (size_t off = 0; off < slice.len; off += piece) {
+                std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+                size_t n = std::min(piece, slice.len - off);
+                if (off + n == slice.len && before_last)
+                    before_last();
+                if (off + n > fail_at) {
+                    failed = true;
+                    return;
+                }
+                memcpy(p + off, want.data() + off, n);
+                written.store(off + n, std::memory_order_release);
+            }
+        });
+    }
+    ~Producer()
+    {
+        if (thread.joinable())
+            thread.join();
+        ps_slice_unref(&slice);
+    }
+    static ps_status_t Written(void *arg, int wait, size_t beyond, size_t *end_p)
+    {
+        auto *pr = static_cast<Producer *>(arg);
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        for (;;) {
+            size_t end = pr->slice.off + pr->written.load(std::memory_order_acquire);
+            *end_p = end;
+            if (pr->failed)
+                return PS_ERR_DEVICE;
+            if (!wait || end > beyond || end == pr->slice.off + pr->slice.len)
+                return PS_OK;
+            if (std::chrono::steady_clock::now() > until)
+                return PS_ERR_TIMED_OUT;
+            pr->waits++;
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+    }
+};
+
+// Written pieces go out while the rest is written: the frame arrives whole
+// and right although its buffer held junk when the send began (the van
+// sent nothing past what the producer had written), and the sender waited
+// for the producer.
+TEST(TcpVanAsWritten, SegmentsGoOutAsTheyAreWritten)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8, "127.0.0.1"), PS_OK);
+    ASSERT_EQ(worker.Open(9, "127.0.0.1"), PS_OK);
+    ps_van_attr_t attr;
+    ASSERT_EQ(worker.ops->query(worker.van, &attr), PS_OK);
+    EXPECT_NE(attr.cap_flags & PS_CAP_SEND_AS_WRITTEN, 0u);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    {
+        OutMsg first(8, 0, {8});
+        ASSERT_EQ(worker.ops->send(worker.van, &first.msg), PS_OK);
+        ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    }
+
+    const std::vector<size_t> sizes = {16, (3u << 20) + 5, 100};
+    OutMsg m(8, 1, sizes);
+    Producer pr(m, 1, 1);
+    uint64_t midway = 0;
+    pr.before_last = [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        server.ops->stats(server.van, nullptr, &midway);
+    };
+    pr.Start(256u << 10, 2000);
+    ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    EXPECT_GT(pr.waits.load(), 0);
+    EXPECT_GT(midway, 2u << 20); // the front had arrived before the end was written
+    OutMsg after(8, 2, {1000});
+    ASSERT_EQ(worker.ops->send(worker.van, &after.msg), PS_OK);
+    ASSERT_TRUE(server.inbox.WaitMsgs(3));
+    std::lock_guard<std::mutex> lk(server.inbox.mu);
+    EXPECT_TRUE(CheckMsg(server.inbox.msgs[1], 9, 1, sizes));
+    EXPECT_TRUE(CheckMsg(server.inbox.msgs[2], 9, 2, {1000}));
+}
+
+// A peer that does not read: the socket fills before the segment is
+// written, and the rest is queued once the producer is done.
+TEST(TcpVanAsWritten, FullSocketQueuesTheRestOnceWritten)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8, "127.0.0.1"), PS_OK);
+    ASSERT_EQ(worker.Open(9, "127.0.0.1"), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    server.inbox.gate_closed = true;
+    OutMsg first(8, 1, {100});
+    ASSERT_EQ(worker.ops->send(worker.van, &first.msg), PS_OK);
+    const std::vector<size_t> sizes = {32u << 20};
+    OutMsg m(8, 2, sizes);
+    Producer pr(m, 2, 0);
+    pr.Start(1u << 20, 500);
+    ASSERT_EQ(worker.ops->send(worker.van, &m.msg), PS_OK);
+    EXPECT_EQ(pr.written.load(), sizes[0]); // queued only once all was written
+    server.inbox.OpenGate();
+    ASSERT_TRUE(server.inbox.WaitMsgs(2));
+    std::lock_guard<std::mutex> lk(server.inbox.mu);
+    EXPECT_TRUE(CheckMsg(server.inbox.msgs[1], 9, 2, sizes));
+}
+
+// A producer that fails half-way: the send fails, and with part of the
+// frame out the connection goes (the server sees it end mid-frame and
+// reports the worker), never a frame of junk delivered.
+TEST(TcpVanAsWritten, AProducerFailingHalfWayClosesTheConnection)
+{
+    Van server, worker;
+    ASSERT_EQ(server.Open(8, "127.0.0.1"), PS_OK);
+    ASSERT_EQ(worker.Open(9, "127.0.0.1"), PS_OK);
+    ASSERT_EQ(worker.ConnectTo(server, 9), PS_OK);
+    {
+        OutMsg first(8, 0, {8}); // the connection is up: the frame goes as written
+        ASSERT_EQ(worker.ops->send(worker.van, &first.msg), PS_OK);
+        ASSERT_TRUE(server.inbox.WaitMsgs(1));
+    }
+    OutMsg m(8, 1, {4u << 20});
+    Producer pr(m, 1, 0);
+    pr.fail_at = 2u << 20;
+    pr.Start(256u << 10, 1000);
+    EXPECT_EQ(worker.ops->send(worker.van, &m.msg), PS_ERR_DEVICE);
+    EXPECT_TRUE(server.inbox.WaitFailure(1));
+    EXPECT_EQ(server.inbox.Count(), 1u);
+}
+
 // ---- busy polling: vans without a progress op ----
 
 TEST(TcpVanProgress, OtherVansGetTheNoOp)

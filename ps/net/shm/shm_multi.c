@@ -237,7 +237,8 @@ static ps_status_t mv_query(ps_van_t *v, ps_van_attr_t *attr_p)
     }
     ps_van_attr_t a = n;
     /* Data paths the app may count on: what both offer. */
-    uint64_t both = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_BUSY_POLL;
+    uint64_t both = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_BUSY_POLL |
+                    PS_CAP_SEND_AS_WRITTEN;
     a.cap_flags = (n.cap_flags & ~both) | (n.cap_flags & s.cap_flags & both);
     a.cap_flags &= ~(uint64_t)PS_CAP_SAME_HOST_ONLY;
     a.max_message_bytes =

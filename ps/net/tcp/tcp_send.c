@@ -145,6 +145,9 @@ static ps__tcp_entry_t *entry_new(ps__tcp_van_t *van, const uint8_t *hm, size_t 
     return e;
 }
 
+static ps_status_t queue_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
+                               const ps_slice_t *data, uint32_t num_data, uint64_t sent);
+
 ps_status_t ps__tcp_conn_send_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
                                     const ps_slice_t *data, uint32_t num_data,
                                     ps_send_align_way_t way)
@@ -203,6 +206,15 @@ ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *
         }
         sent = (uint64_t)n;
     }
+    return queue_frame(conn, hm, hm_len, data, num_data, sent);
+}
+
+/* Queues the frame, of which `sent` bytes went out directly (send lock
+ * held). */
+static ps_status_t queue_frame(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
+                               const ps_slice_t *data, uint32_t num_data, uint64_t sent)
+{
+    ps__tcp_van_t *van = conn->van;
     ps__tcp_entry_t *e = entry_new(van, hm, hm_len, data, num_data, sent);
     if (e == NULL) {
         if (sent != 0) {
@@ -227,6 +239,127 @@ ps_status_t ps__tcp_conn_send_frame_locked(ps__tcp_conn_t *conn, const uint8_t *
         __atomic_add_fetch(&van->base.bytes_sent, sent, __ATOMIC_RELAXED);
     }
     return PS_OK;
+}
+
+/* ---- segments still being written (PS_CAP_SEND_AS_WRITTEN) ---- */
+
+/* Waits until every segment is written whole. */
+static ps_status_t wait_all_written(const ps_slice_t *data, uint32_t num_data)
+{
+    for (uint32_t i = 0; i < num_data; ++i) {
+        size_t w;
+        ps_status_t st = ps_slice_written(&data[i], 1, data[i].len - 1, &w);
+        if (st != PS_OK) {
+            return st;
+        }
+    }
+    return PS_OK;
+}
+
+/* iovecs over bytes [from, to) of the frame [hm, data...]. */
+static int frame_iov(const uint8_t *hm, size_t hm_len, const ps_slice_t *data, uint32_t num_data,
+                     uint64_t from, uint64_t to, struct iovec *iov)
+{
+    int cnt = 0;
+    uint64_t start = 0;
+    for (int64_t i = -1; i < (int64_t)num_data && from < to; ++i) {
+        const uint8_t *p = i < 0 ? hm : ps_slice_ptr(&data[i]);
+        uint64_t len = i < 0 ? hm_len : data[i].len;
+        if (from < start + len) {
+            uint64_t in = from - start;
+            uint64_t take = start + len < to ? len - in : to - from;
+            iov[cnt].iov_base = (void *)(p + in);
+            iov[cnt].iov_len = (size_t)take;
+            cnt++;
+            from += take;
+        }
+        start += len;
+    }
+    return cnt;
+}
+
+/* A frame some segment of which its producer is still writing: what is
+ * written goes out at once, from the caller's thread, which waits for the
+ * rest as it comes. What the socket cannot take is queued once all of it
+ * is written, so the progress thread never sees a partial buffer. A
+ * producer that fails after part of the frame went out leaves the stream
+ * unusable: it is shut down, as for a queueing failure. */
+static ps_status_t send_frame_as_written(ps__tcp_conn_t *conn, const uint8_t *hm, size_t hm_len,
+                                         const ps_slice_t *data, uint32_t num_data)
+{
+    ps__tcp_van_t *van = conn->van;
+    ps_status_t st = PS_OK;
+    pthread_mutex_lock(&conn->send_lock);
+    if (conn->state != PS__TCP_READY || conn->sq_head != NULL) {
+        st = wait_all_written(data, num_data);
+        if (st == PS_OK) {
+            st = ps__tcp_conn_send_frame_locked(conn, hm, hm_len, data, num_data,
+                                                PS_SEND_ALIGN_NONE);
+        }
+        pthread_mutex_unlock(&conn->send_lock);
+        return st;
+    }
+    uint64_t total = hm_len;
+    for (uint32_t i = 0; i < num_data; ++i) {
+        total += data[i].len;
+    }
+    uint64_t sent = 0;
+    for (;;) {
+        /* The written front: the header, whole segments, then the written
+         * part of the first one still being written (k). */
+        uint64_t front = hm_len;
+        uint32_t k = num_data;
+        size_t have = 0;
+        for (uint32_t i = 0; i < num_data && st == PS_OK; ++i) {
+            st = ps_slice_written(&data[i], 0, 0, &have);
+            front += have;
+            if (st == PS_OK && have < data[i].len) {
+                k = i;
+                break;
+            }
+        }
+        if (st != PS_OK) {
+            break;
+        }
+        if (front > sent) {
+            struct iovec iov[PS__TCP_FRAME_IOV];
+            int cnt = frame_iov(hm, hm_len, data, num_data, sent, front, iov);
+            ssize_t n = send_iov(conn->fd, iov, cnt);
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                ps_debug(PS_LOG_TCP, "send to node %d at %s: %m", conn->peer_id, conn->addr_str);
+                st = PS_ERR_PEER_GONE;
+                break;
+            }
+            sent += n > 0 ? (uint64_t)n : 0;
+            if (sent < front) {
+                break; /* the socket is full */
+            }
+        }
+        if (sent == total) {
+            __atomic_add_fetch(&van->base.bytes_sent, total, __ATOMIC_RELAXED);
+            pthread_mutex_unlock(&conn->send_lock);
+            return PS_OK;
+        }
+        if (k == num_data) {
+            break;
+        }
+        st = ps_slice_written(&data[k], 1, have, &have);
+        if (st != PS_OK) {
+            break;
+        }
+    }
+    if (st == PS_OK) {
+        st = wait_all_written(data, num_data);
+    }
+    if (st == PS_OK) {
+        st = queue_frame(conn, hm, hm_len, data, num_data, sent);
+    } else if (sent != 0) {
+        ps_error(PS_LOG_TCP, "send to node %d: %s after %llu bytes of the frame; closing",
+                 conn->peer_id, ps_status_str(st), (unsigned long long)sent);
+        shutdown(conn->fd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&conn->send_lock);
+    return st;
 }
 
 ps_status_t ps__tcp_flush(ps__tcp_conn_t *conn)
@@ -435,10 +568,30 @@ ps_status_t ps__tcp_send(ps_van_t *v, const ps_msg_t *msg)
         }
         return ps_van_unconnected(&van->base, recver, ps_van_peer_table_lost(&van->sock.peers, recver));
     }
+    /* Segments still being written go out as they are on one stream,
+     * straight from the producer's buffer; else they are waited for. */
+    int as_written = 0;
+    for (uint32_t i = 0; i < msg->num_data; ++i) {
+        if (ps_slice_being_written(&msg->data[i])) {
+            as_written = n == 1 && !unaligned_and_large(&msg->data[i]) ? 1 : -1;
+            if (as_written < 0) {
+                break;
+            }
+        }
+    }
+    if (as_written < 0 && (st = wait_all_written(msg->data, msg->num_data)) != PS_OK) {
+        for (int i = 0; i < n; ++i) {
+            ps__tcp_conn_unref(conns[i]);
+        }
+        free(heap);
+        return st;
+    }
     ps_slice_t data[PS_MSG_MAX_DATA];
     uint64_t copies;
     ps_send_align_way_t way = align_segments(van, msg, data, &copies);
-    if (n == 1) {
+    if (as_written > 0) {
+        st = send_frame_as_written(conns[0], hm, hm_len, data, msg->num_data);
+    } else if (n == 1) {
         st = ps__tcp_conn_send_frame(conns[0], hm, hm_len, data, msg->num_data, way);
     } else {
         st = send_striped(conns, n, hm, hm_len, data, msg->num_data, total, way);

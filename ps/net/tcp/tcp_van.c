@@ -370,7 +370,8 @@ static ps_status_t tcp_query(ps_van_t *v, ps_van_attr_t *attr_p)
     }
     ps_van_attr_t a;
     memset(&a, 0, sizeof(a));
-    a.cap_flags = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_BUSY_POLL;
+    a.cap_flags = PS_CAP_ZCOPY_SEND | PS_CAP_RECV_INTO_DEST | PS_CAP_BUSY_POLL |
+                  PS_CAP_SEND_AS_WRITTEN;
     if (van->conns_per_peer > 1) {
         a.cap_flags |= PS_CAP_MULTI_STREAM;
     }

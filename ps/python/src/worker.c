@@ -792,7 +792,7 @@ static PyObject *worker_stats(PyObject *self, PyObject *unused)
         return NULL;
     ps_kv_worker_stats_t s;
     ps_kv_worker_stats(worker, &s);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "requests",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "requests",
                          (unsigned long long)s.requests, "messages",
                          (unsigned long long)s.messages, "pull_bytes_in_place",
                          (unsigned long long)s.pull_bytes_in_place, "pull_bytes_copied",
@@ -803,7 +803,8 @@ static PyObject *worker_stats(PyObject *self, PyObject *unused)
                          (unsigned long long)s.push_bytes_ipc, "pull_bytes_ipc",
                          (unsigned long long)s.pull_bytes_ipc, "pull_bytes_staged",
                          (unsigned long long)s.pull_bytes_staged, "pull_bytes_piped",
-                         (unsigned long long)s.pull_bytes_piped);
+                         (unsigned long long)s.pull_bytes_piped, "push_bytes_piped",
+                         (unsigned long long)s.push_bytes_piped);
 }
 
 static PyObject *worker_app_id(PyObject *self, void *closure)
