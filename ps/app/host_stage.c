@@ -71,6 +71,25 @@ static ps_status_t pipe_stream(ps_mem_kind_t kind, int device, void **stream_p)
     return st;
 }
 
+/* A new event of `device` recorded on its default stream: done once the
+ * work queued there so far is (the kernels that wrote a pushed value or
+ * still read a pull's destination), which the pipes' copies go after, as
+ * a synchronous copy in their place would. */
+static ps_status_t default_stream_event(const ps_mem_ops_t *ops, int device,
+                                        ps_mem_event_h *event_p)
+{
+    ps_mem_event_h ev;
+    ps_status_t st = ops->event_create(device, &ev);
+    if (st != PS_OK)
+        return st;
+    if ((st = ops->event_record(ev, NULL)) != PS_OK) {
+        (void)ops->event_destroy(ev);
+        return st;
+    }
+    *event_p = ev;
+    return PS_OK;
+}
+
 struct ps__app_pipe {
     ps_slice_t dest;  /* the device destination (a reference) */
     ps_slice_t stage; /* the staging block the van receives into */
@@ -202,9 +221,7 @@ ps_status_t ps__app_pipe_open(const ps_slice_t *dest, int timeout_ms, ps__app_pi
     if (st == PS_OK)
         st = pipe->ops->event_create(device, &pipe->event);
     if (st == PS_OK)
-        st = pipe->ops->event_create(device, &pipe->after);
-    if (st == PS_OK)
-        st = pipe->ops->event_record(pipe->after, NULL);
+        st = default_stream_event(pipe->ops, device, &pipe->after);
     if (st != PS_OK) {
         pipe_events_destroy(pipe);
         free(pipe);
@@ -349,16 +366,10 @@ ps_status_t ps__app_sendable_as_written(const ps_slice_t *src, int timeout_ms, p
     ps_status_t st = PS_OK;
     for (int i = 0; i < chunks && st == PS_OK; i++)
         st = sp->ops->event_create(device, &sp->ev[i]);
-    /* The values go after the work queued on the device's default stream
-     * (the kernels that wrote them), as a synchronous copy would. */
     ps_mem_event_h after = NULL;
     if (st == PS_OK)
-        st = sp->ops->event_create(device, &after);
-    if (st == PS_OK)
-        st = sp->ops->event_record(after, NULL);
+        st = default_stream_event(sp->ops, device, &after);
     if (st != PS_OK) {
-        if (after != NULL)
-            (void)sp->ops->event_destroy(after);
         send_pipe_free(sp);
         return PS_ERR_UNSUPPORTED;
     }

@@ -177,9 +177,11 @@ void ps_buf_set_fill_hook(ps_buf_t *buf, ps_buf_fill_func_t fn, void *arg);
  * any. Cheap without one. */
 void ps_slice_filled(const ps_slice_t *slice, size_t len);
 
-/* Whether anyone watches slice's progress (a van may then write it in
- * steps, reporting each). */
+/* Whether anyone watches slice's progress: a van then writes it in steps
+ * of at most PS_SLICE_FILL_STEP bytes, reporting each, so that the
+ * watcher's work on the front overlaps the writes after it. */
 int ps_slice_fill_watched(const ps_slice_t *slice);
+#define PS_SLICE_FILL_STEP ((size_t)1 << 20)
 
 /*
  * Send progress, the mirror of the fill hook: a buffer whose producer is

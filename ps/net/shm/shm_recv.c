@@ -286,14 +286,11 @@ static ps_status_t get_dest(ps__shm_chan_t *ch, unsigned i, uint64_t len, int po
     return ps_van_rx_pool_get(van->sock.pool, (size_t)len, slice_p);
 }
 
-/* Bytes between reports of a destination's progress (ps_slice_filled):
- * its owner's work on the front (a device copy) then overlaps the rest. */
-#define FILL_STEP ((uint64_t)1 << 20)
-
-/* The step to copy into `dst` in: all at once unless its owner watches. */
+/* The step to copy into `dst` in: all at once unless its owner watches
+ * (ps_slice_fill_watched). */
 static uint64_t fill_step(const ps_slice_t *dst, uint64_t len)
 {
-    return ps_slice_fill_watched(dst) ? FILL_STEP : len;
+    return ps_slice_fill_watched(dst) ? PS_SLICE_FILL_STEP : len;
 }
 
 /* Copies the len bytes at addr in the peer's memory into dst. */

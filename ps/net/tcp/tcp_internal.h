@@ -85,9 +85,6 @@
 #define PS__TCP_RBUF_SIZE (64u << 10)
 /* Bytes one connection may read per wake-up before others get a turn. */
 #define PS__TCP_READ_BUDGET (16u << 20)
-/* Largest read into a destination whose progress is watched
- * (ps_slice_fill_watched). */
-#define PS__TCP_FILL_STEP (1u << 20)
 /* While a large segment streams in, wake up for at least this much. */
 #define PS__TCP_LOWAT_MIN (64u << 10)
 #define PS__TCP_LOWAT_MAX (512u << 10)

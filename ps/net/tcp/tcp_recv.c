@@ -643,9 +643,9 @@ void ps__tcp_on_readable(ps__tcp_conn_t *conn)
             }
             /* Someone works on the front as it arrives: read in steps,
              * so that the work overlaps the reads after it. */
-            if (direct > PS__TCP_FILL_STEP && pc->reports &&
+            if (direct > PS_SLICE_FILL_STEP && pc->reports &&
                 ps_slice_fill_watched(&conn->rmsg.data[pc->seg])) {
-                direct = PS__TCP_FILL_STEP;
+                direct = PS_SLICE_FILL_STEP;
                 stepped = 1;
             }
             iov[cnt].iov_base = pc->ptr + conn->piece_off;
